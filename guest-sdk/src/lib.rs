@@ -1,0 +1,178 @@
+//! Write a Stasis actor in Rust.
+//!
+//! An actor is a type implementing [`Actor`]; [`export_actor!`] turns it into
+//! the exports the host calls (see `stasis-host-api` for the ABI). Build the
+//! crate as a `cdylib` for `wasm32-wasip1`:
+//!
+//! ```toml
+//! [lib]
+//! crate-type = ["cdylib"]
+//!
+//! [dependencies]
+//! stasis-guest-sdk = { path = "../guest-sdk" }
+//! ```
+//!
+//! ```no_run
+//! use stasis_guest_sdk::{export_actor, Actor, Request, Response};
+//!
+//! #[derive(Default)]
+//! struct Counter {
+//!     count: u64,
+//! }
+//!
+//! impl Actor for Counter {
+//!     fn handle(&mut self, req: Request) -> Response {
+//!         if req.method == "POST" {
+//!             self.count += 1;
+//!         }
+//!         Response::text(200, format!("count: {}\n", self.count))
+//!     }
+//! }
+//!
+//! export_actor!(Counter);
+//! ```
+//!
+//! `cargo build --target wasm32-wasip1 --release` gives
+//! `target/wasm32-wasip1/release/<crate>.wasm`, ready for `stasis template push`.
+//!
+//! # State
+//!
+//! The actor value lives in linear memory, and so does everything it owns and
+//! every `static`: all of it survives pause, resume and migration as it is,
+//! with no serialization code. What lives outside linear memory does not:
+//! open files, and the host's random source (draw from it again after a
+//! resume if you need fresh entropy). The monotonic clock never goes
+//! backwards across a pause or a move.
+//!
+//! # Errors and panics
+//!
+//! A panic traps the instance: the host answers 500 with the trap message and
+//! the actor continues from its newest snapshot.
+
+pub use stasis_host_api::{ABI_VERSION, Context, Request, Response};
+
+/// A stateful actor. One value per actor, created once (by [`Default`]) when
+/// the actor is created and kept in linear memory from then on.
+pub trait Actor: Default + 'static {
+    /// Handles one request. Requests arrive one at a time, in order.
+    fn handle(&mut self, request: Request) -> Response;
+
+    /// Called before the snapshot of a pause (not for checkpoints).
+    fn on_pause(&mut self) {}
+
+    /// Called after a fresh instance got this actor's snapshot back (a resume,
+    /// a migration, or a rollback after a trap).
+    fn on_resume(&mut self) {}
+}
+
+/// Glue used by [`export_actor!`]; not part of the public API.
+#[doc(hidden)]
+pub mod __rt {
+    use super::Actor;
+    use std::cell::UnsafeCell;
+
+    /// Holds the actor value and the last response. Guests are
+    /// single-threaded (`wasm32-wasip1`), so no locking is needed.
+    pub struct Slot<A> {
+        actor: UnsafeCell<Option<A>>,
+        response: UnsafeCell<Vec<u8>>,
+    }
+
+    // SAFETY: wasm32-wasip1 guests have exactly one thread, and the host
+    // never re-enters an export while another runs.
+    unsafe impl<A> Sync for Slot<A> {}
+
+    impl<A: Actor> Slot<A> {
+        pub const fn new() -> Self {
+            Self {
+                actor: UnsafeCell::new(None),
+                response: UnsafeCell::new(Vec::new()),
+            }
+        }
+
+        #[allow(clippy::mut_from_ref)]
+        fn actor(&self) -> &mut A {
+            // SAFETY: single-threaded, not re-entered (see `Sync` above).
+            unsafe { (*self.actor.get()).get_or_insert_with(A::default) }
+        }
+
+        pub fn init(&self) {
+            let _ = self.actor();
+        }
+
+        pub fn on_pause(&self) {
+            self.actor().on_pause();
+        }
+
+        pub fn on_resume(&self) {
+            self.actor().on_resume();
+        }
+
+        pub fn handle(&self, ptr: u32, len: u32) -> u64 {
+            // SAFETY: `ptr`/`len` come from `alloc` below, which leaked a
+            // boxed slice of exactly `len` bytes; the host hands it back once.
+            let input = unsafe {
+                Box::from_raw(std::ptr::slice_from_raw_parts_mut(
+                    ptr as usize as *mut u8,
+                    len as usize,
+                ))
+            };
+            let response = match stasis_host_api::decode_request(&input) {
+                Ok(request) => self.actor().handle(request),
+                Err(e) => super::Response::text(400, format!("bad request from host: {e}\n")),
+            };
+            drop(input);
+            let bytes = stasis_host_api::encode_response(&response).unwrap_or_else(|e| {
+                let fallback = super::Response::text(500, format!("{e}\n"));
+                stasis_host_api::encode_response(&fallback).unwrap_or_default()
+            });
+            // SAFETY: as above; the previous response is no longer read.
+            let slot = unsafe { &mut *self.response.get() };
+            *slot = bytes;
+            ((slot.as_ptr() as usize as u64) << 32) | slot.len() as u64
+        }
+    }
+
+    pub fn alloc(len: u32) -> u32 {
+        let buf = vec![0u8; len as usize].into_boxed_slice();
+        Box::into_raw(buf) as *mut u8 as usize as u32
+    }
+}
+
+/// Exports `$actor` (a type implementing [`Actor`]) under the Stasis ABI, and
+/// writes the ABI version custom section. Use it once per crate.
+#[macro_export]
+macro_rules! export_actor {
+    ($actor:ty) => {
+        static __STASIS_SLOT: $crate::__rt::Slot<$actor> = $crate::__rt::Slot::new();
+
+        #[used]
+        #[unsafe(link_section = "stasis-abi")]
+        static __STASIS_ABI: [u8; 4] = $crate::ABI_VERSION.to_le_bytes();
+
+        #[unsafe(no_mangle)]
+        pub extern "C" fn stasis_alloc(len: u32) -> u32 {
+            $crate::__rt::alloc(len)
+        }
+
+        #[unsafe(no_mangle)]
+        pub extern "C" fn stasis_handle(ptr: u32, len: u32) -> u64 {
+            __STASIS_SLOT.handle(ptr, len)
+        }
+
+        #[unsafe(no_mangle)]
+        pub extern "C" fn stasis_init() {
+            __STASIS_SLOT.init()
+        }
+
+        #[unsafe(no_mangle)]
+        pub extern "C" fn stasis_on_pause() {
+            __STASIS_SLOT.on_pause()
+        }
+
+        #[unsafe(no_mangle)]
+        pub extern "C" fn stasis_on_resume() {
+            __STASIS_SLOT.on_resume()
+        }
+    };
+}

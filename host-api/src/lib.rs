@@ -1,0 +1,255 @@
+//! The contract between the Stasis host and a guest actor.
+//!
+//! Both sides depend on this crate: the host (`stasis-runtime`) to check and
+//! call a module, the guest (`stasis-guest-sdk`) to be callable. It has no
+//! wasmtime dependency and builds for the host and for `wasm32-wasip1`.
+//!
+//! # The ABI (version [`ABI_VERSION`])
+//!
+//! * The module carries a custom section named [`ABI_SECTION`] whose payload
+//!   is the ABI version as a little-endian `u32`. The host reads it at
+//!   `template push` without running guest code.
+//! * The module exports:
+//!   * [`exports::ALLOC`]`(len: i32) -> i32`: a guest buffer of `len` bytes
+//!     that the host fills with one bincode-encoded [`Request`];
+//!   * [`exports::HANDLE`]`(ptr: i32, len: i32) -> i64`: handles the request
+//!     in that buffer (the guest takes the buffer back) and returns the
+//!     bincode-encoded [`Response`] as `(ptr << 32) | len`; the guest keeps
+//!     the response bytes alive until its next call;
+//!   * optionally [`exports::INIT`]`()`, called exactly once when the actor is
+//!     created (after the start function and `_initialize`), and the hooks
+//!     [`exports::ON_PAUSE`]`()` / [`exports::ON_RESUME`]`()`, called when an
+//!     actor is paused or continues from a snapshot (never for checkpoints).
+//! * Imports are WASI preview 1 ([`WASI_MODULE`]) and nothing else.
+//! * Exports starting with [`exports::RESERVED_PREFIX`] belong to the host.
+
+use serde::{Deserialize, Serialize};
+
+/// Version of the guest ABI described in the crate docs.
+pub const ABI_VERSION: u32 = 1;
+
+/// Name of the custom section holding the ABI version (`u32`, little-endian).
+pub const ABI_SECTION: &str = "stasis-abi";
+
+/// The only import module a guest may use: WASI preview 1.
+pub const WASI_MODULE: &str = "wasi_snapshot_preview1";
+
+/// Upper bound, in bytes, on one encoded [`Request`] or [`Response`] that
+/// [`decode_request`] / [`decode_response`] accept (256 MiB). Larger claims
+/// are refused before anything is allocated.
+pub const MAX_MESSAGE_BYTES: usize = 256 << 20;
+
+/// Names of the functions a guest exports, and the prefix reserved for the host.
+pub mod exports {
+    /// `(len: i32) -> i32`: a buffer for the next request.
+    pub const ALLOC: &str = "stasis_alloc";
+    /// `(ptr: i32, len: i32) -> i64`: handle one request, return `(ptr << 32) | len`.
+    pub const HANDLE: &str = "stasis_handle";
+    /// `()`: optional, once at creation.
+    pub const INIT: &str = "stasis_init";
+    /// `()`: optional, before the snapshot of a pause.
+    pub const ON_PAUSE: &str = "stasis_on_pause";
+    /// `()`: optional, after a fresh instance got a snapshot back.
+    pub const ON_RESUME: &str = "stasis_on_resume";
+    /// The WASI reactor initialiser; called once at creation, never after a restore.
+    pub const INITIALIZE: &str = "_initialize";
+    /// Exports with this prefix are added by the host's instrumentation and
+    /// refused in guest modules.
+    pub const RESERVED_PREFIX: &str = "__stasis_";
+}
+
+/// Who is being called, and where.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Context {
+    /// The actor's name (an RFC 1123 label).
+    pub actor: String,
+    /// The name of the worker hosting the instance (e.g. `worker-1`).
+    pub worker: String,
+}
+
+/// One HTTP request as the guest sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Request {
+    /// Upper-case method, e.g. `POST`.
+    pub method: String,
+    /// Path and query, e.g. `/key?x=1`; always starts with `/`.
+    pub uri: String,
+    /// Header names (lower-case) and raw values, in arrival order.
+    pub headers: Vec<(String, Vec<u8>)>,
+    /// The whole request body.
+    pub body: Vec<u8>,
+    /// Actor and worker names.
+    pub context: Context,
+}
+
+impl Request {
+    /// The path without the query string.
+    #[must_use]
+    pub fn path(&self) -> &str {
+        self.uri.split_once('?').map_or(&self.uri, |(p, _)| p)
+    }
+
+    /// The value of query parameter `name`, if present (no percent-decoding).
+    #[must_use]
+    pub fn query(&self, name: &str) -> Option<&str> {
+        let (_, q) = self.uri.split_once('?')?;
+        q.split('&')
+            .filter_map(|kv| kv.split_once('=').or(Some((kv, ""))))
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| v)
+    }
+
+    /// The first value of header `name` (case-insensitive).
+    #[must_use]
+    pub fn header(&self, name: &str) -> Option<&[u8]> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_slice())
+    }
+}
+
+/// One HTTP response from the guest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Response {
+    /// HTTP status code (100–999; the host answers 502 for anything else).
+    pub status: u16,
+    /// Header names and raw values.
+    pub headers: Vec<(String, Vec<u8>)>,
+    /// The whole response body.
+    pub body: Vec<u8>,
+}
+
+impl Response {
+    /// A response with `status`, a `content-type: text/plain; charset=utf-8`
+    /// header and `body`.
+    #[must_use]
+    pub fn text(status: u16, body: impl Into<String>) -> Self {
+        Self {
+            status,
+            headers: vec![(
+                "content-type".to_owned(),
+                b"text/plain; charset=utf-8".to_vec(),
+            )],
+            body: body.into().into_bytes(),
+        }
+    }
+
+    /// A response with `status`, `application/octet-stream` and `body`.
+    #[must_use]
+    pub fn bytes(status: u16, body: Vec<u8>) -> Self {
+        Self {
+            status,
+            headers: vec![(
+                "content-type".to_owned(),
+                b"application/octet-stream".to_vec(),
+            )],
+            body,
+        }
+    }
+}
+
+/// A message that could not be encoded or decoded.
+#[derive(Debug, thiserror::Error)]
+pub enum WireError {
+    /// Encoding failed (bincode's reason).
+    #[error("encoding failed: {0}")]
+    Encode(String),
+    /// The bytes are not one well-formed message within
+    /// [`MAX_MESSAGE_BYTES`] (bincode's reason).
+    #[error("malformed message: {0}")]
+    Decode(String),
+    /// Bytes were left over after one message.
+    #[error("malformed message: {0} trailing bytes")]
+    Trailing(usize),
+}
+
+fn config() -> impl bincode::config::Config {
+    bincode::config::standard().with_limit::<MAX_MESSAGE_BYTES>()
+}
+
+fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, WireError> {
+    bincode::serde::encode_to_vec(value, config()).map_err(|e| WireError::Encode(e.to_string()))
+}
+
+fn decode<T: for<'de> Deserialize<'de>>(bytes: &[u8]) -> Result<T, WireError> {
+    let (value, used) = bincode::serde::decode_from_slice(bytes, config())
+        .map_err(|e| WireError::Decode(e.to_string()))?;
+    if used != bytes.len() {
+        return Err(WireError::Trailing(bytes.len() - used));
+    }
+    Ok(value)
+}
+
+/// Encodes a request (bincode, standard config).
+///
+/// # Errors
+/// [`WireError::Encode`] if it exceeds [`MAX_MESSAGE_BYTES`].
+pub fn encode_request(request: &Request) -> Result<Vec<u8>, WireError> {
+    encode(request)
+}
+
+/// Decodes exactly one request from `bytes`.
+///
+/// # Errors
+/// [`WireError::Decode`] / [`WireError::Trailing`] for malformed input.
+pub fn decode_request(bytes: &[u8]) -> Result<Request, WireError> {
+    decode(bytes)
+}
+
+/// Encodes a response (bincode, standard config).
+///
+/// # Errors
+/// [`WireError::Encode`] if it exceeds [`MAX_MESSAGE_BYTES`].
+pub fn encode_response(response: &Response) -> Result<Vec<u8>, WireError> {
+    encode(response)
+}
+
+/// Decodes exactly one response from `bytes`.
+///
+/// # Errors
+/// [`WireError::Decode`] / [`WireError::Trailing`] for malformed input.
+pub fn decode_response(bytes: &[u8]) -> Result<Response, WireError> {
+    decode(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_round_trips_and_parses_query() {
+        let req = Request {
+            method: "PUT".into(),
+            uri: "/k?x=1&flag".into(),
+            headers: vec![("a".into(), b"b".to_vec())],
+            body: vec![1, 2, 3],
+            context: Context {
+                actor: "a1".into(),
+                worker: "w".into(),
+            },
+        };
+        let bytes = encode_request(&req).unwrap();
+        assert_eq!(decode_request(&bytes).unwrap(), req);
+        assert_eq!(req.path(), "/k");
+        assert_eq!(req.query("x"), Some("1"));
+        assert_eq!(req.query("flag"), Some(""));
+        assert_eq!(req.query("y"), None);
+        assert_eq!(req.header("A"), Some(&b"b"[..]));
+    }
+
+    #[test]
+    fn length_bomb_and_trailing_bytes_are_refused() {
+        // A body claiming 2^40 bytes must fail without allocating it.
+        let mut bomb = encode_response(&Response::bytes(200, vec![])).unwrap();
+        bomb.truncate(bomb.len() - 1);
+        bomb.extend_from_slice(&[0xfd, 0, 0, 0, 0, 0, 1, 0, 0]);
+        assert!(matches!(decode_response(&bomb), Err(WireError::Decode(_))));
+        let mut extra = encode_response(&Response::text(200, "x")).unwrap();
+        extra.push(0);
+        assert!(matches!(
+            decode_response(&extra),
+            Err(WireError::Trailing(1))
+        ));
+    }
+}

@@ -1,0 +1,93 @@
+//! The one error shape every API answers with: an HTTP status and a
+//! one-line reason, plus `Retry-After` where waiting helps.
+
+/// A failure answered to a caller.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+#[error("{message}")]
+pub struct ApiError {
+    /// HTTP status (e.g. 404 unknown actor, 503 failed actor, 504 CPU limit).
+    pub status: u16,
+    /// What went wrong, in one line.
+    pub message: String,
+    /// Seconds for a `Retry-After` header, when retrying makes sense.
+    pub retry_after: Option<u64>,
+}
+
+impl ApiError {
+    /// An error with `status` and `message`.
+    pub fn new(status: u16, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            message: message.into(),
+            retry_after: None,
+        }
+    }
+
+    /// 503 with `Retry-After: 1`.
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Self {
+            status: 503,
+            message: message.into(),
+            retry_after: Some(1),
+        }
+    }
+
+    /// 400.
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(400, message)
+    }
+
+    /// 404.
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(404, message)
+    }
+
+    /// 409.
+    pub fn conflict(message: impl Into<String>) -> Self {
+        Self::new(409, message)
+    }
+
+    /// 500 for an internal failure, with context.
+    pub fn internal(message: impl std::fmt::Display) -> Self {
+        Self::new(500, message.to_string())
+    }
+}
+
+impl From<crate::store::StoreError> for ApiError {
+    fn from(e: crate::store::StoreError) -> Self {
+        let status = if matches!(e, crate::store::StoreError::Quota { .. }) {
+            507
+        } else {
+            500
+        };
+        Self::new(status, e.to_string())
+    }
+}
+
+/// Whether `name` is an RFC 1123 label: 1–63 of `a-z`, `0-9`, `-`, not
+/// starting or ending with `-`. Actor and template names must be.
+#[must_use]
+pub fn is_label(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 63
+        && !name.starts_with('-')
+        && !name.ends_with('-')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+}
+
+/// Checks `name` as an actor or template name (`what`).
+///
+/// # Errors
+/// 400 naming the rule broken.
+pub fn check_label(what: &str, name: &str) -> Result<(), ApiError> {
+    if is_label(name) {
+        Ok(())
+    } else {
+        Err(ApiError::bad_request(format!(
+            "invalid {what} name {name:?}: use 1-63 lower-case letters, digits and '-', \
+             not starting or ending with '-' (an RFC 1123 label)"
+        )))
+    }
+}

@@ -1,0 +1,123 @@
+//! Small HTTP helpers shared by the router and the admin API: body type,
+//! error answers, bounded body collection, and the accept loop.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::net::TcpListener;
+
+use crate::error::ApiError;
+
+/// The body of every response Stasis sends.
+pub type Body = Full<Bytes>;
+
+/// A `text/plain` answer for `error`, with `Retry-After` when it has one.
+#[must_use]
+pub fn text_error(error: &ApiError) -> Response<Body> {
+    let mut response = Response::new(Full::new(Bytes::from(format!("{}\n", error.message))));
+    *response.status_mut() =
+        StatusCode::from_u16(error.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let headers = response.headers_mut();
+    headers.insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    if let Some(secs) = error.retry_after {
+        headers.insert(hyper::header::RETRY_AFTER, secs.into());
+    }
+    response
+}
+
+/// Collects a request body of at most `limit` bytes.
+///
+/// # Errors
+/// 413 if it is larger (by `Content-Length` up front, or while reading);
+/// 400 if the connection fails mid-body.
+pub async fn collect_body(
+    parts: &hyper::http::request::Parts,
+    body: Incoming,
+    limit: usize,
+) -> Result<Bytes, ApiError> {
+    let too_large = || {
+        ApiError::new(
+            413,
+            format!("request body larger than the limit of {limit} bytes"),
+        )
+    };
+    let declared = parts
+        .headers
+        .get(hyper::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(too_large());
+    }
+    match Limited::new(body, limit).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(too_large()),
+        Err(e) => Err(ApiError::bad_request(format!(
+            "reading the request body: {e}"
+        ))),
+    }
+}
+
+/// Accepts connections on `listener` and serves each with `handler`
+/// (HTTP/1.1, and HTTP/2 with prior knowledge: h2c) until `shutdown`
+/// resolves; then stops accepting and waits up to `drain` for open
+/// connections to finish their requests.
+pub async fn serve<H, F>(
+    listener: TcpListener,
+    handler: H,
+    shutdown: impl Future<Output = ()>,
+    drain: Duration,
+) where
+    H: Fn(Request<Incoming>, SocketAddr) -> F + Send + Sync + 'static,
+    F: Future<Output = Response<Body>> + Send + 'static,
+{
+    let handler = Arc::new(handler);
+    let graceful = GracefulShutdown::new();
+    let builder = auto::Builder::new(TokioExecutor::new());
+    tokio::pin!(shutdown);
+    loop {
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    tracing::warn!("accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let handler = handler.clone();
+        let service = hyper::service::service_fn(move |req| {
+            let handler = handler.clone();
+            async move { Ok::<_, Infallible>(handler(req, peer).await) }
+        });
+        let connection = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+        let connection = graceful.watch(connection.into_owned());
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(%peer, "connection ended: {e}");
+            }
+        });
+    }
+    if tokio::time::timeout(drain, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!("connections still open after {drain:?}; closing them");
+    }
+}

@@ -1,0 +1,550 @@
+//! One live actor: a wasmtime [`Store`] holding one instance of a template,
+//! its WASI context and virtual clock, and the ABI calls into it.
+//!
+//! Every guest call is an async wasmtime call (`call_async`) on the caller's
+//! tokio runtime. The epoch callback lets the guest run one
+//! [`EPOCH_TICK`](crate::engine::EPOCH_TICK) at a time, yielding in between,
+//! and interrupts it once the CPU limit's ticks are used up; the
+//! wall-clock request timeout drops the call's future, which also cuts a
+//! guest blocked in a WASI sleep. Either way the instance is poisoned and must
+//! be dropped: the caller rolls the actor back to its newest snapshot.
+
+use std::sync::{Arc, Mutex};
+use std::task::Poll;
+use std::time::{Duration, Instant};
+
+use stasis_host_api::{Context, Request, Response, exports};
+use wasmtime::{
+    Global, Instance, Memory, Store, StoreLimits, StoreLimitsBuilder, Trap, TypedFunc,
+    UpdateDeadline,
+};
+use wasmtime_wasi::WasiCtxBuilder;
+use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
+use wasmtime_wasi::p1::WasiP1Ctx;
+
+use crate::engine::{Limits, StasisEngine};
+use crate::module::{GLOBAL_EXPORT_PREFIX, MEMORY_EXPORT_PREFIX, Template};
+
+/// The store data of one actor instance.
+pub struct Host {
+    wasi: WasiP1Ctx,
+    limits: StoreLimits,
+    cpu_ticks_left: u64,
+}
+
+impl Host {
+    /// The WASI preview 1 context (used by the linker).
+    pub fn wasi(&mut self) -> &mut WasiP1Ctx {
+        &mut self.wasi
+    }
+}
+
+/// A per-actor monotonic clock: it starts where the actor's last snapshot
+/// left it, so it never goes backwards across a pause, a restart or a move
+/// to another host. Nanoseconds.
+#[derive(Debug, Clone)]
+pub struct VirtualClock {
+    base_ns: u64,
+    origin: Instant,
+}
+
+impl VirtualClock {
+    /// A clock reading `base_ns` now and advancing in real time.
+    #[must_use]
+    pub fn starting_at(base_ns: u64) -> Self {
+        Self {
+            base_ns,
+            origin: Instant::now(),
+        }
+    }
+
+    /// The current reading, in nanoseconds.
+    #[must_use]
+    pub fn now_ns(&self) -> u64 {
+        let elapsed = u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.base_ns.saturating_add(elapsed)
+    }
+}
+
+impl wasmtime_wasi::HostMonotonicClock for VirtualClock {
+    fn resolution(&self) -> u64 {
+        1
+    }
+    fn now(&self) -> u64 {
+        self.now_ns()
+    }
+}
+
+/// Where a guest's stdout or stderr goes: one `tracing` event per line
+/// (target `stasis::guest`, fields `actor` and `stream`), and optionally a
+/// copy of the raw bytes for tests.
+#[derive(Clone)]
+pub struct GuestOutput {
+    actor: Arc<str>,
+    stream: &'static str,
+    pending: Arc<Mutex<Vec<u8>>>,
+    tap: Option<Arc<Mutex<Vec<u8>>>>,
+}
+
+/// Longest partial line kept before it is logged anyway, in bytes.
+const MAX_PENDING_LINE: usize = 16 << 10;
+
+impl GuestOutput {
+    /// Output of `actor` on `stream` (`"stdout"` or `"stderr"`).
+    #[must_use]
+    pub fn new(actor: &str, stream: &'static str) -> Self {
+        Self {
+            actor: actor.into(),
+            stream,
+            pending: Arc::default(),
+            tap: None,
+        }
+    }
+
+    /// Also appends every byte written to `tap`.
+    #[must_use]
+    pub fn with_tap(mut self, tap: Arc<Mutex<Vec<u8>>>) -> Self {
+        self.tap = Some(tap);
+        self
+    }
+
+    fn write(&self, bytes: &[u8]) {
+        if let Some(tap) = &self.tap {
+            tap.lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .extend_from_slice(bytes);
+        }
+        let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        pending.extend_from_slice(bytes);
+        while let Some(end) = pending.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = pending.drain(..=end).collect();
+            self.emit(&line[..end]);
+        }
+        if pending.len() > MAX_PENDING_LINE {
+            let line = std::mem::take(&mut *pending);
+            self.emit(&line);
+        }
+    }
+
+    fn emit(&self, line: &[u8]) {
+        tracing::info!(
+            target: "stasis::guest",
+            actor = %self.actor,
+            stream = self.stream,
+            "{}",
+            String::from_utf8_lossy(line)
+        );
+    }
+}
+
+impl IsTerminal for GuestOutput {
+    fn is_terminal(&self) -> bool {
+        false
+    }
+}
+
+impl StdoutStream for GuestOutput {
+    fn async_stream(&self) -> Box<dyn tokio::io::AsyncWrite + Send + Sync> {
+        Box::new(self.clone())
+    }
+}
+
+impl tokio::io::AsyncWrite for GuestOutput {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        self.write(buf);
+        Poll::Ready(Ok(buf.len()))
+    }
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}
+
+/// What an instance is created with. The template fixes the environment
+/// (wasi-libc caches it in linear memory, so it must not change across a
+/// resume).
+#[derive(Clone)]
+pub struct InstanceConfig {
+    /// Actor and worker names, passed to the guest in every request.
+    pub context: Context,
+    /// The template's WASI environment.
+    pub env: Vec<(String, String)>,
+    /// Guest stdout.
+    pub stdout: GuestOutput,
+    /// Guest stderr.
+    pub stderr: GuestOutput,
+}
+
+impl InstanceConfig {
+    /// A config for `actor` on `worker` with `env`, logging its output.
+    #[must_use]
+    pub fn new(actor: &str, worker: &str, env: Vec<(String, String)>) -> Self {
+        Self {
+            context: Context {
+                actor: actor.to_owned(),
+                worker: worker.to_owned(),
+            },
+            env,
+            stdout: GuestOutput::new(actor, "stdout"),
+            stderr: GuestOutput::new(actor, "stderr"),
+        }
+    }
+}
+
+/// Why a guest call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    /// The guest used up its CPU limit (HTTP 504).
+    #[error("guest exceeded its CPU limit of {0:?}")]
+    CpuLimit(Duration),
+    /// The call took longer than the request timeout (HTTP 504).
+    #[error("guest exceeded the request timeout of {0:?}")]
+    Timeout(Duration),
+    /// The guest trapped (HTTP 500); the message is wasmtime's.
+    #[error("guest trapped: {0}")]
+    Trap(String),
+    /// The guest answered something that is not a valid response (HTTP 502).
+    #[error("guest returned an invalid response: {0}")]
+    BadResponse(String),
+    /// The request could not be handed to the guest (HTTP 500).
+    #[error("could not call the guest: {0}")]
+    Host(String),
+}
+
+impl CallError {
+    /// Whether the instance must be dropped (its state may be half-written
+    /// or its shadow stack leaked; research notes §4, pitfall 5).
+    #[must_use]
+    pub fn poisons_instance(&self) -> bool {
+        !matches!(self, CallError::BadResponse(_))
+    }
+
+    /// The HTTP status the router answers with.
+    #[must_use]
+    pub fn status(&self) -> u16 {
+        match self {
+            CallError::CpuLimit(_) | CallError::Timeout(_) => 504,
+            CallError::BadResponse(_) => 502,
+            CallError::Trap(_) | CallError::Host(_) => 500,
+        }
+    }
+}
+
+/// A live actor instance (see the module docs).
+pub struct ActorInstance {
+    pub(crate) store: Store<Host>,
+    pub(crate) template: Arc<Template>,
+    pub(crate) clock: VirtualClock,
+    pub(crate) memories: Vec<Memory>,
+    pub(crate) globals: Vec<Global>,
+    context: Context,
+    memory: Memory,
+    alloc: TypedFunc<u32, u32>,
+    handle: TypedFunc<(u32, u32), u64>,
+    hooks: Hooks,
+    limits: Limits,
+}
+
+#[derive(Default)]
+struct Hooks {
+    initialize: Option<TypedFunc<(), ()>>,
+    init: Option<TypedFunc<(), ()>>,
+    on_pause: Option<TypedFunc<(), ()>>,
+    on_resume: Option<TypedFunc<(), ()>>,
+}
+
+/// Which variant to instantiate.
+pub(crate) enum Start {
+    /// Fresh actor: start function, `_initialize` and `stasis_init` run.
+    Spawn,
+    /// Resume instance: nothing runs; the clock starts at `clock_ns`.
+    Resume { clock_ns: u64 },
+}
+
+impl ActorInstance {
+    /// Creates a new actor: instantiates the spawn variant (running the start
+    /// function), then calls `_initialize` and `stasis_init` if exported.
+    /// Each of these runs exactly once in the actor's life.
+    ///
+    /// # Errors
+    /// A [`CallError`] if instantiation or an init call traps or times out.
+    pub async fn spawn(
+        engine: &StasisEngine,
+        template: Arc<Template>,
+        config: InstanceConfig,
+    ) -> Result<Self, CallError> {
+        let mut inst = Self::instantiate(engine, template, config, Start::Spawn).await?;
+        if let Some(f) = inst.hooks.initialize.clone() {
+            inst.run_hook(f).await?;
+        }
+        if let Some(f) = inst.hooks.init.clone() {
+            inst.run_hook(f).await?;
+        }
+        Ok(inst)
+    }
+
+    pub(crate) async fn instantiate(
+        engine: &StasisEngine,
+        template: Arc<Template>,
+        config: InstanceConfig,
+        start: Start,
+    ) -> Result<Self, CallError> {
+        let limits = *engine.limits();
+        let clock = match start {
+            Start::Spawn => VirtualClock::starting_at(0),
+            Start::Resume { clock_ns } => VirtualClock::starting_at(clock_ns),
+        };
+        let wasi = WasiCtxBuilder::new()
+            .envs(&config.env)
+            .args(&[config.context.actor.as_str()])
+            .stdout(config.stdout.clone())
+            .stderr(config.stderr.clone())
+            .monotonic_clock(clock.clone())
+            .build_p1();
+        let max_memory = usize::try_from(limits.max_memory).unwrap_or(usize::MAX);
+        let host = Host {
+            wasi,
+            limits: StoreLimitsBuilder::new().memory_size(max_memory).build(),
+            cpu_ticks_left: limits.cpu_ticks(),
+        };
+        let mut store = Store::new(engine.engine(), host);
+        store.limiter(|host| &mut host.limits);
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_callback(|mut cx| {
+            let host = cx.data_mut();
+            if host.cpu_ticks_left == 0 {
+                return Ok(UpdateDeadline::Interrupt);
+            }
+            host.cpu_ticks_left -= 1;
+            Ok(UpdateDeadline::Yield(1))
+        });
+        let pre = match start {
+            Start::Spawn => &template.spawn,
+            Start::Resume { .. } => &template.resume,
+        };
+        let instantiate = pre.instantiate_async(&mut store);
+        let instance = match tokio::time::timeout(limits.request_timeout, instantiate).await {
+            Ok(r) => r.map_err(|e| classify(e, limits.cpu_limit))?,
+            Err(_) => return Err(CallError::Timeout(limits.request_timeout)),
+        };
+        Self::bind(store, instance, template, clock, config.context, limits)
+    }
+
+    fn bind(
+        mut store: Store<Host>,
+        instance: Instance,
+        template: Arc<Template>,
+        clock: VirtualClock,
+        context: Context,
+        limits: Limits,
+    ) -> Result<Self, CallError> {
+        let missing = |what: String| CallError::Host(format!("instrumented export {what} missing"));
+        let mut memories = Vec::with_capacity(template.info.memories.len());
+        for m in &template.info.memories {
+            let name = format!("{MEMORY_EXPORT_PREFIX}{}", m.index);
+            memories.push(
+                instance
+                    .get_memory(&mut store, &name)
+                    .ok_or_else(|| missing(name))?,
+            );
+        }
+        let mut globals = Vec::with_capacity(template.info.globals.len());
+        for g in &template.info.globals {
+            let name = format!("{GLOBAL_EXPORT_PREFIX}{}", g.index);
+            globals.push(
+                instance
+                    .get_global(&mut store, &name)
+                    .ok_or_else(|| missing(name))?,
+            );
+        }
+        let memory = *memories
+            .first()
+            .ok_or_else(|| CallError::Host("the module defines no memory".into()))?;
+        let typed = |store: &mut Store<Host>, name: &str| {
+            instance.get_typed_func::<(), ()>(&mut *store, name).ok()
+        };
+        let hooks = Hooks {
+            initialize: typed(&mut store, exports::INITIALIZE),
+            init: typed(&mut store, exports::INIT),
+            on_pause: typed(&mut store, exports::ON_PAUSE),
+            on_resume: typed(&mut store, exports::ON_RESUME),
+        };
+        let alloc = instance
+            .get_typed_func(&mut store, exports::ALLOC)
+            .map_err(|e| CallError::Host(format!("{e:#}")))?;
+        let handle = instance
+            .get_typed_func(&mut store, exports::HANDLE)
+            .map_err(|e| CallError::Host(format!("{e:#}")))?;
+        Ok(Self {
+            store,
+            template,
+            clock,
+            memories,
+            globals,
+            context,
+            memory,
+            alloc,
+            handle,
+            hooks,
+            limits,
+        })
+    }
+
+    /// The template this instance runs.
+    #[must_use]
+    pub fn template(&self) -> &Arc<Template> {
+        &self.template
+    }
+
+    /// The actor's virtual monotonic clock, in nanoseconds.
+    #[must_use]
+    pub fn clock_ns(&self) -> u64 {
+        self.clock.now_ns()
+    }
+
+    /// Total size of the instance's linear memories, in bytes.
+    #[must_use]
+    pub fn memory_bytes(&self) -> u64 {
+        self.memories
+            .iter()
+            .map(|m| m.data_size(&self.store) as u64)
+            .sum()
+    }
+
+    /// A copy of memory `index` (for tests and digests).
+    #[must_use]
+    pub fn memory_data(&self, index: usize) -> Option<&[u8]> {
+        self.memories.get(index).map(|m| m.data(&self.store))
+    }
+
+    /// The current values of the defined mutable globals, in index order.
+    #[must_use]
+    pub fn global_values(&mut self) -> Vec<wasmtime::Val> {
+        let globals = self.globals.clone();
+        globals.iter().map(|g| g.get(&mut self.store)).collect()
+    }
+
+    /// Handles one request: copies it into guest memory, calls the handler
+    /// and decodes the response.
+    ///
+    /// # Errors
+    /// A [`CallError`]; if [`CallError::poisons_instance`], drop this
+    /// instance and restore the actor from its newest snapshot.
+    pub async fn call(&mut self, request: &Request) -> Result<Response, CallError> {
+        let mut request = request.clone();
+        request.context = self.context.clone();
+        let bytes = stasis_host_api::encode_request(&request)
+            .map_err(|e| CallError::Host(e.to_string()))?;
+        let len = u32::try_from(bytes.len())
+            .map_err(|_| CallError::Host("request larger than 4 GiB".into()))?;
+        let timeout = self.limits.request_timeout;
+        let packed = match tokio::time::timeout(timeout, self.invoke(&bytes, len)).await {
+            Ok(r) => r?,
+            Err(_) => return Err(CallError::Timeout(timeout)),
+        };
+        let (ptr, len) = ((packed >> 32) as usize, (packed & 0xffff_ffff) as usize);
+        let data = self.memory.data(&self.store);
+        let raw = ptr
+            .checked_add(len)
+            .and_then(|end| data.get(ptr..end))
+            .ok_or_else(|| {
+                CallError::BadResponse(format!("response at {ptr}+{len} is outside linear memory"))
+            })?;
+        let response = stasis_host_api::decode_response(raw)
+            .map_err(|e| CallError::BadResponse(e.to_string()))?;
+        if response.body.len() > self.limits.max_body {
+            return Err(CallError::BadResponse(format!(
+                "response body of {} bytes exceeds the limit of {} bytes",
+                response.body.len(),
+                self.limits.max_body
+            )));
+        }
+        if !(100..=999).contains(&response.status) {
+            return Err(CallError::BadResponse(format!(
+                "status {}",
+                response.status
+            )));
+        }
+        Ok(response)
+    }
+
+    async fn invoke(&mut self, bytes: &[u8], len: u32) -> Result<u64, CallError> {
+        self.reset_cpu();
+        let cpu_limit = self.limits.cpu_limit;
+        let ptr = self
+            .alloc
+            .clone()
+            .call_async(&mut self.store, len)
+            .await
+            .map_err(|e| classify(e, cpu_limit))?;
+        self.memory
+            .write(&mut self.store, ptr as usize, bytes)
+            .map_err(|e| CallError::BadResponse(format!("allocator returned {ptr}: {e}")))?;
+        self.handle
+            .clone()
+            .call_async(&mut self.store, (ptr, len))
+            .await
+            .map_err(|e| classify(e, cpu_limit))
+    }
+
+    /// Calls the guest's `on_pause` hook, if it has one.
+    ///
+    /// # Errors
+    /// A [`CallError`] if the hook traps or times out.
+    pub async fn on_pause(&mut self) -> Result<(), CallError> {
+        match self.hooks.on_pause.clone() {
+            Some(f) => self.run_hook(f).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Calls the guest's `on_resume` hook, if it has one.
+    ///
+    /// # Errors
+    /// A [`CallError`] if the hook traps or times out.
+    pub async fn on_resume(&mut self) -> Result<(), CallError> {
+        match self.hooks.on_resume.clone() {
+            Some(f) => self.run_hook(f).await,
+            None => Ok(()),
+        }
+    }
+
+    async fn run_hook(&mut self, f: TypedFunc<(), ()>) -> Result<(), CallError> {
+        self.reset_cpu();
+        let (timeout, cpu_limit) = (self.limits.request_timeout, self.limits.cpu_limit);
+        match tokio::time::timeout(timeout, f.call_async(&mut self.store, ())).await {
+            Ok(r) => r.map_err(|e| classify(e, cpu_limit)),
+            Err(_) => Err(CallError::Timeout(timeout)),
+        }
+    }
+
+    fn reset_cpu(&mut self) {
+        self.store.data_mut().cpu_ticks_left = self.limits.cpu_ticks();
+        self.store.set_epoch_deadline(1);
+    }
+}
+
+fn classify(error: wasmtime::Error, cpu_limit: Duration) -> CallError {
+    if let Some(trap) = error.downcast_ref::<Trap>() {
+        if *trap == Trap::Interrupt {
+            return CallError::CpuLimit(cpu_limit);
+        }
+        return CallError::Trap(format!("wasm trap: {trap}"));
+    }
+    if let Some(exit) = error.downcast_ref::<wasmtime_wasi::I32Exit>() {
+        return CallError::Trap(format!("guest called proc_exit({})", exit.0));
+    }
+    CallError::Trap(format!("{error:#}"))
+}

@@ -1,0 +1,114 @@
+//! `stasis serve`: binds the ingress and admin listeners, opens the control
+//! plane, announces readiness, and shuts down gracefully (stop accepting,
+//! finish open requests, pause every running actor).
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::api::AdminApi;
+use crate::control::{ControlPlane, ServeConfig};
+use crate::metrics::Metrics;
+use crate::router::Router;
+
+/// How long open connections get to finish at shutdown.
+const DRAIN: Duration = Duration::from_secs(10);
+
+/// Everything `stasis serve` needs.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// Control plane and worker settings.
+    pub config: ServeConfig,
+    /// Ingress address (`--listen`; port 0 picks one).
+    pub listen: SocketAddr,
+    /// Admin API address (`--admin-listen`).
+    pub admin_listen: SocketAddr,
+    /// Actors are `<actor>.actors.<domain>` (`--domain`).
+    pub domain: String,
+    /// Bearer token required by the admin API (`--admin-token`).
+    pub admin_token: Option<String>,
+}
+
+/// The addresses a running server listens on.
+#[derive(Debug, Clone, Copy)]
+pub struct Bound {
+    /// Ingress.
+    pub ingress: SocketAddr,
+    /// Admin API.
+    pub admin: SocketAddr,
+}
+
+/// Runs `stasis serve` until `shutdown` resolves. `ready` is called once
+/// both listeners are bound and every actor is recovered.
+///
+/// # Errors
+/// If the admin API would be exposed beyond loopback without a token, a
+/// listener cannot be bound, or the data dir cannot be opened (e.g. another
+/// process holds its `LOCK`).
+pub async fn serve(
+    options: ServeOptions,
+    shutdown: impl Future<Output = ()> + Send,
+    ready: impl FnOnce(Bound),
+) -> anyhow::Result<()> {
+    if !options.admin_listen.ip().is_loopback() && options.admin_token.is_none() {
+        anyhow::bail!(
+            "refusing to expose the admin API on {} without a token: set --admin-token or STASIS_ADMIN_TOKEN, or listen on loopback",
+            options.admin_listen
+        );
+    }
+    let metrics = Arc::new(Metrics::default());
+    let config = options.config.clone();
+    let control = tokio::task::spawn_blocking(move || ControlPlane::open(config, metrics))
+        .await
+        .context("opening the control plane")??;
+    let ingress = TcpListener::bind(options.listen)
+        .await
+        .with_context(|| format!("binding --listen {}", options.listen))?;
+    let admin = TcpListener::bind(options.admin_listen)
+        .await
+        .with_context(|| format!("binding --admin-listen {}", options.admin_listen))?;
+    let bound = Bound {
+        ingress: ingress.local_addr()?,
+        admin: admin.local_addr()?,
+    };
+    let housekeeping = tokio::spawn(control.clone().run_housekeeping());
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let stopped = |mut rx: watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    let router = Arc::new(Router::new(control.clone(), &options.domain));
+    let ingress_task = tokio::spawn(crate::http::serve(
+        ingress,
+        move |req, _| {
+            let router = router.clone();
+            async move { router.handle(req).await }
+        },
+        stopped(stop_rx.clone()),
+        DRAIN,
+    ));
+    let api = Arc::new(AdminApi::new(control.clone(), options.admin_token.clone()));
+    let admin_task = tokio::spawn(crate::http::serve(
+        admin,
+        move |req, _| {
+            let api = api.clone();
+            async move { api.handle(req).await }
+        },
+        stopped(stop_rx),
+        DRAIN,
+    ));
+    ready(bound);
+    shutdown.await;
+    tracing::info!("shutting down: finishing open requests, then pausing every running actor");
+    let _ = stop_tx.send(true);
+    let _ = ingress_task.await;
+    housekeeping.abort();
+    control.pause_all().await;
+    let _ = admin_task.await;
+    tracing::info!("stopped; every actor is paused");
+    Ok(())
+}

@@ -1,0 +1,257 @@
+//! Snapshot files on disk: `snapshots/<actor>/<seq:020>.snap`, written
+//! atomically (temp file → fsync → rename → fsync folder) so a crash at any
+//! point leaves the previous snapshot intact; retention of the newest N;
+//! an optional quota on the whole folder.
+
+use std::fs::{self, File};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use memmap2::Mmap;
+
+/// Why a snapshot could not be stored.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// Writing would exceed `--snapshot-quota`.
+    #[error("snapshot quota exceeded: {needed} more bytes needed, {used} of {quota} bytes in use")]
+    Quota {
+        /// Size of the new snapshot.
+        needed: u64,
+        /// Bytes in use now.
+        used: u64,
+        /// The quota.
+        quota: u64,
+    },
+    /// A file operation failed; the message names the path.
+    #[error("{op} {path}: {source}")]
+    Io {
+        /// What was being done.
+        op: &'static str,
+        /// The file or folder.
+        path: String,
+        /// The OS error.
+        source: io::Error,
+    },
+}
+
+fn io_err(op: &'static str, path: &Path) -> impl FnOnce(io::Error) -> StoreError + use<> {
+    let path = path.display().to_string();
+    move |source| StoreError::Io { op, path, source }
+}
+
+/// One stored snapshot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct SnapshotEntry {
+    /// Sequence number (0 is taken at creation).
+    pub seq: u64,
+    /// File size in bytes.
+    pub bytes: u64,
+}
+
+/// The snapshot folder of a data dir.
+#[derive(Debug)]
+pub struct SnapshotStore {
+    root: PathBuf,
+    quota: Option<u64>,
+    used: Mutex<u64>,
+}
+
+impl SnapshotStore {
+    /// Opens (creating) `root`, removes temp files left by a crash, and
+    /// counts the bytes in use. `quota` caps the folder's total size.
+    ///
+    /// # Errors
+    /// [`StoreError::Io`] if the folder cannot be read or created.
+    pub fn open(root: impl Into<PathBuf>, quota: Option<u64>) -> Result<Self, StoreError> {
+        let root = root.into();
+        fs::create_dir_all(&root).map_err(io_err("create", &root))?;
+        let mut used = 0;
+        for actor in fs::read_dir(&root).map_err(io_err("read", &root))? {
+            let dir = actor.map_err(io_err("read", &root))?.path();
+            if !dir.is_dir() {
+                continue;
+            }
+            for file in fs::read_dir(&dir).map_err(io_err("read", &dir))? {
+                let path = file.map_err(io_err("read", &dir))?.path();
+                if path.extension().is_some_and(|e| e == "tmp") {
+                    tracing::info!(path = %path.display(), "removing torn snapshot temp file");
+                    fs::remove_file(&path).map_err(io_err("remove", &path))?;
+                } else if let Ok(meta) = path.metadata() {
+                    used += meta.len();
+                }
+            }
+        }
+        Ok(Self {
+            root,
+            quota,
+            used: Mutex::new(used),
+        })
+    }
+
+    /// The folder of `actor`'s snapshots.
+    #[must_use]
+    pub fn actor_dir(&self, actor: &str) -> PathBuf {
+        self.root.join(actor)
+    }
+
+    /// The path of snapshot `seq` of `actor`.
+    #[must_use]
+    pub fn path(&self, actor: &str, seq: u64) -> PathBuf {
+        self.actor_dir(actor).join(format!("{seq:020}.snap"))
+    }
+
+    /// Bytes in use by all snapshots.
+    #[must_use]
+    pub fn used_bytes(&self) -> u64 {
+        *self.used.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Writes snapshot `seq` of `actor` atomically and durably. On return the
+    /// file is complete under its final name and the rename is on disk.
+    ///
+    /// # Errors
+    /// [`StoreError::Quota`] (nothing written) or [`StoreError::Io`] (the
+    /// temp file is removed; earlier snapshots are untouched).
+    pub fn write(&self, actor: &str, seq: u64, bytes: &[u8]) -> Result<PathBuf, StoreError> {
+        let len = bytes.len() as u64;
+        {
+            let mut used = self.used.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(quota) = self.quota
+                && used.saturating_add(len) > quota
+            {
+                return Err(StoreError::Quota {
+                    needed: len,
+                    used: *used,
+                    quota,
+                });
+            }
+            *used += len;
+        }
+        let result = self.write_file(actor, seq, bytes);
+        if result.is_err() {
+            self.release(len);
+        }
+        result
+    }
+
+    fn write_file(&self, actor: &str, seq: u64, bytes: &[u8]) -> Result<PathBuf, StoreError> {
+        let dir = self.actor_dir(actor);
+        fs::create_dir_all(&dir).map_err(io_err("create", &dir))?;
+        let path = self.path(actor, seq);
+        let tmp = path.with_extension("snap.tmp");
+        let written = (|| {
+            let mut file = File::create(&tmp).map_err(io_err("create", &tmp))?;
+            file.write_all(bytes).map_err(io_err("write", &tmp))?;
+            file.sync_all().map_err(io_err("fsync", &tmp))?;
+            fs::rename(&tmp, &path).map_err(io_err("rename", &tmp))?;
+            File::open(&dir)
+                .and_then(|d| d.sync_all())
+                .map_err(io_err("fsync", &dir))
+        })();
+        if let Err(e) = written {
+            let _ = fs::remove_file(&tmp);
+            return Err(e);
+        }
+        Ok(path)
+    }
+
+    fn release(&self, len: u64) {
+        let mut used = self.used.lock().unwrap_or_else(|p| p.into_inner());
+        *used = used.saturating_sub(len);
+    }
+
+    /// `actor`'s snapshots, oldest first (temp files are not listed).
+    ///
+    /// # Errors
+    /// [`StoreError::Io`] if the folder exists but cannot be read.
+    pub fn list(&self, actor: &str) -> Result<Vec<SnapshotEntry>, StoreError> {
+        let dir = self.actor_dir(actor);
+        let entries = match fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(io_err("read", &dir)(e)),
+        };
+        let mut out = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(io_err("read", &dir))?;
+            let name = entry.file_name();
+            let Some(seq) = name
+                .to_str()
+                .and_then(|n| n.strip_suffix(".snap"))
+                .and_then(|n| n.parse().ok())
+            else {
+                continue;
+            };
+            let bytes = entry.metadata().map(|m| m.len()).unwrap_or(0);
+            out.push(SnapshotEntry { seq, bytes });
+        }
+        out.sort_by_key(|e| e.seq);
+        Ok(out)
+    }
+
+    /// Maps snapshot `seq` of `actor` read-only.
+    ///
+    /// # Errors
+    /// [`StoreError::Io`] if it is missing or unreadable.
+    pub fn open_snapshot(&self, actor: &str, seq: u64) -> Result<Mmap, StoreError> {
+        let path = self.path(actor, seq);
+        let file = File::open(&path).map_err(io_err("open", &path))?;
+        // SAFETY: snapshot files are immutable once renamed into place, and
+        // only this process (holding the data dir's LOCK) writes or removes
+        // them.
+        unsafe { Mmap::map(&file) }.map_err(io_err("map", &path))
+    }
+
+    /// Deletes all but the newest `keep` snapshots of `actor`; returns the
+    /// deleted sequence numbers.
+    ///
+    /// # Errors
+    /// [`StoreError::Io`] if a file cannot be removed.
+    pub fn retain(&self, actor: &str, keep: usize) -> Result<Vec<u64>, StoreError> {
+        let list = self.list(actor)?;
+        let excess = list.len().saturating_sub(keep.max(1));
+        let mut removed = Vec::new();
+        for entry in &list[..excess] {
+            let path = self.path(actor, entry.seq);
+            fs::remove_file(&path).map_err(io_err("remove", &path))?;
+            self.release(entry.bytes);
+            removed.push(entry.seq);
+        }
+        Ok(removed)
+    }
+
+    /// Deletes one snapshot (e.g. a corrupt one an operator gave up on).
+    ///
+    /// # Errors
+    /// [`StoreError::Io`] if the file exists but cannot be removed.
+    pub fn remove(&self, actor: &str, seq: u64) -> Result<(), StoreError> {
+        let path = self.path(actor, seq);
+        let len = path.metadata().map(|m| m.len()).unwrap_or(0);
+        match fs::remove_file(&path) {
+            Ok(()) => {
+                self.release(len);
+                Ok(())
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(io_err("remove", &path)(e)),
+        }
+    }
+
+    /// Deletes `actor`'s folder and every snapshot in it.
+    ///
+    /// # Errors
+    /// [`StoreError::Io`] if the folder exists but cannot be removed.
+    pub fn remove_actor(&self, actor: &str) -> Result<(), StoreError> {
+        let total: u64 = self.list(actor)?.iter().map(|e| e.bytes).sum();
+        let dir = self.actor_dir(actor);
+        match fs::remove_dir_all(&dir) {
+            Ok(()) => {
+                self.release(total);
+                Ok(())
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(io_err("remove", &dir)(e)),
+        }
+    }
+}

@@ -1,0 +1,547 @@
+//! One actor's mailbox and the task that owns its instance.
+//!
+//! Every operation on an actor — a request, pause, resume, checkpoint,
+//! capture for a move, delete — is a [`Command`] in its bounded mailbox,
+//! handled one at a time in arrival order by the actor's task. That makes
+//! the pause a per-actor barrier with no extra locking: requests that arrive
+//! while a pause runs wait behind it (they are *held*), the request in
+//! flight finishes first, and the next request after the pause resumes the
+//! actor (single flight, because only this task ever restores it).
+
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use stasis_host_api::{Request, Response};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::engine::StasisEngine;
+use crate::error::ApiError;
+use crate::instance::{ActorInstance, CallError, InstanceConfig};
+use crate::metrics::Metrics;
+use crate::module::Template;
+use crate::snapshot;
+use crate::store::{SnapshotEntry, SnapshotStore, StoreError};
+
+/// Lower-case actor states, as in the JSON API.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ActorState {
+    /// Being created (first instance, snapshot seq 0).
+    Creating,
+    /// Has a live instance.
+    Running,
+    /// A pause is in progress.
+    Pausing,
+    /// No live instance; the newest snapshot is its state.
+    Paused,
+    /// A resume is in progress.
+    Resuming,
+    /// Being moved to another worker.
+    Migrating,
+    /// Its snapshot could not be restored; requests get 503 with the reason.
+    Failed,
+}
+
+impl ActorState {
+    /// The lower-case name.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ActorState::Creating => "creating",
+            ActorState::Running => "running",
+            ActorState::Pausing => "pausing",
+            ActorState::Paused => "paused",
+            ActorState::Resuming => "resuming",
+            ActorState::Migrating => "migrating",
+            ActorState::Failed => "failed",
+        }
+    }
+
+    /// All states, for metrics.
+    pub const ALL: [ActorState; 7] = [
+        ActorState::Creating,
+        ActorState::Running,
+        ActorState::Pausing,
+        ActorState::Paused,
+        ActorState::Resuming,
+        ActorState::Migrating,
+        ActorState::Failed,
+    ];
+}
+
+/// What the API reports of an actor's life on its worker.
+#[derive(Debug, Clone, Serialize)]
+pub struct ActorStatus {
+    /// Current state.
+    pub state: ActorState,
+    /// The newest snapshot.
+    pub snapshot: Option<SnapshotEntry>,
+    /// Restores into a fresh instance (resumes, rollbacks, moves in).
+    pub resumes: u64,
+    /// Duration of the last pause, in milliseconds.
+    pub last_pause_ms: Option<f64>,
+    /// Duration of the last resume, in milliseconds.
+    pub last_resume_ms: Option<f64>,
+    /// Why the actor is `failed`, or the last trap.
+    pub error: Option<String>,
+    /// Linear memory of the live instance, in bytes (0 when paused).
+    pub memory_bytes: u64,
+    /// Requests answered by the guest.
+    pub requests: u64,
+    #[serde(skip)]
+    last_active: Option<Instant>,
+}
+
+impl ActorStatus {
+    fn new(state: ActorState) -> Self {
+        Self {
+            state,
+            snapshot: None,
+            resumes: 0,
+            last_pause_ms: None,
+            last_resume_ms: None,
+            error: None,
+            memory_bytes: 0,
+            requests: 0,
+            last_active: Some(Instant::now()),
+        }
+    }
+
+    /// When the actor last served a request or was created/resumed.
+    #[must_use]
+    pub fn last_active(&self) -> Option<Instant> {
+        self.last_active
+    }
+}
+
+/// The outcome of a pause or checkpoint.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct SnapshotReport {
+    /// Sequence number of the new snapshot (or of the newest, if nothing
+    /// was written because the actor was already paused).
+    pub seq: u64,
+    /// Its size in bytes.
+    pub snapshot_bytes: u64,
+    /// Time from the command's start to the snapshot being durable and
+    /// (for a pause) the instance dropped, in milliseconds.
+    pub duration_ms: f64,
+    /// False when the actor was already paused (idempotent pause).
+    pub changed: bool,
+}
+
+/// Where a resume takes the actor's state from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResumeFrom {
+    /// The newest snapshot.
+    Newest,
+    /// A given snapshot (an operator's repair of a failed actor).
+    Snapshot(u64),
+    /// A fresh instance of the template (state discarded, operator's choice).
+    Template,
+}
+
+const WAITING: u8 = 0;
+const STARTED: u8 = 1;
+const CANCELLED: u8 = 2;
+
+/// Decides, exactly once, whether a held request runs or is given up
+/// (hold timeout): whichever side claims it first wins.
+#[derive(Debug, Default)]
+pub struct Ticket(AtomicU8);
+
+impl Ticket {
+    fn start(&self) -> bool {
+        self.0
+            .compare_exchange(WAITING, STARTED, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
+    /// Gives the request up; false if the actor already started it.
+    pub fn cancel(&self) -> bool {
+        self.0
+            .compare_exchange(WAITING, CANCELLED, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+}
+
+/// A bytes-in-RAM snapshot of a live actor, for a move.
+#[derive(Debug)]
+pub struct Captured {
+    /// The encoded snapshot file.
+    pub bytes: Vec<u8>,
+    /// Its sequence number (written to this worker's store, too).
+    pub seq: u64,
+}
+
+/// One mailbox entry.
+pub enum Command {
+    /// Handle one HTTP request.
+    Call {
+        /// The request.
+        request: Request,
+        /// Decides between running it and the hold timeout.
+        ticket: Arc<Ticket>,
+        /// Where the answer goes.
+        reply: oneshot::Sender<Result<Response, ApiError>>,
+    },
+    /// Pause (idempotent).
+    Pause(oneshot::Sender<Result<SnapshotReport, ApiError>>),
+    /// Checkpoint a running actor (no hooks, instance kept).
+    Checkpoint(oneshot::Sender<Result<SnapshotReport, ApiError>>),
+    /// Resume (idempotent unless a source is named).
+    Resume(ResumeFrom, oneshot::Sender<Result<(), ApiError>>),
+    /// Stop the task and drop the instance (files are the caller's).
+    Stop(oneshot::Sender<()>),
+}
+
+/// Settings every actor of a worker shares.
+#[derive(Debug, Clone)]
+pub struct ActorSettings {
+    /// Snapshots kept per actor (at least 1).
+    pub keep_snapshots: usize,
+    /// Checkpoint after this many requests (0 = never).
+    pub checkpoint_every: u64,
+}
+
+/// Everything the task needs besides its mailbox.
+pub(crate) struct ActorTask {
+    pub name: String,
+    pub worker: String,
+    pub template: Arc<Template>,
+    pub env: Vec<(String, String)>,
+    pub engine: Arc<StasisEngine>,
+    pub store: Arc<SnapshotStore>,
+    pub metrics: Arc<Metrics>,
+    pub settings: ActorSettings,
+    pub status: Arc<Mutex<ActorStatus>>,
+    pub instance: Option<ActorInstance>,
+    pub next_seq: u64,
+    pub since_checkpoint: u64,
+}
+
+pub(crate) fn new_status(state: ActorState) -> Arc<Mutex<ActorStatus>> {
+    Arc::new(Mutex::new(ActorStatus::new(state)))
+}
+
+impl ActorTask {
+    fn status(&self) -> std::sync::MutexGuard<'_, ActorStatus> {
+        self.status.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn set_state(&self, state: ActorState) {
+        self.status().state = state;
+    }
+
+    fn config(&self) -> InstanceConfig {
+        InstanceConfig::new(&self.name, &self.worker, self.env.clone())
+    }
+
+    /// Creates the first instance and snapshot seq 0.
+    pub async fn create(&mut self) -> Result<SnapshotReport, ApiError> {
+        let started = Instant::now();
+        let instance = ActorInstance::spawn(&self.engine, self.template.clone(), self.config())
+            .await
+            .map_err(|e| ApiError::new(e.status(), format!("creating the actor: {e}")))?;
+        self.instance = Some(instance);
+        let report = self.snapshot(started).await?;
+        let mut status = self.status();
+        status.state = ActorState::Running;
+        status.memory_bytes = self
+            .instance
+            .as_ref()
+            .map_or(0, ActorInstance::memory_bytes);
+        Ok(report)
+    }
+
+    pub async fn run(mut self, mut mailbox: mpsc::Receiver<Command>) {
+        while let Some(command) = mailbox.recv().await {
+            match command {
+                Command::Call {
+                    request,
+                    ticket,
+                    reply,
+                } => {
+                    if !ticket.start() {
+                        continue;
+                    }
+                    let result = self.call(&request).await;
+                    let _ = reply.send(result);
+                }
+                Command::Pause(reply) => {
+                    let _ = reply.send(self.pause().await);
+                }
+                Command::Checkpoint(reply) => {
+                    let result = match self.instance {
+                        Some(_) => self.snapshot(Instant::now()).await,
+                        None => Err(ApiError::new(
+                            409,
+                            format!("actor {} is not running", self.name),
+                        )),
+                    };
+                    if result.is_ok() {
+                        self.metrics
+                            .checkpoints
+                            .get_or_create(&Metrics::actor(&self.name))
+                            .inc();
+                    }
+                    let _ = reply.send(result);
+                }
+                Command::Resume(from, reply) => {
+                    let result = match (from, &self.instance) {
+                        (ResumeFrom::Newest, Some(_)) => Ok(()),
+                        _ => self.resume(from).await,
+                    };
+                    let _ = reply.send(result);
+                }
+                Command::Stop(reply) => {
+                    self.instance = None;
+                    let _ = reply.send(());
+                    return;
+                }
+            }
+        }
+    }
+
+    async fn call(&mut self, request: &Request) -> Result<Response, ApiError> {
+        if self.instance.is_none() {
+            if let Some(reason) = self.failed_reason() {
+                return Err(ApiError::unavailable(format!(
+                    "actor {} failed: {reason}",
+                    self.name
+                )));
+            }
+            self.resume(ResumeFrom::Newest).await?;
+        }
+        let instance = self
+            .instance
+            .as_mut()
+            .ok_or_else(|| ApiError::new(500, "no instance"))?;
+        let result = instance.call(request).await;
+        let memory_bytes = instance.memory_bytes();
+        {
+            let mut status = self.status();
+            status.requests += 1;
+            status.last_active = Some(Instant::now());
+            status.memory_bytes = memory_bytes;
+        }
+        match result {
+            Ok(response) => {
+                self.since_checkpoint += 1;
+                if self.settings.checkpoint_every > 0
+                    && self.since_checkpoint >= self.settings.checkpoint_every
+                {
+                    match self.snapshot(Instant::now()).await {
+                        Ok(_) => {
+                            self.metrics
+                                .checkpoints
+                                .get_or_create(&Metrics::actor(&self.name))
+                                .inc();
+                        }
+                        Err(e) => tracing::warn!(actor = %self.name, "checkpoint failed: {e}"),
+                    }
+                }
+                Ok(response)
+            }
+            Err(e) => Err(self.after_failed_call(e).await),
+        }
+    }
+
+    /// Drops a poisoned instance and rolls the actor back to its newest
+    /// snapshot (DESIGN.md, "Traps").
+    async fn after_failed_call(&mut self, error: CallError) -> ApiError {
+        let answer = ApiError::new(error.status(), error.to_string());
+        if !error.poisons_instance() {
+            return answer;
+        }
+        self.metrics
+            .traps
+            .get_or_create(&Metrics::actor(&self.name))
+            .inc();
+        tracing::warn!(actor = %self.name, "{error}; rolling back to the newest snapshot");
+        self.instance = None;
+        self.status().error = Some(error.to_string());
+        if let Err(e) = self.resume(ResumeFrom::Newest).await {
+            tracing::error!(actor = %self.name, "rollback failed: {e}");
+        }
+        answer
+    }
+
+    fn failed_reason(&self) -> Option<String> {
+        let status = self.status();
+        (status.state == ActorState::Failed).then(|| status.error.clone().unwrap_or_default())
+    }
+
+    async fn pause(&mut self) -> Result<SnapshotReport, ApiError> {
+        let started = Instant::now();
+        if self.instance.is_none() {
+            if let Some(reason) = self.failed_reason() {
+                return Err(ApiError::new(
+                    409,
+                    format!("actor {} failed: {reason}", self.name),
+                ));
+            }
+            let newest = self.status().snapshot;
+            return Ok(SnapshotReport {
+                seq: newest.map_or(0, |s| s.seq),
+                snapshot_bytes: newest.map_or(0, |s| s.bytes),
+                duration_ms: 0.0,
+                changed: false,
+            });
+        }
+        self.set_state(ActorState::Pausing);
+        let hook = match self.instance.as_mut() {
+            Some(instance) => instance.on_pause().await,
+            None => Ok(()),
+        };
+        if let Err(e) = hook {
+            let answer = self.after_failed_call(e).await;
+            return Err(ApiError::new(
+                answer.status,
+                format!("on_pause hook failed: {}", answer.message),
+            ));
+        }
+        match self.snapshot(started).await {
+            Ok(mut report) => {
+                self.instance = None;
+                report.duration_ms = ms(started.elapsed());
+                self.metrics
+                    .pause_seconds
+                    .observe(started.elapsed().as_secs_f64());
+                let mut status = self.status();
+                status.state = ActorState::Paused;
+                status.last_pause_ms = Some(report.duration_ms);
+                status.memory_bytes = 0;
+                Ok(report)
+            }
+            Err(e) => {
+                self.set_state(ActorState::Running);
+                Err(e)
+            }
+        }
+    }
+
+    /// Captures the live instance and writes the next snapshot durably,
+    /// then applies retention. The instance is kept.
+    async fn snapshot(&mut self, started: Instant) -> Result<SnapshotReport, ApiError> {
+        let instance = self
+            .instance
+            .as_mut()
+            .ok_or_else(|| ApiError::new(500, "no instance"))?;
+        let (bytes, _) =
+            snapshot::capture(instance).map_err(|e| ApiError::new(500, e.to_string()))?;
+        let seq = self.next_seq;
+        let store = self.store.clone();
+        let actor = self.name.clone();
+        let keep = self.settings.keep_snapshots;
+        let len = bytes.len() as u64;
+        tokio::task::spawn_blocking(move || -> Result<(), StoreError> {
+            store.write(&actor, seq, &bytes)?;
+            store.retain(&actor, keep)?;
+            Ok(())
+        })
+        .await
+        .map_err(|e| ApiError::new(500, format!("snapshot writer panicked: {e}")))??;
+        self.next_seq += 1;
+        self.since_checkpoint = 0;
+        self.status().snapshot = Some(SnapshotEntry { seq, bytes: len });
+        Ok(SnapshotReport {
+            seq,
+            snapshot_bytes: len,
+            duration_ms: ms(started.elapsed()),
+            changed: true,
+        })
+    }
+
+    async fn resume(&mut self, from: ResumeFrom) -> Result<(), ApiError> {
+        let started = Instant::now();
+        self.set_state(ActorState::Resuming);
+        let result = match from {
+            ResumeFrom::Template => self.fresh_from_template().await,
+            ResumeFrom::Newest => match self.newest_seq() {
+                Some(seq) => self.restore(seq).await,
+                None => Err(format!("actor {} has no snapshot", self.name)),
+            },
+            ResumeFrom::Snapshot(seq) => self.restore(seq).await,
+        };
+        match result {
+            Ok(instance) => {
+                self.instance = Some(instance);
+                let elapsed = started.elapsed();
+                self.metrics.resume_seconds.observe(elapsed.as_secs_f64());
+                self.metrics
+                    .resumes
+                    .get_or_create(&Metrics::actor(&self.name))
+                    .inc();
+                {
+                    let mut status = self.status();
+                    status.state = ActorState::Running;
+                    status.resumes += 1;
+                    status.last_resume_ms = Some(ms(elapsed));
+                    status.last_active = Some(Instant::now());
+                    if from != ResumeFrom::Newest {
+                        status.error = None;
+                    }
+                }
+                if from != ResumeFrom::Newest {
+                    // Make the repaired state the newest snapshot, so a later
+                    // rollback does not land on the bad one again.
+                    self.snapshot(started).await?;
+                }
+                Ok(())
+            }
+            Err(reason) => {
+                tracing::error!(actor = %self.name, "resume failed: {reason}");
+                let mut status = self.status();
+                status.state = ActorState::Failed;
+                status.error = Some(reason.clone());
+                Err(ApiError::unavailable(format!(
+                    "actor {} failed: {reason}",
+                    self.name
+                )))
+            }
+        }
+    }
+
+    fn newest_seq(&self) -> Option<u64> {
+        self.store
+            .list(&self.name)
+            .ok()
+            .and_then(|list| list.last().map(|e| e.seq))
+    }
+
+    async fn restore(&mut self, seq: u64) -> Result<ActorInstance, String> {
+        let map = self
+            .store
+            .open_snapshot(&self.name, seq)
+            .map_err(|e| format!("snapshot {seq}: {e}"))?;
+        let max_memory = self.engine.limits().max_memory;
+        let verified = snapshot::verify(&map, &self.template, max_memory)
+            .map_err(|e| format!("snapshot {seq}: {e}"))?;
+        let mut instance = snapshot::restore(
+            &self.engine,
+            self.template.clone(),
+            self.config(),
+            &verified,
+        )
+        .await
+        .map_err(|e| format!("restoring snapshot {seq}: {e}"))?;
+        instance
+            .on_resume()
+            .await
+            .map_err(|e| format!("on_resume hook after snapshot {seq}: {e}"))?;
+        self.status().memory_bytes = instance.memory_bytes();
+        Ok(instance)
+    }
+
+    async fn fresh_from_template(&mut self) -> Result<ActorInstance, String> {
+        ActorInstance::spawn(&self.engine, self.template.clone(), self.config())
+            .await
+            .map_err(|e| format!("creating a fresh instance: {e}"))
+    }
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}

@@ -1,0 +1,342 @@
+//! A worker hosts actors: one task and one bounded mailbox per actor (see
+//! [`actor`]). The control plane places actors on workers; the router hands
+//! each request to the worker that owns the actor.
+
+pub mod actor;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use stasis_host_api::{Request, Response};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::engine::StasisEngine;
+use crate::error::ApiError;
+use crate::metrics::Metrics;
+use crate::module::Template;
+use crate::snapshot;
+use crate::store::SnapshotStore;
+use actor::{
+    ActorSettings, ActorState, ActorStatus, ActorTask, Command, ResumeFrom, SnapshotReport, Ticket,
+};
+
+/// Settings of a worker.
+#[derive(Debug, Clone)]
+pub struct WorkerSettings {
+    /// Requests held per actor (its mailbox size) before 503 (`--max-held`).
+    pub max_held: usize,
+    /// Longest a request waits in a mailbox before 503 (`--hold-timeout`).
+    pub hold_timeout: Duration,
+    /// Snapshot retention and checkpoints.
+    pub actor: ActorSettings,
+}
+
+impl Default for WorkerSettings {
+    fn default() -> Self {
+        Self {
+            max_held: 1024,
+            hold_timeout: Duration::from_secs(30),
+            actor: ActorSettings {
+                keep_snapshots: 2,
+                checkpoint_every: 0,
+            },
+        }
+    }
+}
+
+struct Handle {
+    mailbox: mpsc::Sender<Command>,
+    status: Arc<Mutex<ActorStatus>>,
+}
+
+/// A worker: a named set of actor tasks sharing an engine and a snapshot store.
+pub struct Worker {
+    name: String,
+    engine: Arc<StasisEngine>,
+    store: Arc<SnapshotStore>,
+    metrics: Arc<Metrics>,
+    settings: WorkerSettings,
+    actors: Mutex<HashMap<String, Handle>>,
+}
+
+impl std::fmt::Debug for Worker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Worker")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// An actor to host: its name, template and the template's environment.
+#[derive(Clone)]
+pub struct ActorSpec {
+    /// Actor name.
+    pub name: String,
+    /// Compiled template.
+    pub template: Arc<Template>,
+    /// WASI environment of the template.
+    pub env: Vec<(String, String)>,
+}
+
+impl Worker {
+    /// A worker named `name`.
+    #[must_use]
+    pub fn new(
+        name: &str,
+        engine: Arc<StasisEngine>,
+        store: Arc<SnapshotStore>,
+        metrics: Arc<Metrics>,
+        settings: WorkerSettings,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            name: name.to_owned(),
+            engine,
+            store,
+            metrics,
+            settings,
+            actors: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The worker's name.
+    #[must_use]
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Handle>> {
+        self.actors.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn task(&self, spec: &ActorSpec, state: ActorState) -> ActorTask {
+        ActorTask {
+            name: spec.name.clone(),
+            worker: self.name.clone(),
+            template: spec.template.clone(),
+            env: spec.env.clone(),
+            engine: self.engine.clone(),
+            store: self.store.clone(),
+            metrics: self.metrics.clone(),
+            settings: self.settings.actor.clone(),
+            status: actor::new_status(state),
+            instance: None,
+            next_seq: 0,
+            since_checkpoint: 0,
+        }
+    }
+
+    fn start(&self, task: ActorTask) {
+        let (tx, rx) = mpsc::channel(self.settings.max_held.max(1));
+        let status = task.status.clone();
+        let name = task.name.clone();
+        tokio::spawn(task.run(rx));
+        self.lock().insert(
+            name,
+            Handle {
+                mailbox: tx,
+                status,
+            },
+        );
+    }
+
+    /// Creates a new actor: first instance (start function, `_initialize`,
+    /// init), snapshot seq 0, state `running`.
+    ///
+    /// # Errors
+    /// 409 if this worker already hosts the name; the guest's failure
+    /// (500/504) if creation traps; 507/500 if seq 0 cannot be written.
+    pub async fn create(&self, spec: &ActorSpec) -> Result<SnapshotReport, ApiError> {
+        if self.lock().contains_key(&spec.name) {
+            return Err(ApiError::conflict(format!("actor {} exists", spec.name)));
+        }
+        let mut task = self.task(spec, ActorState::Creating);
+        let report = task.create().await;
+        if report.is_err() {
+            let _ = self.store.remove_actor(&spec.name);
+            return report;
+        }
+        self.start(task);
+        report
+    }
+
+    /// Hosts an actor that already has snapshots (after a restart or a
+    /// move): `paused`, resumed by its next request. Its newest snapshot is
+    /// checked (length, magic, version, checksum, header) now, so a missing
+    /// or corrupt one shows as `failed` with the reason at once, never as a
+    /// silently fresh actor.
+    pub fn adopt(&self, spec: &ActorSpec) -> ActorStatus {
+        let mut task = self.task(spec, ActorState::Paused);
+        let list = self.store.list(&spec.name).unwrap_or_default();
+        let problem = match list.last() {
+            None => Some(format!(
+                "no snapshot of actor {} in {}",
+                spec.name,
+                self.store.actor_dir(&spec.name).display()
+            )),
+            Some(newest) => {
+                task.next_seq = newest.seq + 1;
+                let checked = self
+                    .store
+                    .open_snapshot(&spec.name, newest.seq)
+                    .map_err(|e| e.to_string())
+                    .and_then(|map| {
+                        snapshot::verify(&map, &spec.template, self.engine.limits().max_memory)
+                            .map(|_| ())
+                            .map_err(|e| e.to_string())
+                    });
+                checked
+                    .err()
+                    .map(|e| format!("snapshot {}: {e}", newest.seq))
+            }
+        };
+        {
+            let mut status = task.status.lock().unwrap_or_else(|p| p.into_inner());
+            status.snapshot = list.last().copied();
+            if let Some(problem) = problem {
+                tracing::error!(actor = %spec.name, "{problem}");
+                status.state = ActorState::Failed;
+                status.error = Some(problem);
+            }
+        }
+        let status = task
+            .status
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        self.start(task);
+        status
+    }
+
+    fn mailbox(&self, actor: &str) -> Result<mpsc::Sender<Command>, ApiError> {
+        self.lock()
+            .get(actor)
+            .map(|h| h.mailbox.clone())
+            .ok_or_else(|| {
+                ApiError::not_found(format!("actor {actor} is not on worker {}", self.name))
+            })
+    }
+
+    /// Hands `request` to `actor`'s mailbox and waits for the answer. A full
+    /// mailbox (`--max-held`) or a wait past `--hold-timeout` before the
+    /// actor starts the request is 503 with `Retry-After`; a request is never
+    /// both given up and executed.
+    ///
+    /// # Errors
+    /// The actor's or guest's failure as an [`ApiError`].
+    pub async fn call(&self, actor: &str, request: Request) -> Result<Response, ApiError> {
+        let mailbox = self.mailbox(actor)?;
+        let ticket = Arc::new(Ticket::default());
+        let (reply, answer) = oneshot::channel();
+        let command = Command::Call {
+            request,
+            ticket: ticket.clone(),
+            reply,
+        };
+        mailbox.try_send(command).map_err(|e| match e {
+            mpsc::error::TrySendError::Full(_) => ApiError::unavailable(format!(
+                "actor {actor} already holds {} requests (--max-held)",
+                self.settings.max_held
+            )),
+            mpsc::error::TrySendError::Closed(_) => {
+                ApiError::unavailable(format!("actor {actor} is stopping"))
+            }
+        })?;
+        let stopped = || ApiError::unavailable(format!("actor {actor} stopped"));
+        tokio::pin!(answer);
+        match tokio::time::timeout(self.settings.hold_timeout, &mut answer).await {
+            Ok(result) => result.map_err(|_| stopped())?,
+            Err(_) if ticket.cancel() => Err(ApiError::unavailable(format!(
+                "actor {actor} did not take the request within the hold timeout of {:?}",
+                self.settings.hold_timeout
+            ))),
+            Err(_) => answer.await.map_err(|_| stopped())?,
+        }
+    }
+
+    async fn command<T>(
+        &self,
+        actor: &str,
+        make: impl FnOnce(oneshot::Sender<T>) -> Command,
+    ) -> Result<T, ApiError> {
+        let mailbox = self.mailbox(actor)?;
+        let (reply, answer) = oneshot::channel();
+        mailbox
+            .send(make(reply))
+            .await
+            .map_err(|_| ApiError::unavailable(format!("actor {actor} is stopping")))?;
+        answer
+            .await
+            .map_err(|_| ApiError::unavailable(format!("actor {actor} stopped")))
+    }
+
+    /// Pauses `actor` (idempotent): held requests wait, the request in
+    /// flight finishes, `on_pause` runs, the snapshot is durable, the
+    /// instance is dropped.
+    ///
+    /// # Errors
+    /// 404, 409 (failed actor), 507 (quota; the actor keeps running), 500.
+    pub async fn pause(&self, actor: &str) -> Result<SnapshotReport, ApiError> {
+        self.command(actor, Command::Pause).await?
+    }
+
+    /// Writes a snapshot of a running actor without unloading it.
+    ///
+    /// # Errors
+    /// 404, 409 (not running), 507 (quota), 500.
+    pub async fn checkpoint(&self, actor: &str) -> Result<SnapshotReport, ApiError> {
+        self.command(actor, Command::Checkpoint).await?
+    }
+
+    /// Resumes `actor` from `from` (a no-op for a running actor and
+    /// [`ResumeFrom::Newest`]).
+    ///
+    /// # Errors
+    /// 404; 503 with the reason if the snapshot cannot be restored.
+    pub async fn resume(&self, actor: &str, from: ResumeFrom) -> Result<(), ApiError> {
+        self.command(actor, |reply| Command::Resume(from, reply))
+            .await?
+    }
+
+    /// Stops `actor`'s task and drops its instance; its files stay.
+    /// Requests still held get 503.
+    pub async fn remove(&self, actor: &str) {
+        let _ = self.command(actor, Command::Stop).await;
+        self.lock().remove(actor);
+    }
+
+    /// `actor`'s status, if this worker hosts it.
+    #[must_use]
+    pub fn status(&self, actor: &str) -> Option<ActorStatus> {
+        self.lock()
+            .get(actor)
+            .map(|h| h.status.lock().unwrap_or_else(|p| p.into_inner()).clone())
+    }
+
+    /// Status of every hosted actor.
+    #[must_use]
+    pub fn statuses(&self) -> Vec<(String, ActorStatus)> {
+        self.lock()
+            .iter()
+            .map(|(name, h)| {
+                let status = h.status.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                (name.clone(), status)
+            })
+            .collect()
+    }
+
+    /// Requests waiting in mailboxes right now.
+    #[must_use]
+    pub fn held_requests(&self) -> usize {
+        self.lock()
+            .values()
+            .map(|h| h.mailbox.max_capacity() - h.mailbox.capacity())
+            .sum()
+    }
+
+    /// Names of hosted actors.
+    #[must_use]
+    pub fn actor_names(&self) -> Vec<String> {
+        self.lock().keys().cloned().collect()
+    }
+}

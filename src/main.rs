@@ -1,0 +1,54 @@
+//! The `stasis` command: `serve` (control plane, router and in-process
+//! workers), and the client verbs that drive a running server through its
+//! admin API (`template`, `actor`, `worker`, `rebalance`, `gc`).
+
+mod commands;
+mod serve;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// A WebAssembly actor runtime: pause, resume and migrate actors by
+/// snapshotting their linear memory and globals.
+#[derive(Debug, Parser)]
+#[command(name = "stasis", version, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the control plane, the router and in-process workers.
+    Serve(serve::ServeArgs),
+    #[command(flatten)]
+    Client(commands::ClientCommand),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("stasis: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Serve(args) => serve::run(args).await,
+            Command::Client(command) => commands::run(command).await,
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("stasis: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,532 @@
+//! Rendering admin API answers: pretty JSON that keeps the server's field
+//! order (`-o json`), and aligned tables or `key: value` lines (`-o table`).
+
+use std::fmt;
+
+use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
+
+/// A JSON value that keeps object keys in the order the server sent them
+/// (`serde_json::Value` sorts them), so `-o json` prints exactly what the
+/// server answered, only re-indented.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Json {
+    /// `null`.
+    Null,
+    /// `true` or `false`.
+    Bool(bool),
+    /// A number, as `serde_json` reads it.
+    Number(serde_json::Number),
+    /// A string.
+    String(String),
+    /// An array.
+    Array(Vec<Json>),
+    /// An object, keys in the order they were read.
+    Object(Vec<(String, Json)>),
+}
+
+impl Json {
+    /// Parses a JSON document.
+    ///
+    /// # Errors
+    /// The bytes are not one JSON value.
+    pub fn parse(bytes: &[u8]) -> serde_json::Result<Self> {
+        serde_json::from_slice(bytes)
+    }
+
+    /// The value under `key` when `self` is an object (the first one if the
+    /// key repeats).
+    #[must_use]
+    pub fn get(&self, key: &str) -> Option<&Json> {
+        match self {
+            Json::Object(fields) => fields.iter().find(|(k, _)| k == key).map(|(_, v)| v),
+            _ => None,
+        }
+    }
+
+    /// The string, if `self` is one.
+    #[must_use]
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            Json::String(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// The number as `u64`, if `self` is a non-negative integer.
+    #[must_use]
+    pub fn as_u64(&self) -> Option<u64> {
+        match self {
+            Json::Number(n) => n.as_u64(),
+            _ => None,
+        }
+    }
+
+    /// The number as `f64`, if `self` is a number.
+    #[must_use]
+    pub fn as_f64(&self) -> Option<f64> {
+        match self {
+            Json::Number(n) => n.as_f64(),
+            _ => None,
+        }
+    }
+
+    /// Indented JSON, two spaces per level, without a trailing newline.
+    #[must_use]
+    pub fn to_pretty(&self) -> String {
+        // Serializing a tree of strings, numbers and containers cannot fail.
+        serde_json::to_string_pretty(self).unwrap_or_default()
+    }
+
+    /// JSON on one line.
+    #[must_use]
+    pub fn to_compact(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+}
+
+impl Serialize for Json {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Json::Null => serializer.serialize_unit(),
+            Json::Bool(b) => serializer.serialize_bool(*b),
+            Json::Number(n) => n.serialize(serializer),
+            Json::String(s) => serializer.serialize_str(s),
+            Json::Array(items) => {
+                let mut seq = serializer.serialize_seq(Some(items.len()))?;
+                for item in items {
+                    seq.serialize_element(item)?;
+                }
+                seq.end()
+            }
+            Json::Object(fields) => {
+                let mut map = serializer.serialize_map(Some(fields.len()))?;
+                for (k, v) in fields {
+                    map.serialize_entry(k, v)?;
+                }
+                map.end()
+            }
+        }
+    }
+}
+
+struct JsonVisitor;
+
+impl<'de> Visitor<'de> for JsonVisitor {
+    type Value = Json;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Json, E> {
+        Ok(Json::Null)
+    }
+
+    fn visit_none<E: de::Error>(self) -> Result<Json, E> {
+        Ok(Json::Null)
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Json, D::Error> {
+        Json::deserialize(d)
+    }
+
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Json, E> {
+        Ok(Json::Bool(v))
+    }
+
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Json, E> {
+        Ok(Json::Number(v.into()))
+    }
+
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Json, E> {
+        Ok(Json::Number(v.into()))
+    }
+
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Json, E> {
+        Ok(serde_json::Number::from_f64(v).map_or(Json::Null, Json::Number))
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Json, E> {
+        Ok(Json::String(v.to_owned()))
+    }
+
+    fn visit_string<E: de::Error>(self, v: String) -> Result<Json, E> {
+        Ok(Json::String(v))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Json, A::Error> {
+        let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(4096));
+        while let Some(item) = seq.next_element()? {
+            items.push(item);
+        }
+        Ok(Json::Array(items))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Json, A::Error> {
+        let mut fields = Vec::with_capacity(map.size_hint().unwrap_or(0).min(4096));
+        while let Some((k, v)) = map.next_entry::<String, Json>()? {
+            fields.push((k, v));
+        }
+        Ok(Json::Object(fields))
+    }
+}
+
+impl<'de> Deserialize<'de> for Json {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(JsonVisitor)
+    }
+}
+
+/// A size for people: `512 B`, `81.9 KiB`, `3.4 MiB`.
+#[must_use]
+pub fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    if n < 1024 {
+        return format!("{n} B");
+    }
+    #[allow(clippy::cast_precision_loss)] // one decimal is all we show
+    let mut value = n as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{value:.1} {}", UNITS[unit])
+}
+
+/// A duration in milliseconds for people: `1.800 ms`.
+#[must_use]
+pub fn human_ms(ms: f64) -> String {
+    format!("{ms:.3} ms")
+}
+
+/// One line with control characters (newlines, tabs, escapes) replaced by
+/// spaces, so a server string cannot break the layout or the terminal.
+fn one_line(s: &str) -> String {
+    s.chars().map(|c| if c.is_control() { ' ' } else { c }).collect()
+}
+
+/// A table cell for a plain value: `-` for missing or `null`.
+fn cell(value: Option<&Json>) -> String {
+    match value {
+        None | Some(Json::Null) => "-".to_owned(),
+        Some(Json::String(s)) if s.is_empty() => "-".to_owned(),
+        Some(Json::String(s)) => one_line(s),
+        Some(Json::Bool(b)) => b.to_string(),
+        Some(Json::Number(n)) => n.to_string(),
+        Some(other) => one_line(&other.to_compact()),
+    }
+}
+
+/// A table cell for a byte count: human size, or the raw cell.
+fn bytes_cell(value: Option<&Json>) -> String {
+    match value.and_then(Json::as_u64) {
+        Some(n) => human_bytes(n),
+        None => cell(value),
+    }
+}
+
+/// `K=V,K2=V2` for an env object, `-` when empty.
+fn env_cell(value: Option<&Json>) -> String {
+    match value {
+        Some(Json::Object(fields)) if !fields.is_empty() => one_line(
+            &fields
+                .iter()
+                .map(|(k, v)| format!("{k}={}", v.as_str().map_or_else(|| v.to_compact(), str::to_owned)))
+                .collect::<Vec<_>>()
+                .join(","),
+        ),
+        Some(Json::Object(_)) => "-".to_owned(),
+        other => cell(other),
+    }
+}
+
+/// `3 (12.1 KiB)` for a snapshot entry `{"seq": 3, "bytes": 12345}`.
+fn snapshot_text(entry: &Json) -> String {
+    match (entry.get("seq").and_then(Json::as_u64), entry.get("bytes").and_then(Json::as_u64)) {
+        (Some(seq), Some(bytes)) => format!("{seq} ({})", human_bytes(bytes)),
+        (Some(seq), None) => seq.to_string(),
+        _ => cell(Some(entry)),
+    }
+}
+
+/// Aligned columns under a header line; columns are separated by three
+/// spaces and the last one is not padded.
+#[derive(Debug, Clone)]
+pub struct Table {
+    header: Vec<String>,
+    rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    /// An empty table with these column names.
+    #[must_use]
+    pub fn new(header: &[&str]) -> Self {
+        Self { header: header.iter().map(|h| (*h).to_owned()).collect(), rows: Vec::new() }
+    }
+
+    /// Appends a row (missing cells render empty, extra cells are dropped).
+    pub fn push(&mut self, row: Vec<String>) {
+        self.rows.push(row);
+    }
+
+    /// The rendered table, one line per row, each ending in `\n`.
+    #[must_use]
+    pub fn render(&self) -> String {
+        let columns = self.header.len();
+        let mut widths: Vec<usize> = self.header.iter().map(|h| h.chars().count()).collect();
+        for row in &self.rows {
+            for (width, value) in widths.iter_mut().zip(row) {
+                *width = (*width).max(value.chars().count());
+            }
+        }
+        let mut out = String::new();
+        for row in std::iter::once(&self.header).chain(&self.rows) {
+            let mut line = String::new();
+            for (i, width) in widths.iter().enumerate() {
+                let value = row.get(i).map_or("", String::as_str);
+                if i + 1 == columns {
+                    line.push_str(value);
+                } else {
+                    line.push_str(value);
+                    let pad = width - value.chars().count() + 3;
+                    line.extend(std::iter::repeat_n(' ', pad));
+                }
+            }
+            out.push_str(line.trim_end());
+            out.push('\n');
+        }
+        out
+    }
+}
+
+/// The elements of a list answer (a lone object counts as a list of one).
+fn items(list: &Json) -> Vec<&Json> {
+    match list {
+        Json::Array(items) => items.iter().collect(),
+        Json::Null => Vec::new(),
+        other => vec![other],
+    }
+}
+
+/// `no <what>` when the list is empty, else the table.
+fn table_or_none(table: &Table, what: &str) -> String {
+    if table.rows.is_empty() { format!("no {what}\n") } else { table.render() }
+}
+
+/// Actors: NAME TEMPLATE STATE WORKER EPOCH SNAPSHOT RESUMES (SNAPSHOT is
+/// the newest snapshot's sequence number).
+#[must_use]
+pub fn actors_table(list: &Json) -> String {
+    let mut table = Table::new(&["NAME", "TEMPLATE", "STATE", "WORKER", "EPOCH", "SNAPSHOT", "RESUMES"]);
+    for actor in items(list) {
+        table.push(vec![
+            cell(actor.get("name")),
+            cell(actor.get("template")),
+            cell(actor.get("state")),
+            cell(actor.get("worker")),
+            cell(actor.get("epoch")),
+            cell(actor.get("snapshot").and_then(|s| s.get("seq"))),
+            cell(actor.get("resumes")),
+        ]);
+    }
+    table_or_none(&table, "actors")
+}
+
+/// Templates: NAME DIGEST (first 12 hex digits) BYTES ACTORS ENV.
+#[must_use]
+pub fn templates_table(list: &Json) -> String {
+    let mut table = Table::new(&["NAME", "DIGEST", "BYTES", "ACTORS", "ENV"]);
+    for template in items(list) {
+        let digest = cell(template.get("digest"));
+        table.push(vec![
+            cell(template.get("name")),
+            digest.chars().take(12).collect(),
+            bytes_cell(template.get("bytes")),
+            cell(template.get("actors")),
+            env_cell(template.get("env")),
+        ]);
+    }
+    table_or_none(&table, "templates")
+}
+
+/// Workers: NAME ADDRESS STATE ACTORS MEMORY.
+#[must_use]
+pub fn workers_table(list: &Json) -> String {
+    let mut table = Table::new(&["NAME", "ADDRESS", "STATE", "ACTORS", "MEMORY"]);
+    for worker in items(list) {
+        table.push(vec![
+            cell(worker.get("name")),
+            cell(worker.get("address")),
+            cell(worker.get("state")),
+            cell(worker.get("actors")),
+            bytes_cell(worker.get("memory_bytes")),
+        ]);
+    }
+    table_or_none(&table, "workers")
+}
+
+/// Rebalance moves: ACTOR FROM TO, or `no moves`.
+#[must_use]
+pub fn moves_table(answer: &Json) -> String {
+    let mut table = Table::new(&["ACTOR", "FROM", "TO"]);
+    for entry in answer.get("moves").map(items).unwrap_or_default() {
+        table.push(vec![cell(entry.get("actor")), cell(entry.get("from")), cell(entry.get("to"))]);
+    }
+    table_or_none(&table, "moves")
+}
+
+/// The value of one `key: value` line, formatted by what the key means.
+fn detail_value(key: &str, value: &Json) -> String {
+    match (key, value) {
+        (_, Json::Null) => "-".to_owned(),
+        ("snapshot", Json::Object(_)) => snapshot_text(value),
+        ("snapshots", Json::Array(entries)) if entries.is_empty() => "-".to_owned(),
+        ("snapshots", Json::Array(entries)) => entries.iter().map(snapshot_text).collect::<Vec<_>>().join(", "),
+        ("env", Json::Object(_)) => env_cell(Some(value)),
+        (k, Json::Number(n)) if k == "bytes" || k.ends_with("_bytes") => {
+            n.as_u64().map_or_else(|| n.to_string(), human_bytes)
+        }
+        (k, Json::Number(n)) if k.ends_with("_ms") => n.as_f64().map_or_else(|| n.to_string(), human_ms),
+        _ => cell(Some(value)),
+    }
+}
+
+/// One object as `key: value` lines in the server's field order, values
+/// aligned; sizes and durations are shown for people. A non-object is
+/// printed as pretty JSON.
+#[must_use]
+pub fn details(object: &Json) -> String {
+    let Json::Object(fields) = object else {
+        return format!("{}\n", object.to_pretty());
+    };
+    let width = fields.iter().map(|(k, _)| k.chars().count()).max().unwrap_or(0);
+    let mut out = String::new();
+    for (key, value) in fields {
+        let key = one_line(key);
+        let pad = width - key.chars().count() + 1;
+        out.push_str(&key);
+        out.push(':');
+        out.extend(std::iter::repeat_n(' ', pad));
+        out.push_str(&detail_value(&key, value));
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(s: &str) -> Json {
+        Json::parse(s.as_bytes()).expect("test JSON parses")
+    }
+
+    #[test]
+    fn json_keeps_field_order_and_values() {
+        let text = r#"{"name":"c1","epoch":1,"snapshot":null,"ms":1.5,"neg":-3,"list":[true,"x"],"a":{}}"#;
+        let value = parse(text);
+        assert_eq!(value.to_compact(), text);
+        assert_eq!(value.get("epoch").and_then(Json::as_u64), Some(1));
+        assert_eq!(value.get("ms").and_then(Json::as_f64), Some(1.5));
+        assert_eq!(value.get("missing"), None);
+        assert!(value.to_pretty().starts_with("{\n  \"name\": \"c1\",\n  \"epoch\": 1,"));
+    }
+
+    #[test]
+    fn human_sizes() {
+        assert_eq!(human_bytes(0), "0 B");
+        assert_eq!(human_bytes(1023), "1023 B");
+        assert_eq!(human_bytes(1024), "1.0 KiB");
+        assert_eq!(human_bytes(83_871), "81.9 KiB");
+        assert_eq!(human_bytes(3_538_944), "3.4 MiB");
+        assert_eq!(human_bytes(u64::MAX), "16384.0 PiB");
+    }
+
+    #[test]
+    fn table_aligns_columns() {
+        let mut table = Table::new(&["NAME", "STATE", "N"]);
+        table.push(vec!["a-long-name".into(), "running".into(), "1".into()]);
+        table.push(vec!["b".into(), "-".into(), "12".into()]);
+        assert_eq!(
+            table.render(),
+            "NAME          STATE     N\n\
+             a-long-name   running   1\n\
+             b             -         12\n"
+        );
+    }
+
+    #[test]
+    fn actors_table_renders_the_list() {
+        let list = parse(
+            r#"[
+              {"name":"c1","template":"counter","state":"running","worker":"worker-1","epoch":1,
+               "snapshot":{"seq":3,"bytes":12345},"snapshots":[],"resumes":1},
+              {"name":"counter-2","template":"counter","state":"paused","worker":"worker-2","epoch":2,
+               "snapshot":null,"snapshots":[],"resumes":0}
+            ]"#,
+        );
+        assert_eq!(
+            actors_table(&list),
+            "NAME        TEMPLATE   STATE     WORKER     EPOCH   SNAPSHOT   RESUMES\n\
+             c1          counter    running   worker-1   1       3          1\n\
+             counter-2   counter    paused    worker-2   2       -          0\n"
+        );
+        assert_eq!(actors_table(&parse("[]")), "no actors\n");
+    }
+
+    #[test]
+    fn templates_table_shortens_digest_and_joins_env() {
+        let list = parse(
+            r#"[{"name":"counter","digest":"0123456789abcdef0123","bytes":83871,
+                 "env":{"A":"1","B":"x y"},"actors":2},
+                {"name":"kv","digest":"fedcba9876543210","bytes":100,"env":{},"actors":0}]"#,
+        );
+        assert_eq!(
+            templates_table(&list),
+            "NAME      DIGEST         BYTES      ACTORS   ENV\n\
+             counter   0123456789ab   81.9 KiB   2        A=1,B=x y\n\
+             kv        fedcba987654   100 B      0        -\n"
+        );
+    }
+
+    #[test]
+    fn workers_and_moves_tables() {
+        let list = parse(
+            r#"[{"name":"worker-1","address":"in-process","state":"ready","actors":3,"memory_bytes":3538944}]"#,
+        );
+        assert_eq!(
+            workers_table(&list),
+            "NAME       ADDRESS      STATE   ACTORS   MEMORY\n\
+             worker-1   in-process   ready   3        3.4 MiB\n"
+        );
+        assert_eq!(moves_table(&parse(r#"{"moves":[]}"#)), "no moves\n");
+        assert_eq!(
+            moves_table(&parse(r#"{"moves":[{"actor":"a","from":"worker-1","to":"worker-2"}]}"#)),
+            "ACTOR   FROM       TO\na       worker-1   worker-2\n"
+        );
+    }
+
+    #[test]
+    fn details_formats_pause_answers() {
+        let pause = parse(
+            r#"{"name":"c1","state":"paused","snapshot":{"seq":3,"bytes":2048},
+                "snapshots":[{"seq":2,"bytes":1000},{"seq":3,"bytes":2048}],
+                "last_resume_ms":null,"error":"line one\nline two",
+                "snapshot_bytes":2048,"duration_ms":1.8}"#,
+        );
+        assert_eq!(
+            details(&pause),
+            "name:           c1\n\
+             state:          paused\n\
+             snapshot:       3 (2.0 KiB)\n\
+             snapshots:      2 (1000 B), 3 (2.0 KiB)\n\
+             last_resume_ms: -\n\
+             error:          line one line two\n\
+             snapshot_bytes: 2.0 KiB\n\
+             duration_ms:    1.800 ms\n"
+        );
+        assert_eq!(details(&parse("[1]")), "[\n  1\n]\n");
+    }
+}

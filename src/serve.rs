@@ -1,0 +1,146 @@
+//! `stasis serve`: flags, logging, signals.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+use stasis_runtime::control::ServeConfig;
+use stasis_runtime::engine::Limits;
+use stasis_runtime::server::{ServeOptions, serve};
+use stasis_runtime::worker::WorkerSettings;
+use stasis_runtime::worker::actor::ActorSettings;
+
+/// A size with an optional IEC or SI suffix: `8MiB`, `256MiB`, `1GiB`, `4096`.
+fn parse_size(s: &str) -> Result<u64, String> {
+    s.parse::<bytesize::ByteSize>()
+        .map(|b| b.as_u64())
+        .map_err(|e| format!("invalid size {s:?} ({e}); use e.g. 8MiB or 1GiB"))
+}
+
+/// A duration with a unit: `250ms`, `30s`, `5m`.
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s)
+        .map_err(|e| format!("invalid duration {s:?} ({e}); use e.g. 250ms or 30s"))
+}
+
+/// Flags of `stasis serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Data dir: directory, templates, compiled code, snapshots.
+    #[arg(long, default_value = "./stasis-data", env = "STASIS_DATA_DIR")]
+    data_dir: PathBuf,
+    /// Ingress address (HTTP/1.1 and h2c); port 0 picks a free port.
+    #[arg(long, default_value = "127.0.0.1:8000")]
+    listen: SocketAddr,
+    /// Admin API address; beyond loopback it requires --admin-token.
+    #[arg(long, default_value = "127.0.0.1:7070")]
+    admin_listen: SocketAddr,
+    /// Actors are reached at <actor>.actors.<domain>.
+    #[arg(long, default_value = "localhost")]
+    domain: String,
+    /// In-process workers, named worker-1..N (0 = control plane only).
+    #[arg(long, default_value_t = 2)]
+    workers: usize,
+    /// Bearer token the admin API requires.
+    #[arg(long, env = "STASIS_ADMIN_TOKEN", hide_env_values = true)]
+    admin_token: Option<String>,
+    /// Requests held per actor while it pauses or resumes; past it: 503.
+    #[arg(long, default_value_t = 1024)]
+    max_held: usize,
+    /// Longest a request is held before 503 with Retry-After.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    hold_timeout: Duration,
+    /// Largest request or response body.
+    #[arg(long, default_value = "8MiB", value_parser = parse_size)]
+    max_body: u64,
+    /// Largest linear memory per actor; a grow past it fails in the guest.
+    #[arg(long, default_value = "256MiB", value_parser = parse_size)]
+    max_memory: u64,
+    /// Wasm execution time per request; past it: 504.
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    cpu_limit: Duration,
+    /// Wall-clock time per request, host calls included; past it: 504.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    request_timeout: Duration,
+    /// Snapshots kept per actor.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..))]
+    keep_snapshots: u64,
+    /// Cap on the snapshot folder; a pause past it fails and the actor keeps running.
+    #[arg(long, value_parser = parse_size)]
+    snapshot_quota: Option<u64>,
+    /// Checkpoint a running actor after this many requests.
+    #[arg(long)]
+    checkpoint_every: Option<u64>,
+    /// Checkpoint running actors this often.
+    #[arg(long, value_parser = parse_duration)]
+    checkpoint_interval: Option<Duration>,
+    /// Pause actors idle this long (scale to zero).
+    #[arg(long, value_parser = parse_duration)]
+    idle_timeout: Option<Duration>,
+}
+
+/// Runs `stasis serve` until SIGINT or SIGTERM.
+///
+/// # Errors
+/// Start-up failures (see [`stasis_runtime::server::serve`]).
+pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("STASIS_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let options = ServeOptions {
+        config: ServeConfig {
+            data_dir: args.data_dir,
+            workers: args.workers,
+            limits: Limits {
+                max_memory: args.max_memory,
+                cpu_limit: args.cpu_limit,
+                request_timeout: args.request_timeout,
+                max_body: usize::try_from(args.max_body).unwrap_or(usize::MAX),
+            },
+            worker: WorkerSettings {
+                max_held: args.max_held,
+                hold_timeout: args.hold_timeout,
+                actor: ActorSettings {
+                    keep_snapshots: usize::try_from(args.keep_snapshots).unwrap_or(usize::MAX),
+                    checkpoint_every: args.checkpoint_every.unwrap_or(0),
+                },
+            },
+            snapshot_quota: args.snapshot_quota,
+            idle_timeout: args.idle_timeout,
+            checkpoint_interval: args.checkpoint_interval,
+        },
+        listen: args.listen,
+        admin_listen: args.admin_listen,
+        domain: args.domain,
+        admin_token: args.admin_token,
+    };
+    serve(options, shutdown_signal(), |bound| {
+        println!(
+            "stasis ready ingress={} admin={}",
+            bound.ingress, bound.admin
+        );
+        tracing::info!(ingress = %bound.ingress, admin = %bound.admin, "ready");
+    })
+    .await
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!("cannot listen for SIGTERM: {e}");
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received"),
+        _ = term.recv() => tracing::info!("SIGTERM received"),
+    }
+}

@@ -1,0 +1,366 @@
+//! Reliability: limits, runaway guests, trap rollback, crash recovery,
+//! retention, quota, failed snapshots, idle pause, admin token. Real
+//! binary, real HTTP on loopback.
+
+mod support;
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use support::{Server, client, count, post, send};
+
+async fn faulty(server: &Server, actor: &str, method: &str, path: &str) -> support::Answer {
+    send(
+        &client(),
+        server.ingress,
+        method,
+        &format!("{actor}.actors.localhost"),
+        path,
+        Vec::new(),
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runaway_guests_are_cut_and_neighbours_keep_serving() {
+    let server = Server::start(&[
+        "--cpu-limit",
+        "200ms",
+        "--request-timeout",
+        "500ms",
+        "--max-memory",
+        "32MiB",
+    ]);
+    server.push("faulty");
+    server.push("counter");
+    server.create("spin", "faulty");
+    server.create("n1", "counter");
+    assert_eq!(
+        faulty(&server, "spin", "POST", "/").await.body,
+        "count: 1\n"
+    );
+
+    let started = Instant::now();
+    let spin = faulty(&server, "spin", "POST", "/spin").await;
+    assert_eq!(spin.status, 504, "{spin:?}");
+    assert!(spin.body.contains("CPU limit"), "{spin:?}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert_eq!(count(&post(&server, "n1").await), 1);
+    assert_eq!(
+        faulty(&server, "spin", "GET", "/").await.body,
+        "count: 0\n",
+        "rolled back to seq 0"
+    );
+
+    let sleep = faulty(&server, "spin", "POST", "/sleep?ms=3000").await;
+    assert_eq!(sleep.status, 504, "{sleep:?}");
+    assert!(sleep.body.contains("request timeout"), "{sleep:?}");
+    assert_eq!(faulty(&server, "spin", "POST", "/").await.status, 200);
+    assert_eq!(count(&post(&server, "n1").await), 2);
+
+    // Growing past --max-memory fails inside the guest.
+    let grow = faulty(&server, "spin", "POST", "/grow?mib=64").await;
+    assert!(grow.status == 507 || grow.status == 500, "{grow:?}");
+    let small = faulty(&server, "spin", "POST", "/grow?mib=4").await;
+    assert_eq!(small.status, 200, "{small:?}");
+    assert_eq!(count(&post(&server, "n1").await), 3);
+    let m = server.cli_json(&["actor", "get", "spin"])["memory_bytes"]
+        .as_u64()
+        .expect("memory");
+    assert!(m <= 32 << 20, "memory {m} within the limit");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_delete_and_quota() {
+    let server = Server::start(&["--keep-snapshots", "2", "--snapshot-quota", "512KiB"]);
+    server.push("counter");
+    server.push("faulty");
+    server.create("keep", "counter");
+    for _ in 0..10 {
+        post(&server, "keep").await;
+        server.cli_ok(&["actor", "pause", "keep"]);
+    }
+    let folder = server.data_dir.join("snapshots/keep");
+    let files: Vec<_> = std::fs::read_dir(&folder).expect("folder").collect();
+    assert_eq!(files.len(), 2, "only --keep-snapshots files remain");
+    let got = server.cli_json(&["actor", "get", "keep"]);
+    assert_eq!(got["snapshots"].as_array().map(Vec::len), Some(2));
+    server.cli_ok(&["actor", "delete", "keep"]);
+    assert!(!folder.exists());
+
+    server.create("fat", "faulty");
+    assert_eq!(
+        faulty(&server, "fat", "POST", "/grow?mib=1").await.status,
+        200
+    );
+    let out = server.cli(&["actor", "pause", "fat"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("quota"),
+        "{out:?}"
+    );
+    let got = server.cli_json(&["actor", "get", "fat"]);
+    assert_eq!(
+        got["state"], "running",
+        "a quota hit leaves the actor running"
+    );
+    assert_eq!(faulty(&server, "fat", "POST", "/").await.body, "count: 1\n");
+    let gc = server.cli_json(&["gc"]);
+    assert!(gc["snapshot_bytes"].as_u64().is_some(), "{gc}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn corrupt_or_missing_snapshots_fail_loudly_and_can_be_repaired() {
+    let server = Server::start(&["--hold-timeout", "2s"]);
+    server.push("counter");
+    server.create("victim", "counter");
+    server.create("bystander", "counter");
+    assert_eq!(count(&post(&server, "victim").await), 1);
+    let good = server.cli_json(&["actor", "pause", "victim"])["snapshot"]["seq"]
+        .as_u64()
+        .expect("seq");
+    assert_eq!(count(&post(&server, "victim").await), 2);
+    let bad = server.cli_json(&["actor", "pause", "victim"])["snapshot"]["seq"]
+        .as_u64()
+        .expect("seq");
+    let path = server
+        .data_dir
+        .join(format!("snapshots/victim/{bad:020}.snap"));
+    let mut bytes = std::fs::read(&path).expect("read");
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0x40;
+    std::fs::write(&path, bytes).expect("corrupt");
+
+    let started = Instant::now();
+    let answer = post(&server, "victim").await;
+    assert_eq!(answer.status, 503, "{answer:?}");
+    assert!(
+        answer.body.contains("checksum"),
+        "names the problem: {answer:?}"
+    );
+    assert!(answer.headers.contains_key("retry-after"));
+    assert!(started.elapsed() < Duration::from_secs(2));
+    assert_eq!(
+        server.cli_json(&["actor", "get", "victim"])["state"],
+        "failed"
+    );
+    assert_eq!(
+        post(&server, "victim").await.status,
+        503,
+        "never silently fresh"
+    );
+    assert_eq!(count(&post(&server, "bystander").await), 1);
+
+    let seq = good.to_string();
+    let repaired = server.cli_json(&["actor", "resume", "victim", "--from-snapshot", &seq]);
+    assert_eq!(repaired["state"], "running");
+    assert_eq!(count(&post(&server, "victim").await), 2);
+
+    // A deleted snapshot folder: failed at the next resume, with the reason.
+    server.cli_ok(&["actor", "pause", "victim"]);
+    std::fs::remove_dir_all(server.data_dir.join("snapshots/victim")).expect("rm");
+    let answer = post(&server, "victim").await;
+    assert_eq!(answer.status, 503, "{answer:?}");
+    assert!(answer.body.contains("no snapshot"), "{answer:?}");
+    let fresh = server.cli_json(&["actor", "resume", "victim", "--from-template"]);
+    assert_eq!(fresh["state"], "running");
+    assert_eq!(count(&post(&server, "victim").await), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_actors_are_paused_and_resume_on_demand() {
+    let server = Server::start(&["--idle-timeout", "1s"]);
+    server.push("counter");
+    server.create("sleepy", "counter");
+    assert_eq!(count(&post(&server, "sleepy").await), 1);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        server.cli_json(&["actor", "get", "sleepy"])["state"],
+        "paused"
+    );
+    assert_eq!(count(&post(&server, "sleepy").await), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checkpoints_keep_state_without_unloading() {
+    let server = Server::start(&["--checkpoint-every", "3"]);
+    server.push("counter");
+    server.create("cp", "counter");
+    for _ in 0..7 {
+        post(&server, "cp").await;
+    }
+    let got = server.cli_json(&["actor", "get", "cp"]);
+    assert_eq!(got["state"], "running");
+    assert_eq!(got["resumes"], 0, "a checkpoint does not unload");
+    assert_eq!(
+        got["snapshot"]["seq"], 2,
+        "checkpoints after requests 3 and 6"
+    );
+    let manual = server.cli_json(&["actor", "checkpoint", "cp"]);
+    assert_eq!(manual["snapshot"]["seq"], 3);
+    assert_eq!(manual["state"], "running");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_api_beyond_loopback_needs_a_token() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let refused = std::process::Command::new(env!("CARGO_BIN_EXE_stasis"))
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "0.0.0.0:0",
+            "--data-dir",
+        ])
+        .arg(tmp.path())
+        .env_remove("STASIS_ADMIN_TOKEN")
+        .output()
+        .expect("run");
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("token"));
+
+    let server = Server::start(&["--admin-token", "s3cret"]);
+    let url = format!("{}/v1/actors", server.admin_url());
+    let c = client();
+    let plain = c
+        .request(
+            hyper::Request::get(&url)
+                .body(http_body_util::Full::new(bytes::Bytes::new()))
+                .expect("req"),
+        )
+        .await
+        .expect("request");
+    assert_eq!(plain.status(), 401);
+    let wrong = std::process::Command::new(env!("CARGO_BIN_EXE_stasis"))
+        .args([
+            "actor",
+            "list",
+            "--admin",
+            &server.admin_url(),
+            "--admin-token",
+            "nope",
+        ])
+        .output()
+        .expect("run");
+    assert_eq!(wrong.status.code(), Some(1));
+    let right = std::process::Command::new(env!("CARGO_BIN_EXE_stasis"))
+        .args(["actor", "list", "--admin", &server.admin_url()])
+        .env("STASIS_ADMIN_TOKEN", "s3cret")
+        .output()
+        .expect("run");
+    assert!(right.status.success(), "{right:?}");
+}
+
+/// 20 rounds of `kill -9` of `stasis serve` at random moments during pauses
+/// and checkpoints: after each restart every actor's count is at least its
+/// count at its last acknowledged pause or checkpoint, and none is zero.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_nine_during_pauses_and_checkpoints_loses_no_acknowledged_state() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path().join("data");
+    let actors = ["k1", "k2", "k3", "k4"];
+    let mut acked: HashMap<&str, u64> = HashMap::new();
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut rand = move |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    for round in 0..20 {
+        let mut server = Server::start_in(&dir, &[]).expect("serve starts");
+        if round == 0 {
+            server.push("counter");
+            server.push("faulty");
+            for a in actors {
+                let template = if a == "k4" { "faulty" } else { "counter" };
+                server.create(a, template);
+            }
+            // k4 holds 8 MiB so its snapshots take a while to write.
+            send(
+                &client(),
+                server.ingress,
+                "POST",
+                "k4.actors.localhost",
+                "/grow?mib=8",
+                Vec::new(),
+            )
+            .await;
+            for a in actors {
+                let n = parse_count(&post(&server, a).await.body);
+                server.cli_ok(&["actor", "pause", a]);
+                acked.insert(a, n);
+            }
+        }
+        for a in actors {
+            let now = current(&server, a).await;
+            let floor = acked.get(a).copied().unwrap_or(0);
+            assert!(
+                now >= floor,
+                "round {round}: {a} is at {now}, acknowledged {floor}"
+            );
+            if round > 0 {
+                assert!(now > 0, "round {round}: {a} started from zero");
+            }
+        }
+        let admin = server.admin_url();
+        let ingress = server.ingress;
+        let deadline = Duration::from_millis(30 + rand(150));
+        let work = async {
+            let c = client();
+            let mut step = 0u64;
+            loop {
+                for a in actors {
+                    let host = format!("{a}.actors.localhost");
+                    let n =
+                        parse_count(&send(&c, ingress, "POST", &host, "/", Vec::new()).await.body);
+                    let op = if (step + round) % 2 == 0 {
+                        "pause"
+                    } else {
+                        "checkpoint"
+                    };
+                    let req = hyper::Request::post(format!("{admin}/v1/actors/{a}/{op}"))
+                        .body(http_body_util::Full::new(bytes::Bytes::new()))
+                        .expect("req");
+                    if let Ok(res) = c.request(req).await
+                        && res.status() == 200
+                    {
+                        acked.insert(a, n);
+                    }
+                }
+                step += 1;
+            }
+        };
+        let _ = tokio::time::timeout(deadline, work).await;
+        server.kill();
+    }
+    let server = Server::start_in(&dir, &[]).expect("final start");
+    for a in actors {
+        let now = current(&server, a).await;
+        assert!(now >= acked[a] && now > 0, "{a}: {now} < {}", acked[a]);
+        assert_ne!(server.cli_json(&["actor", "get", a])["state"], "failed");
+    }
+}
+
+fn parse_count(body: &str) -> u64 {
+    body.trim()
+        .rsplit(' ')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no count in {body:?}"))
+}
+
+async fn current(server: &Server, actor: &str) -> u64 {
+    let answer = send(
+        &client(),
+        server.ingress,
+        "GET",
+        &format!("{actor}.actors.localhost"),
+        "/",
+        Vec::new(),
+    )
+    .await;
+    assert_eq!(answer.status, 200, "{actor}: {answer:?}");
+    parse_count(&answer.body)
+}

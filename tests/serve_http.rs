@@ -1,0 +1,360 @@
+//! The main job over HTTP: `stasis serve`, routing by actor host name,
+//! pause/resume as a per-actor barrier, and bad input. Real binary, real
+//! HTTP on 127.0.0.1, port 0.
+
+mod support;
+
+use std::time::Duration;
+
+use support::{Server, client, count, post, raw, raw_status, send};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reference_session_survives_pause_resume_and_restart() {
+    let server = Server::start(&[]);
+    server.push("counter");
+    let created = server.create("my-counter-1", "counter");
+    assert_eq!(created["state"], "running");
+    assert_eq!(created["snapshot"]["seq"], 0);
+
+    let first = post(&server, "my-counter-1").await;
+    assert_eq!(
+        first.body,
+        "hello from: worker-1 | preserved memory count: 1\n"
+    );
+    assert_eq!(
+        first.headers.get("content-type").map(|v| v.as_bytes()),
+        Some(&b"text/plain; charset=utf-8"[..])
+    );
+    assert_eq!(count(&post(&server, "my-counter-1").await), 2);
+
+    let paused = server.cli_json(&["actor", "pause", "my-counter-1"]);
+    assert_eq!(paused["state"], "paused");
+    let seq = paused["snapshot"]["seq"].as_u64().expect("seq");
+    let bytes = paused["snapshot_bytes"].as_u64().expect("snapshot_bytes");
+    assert!(paused["duration_ms"].as_f64().expect("duration_ms") > 0.0);
+    let file = server
+        .data_dir
+        .join(format!("snapshots/my-counter-1/{seq:020}.snap"));
+    assert_eq!(
+        std::fs::metadata(&file).expect("snapshot file").len(),
+        bytes
+    );
+
+    // A second pause is a no-op.
+    let again = server.cli_json(&["actor", "pause", "my-counter-1"]);
+    assert_eq!(again["snapshot"]["seq"].as_u64(), Some(seq));
+
+    assert_eq!(count(&post(&server, "my-counter-1").await), 3);
+    let got = server.cli_json(&["actor", "get", "my-counter-1"]);
+    assert_eq!(got["state"], "running");
+    assert_eq!(got["resumes"], 1);
+    for key in [
+        "name",
+        "template",
+        "state",
+        "worker",
+        "epoch",
+        "snapshot",
+        "resumes",
+        "last_pause_ms",
+        "last_resume_ms",
+    ] {
+        assert!(got.get(key).is_some(), "actor get lacks {key}: {got}");
+    }
+
+    server.cli_ok(&["actor", "pause", "my-counter-1"]);
+    let resumed = server.cli_json(&["actor", "resume", "my-counter-1"]);
+    assert_eq!(resumed["state"], "running");
+
+    let dir = server.stop();
+    let server = Server::start_in(&dir, &[]).expect("restart on the same data dir");
+    assert_eq!(count(&post(&server, "my-counter-1").await), 4);
+    let list = server.cli_json(&["actor", "list"]);
+    assert_eq!(list.as_array().map(Vec::len), Some(1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn actors_of_one_template_are_separate_and_delete_is_clean() {
+    let server = Server::start(&[]);
+    server.push("counter");
+    server.create("c-a", "counter");
+    server.create("c-b", "counter");
+    for _ in 0..3 {
+        post(&server, "c-a").await;
+    }
+    assert_eq!(count(&post(&server, "c-b").await), 1);
+    server.cli_ok(&["actor", "pause", "c-a"]);
+    let folder = server.data_dir.join("snapshots/c-a");
+    assert!(folder.is_dir());
+    server.cli_ok(&["actor", "delete", "c-a"]);
+    assert!(!folder.exists(), "delete must remove the snapshots folder");
+    assert_eq!(post(&server, "c-a").await.status, 404);
+    assert_eq!(count(&post(&server, "c-b").await), 2);
+    let out = server.cli(&["actor", "get", "c-a"]);
+    assert_eq!(out.status.code(), Some(1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_requests_to_a_paused_actor_resume_it_once() {
+    let server = Server::start(&[]);
+    server.push("counter");
+    server.create("burst", "counter");
+    assert_eq!(count(&post(&server, "burst").await), 1);
+    server.cli_ok(&["actor", "pause", "burst"]);
+    let before = server.cli_json(&["actor", "get", "burst"])["resumes"]
+        .as_u64()
+        .expect("resumes");
+    let client = client();
+    let mut tasks = Vec::new();
+    for _ in 0..64 {
+        let client = client.clone();
+        let addr = server.ingress;
+        tasks.push(tokio::spawn(async move {
+            send(
+                &client,
+                addr,
+                "POST",
+                "burst.actors.localhost",
+                "/",
+                Vec::new(),
+            )
+            .await
+        }));
+    }
+    let mut counts = Vec::new();
+    for task in tasks {
+        counts.push(count(&task.await.expect("task")));
+    }
+    counts.sort_unstable();
+    assert_eq!(counts, (2..=65).collect::<Vec<u64>>());
+    let after = server.cli_json(&["actor", "get", "burst"])["resumes"]
+        .as_u64()
+        .expect("resumes");
+    assert_eq!(after, before + 1, "exactly one resume for the burst");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_during_a_pause_are_held_and_served_in_order() {
+    let server = Server::start(&[]);
+    server.push("faulty");
+    server.create("big", "faulty");
+    // 96 MiB of touched memory makes the pause window tens of milliseconds.
+    let grown = send(
+        &client(),
+        server.ingress,
+        "POST",
+        "big.actors.localhost",
+        "/grow?mib=96",
+        Vec::new(),
+    )
+    .await;
+    assert_eq!(grown.status, 200, "{grown:?}");
+    let admin = server.admin_url();
+    let pause = tokio::spawn(async move {
+        let c = client();
+        let req = hyper::Request::post(format!("{admin}/v1/actors/big/pause"))
+            .body(http_body_util::Full::new(bytes::Bytes::new()))
+            .expect("request");
+        c.request(req).await.expect("pause").status().as_u16()
+    });
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let client = client();
+    let mut tasks = Vec::new();
+    for _ in 0..16 {
+        let client = client.clone();
+        let addr = server.ingress;
+        tasks.push(tokio::spawn(async move {
+            send(
+                &client,
+                addr,
+                "POST",
+                "big.actors.localhost",
+                "/",
+                Vec::new(),
+            )
+            .await
+        }));
+    }
+    let mut counts = Vec::new();
+    for task in tasks {
+        let answer = task.await.expect("task");
+        assert_eq!(answer.status, 200, "{answer:?}");
+        let n: u64 = answer
+            .body
+            .trim()
+            .strip_prefix("count: ")
+            .and_then(|n| n.parse().ok())
+            .expect("count");
+        counts.push(n);
+    }
+    assert_eq!(pause.await.expect("pause task"), 200);
+    counts.sort_unstable();
+    assert_eq!(counts, (1..=16).collect::<Vec<u64>>());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn routing_over_real_http() {
+    let server = Server::start(&["--domain", "example.test"]);
+    server.push("counter");
+    server.create("r1", "counter");
+    let c = client();
+    let addr = server.ingress;
+    let status = |host: &'static str| {
+        let c = c.clone();
+        async move { send(&c, addr, "GET", host, "/", Vec::new()).await.status }
+    };
+    assert_eq!(status("r1.actors.example.test").await, 200);
+    assert_eq!(status("R1.ACTORS.Example.Test:1234").await, 200);
+    assert_eq!(status("r1.actors.example.test.").await, 200);
+    assert_eq!(status("r1.actors.localhost").await, 404);
+    assert_eq!(status("nobody.actors.example.test").await, 404);
+    assert_eq!(status("x.r1.actors.example.test").await, 404);
+    assert_eq!(status("r1actors.example.test").await, 404);
+    let not_found = send(&c, addr, "GET", "zz.actors.example.test", "/", Vec::new()).await;
+    assert!(
+        not_found.body.contains("zz"),
+        "404 names what was looked up: {not_found:?}"
+    );
+
+    // Raw HTTP/1.1 for what a well-behaved client never sends.
+    let missing = raw(addr, "GET / HTTP/1.1\r\nConnection: close\r\n\r\n").await;
+    assert_eq!(raw_status(&missing), 400, "{missing}");
+    let repeated = raw(
+        addr,
+        "GET / HTTP/1.1\r\nHost: r1.actors.example.test\r\nHost: r1.actors.example.test\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    assert_eq!(raw_status(&repeated), 400, "{repeated}");
+    let absolute = raw(
+        addr,
+        "GET http://r1.actors.example.test/ HTTP/1.1\r\nHost: other.example\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    assert_eq!(raw_status(&absolute), 200, "{absolute}");
+    let by_header = raw(
+        addr,
+        "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nstasis-actor: r1\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    assert_eq!(raw_status(&by_header), 200, "{by_header}");
+
+    // h2c with prior knowledge: the :authority names the actor.
+    let stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let (mut sender, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(stream),
+    )
+    .await
+    .expect("h2c handshake");
+    tokio::spawn(conn);
+    let req = hyper::Request::post("http://r1.actors.example.test/")
+        .body(http_body_util::Full::new(bytes::Bytes::new()))
+        .expect("request");
+    let res = sender.send_request(req).await.expect("h2 request");
+    assert_eq!(res.status(), 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn echo_gets_method_path_query_and_body() {
+    let server = Server::start(&[]);
+    server.push("echo");
+    server.create("e1", "echo");
+    let body = vec![7u8; 100_000];
+    let answer = send(
+        &client(),
+        server.ingress,
+        "PUT",
+        "e1.actors.localhost",
+        "/a/b?c=d",
+        body.clone(),
+    )
+    .await;
+    use sha2::Digest as _;
+    let expected = format!(
+        "{} {}\n",
+        body.len(),
+        hex::encode(sha2::Sha256::digest(&body))
+    );
+    assert_eq!(answer.status, 200);
+    assert_eq!(answer.body, expected);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_gets_clear_errors_and_harms_nothing() {
+    let server = Server::start(&["--max-body", "1KiB"]);
+    // Malformed wasm: clear error, nothing registered.
+    let junk = tempfile::NamedTempFile::new().expect("tmp");
+    std::fs::write(junk.path(), b"\0asm\x01\0\0\0garbage").expect("write");
+    let out = server.cli(&[
+        "template",
+        "push",
+        "junk",
+        junk.path().to_str().expect("path"),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("invalid wasm"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    assert_eq!(
+        server.cli_json(&["template", "list"]),
+        serde_json::json!([])
+    );
+
+    server.push("counter");
+    // Same bytes again: no-op. Other bytes under the name: conflict.
+    server.push("counter");
+    let echo = support::demo("echo");
+    let out = server.cli(&["template", "push", "counter", echo.to_str().expect("path")]);
+    assert_eq!(out.status.code(), Some(1));
+
+    let out = server.cli(&["actor", "create", "a1", "--template", "nope"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("nope"));
+    for bad in ["Bad_Name", "-x", "x-", &"a".repeat(64), "a.b"] {
+        let out = server.cli(&["actor", "create", bad, "--template", "counter"]);
+        assert_eq!(out.status.code(), Some(1), "{bad} must be refused");
+    }
+    server.create("a1", "counter");
+    let out = server.cli(&["actor", "create", "a1", "--template", "counter"]);
+    assert_eq!(out.status.code(), Some(1), "duplicate name");
+    assert_eq!(count(&post(&server, "a1").await), 1);
+
+    // Usage errors exit 2.
+    assert_eq!(server.cli(&["actor", "frobnicate"]).status.code(), Some(2));
+
+    // Body over --max-body: 413, actor unharmed.
+    let big = send(
+        &client(),
+        server.ingress,
+        "POST",
+        "a1.actors.localhost",
+        "/",
+        vec![1; 2048],
+    )
+    .await;
+    assert_eq!(big.status, 413);
+    assert_eq!(count(&post(&server, "a1").await), 2);
+
+    // A trap: 500 with the reason; the actor continues from its newest snapshot.
+    server.push("faulty");
+    server.create("f1", "faulty");
+    let c = client();
+    let addr = server.ingress;
+    for _ in 0..2 {
+        send(&c, addr, "POST", "f1.actors.localhost", "/", Vec::new()).await;
+    }
+    server.cli_ok(&["actor", "pause", "f1"]);
+    let three = send(&c, addr, "POST", "f1.actors.localhost", "/", Vec::new()).await;
+    assert_eq!(three.body, "count: 3\n");
+    let trap = send(&c, addr, "POST", "f1.actors.localhost", "/trap", Vec::new()).await;
+    assert_eq!(trap.status, 500);
+    assert!(trap.body.contains("unreachable"), "{trap:?}");
+    let after = send(&c, addr, "GET", "f1.actors.localhost", "/", Vec::new()).await;
+    assert_eq!(after.body, "count: 2\n", "rolled back to the paused state");
+    assert_eq!(count(&post(&server, "a1").await), 3, "neighbour unharmed");
+
+    // A second serve on the same data dir is refused.
+    let second = Server::start_in(&server.data_dir, &[]);
+    let err = second.err().expect("second serve must fail");
+    assert!(err.contains("in use"), "{err}");
+}

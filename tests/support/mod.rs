@@ -1,0 +1,258 @@
+//! Test support: the real `stasis` binary on loopback, real HTTP.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+
+/// Path of a demo actor module.
+pub fn demo(name: &str) -> PathBuf {
+    Path::new(env!("STASIS_DEMOS_DIR")).join(format!("{name}.wasm"))
+}
+
+/// A running `stasis serve` with its own data dir; killed on drop.
+pub struct Server {
+    pub child: Child,
+    pub ingress: SocketAddr,
+    pub admin: SocketAddr,
+    pub data_dir: PathBuf,
+    _tmp: Option<tempfile::TempDir>,
+}
+
+impl Server {
+    /// Starts `stasis serve` on a new temporary data dir with `extra` flags.
+    pub fn start(extra: &[&str]) -> Server {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().join("data");
+        let mut server = Self::start_in(&dir, extra).expect("serve starts");
+        server._tmp = Some(tmp);
+        server
+    }
+
+    /// Starts `stasis serve` on `data_dir`; Err(stderr) if it exits instead.
+    pub fn start_in(data_dir: &Path, extra: &[&str]) -> Result<Server, String> {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_stasis"))
+            .arg("serve")
+            .arg("--data-dir")
+            .arg(data_dir)
+            .args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
+            .args(extra)
+            .env("STASIS_LOG", "info")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn stasis serve");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut lines = BufReader::new(stdout).lines();
+        let ready = loop {
+            match lines.next() {
+                Some(Ok(line)) if line.starts_with("stasis ready") => break line,
+                Some(Ok(_)) => continue,
+                _ => {
+                    let out = child.wait_with_output().expect("wait");
+                    return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+                }
+            }
+        };
+        let field = |key: &str| -> SocketAddr {
+            ready
+                .split_whitespace()
+                .find_map(|w| w.strip_prefix(key))
+                .and_then(|a| a.parse().ok())
+                .unwrap_or_else(|| panic!("bad ready line {ready:?}"))
+        };
+        let stderr = child.stderr.take().expect("stderr");
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if std::env::var_os("STASIS_TEST_LOG").is_some() {
+                    eprintln!("[serve] {line}");
+                }
+            }
+        });
+        Ok(Server {
+            ingress: field("ingress="),
+            admin: field("admin="),
+            child,
+            data_dir: data_dir.to_owned(),
+            _tmp: None,
+        })
+    }
+
+    /// The admin URL.
+    pub fn admin_url(&self) -> String {
+        format!("http://{}", self.admin)
+    }
+
+    /// Runs a client verb of the real binary against this server.
+    pub fn cli(&self, args: &[&str]) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_stasis"))
+            .args(args)
+            .env("STASIS_ADMIN", self.admin_url())
+            .output()
+            .expect("run stasis")
+    }
+
+    /// Runs a client verb and returns stdout; panics with stderr on failure.
+    pub fn cli_ok(&self, args: &[&str]) -> String {
+        let out = self.cli(args);
+        assert!(
+            out.status.success(),
+            "stasis {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Runs a client verb with `-o json` and parses its output.
+    pub fn cli_json(&self, args: &[&str]) -> serde_json::Value {
+        let mut args = args.to_vec();
+        args.extend(["-o", "json"]);
+        let out = self.cli_ok(&args);
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("{args:?}: not JSON ({e}): {out}"))
+    }
+
+    /// Pushes a demo template under its own name.
+    pub fn push(&self, demo_name: &str) {
+        let path = demo(demo_name);
+        self.cli_ok(&[
+            "template",
+            "push",
+            demo_name,
+            path.to_str().expect("utf-8 path"),
+        ]);
+    }
+
+    /// Creates `actor` from `template`.
+    pub fn create(&self, actor: &str, template: &str) -> serde_json::Value {
+        self.cli_json(&["actor", "create", actor, "--template", template])
+    }
+
+    /// Sends SIGTERM and waits for a clean exit (graceful shutdown).
+    pub fn stop(mut self) -> PathBuf {
+        let pid = self.child.id().to_string();
+        let status = Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .expect("kill");
+        assert!(status.success());
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                assert!(status.success(), "serve exited with {status}");
+                break;
+            }
+            assert!(Instant::now() < deadline, "serve did not stop within 30 s");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.data_dir.clone()
+    }
+
+    /// Kills the server with SIGKILL and waits for it.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// An HTTP client for tests (keep-alive, HTTP/1.1).
+pub fn client() -> Client<HttpConnector, Full<Bytes>> {
+    Client::builder(TokioExecutor::new()).build_http()
+}
+
+/// A response as tests look at it.
+#[derive(Debug, Clone)]
+pub struct Answer {
+    pub status: u16,
+    pub headers: hyper::HeaderMap,
+    pub body: String,
+}
+
+/// Sends `method` to `host` (Host header) at `addr` with `body`.
+pub async fn send(
+    client: &Client<HttpConnector, Full<Bytes>>,
+    addr: SocketAddr,
+    method: &str,
+    host: &str,
+    path: &str,
+    body: Vec<u8>,
+) -> Answer {
+    let request = hyper::Request::builder()
+        .method(method)
+        .uri(format!("http://{addr}{path}"))
+        .header("host", host)
+        .body(Full::new(Bytes::from(body)))
+        .expect("request");
+    let response = client.request(request).await.expect("HTTP request");
+    let status = response.status().as_u16();
+    let headers = response.headers().clone();
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .expect("body")
+        .to_bytes();
+    Answer {
+        status,
+        headers,
+        body: String::from_utf8_lossy(&body).into_owned(),
+    }
+}
+
+/// POSTs to actor `actor` on `server` and returns the answer.
+pub async fn post(server: &Server, actor: &str) -> Answer {
+    send(
+        &client(),
+        server.ingress,
+        "POST",
+        &format!("{actor}.actors.localhost"),
+        "/",
+        Vec::new(),
+    )
+    .await
+}
+
+/// The count in a counter answer (`... preserved memory count: N`).
+pub fn count(answer: &Answer) -> u64 {
+    assert_eq!(answer.status, 200, "unexpected answer {answer:?}");
+    answer
+        .body
+        .trim()
+        .rsplit(' ')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no count in {:?}", answer.body))
+}
+
+/// Writes raw bytes to `addr` and returns the raw response (the connection
+/// is closed by the request's `Connection: close`).
+pub async fn raw(addr: SocketAddr, request: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    stream.write_all(request.as_bytes()).await.expect("write");
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut out)).await;
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The status code of a raw HTTP/1.1 response.
+pub fn raw_status(response: &str) -> u16 {
+    response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("not an HTTP response: {response:?}"))
+}
