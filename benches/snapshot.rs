@@ -1,1 +1,598 @@
-fn main() {}
+//! Snapshot benchmarks (issue 5, items 1–4), each group holding its physical
+//! baselines measured in the same run:
+//!
+//! * `capture/<case>`: linear memory → snapshot bytes in RAM (`capture` into
+//!   a fresh `Vec`, `capture_into` a reused one) against `memcpy` of the
+//!   non-zero bytes into a touched buffer and the zero-scan of the memory;
+//! * `restore/<case>`: snapshot bytes → fresh callable instance against
+//!   `memcpy` of the stored bytes into freshly mapped memory (faults included);
+//! * `persist/<case>`: `SnapshotStore::write` (write, fsync, rename, fsync
+//!   folder) against plain `std::fs` write + fsync of the same bytes;
+//! * `load/<case>`: map the file + `verify` against reading it into a touched
+//!   buffer;
+//! * `cold_start`: `kv` with 100 000 keys built at init: spawn + init against
+//!   restore of its post-init snapshot;
+//! * snapshot size per case against non-zero 4 KiB pages (printed as
+//!   `snapshot-size:` lines).
+//!
+//! Cases are `<dense|sparse>-<N>MiB` linear memories built by a small WAT
+//! actor whose `stasis_init` grows the memory to N MiB and fills every 4 KiB
+//! page (dense) or one 4 KiB page in 16 (sparse) with xorshift bytes.
+//!
+//! In criterion's test mode (`cargo test --benches`, or any run without
+//! `--bench`) only the 1 and 16 MiB cases run, so CI stays cheap; `cargo
+//! bench` runs 1, 16, 64 and 256 MiB.
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput, black_box};
+use memmap2::MmapMut;
+use stasis_host_api::Request;
+use stasis_runtime::engine::{Limits, StasisEngine};
+use stasis_runtime::instance::{ActorInstance, InstanceConfig};
+use stasis_runtime::module::{ModuleCache, Template};
+use stasis_runtime::snapshot::{self, CaptureStats, PAGE_SIZE};
+use stasis_runtime::store::SnapshotStore;
+
+const MIB: usize = 1 << 20;
+const MAX_MEMORY: u64 = 1 << 30;
+const KV_PRELOAD: &str = "100000";
+
+/// Criterion's own rule: without `--bench` (as under `cargo test`), or with
+/// `--test`, it runs every benchmark once as a test.
+fn test_mode() -> bool {
+    let args: Vec<String> = std::env::args().collect();
+    let has = |flag: &str| args.iter().any(|a| a == flag);
+    !has("--bench") || has("--test") || has("--list")
+}
+
+fn sizes() -> &'static [usize] {
+    if test_mode() { &[1, 16] } else { &[1, 16, 64, 256] }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Density {
+    Dense,
+    Sparse,
+}
+
+impl Density {
+    fn name(self) -> &'static str {
+        match self {
+            Density::Dense => "dense",
+            Density::Sparse => "sparse",
+        }
+    }
+
+    /// One 4 KiB page in `stride` is filled.
+    fn stride(self) -> u32 {
+        match self {
+            Density::Dense => 1,
+            Density::Sparse => 16,
+        }
+    }
+}
+
+/// A minimal Stasis actor: `stasis_init` grows the memory to `mib` MiB and
+/// fills one 4 KiB page in `stride` (from page `stride` on) with xorshift64
+/// words, which are never zero; page 0 holds the constant response (status
+/// 200, no headers, no body: bincode `c8 00 00`) and the request buffer. A
+/// mutable global carries the generator state, so globals are captured too.
+fn fill_module(mib: usize, stride: u32) -> Vec<u8> {
+    let grow = mib * 16 - 1;
+    let pages_4k = mib * 256;
+    let wat = format!(
+        r#"(module
+  (@custom "stasis-abi" "\01\00\00\00")
+  (memory (export "memory") 1)
+  (global $seed (mut i64) (i64.const 0x2545f4914f6cdd1d))
+  (data (i32.const 0) "\c8\00\00")
+  (func (export "stasis_alloc") (param i32) (result i32) (i32.const 64))
+  (func (export "stasis_handle") (param i32 i32) (result i64) (i64.const 3))
+  (func (export "stasis_init")
+    (local $page i32) (local $addr i32) (local $end i32) (local $x i64)
+    (if (i32.lt_s (memory.grow (i32.const {grow})) (i32.const 0)) (then unreachable))
+    (local.set $x (global.get $seed))
+    (local.set $page (i32.const {stride}))
+    (block $done
+      (loop $pages
+        (br_if $done (i32.ge_u (local.get $page) (i32.const {pages_4k})))
+        (local.set $addr (i32.shl (local.get $page) (i32.const 12)))
+        (local.set $end (i32.add (local.get $addr) (i32.const 4096)))
+        (loop $words
+          (local.set $x (i64.xor (local.get $x) (i64.shl (local.get $x) (i64.const 13))))
+          (local.set $x (i64.xor (local.get $x) (i64.shr_u (local.get $x) (i64.const 7))))
+          (local.set $x (i64.xor (local.get $x) (i64.shl (local.get $x) (i64.const 17))))
+          (i64.store (local.get $addr) (local.get $x))
+          (local.set $addr (i32.add (local.get $addr) (i32.const 8)))
+          (br_if $words (i32.lt_u (local.get $addr) (local.get $end))))
+        (local.set $page (i32.add (local.get $page) (i32.const {stride})))
+        (br $pages)))
+    (global.set $seed (local.get $x))))"#
+    );
+    wat::parse_str(wat).expect("the fill module is valid WAT")
+}
+
+/// One memory case: a live actor, its snapshot, and where its non-zero
+/// bytes are.
+struct Fixture {
+    label: String,
+    template: Arc<Template>,
+    instance: ActorInstance,
+    snapshot: Vec<u8>,
+    stats: CaptureStats,
+    /// Byte ranges of the non-zero 4 KiB runs in memory 0.
+    runs: Vec<(usize, usize)>,
+    /// Where the page bytes sit in `snapshot`.
+    payload: std::ops::Range<usize>,
+}
+
+impl Fixture {
+    fn stored_bytes(&self) -> usize {
+        self.runs.iter().map(|(_, len)| len).sum()
+    }
+}
+
+struct Ctx {
+    rt: tokio::runtime::Runtime,
+    engine: Arc<StasisEngine>,
+    cache: ModuleCache,
+    store: SnapshotStore,
+    dir: PathBuf,
+    fixtures: RefCell<BTreeMap<(Density, usize), Rc<RefCell<Fixture>>>>,
+    _tmp: tempfile::TempDir,
+}
+
+fn config() -> InstanceConfig {
+    InstanceConfig::new("bench", "worker-1", Vec::new())
+}
+
+fn probe() -> Request {
+    Request {
+        method: "GET".into(),
+        uri: "/".into(),
+        ..Request::default()
+    }
+}
+
+impl Ctx {
+    fn new() -> Self {
+        let limits = Limits {
+            max_memory: MAX_MEMORY,
+            cpu_limit: Duration::from_secs(120),
+            request_timeout: Duration::from_secs(300),
+            ..Limits::default()
+        };
+        let engine = StasisEngine::new(limits).expect("engine");
+        let cache = ModuleCache::new(engine.engine().clone(), engine.linker().clone(), None);
+        // Same filesystem as the data dir would be (the target folder's).
+        let tmp = tempfile::Builder::new()
+            .prefix("stasis-bench-")
+            .tempdir()
+            .expect("temp dir");
+        let store = SnapshotStore::open(tmp.path().join("snapshots"), None).expect("store");
+        Self {
+            rt: tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("tokio runtime"),
+            engine,
+            cache,
+            store,
+            dir: tmp.path().to_owned(),
+            fixtures: RefCell::default(),
+            _tmp: tmp,
+        }
+    }
+
+    fn spawn(&self, template: &Arc<Template>, config: InstanceConfig) -> ActorInstance {
+        self.rt
+            .block_on(ActorInstance::spawn(&self.engine, template.clone(), config))
+            .expect("spawn")
+    }
+
+    fn restore(&self, template: &Arc<Template>, bytes: &[u8]) -> ActorInstance {
+        let verified = snapshot::verify(bytes, template, MAX_MEMORY).expect("verify");
+        self.rt
+            .block_on(snapshot::restore(
+                &self.engine,
+                template.clone(),
+                config(),
+                &verified,
+            ))
+            .expect("restore")
+    }
+
+    /// The fixture of a case, built on first use (so a filtered run builds
+    /// only what it measures) and kept for the later groups.
+    fn fixture(&self, density: Density, mib: usize) -> Rc<RefCell<Fixture>> {
+        if let Some(f) = self.fixtures.borrow().get(&(density, mib)) {
+            return f.clone();
+        }
+        let label = format!("{}-{mib}MiB", density.name());
+        let template = self
+            .cache
+            .load(&fill_module(mib, density.stride()))
+            .expect("fill module loads");
+        let mut instance = self.spawn(&template, config());
+        assert_eq!(instance.memory_bytes(), (mib * MIB) as u64);
+        let (snapshot, stats) = snapshot::capture(&mut instance).expect("capture");
+        let header = snapshot::verify_header(&snapshot).expect("header");
+        let runs: Vec<(usize, usize)> = header.memories[0]
+            .runs
+            .iter()
+            .map(|r| {
+                (
+                    r.first_page as usize * PAGE_SIZE,
+                    r.pages as usize * PAGE_SIZE,
+                )
+            })
+            .collect();
+        let first = header.memories[0].runs[0].file_offset as usize;
+        let payload = first..snapshot.len() - 4;
+        assert_eq!(payload.len(), stats.stored_pages as usize * PAGE_SIZE);
+        // The restored memory must equal the original, and be callable.
+        let mut restored = self.restore(&template, &snapshot);
+        assert!(restored.memory_data(0) == instance.memory_data(0));
+        let answer = self.rt.block_on(restored.call(&probe())).expect("call");
+        assert_eq!(answer.status, 200);
+        drop(restored);
+        report_size(&label, &stats, runs.len());
+        let fixture = Rc::new(RefCell::new(Fixture {
+            label,
+            template,
+            instance,
+            snapshot,
+            stats,
+            runs,
+            payload,
+        }));
+        self.fixtures
+            .borrow_mut()
+            .insert((density, mib), fixture.clone());
+        fixture
+    }
+}
+
+/// Item 4: snapshot size against the non-zero 4 KiB pages it stores.
+fn report_size(label: &str, stats: &CaptureStats, runs: usize) {
+    let nonzero = stats.stored_pages * PAGE_SIZE as u64;
+    let overhead = stats.file_bytes as f64 / nonzero as f64 - 1.0;
+    println!(
+        "snapshot-size: case={label} memory_bytes={} nonzero_pages={} nonzero_bytes={nonzero} \
+         runs={runs} file_bytes={} overhead={:.3}%",
+        stats.memory_bytes,
+        stats.stored_pages,
+        stats.file_bytes,
+        overhead * 100.0
+    );
+}
+
+fn cases() -> Vec<(Density, usize)> {
+    let mut out = Vec::new();
+    for &mib in sizes() {
+        for density in [Density::Dense, Density::Sparse] {
+            out.push((density, mib));
+        }
+    }
+    out
+}
+
+/// Times `run` once per iteration; `after` (untimed) disposes of its result.
+fn timed<T>(iters: u64, mut run: impl FnMut() -> T, mut after: impl FnMut(T)) -> Duration {
+    let mut total = Duration::ZERO;
+    for _ in 0..iters {
+        let start = Instant::now();
+        let out = run();
+        total += start.elapsed();
+        after(black_box(out));
+    }
+    total
+}
+
+fn bench_capture(c: &mut Criterion, ctx: &Ctx) {
+    let mut group = c.benchmark_group("capture");
+    group.sampling_mode(SamplingMode::Flat);
+    for (density, mib) in cases() {
+        let case = format!("{}-{mib}MiB", density.name());
+        group.throughput(Throughput::Bytes((mib * MIB) as u64));
+        group.bench_function(BenchmarkId::new("capture", &case), |b| {
+            let f = ctx.fixture(density, mib);
+            let mut f = f.borrow_mut();
+            b.iter_custom(|iters| {
+                timed(
+                    iters,
+                    || snapshot::capture(&mut f.instance).expect("capture"),
+                    drop,
+                )
+            });
+        });
+        group.bench_function(BenchmarkId::new("capture_into_reused_buffer", &case), |b| {
+            let f = ctx.fixture(density, mib);
+            let mut f = f.borrow_mut();
+            let mut out = Vec::new();
+            snapshot::capture_into(&mut f.instance, &mut out).expect("capture");
+            b.iter_custom(|iters| {
+                timed(
+                    iters,
+                    || snapshot::capture_into(&mut f.instance, &mut out).expect("capture"),
+                    drop,
+                )
+            });
+        });
+        group.bench_function(BenchmarkId::new("memcpy_touched_dst", &case), |b| {
+            let f = ctx.fixture(density, mib);
+            let f = f.borrow();
+            let memory = f.instance.memory_data(0).expect("memory 0");
+            let mut dst = vec![1u8; f.stored_bytes()];
+            b.iter_custom(|iters| {
+                timed(
+                    iters,
+                    || {
+                        let mut at = 0;
+                        for &(start, len) in &f.runs {
+                            dst[at..at + len].copy_from_slice(&memory[start..start + len]);
+                            at += len;
+                        }
+                        at
+                    },
+                    drop,
+                )
+            });
+        });
+        group.bench_function(BenchmarkId::new("zero_scan", &case), |b| {
+            let f = ctx.fixture(density, mib);
+            let f = f.borrow();
+            let memory = f.instance.memory_data(0).expect("memory 0");
+            b.iter_custom(|iters| {
+                timed(
+                    iters,
+                    || {
+                        memory
+                            .chunks(PAGE_SIZE)
+                            .filter(|p| !snapshot::page_is_zero(p))
+                            .count()
+                    },
+                    drop,
+                )
+            });
+        });
+    }
+    group.finish();
+}
+
+fn bench_restore(c: &mut Criterion, ctx: &Ctx) {
+    let mut group = c.benchmark_group("restore");
+    group.sampling_mode(SamplingMode::Flat);
+    for (density, mib) in cases() {
+        let case = format!("{}-{mib}MiB", density.name());
+        group.throughput(Throughput::Bytes((mib * MIB) as u64));
+        group.bench_function(BenchmarkId::new("restore", &case), |b| {
+            let f = ctx.fixture(density, mib);
+            let f = f.borrow();
+            let verified =
+                snapshot::verify(&f.snapshot, &f.template, MAX_MEMORY).expect("verify");
+            b.iter_custom(|iters| {
+                timed(
+                    iters,
+                    || {
+                        ctx.rt
+                            .block_on(snapshot::restore(
+                                &ctx.engine,
+                                f.template.clone(),
+                                config(),
+                                &verified,
+                            ))
+                            .expect("restore")
+                    },
+                    drop,
+                )
+            });
+        });
+        group.bench_function(BenchmarkId::new("memcpy_fresh_mmap", &case), |b| {
+            let f = ctx.fixture(density, mib);
+            let f = f.borrow();
+            let src = &f.snapshot[f.payload.clone()];
+            b.iter_custom(|iters| {
+                timed(
+                    iters,
+                    || {
+                        let mut map = MmapMut::map_anon(src.len()).expect("mmap");
+                        map.copy_from_slice(src);
+                        map
+                    },
+                    drop,
+                )
+            });
+        });
+    }
+    group.finish();
+}
+
+fn bench_persist(c: &mut Criterion, ctx: &Ctx) {
+    let mut group = c.benchmark_group("persist");
+    group.sampling_mode(SamplingMode::Flat);
+    for (density, mib) in cases() {
+        let case = format!("{}-{mib}MiB", density.name());
+        group.bench_function(BenchmarkId::new("store_write", &case), |b| {
+            let f = ctx.fixture(density, mib);
+            let f = f.borrow();
+            let actor = format!("persist-{}", f.label.to_lowercase());
+            let mut seq = 0;
+            b.iter_custom(|iters| {
+                timed(
+                    iters,
+                    || {
+                        seq += 1;
+                        ctx.store.write(&actor, seq, &f.snapshot).expect("write");
+                        seq
+                    },
+                    |seq| ctx.store.remove(&actor, seq).expect("remove"),
+                )
+            });
+        });
+        group.bench_function(BenchmarkId::new("fs_write_fsync", &case), |b| {
+            let f = ctx.fixture(density, mib);
+            let f = f.borrow();
+            let path = ctx.dir.join("plain.bin");
+            b.iter_custom(|iters| {
+                timed(
+                    iters,
+                    || {
+                        let mut file = File::create(&path).expect("create");
+                        file.write_all(&f.snapshot).expect("write");
+                        file.sync_all().expect("fsync");
+                    },
+                    |()| std::fs::remove_file(&path).expect("remove"),
+                )
+            });
+        });
+    }
+    group.finish();
+}
+
+fn bench_load(c: &mut Criterion, ctx: &Ctx) {
+    let mut group = c.benchmark_group("load");
+    group.sampling_mode(SamplingMode::Flat);
+    for (density, mib) in cases() {
+        let case = format!("{}-{mib}MiB", density.name());
+        let actor = format!("load-{case}").to_lowercase();
+        group.bench_function(BenchmarkId::new("map_and_verify", &case), |b| {
+            let f = ctx.fixture(density, mib);
+            let f = f.borrow();
+            ctx.store.write(&actor, 1, &f.snapshot).expect("write");
+            b.iter_custom(|iters| {
+                timed(
+                    iters,
+                    || {
+                        let map = ctx.store.open_snapshot(&actor, 1).expect("open");
+                        let header = snapshot::verify(&map, &f.template, MAX_MEMORY)
+                            .expect("verify")
+                            .header;
+                        (map, header)
+                    },
+                    drop,
+                )
+            });
+        });
+        group.bench_function(BenchmarkId::new("fs_read_touched_dst", &case), |b| {
+            let f = ctx.fixture(density, mib);
+            let f = f.borrow();
+            ctx.store.write(&actor, 1, &f.snapshot).expect("write");
+            let path = ctx.store.path(&actor, 1);
+            let mut dst = vec![1u8; f.snapshot.len()];
+            b.iter_custom(|iters| {
+                timed(
+                    iters,
+                    || {
+                        File::open(&path)
+                            .and_then(|mut file| file.read_exact(&mut dst))
+                            .expect("read");
+                    },
+                    drop,
+                )
+            });
+        });
+    }
+    group.finish();
+}
+
+fn bench_cold_start(c: &mut Criterion, ctx: &Ctx) {
+    let kv = std::fs::read(concat!(env!("STASIS_DEMOS_DIR"), "/kv.wasm")).expect("kv.wasm");
+    let template = ctx.cache.load(&kv).expect("kv loads");
+    let kv_config = || {
+        InstanceConfig::new(
+            "bench",
+            "worker-1",
+            vec![("KV_PRELOAD".into(), KV_PRELOAD.into())],
+        )
+    };
+    let mut instance = ctx.spawn(&template, kv_config());
+    let (bytes, stats) = snapshot::capture(&mut instance).expect("capture");
+    report_size("kv-preload-100k", &stats, 0);
+    // The restored actor has the preloaded keys.
+    let mut restored = ctx.restore(&template, &bytes);
+    let get = Request {
+        method: "GET".into(),
+        uri: "/k99999".into(),
+        ..Request::default()
+    };
+    let answer = ctx.rt.block_on(restored.call(&get)).expect("call");
+    assert_eq!(answer.status, 200);
+    drop((instance, restored));
+    ctx.store.write("kv-cold", 0, &bytes).expect("write");
+
+    let mut group = c.benchmark_group("cold_start");
+    group.sampling_mode(SamplingMode::Flat);
+    group.bench_function("kv-100k/spawn_and_init", |b| {
+        b.iter_custom(|iters| timed(iters, || ctx.spawn(&template, kv_config()), drop));
+    });
+    group.bench_function("kv-100k/restore", |b| {
+        let verified = snapshot::verify(&bytes, &template, MAX_MEMORY).expect("verify");
+        b.iter_custom(|iters| {
+            timed(
+                iters,
+                || {
+                    ctx.rt
+                        .block_on(snapshot::restore(
+                            &ctx.engine,
+                            template.clone(),
+                            kv_config(),
+                            &verified,
+                        ))
+                        .expect("restore")
+                },
+                drop,
+            )
+        });
+    });
+    group.bench_function("kv-100k/load_verify_restore", |b| {
+        b.iter_custom(|iters| {
+            timed(
+                iters,
+                || {
+                    let map = ctx.store.open_snapshot("kv-cold", 0).expect("open");
+                    let verified = snapshot::verify(&map, &template, MAX_MEMORY).expect("verify");
+                    ctx.rt
+                        .block_on(snapshot::restore(
+                            &ctx.engine,
+                            template.clone(),
+                            kv_config(),
+                            &verified,
+                        ))
+                        .expect("restore")
+                },
+                drop,
+            )
+        });
+    });
+    group.finish();
+}
+
+fn main() {
+    let mut c = Criterion::default()
+        .sample_size(10)
+        .warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_secs(2))
+        .configure_from_args();
+    let started = Instant::now();
+    let ctx = Ctx::new();
+    bench_capture(&mut c, &ctx);
+    bench_restore(&mut c, &ctx);
+    bench_persist(&mut c, &ctx);
+    bench_load(&mut c, &ctx);
+    ctx.fixtures.borrow_mut().clear();
+    bench_cold_start(&mut c, &ctx);
+    c.final_summary();
+    println!(
+        "snapshot benches finished in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+}

@@ -1,15 +1,836 @@
-//! Client verbs (placeholder until the admin client lands).
+//! The client verbs of `stasis`: each one is a single request to the admin
+//! API of a running `stasis serve` (`docs/api.md`), its answer printed as a
+//! table (default) or as the server's JSON (`-o json`).
 
-use clap::Subcommand;
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Duration;
 
-/// Client verbs.
-#[derive(Debug, Subcommand)]
-pub enum ClientCommand {
-    /// Reclaim snapshot space.
-    Gc,
+use anyhow::{Context, anyhow, bail};
+use bytes::Bytes;
+use clap::{Args, Subcommand, ValueEnum};
+use hyper::{Method, StatusCode};
+
+use crate::client::{AdminClient, Payload, Reply, encode_component};
+use crate::output::{self, Json};
+
+/// How long a read-only call (list, get) may take; calls that change state
+/// (pause, resume, migrate, drain, ...) wait as long as the server needs.
+const READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How a verb prints its answer.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    /// Aligned columns, or `key: value` lines for one object.
+    #[default]
+    Table,
+    /// The server's JSON, pretty-printed, fields as the server sent them
+    /// (`{}` for a delete, which answers with no body).
+    Json,
 }
 
-/// Runs a client verb.
-pub async fn run(_command: ClientCommand) -> anyhow::Result<()> {
-    anyhow::bail!("not implemented yet")
+/// Options every client verb takes.
+#[derive(Debug, Clone, Args)]
+pub struct ClientArgs {
+    /// Admin API of the `stasis serve` to talk to.
+    #[arg(
+        long,
+        env = "STASIS_ADMIN",
+        default_value = "http://127.0.0.1:7070",
+        value_name = "URL",
+        help_heading = "Client options"
+    )]
+    pub admin: String,
+    /// Bearer token for the admin API (required when it listens beyond loopback).
+    #[arg(
+        long,
+        env = "STASIS_ADMIN_TOKEN",
+        hide_env_values = true,
+        value_name = "TOKEN",
+        help_heading = "Client options"
+    )]
+    pub admin_token: Option<String>,
+    /// Output format: a table for people, or the server's JSON for scripts.
+    #[arg(
+        short = 'o',
+        long,
+        value_enum,
+        default_value_t = OutputFormat::Table,
+        value_name = "FORMAT",
+        help_heading = "Client options"
+    )]
+    pub output: OutputFormat,
+}
+
+/// Client verbs: they drive a running `stasis serve` through its admin API.
+#[derive(Debug, Subcommand)]
+pub enum ClientCommand {
+    /// Push, list, show and delete templates (guest modules).
+    #[command(subcommand)]
+    Template(TemplateCommand),
+    /// Create, list, inspect, pause, resume, checkpoint, migrate and delete actors.
+    #[command(subcommand)]
+    Actor(ActorCommand),
+    /// List and drain workers.
+    #[command(subcommand)]
+    Worker(WorkerCommand),
+    /// Move actors between workers to even out the load; prints the moves.
+    Rebalance {
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Delete snapshot files no actor needs; prints what was reclaimed.
+    Gc {
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+}
+
+/// `stasis template ...`.
+#[derive(Debug, Subcommand)]
+pub enum TemplateCommand {
+    /// Upload a guest module (.wasm) under NAME; pushing the same bytes and
+    /// env again is a no-op.
+    Push {
+        /// Template name (1-63 of a-z, 0-9 and -).
+        name: String,
+        /// The .wasm file (wasm32-wasip1, built with the guest SDK).
+        file: PathBuf,
+        /// WASI environment variable of the template; repeatable.
+        #[arg(long = "env", value_name = "K=V", value_parser = parse_env_pair)]
+        env: Vec<(String, String)>,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// List templates, sorted by name.
+    List {
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Show one template.
+    Get {
+        /// Template name.
+        name: String,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Delete a template no actor uses (with -o json, prints {}).
+    Delete {
+        /// Template name.
+        name: String,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+}
+
+/// `stasis actor ...`.
+#[derive(Debug, Subcommand)]
+pub enum ActorCommand {
+    /// Create an actor from a template and start it on a worker.
+    Create {
+        /// Actor name (1-63 of a-z, 0-9 and -); it is reached at NAME.actors.<domain>.
+        name: String,
+        /// The template to instantiate.
+        #[arg(long, value_name = "TEMPLATE")]
+        template: String,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// List actors, sorted by name.
+    List {
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Show one actor.
+    Get {
+        /// Actor name.
+        name: String,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Snapshot an actor and unload it (idempotent); prints the snapshot size
+    /// and how long the pause took.
+    Pause {
+        /// Actor name.
+        name: String,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Load a paused actor again, by default from its newest snapshot.
+    Resume {
+        /// Actor name.
+        name: String,
+        /// Restore this snapshot (see `actor get`) instead of the newest.
+        #[arg(long, value_name = "SEQ", conflicts_with = "from_template")]
+        from_snapshot: Option<u64>,
+        /// Start over from the template, dropping the actor's state.
+        #[arg(long)]
+        from_template: bool,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Take a snapshot of a running actor without unloading it.
+    Checkpoint {
+        /// Actor name.
+        name: String,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Delete an actor and its snapshots (with -o json, prints {}).
+    Delete {
+        /// Actor name.
+        name: String,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Move an actor to another worker; prints the downtime.
+    Migrate {
+        /// Actor name.
+        name: String,
+        /// The worker to move it to.
+        #[arg(long, value_name = "WORKER")]
+        to: String,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+}
+
+/// `stasis worker ...`.
+#[derive(Debug, Subcommand)]
+pub enum WorkerCommand {
+    /// List workers.
+    List {
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Move every actor off a worker and mark it drained; waits until done.
+    Drain {
+        /// Worker name.
+        name: String,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Run a remote worker: join the control plane at --join and host the
+    /// actors it places here (a server; runs until SIGINT/SIGTERM, which
+    /// drains it first).
+    Run(crate::worker_run::WorkerRunArgs),
+}
+
+/// A `--env K=V` value: split at the first `=`; the key must not be empty.
+fn parse_env_pair(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some(("", _)) => Err(format!("{s:?}: the variable name before '=' is empty")),
+        Some((key, value)) => Ok((key.to_owned(), value.to_owned())),
+        None => Err(format!("{s:?} is not K=V")),
+    }
+}
+
+/// What a call sends.
+#[derive(Debug, Clone, PartialEq)]
+enum Body {
+    /// Nothing.
+    Empty,
+    /// A JSON document.
+    Json(serde_json::Value),
+    /// The bytes of a file, read when the call runs.
+    Wasm(PathBuf),
+}
+
+/// How a successful answer is shown as a table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum View {
+    /// `key: value` lines.
+    Details,
+    /// `key: value` lines after "template NAME created/unchanged".
+    Pushed,
+    /// A confirmation line ("actor c1 deleted").
+    Deleted,
+    /// The actors table.
+    Actors,
+    /// The templates table.
+    Templates,
+    /// The workers table.
+    Workers,
+    /// The rebalance moves.
+    Moves,
+}
+
+/// One client verb as a request: the caller's options, what it is called in
+/// error messages, the route and body, and how to print the answer.
+#[derive(Debug, Clone)]
+struct Call {
+    client: ClientArgs,
+    what: String,
+    method: Method,
+    path: String,
+    body: Body,
+    timeout: Option<Duration>,
+    view: View,
+}
+
+impl Call {
+    fn new(client: ClientArgs, what: String, method: Method, path: String, view: View) -> Self {
+        let timeout = (method == Method::GET).then_some(READ_TIMEOUT);
+        Self {
+            client,
+            what,
+            method,
+            path,
+            body: Body::Empty,
+            timeout,
+            view,
+        }
+    }
+
+    fn with_body(mut self, body: Body) -> Self {
+        self.body = body;
+        self
+    }
+}
+
+fn template_path(name: &str) -> String {
+    format!("/v1/templates/{}", encode_component(name))
+}
+
+fn actor_path(name: &str, action: &str) -> String {
+    let base = format!("/v1/actors/{}", encode_component(name));
+    if action.is_empty() {
+        base
+    } else {
+        format!("{base}/{action}")
+    }
+}
+
+/// Turns a parsed command into its request.
+///
+/// # Errors
+/// A `--env` variable given twice.
+fn plan(command: ClientCommand) -> anyhow::Result<Call> {
+    use ClientCommand as C;
+    let call = match command {
+        C::Template(TemplateCommand::Push {
+            name,
+            file,
+            env,
+            client,
+        }) => {
+            let mut query = Vec::with_capacity(env.len());
+            for (i, (key, value)) in env.iter().enumerate() {
+                if env[..i].iter().any(|(k, _)| k == key) {
+                    bail!("template push {name}: --env {key} given twice");
+                }
+                query.push(format!(
+                    "env={}",
+                    encode_component(&format!("{key}={value}"))
+                ));
+            }
+            let mut path = template_path(&name);
+            if !query.is_empty() {
+                path.push('?');
+                path.push_str(&query.join("&"));
+            }
+            Call::new(
+                client,
+                format!("template push {name}"),
+                Method::PUT,
+                path,
+                View::Pushed,
+            )
+            .with_body(Body::Wasm(file))
+        }
+        C::Template(TemplateCommand::List { client }) => Call::new(
+            client,
+            "template list".into(),
+            Method::GET,
+            "/v1/templates".into(),
+            View::Templates,
+        ),
+        C::Template(TemplateCommand::Get { name, client }) => Call::new(
+            client,
+            format!("template get {name}"),
+            Method::GET,
+            template_path(&name),
+            View::Details,
+        ),
+        C::Template(TemplateCommand::Delete { name, client }) => Call::new(
+            client,
+            format!("template delete {name}"),
+            Method::DELETE,
+            template_path(&name),
+            View::Deleted,
+        ),
+        C::Actor(ActorCommand::Create {
+            name,
+            template,
+            client,
+        }) => Call::new(
+            client,
+            format!("actor create {name}"),
+            Method::POST,
+            "/v1/actors".into(),
+            View::Details,
+        )
+        .with_body(Body::Json(
+            serde_json::json!({ "name": name, "template": template }),
+        )),
+        C::Actor(ActorCommand::List { client }) => Call::new(
+            client,
+            "actor list".into(),
+            Method::GET,
+            "/v1/actors".into(),
+            View::Actors,
+        ),
+        C::Actor(ActorCommand::Get { name, client }) => Call::new(
+            client,
+            format!("actor get {name}"),
+            Method::GET,
+            actor_path(&name, ""),
+            View::Details,
+        ),
+        C::Actor(ActorCommand::Pause { name, client }) => Call::new(
+            client,
+            format!("actor pause {name}"),
+            Method::POST,
+            actor_path(&name, "pause"),
+            View::Details,
+        ),
+        C::Actor(ActorCommand::Resume {
+            name,
+            from_snapshot,
+            from_template,
+            client,
+        }) => {
+            let body = match (from_snapshot, from_template) {
+                (Some(seq), _) => Body::Json(serde_json::json!({ "from_snapshot": seq })),
+                (None, true) => Body::Json(serde_json::json!({ "from_template": true })),
+                (None, false) => Body::Empty,
+            };
+            Call::new(
+                client,
+                format!("actor resume {name}"),
+                Method::POST,
+                actor_path(&name, "resume"),
+                View::Details,
+            )
+            .with_body(body)
+        }
+        C::Actor(ActorCommand::Checkpoint { name, client }) => Call::new(
+            client,
+            format!("actor checkpoint {name}"),
+            Method::POST,
+            actor_path(&name, "checkpoint"),
+            View::Details,
+        ),
+        C::Actor(ActorCommand::Delete { name, client }) => Call::new(
+            client,
+            format!("actor delete {name}"),
+            Method::DELETE,
+            actor_path(&name, ""),
+            View::Deleted,
+        ),
+        C::Actor(ActorCommand::Migrate { name, to, client }) => Call::new(
+            client,
+            format!("actor migrate {name}"),
+            Method::POST,
+            actor_path(&name, "migrate"),
+            View::Details,
+        )
+        .with_body(Body::Json(serde_json::json!({ "to": to }))),
+        C::Worker(WorkerCommand::List { client }) => Call::new(
+            client,
+            "worker list".into(),
+            Method::GET,
+            "/v1/workers".into(),
+            View::Workers,
+        ),
+        C::Worker(WorkerCommand::Drain { name, client }) => Call::new(
+            client,
+            format!("worker drain {name}"),
+            Method::POST,
+            format!("/v1/workers/{}/drain", encode_component(&name)),
+            View::Details,
+        ),
+        C::Worker(WorkerCommand::Run(_)) => bail!("worker run is a server, not a client verb"),
+        C::Rebalance { client } => Call::new(
+            client,
+            "rebalance".into(),
+            Method::POST,
+            "/v1/rebalance".into(),
+            View::Moves,
+        ),
+        C::Gc { client } => Call::new(
+            client,
+            "gc".into(),
+            Method::POST,
+            "/v1/gc".into(),
+            View::Details,
+        ),
+    };
+    Ok(call)
+}
+
+/// Reads the module to push, naming the path in any error.
+async fn read_module(path: &PathBuf) -> anyhow::Result<Bytes> {
+    let metadata = tokio::fs::metadata(path)
+        .await
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    if metadata.is_dir() {
+        bail!(
+            "cannot read {}: it is a directory, not a .wasm file",
+            path.display()
+        );
+    }
+    let bytes = tokio::fs::read(path)
+        .await
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    if bytes.is_empty() {
+        bail!("{} is empty, not a .wasm module", path.display());
+    }
+    Ok(Bytes::from(bytes))
+}
+
+/// The text printed for a successful answer.
+fn render(call: &Call, reply: &Reply) -> anyhow::Result<String> {
+    let parsed = if reply.body.iter().all(u8::is_ascii_whitespace) {
+        None
+    } else {
+        let json = Json::parse(&reply.body).map_err(|e| {
+            anyhow!(
+                "the admin API at {} answered {} with a body that is not JSON ({e})",
+                call.client.admin,
+                reply.status.as_u16()
+            )
+        })?;
+        Some(json)
+    };
+    if call.client.output == OutputFormat::Json {
+        return Ok(match parsed {
+            Some(json) => format!("{}\n", json.to_pretty()),
+            None => "{}\n".to_owned(),
+        });
+    }
+    if call.view == View::Deleted {
+        // "template delete counter" -> "template counter deleted".
+        let mut words = call.what.splitn(3, ' ');
+        let kind = words.next().unwrap_or("");
+        let name = words.nth(1).unwrap_or("");
+        return Ok(format!("{kind} {name} deleted\n"));
+    }
+    let json = parsed.unwrap_or(Json::Null);
+    Ok(match call.view {
+        View::Actors => output::actors_table(&json),
+        View::Templates => output::templates_table(&json),
+        View::Workers => output::workers_table(&json),
+        View::Moves => output::moves_table(&json),
+        View::Pushed => {
+            let name = json.get("name").and_then(Json::as_str).unwrap_or("?");
+            let outcome = if reply.status == StatusCode::CREATED {
+                "created"
+            } else {
+                "unchanged (same bytes and env)"
+            };
+            format!("template {name} {outcome}\n{}", output::details(&json))
+        }
+        View::Details | View::Deleted => output::details(&json),
+    })
+}
+
+/// Writes to stdout; a closed pipe (`| head`) is not an error.
+fn print(text: &str) -> anyhow::Result<()> {
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(anyhow!("cannot write to stdout: {e}"))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Runs one client verb: sends its request to the admin API and prints the
+/// answer on stdout.
+///
+/// # Errors
+/// One line for stderr, starting with the verb and its target, e.g.
+/// `actor pause c9: 404 no actor named "c9"`: the server's refusal, an
+/// unreachable admin URL, or an unreadable module file.
+pub async fn run(command: ClientCommand) -> anyhow::Result<()> {
+    if let ClientCommand::Worker(WorkerCommand::Run(args)) = command {
+        return crate::worker_run::run(args).await;
+    }
+    let call = plan(command)?;
+    let what = call.what.clone();
+    async {
+        let client = AdminClient::new(&call.client.admin, call.client.admin_token.as_deref())?;
+        let payload = match &call.body {
+            Body::Empty => None,
+            Body::Json(value) => Some(Payload {
+                bytes: Bytes::from(serde_json::to_vec(value)?),
+                content_type: "application/json",
+            }),
+            Body::Wasm(path) => Some(Payload {
+                bytes: read_module(path).await?,
+                content_type: "application/wasm",
+            }),
+        };
+        let reply = client
+            .send(call.method.clone(), &call.path, payload, call.timeout)
+            .await?;
+        print(&render(&call, &reply)?)
+    }
+    .await
+    .map_err(|e| e.context(what))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::{CommandFactory, Parser, error::ErrorKind};
+
+    /// The client verbs as `main` mounts them.
+    #[derive(Debug, Parser)]
+    #[command(name = "stasis")]
+    struct TestCli {
+        #[command(subcommand)]
+        command: ClientCommand,
+    }
+
+    fn parse(args: &[&str]) -> Result<ClientCommand, clap::Error> {
+        TestCli::try_parse_from(std::iter::once("stasis").chain(args.iter().copied()))
+            .map(|c| c.command)
+    }
+
+    fn call(args: &[&str]) -> Call {
+        plan(parse(args).expect("arguments parse")).expect("plan")
+    }
+
+    #[test]
+    fn cli_is_consistent() {
+        TestCli::command().debug_assert();
+    }
+
+    #[test]
+    fn env_pairs() {
+        assert_eq!(parse_env_pair("K=V"), Ok(("K".into(), "V".into())));
+        assert_eq!(parse_env_pair("K="), Ok(("K".into(), String::new())));
+        assert_eq!(parse_env_pair("A=b=c"), Ok(("A".into(), "b=c".into())));
+        assert!(parse_env_pair("=V").is_err());
+        assert!(parse_env_pair("K").is_err());
+        let e = parse(&["template", "push", "t", "f.wasm", "--env", "NOPE"]).expect_err("not K=V");
+        assert_eq!(e.kind(), ErrorKind::ValueValidation);
+    }
+
+    #[test]
+    fn template_push_encodes_env_in_the_query() {
+        let c = call(&[
+            "template",
+            "push",
+            "counter",
+            "x.wasm",
+            "--env",
+            "K=V",
+            "--env",
+            "GREETING=hi there&x",
+        ]);
+        assert_eq!(c.method, Method::PUT);
+        assert_eq!(
+            c.path,
+            "/v1/templates/counter?env=K%3DV&env=GREETING%3Dhi%20there%26x"
+        );
+        assert_eq!(c.body, Body::Wasm(PathBuf::from("x.wasm")));
+        assert_eq!(c.timeout, None);
+        assert_eq!(
+            call(&["template", "push", "counter", "x.wasm"]).path,
+            "/v1/templates/counter"
+        );
+        let twice = parse(&[
+            "template", "push", "c", "x.wasm", "--env", "K=1", "--env", "K=2",
+        ])
+        .expect("parses");
+        let e = plan(twice).expect_err("duplicate env");
+        assert_eq!(e.to_string(), "template push c: --env K given twice");
+    }
+
+    #[test]
+    fn resume_flags_are_mutually_exclusive() {
+        let e = parse(&[
+            "actor",
+            "resume",
+            "c1",
+            "--from-snapshot",
+            "3",
+            "--from-template",
+        ])
+        .expect_err("conflict");
+        assert_eq!(e.kind(), ErrorKind::ArgumentConflict);
+        assert_eq!(call(&["actor", "resume", "c1"]).body, Body::Empty);
+        assert_eq!(
+            call(&["actor", "resume", "c1", "--from-snapshot", "3"]).body,
+            Body::Json(serde_json::json!({"from_snapshot": 3}))
+        );
+        assert_eq!(
+            call(&["actor", "resume", "c1", "--from-template"]).body,
+            Body::Json(serde_json::json!({"from_template": true}))
+        );
+        let e =
+            parse(&["actor", "resume", "c1", "--from-snapshot", "x"]).expect_err("not a number");
+        assert_eq!(e.kind(), ErrorKind::ValueValidation);
+    }
+
+    #[test]
+    fn client_options_on_every_verb() {
+        let c = call(&[
+            "actor",
+            "get",
+            "c1",
+            "-o",
+            "json",
+            "--admin",
+            "http://10.0.0.1:9",
+            "--admin-token",
+            "t",
+        ]);
+        assert_eq!(c.client.output, OutputFormat::Json);
+        assert_eq!(c.client.admin, "http://10.0.0.1:9");
+        assert_eq!(c.client.admin_token.as_deref(), Some("t"));
+        assert_eq!(
+            (c.method, c.path.as_str(), c.timeout),
+            (Method::GET, "/v1/actors/c1", Some(READ_TIMEOUT))
+        );
+        for verb in [
+            &["template", "list"][..],
+            &["template", "get", "t"],
+            &["template", "delete", "t"],
+            &["actor", "create", "a", "--template", "t"],
+            &["actor", "list"],
+            &["actor", "pause", "a"],
+            &["actor", "checkpoint", "a"],
+            &["actor", "delete", "a"],
+            &["actor", "migrate", "a", "--to", "worker-2"],
+            &["worker", "list"],
+            &["worker", "drain", "worker-1"],
+            &["rebalance"],
+            &["gc"],
+        ] {
+            let args: Vec<&str> = verb.iter().copied().chain(["--output", "json"]).collect();
+            assert_eq!(call(&args).client.output, OutputFormat::Json, "{verb:?}");
+        }
+        let e = parse(&["actor", "list", "-o", "yaml"]).expect_err("unknown format");
+        assert_eq!(e.kind(), ErrorKind::InvalidValue);
+    }
+
+    #[test]
+    fn routes_and_bodies() {
+        let cases: [(&[&str], Method, &str); 10] = [
+            (
+                &["actor", "create", "c1", "--template", "counter"],
+                Method::POST,
+                "/v1/actors",
+            ),
+            (
+                &["actor", "pause", "c1"],
+                Method::POST,
+                "/v1/actors/c1/pause",
+            ),
+            (
+                &["actor", "checkpoint", "c1"],
+                Method::POST,
+                "/v1/actors/c1/checkpoint",
+            ),
+            (&["actor", "delete", "c1"], Method::DELETE, "/v1/actors/c1"),
+            (
+                &["actor", "migrate", "c1", "--to", "w2"],
+                Method::POST,
+                "/v1/actors/c1/migrate",
+            ),
+            (
+                &["actor", "get", "a/pause"],
+                Method::GET,
+                "/v1/actors/a%2Fpause",
+            ),
+            (
+                &["worker", "drain", "worker-1"],
+                Method::POST,
+                "/v1/workers/worker-1/drain",
+            ),
+            (
+                &["template", "delete", "counter"],
+                Method::DELETE,
+                "/v1/templates/counter",
+            ),
+            (&["rebalance"], Method::POST, "/v1/rebalance"),
+            (&["gc"], Method::POST, "/v1/gc"),
+        ];
+        for (args, method, path) in cases {
+            let c = call(args);
+            assert_eq!((&c.method, c.path.as_str()), (&method, path), "{args:?}");
+        }
+        assert_eq!(
+            call(&["actor", "create", "c1", "--template", "counter"]).body,
+            Body::Json(serde_json::json!({"name": "c1", "template": "counter"}))
+        );
+        assert_eq!(
+            call(&["actor", "migrate", "c1", "--to", "w2"]).body,
+            Body::Json(serde_json::json!({"to": "w2"}))
+        );
+        assert_eq!(call(&["actor", "pause", "c1"]).timeout, None);
+        assert_eq!(
+            parse(&["actor", "create", "c1"])
+                .expect_err("no template")
+                .kind(),
+            ErrorKind::MissingRequiredArgument
+        );
+    }
+
+    #[test]
+    fn rendering() {
+        let reply = |status: u16, body: &str| Reply {
+            status: StatusCode::from_u16(status).expect("status"),
+            body: Bytes::from(body.to_owned()),
+        };
+        let delete = call(&["actor", "delete", "c1"]);
+        assert_eq!(
+            render(&delete, &reply(204, "")).expect("render"),
+            "actor c1 deleted\n"
+        );
+        let delete_json = call(&["template", "delete", "counter", "-o", "json"]);
+        assert_eq!(
+            render(&delete_json, &reply(204, "")).expect("render"),
+            "{}\n"
+        );
+        let get = call(&["actor", "get", "c1", "-o", "json"]);
+        assert_eq!(
+            render(&get, &reply(200, r#"{"name":"c1","epoch":1}"#)).expect("render"),
+            "{\n  \"name\": \"c1\",\n  \"epoch\": 1\n}\n"
+        );
+        let push = call(&["template", "push", "counter", "c.wasm"]);
+        let body = r#"{"name":"counter","digest":"ab","bytes":10,"env":{},"actors":0}"#;
+        assert!(
+            render(&push, &reply(201, body))
+                .expect("render")
+                .starts_with("template counter created\nname:")
+        );
+        assert!(
+            render(&push, &reply(200, body))
+                .expect("render")
+                .starts_with("template counter unchanged")
+        );
+        assert!(render(&get, &reply(200, "<html>")).is_err());
+    }
+
+    #[tokio::test]
+    async fn missing_module_file_is_named() {
+        let e = read_module(&PathBuf::from("/nonexistent/counter.wasm"))
+            .await
+            .expect_err("missing");
+        assert!(
+            format!("{e:#}").starts_with("cannot read /nonexistent/counter.wasm: "),
+            "{e:#}"
+        );
+        let dir = std::env::temp_dir();
+        let e = read_module(&dir).await.expect_err("a directory");
+        assert!(e.to_string().contains("is a directory"), "{e}");
+    }
 }

@@ -2,8 +2,11 @@
 //! workers), and the client verbs that drive a running server through its
 //! admin API (`template`, `actor`, `worker`, `rebalance`, `gc`).
 
+mod client;
 mod commands;
+mod output;
 mod serve;
+mod worker_run;
 
 use std::process::ExitCode;
 

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
-use stasis_runtime::control::ServeConfig;
+use stasis_runtime::control::{RebalanceBy, ServeConfig};
 use stasis_runtime::engine::Limits;
 use stasis_runtime::server::{ServeOptions, serve};
 use stasis_runtime::worker::WorkerSettings;
@@ -78,6 +78,24 @@ pub struct ServeArgs {
     /// Pause actors idle this long (scale to zero).
     #[arg(long, value_parser = parse_duration)]
     idle_timeout: Option<Duration>,
+    /// Remote workers missing heartbeats this long stop serving; after
+    /// twice this long they are declared lost and their actors move.
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    heartbeat_timeout: Duration,
+    /// What rebalancing evens out across workers: count or memory.
+    #[arg(long, default_value = "count", value_parser = parse_rebalance_by)]
+    rebalance_by: RebalanceBy,
+    /// Moves a rebalance or drain runs at once.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..))]
+    max_concurrent_moves: u64,
+}
+
+fn parse_rebalance_by(s: &str) -> Result<RebalanceBy, String> {
+    match s {
+        "count" => Ok(RebalanceBy::Count),
+        "memory" => Ok(RebalanceBy::Memory),
+        _ => Err(format!("{s:?} is neither \"count\" nor \"memory\"")),
+    }
 }
 
 /// Runs `stasis serve` until SIGINT or SIGTERM.
@@ -85,13 +103,7 @@ pub struct ServeArgs {
 /// # Errors
 /// Start-up failures (see [`stasis_runtime::server::serve`]).
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("STASIS_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    init_logging();
     let options = ServeOptions {
         config: ServeConfig {
             data_dir: args.data_dir,
@@ -113,6 +125,10 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             snapshot_quota: args.snapshot_quota,
             idle_timeout: args.idle_timeout,
             checkpoint_interval: args.checkpoint_interval,
+            heartbeat_timeout: args.heartbeat_timeout,
+            rebalance_by: args.rebalance_by,
+            max_concurrent_moves: usize::try_from(args.max_concurrent_moves).unwrap_or(usize::MAX),
+            admin_token: args.admin_token.clone(),
         },
         listen: args.listen,
         admin_listen: args.admin_listen,
@@ -129,7 +145,23 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     .await
 }
 
-async fn shutdown_signal() {
+/// Logs to stderr, filtered by `STASIS_LOG` (default `info`); colours only
+/// on a terminal. Guest stdout/stderr lines appear under target
+/// `stasis::guest` with the actor's name.
+pub fn init_logging() {
+    use std::io::IsTerminal as _;
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("STASIS_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+/// Resolves on SIGINT or SIGTERM.
+pub async fn shutdown_signal() {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = match signal(SignalKind::terminate()) {
         Ok(s) => s,

@@ -66,8 +66,7 @@ async fn reference_session_survives_pause_resume_and_restart() {
     let resumed = server.cli_json(&["actor", "resume", "my-counter-1"]);
     assert_eq!(resumed["state"], "running");
 
-    let dir = server.stop();
-    let server = Server::start_in(&dir, &[]).expect("restart on the same data dir");
+    let server = server.restart(&[]);
     assert_eq!(count(&post(&server, "my-counter-1").await), 4);
     let list = server.cli_json(&["actor", "list"]);
     assert_eq!(list.as_array().map(Vec::len), Some(1));
@@ -311,7 +310,7 @@ async fn bad_input_gets_clear_errors_and_harms_nothing() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("nope"));
     for bad in ["Bad_Name", "-x", "x-", &"a".repeat(64), "a.b"] {
-        let out = server.cli(&["actor", "create", bad, "--template", "counter"]);
+        let out = server.cli(&["actor", "create", "--template", "counter", "--", bad]);
         assert_eq!(out.status.code(), Some(1), "{bad} must be refused");
     }
     server.create("a1", "counter");

@@ -9,10 +9,10 @@ use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
 use serde::Serialize;
 
-use crate::control::{ControlPlane, MAX_TEMPLATE_BYTES};
+use crate::control::handle::{JoinAnswer, JoinRequest, ResumeRequest};
+use crate::control::{ControlPlane, MAX_TEMPLATE_BYTES, ServeConfig};
 use crate::error::ApiError;
 use crate::http::{Body, collect_body};
-use crate::worker::actor::ResumeFrom;
 
 /// Largest JSON body the admin API reads, in bytes.
 const MAX_JSON: usize = 64 << 10;
@@ -84,13 +84,34 @@ struct CreateActor {
     template: String,
 }
 
-#[derive(serde::Deserialize, Default)]
+#[derive(serde::Deserialize)]
 #[serde(deny_unknown_fields)]
-struct ResumeBody {
-    #[serde(default)]
-    from_snapshot: Option<u64>,
-    #[serde(default)]
-    from_template: bool,
+struct MigrateBody {
+    to: String,
+}
+
+fn bytes_response(bytes: Vec<u8>) -> Response<Body> {
+    let mut response = Response::new(Full::new(Bytes::from(bytes)));
+    response.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/wasm"),
+    );
+    response
+}
+
+fn join_answer(config: &ServeConfig) -> JoinAnswer {
+    let ms = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    JoinAnswer {
+        heartbeat_timeout_ms: ms(config.heartbeat_timeout),
+        max_memory: config.limits.max_memory,
+        cpu_limit_ms: ms(config.limits.cpu_limit),
+        request_timeout_ms: ms(config.limits.request_timeout),
+        max_body: config.limits.max_body as u64,
+        max_held: config.worker.max_held,
+        hold_timeout_ms: ms(config.worker.hold_timeout),
+        keep_snapshots: config.worker.actor.keep_snapshots,
+        checkpoint_every: config.worker.actor.checkpoint_every,
+    }
 }
 
 impl AdminApi {
@@ -142,17 +163,19 @@ impl AdminApi {
         let query = request.uri().query().unwrap_or("").to_owned();
         let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
         let c = &self.control;
-        let limit = if matches!(segments.as_slice(), ["v1", "templates", _]) {
-            MAX_TEMPLATE_BYTES
-        } else {
-            MAX_JSON
+        let limit = match segments.as_slice() {
+            ["v1", "templates", _] => MAX_TEMPLATE_BYTES,
+            ["internal", "v1", "snapshots", ..] => {
+                usize::try_from(c.engine().limits().max_memory).unwrap_or(usize::MAX).saturating_add(16 << 20)
+            }
+            _ => MAX_JSON,
         };
         let (parts, body) = request.into_parts();
         let body = collect_body(&parts, body, limit).await?;
         match (&method, segments.as_slice()) {
             (&Method::GET, ["metrics"]) => Ok(text(
                 StatusCode::OK,
-                c.metrics_text(),
+                c.metrics_text().await,
                 "application/openmetrics-text; version=1.0.0; charset=utf-8",
             )),
             (&Method::GET, ["v1", "templates"]) => ok(&c.templates()?),
@@ -171,13 +194,13 @@ impl AdminApi {
                 c.delete_template(name).await?;
                 Ok(no_content())
             }
-            (&Method::GET, ["v1", "actors"]) => ok(&c.actors()),
+            (&Method::GET, ["v1", "actors"]) => ok(&c.actors().await),
             (&Method::POST, ["v1", "actors"]) => {
                 let req: CreateActor = parse_json(&body)?;
                 let info = c.create_actor(&req.name, &req.template).await?;
                 Ok(json(StatusCode::CREATED, &info))
             }
-            (&Method::GET, ["v1", "actors", name]) => ok(&c.actor(name)?),
+            (&Method::GET, ["v1", "actors", name]) => ok(&c.actor(name).await?),
             (&Method::DELETE, ["v1", "actors", name]) => {
                 c.delete_actor(name).await?;
                 Ok(no_content())
@@ -187,23 +210,37 @@ impl AdminApi {
                 ok(&c.checkpoint(name).await?)
             }
             (&Method::POST, ["v1", "actors", name, "resume"]) => {
-                let req: ResumeBody = parse_json(&body)?;
-                let from = match (req.from_snapshot, req.from_template) {
-                    (Some(_), true) => {
-                        return Err(ApiError::bad_request(
-                            "give from_snapshot or from_template, not both",
-                        ));
-                    }
-                    (Some(seq), false) => ResumeFrom::Snapshot(seq),
-                    (None, true) => ResumeFrom::Template,
-                    (None, false) => ResumeFrom::Newest,
-                };
-                ok(&c.resume(name, from).await?)
+                let req: ResumeRequest = parse_json(&body)?;
+                ok(&c.resume(name, req.source()?).await?)
             }
-            (&Method::GET, ["v1", "workers"]) => ok(&c.workers()),
+            (&Method::POST, ["v1", "actors", name, "migrate"]) => {
+                let req: MigrateBody = parse_json(&body)?;
+                ok(&c.migrate(name, &req.to).await?)
+            }
+            (&Method::GET, ["v1", "workers"]) => ok(&c.workers().await),
+            (&Method::POST, ["v1", "workers", name, "drain"]) => ok(&c.drain(name).await?),
+            (&Method::POST, ["v1", "rebalance"]) => ok(&c.rebalance().await),
             (&Method::POST, ["v1", "gc"]) => ok(&c.gc().await?),
+            (&Method::POST, ["internal", "v1", "workers", "join"]) => {
+                let req: JoinRequest = parse_json(&body)?;
+                c.join(&req.name, &req.address)?;
+                ok(&join_answer(c.config()))
+            }
+            (&Method::POST, ["internal", "v1", "workers", name, "heartbeat"]) => {
+                c.heartbeat(name)?;
+                ok(&serde_json::json!({}))
+            }
+            (&Method::POST, ["internal", "v1", "workers", name, "drain"]) => ok(&c.drain(name).await?),
+            (&Method::GET, ["internal", "v1", "templates", digest]) => Ok(bytes_response(c.template_bytes(digest)?)),
+            (&Method::PUT, ["internal", "v1", "snapshots", actor, seq]) => {
+                let seq = seq
+                    .parse()
+                    .map_err(|_| ApiError::bad_request(format!("bad sequence number {seq:?}")))?;
+                c.receive_snapshot(actor, seq, body.to_vec()).await?;
+                Ok(no_content())
+            }
             (_, ["healthz" | "metrics"])
-            | (_, ["v1", "templates" | "actors" | "workers" | "gc", ..]) => Err(ApiError::new(
+            | (_, ["v1" | "internal", ..]) => Err(ApiError::new(
                 405,
                 format!("method {method} not allowed on {path}"),
             )),

@@ -77,6 +77,7 @@ pub async fn serve(
         admin: admin.local_addr()?,
     };
     let housekeeping = tokio::spawn(control.clone().run_housekeeping());
+    let detector = tokio::spawn(control.clone().run_failure_detector());
     let (stop_tx, stop_rx) = watch::channel(false);
     let stopped = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
@@ -107,6 +108,7 @@ pub async fn serve(
     let _ = stop_tx.send(true);
     let _ = ingress_task.await;
     housekeeping.abort();
+    detector.abort();
     control.pause_all().await;
     let _ = admin_task.await;
     tracing::info!("stopped; every actor is paused");

@@ -261,6 +261,23 @@ fn global_val(value: &GlobalValue) -> Val {
 /// # Errors
 /// Only if the header cannot be encoded (more than 16 MiB of page runs).
 pub fn capture(instance: &mut ActorInstance) -> Result<(Vec<u8>, CaptureStats), SnapshotError> {
+    let mut out = Vec::new();
+    let stats = capture_into(instance, &mut out)?;
+    Ok((out, stats))
+}
+
+/// Like [`capture`], but writes the snapshot into `out` (cleared first),
+/// reusing its allocation. A buffer kept across captures is already faulted
+/// in, so a large capture runs at memcpy speed instead of paying a page
+/// fault per 4 KiB of fresh allocation (research notes §3.3).
+///
+/// # Errors
+/// Only if the header cannot be encoded (more than 16 MiB of page runs).
+pub fn capture_into(
+    instance: &mut ActorInstance,
+    out: &mut Vec<u8>,
+) -> Result<CaptureStats, SnapshotError> {
+    out.clear();
     let info = instance.template.info.clone();
     let values = instance.global_values();
     let mut globals = Vec::with_capacity(values.len());
@@ -299,7 +316,7 @@ pub fn capture(instance: &mut ActorInstance) -> Result<(Vec<u8>, CaptureStats), 
     }
     let header_bytes = encode_header(&header)?;
     let file_len = offset + TRAILER_LEN as u64;
-    let mut out = Vec::with_capacity(file_len as usize);
+    out.reserve(file_len as usize);
     out.extend_from_slice(&MAGIC);
     out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
     out.extend_from_slice(&(header_bytes.len() as u32).to_le_bytes());
@@ -313,14 +330,13 @@ pub fn capture(instance: &mut ActorInstance) -> Result<(Vec<u8>, CaptureStats), 
             out.extend_from_slice(&data[start..start + run.pages as usize * PAGE_SIZE]);
         }
     }
-    let crc = crc32c::crc32c(&out);
+    let crc = crc32c::crc32c(out);
     out.extend_from_slice(&crc.to_le_bytes());
-    let stats = CaptureStats {
+    Ok(CaptureStats {
         memory_bytes: header.memory_bytes(),
         stored_pages: header.stored_pages(),
         file_bytes: out.len() as u64,
-    };
-    Ok((out, stats))
+    })
 }
 
 fn encode_header(header: &Header) -> Result<Vec<u8>, SnapshotError> {

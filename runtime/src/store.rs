@@ -41,7 +41,7 @@ fn io_err(op: &'static str, path: &Path) -> impl FnOnce(io::Error) -> StoreError
 }
 
 /// One stored snapshot.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SnapshotEntry {
     /// Sequence number (0 is taken at creation).
     pub seq: u64,

@@ -962,7 +962,7 @@ fn store_retains_the_newest() {
     let dir = tempfile::tempdir().unwrap();
     let store = SnapshotStore::open(dir.path(), None).unwrap();
     for seq in 0..=5u64 {
-        let path = store.write("a", seq, &vec![seq as u8 + 1; 100]).unwrap();
+        let path = store.write("a", seq, &[seq as u8 + 1; 100]).unwrap();
         assert_eq!(std::fs::read(&path).unwrap(), vec![seq as u8 + 1; 100]);
         store.retain("a", 2).unwrap();
     }
@@ -1058,4 +1058,56 @@ async fn stored_snapshot_restores_from_the_mapped_file() {
         0xdead_beef
     );
     call_ok(&mut inst).await;
+}
+
+// ---------------------------------------------------------------------------
+// The guest's monotonic clock never goes backwards across a restore
+// ---------------------------------------------------------------------------
+
+const CLOCK_WAT: &str = r#"(module
+  (import "wasi_snapshot_preview1" "clock_time_get"
+    (func $clock_time_get (param i32 i64 i32) (result i32)))
+  (@custom "stasis-abi" "\01\00\00\00")
+  (memory (export "memory") 1)
+  (data (i32.const 16) "\c8\00\00")
+  (func (export "stasis_alloc") (param i32) (result i32) (i32.const 1024))
+  (func (export "stasis_handle") (param i32 i32) (result i64)
+    ;; monotonic clock (id 1) into 400
+    (if (call $clock_time_get (i32.const 1) (i64.const 0) (i32.const 400))
+      (then unreachable))
+    (i64.const 0x1000000003)))"#;
+
+fn guest_clock(inst: &ActorInstance) -> u64 {
+    let mem = inst.memory_data(0).unwrap();
+    u64::from_le_bytes(mem[400..408].try_into().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn guest_monotonic_clock_continues_after_restore() {
+    let wasm = wat::parse_str(CLOCK_WAT).unwrap();
+    let engine = new_engine();
+    let template = load(&engine, &wasm);
+    let mut inst = ActorInstance::spawn(&engine, template, config())
+        .await
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    call_ok(&mut inst).await;
+    let seen = guest_clock(&inst);
+    assert!(
+        seen >= 50_000_000,
+        "guest clock {seen} ns after a 50 ms sleep"
+    );
+    let (bytes, _) = snapshot::capture(&mut inst).unwrap();
+    let recorded = snapshot::verify_header(&bytes).unwrap().clock_ns;
+    assert!(recorded >= seen);
+    drop(inst);
+
+    let (_engine, mut restored) = restore_fresh(&wasm, &bytes, config()).await;
+    assert!(restored.clock_ns() >= recorded);
+    call_ok(&mut restored).await;
+    let after = guest_clock(&restored);
+    assert!(
+        after >= recorded,
+        "guest clock went backwards: {after} < {recorded}"
+    );
 }

@@ -135,8 +135,18 @@ impl Server {
         self.cli_json(&["actor", "create", actor, "--template", template])
     }
 
-    /// Sends SIGTERM and waits for a clean exit (graceful shutdown).
-    pub fn stop(mut self) -> PathBuf {
+    /// Stops gracefully and starts again on the same data dir.
+    pub fn restart(mut self, extra: &[&str]) -> Server {
+        let tmp = self._tmp.take();
+        let dir = self.stop();
+        let mut server = Server::start_in(&dir, extra).expect("restart on the same data dir");
+        server._tmp = tmp;
+        server
+    }
+
+    /// Sends SIGTERM and waits for a clean exit (graceful shutdown). The
+    /// data dir is deleted with `self` unless it was given to `start_in`.
+    pub fn stop(&mut self) -> PathBuf {
         let pid = self.child.id().to_string();
         let status = Command::new("kill")
             .args(["-TERM", &pid])
@@ -255,4 +265,109 @@ pub fn raw_status(response: &str) -> u16 {
         .nth(1)
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| panic!("not an HTTP response: {response:?}"))
+}
+
+/// A running `stasis worker run`; killed on drop.
+pub struct RemoteWorker {
+    pub child: Child,
+    pub name: String,
+    pub listen: SocketAddr,
+    _tmp: tempfile::TempDir,
+}
+
+impl RemoteWorker {
+    /// Starts a remote worker named `name` joining `server`, with extra
+    /// environment variables (e.g. failpoints).
+    pub fn start(server: &Server, name: &str, env: &[(&str, &str)]) -> RemoteWorker {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_stasis"))
+            .args(["worker", "run", "--join", &server.admin_url(), "--listen", "127.0.0.1:0", "--name", name, "--data-dir"])
+            .arg(tmp.path().join("data"))
+            .envs(env.iter().copied())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn stasis worker run");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut lines = BufReader::new(stdout).lines();
+        let ready = loop {
+            match lines.next() {
+                Some(Ok(line)) if line.starts_with("stasis worker ready") => break line,
+                Some(Ok(_)) => continue,
+                _ => {
+                    let out = child.wait_with_output().expect("wait");
+                    panic!("worker {name} exited: {}", String::from_utf8_lossy(&out.stderr));
+                }
+            }
+        };
+        let listen = ready
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("listen="))
+            .and_then(|a| a.parse().ok())
+            .unwrap_or_else(|| panic!("bad ready line {ready:?}"));
+        let stderr = child.stderr.take().expect("stderr");
+        let tag = name.to_owned();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if std::env::var_os("STASIS_TEST_LOG").is_some() {
+                    eprintln!("[{tag}] {line}");
+                }
+            }
+        });
+        let worker = RemoteWorker {
+            child,
+            name: name.to_owned(),
+            listen,
+            _tmp: tmp,
+        };
+        server.wait_for_worker(name, "ready");
+        worker
+    }
+
+    /// SIGKILL.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM, and wait for the exit.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        let pid = self.child.id().to_string();
+        let _ = Command::new("kill").args(["-TERM", &pid]).status();
+        self.child.wait().expect("wait")
+    }
+}
+
+impl Drop for RemoteWorker {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+impl Server {
+    /// Waits until `worker list` shows `name` in `state` (10 s at most).
+    pub fn wait_for_worker(&self, name: &str, state: &str) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let list = self.cli_json(&["worker", "list"]);
+            let found = list
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|w| w["name"] == name && w["state"] == state);
+            if found {
+                return;
+            }
+            assert!(Instant::now() < deadline, "worker {name} never became {state}: {list}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The worker `actor` is placed on.
+    pub fn worker_of(&self, actor: &str) -> String {
+        self.cli_json(&["actor", "get", actor])["worker"]
+            .as_str()
+            .expect("worker")
+            .to_owned()
+    }
 }

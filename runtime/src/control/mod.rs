@@ -7,13 +7,14 @@
 //! `snapshots/<actor>/<seq:020>.snap`.
 
 pub mod directory;
+pub mod handle;
 
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use serde::Serialize;
@@ -22,11 +23,12 @@ use stasis_host_api::{Request, Response};
 use crate::engine::{Limits, StasisEngine};
 use crate::error::{ApiError, check_label};
 use crate::metrics::{Metrics, StateLabel};
-use crate::module::{ModuleCache, ModuleError, Template};
+use crate::module::{ModuleCache, ModuleError};
 use crate::store::{SnapshotEntry, SnapshotStore};
-use crate::worker::actor::{ActorState, ResumeFrom, SnapshotReport};
+use crate::worker::actor::{ActorState, ActorStatus, ResumeFrom, SnapshotReport};
 use crate::worker::{ActorSpec, Worker, WorkerSettings};
 use directory::{ActorRow, Directory, TemplateRow};
+use handle::{RemoteSpec, WorkerEntry, WorkerKind, WorkerState};
 
 /// Largest module `template push` accepts, in bytes.
 pub const MAX_TEMPLATE_BYTES: usize = 64 << 20;
@@ -48,6 +50,26 @@ pub struct ServeConfig {
     pub idle_timeout: Option<Duration>,
     /// Checkpoint running actors this often.
     pub checkpoint_interval: Option<Duration>,
+    /// A remote worker that misses heartbeats this long stops serving by
+    /// itself; after twice this long the control plane declares it lost.
+    pub heartbeat_timeout: Duration,
+    /// What rebalancing evens out across workers.
+    pub rebalance_by: RebalanceBy,
+    /// Moves a rebalance or drain runs at once.
+    pub max_concurrent_moves: usize,
+    /// Bearer token for the admin API and for talking to remote workers.
+    pub admin_token: Option<String>,
+}
+
+/// What rebalancing evens out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RebalanceBy {
+    /// Number of actors per worker.
+    #[default]
+    Count,
+    /// Linear memory in use per worker.
+    Memory,
 }
 
 impl Default for ServeConfig {
@@ -60,6 +82,10 @@ impl Default for ServeConfig {
             snapshot_quota: None,
             idle_timeout: None,
             checkpoint_interval: None,
+            heartbeat_timeout: Duration::from_secs(2),
+            rebalance_by: RebalanceBy::Count,
+            max_concurrent_moves: 4,
+            admin_token: None,
         }
     }
 }
@@ -122,6 +148,40 @@ pub struct PauseInfo {
     pub duration_ms: f64,
 }
 
+/// The answer to a move: the actor on its new worker plus the downtime.
+#[derive(Debug, Clone, Serialize)]
+pub struct MigrateInfo {
+    /// The actor after the move.
+    #[serde(flatten)]
+    pub actor: ActorInfo,
+    /// Time the actor's gate was closed, in milliseconds.
+    pub downtime_ms: f64,
+    /// The worker it left.
+    pub from: String,
+}
+
+/// One move of a rebalance or drain.
+#[derive(Debug, Clone, Serialize)]
+pub struct Move {
+    /// The actor.
+    pub actor: String,
+    /// Source worker.
+    pub from: String,
+    /// Target worker.
+    pub to: String,
+    /// Gate closed → open, ms (absent if the move failed).
+    pub downtime_ms: Option<f64>,
+    /// Why the move failed (it was rolled back).
+    pub error: Option<String>,
+}
+
+/// The answer to a rebalance.
+#[derive(Debug, Clone, Serialize)]
+pub struct RebalanceReport {
+    /// The moves made.
+    pub moves: Vec<Move>,
+}
+
 /// A worker as the API shows it.
 #[derive(Debug, Clone, Serialize)]
 pub struct WorkerInfo {
@@ -130,7 +190,7 @@ pub struct WorkerInfo {
     /// `in-process`, or the remote address.
     pub address: String,
     /// `ready`, `draining`, `drained` or `lost`.
-    pub state: String,
+    pub state: WorkerState,
     /// Actors placed on it.
     pub actors: usize,
     /// Live linear memory of its actors, bytes.
@@ -148,11 +208,17 @@ pub struct GcReport {
     pub snapshot_bytes: u64,
 }
 
+/// Where an actor lives, and the gate its requests pass.
 #[derive(Debug, Clone)]
 struct Placement {
-    worker: usize,
+    worker: String,
     template: String,
     epoch: u64,
+    /// Requests hold a read guard while they are forwarded; a move holds
+    /// the write guard from capture to the placement switch, so no request
+    /// reaches the source after its capture (the router-side barrier).
+    gate: Arc<tokio::sync::RwLock<()>>,
+    migrating: bool,
 }
 
 /// The control plane of one `stasis serve` process.
@@ -162,12 +228,13 @@ pub struct ControlPlane {
     engine: Arc<StasisEngine>,
     cache: ModuleCache,
     store: Arc<SnapshotStore>,
-    workers: Vec<Arc<Worker>>,
+    workers: RwLock<Vec<Arc<WorkerEntry>>>,
     placement: RwLock<HashMap<String, Placement>>,
     metrics: Arc<Metrics>,
     config: ServeConfig,
-    /// Serialises operations that change the directory.
+    /// Serialises operations that change the directory's set of names.
     ops: tokio::sync::Mutex<()>,
+    pending: std::sync::Mutex<std::collections::HashSet<String>>,
     _lock: File,
 }
 
@@ -198,10 +265,19 @@ fn lock_data_dir(dir: &Path) -> anyhow::Result<File> {
     Ok(file)
 }
 
+/// Takes the data dir's `LOCK` (public for `stasis worker run`).
+///
+/// # Errors
+/// If another process holds it.
+pub fn lock_dir(dir: &Path) -> anyhow::Result<File> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    lock_data_dir(dir)
+}
+
 impl ControlPlane {
     /// Opens the data dir (creating it), takes its `LOCK`, starts the
-    /// workers and brings every actor of the directory back, `paused`
-    /// (resumed by its next request) or `failed` with the reason.
+    /// in-process workers and brings every actor of the directory back,
+    /// `paused` (resumed by its next request) or `failed` with the reason.
     ///
     /// # Errors
     /// If the data dir is locked by another process or cannot be opened.
@@ -218,19 +294,17 @@ impl ControlPlane {
             engine.linker().clone(),
             Some(dir.join("cache")),
         );
-        let store = Arc::new(SnapshotStore::open(
-            dir.join("snapshots"),
-            config.snapshot_quota,
-        )?);
+        let store = Arc::new(SnapshotStore::open(dir.join("snapshots"), config.snapshot_quota)?);
         let workers = (1..=config.workers)
             .map(|i| {
-                Worker::new(
+                Arc::new(WorkerEntry::local(Worker::new(
                     &format!("worker-{i}"),
                     engine.clone(),
                     store.clone(),
                     metrics.clone(),
                     config.worker.clone(),
-                )
+                    None,
+                )))
             })
             .collect();
         let control = Arc::new(Self {
@@ -239,111 +313,134 @@ impl ControlPlane {
             engine,
             cache,
             store,
-            workers,
+            workers: RwLock::new(workers),
             placement: RwLock::new(HashMap::new()),
             metrics,
             config,
             ops: tokio::sync::Mutex::new(()),
+            pending: std::sync::Mutex::default(),
             _lock: lock,
         });
         control.recover()?;
         Ok(control)
     }
 
+    /// Re-places every actor of the directory: on its recorded worker if that
+    /// is an in-process worker of this run, else on the least-loaded one.
+    /// Actors recorded on remote workers come back here too: a restarted
+    /// control plane re-admits remote workers only as new, empty ones.
     fn recover(&self) -> anyhow::Result<()> {
-        let templates: HashMap<String, TemplateRow> = self
-            .directory
-            .templates()?
-            .into_iter()
-            .map(|t| (t.name.clone(), t))
-            .collect();
         for row in self.directory.actors()? {
-            let Some(worker) = self
-                .worker_index(&row.worker)
-                .or_else(|| self.least_loaded())
-            else {
-                tracing::warn!(actor = %row.name, "no worker to host it (--workers 0)");
+            let template = self
+                .directory
+                .template(&row.template)?
+                .with_context(|| format!("actor {} names missing template {}", row.name, row.template))?;
+            let Some(entry) = self.worker(&row.worker).or_else(|| self.least_loaded(None)) else {
+                tracing::warn!(actor = %row.name, "no worker can host it (--workers 0); it waits for one to join");
+                self.placement_mut().insert(row.name.clone(), self.new_placement("", &row.template, row.epoch));
                 continue;
             };
-            let template = templates.get(&row.template).with_context(|| {
-                format!("actor {} names missing template {}", row.name, row.template)
-            })?;
-            let compiled = self.compiled(template)?;
-            let spec = ActorSpec {
-                name: row.name.clone(),
-                template: compiled,
-                env: template.env.clone(),
+            let WorkerKind::Local(worker) = &entry.kind else {
+                continue;
             };
-            let status = self.workers[worker].adopt(&spec);
-            if self.workers[worker].name() != row.worker {
-                self.directory.place_actor(
-                    &row.name,
-                    self.workers[worker].name(),
-                    row.epoch + 1,
-                )?;
+            let epoch = if entry.name == row.worker { row.epoch } else { row.epoch + 1 };
+            let status = worker.adopt(&self.local_spec(&row.name, &template)?, epoch);
+            if entry.name != row.worker {
+                self.directory.place_actor(&row.name, &entry.name, epoch)?;
             }
-            tracing::info!(actor = %row.name, worker = self.workers[worker].name(), state = status.state.as_str(), "actor recovered");
-            self.placement_mut().insert(
-                row.name.clone(),
-                Placement {
-                    worker,
-                    template: row.template.clone(),
-                    epoch: row.epoch,
-                },
-            );
+            tracing::info!(actor = %row.name, worker = %entry.name, state = status.state.as_str(), "actor recovered");
+            self.placement_mut()
+                .insert(row.name.clone(), self.new_placement(&entry.name, &row.template, epoch));
         }
         Ok(())
     }
 
-    fn compiled(&self, template: &TemplateRow) -> anyhow::Result<Arc<Template>> {
+    fn new_placement(&self, worker: &str, template: &str, epoch: u64) -> Placement {
+        Placement {
+            worker: worker.to_owned(),
+            template: template.to_owned(),
+            epoch,
+            gate: Arc::default(),
+            migrating: false,
+        }
+    }
+
+    fn local_spec(&self, name: &str, template: &TemplateRow) -> Result<ActorSpec, ApiError> {
         let path = self.template_path(&template.digest);
-        let bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
-        Ok(self.cache.load(&bytes)?)
+        let bytes = std::fs::read(&path)
+            .map_err(|e| ApiError::internal(format!("reading {}: {e}", path.display())))?;
+        let compiled = self.cache.load(&bytes).map_err(ApiError::internal)?;
+        Ok(ActorSpec {
+            name: name.to_owned(),
+            template: compiled,
+            env: template.env.clone(),
+        })
+    }
+
+    fn remote_spec(template: &TemplateRow, epoch: u64) -> RemoteSpec {
+        RemoteSpec {
+            digest: template.digest.clone(),
+            env: template.env.clone(),
+            epoch,
+            seq: 0,
+            resume: false,
+        }
     }
 
     fn template_path(&self, digest: &str) -> PathBuf {
-        self.data_dir
-            .join("templates")
-            .join(format!("{digest}.wasm"))
+        self.data_dir.join("templates").join(format!("{digest}.wasm"))
+    }
+
+    fn template_row(&self, name: &str) -> Result<TemplateRow, ApiError> {
+        self.directory
+            .template(name)?
+            .ok_or_else(|| ApiError::not_found(format!("no template named {name:?}")))
     }
 
     fn placement_mut(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<String, Placement>> {
         self.placement.write().unwrap_or_else(|p| p.into_inner())
     }
 
+    fn placements(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, Placement>> {
+        self.placement.read().unwrap_or_else(|p| p.into_inner())
+    }
+
     fn placement_of(&self, actor: &str) -> Result<Placement, ApiError> {
-        self.placement
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
+        self.placements()
             .get(actor)
             .cloned()
             .ok_or_else(|| ApiError::not_found(format!("no actor named {actor:?}")))
     }
 
-    fn worker_index(&self, name: &str) -> Option<usize> {
-        self.workers.iter().position(|w| w.name() == name)
+    fn worker_list(&self) -> Vec<Arc<WorkerEntry>> {
+        self.workers.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
-    fn least_loaded(&self) -> Option<usize> {
-        let placement = self.placement.read().unwrap_or_else(|p| p.into_inner());
-        let mut counts = vec![0usize; self.workers.len()];
-        for p in placement.values() {
-            counts[p.worker] += 1;
+    fn worker(&self, name: &str) -> Option<Arc<WorkerEntry>> {
+        self.worker_list().into_iter().find(|w| w.name == name)
+    }
+
+    fn actor_counts(&self) -> HashMap<String, usize> {
+        let mut counts = HashMap::new();
+        for p in self.placements().values() {
+            *counts.entry(p.worker.clone()).or_default() += 1;
         }
         counts
-            .iter()
-            .enumerate()
-            .min_by_key(|(_, c)| **c)
-            .map(|(i, _)| i)
+    }
+
+    /// The ready worker with the fewest actors, other than `exclude`.
+    fn least_loaded(&self, exclude: Option<&str>) -> Option<Arc<WorkerEntry>> {
+        let counts = self.actor_counts();
+        self.worker_list()
+            .into_iter()
+            .filter(|w| w.state() == WorkerState::Ready && Some(w.name.as_str()) != exclude)
+            .min_by_key(|w| counts.get(&w.name).copied().unwrap_or(0))
     }
 
     /// Whether actor `name` exists.
     #[must_use]
     pub fn has_actor(&self, name: &str) -> bool {
-        self.placement
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .contains_key(name)
+        self.placements().contains_key(name)
     }
 
     /// The metrics registry.
@@ -358,14 +455,21 @@ impl ControlPlane {
         &self.engine
     }
 
-    /// The metrics registry, with the gauges refreshed.
+    /// The configuration.
     #[must_use]
-    pub fn metrics_text(&self) -> String {
+    pub fn config(&self) -> &ServeConfig {
+        &self.config
+    }
+
+    /// The metrics registry, with the gauges refreshed.
+    pub async fn metrics_text(&self) -> String {
         let mut counts: HashMap<&'static str, i64> = HashMap::new();
         let mut held = 0;
-        for worker in &self.workers {
-            held += worker.held_requests();
-            for (_, status) in worker.statuses() {
+        for entry in self.worker_list() {
+            if let WorkerKind::Local(w) = &entry.kind {
+                held += w.held_requests();
+            }
+            for (_, status) in entry.statuses().await {
                 *counts.entry(status.state.as_str()).or_default() += 1;
             }
         }
@@ -377,9 +481,7 @@ impl ControlPlane {
                 })
                 .set(counts.get(state.as_str()).copied().unwrap_or(0));
         }
-        self.metrics
-            .held_requests
-            .set(i64::try_from(held).unwrap_or(i64::MAX));
+        self.metrics.held_requests.set(i64::try_from(held).unwrap_or(i64::MAX));
         self.metrics
             .snapshot_bytes
             .set(i64::try_from(self.store.used_bytes()).unwrap_or(i64::MAX));
@@ -404,16 +506,11 @@ impl ControlPlane {
     ) -> Result<(TemplateInfo, bool), ApiError> {
         check_label("template", name)?;
         if bytes.len() > MAX_TEMPLATE_BYTES {
-            return Err(ApiError::new(
-                413,
-                format!("module larger than {MAX_TEMPLATE_BYTES} bytes"),
-            ));
+            return Err(ApiError::new(413, format!("module larger than {MAX_TEMPLATE_BYTES} bytes")));
         }
         for (k, _) in &env {
             if k.is_empty() || k.contains('=') || k.contains('\0') {
-                return Err(ApiError::bad_request(format!(
-                    "invalid environment variable name {k:?}"
-                )));
+                return Err(ApiError::bad_request(format!("invalid environment variable name {k:?}")));
             }
         }
         let _guard = self.ops.lock().await;
@@ -424,20 +521,11 @@ impl ControlPlane {
             }
             return Err(ApiError::conflict(format!(
                 "template {name} exists with {}; delete it first or push under another name",
-                if existing.digest == digest {
-                    "another environment"
-                } else {
-                    "other module bytes"
-                }
+                if existing.digest == digest { "another environment" } else { "other module bytes" }
             )));
         }
-        // Compile on a blocking thread: Cranelift takes tens of ms.
-        let cache_bytes = bytes.clone();
-        let loaded = {
-            let control = self;
-            tokio::task::block_in_place(|| control.cache.load(&cache_bytes))
-        };
-        loaded.map_err(|e| match e {
+        // Cranelift takes tens of ms: keep it off the async workers' backs.
+        tokio::task::block_in_place(|| self.cache.load(&bytes)).map_err(|e| match e {
             ModuleError::Malformed(_) => ApiError::bad_request(e.to_string()),
             _ => ApiError::new(422, e.to_string()),
         })?;
@@ -455,13 +543,7 @@ impl ControlPlane {
     }
 
     fn template_info(&self, row: TemplateRow) -> TemplateInfo {
-        let actors = self
-            .placement
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .values()
-            .filter(|p| p.template == row.name)
-            .count();
+        let actors = self.placements().values().filter(|p| p.template == row.name).count();
         TemplateInfo {
             name: row.name,
             digest: row.digest,
@@ -476,12 +558,7 @@ impl ControlPlane {
     /// # Errors
     /// 500 on a directory failure.
     pub fn templates(&self) -> Result<Vec<TemplateInfo>, ApiError> {
-        Ok(self
-            .directory
-            .templates()?
-            .into_iter()
-            .map(|t| self.template_info(t))
-            .collect())
+        Ok(self.directory.templates()?.into_iter().map(|t| self.template_info(t)).collect())
     }
 
     /// Template `name`.
@@ -489,10 +566,18 @@ impl ControlPlane {
     /// # Errors
     /// 404 if unknown.
     pub fn template(&self, name: &str) -> Result<TemplateInfo, ApiError> {
-        self.directory
-            .template(name)?
-            .map(|t| self.template_info(t))
-            .ok_or_else(|| ApiError::not_found(format!("no template named {name:?}")))
+        Ok(self.template_info(self.template_row(name)?))
+    }
+
+    /// The module bytes of the template with `digest` (for remote workers).
+    ///
+    /// # Errors
+    /// 404 if no template has that digest.
+    pub fn template_bytes(&self, digest: &str) -> Result<Vec<u8>, ApiError> {
+        if !self.directory.templates()?.iter().any(|t| t.digest == digest) {
+            return Err(ApiError::not_found(format!("no template with digest {digest}")));
+        }
+        std::fs::read(self.template_path(digest)).map_err(ApiError::internal)
     }
 
     /// Deletes template `name`.
@@ -501,31 +586,22 @@ impl ControlPlane {
     /// 404 if unknown; 409 while actors use it.
     pub async fn delete_template(&self, name: &str) -> Result<(), ApiError> {
         let _guard = self.ops.lock().await;
-        let row = self
-            .directory
-            .template(name)?
-            .ok_or_else(|| ApiError::not_found(format!("no template named {name:?}")))?;
-        let users: Vec<String> = self
-            .placement
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
+        let row = self.template_row(name)?;
+        let mut users: Vec<String> = self
+            .placements()
             .iter()
             .filter(|(_, p)| p.template == name)
             .map(|(a, _)| a.clone())
             .collect();
         if !users.is_empty() {
+            users.sort();
             return Err(ApiError::conflict(format!(
                 "template {name} is used by actor(s) {}; delete them first",
                 users.join(", ")
             )));
         }
         self.directory.delete_template(name)?;
-        let still_used = self
-            .directory
-            .templates()?
-            .iter()
-            .any(|t| t.digest == row.digest);
-        if !still_used {
+        if !self.directory.templates()?.iter().any(|t| t.digest == row.digest) {
             let _ = std::fs::remove_file(self.template_path(&row.digest));
         }
         Ok(())
@@ -541,66 +617,55 @@ impl ControlPlane {
     pub async fn create_actor(&self, name: &str, template: &str) -> Result<ActorInfo, ApiError> {
         check_label("actor", name)?;
         let _guard = self.ops.lock().await;
-        if self.placement_of(name).is_ok() {
+        if self.has_actor(name) {
             return Err(ApiError::conflict(format!("actor {name} already exists")));
         }
-        let row = self
-            .directory
-            .template(template)?
-            .ok_or_else(|| ApiError::not_found(format!("no template named {template:?}")))?;
-        let worker = self.least_loaded().ok_or_else(|| {
-            ApiError::unavailable("no worker can host actors (serve --workers 0)")
-        })?;
-        let compiled = self.compiled(&row).map_err(ApiError::internal)?;
-        let spec = ActorSpec {
-            name: name.to_owned(),
-            template: compiled,
-            env: row.env.clone(),
-        };
-        self.workers[worker].create(&spec).await?;
-        let actor_row = ActorRow {
-            name: name.to_owned(),
-            template: template.to_owned(),
-            worker: self.workers[worker].name().to_owned(),
-            epoch: 1,
-        };
-        if let Err(e) = self.directory.insert_actor(&actor_row) {
-            self.workers[worker].remove(name).await;
+        let row = self.template_row(template)?;
+        let entry = self
+            .least_loaded(None)
+            .ok_or_else(|| ApiError::unavailable("no worker can host actors (serve --workers 0 and none joined)"))?;
+        let epoch = 1;
+        self.lock_pending().insert(name.to_owned());
+        let created = entry
+            .create(|| self.local_spec(name, &row), Self::remote_spec(&row, epoch), name)
+            .await;
+        self.lock_pending().remove(name);
+        if let Err(e) = created {
             let _ = self.store.remove_actor(name);
             return Err(e);
         }
-        self.placement_mut().insert(
-            name.to_owned(),
-            Placement {
-                worker,
-                template: template.to_owned(),
-                epoch: 1,
-            },
-        );
-        tracing::info!(
-            actor = name,
-            template,
-            worker = self.workers[worker].name(),
-            "actor created"
-        );
-        self.actor(name)
+        let actor_row = ActorRow {
+            name: name.to_owned(),
+            template: template.to_owned(),
+            worker: entry.name.clone(),
+            epoch,
+        };
+        if let Err(e) = self.directory.insert_actor(&actor_row) {
+            entry.remove(name).await;
+            let _ = self.store.remove_actor(name);
+            return Err(e);
+        }
+        self.placement_mut()
+            .insert(name.to_owned(), self.new_placement(&entry.name, template, epoch));
+        tracing::info!(actor = name, template, worker = %entry.name, "actor created");
+        self.actor(name).await
     }
 
     /// Actor `name`.
     ///
     /// # Errors
-    /// 404 if unknown.
-    pub fn actor(&self, name: &str) -> Result<ActorInfo, ApiError> {
+    /// 404 if unknown; 503 if its worker cannot be reached.
+    pub async fn actor(&self, name: &str) -> Result<ActorInfo, ApiError> {
         let placement = self.placement_of(name)?;
-        let worker = &self.workers[placement.worker];
-        let status = worker
-            .status(name)
-            .ok_or_else(|| ApiError::not_found(format!("no actor named {name:?}")))?;
+        let status = match self.worker(&placement.worker) {
+            Some(entry) => entry.status(name).await?,
+            None => ActorStatus::waiting("waiting for a worker to host it"),
+        };
         Ok(ActorInfo {
             name: name.to_owned(),
             template: placement.template,
-            state: status.state,
-            worker: worker.name().to_owned(),
+            state: if placement.migrating { ActorState::Migrating } else { status.state },
+            worker: placement.worker,
             epoch: placement.epoch,
             snapshot: status.snapshot,
             snapshots: self.store.list(name).unwrap_or_default(),
@@ -613,27 +678,27 @@ impl ControlPlane {
         })
     }
 
-    /// All actors, by name.
-    #[must_use]
-    pub fn actors(&self) -> Vec<ActorInfo> {
-        let mut names: Vec<String> = self
-            .placement
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .keys()
-            .cloned()
-            .collect();
+    /// All actors, by name (an actor whose worker cannot be reached is left out).
+    pub async fn actors(&self) -> Vec<ActorInfo> {
+        let mut names: Vec<String> = self.placements().keys().cloned().collect();
         names.sort();
-        names.iter().filter_map(|n| self.actor(n).ok()).collect()
+        let mut out = Vec::with_capacity(names.len());
+        for name in names {
+            if let Ok(info) = self.actor(&name).await {
+                out.push(info);
+            }
+        }
+        out
     }
 
-    fn worker_of(&self, actor: &str) -> Result<&Arc<Worker>, ApiError> {
-        Ok(&self.workers[self.placement_of(actor)?.worker])
+    fn entry_of(&self, placement: &Placement, actor: &str) -> Result<Arc<WorkerEntry>, ApiError> {
+        self.worker(&placement.worker)
+            .ok_or_else(|| ApiError::unavailable(format!("actor {actor} waits for a worker to host it")))
     }
 
-    fn pause_info(&self, name: &str, report: SnapshotReport) -> Result<PauseInfo, ApiError> {
+    async fn pause_info(&self, name: &str, report: SnapshotReport) -> Result<PauseInfo, ApiError> {
         Ok(PauseInfo {
-            actor: self.actor(name)?,
+            actor: self.actor(name).await?,
             snapshot_bytes: report.snapshot_bytes,
             duration_ms: report.duration_ms,
         })
@@ -644,8 +709,10 @@ impl ControlPlane {
     /// # Errors
     /// 404; 409 failed; 507 quota (actor keeps running); 500.
     pub async fn pause(&self, name: &str) -> Result<PauseInfo, ApiError> {
-        let report = self.worker_of(name)?.pause(name).await?;
-        self.pause_info(name, report)
+        let placement = self.placement_of(name)?;
+        let _gate = placement.gate.read().await;
+        let report = self.entry_of(&self.placement_of(name)?, name)?.pause(name).await?;
+        self.pause_info(name, report).await
     }
 
     /// Checkpoints running actor `name`.
@@ -653,8 +720,10 @@ impl ControlPlane {
     /// # Errors
     /// 404; 409 not running; 507 quota; 500.
     pub async fn checkpoint(&self, name: &str) -> Result<PauseInfo, ApiError> {
-        let report = self.worker_of(name)?.checkpoint(name).await?;
-        self.pause_info(name, report)
+        let placement = self.placement_of(name)?;
+        let _gate = placement.gate.read().await;
+        let report = self.entry_of(&self.placement_of(name)?, name)?.checkpoint(name).await?;
+        self.pause_info(name, report).await
     }
 
     /// Resumes actor `name` from `from`.
@@ -662,15 +731,35 @@ impl ControlPlane {
     /// # Errors
     /// 404; 400 unknown snapshot; 503 with the reason if it cannot be restored.
     pub async fn resume(&self, name: &str, from: ResumeFrom) -> Result<ActorInfo, ApiError> {
+        let placement = self.placement_of(name)?;
         if let ResumeFrom::Snapshot(seq) = from
             && !self.store.list(name)?.iter().any(|e| e.seq == seq)
         {
-            return Err(ApiError::bad_request(format!(
-                "actor {name} has no snapshot {seq}"
-            )));
+            return Err(ApiError::bad_request(format!("actor {name} has no snapshot {seq}")));
         }
-        self.worker_of(name)?.resume(name, from).await?;
-        self.actor(name)
+        {
+            let _gate = placement.gate.read().await;
+            let entry = self.entry_of(&self.placement_of(name)?, name)?;
+            if let (ResumeFrom::Snapshot(seq), WorkerKind::Remote(_)) = (from, &entry.kind) {
+                // The remote worker may not hold that snapshot: ship it.
+                let row = self.template_row(&placement.template)?;
+                let mut spec = Self::remote_spec(&row, placement.epoch);
+                spec.seq = seq;
+                let bytes = self.read_snapshot(name, seq).await?;
+                entry.install(|| self.local_spec(name, &row), spec, name, bytes).await?;
+            }
+            entry.resume(name, from).await?;
+        }
+        self.actor(name).await
+    }
+
+    async fn read_snapshot(&self, actor: &str, seq: u64) -> Result<Vec<u8>, ApiError> {
+        let store = self.store.clone();
+        let actor = actor.to_owned();
+        tokio::task::spawn_blocking(move || store.open_snapshot(&actor, seq).map(|m| m.to_vec()))
+            .await
+            .map_err(ApiError::internal)?
+            .map_err(ApiError::from)
     }
 
     /// Deletes actor `name` and all its snapshots.
@@ -680,57 +769,502 @@ impl ControlPlane {
     pub async fn delete_actor(&self, name: &str) -> Result<(), ApiError> {
         let _guard = self.ops.lock().await;
         let placement = self.placement_of(name)?;
+        let _gate = placement.gate.write().await;
         self.placement_mut().remove(name);
-        self.workers[placement.worker].remove(name).await;
+        if let Some(entry) = self.worker(&placement.worker) {
+            entry.remove(name).await;
+        }
         self.directory.delete_actor(name)?;
         self.store.remove_actor(name)?;
         tracing::info!(actor = name, "actor deleted");
         Ok(())
     }
 
-    /// Hands an HTTP request to actor `name`.
+    /// Hands an HTTP request to actor `name`, through its gate: while the
+    /// actor moves, the request waits; a call refused for a stale epoch is
+    /// sent again to the current owner with the same body.
     ///
     /// # Errors
     /// 404 unknown actor; the worker's or guest's failure.
     pub async fn call(&self, name: &str, request: Request) -> Result<Response, ApiError> {
-        self.worker_of(name)?.call(name, request).await
+        let mut attempts = 0;
+        loop {
+            let gate = self.placement_of(name)?.gate;
+            let _open = gate.read().await;
+            let placement = self.placement_of(name)?;
+            let entry = self.entry_of(&placement, name)?;
+            match entry.call(name, placement.epoch, request.clone()).await {
+                Err(e) if e.status == 421 && attempts < 3 => {
+                    attempts += 1;
+                    tracing::debug!(actor = name, "retrying on the current owner: {e}");
+                }
+                other => return other,
+            }
+        }
+    }
+
+    // ---- moves -----------------------------------------------------------
+
+    /// Moves actor `name` to worker `to`: gate closed at the router → capture
+    /// on the source (instance kept) → ship → restore on the target →
+    /// placement switched durably with epoch + 1 → gate opened to the target
+    /// → source instance dropped. Any failure before the switch rolls back:
+    /// the actor stays on the source and the held requests are served there.
+    ///
+    /// # Errors
+    /// 404 unknown actor or worker; 409 already there or target not ready;
+    /// the failure that caused a rollback (503 for an unreachable target).
+    pub async fn migrate(&self, name: &str, to: &str) -> Result<MigrateInfo, ApiError> {
+        self.migrate_from(name, None, to)
+            .await?
+            .ok_or_else(|| ApiError::conflict(format!("actor {name} moved meanwhile")))
+    }
+
+    /// [`ControlPlane::migrate`], but only if the actor is still on `from`
+    /// once its gate is closed (`Ok(None)` otherwise): rebalances and drains
+    /// plan moves ahead and must not move an actor that already moved.
+    async fn migrate_from(
+        &self,
+        name: &str,
+        from: Option<&str>,
+        to: &str,
+    ) -> Result<Option<MigrateInfo>, ApiError> {
+        let target = self
+            .worker(to)
+            .ok_or_else(|| ApiError::not_found(format!("no worker named {to:?}")))?;
+        if target.state() != WorkerState::Ready {
+            return Err(ApiError::conflict(format!(
+                "worker {to} is {:?}, not ready for actors",
+                target.state()
+            )));
+        }
+        let placement = self.placement_of(name)?;
+        if from.is_some_and(|f| f != placement.worker) {
+            return Ok(None);
+        }
+        if placement.worker == to {
+            return Err(ApiError::conflict(format!("actor {name} is already on {to}")));
+        }
+        let gate = placement.gate.clone();
+        let closed = gate.write().await;
+        let started = Instant::now();
+        // Re-read under the gate: an earlier move may have finished meanwhile.
+        let placement = self.placement_of(name)?;
+        if from.is_some_and(|f| f != placement.worker) {
+            return Ok(None);
+        }
+        if target.state() != WorkerState::Ready {
+            return Err(ApiError::conflict(format!("worker {to} stopped taking actors")));
+        }
+        if placement.worker == to {
+            return Err(ApiError::conflict(format!("actor {name} is already on {to}")));
+        }
+        let source = self.entry_of(&placement, name)?;
+        self.set_migrating(name, true);
+        let result = self.move_under_gate(name, &placement, &source, &target).await;
+        self.set_migrating(name, false);
+        if let Err(e) = result {
+            source.cancel_move(name).await;
+            drop(closed);
+            tracing::warn!(actor = name, from = %source.name, to, "move rolled back: {e}");
+            return Err(ApiError {
+                message: format!("move of {name} to {to} rolled back; it stays on {}: {}", source.name, e.message),
+                ..e
+            });
+        }
+        drop(closed);
+        let downtime = started.elapsed();
+        self.metrics.migration_downtime_seconds.observe(downtime.as_secs_f64());
+        source.remove(name).await;
+        tracing::info!(actor = name, from = %source.name, to, downtime_ms = downtime.as_secs_f64() * 1e3, "actor moved");
+        Ok(Some(MigrateInfo {
+            actor: self.actor(name).await?,
+            downtime_ms: downtime.as_secs_f64() * 1e3,
+            from: source.name.clone(),
+        }))
+    }
+
+    fn set_migrating(&self, name: &str, migrating: bool) {
+        if let Some(p) = self.placement_mut().get_mut(name) {
+            p.migrating = migrating;
+        }
+    }
+
+    async fn move_under_gate(
+        &self,
+        name: &str,
+        placement: &Placement,
+        source: &WorkerEntry,
+        target: &WorkerEntry,
+    ) -> Result<(), ApiError> {
+        let row = self.template_row(&placement.template)?;
+        let captured = source.capture(name).await?;
+        // The bytes are verified again on arrival (checksum and all).
+        let epoch = placement.epoch + 1;
+        let mut spec = Self::remote_spec(&row, epoch);
+        spec.seq = captured.seq;
+        // A live actor is restored on the target at once; a paused one
+        // stays paused there.
+        spec.resume = captured.live;
+        if let Err(e) = target
+            .install(|| self.local_spec(name, &row), spec, name, captured.bytes)
+            .await
+        {
+            target.remove(name).await;
+            return Err(e);
+        }
+        if let Err(e) = self.directory.place_actor(name, &target.name, epoch) {
+            target.remove(name).await;
+            return Err(e);
+        }
+        if let Some(p) = self.placement_mut().get_mut(name) {
+            p.worker = target.name.clone();
+            p.epoch = epoch;
+        }
+        Ok(())
+    }
+
+    /// Evens out actors across ready workers (by count, or by memory with
+    /// `--rebalance-by memory`), running at most `--max-concurrent-moves`
+    /// moves at once.
+    pub async fn rebalance(self: &Arc<Self>) -> RebalanceReport {
+        let ready: Vec<Arc<WorkerEntry>> = self
+            .worker_list()
+            .into_iter()
+            .filter(|w| w.state() == WorkerState::Ready)
+            .collect();
+        if ready.len() < 2 {
+            return RebalanceReport { moves: Vec::new() };
+        }
+        // Weight of each actor: 1, or its memory.
+        let mut load: HashMap<String, Vec<(String, u64)>> =
+            ready.iter().map(|w| (w.name.clone(), Vec::new())).collect();
+        let statuses: HashMap<String, ActorStatus> = {
+            let mut all = HashMap::new();
+            for w in &ready {
+                all.extend(w.statuses().await);
+            }
+            all
+        };
+        for (actor, p) in self.placements().iter() {
+            if let Some(list) = load.get_mut(&p.worker) {
+                let weight = match self.config.rebalance_by {
+                    RebalanceBy::Count => 1,
+                    RebalanceBy::Memory => statuses.get(actor).map_or(0, |s| s.memory_bytes).max(1),
+                };
+                list.push((actor.clone(), weight));
+            }
+        }
+        let mut plan = Vec::new();
+        loop {
+            let total = |l: &Vec<(String, u64)>| l.iter().map(|(_, w)| *w).sum::<u64>();
+            let (max_w, max_l) = load.iter().max_by_key(|(_, l)| total(l)).map(|(k, l)| (k.clone(), total(l))).unwrap_or_default();
+            let (min_w, min_l) = load.iter().min_by_key(|(_, l)| total(l)).map(|(k, l)| (k.clone(), total(l))).unwrap_or_default();
+            let gap = max_l.saturating_sub(min_l);
+            // Move the largest actor that narrows the gap.
+            let Some(pos) = load[&max_w]
+                .iter()
+                .enumerate()
+                .filter(|(_, (_, w))| *w < gap)
+                .max_by_key(|(_, (_, w))| *w)
+                .map(|(i, _)| i)
+            else {
+                break;
+            };
+            let item = load.get_mut(&max_w).map(|l| l.remove(pos));
+            let Some(item) = item else { break };
+            plan.push((item.0.clone(), max_w.clone(), min_w.clone()));
+            if let Some(l) = load.get_mut(&min_w) {
+                l.push(item);
+            }
+        }
+        let moves = self.run_moves(plan).await;
+        RebalanceReport { moves }
+    }
+
+    async fn run_moves(self: &Arc<Self>, plan: Vec<(String, String, String)>) -> Vec<Move> {
+        let limit = Arc::new(tokio::sync::Semaphore::new(self.config.max_concurrent_moves.max(1)));
+        let mut tasks = tokio::task::JoinSet::new();
+        for (actor, from, to) in plan {
+            let control = self.clone();
+            let limit = limit.clone();
+            tasks.spawn(async move {
+                let _permit = limit.acquire().await;
+                let result = control.migrate_from(&actor, Some(&from), &to).await;
+                match result {
+                    Ok(None) => None,
+                    Ok(Some(info)) => Some(Move {
+                        actor,
+                        from,
+                        to,
+                        downtime_ms: Some(info.downtime_ms),
+                        error: None,
+                    }),
+                    Err(e) => Some(Move {
+                        actor,
+                        from,
+                        to,
+                        downtime_ms: None,
+                        error: Some(e.message),
+                    }),
+                }
+            });
+        }
+        let mut moves = Vec::new();
+        while let Some(done) = tasks.join_next().await {
+            if let Ok(Some(m)) = done {
+                moves.push(m);
+            }
+        }
+        moves
+    }
+
+    /// Moves every actor off worker `name` to the other ready workers, then
+    /// marks it `drained` (it takes no actors until it joins again).
+    ///
+    /// # Errors
+    /// 404 unknown worker; 503 if some actor could not be moved (the worker
+    /// stays `draining` and keeps those actors).
+    pub async fn drain(self: &Arc<Self>, name: &str) -> Result<WorkerInfo, ApiError> {
+        let entry = self
+            .worker(name)
+            .ok_or_else(|| ApiError::not_found(format!("no worker named {name:?}")))?;
+        if entry.state() == WorkerState::Lost {
+            return Err(ApiError::conflict(format!("worker {name} is lost")));
+        }
+        entry.set_state(WorkerState::Draining);
+        // Moves planned before the drain began may still land here: go
+        // round until nothing is left.
+        for _ in 0..10 {
+            let actors: Vec<String> = self
+                .placements()
+                .iter()
+                .filter(|(_, p)| p.worker == name)
+                .map(|(a, _)| a.clone())
+                .collect();
+            if actors.is_empty() {
+                entry.set_state(WorkerState::Drained);
+                tracing::info!(worker = name, "drained");
+                return self.worker_info(&entry).await;
+            }
+            let mut plan = Vec::new();
+            let mut counts = self.actor_counts();
+            for actor in actors {
+                let target = self
+                    .worker_list()
+                    .into_iter()
+                    .filter(|w| w.state() == WorkerState::Ready && w.name != name)
+                    .min_by_key(|w| counts.get(&w.name).copied().unwrap_or(0))
+                    .ok_or_else(|| {
+                        ApiError::unavailable(format!("no other ready worker to drain {name} to"))
+                    })?;
+                *counts.entry(target.name.clone()).or_default() += 1;
+                plan.push((actor, name.to_owned(), target.name.clone()));
+            }
+            let failed: Vec<String> = self
+                .run_moves(plan)
+                .await
+                .into_iter()
+                .filter_map(|m| m.error.map(|e| format!("{}: {e}", m.actor)))
+                .collect();
+            if !failed.is_empty() {
+                return Err(ApiError::unavailable(format!(
+                    "drain of {name} incomplete: {}",
+                    failed.join("; ")
+                )));
+            }
+        }
+        Err(ApiError::unavailable(format!(
+            "drain of {name} incomplete: actors kept arriving"
+        )))
+    }
+
+    // ---- remote workers --------------------------------------------------
+
+    /// Admits remote worker `name` at `address` (`host:port`), or re-admits
+    /// it as a new, empty worker; then rebalances in the background.
+    ///
+    /// # Errors
+    /// 400 bad name; 409 the name is an in-process worker's.
+    pub fn join(self: &Arc<Self>, name: &str, address: &str) -> Result<(), ApiError> {
+        check_label("worker", name)?;
+        let mut workers = self.workers.write().unwrap_or_else(|p| p.into_inner());
+        if let Some(existing) = workers.iter().find(|w| w.name == name) {
+            if matches!(existing.kind, WorkerKind::Local(_)) {
+                return Err(ApiError::conflict(format!("worker name {name} is taken by an in-process worker")));
+            }
+            if self.placements().values().any(|p| p.worker == name) && existing.state() != WorkerState::Lost {
+                // Same worker again (e.g. after a network blip): keep it.
+                existing.heartbeat();
+                existing.set_state(WorkerState::Ready);
+                return Ok(());
+            }
+        }
+        workers.retain(|w| w.name != name);
+        let entry = Arc::new(WorkerEntry::remote(name, address, self.config.admin_token.clone()));
+        workers.push(entry);
+        drop(workers);
+        tracing::info!(worker = name, address, "worker joined");
+        let control = self.clone();
+        tokio::spawn(async move {
+            control.place_waiting().await;
+            let report = control.rebalance().await;
+            tracing::info!(moves = report.moves.len(), "rebalanced after a join");
+        });
+        Ok(())
+    }
+
+    /// Records a heartbeat of remote worker `name`.
+    ///
+    /// # Errors
+    /// 404 if unknown (it must join again); 410 if it was declared lost
+    /// (it must drop its actors and join again).
+    pub fn heartbeat(&self, name: &str) -> Result<(), ApiError> {
+        let entry = self
+            .worker(name)
+            .ok_or_else(|| ApiError::not_found(format!("no worker named {name:?}; join again")))?;
+        if entry.state() == WorkerState::Lost {
+            return Err(ApiError::new(410, format!("worker {name} was declared lost; drop every actor and join again")));
+        }
+        entry.heartbeat();
+        Ok(())
+    }
+
+    /// Stores snapshot `seq` of `actor` streamed by a remote worker, after
+    /// verifying it (length, magic, version, checksum, header). Durable on
+    /// return; retention applies.
+    ///
+    /// # Errors
+    /// 404 unknown actor; 422 it does not verify; 507 quota; 500.
+    pub async fn receive_snapshot(&self, actor: &str, seq: u64, bytes: Vec<u8>) -> Result<(), ApiError> {
+        if !self.has_actor(actor) && !self.lock_pending().contains(actor) {
+            return Err(ApiError::not_found(format!("no actor named {actor:?}")));
+        }
+        crate::snapshot::verify_header(&bytes)
+            .map_err(|e| ApiError::new(422, format!("snapshot {seq} of {actor}: {e}")))?;
+        let store = self.store.clone();
+        let keep = self.config.worker.actor.keep_snapshots;
+        let actor = actor.to_owned();
+        tokio::task::spawn_blocking(move || {
+            store.write(&actor, seq, &bytes)?;
+            store.retain(&actor, keep)
+        })
+        .await
+        .map_err(ApiError::internal)??;
+        Ok(())
+    }
+
+    /// Actors being created: not placed yet, but a remote worker already
+    /// streams their seq-0 snapshot.
+    fn lock_pending(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<String>> {
+        self.pending.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Places actors that wait for a worker (e.g. after a restart with
+    /// `--workers 0`) on the least-loaded ready workers, paused.
+    async fn place_waiting(&self) {
+        let waiting: Vec<(String, Placement)> = self
+            .placements()
+            .iter()
+            .filter(|(_, p)| self.worker(&p.worker).is_none_or(|w| w.state() == WorkerState::Lost))
+            .map(|(a, p)| (a.clone(), p.clone()))
+            .collect();
+        for (actor, placement) in waiting {
+            if let Err(e) = self.replace(&actor, &placement).await {
+                tracing::error!(actor, "could not place: {e}");
+            }
+        }
+    }
+
+    /// Puts `actor` on the least-loaded ready worker, paused at its newest
+    /// snapshot in this data dir, with epoch + 1.
+    async fn replace(&self, actor: &str, placement: &Placement) -> Result<(), ApiError> {
+        let _gate = placement.gate.write().await;
+        let target = self
+            .least_loaded(Some(&placement.worker))
+            .ok_or_else(|| ApiError::unavailable("no ready worker"))?;
+        let row = self.template_row(&placement.template)?;
+        let epoch = placement.epoch + 1;
+        let newest = self
+            .store
+            .list(actor)?
+            .last()
+            .copied()
+            .ok_or_else(|| ApiError::unavailable(format!("actor {actor} has no snapshot")))?;
+        match &target.kind {
+            WorkerKind::Local(w) => {
+                w.adopt(&self.local_spec(actor, &row)?, epoch);
+            }
+            WorkerKind::Remote(_) => {
+                let mut spec = Self::remote_spec(&row, epoch);
+                spec.seq = newest.seq;
+                let bytes = self.read_snapshot(actor, newest.seq).await?;
+                target.install(|| self.local_spec(actor, &row), spec, actor, bytes).await?;
+            }
+        }
+        self.directory.place_actor(actor, &target.name, epoch)?;
+        if let Some(p) = self.placement_mut().get_mut(actor) {
+            p.worker = target.name.clone();
+            p.epoch = epoch;
+        }
+        tracing::info!(actor, worker = %target.name, seq = newest.seq, "actor re-placed from its newest snapshot");
+        Ok(())
+    }
+
+    /// Declares remote workers silent for twice the heartbeat timeout lost
+    /// and re-places their actors from their newest snapshots.
+    pub async fn run_failure_detector(self: Arc<Self>) {
+        let timeout = self.config.heartbeat_timeout;
+        loop {
+            tokio::time::sleep(timeout / 4).await;
+            for entry in self.worker_list() {
+                if matches!(entry.kind, WorkerKind::Local(_))
+                    || matches!(entry.state(), WorkerState::Lost)
+                    || entry.silence() < timeout * 2
+                {
+                    continue;
+                }
+                tracing::warn!(worker = %entry.name, "no heartbeat for {:?}; declaring it lost", entry.silence());
+                entry.set_state(WorkerState::Lost);
+                self.place_waiting().await;
+            }
+        }
     }
 
     // ---- workers and housekeeping ---------------------------------------
 
+    async fn worker_info(&self, entry: &WorkerEntry) -> Result<WorkerInfo, ApiError> {
+        let statuses = entry.statuses().await;
+        let actors = self.placements().values().filter(|p| p.worker == entry.name).count();
+        Ok(WorkerInfo {
+            name: entry.name.clone(),
+            address: entry.address(),
+            state: entry.state(),
+            actors,
+            memory_bytes: statuses.iter().map(|(_, s)| s.memory_bytes).sum(),
+        })
+    }
+
     /// Every worker.
-    #[must_use]
-    pub fn workers(&self) -> Vec<WorkerInfo> {
-        self.workers
-            .iter()
-            .map(|w| {
-                let statuses = w.statuses();
-                WorkerInfo {
-                    name: w.name().to_owned(),
-                    address: "in-process".to_owned(),
-                    state: "ready".to_owned(),
-                    actors: statuses.len(),
-                    memory_bytes: statuses.iter().map(|(_, s)| s.memory_bytes).sum(),
-                }
-            })
-            .collect()
+    pub async fn workers(&self) -> Vec<WorkerInfo> {
+        let mut out = Vec::new();
+        for entry in self.worker_list() {
+            if let Ok(info) = self.worker_info(&entry).await {
+                out.push(info);
+            }
+        }
+        out
     }
 
     /// Applies retention to every actor and removes snapshot folders of
-    /// actors the directory does not know, and stale compiled code.
+    /// actors the directory does not know.
     ///
     /// # Errors
     /// 500 if the snapshot folder cannot be read.
     pub async fn gc(&self) -> Result<GcReport, ApiError> {
         let _guard = self.ops.lock().await;
         let mut report = GcReport::default();
-        let known: std::collections::HashSet<String> = self
-            .placement
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .keys()
-            .cloned()
-            .collect();
+        let known: std::collections::HashSet<String> = self.placements().keys().cloned().collect();
         let root = self.data_dir.join("snapshots");
         let entries = std::fs::read_dir(&root).map_err(ApiError::internal)?;
         for entry in entries.flatten() {
@@ -738,11 +1272,9 @@ impl ControlPlane {
             let list = self.store.list(&name)?;
             if known.contains(&name) {
                 let keep = self.config.worker.actor.keep_snapshots;
-                let removed = self.store.retain(&name, keep)?;
-                for seq in removed {
+                for seq in self.store.retain(&name, keep)? {
                     report.removed_files += 1;
-                    report.reclaimed_bytes +=
-                        list.iter().find(|e| e.seq == seq).map_or(0, |e| e.bytes);
+                    report.reclaimed_bytes += list.iter().find(|e| e.seq == seq).map_or(0, |e| e.bytes);
                 }
             } else {
                 report.removed_files += list.len() as u64;
@@ -758,12 +1290,12 @@ impl ControlPlane {
     /// actor's newest snapshot holds its latest state.
     pub async fn pause_all(&self) {
         let mut tasks = tokio::task::JoinSet::new();
-        for worker in &self.workers {
-            for (name, status) in worker.statuses() {
+        for entry in self.worker_list() {
+            for (name, status) in entry.statuses().await {
                 if status.state == ActorState::Running {
-                    let worker = worker.clone();
+                    let entry = entry.clone();
                     tasks.spawn(async move {
-                        if let Err(e) = worker.pause(&name).await {
+                        if let Err(e) = entry.pause(&name).await {
                             tracing::error!(actor = %name, "pause at shutdown failed: {e}");
                         }
                     });
@@ -788,14 +1320,17 @@ impl ControlPlane {
             .min()
             .unwrap_or(Duration::from_secs(1))
             .clamp(Duration::from_millis(50), Duration::from_secs(1));
-        let mut last_checkpoint = tokio::time::Instant::now();
+        let mut last_checkpoint = Instant::now();
         loop {
             tokio::time::sleep(tick).await;
             let checkpoint_due = every.is_some_and(|e| last_checkpoint.elapsed() >= e);
             if checkpoint_due {
-                last_checkpoint = tokio::time::Instant::now();
+                last_checkpoint = Instant::now();
             }
-            for worker in &self.workers {
+            for entry in self.worker_list() {
+                let WorkerKind::Local(worker) = &entry.kind else {
+                    continue;
+                };
                 for (name, status) in worker.statuses() {
                     if status.state != ActorState::Running {
                         continue;
@@ -808,7 +1343,9 @@ impl ControlPlane {
                         if let Err(e) = worker.pause(&name).await {
                             tracing::warn!(actor = %name, "idle pause failed: {e}");
                         }
-                    } else if checkpoint_due && let Err(e) = worker.checkpoint(&name).await {
+                    } else if checkpoint_due
+                        && let Err(e) = worker.checkpoint(&name).await
+                    {
                         tracing::warn!(actor = %name, "checkpoint failed: {e}");
                     }
                 }
@@ -816,6 +1353,7 @@ impl ControlPlane {
         }
     }
 }
+
 
 fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let tmp = path.with_extension("tmp");

@@ -72,7 +72,7 @@ impl ActorState {
 }
 
 /// What the API reports of an actor's life on its worker.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct ActorStatus {
     /// Current state.
     pub state: ActorState,
@@ -109,6 +109,15 @@ impl ActorStatus {
         }
     }
 
+    /// The status of an actor that no worker hosts right now.
+    #[must_use]
+    pub fn waiting(reason: &str) -> Self {
+        let mut status = Self::new(ActorState::Paused);
+        status.error = Some(reason.to_owned());
+        status.last_active = None;
+        status
+    }
+
     /// When the actor last served a request or was created/resumed.
     #[must_use]
     pub fn last_active(&self) -> Option<Instant> {
@@ -117,7 +126,7 @@ impl ActorStatus {
 }
 
 /// The outcome of a pause or checkpoint.
-#[derive(Debug, Clone, Copy, Serialize)]
+#[derive(Debug, Clone, Copy, Serialize, serde::Deserialize)]
 pub struct SnapshotReport {
     /// Sequence number of the new snapshot (or of the newest, if nothing
     /// was written because the actor was already paused).
@@ -173,12 +182,17 @@ pub struct Captured {
     pub bytes: Vec<u8>,
     /// Its sequence number (written to this worker's store, too).
     pub seq: u64,
+    /// Whether the actor had a live instance (a running actor is restored
+    /// on the target at once; a paused one stays paused).
+    pub live: bool,
 }
 
 /// One mailbox entry.
 pub enum Command {
     /// Handle one HTTP request.
     Call {
+        /// The placement epoch the router saw; a stale one is refused (421).
+        epoch: u64,
         /// The request.
         request: Request,
         /// Decides between running it and the hold timeout.
@@ -192,8 +206,26 @@ pub enum Command {
     Checkpoint(oneshot::Sender<Result<SnapshotReport, ApiError>>),
     /// Resume (idempotent unless a source is named).
     Resume(ResumeFrom, oneshot::Sender<Result<(), ApiError>>),
+    /// Capture for a move: write a snapshot (no hooks), keep the instance,
+    /// state `migrating`, and hand back the snapshot bytes.
+    Capture(oneshot::Sender<Result<Captured, ApiError>>),
+    /// A move was rolled back: back to `running` (or `paused`).
+    CancelMove(oneshot::Sender<()>),
     /// Stop the task and drop the instance (files are the caller's).
     Stop(oneshot::Sender<()>),
+}
+
+/// Copies every acknowledged snapshot somewhere durable before the pause
+/// or checkpoint is acknowledged: a remote worker streams its snapshots to
+/// the control plane's store this way (DESIGN.md, "Scale out / scale in").
+pub trait Replicator: Send + Sync {
+    /// Stores `bytes` as snapshot `seq` of `actor`; resolves once durable.
+    fn replicate(
+        &self,
+        actor: &str,
+        seq: u64,
+        bytes: Arc<Vec<u8>>,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), ApiError>> + Send>>;
 }
 
 /// Settings every actor of a worker shares.
@@ -219,6 +251,8 @@ pub(crate) struct ActorTask {
     pub instance: Option<ActorInstance>,
     pub next_seq: u64,
     pub since_checkpoint: u64,
+    pub epoch: u64,
+    pub replicator: Option<Arc<dyn Replicator>>,
 }
 
 pub(crate) fn new_status(state: ActorState) -> Arc<Mutex<ActorStatus>> {
@@ -259,6 +293,7 @@ impl ActorTask {
         while let Some(command) = mailbox.recv().await {
             match command {
                 Command::Call {
+                    epoch,
                     request,
                     ticket,
                     reply,
@@ -266,8 +301,30 @@ impl ActorTask {
                     if !ticket.start() {
                         continue;
                     }
-                    let result = self.call(&request).await;
+                    let result = if epoch == self.epoch {
+                        self.call(&request).await
+                    } else {
+                        Err(ApiError::new(
+                            421,
+                            format!(
+                                "stale placement epoch {epoch} for actor {} (now {})",
+                                self.name, self.epoch
+                            ),
+                        ))
+                    };
                     let _ = reply.send(result);
+                }
+                Command::Capture(reply) => {
+                    let _ = reply.send(self.capture().await);
+                }
+                Command::CancelMove(reply) => {
+                    let state = if self.instance.is_some() {
+                        ActorState::Running
+                    } else {
+                        ActorState::Paused
+                    };
+                    self.set_state(state);
+                    let _ = reply.send(());
                 }
                 Command::Pause(reply) => {
                     let _ = reply.send(self.pause().await);
@@ -422,6 +479,31 @@ impl ActorTask {
         }
     }
 
+    /// Captures the actor for a move. A live instance is snapshotted (and
+    /// kept, in case the move rolls back); a paused actor hands over its
+    /// newest snapshot as it is.
+    async fn capture(&mut self) -> Result<Captured, ApiError> {
+        if let Some(reason) = self.failed_reason() {
+            return Err(ApiError::conflict(format!("actor {} failed: {reason}", self.name)));
+        }
+        let live = self.instance.is_some();
+        let seq = if live {
+            self.snapshot(Instant::now()).await?.seq
+        } else {
+            self.newest_seq()
+                .ok_or_else(|| ApiError::internal(format!("actor {} has no snapshot", self.name)))?
+        };
+        let store = self.store.clone();
+        let actor = self.name.clone();
+        let bytes = tokio::task::spawn_blocking(move || {
+            store.open_snapshot(&actor, seq).map(|map| map.to_vec())
+        })
+        .await
+        .map_err(ApiError::internal)??;
+        self.set_state(ActorState::Migrating);
+        Ok(Captured { bytes, seq, live })
+    }
+
     /// Captures the live instance and writes the next snapshot durably,
     /// then applies retention. The instance is kept.
     async fn snapshot(&mut self, started: Instant) -> Result<SnapshotReport, ApiError> {
@@ -431,18 +513,23 @@ impl ActorTask {
             .ok_or_else(|| ApiError::new(500, "no instance"))?;
         let (bytes, _) =
             snapshot::capture(instance).map_err(|e| ApiError::new(500, e.to_string()))?;
+        let bytes = Arc::new(bytes);
         let seq = self.next_seq;
         let store = self.store.clone();
         let actor = self.name.clone();
         let keep = self.settings.keep_snapshots;
         let len = bytes.len() as u64;
+        let local = bytes.clone();
         tokio::task::spawn_blocking(move || -> Result<(), StoreError> {
-            store.write(&actor, seq, &bytes)?;
+            store.write(&actor, seq, &local)?;
             store.retain(&actor, keep)?;
             Ok(())
         })
         .await
         .map_err(|e| ApiError::new(500, format!("snapshot writer panicked: {e}")))??;
+        if let Some(replicator) = &self.replicator {
+            replicator.replicate(&self.name, seq, bytes).await?;
+        }
         self.next_seq += 1;
         self.since_checkpoint = 0;
         self.status().snapshot = Some(SnapshotEntry { seq, bytes: len });
@@ -467,6 +554,7 @@ impl ActorTask {
         };
         match result {
             Ok(instance) => {
+                let memory_bytes = instance.memory_bytes();
                 self.instance = Some(instance);
                 let elapsed = started.elapsed();
                 self.metrics.resume_seconds.observe(elapsed.as_secs_f64());
@@ -480,6 +568,7 @@ impl ActorTask {
                     status.resumes += 1;
                     status.last_resume_ms = Some(ms(elapsed));
                     status.last_active = Some(Instant::now());
+                    status.memory_bytes = memory_bytes;
                     if from != ResumeFrom::Newest {
                         status.error = None;
                     }

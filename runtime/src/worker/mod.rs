@@ -3,8 +3,10 @@
 //! each request to the worker that owns the actor.
 
 pub mod actor;
+pub mod remote;
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -18,7 +20,8 @@ use crate::module::Template;
 use crate::snapshot;
 use crate::store::SnapshotStore;
 use actor::{
-    ActorSettings, ActorState, ActorStatus, ActorTask, Command, ResumeFrom, SnapshotReport, Ticket,
+    ActorSettings, ActorState, ActorStatus, ActorTask, Captured, Command, Replicator, ResumeFrom,
+    SnapshotReport, Ticket,
 };
 
 /// Settings of a worker.
@@ -58,6 +61,8 @@ pub struct Worker {
     metrics: Arc<Metrics>,
     settings: WorkerSettings,
     actors: Mutex<HashMap<String, Handle>>,
+    replicator: Option<Arc<dyn Replicator>>,
+    serving: AtomicBool,
 }
 
 impl std::fmt::Debug for Worker {
@@ -80,7 +85,8 @@ pub struct ActorSpec {
 }
 
 impl Worker {
-    /// A worker named `name`.
+    /// A worker named `name`. With a `replicator`, every snapshot is also
+    /// made durable through it before a pause or checkpoint is acknowledged.
     #[must_use]
     pub fn new(
         name: &str,
@@ -88,6 +94,7 @@ impl Worker {
         store: Arc<SnapshotStore>,
         metrics: Arc<Metrics>,
         settings: WorkerSettings,
+        replicator: Option<Arc<dyn Replicator>>,
     ) -> Arc<Self> {
         Arc::new(Self {
             name: name.to_owned(),
@@ -96,7 +103,34 @@ impl Worker {
             metrics,
             settings,
             actors: Mutex::new(HashMap::new()),
+            replicator,
+            serving: AtomicBool::new(true),
         })
+    }
+
+    /// Starts or stops serving calls. A remote worker that lost contact with
+    /// the control plane stops serving by itself, so that the actor can be
+    /// resumed elsewhere without two instances running at once.
+    pub fn set_serving(&self, serving: bool) {
+        self.serving.store(serving, Ordering::SeqCst);
+    }
+
+    /// Whether the worker serves calls.
+    #[must_use]
+    pub fn is_serving(&self) -> bool {
+        self.serving.load(Ordering::SeqCst)
+    }
+
+    /// The engine this worker runs actors on.
+    #[must_use]
+    pub fn engine(&self) -> &Arc<StasisEngine> {
+        &self.engine
+    }
+
+    /// The worker's snapshot store.
+    #[must_use]
+    pub fn store(&self) -> &Arc<SnapshotStore> {
+        &self.store
     }
 
     /// The worker's name.
@@ -109,7 +143,7 @@ impl Worker {
         self.actors.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn task(&self, spec: &ActorSpec, state: ActorState) -> ActorTask {
+    fn task(&self, spec: &ActorSpec, epoch: u64, state: ActorState) -> ActorTask {
         ActorTask {
             name: spec.name.clone(),
             worker: self.name.clone(),
@@ -123,6 +157,8 @@ impl Worker {
             instance: None,
             next_seq: 0,
             since_checkpoint: 0,
+            epoch,
+            replicator: self.replicator.clone(),
         }
     }
 
@@ -146,11 +182,11 @@ impl Worker {
     /// # Errors
     /// 409 if this worker already hosts the name; the guest's failure
     /// (500/504) if creation traps; 507/500 if seq 0 cannot be written.
-    pub async fn create(&self, spec: &ActorSpec) -> Result<SnapshotReport, ApiError> {
+    pub async fn create(&self, spec: &ActorSpec, epoch: u64) -> Result<SnapshotReport, ApiError> {
         if self.lock().contains_key(&spec.name) {
             return Err(ApiError::conflict(format!("actor {} exists", spec.name)));
         }
-        let mut task = self.task(spec, ActorState::Creating);
+        let mut task = self.task(spec, epoch, ActorState::Creating);
         let report = task.create().await;
         if report.is_err() {
             let _ = self.store.remove_actor(&spec.name);
@@ -165,8 +201,12 @@ impl Worker {
     /// checked (length, magic, version, checksum, header) now, so a missing
     /// or corrupt one shows as `failed` with the reason at once, never as a
     /// silently fresh actor.
-    pub fn adopt(&self, spec: &ActorSpec) -> ActorStatus {
-        let mut task = self.task(spec, ActorState::Paused);
+    pub fn adopt(&self, spec: &ActorSpec, epoch: u64) -> ActorStatus {
+        if let Some(old) = self.lock().remove(&spec.name) {
+            let (reply, _) = oneshot::channel();
+            let _ = old.mailbox.try_send(Command::Stop(reply));
+        }
+        let mut task = self.task(spec, epoch, ActorState::Paused);
         let list = self.store.list(&spec.name).unwrap_or_default();
         let problem = match list.last() {
             None => Some(format!(
@@ -224,11 +264,23 @@ impl Worker {
     ///
     /// # Errors
     /// The actor's or guest's failure as an [`ApiError`].
-    pub async fn call(&self, actor: &str, request: Request) -> Result<Response, ApiError> {
+    pub async fn call(
+        &self,
+        actor: &str,
+        epoch: u64,
+        request: Request,
+    ) -> Result<Response, ApiError> {
+        if !self.is_serving() {
+            return Err(ApiError::unavailable(format!(
+                "worker {} lost contact with the control plane and stopped serving",
+                self.name
+            )));
+        }
         let mailbox = self.mailbox(actor)?;
         let ticket = Arc::new(Ticket::default());
         let (reply, answer) = oneshot::channel();
         let command = Command::Call {
+            epoch,
             request,
             ticket: ticket.clone(),
             reply,
@@ -296,6 +348,60 @@ impl Worker {
     pub async fn resume(&self, actor: &str, from: ResumeFrom) -> Result<(), ApiError> {
         self.command(actor, |reply| Command::Resume(from, reply))
             .await?
+    }
+
+    /// Installs `actor` from snapshot `seq` (`bytes`, verified first) under
+    /// placement `epoch`: the bytes are written to this worker's store
+    /// unless it already holds them, then, with `resume`, the actor is
+    /// restored at once (the target side of a move), else it is `paused`.
+    ///
+    /// # Errors
+    /// 422 if the bytes do not verify against the template; 503 if the
+    /// restore fails (nothing is left installed).
+    pub async fn install(
+        &self,
+        spec: &ActorSpec,
+        epoch: u64,
+        seq: u64,
+        bytes: Vec<u8>,
+        resume: bool,
+    ) -> Result<ActorStatus, ApiError> {
+        snapshot::verify(&bytes, &spec.template, self.engine.limits().max_memory)
+            .map_err(|e| ApiError::new(422, format!("snapshot {seq} of {}: {e}", spec.name)))?;
+        let store = self.store.clone();
+        let name = spec.name.clone();
+        tokio::task::spawn_blocking(move || {
+            if store.list(&name)?.iter().any(|e| e.seq == seq) {
+                return Ok(());
+            }
+            store.write(&name, seq, &bytes).map(|_| ())
+        })
+        .await
+        .map_err(ApiError::internal)??;
+        let status = self.adopt(spec, epoch);
+        if status.state == ActorState::Failed {
+            self.remove(&spec.name).await;
+            return Err(ApiError::unavailable(status.error.unwrap_or_default()));
+        }
+        if resume && let Err(e) = self.resume(&spec.name, ResumeFrom::Newest).await {
+            self.remove(&spec.name).await;
+            return Err(e);
+        }
+        self.status(&spec.name)
+            .ok_or_else(|| ApiError::internal("installed actor vanished"))
+    }
+
+    /// Captures `actor` for a move (see [`Command::Capture`]).
+    ///
+    /// # Errors
+    /// 404; 409 failed actor; 500/507 if the snapshot cannot be written.
+    pub async fn capture(&self, actor: &str) -> Result<Captured, ApiError> {
+        self.command(actor, Command::Capture).await?
+    }
+
+    /// Ends a move that was rolled back: the actor serves here again.
+    pub async fn cancel_move(&self, actor: &str) {
+        let _ = self.command(actor, Command::CancelMove).await;
     }
 
     /// Stops `actor`'s task and drops its instance; its files stay.

@@ -1,0 +1,436 @@
+//! `stasis worker run`: a worker in its own process. It joins the control
+//! plane, heartbeats, serves the internal worker API (create, install,
+//! call, pause, checkpoint, resume, capture, remove) and streams every
+//! snapshot it writes to the control plane's store before acknowledging it.
+//!
+//! Fencing: if no heartbeat has been answered for the heartbeat timeout T,
+//! the worker stops serving and drops its instances by itself; the control
+//! plane only declares it lost after 2T, so at no instant do two workers
+//! run the same actor.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::{Method, Request, Response, StatusCode};
+use tokio::net::TcpListener;
+
+use super::actor::{ActorSettings, Replicator};
+use super::{ActorSpec, Worker, WorkerSettings};
+use crate::control::handle::{
+    EPOCH_HEADER, JoinAnswer, JoinRequest, LIVE_HEADER, Peer, RemoteSpec, ResumeRequest,
+    SEQ_HEADER, SPEC_HEADER,
+};
+use crate::engine::{Limits, StasisEngine};
+use crate::error::ApiError;
+use crate::http::{Body, collect_body};
+use crate::metrics::Metrics;
+use crate::module::{ModuleCache, Template};
+use crate::store::SnapshotStore;
+
+/// Flags of `stasis worker run`.
+#[derive(Debug, Clone)]
+pub struct WorkerOptions {
+    /// The control plane's admin URL (`--join`).
+    pub join: String,
+    /// Where the internal worker API listens (`--listen`).
+    pub listen: SocketAddr,
+    /// The worker's name (`--name`, an RFC 1123 label).
+    pub name: String,
+    /// Its data dir (`--data-dir`).
+    pub data_dir: PathBuf,
+    /// Bearer token for the control plane and for this worker's API.
+    pub token: Option<String>,
+}
+
+/// Streams snapshots to the control plane (`PUT /internal/v1/snapshots`).
+struct ControlReplicator {
+    control: Peer,
+}
+
+impl Replicator for ControlReplicator {
+    fn replicate(
+        &self,
+        actor: &str,
+        seq: u64,
+        bytes: Arc<Vec<u8>>,
+    ) -> Pin<Box<dyn Future<Output = Result<(), ApiError>> + Send>> {
+        let control = self.control.clone();
+        let path = format!("/internal/v1/snapshots/{actor}/{seq}");
+        Box::pin(async move {
+            control
+                .send(Method::PUT, &path, &[], bytes.as_ref().clone())
+                .await
+                .map(|_| ())
+        })
+    }
+}
+
+struct RemoteWorker {
+    worker: Arc<Worker>,
+    control: Peer,
+    cache: ModuleCache,
+    templates: PathBuf,
+    token: Option<String>,
+    loaded: Mutex<HashMap<String, Arc<Template>>>,
+    install_delay: Option<Duration>,
+}
+
+/// Runs a remote worker until `shutdown` resolves; then, unless the control
+/// plane already drained it, asks the control plane to drain it (every
+/// actor moves to another worker) before exiting.
+///
+/// # Errors
+/// If the data dir is locked, the listener cannot be bound, or the API
+/// would be exposed beyond loopback without a token.
+pub async fn run(options: WorkerOptions, shutdown: impl Future<Output = ()> + Send, ready: impl FnOnce(SocketAddr)) -> anyhow::Result<()> {
+    crate::error::check_label("worker", &options.name).map_err(|e| anyhow::anyhow!("{e}"))?;
+    if !options.listen.ip().is_loopback() && options.token.is_none() {
+        anyhow::bail!(
+            "refusing to expose the worker API on {} without a token: set --admin-token or STASIS_ADMIN_TOKEN, or listen on loopback",
+            options.listen
+        );
+    }
+    let _lock = crate::control::lock_dir(&options.data_dir)?;
+    let snapshots = options.data_dir.join("snapshots");
+    // The control plane's store is authoritative: local copies from an
+    // earlier run are stale.
+    if snapshots.exists() {
+        std::fs::remove_dir_all(&snapshots).with_context(|| format!("clearing {}", snapshots.display()))?;
+    }
+    let templates = options.data_dir.join("templates");
+    std::fs::create_dir_all(&templates)?;
+    std::fs::create_dir_all(options.data_dir.join("cache"))?;
+    let listener = TcpListener::bind(options.listen)
+        .await
+        .with_context(|| format!("binding --listen {}", options.listen))?;
+    let local = listener.local_addr()?;
+    let advertised = if local.ip().is_unspecified() {
+        SocketAddr::new([127, 0, 0, 1].into(), local.port())
+    } else {
+        local
+    };
+    let control = Peer::new(&options.join, options.token.clone(), "control plane");
+    let join = JoinRequest {
+        name: options.name.clone(),
+        address: advertised.to_string(),
+    };
+    let answer = join_until_admitted(&control, &join).await;
+    let ms = Duration::from_millis;
+    let limits = Limits {
+        max_memory: answer.max_memory,
+        cpu_limit: ms(answer.cpu_limit_ms),
+        request_timeout: ms(answer.request_timeout_ms),
+        max_body: usize::try_from(answer.max_body).unwrap_or(usize::MAX),
+    };
+    let engine = StasisEngine::new(limits)?;
+    let store = Arc::new(SnapshotStore::open(&snapshots, None)?);
+    let worker = Worker::new(
+        &options.name,
+        engine.clone(),
+        store,
+        Arc::new(Metrics::default()),
+        WorkerSettings {
+            max_held: answer.max_held,
+            hold_timeout: ms(answer.hold_timeout_ms),
+            actor: ActorSettings {
+                keep_snapshots: answer.keep_snapshots,
+                checkpoint_every: answer.checkpoint_every,
+            },
+        },
+        Some(Arc::new(ControlReplicator {
+            control: control.clone(),
+        })),
+    );
+    let remote = Arc::new(RemoteWorker {
+        cache: ModuleCache::new(
+            engine.engine().clone(),
+            engine.linker().clone(),
+            Some(options.data_dir.join("cache")),
+        ),
+        worker,
+        control: control.clone(),
+        templates,
+        token: options.token.clone(),
+        loaded: Mutex::new(HashMap::new()),
+        install_delay: std::env::var("STASIS_FAILPOINT_INSTALL_DELAY_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .map(Duration::from_millis),
+    });
+    let heartbeat = tokio::spawn(remote.clone().heartbeat(join, ms(answer.heartbeat_timeout_ms)));
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let api = remote.clone();
+    let server = tokio::spawn(crate::http::serve(
+        listener,
+        move |req, _| {
+            let api = api.clone();
+            async move { api.handle(req).await }
+        },
+        async move {
+            let mut rx = stop_rx;
+            let _ = rx.wait_for(|s| *s).await;
+        },
+        Duration::from_secs(10),
+    ));
+    ready(advertised);
+    shutdown.await;
+    tracing::info!("shutting down: asking the control plane to drain this worker");
+    let drain_path = format!("/internal/v1/workers/{}/drain", options.name);
+    match control.send(Method::POST, &drain_path, &[], Vec::new()).await {
+        Ok(_) => tracing::info!("drained"),
+        Err(e) => tracing::warn!("drain failed ({e}); exiting anyway"),
+    }
+    heartbeat.abort();
+    let _ = stop_tx.send(true);
+    let _ = server.await;
+    Ok(())
+}
+
+async fn join_until_admitted(control: &Peer, join: &JoinRequest) -> JoinAnswer {
+    let mut wait = Duration::from_millis(100);
+    loop {
+        match control.json::<JoinAnswer>(Method::POST, "/internal/v1/workers/join", join).await {
+            Ok(answer) => {
+                tracing::info!(control = control.base(), name = %join.name, "joined");
+                return answer;
+            }
+            Err(e) => {
+                tracing::warn!("joining {} failed: {e}; retrying in {wait:?}", control.base());
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(Duration::from_secs(2));
+            }
+        }
+    }
+}
+
+fn json<T: serde::Serialize>(status: StatusCode, value: &T) -> Response<Body> {
+    let mut response = Response::new(Full::new(Bytes::from(serde_json::to_vec(value).unwrap_or_default())));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+fn error(e: &ApiError) -> Response<Body> {
+    let mut response = json(
+        StatusCode::from_u16(e.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+        &serde_json::json!({ "error": e.message }),
+    );
+    if let Some(secs) = e.retry_after {
+        response.headers_mut().insert(hyper::header::RETRY_AFTER, secs.into());
+    }
+    response
+}
+
+impl RemoteWorker {
+    /// Heartbeats every T/4. Unanswered for T: stop serving and drop every
+    /// instance. Told it is unknown or lost: drop every actor and join again.
+    async fn heartbeat(self: Arc<Self>, join: JoinRequest, timeout: Duration) {
+        let path = format!("/internal/v1/workers/{}/heartbeat", join.name);
+        let mut last_ok = Instant::now();
+        loop {
+            tokio::time::sleep(timeout / 4).await;
+            match self.control.send(Method::POST, &path, &[], Vec::new()).await {
+                Ok(_) => {
+                    last_ok = Instant::now();
+                    if !self.worker.is_serving() {
+                        tracing::info!("control plane reachable again; serving");
+                        self.worker.set_serving(true);
+                    }
+                }
+                Err(e) if e.status == 404 || e.status == 410 => {
+                    tracing::warn!("control plane: {e}; dropping every actor and joining again");
+                    self.drop_all().await;
+                    join_until_admitted(&self.control, &join).await;
+                    last_ok = Instant::now();
+                    self.worker.set_serving(true);
+                }
+                Err(e) => {
+                    if last_ok.elapsed() >= timeout && self.worker.is_serving() {
+                        tracing::error!("no heartbeat answered for {:?} ({e}); stopping to serve", last_ok.elapsed());
+                        self.worker.set_serving(false);
+                        self.drop_all().await;
+                    }
+                }
+            }
+        }
+    }
+
+    async fn drop_all(&self) {
+        for name in self.worker.actor_names() {
+            self.worker.remove(&name).await;
+            let _ = self.worker.store().remove_actor(&name);
+        }
+    }
+
+    fn authorized(&self, request: &Request<Incoming>) -> bool {
+        let Some(token) = &self.token else {
+            return true;
+        };
+        request
+            .headers()
+            .get(hyper::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .is_some_and(|given| given.trim() == token)
+    }
+
+    async fn handle(&self, request: Request<Incoming>) -> Response<Body> {
+        if request.uri().path() == "/healthz" {
+            return json(StatusCode::OK, &serde_json::json!({"worker": self.worker.name()}));
+        }
+        if !self.authorized(&request) {
+            return error(&ApiError::new(401, "missing or wrong bearer token"));
+        }
+        match self.route(request).await {
+            Ok(response) => response,
+            Err(e) => error(&e),
+        }
+    }
+
+    async fn template(&self, digest: &str) -> Result<Arc<Template>, ApiError> {
+        if let Some(t) = self.loaded.lock().unwrap_or_else(|p| p.into_inner()).get(digest) {
+            return Ok(t.clone());
+        }
+        if digest.len() != 64 || !digest.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(ApiError::bad_request(format!("bad template digest {digest:?}")));
+        }
+        let path = self.templates.join(format!("{digest}.wasm"));
+        let bytes = match std::fs::read(&path) {
+            Ok(b) => b,
+            Err(_) => {
+                let (_, _, body) = self
+                    .control
+                    .send(Method::GET, &format!("/internal/v1/templates/{digest}"), &[], Vec::new())
+                    .await?;
+                std::fs::write(&path, &body).map_err(ApiError::internal)?;
+                body.to_vec()
+            }
+        };
+        if hex::encode(crate::module::digest(&bytes)) != digest {
+            let _ = std::fs::remove_file(&path);
+            return Err(ApiError::new(502, format!("template {digest} arrived corrupted")));
+        }
+        let template = tokio::task::block_in_place(|| self.cache.load(&bytes)).map_err(|e| ApiError::new(422, e.to_string()))?;
+        self.loaded
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(digest.to_owned(), template.clone());
+        Ok(template)
+    }
+
+    async fn spec(&self, name: &str, remote: &RemoteSpec) -> Result<ActorSpec, ApiError> {
+        crate::error::check_label("actor", name)?;
+        Ok(ActorSpec {
+            name: name.to_owned(),
+            template: self.template(&remote.digest).await?,
+            env: remote.env.clone(),
+        })
+    }
+
+    async fn route(&self, request: Request<Incoming>) -> Result<Response<Body>, ApiError> {
+        let method = request.method().clone();
+        let path = request.uri().path().to_owned();
+        let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+        let (parts, body) = request.into_parts();
+        let limit = usize::try_from(self.worker.engine().limits().max_memory)
+            .unwrap_or(usize::MAX)
+            .saturating_add(16 << 20);
+        let body = collect_body(&parts, body, limit).await?;
+        let header = |name: &str| parts.headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
+        let w = &self.worker;
+        match (&method, segments.as_slice()) {
+            (&Method::GET, ["internal", "v1", "actors"]) => Ok(json(StatusCode::OK, &w.statuses())),
+            (&Method::GET, ["internal", "v1", "actors", name]) => {
+                let status = w
+                    .status(name)
+                    .ok_or_else(|| ApiError::not_found(format!("actor {name} is not on worker {}", w.name())))?;
+                Ok(json(StatusCode::OK, &status))
+            }
+            (&Method::DELETE, ["internal", "v1", "actors", name]) => {
+                w.remove(name).await;
+                w.store().remove_actor(name)?;
+                Ok(json(StatusCode::OK, &serde_json::json!({})))
+            }
+            (&Method::POST, ["internal", "v1", "actors", name, op]) => {
+                self.actor_op(name, op, header, body).await
+            }
+            _ => Err(ApiError::not_found(format!("no worker route {method} {path}"))),
+        }
+    }
+
+    async fn actor_op(
+        &self,
+        name: &str,
+        op: &str,
+        header: impl Fn(&str) -> Option<String>,
+        body: Bytes,
+    ) -> Result<Response<Body>, ApiError> {
+        let w = &self.worker;
+        let parse_spec = |text: &[u8]| -> Result<RemoteSpec, ApiError> {
+            serde_json::from_slice(text).map_err(|e| ApiError::bad_request(format!("bad actor spec: {e}")))
+        };
+        match op {
+            "create" => {
+                let remote = parse_spec(&body)?;
+                let spec = self.spec(name, &remote).await?;
+                Ok(json(StatusCode::OK, &w.create(&spec, remote.epoch).await?))
+            }
+            "install" => {
+                let text = header(SPEC_HEADER).ok_or_else(|| ApiError::bad_request(format!("missing {SPEC_HEADER}")))?;
+                let remote = parse_spec(text.as_bytes())?;
+                let spec = self.spec(name, &remote).await?;
+                if let Some(delay) = self.install_delay {
+                    tracing::warn!("failpoint: install of {name} waits {delay:?}");
+                    tokio::time::sleep(delay).await;
+                }
+                let status = w.install(&spec, remote.epoch, remote.seq, body.to_vec(), remote.resume).await?;
+                Ok(json(StatusCode::OK, &status))
+            }
+            "call" => {
+                let epoch = header(EPOCH_HEADER)
+                    .and_then(|v| v.parse().ok())
+                    .ok_or_else(|| ApiError::bad_request(format!("missing {EPOCH_HEADER}")))?;
+                let request = stasis_host_api::decode_request(&body).map_err(|e| ApiError::bad_request(e.to_string()))?;
+                let response = w.call(name, epoch, request).await?;
+                let bytes = stasis_host_api::encode_response(&response).map_err(ApiError::internal)?;
+                Ok(Response::new(Full::new(Bytes::from(bytes))))
+            }
+            "pause" => Ok(json(StatusCode::OK, &w.pause(name).await?)),
+            "checkpoint" => Ok(json(StatusCode::OK, &w.checkpoint(name).await?)),
+            "resume" => {
+                let req: ResumeRequest = if body.is_empty() {
+                    ResumeRequest::default()
+                } else {
+                    serde_json::from_slice(&body).map_err(|e| ApiError::bad_request(e.to_string()))?
+                };
+                w.resume(name, req.source()?).await?;
+                Ok(json(StatusCode::OK, &serde_json::json!({})))
+            }
+            "capture" => {
+                let captured = w.capture(name).await?;
+                let mut response = Response::new(Full::new(Bytes::from(captured.bytes)));
+                let h = response.headers_mut();
+                h.insert(SEQ_HEADER, captured.seq.into());
+                h.insert(LIVE_HEADER, hyper::header::HeaderValue::from_static(if captured.live { "true" } else { "false" }));
+                Ok(response)
+            }
+            "cancel-move" => {
+                w.cancel_move(name).await;
+                Ok(json(StatusCode::OK, &serde_json::json!({})))
+            }
+            _ => Err(ApiError::not_found(format!("no worker operation {op:?}"))),
+        }
+    }
+}
