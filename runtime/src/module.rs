@@ -168,6 +168,8 @@ pub fn analyze(bytes: &[u8]) -> Result<ModuleInfo, ModuleError> {
         has_start: false,
     };
     let mut abi = None;
+    let mut imports_wasi = false;
+    let mut exports_memory = false;
     let mut imported_funcs = 0u32;
     let mut func_index = 0u32;
     let malformed = |e: wasmparser::BinaryReaderError| ModuleError::Malformed(e.to_string());
@@ -188,6 +190,7 @@ pub fn analyze(bytes: &[u8]) -> Result<ModuleInfo, ModuleError> {
                         }
                         TypeRef::Tag(_) => return Err(refused(format!("imported tag {what}"))),
                     }
+                    imports_wasi |= import.module == WASI_MODULE;
                     if import.module != WASI_MODULE {
                         return Err(refused(format!(
                             "import {what}: only WASI preview 1 (`{WASI_MODULE}`) may be imported"
@@ -247,6 +250,7 @@ pub fn analyze(bytes: &[u8]) -> Result<ModuleInfo, ModuleError> {
                             exports::RESERVED_PREFIX
                         )));
                     }
+                    exports_memory |= export.kind == ExternalKind::Memory && export.name == "memory";
                     if export.kind == ExternalKind::Tag {
                         return Err(refused("exception tags"));
                     }
@@ -277,6 +281,14 @@ pub fn analyze(bytes: &[u8]) -> Result<ModuleInfo, ModuleError> {
             }
             _ => {}
         }
+    }
+    if info.memories.is_empty() {
+        return Err(refused("no linear memory: the ABI passes requests through memory 0"));
+    }
+    if imports_wasi && !exports_memory {
+        return Err(refused(
+            "WASI imports without a `memory` export (WASI preview 1 reads and writes through it)",
+        ));
     }
     info.abi_version = abi.ok_or(ModuleError::MissingAbi)?;
     if info.abi_version != ABI_VERSION {
@@ -508,7 +520,9 @@ impl ModuleCache {
             Module::new(&self.engine, &rewritten).map_err(|e| ModuleError::Compile(e.into()))?;
         if let Some(path) = &path {
             let written = module.serialize().and_then(|code| {
-                let tmp = path.with_extension("tmp");
+                static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+                let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let tmp = path.with_extension(format!("{}-{n}.tmp", std::process::id()));
                 std::fs::write(&tmp, code)?;
                 std::fs::rename(&tmp, path)?;
                 Ok(())

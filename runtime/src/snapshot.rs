@@ -389,6 +389,9 @@ pub fn verify<'a>(
         )));
     }
     let data_end = (bytes.len() - TRAILER_LEN) as u64;
+    // Pages live after the header, from the first 4 KiB boundary on.
+    let header_len = u32::from_le_bytes(bytes[12..16].try_into().unwrap_or_default()) as usize;
+    let data_start = align_up(PREFIX_LEN + header_len) as u64;
     let mut total = 0u64;
     for (image, m) in header.memories.iter().zip(&info.memories) {
         let bytes_claimed = image.wasm_pages.saturating_mul(WASM_PAGE);
@@ -423,7 +426,7 @@ pub fn verify<'a>(
                 && run.first_page >= next_page
                 && end_page.is_some_and(|e| e <= memory_pages)
                 && run.file_offset % PAGE_SIZE as u64 == 0
-                && run.file_offset >= PREFIX_LEN as u64
+                && run.file_offset >= data_start
                 && end_off.is_some_and(|e| e <= data_end);
             if !ok {
                 return Err(SnapshotError::Layout(format!(

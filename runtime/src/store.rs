@@ -115,10 +115,14 @@ impl SnapshotStore {
     /// temp file is removed; earlier snapshots are untouched).
     pub fn write(&self, actor: &str, seq: u64, bytes: &[u8]) -> Result<PathBuf, StoreError> {
         let len = bytes.len() as u64;
+        let path = self.path(actor, seq);
+        // Rewriting a sequence number replaces its file: count the difference.
+        let replaced = path.metadata().map(|m| m.len()).unwrap_or(0);
         {
             let mut used = self.used.lock().unwrap_or_else(|p| p.into_inner());
+            let after = used.saturating_sub(replaced).saturating_add(len);
             if let Some(quota) = self.quota
-                && used.saturating_add(len) > quota
+                && after > quota
             {
                 return Err(StoreError::Quota {
                     needed: len,
@@ -126,11 +130,15 @@ impl SnapshotStore {
                     quota,
                 });
             }
-            *used += len;
+            *used = after;
         }
         let result = self.write_file(actor, seq, bytes);
         if result.is_err() {
-            self.release(len);
+            // Count what is on disk under that name now (old file, new file
+            // if the rename happened before the failure, or nothing).
+            let now = path.metadata().map(|m| m.len()).unwrap_or(0);
+            let mut used = self.used.lock().unwrap_or_else(|p| p.into_inner());
+            *used = used.saturating_sub(len).saturating_add(now);
         }
         result
     }
@@ -203,8 +211,9 @@ impl SnapshotStore {
         unsafe { Mmap::map(&file) }.map_err(io_err("map", &path))
     }
 
-    /// Deletes all but the newest `keep` snapshots of `actor`; returns the
-    /// deleted sequence numbers.
+    /// Deletes all but the newest `keep` snapshots of `actor` (at least one
+    /// is always kept: the newest is the actor's state); returns the deleted
+    /// sequence numbers.
     ///
     /// # Errors
     /// [`StoreError::Io`] if a file cannot be removed.

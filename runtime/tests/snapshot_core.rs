@@ -567,6 +567,18 @@ fn refused_features_are_named() {
             r#"(@custom "stasis-abi" "\01\00\00") (memory 1)"#.to_owned(),
             vec!["stasis-abi", "4 bytes"],
         ),
+        (
+            "no memory",
+            abi.to_owned(),
+            vec!["no linear memory"],
+        ),
+        (
+            "WASI without a memory export",
+            format!(
+                r#"(import "wasi_snapshot_preview1" "fd_write" (func (param i32 i32 i32 i32) (result i32))) {abi} (memory 1) {resp}"#
+            ),
+            vec!["`memory` export"],
+        ),
     ];
     for (name, fields, needles) in cases {
         assert_refused(&engine, name, &guest(&fields, ""), &needles);
