@@ -75,6 +75,10 @@ pub struct ServeArgs {
     /// Checkpoint running actors this often.
     #[arg(long, value_parser = parse_duration)]
     checkpoint_interval: Option<Duration>,
+    /// Live instances per worker; past it the least recently used running
+    /// actors are paused.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    max_live: Option<u64>,
     /// Pause actors idle this long (scale to zero).
     #[arg(long, value_parser = parse_duration)]
     idle_timeout: Option<Duration>,
@@ -121,6 +125,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
                     keep_snapshots: usize::try_from(args.keep_snapshots).unwrap_or(usize::MAX),
                     checkpoint_every: args.checkpoint_every.unwrap_or(0),
                 },
+                max_live: args.max_live.map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
             },
             snapshot_quota: args.snapshot_quota,
             idle_timeout: args.idle_timeout,

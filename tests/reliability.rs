@@ -364,3 +364,116 @@ async fn current(server: &Server, actor: &str) -> u64 {
     assert_eq!(answer.status, 200, "{actor}: {answer:?}");
     parse_count(&answer.body)
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_live_pauses_the_least_recently_used() {
+    let server = Server::start(&["--workers", "1", "--max-live", "2"]);
+    server.push("counter");
+    let names = ["l-0", "l-1", "l-2", "l-3"];
+    for name in names {
+        server.create(name, "counter");
+    }
+    for round in 1..=3 {
+        for name in names {
+            assert_eq!(count(&post(&server, name).await), round, "{name}");
+        }
+    }
+    // Pauses of the victims run concurrently; let them land.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let list = server.cli_json(&["actor", "list"]);
+    let running: Vec<&str> = list
+        .as_array()
+        .expect("list")
+        .iter()
+        .filter(|a| a["state"] == "running")
+        .filter_map(|a| a["name"].as_str())
+        .collect();
+    assert!(running.len() <= 2, "at most --max-live running: {running:?}");
+    assert!(running.contains(&"l-3"), "the most recently used stays live: {running:?}");
+    let resumes: u64 = list.as_array().expect("list").iter().filter_map(|a| a["resumes"].as_u64()).sum();
+    assert!(resumes >= 8, "actors were paused and resumed on demand ({resumes} resumes)");
+}
+
+/// Bounded soak: traffic on many actors while pauses, resumes, checkpoints,
+/// idle pauses and --max-live evictions happen at random; every actor's
+/// counts end up exactly 1..N.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn soak_random_pauses_resumes_and_checkpoints_keep_exact_counts() {
+    let server = Server::start(&[
+        "--idle-timeout",
+        "300ms",
+        "--checkpoint-every",
+        "7",
+        "--max-live",
+        "5",
+    ]);
+    server.push("counter");
+    let actors: Vec<String> = (0..12).map(|i| format!("soak-{i}")).collect();
+    for a in &actors {
+        server.create(a, "counter");
+    }
+    let deadline = Instant::now() + Duration::from_secs(4);
+    let c = client();
+    let mut clients = Vec::new();
+    for k in 0..6u64 {
+        let c = c.clone();
+        let actors = actors.clone();
+        let addr = server.ingress;
+        clients.push(tokio::spawn(async move {
+            let mut seen: Vec<(String, u64)> = Vec::new();
+            let mut i = k;
+            while Instant::now() < deadline {
+                i = i.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                let actor = &actors[(i >> 33) as usize % actors.len()];
+                let answer = send(&c, addr, "POST", &format!("{actor}.actors.localhost"), "/", Vec::new()).await;
+                assert_eq!(answer.status, 200, "{actor}: {answer:?}");
+                seen.push((actor.clone(), parse_count(&answer.body)));
+                if i % 5 == 0 {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+            seen
+        }));
+    }
+    let admin = server.admin_url();
+    let chaos = {
+        let actors = actors.clone();
+        let c = c.clone();
+        tokio::spawn(async move {
+            let mut i = 7u64;
+            let mut ops = 0;
+            while Instant::now() < deadline {
+                i = i.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                let actor = &actors[(i >> 33) as usize % actors.len()];
+                let op = ["pause", "resume", "checkpoint"][(i >> 20) as usize % 3];
+                let req = hyper::Request::post(format!("{admin}/v1/actors/{actor}/{op}"))
+                    .body(http_body_util::Full::new(bytes::Bytes::new()))
+                    .expect("req");
+                let status = c.request(req).await.expect("admin").status().as_u16();
+                assert!(status == 200 || status == 409, "{op} {actor}: {status}");
+                ops += 1;
+                tokio::time::sleep(Duration::from_millis(15)).await;
+            }
+            ops
+        })
+    };
+    let mut counts: HashMap<String, Vec<u64>> = HashMap::new();
+    for task in clients {
+        for (actor, n) in task.await.expect("client") {
+            counts.entry(actor).or_default().push(n);
+        }
+    }
+    assert!(chaos.await.expect("chaos") > 20);
+    for (actor, mut seen) in counts {
+        seen.sort_unstable();
+        assert_eq!(seen, (1..=seen.len() as u64).collect::<Vec<_>>(), "{actor}");
+    }
+    let resumes: u64 = server
+        .cli_json(&["actor", "list"])
+        .as_array()
+        .expect("list")
+        .iter()
+        .filter_map(|a| a["resumes"].as_u64())
+        .sum();
+    assert!(resumes > 10, "the soak exercised resumes ({resumes})");
+}

@@ -357,3 +357,32 @@ async fn bad_input_gets_clear_errors_and_harms_nothing() {
     let err = second.err().expect("second serve must fail");
     assert!(err.contains("in use"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keep_alive_connections_survive_a_pause() {
+    let server = Server::start(&[]);
+    server.push("counter");
+    server.create("ka", "counter");
+    let stream = tokio::net::TcpStream::connect(server.ingress).await.expect("connect");
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+        .await
+        .expect("handshake");
+    tokio::spawn(conn);
+    let post = || {
+        hyper::Request::post("/")
+            .header("host", "ka.actors.localhost")
+            .body(http_body_util::Full::new(bytes::Bytes::new()))
+            .expect("request")
+    };
+    use http_body_util::BodyExt as _;
+    let body = |r: hyper::Response<hyper::body::Incoming>| async move {
+        String::from_utf8(r.into_body().collect().await.expect("body").to_bytes().to_vec()).expect("utf-8")
+    };
+    let first = sender.send_request(post()).await.expect("first");
+    assert!(body(first).await.ends_with("count: 1\n"));
+    server.cli_ok(&["actor", "pause", "ka"]);
+    sender.ready().await.expect("connection still open");
+    let second = sender.send_request(post()).await.expect("same connection after the pause");
+    assert_eq!(second.status(), 200);
+    assert!(body(second).await.ends_with("count: 2\n"));
+}

@@ -111,6 +111,7 @@ fn join_answer(config: &ServeConfig) -> JoinAnswer {
         hold_timeout_ms: ms(config.worker.hold_timeout),
         keep_snapshots: config.worker.actor.keep_snapshots,
         checkpoint_every: config.worker.actor.checkpoint_every,
+        max_live: config.worker.max_live,
     }
 }
 

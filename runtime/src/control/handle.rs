@@ -501,6 +501,9 @@ pub struct JoinAnswer {
     pub keep_snapshots: usize,
     /// Checkpoint after this many requests (0 = never).
     pub checkpoint_every: u64,
+    /// Live instances per worker (`--max-live`).
+    #[serde(default)]
+    pub max_live: Option<usize>,
 }
 
 /// What a worker sends to join.

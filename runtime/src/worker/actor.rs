@@ -253,6 +253,9 @@ pub(crate) struct ActorTask {
     pub since_checkpoint: u64,
     pub epoch: u64,
     pub replicator: Option<Arc<dyn Replicator>>,
+    /// Called before this actor gets a live instance, so the worker can
+    /// keep to `--max-live` by pausing its least recently used actors.
+    pub make_room: Option<Arc<dyn Fn(&str) + Send + Sync>>,
 }
 
 pub(crate) fn new_status(state: ActorState) -> Arc<Mutex<ActorStatus>> {
@@ -275,6 +278,7 @@ impl ActorTask {
     /// Creates the first instance and snapshot seq 0.
     pub async fn create(&mut self) -> Result<SnapshotReport, ApiError> {
         let started = Instant::now();
+        self.before_live();
         let instance = ActorInstance::spawn(&self.engine, self.template.clone(), self.config())
             .await
             .map_err(|e| ApiError::new(e.status(), format!("creating the actor: {e}")))?;
@@ -541,7 +545,14 @@ impl ActorTask {
         })
     }
 
+    fn before_live(&self) {
+        if let Some(make_room) = &self.make_room {
+            make_room(&self.name);
+        }
+    }
+
     async fn resume(&mut self, from: ResumeFrom) -> Result<(), ApiError> {
+        self.before_live();
         let started = Instant::now();
         self.set_state(ActorState::Resuming);
         let result = match from {

@@ -33,6 +33,11 @@ pub struct WorkerSettings {
     pub hold_timeout: Duration,
     /// Snapshot retention and checkpoints.
     pub actor: ActorSettings,
+    /// Live instances per worker (`--max-live`): when an actor is about to
+    /// get one and the cap is reached, the least recently used running
+    /// actors are paused (concurrently, so the cap is briefly exceeded by
+    /// the actors being paused).
+    pub max_live: Option<usize>,
 }
 
 impl Default for WorkerSettings {
@@ -44,6 +49,7 @@ impl Default for WorkerSettings {
                 keep_snapshots: 2,
                 checkpoint_every: 0,
             },
+            max_live: None,
         }
     }
 }
@@ -63,6 +69,7 @@ pub struct Worker {
     actors: Mutex<HashMap<String, Handle>>,
     replicator: Option<Arc<dyn Replicator>>,
     serving: AtomicBool,
+    this: std::sync::Weak<Worker>,
 }
 
 impl std::fmt::Debug for Worker {
@@ -96,7 +103,8 @@ impl Worker {
         settings: WorkerSettings,
         replicator: Option<Arc<dyn Replicator>>,
     ) -> Arc<Self> {
-        Arc::new(Self {
+        Arc::new_cyclic(|this| Self {
+            this: this.clone(),
             name: name.to_owned(),
             engine,
             store,
@@ -159,6 +167,41 @@ impl Worker {
             since_checkpoint: 0,
             epoch,
             replicator: self.replicator.clone(),
+            make_room: self.settings.max_live.map(|_| {
+                let worker = self.this.clone();
+                Arc::new(move |actor: &str| {
+                    if let Some(worker) = worker.upgrade() {
+                        worker.make_room(actor);
+                    }
+                }) as Arc<dyn Fn(&str) + Send + Sync>
+            }),
+        }
+    }
+
+    /// Pauses the least recently used running actors (other than `except`)
+    /// until a new live instance fits under `--max-live`.
+    fn make_room(&self, except: &str) {
+        let Some(max_live) = self.settings.max_live else {
+            return;
+        };
+        let actors = self.lock();
+        let mut live: Vec<(Option<std::time::Instant>, &String, &Handle)> = actors
+            .iter()
+            .filter(|(name, _)| name.as_str() != except)
+            .filter_map(|(name, h)| {
+                let status = h.status.lock().unwrap_or_else(|p| p.into_inner());
+                (status.state == ActorState::Running).then(|| (status.last_active(), name, h))
+            })
+            .collect();
+        let excess = (live.len() + 1).saturating_sub(max_live.max(1));
+        if excess == 0 {
+            return;
+        }
+        live.sort_by_key(|(last, _, _)| *last);
+        for (_, name, handle) in live.into_iter().take(excess) {
+            tracing::debug!(actor = %name, "pausing the least recently used actor (--max-live {max_live})");
+            let (reply, _) = oneshot::channel();
+            let _ = handle.mailbox.try_send(Command::Pause(reply));
         }
     }
 

@@ -145,6 +145,7 @@ pub async fn run(options: WorkerOptions, shutdown: impl Future<Output = ()> + Se
                 keep_snapshots: answer.keep_snapshots,
                 checkpoint_every: answer.checkpoint_every,
             },
+            max_live: answer.max_live,
         },
         Some(Arc::new(ControlReplicator {
             control: control.clone(),
