@@ -125,7 +125,9 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
                     keep_snapshots: usize::try_from(args.keep_snapshots).unwrap_or(usize::MAX),
                     checkpoint_every: args.checkpoint_every.unwrap_or(0),
                 },
-                max_live: args.max_live.map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
+                max_live: args
+                    .max_live
+                    .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
             },
             snapshot_quota: args.snapshot_quota,
             idle_timeout: args.idle_timeout,

@@ -27,14 +27,32 @@ async fn counter_migrates_between_two_worker_processes() {
     assert_eq!(moved["epoch"], 2);
     assert!(moved["downtime_ms"].as_f64().expect("downtime_ms") >= 0.0);
     let answer = post(&server, "mover").await;
-    assert_eq!(answer.body, format!("hello from: {to} | preserved memory count: 4\n"));
+    assert_eq!(
+        answer.body,
+        format!("hello from: {to} | preserved memory count: 4\n")
+    );
     // And back, paused this time: the paused state moves too.
     server.cli_ok(&["actor", "pause", "mover"]);
     server.cli_ok(&["actor", "migrate", "mover", "--to", &first]);
     let answer = post(&server, "mover").await;
-    assert_eq!(answer.body, format!("hello from: {first} | preserved memory count: 5\n"));
-    let text = send(&client(), server.admin, "GET", "localhost", "/metrics", Vec::new()).await.body;
-    assert!(text.contains("stasis_migration_downtime_seconds_count 2"), "{text}");
+    assert_eq!(
+        answer.body,
+        format!("hello from: {first} | preserved memory count: 5\n")
+    );
+    let text = send(
+        &client(),
+        server.admin,
+        "GET",
+        "localhost",
+        "/metrics",
+        Vec::new(),
+    )
+    .await
+    .body;
+    assert!(
+        text.contains("stasis_migration_downtime_seconds_count 2"),
+        "{text}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -56,7 +74,15 @@ async fn load_survives_scale_out_and_scale_in_with_exact_counts() {
             let mut seen = Vec::new();
             for i in 0..200 {
                 let actor = &actors[(k * 7 + i) % actors.len()];
-                let answer = send(&c, addr, "POST", &format!("{actor}.actors.localhost"), "/", Vec::new()).await;
+                let answer = send(
+                    &c,
+                    addr,
+                    "POST",
+                    &format!("{actor}.actors.localhost"),
+                    "/",
+                    Vec::new(),
+                )
+                .await;
                 seen.push((actor.clone(), answer.status, answer.body));
             }
             seen
@@ -71,26 +97,51 @@ async fn load_survives_scale_out_and_scale_in_with_exact_counts() {
     for task in clients {
         for (actor, status, body) in task.await.expect("client") {
             assert_eq!(status, 200, "{actor}: {body}");
-            let n = body.trim().rsplit(' ').next().and_then(|n| n.parse().ok()).expect("count");
+            let n = body
+                .trim()
+                .rsplit(' ')
+                .next()
+                .and_then(|n| n.parse().ok())
+                .expect("count");
             counts.entry(actor).or_default().push(n);
         }
     }
     for (actor, mut seen) in counts {
         seen.sort_unstable();
         let expected: Vec<u64> = (1..=seen.len() as u64).collect();
-        assert_eq!(seen, expected, "{actor}: duplicates mean double activation, gaps lost state");
+        assert_eq!(
+            seen, expected,
+            "{actor}: duplicates mean double activation, gaps lost state"
+        );
     }
     let workers = server.cli_json(&["worker", "list"]);
-    let on_old = workers.as_array().expect("list").iter().find(|w| w["name"] == "w-old").expect("w-old");
+    let on_old = workers
+        .as_array()
+        .expect("list")
+        .iter()
+        .find(|w| w["name"] == "w-old")
+        .expect("w-old");
     assert_eq!(on_old["actors"], 0);
-    let on_new = workers.as_array().expect("list").iter().find(|w| w["name"] == new.name.as_str()).expect("w-new");
-    assert!(on_new["actors"].as_u64().expect("actors") > 0, "scale out moved actors: {workers}");
+    let on_new = workers
+        .as_array()
+        .expect("list")
+        .iter()
+        .find(|w| w["name"] == new.name.as_str())
+        .expect("w-new");
+    assert!(
+        on_new["actors"].as_u64().expect("actors") > 0,
+        "scale out moved actors: {workers}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn target_killed_mid_migration_rolls_back_to_the_source() {
     let server = Server::start(&["--workers", "1"]);
-    let mut target = RemoteWorker::start(&server, "w-slow", &[("STASIS_FAILPOINT_INSTALL_DELAY_MS", "3000")]);
+    let mut target = RemoteWorker::start(
+        &server,
+        "w-slow",
+        &[("STASIS_FAILPOINT_INSTALL_DELAY_MS", "3000")],
+    );
     server.push("counter");
     server.create("steady", "counter");
     // The only other worker is worker-1; make sure the actor is there.
@@ -103,7 +154,9 @@ async fn target_killed_mid_migration_rolls_back_to_the_source() {
     let admin = server.admin_url();
     let migrate = tokio::task::spawn_blocking(move || {
         std::process::Command::new(env!("CARGO_BIN_EXE_stasis"))
-            .args(["actor", "migrate", "steady", "--to", "w-slow", "--admin", &admin])
+            .args([
+                "actor", "migrate", "steady", "--to", "w-slow", "--admin", &admin,
+            ])
             .output()
             .expect("run")
     });
@@ -111,13 +164,26 @@ async fn target_killed_mid_migration_rolls_back_to_the_source() {
     // A request during the move is held at the gate, then served.
     let held = tokio::spawn({
         let addr = server.ingress;
-        async move { send(&client(), addr, "POST", "steady.actors.localhost", "/", Vec::new()).await }
+        async move {
+            send(
+                &client(),
+                addr,
+                "POST",
+                "steady.actors.localhost",
+                "/",
+                Vec::new(),
+            )
+            .await
+        }
     });
     tokio::time::sleep(Duration::from_millis(200)).await;
     target.kill();
     let out = migrate.await.expect("migrate");
     assert_eq!(out.status.code(), Some(1), "the move must fail");
-    assert!(String::from_utf8_lossy(&out.stderr).contains("rolled back"), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("rolled back"),
+        "{out:?}"
+    );
     let held = held.await.expect("held");
     assert_eq!(count(&held), 4);
     assert_eq!(server.worker_of("steady"), "worker-1");
@@ -147,29 +213,57 @@ async fn paused_actors_of_a_killed_worker_resume_elsewhere() {
     server.wait_for_worker("w-doomed", "lost");
     for (i, name) in on_doomed.iter().enumerate() {
         assert_eq!(server.worker_of(name), "worker-1");
-        assert_eq!(count(&post(&server, name).await), i as u64 + 2, "{name} kept its paused state");
+        assert_eq!(
+            count(&post(&server, name).await),
+            i as u64 + 2,
+            "{name} kept its paused state"
+        );
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_large_body_sent_during_a_move_arrives_intact() {
     let server = Server::start(&["--workers", "1"]);
-    let _w = RemoteWorker::start(&server, "w-echo", &[("STASIS_FAILPOINT_INSTALL_DELAY_MS", "300")]);
+    let _w = RemoteWorker::start(
+        &server,
+        "w-echo",
+        &[("STASIS_FAILPOINT_INSTALL_DELAY_MS", "300")],
+    );
     server.push("echo");
     server.create("e", "echo");
-    let to = if server.worker_of("e") == "worker-1" { "w-echo" } else { "worker-1" };
+    let to = if server.worker_of("e") == "worker-1" {
+        "w-echo"
+    } else {
+        "worker-1"
+    };
     let admin = server.admin_url();
     let to_owned = to.to_owned();
     let migrate = tokio::task::spawn_blocking(move || {
         std::process::Command::new(env!("CARGO_BIN_EXE_stasis"))
-            .args(["actor", "migrate", "e", "--to", &to_owned, "--admin", &admin, "-o", "json"])
+            .args([
+                "actor", "migrate", "e", "--to", &to_owned, "--admin", &admin, "-o", "json",
+            ])
             .output()
             .expect("run")
     });
     tokio::time::sleep(Duration::from_millis(50)).await;
-    let body: Vec<u8> = (0..1 << 20).map(|i: u32| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
-    let answer = send(&client(), server.ingress, "POST", "e.actors.localhost", "/", body.clone()).await;
-    let expected = format!("{} {}\n", body.len(), hex::encode(sha2::Sha256::digest(&body)));
+    let body: Vec<u8> = (0..1 << 20)
+        .map(|i: u32| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
+        .collect();
+    let answer = send(
+        &client(),
+        server.ingress,
+        "POST",
+        "e.actors.localhost",
+        "/",
+        body.clone(),
+    )
+    .await;
+    let expected = format!(
+        "{} {}\n",
+        body.len(),
+        hex::encode(sha2::Sha256::digest(&body))
+    );
     assert_eq!(answer.status, 200);
     assert_eq!(answer.body, expected);
     let out = migrate.await.expect("migrate");

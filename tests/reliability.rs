@@ -315,7 +315,7 @@ async fn kill_nine_during_pauses_and_checkpoints_loses_no_acknowledged_state() {
                     let host = format!("{a}.actors.localhost");
                     let n =
                         parse_count(&send(&c, ingress, "POST", &host, "/", Vec::new()).await.body);
-                    let op = if (step + round) % 2 == 0 {
+                    let op = if (step + round).is_multiple_of(2) {
                         "pause"
                     } else {
                         "checkpoint"
@@ -388,10 +388,24 @@ async fn max_live_pauses_the_least_recently_used() {
         .filter(|a| a["state"] == "running")
         .filter_map(|a| a["name"].as_str())
         .collect();
-    assert!(running.len() <= 2, "at most --max-live running: {running:?}");
-    assert!(running.contains(&"l-3"), "the most recently used stays live: {running:?}");
-    let resumes: u64 = list.as_array().expect("list").iter().filter_map(|a| a["resumes"].as_u64()).sum();
-    assert!(resumes >= 8, "actors were paused and resumed on demand ({resumes} resumes)");
+    assert!(
+        running.len() <= 2,
+        "at most --max-live running: {running:?}"
+    );
+    assert!(
+        running.contains(&"l-3"),
+        "the most recently used stays live: {running:?}"
+    );
+    let resumes: u64 = list
+        .as_array()
+        .expect("list")
+        .iter()
+        .filter_map(|a| a["resumes"].as_u64())
+        .sum();
+    assert!(
+        resumes >= 8,
+        "actors were paused and resumed on demand ({resumes} resumes)"
+    );
 }
 
 /// Bounded soak: traffic on many actors while pauses, resumes, checkpoints,
@@ -423,12 +437,22 @@ async fn soak_random_pauses_resumes_and_checkpoints_keep_exact_counts() {
             let mut seen: Vec<(String, u64)> = Vec::new();
             let mut i = k;
             while Instant::now() < deadline {
-                i = i.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                i = i
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
                 let actor = &actors[(i >> 33) as usize % actors.len()];
-                let answer = send(&c, addr, "POST", &format!("{actor}.actors.localhost"), "/", Vec::new()).await;
+                let answer = send(
+                    &c,
+                    addr,
+                    "POST",
+                    &format!("{actor}.actors.localhost"),
+                    "/",
+                    Vec::new(),
+                )
+                .await;
                 assert_eq!(answer.status, 200, "{actor}: {answer:?}");
                 seen.push((actor.clone(), parse_count(&answer.body)));
-                if i % 5 == 0 {
+                if i.is_multiple_of(5) {
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
             }
@@ -443,7 +467,9 @@ async fn soak_random_pauses_resumes_and_checkpoints_keep_exact_counts() {
             let mut i = 7u64;
             let mut ops = 0;
             while Instant::now() < deadline {
-                i = i.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                i = i
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
                 let actor = &actors[(i >> 33) as usize % actors.len()];
                 let op = ["pause", "resume", "checkpoint"][(i >> 20) as usize % 3];
                 let req = hyper::Request::post(format!("{admin}/v1/actors/{actor}/{op}"))

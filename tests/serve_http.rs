@@ -363,10 +363,13 @@ async fn keep_alive_connections_survive_a_pause() {
     let server = Server::start(&[]);
     server.push("counter");
     server.create("ka", "counter");
-    let stream = tokio::net::TcpStream::connect(server.ingress).await.expect("connect");
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+    let stream = tokio::net::TcpStream::connect(server.ingress)
         .await
-        .expect("handshake");
+        .expect("connect");
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .expect("handshake");
     tokio::spawn(conn);
     let post = || {
         hyper::Request::post("/")
@@ -376,13 +379,24 @@ async fn keep_alive_connections_survive_a_pause() {
     };
     use http_body_util::BodyExt as _;
     let body = |r: hyper::Response<hyper::body::Incoming>| async move {
-        String::from_utf8(r.into_body().collect().await.expect("body").to_bytes().to_vec()).expect("utf-8")
+        String::from_utf8(
+            r.into_body()
+                .collect()
+                .await
+                .expect("body")
+                .to_bytes()
+                .to_vec(),
+        )
+        .expect("utf-8")
     };
     let first = sender.send_request(post()).await.expect("first");
     assert!(body(first).await.ends_with("count: 1\n"));
     server.cli_ok(&["actor", "pause", "ka"]);
     sender.ready().await.expect("connection still open");
-    let second = sender.send_request(post()).await.expect("same connection after the pause");
+    let second = sender
+        .send_request(post())
+        .await
+        .expect("same connection after the pause");
     assert_eq!(second.status(), 200);
     assert!(body(second).await.ends_with("count: 2\n"));
 }

@@ -166,9 +166,9 @@ impl AdminApi {
         let c = &self.control;
         let limit = match segments.as_slice() {
             ["v1", "templates", _] => MAX_TEMPLATE_BYTES,
-            ["internal", "v1", "snapshots", ..] => {
-                usize::try_from(c.engine().limits().max_memory).unwrap_or(usize::MAX).saturating_add(16 << 20)
-            }
+            ["internal", "v1", "snapshots", ..] => usize::try_from(c.engine().limits().max_memory)
+                .unwrap_or(usize::MAX)
+                .saturating_add(16 << 20),
             _ => MAX_JSON,
         };
         let (parts, body) = request.into_parts();
@@ -231,8 +231,12 @@ impl AdminApi {
                 c.heartbeat(name)?;
                 ok(&serde_json::json!({}))
             }
-            (&Method::POST, ["internal", "v1", "workers", name, "drain"]) => ok(&c.drain(name).await?),
-            (&Method::GET, ["internal", "v1", "templates", digest]) => Ok(bytes_response(c.template_bytes(digest)?)),
+            (&Method::POST, ["internal", "v1", "workers", name, "drain"]) => {
+                ok(&c.drain(name).await?)
+            }
+            (&Method::GET, ["internal", "v1", "templates", digest]) => {
+                Ok(bytes_response(c.template_bytes(digest)?))
+            }
             (&Method::PUT, ["internal", "v1", "snapshots", actor, seq]) => {
                 let seq = seq
                     .parse()
@@ -240,8 +244,7 @@ impl AdminApi {
                 c.receive_snapshot(actor, seq, body.to_vec()).await?;
                 Ok(no_content())
             }
-            (_, ["healthz" | "metrics"])
-            | (_, ["v1" | "internal", ..]) => Err(ApiError::new(
+            (_, ["healthz" | "metrics"]) | (_, ["v1" | "internal", ..]) => Err(ApiError::new(
                 405,
                 format!("method {method} not allowed on {path}"),
             )),

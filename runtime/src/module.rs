@@ -250,7 +250,8 @@ pub fn analyze(bytes: &[u8]) -> Result<ModuleInfo, ModuleError> {
                             exports::RESERVED_PREFIX
                         )));
                     }
-                    exports_memory |= export.kind == ExternalKind::Memory && export.name == "memory";
+                    exports_memory |=
+                        export.kind == ExternalKind::Memory && export.name == "memory";
                     if export.kind == ExternalKind::Tag {
                         return Err(refused("exception tags"));
                     }
@@ -283,7 +284,9 @@ pub fn analyze(bytes: &[u8]) -> Result<ModuleInfo, ModuleError> {
         }
     }
     if info.memories.is_empty() {
-        return Err(refused("no linear memory: the ABI passes requests through memory 0"));
+        return Err(refused(
+            "no linear memory: the ABI passes requests through memory 0",
+        ));
     }
     if imports_wasi && !exports_memory {
         return Err(refused(
@@ -361,7 +364,7 @@ pub fn instrument(
         };
         // Sections that must follow the export section: start (8), element
         // (9), data count (12), code (10), data (11).
-        if !exports_written && matches!(id, 8 | 9 | 10 | 11 | 12) {
+        if !exports_written && matches!(id, 8..=12) {
             module.section(&added);
             exports_written = true;
         }

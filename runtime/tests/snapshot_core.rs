@@ -567,11 +567,7 @@ fn refused_features_are_named() {
             r#"(@custom "stasis-abi" "\01\00\00") (memory 1)"#.to_owned(),
             vec!["stasis-abi", "4 bytes"],
         ),
-        (
-            "no memory",
-            abi.to_owned(),
-            vec!["no linear memory"],
-        ),
+        ("no memory", abi.to_owned(), vec!["no linear memory"]),
         (
             "WASI without a memory export",
             format!(

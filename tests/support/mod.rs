@@ -281,7 +281,17 @@ impl RemoteWorker {
     pub fn start(server: &Server, name: &str, env: &[(&str, &str)]) -> RemoteWorker {
         let tmp = tempfile::tempdir().expect("tempdir");
         let mut child = Command::new(env!("CARGO_BIN_EXE_stasis"))
-            .args(["worker", "run", "--join", &server.admin_url(), "--listen", "127.0.0.1:0", "--name", name, "--data-dir"])
+            .args([
+                "worker",
+                "run",
+                "--join",
+                &server.admin_url(),
+                "--listen",
+                "127.0.0.1:0",
+                "--name",
+                name,
+                "--data-dir",
+            ])
             .arg(tmp.path().join("data"))
             .envs(env.iter().copied())
             .stdout(Stdio::piped())
@@ -296,7 +306,10 @@ impl RemoteWorker {
                 Some(Ok(_)) => continue,
                 _ => {
                     let out = child.wait_with_output().expect("wait");
-                    panic!("worker {name} exited: {}", String::from_utf8_lossy(&out.stderr));
+                    panic!(
+                        "worker {name} exited: {}",
+                        String::from_utf8_lossy(&out.stderr)
+                    );
                 }
             }
         };
@@ -358,7 +371,10 @@ impl Server {
             if found {
                 return;
             }
-            assert!(Instant::now() < deadline, "worker {name} never became {state}: {list}");
+            assert!(
+                Instant::now() < deadline,
+                "worker {name} never became {state}: {list}"
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
     }

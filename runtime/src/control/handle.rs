@@ -105,6 +105,11 @@ pub const SEQ_HEADER: &str = "stasis-seq";
 /// Header saying whether a captured actor was live (`true`/`false`).
 pub const LIVE_HEADER: &str = "stasis-live";
 
+/// Longest wait for a peer's answer head. Every worker operation is bounded
+/// well below it (hold timeout + request timeout); a peer that says nothing
+/// for this long is treated as unreachable.
+pub const PEER_TIMEOUT: Duration = Duration::from_secs(120);
+
 /// An HTTP client for one peer (a worker, or the control plane).
 #[derive(Clone)]
 pub struct Peer {
@@ -163,13 +168,13 @@ impl Peer {
         let request = builder
             .body(Full::new(Bytes::from(body)))
             .map_err(|e| ApiError::internal(format!("building a request to {}: {e}", self.what)))?;
-        let unreachable =
-            |e: String| ApiError::unavailable(format!("{} unreachable ({}): {e}", self.what, self.base));
-        let response = self
-            .client
-            .request(request)
+        let unreachable = |e: String| {
+            ApiError::unavailable(format!("{} unreachable ({}): {e}", self.what, self.base))
+        };
+        let response = tokio::time::timeout(PEER_TIMEOUT, self.client.request(request))
             .await
-            .map_err(|e| unreachable(format!("{e:?}")))?;
+            .map_err(|_| unreachable(format!("no answer within {PEER_TIMEOUT:?}")))?
+            .map_err(|e| unreachable(e.to_string()))?;
         let status = response.status();
         let headers = response.headers().clone();
         let body = response
@@ -211,7 +216,12 @@ impl Peer {
     ) -> Result<T, ApiError> {
         let body = serde_json::to_vec(body).map_err(ApiError::internal)?;
         let (_, _, answer) = self
-            .send(method, path, &[("content-type", "application/json".into())], body)
+            .send(
+                method,
+                path,
+                &[("content-type", "application/json".into())],
+                body,
+            )
             .await?;
         serde_json::from_slice(&answer)
             .map_err(|e| ApiError::new(502, format!("bad answer from {}: {e}", self.what)))
@@ -223,7 +233,7 @@ pub enum WorkerKind {
     /// Same process.
     Local(Arc<Worker>),
     /// A `stasis worker run` process.
-    Remote(Peer),
+    Remote(Box<Peer>),
 }
 
 /// A worker known to the control plane.
@@ -232,6 +242,9 @@ pub struct WorkerEntry {
     pub name: String,
     /// How to reach it.
     pub kind: WorkerKind,
+    /// Which admission this is (0 for in-process workers; each join of a
+    /// remote worker gets a new number).
+    pub incarnation: u64,
     state: Mutex<WorkerState>,
     last_heartbeat: Mutex<Instant>,
 }
@@ -248,20 +261,29 @@ impl WorkerEntry {
     /// An in-process worker.
     #[must_use]
     pub fn local(worker: Arc<Worker>) -> Self {
-        Self::new(worker.name().to_owned(), WorkerKind::Local(worker))
+        Self::new(worker.name().to_owned(), WorkerKind::Local(worker), 0)
     }
 
     /// A remote worker at `address` (`host:port`).
     #[must_use]
-    pub fn remote(name: &str, address: &str, token: Option<String>) -> Self {
-        let peer = Peer::new(&format!("http://{address}"), token, &format!("worker {name}"));
-        Self::new(name.to_owned(), WorkerKind::Remote(peer))
+    pub fn remote(name: &str, address: &str, token: Option<String>, incarnation: u64) -> Self {
+        let peer = Peer::new(
+            &format!("http://{address}"),
+            token,
+            &format!("worker {name}"),
+        );
+        Self::new(
+            name.to_owned(),
+            WorkerKind::Remote(Box::new(peer)),
+            incarnation,
+        )
     }
 
-    fn new(name: String, kind: WorkerKind) -> Self {
+    fn new(name: String, kind: WorkerKind, incarnation: u64) -> Self {
         Self {
             name,
             kind,
+            incarnation,
             state: Mutex::new(WorkerState::Ready),
             last_heartbeat: Mutex::new(Instant::now()),
         }
@@ -280,7 +302,10 @@ impl WorkerEntry {
 
     /// Records a heartbeat now.
     pub fn heartbeat(&self) {
-        *self.last_heartbeat.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+        *self
+            .last_heartbeat
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Instant::now();
     }
 
     /// Time since the last heartbeat (zero for in-process workers).
@@ -317,7 +342,10 @@ impl WorkerEntry {
     ) -> Result<SnapshotReport, ApiError> {
         match &self.kind {
             WorkerKind::Local(w) => w.create(&local()?, remote.epoch).await,
-            WorkerKind::Remote(p) => p.json(Method::POST, &actor_path(name, "create"), &remote).await,
+            WorkerKind::Remote(p) => {
+                p.json(Method::POST, &actor_path(name, "create"), &remote)
+                    .await
+            }
         }
     }
 
@@ -339,9 +367,14 @@ impl WorkerEntry {
                 .map(|_| ()),
             WorkerKind::Remote(p) => {
                 let spec = serde_json::to_string(&remote).map_err(ApiError::internal)?;
-                p.send(Method::POST, &actor_path(name, "install"), &[(SPEC_HEADER, spec)], bytes)
-                    .await
-                    .map(|_| ())
+                p.send(
+                    Method::POST,
+                    &actor_path(name, "install"),
+                    &[(SPEC_HEADER, spec)],
+                    bytes,
+                )
+                .await
+                .map(|_| ())
             }
         }
     }
@@ -350,14 +383,24 @@ impl WorkerEntry {
     ///
     /// # Errors
     /// The actor's, guest's or transport's failure.
-    pub async fn call(&self, actor: &str, epoch: u64, request: Request) -> Result<Response, ApiError> {
+    pub async fn call(
+        &self,
+        actor: &str,
+        epoch: u64,
+        request: Request,
+    ) -> Result<Response, ApiError> {
         match &self.kind {
             WorkerKind::Local(w) => w.call(actor, epoch, request).await,
             WorkerKind::Remote(p) => {
                 let body = stasis_host_api::encode_request(&request)
                     .map_err(|e| ApiError::bad_request(e.to_string()))?;
                 let (_, _, answer) = p
-                    .send(Method::POST, &actor_path(actor, "call"), &[(EPOCH_HEADER, epoch.to_string())], body)
+                    .send(
+                        Method::POST,
+                        &actor_path(actor, "call"),
+                        &[(EPOCH_HEADER, epoch.to_string())],
+                        body,
+                    )
                     .await?;
                 stasis_host_api::decode_response(&answer)
                     .map_err(|e| ApiError::new(502, format!("worker {}: {e}", self.name)))
@@ -383,7 +426,10 @@ impl WorkerEntry {
     pub async fn checkpoint(&self, actor: &str) -> Result<SnapshotReport, ApiError> {
         match &self.kind {
             WorkerKind::Local(w) => w.checkpoint(actor).await,
-            WorkerKind::Remote(p) => p.json(Method::POST, &actor_path(actor, "checkpoint"), &()).await,
+            WorkerKind::Remote(p) => {
+                p.json(Method::POST, &actor_path(actor, "checkpoint"), &())
+                    .await
+            }
         }
     }
 
@@ -396,7 +442,9 @@ impl WorkerEntry {
             WorkerKind::Local(w) => w.resume(actor, from).await,
             WorkerKind::Remote(p) => {
                 let body = ResumeRequest::from(from);
-                let _: serde_json::Value = p.json(Method::POST, &actor_path(actor, "resume"), &body).await?;
+                let _: serde_json::Value = p
+                    .json(Method::POST, &actor_path(actor, "resume"), &body)
+                    .await?;
                 Ok(())
             }
         }
@@ -410,13 +458,19 @@ impl WorkerEntry {
         match &self.kind {
             WorkerKind::Local(w) => w.capture(actor).await,
             WorkerKind::Remote(p) => {
-                let (_, headers, body) = p.send(Method::POST, &actor_path(actor, "capture"), &[], Vec::new()).await?;
+                let (_, headers, body) = p
+                    .send(Method::POST, &actor_path(actor, "capture"), &[], Vec::new())
+                    .await?;
                 let seq = headers
                     .get(SEQ_HEADER)
                     .and_then(|v| v.to_str().ok())
                     .and_then(|v| v.parse().ok())
-                    .ok_or_else(|| ApiError::new(502, format!("worker {} sent no {SEQ_HEADER}", self.name)))?;
-                let live = headers.get(LIVE_HEADER).is_some_and(|v| v.as_bytes() == b"true");
+                    .ok_or_else(|| {
+                        ApiError::new(502, format!("worker {} sent no {SEQ_HEADER}", self.name))
+                    })?;
+                let live = headers
+                    .get(LIVE_HEADER)
+                    .is_some_and(|v| v.as_bytes() == b"true");
                 Ok(Captured {
                     bytes: body.to_vec(),
                     seq,
@@ -431,7 +485,14 @@ impl WorkerEntry {
         match &self.kind {
             WorkerKind::Local(w) => w.cancel_move(actor).await,
             WorkerKind::Remote(p) => {
-                let _ = p.send(Method::POST, &actor_path(actor, "cancel-move"), &[], Vec::new()).await;
+                let _ = p
+                    .send(
+                        Method::POST,
+                        &actor_path(actor, "cancel-move"),
+                        &[],
+                        Vec::new(),
+                    )
+                    .await;
             }
         }
     }
@@ -442,7 +503,10 @@ impl WorkerEntry {
         match &self.kind {
             WorkerKind::Local(w) => w.remove(actor).await,
             WorkerKind::Remote(p) => {
-                if let Err(e) = p.send(Method::DELETE, &actor_path(actor, ""), &[], Vec::new()).await {
+                if let Err(e) = p
+                    .send(Method::DELETE, &actor_path(actor, ""), &[], Vec::new())
+                    .await
+                {
                     tracing::warn!(worker = %self.name, actor, "remove failed: {e}");
                 }
             }
@@ -455,11 +519,13 @@ impl WorkerEntry {
     /// 404 if it does not host the actor; 503 if unreachable.
     pub async fn status(&self, actor: &str) -> Result<ActorStatus, ApiError> {
         match &self.kind {
-            WorkerKind::Local(w) => w
-                .status(actor)
-                .ok_or_else(|| ApiError::not_found(format!("actor {actor} is not on worker {}", self.name))),
+            WorkerKind::Local(w) => w.status(actor).ok_or_else(|| {
+                ApiError::not_found(format!("actor {actor} is not on worker {}", self.name))
+            }),
             WorkerKind::Remote(p) => {
-                let (_, _, body) = p.send(Method::GET, &actor_path(actor, ""), &[], Vec::new()).await?;
+                let (_, _, body) = p
+                    .send(Method::GET, &actor_path(actor, ""), &[], Vec::new())
+                    .await?;
                 serde_json::from_slice(&body).map_err(|e| ApiError::new(502, e.to_string()))
             }
         }
@@ -469,7 +535,10 @@ impl WorkerEntry {
     pub async fn statuses(&self) -> Vec<(String, ActorStatus)> {
         match &self.kind {
             WorkerKind::Local(w) => w.statuses(),
-            WorkerKind::Remote(p) => match p.send(Method::GET, "/internal/v1/actors", &[], Vec::new()).await {
+            WorkerKind::Remote(p) => match p
+                .send(Method::GET, "/internal/v1/actors", &[], Vec::new())
+                .await
+            {
                 Ok((_, _, body)) => serde_json::from_slice(&body).unwrap_or_default(),
                 Err(_) => Vec::new(),
             },

@@ -212,6 +212,10 @@ pub struct GcReport {
 #[derive(Debug, Clone)]
 struct Placement {
     worker: String,
+    /// Which admission of that worker: a remote worker that joins again
+    /// comes back empty, so placements on its earlier incarnation wait for
+    /// re-placement.
+    incarnation: u64,
     template: String,
     epoch: u64,
     /// Requests hold a read guard while they are forwarded; a move holds
@@ -235,6 +239,7 @@ pub struct ControlPlane {
     /// Serialises operations that change the directory's set of names.
     ops: tokio::sync::Mutex<()>,
     pending: std::sync::Mutex<std::collections::HashSet<String>>,
+    incarnations: std::sync::atomic::AtomicU64,
     _lock: File,
 }
 
@@ -294,7 +299,10 @@ impl ControlPlane {
             engine.linker().clone(),
             Some(dir.join("cache")),
         );
-        let store = Arc::new(SnapshotStore::open(dir.join("snapshots"), config.snapshot_quota)?);
+        let store = Arc::new(SnapshotStore::open(
+            dir.join("snapshots"),
+            config.snapshot_quota,
+        )?);
         let workers = (1..=config.workers)
             .map(|i| {
                 Arc::new(WorkerEntry::local(Worker::new(
@@ -319,6 +327,7 @@ impl ControlPlane {
             config,
             ops: tokio::sync::Mutex::new(()),
             pending: std::sync::Mutex::default(),
+            incarnations: std::sync::atomic::AtomicU64::new(1),
             _lock: lock,
         });
         control.recover()?;
@@ -331,33 +340,48 @@ impl ControlPlane {
     /// control plane re-admits remote workers only as new, empty ones.
     fn recover(&self) -> anyhow::Result<()> {
         for row in self.directory.actors()? {
-            let template = self
-                .directory
-                .template(&row.template)?
-                .with_context(|| format!("actor {} names missing template {}", row.name, row.template))?;
+            let template = self.directory.template(&row.template)?.with_context(|| {
+                format!("actor {} names missing template {}", row.name, row.template)
+            })?;
             let Some(entry) = self.worker(&row.worker).or_else(|| self.least_loaded(None)) else {
                 tracing::warn!(actor = %row.name, "no worker can host it (--workers 0); it waits for one to join");
-                self.placement_mut().insert(row.name.clone(), self.new_placement("", &row.template, row.epoch));
+                self.placement_mut().insert(
+                    row.name.clone(),
+                    self.new_placement("", 0, &row.template, row.epoch),
+                );
                 continue;
             };
             let WorkerKind::Local(worker) = &entry.kind else {
                 continue;
             };
-            let epoch = if entry.name == row.worker { row.epoch } else { row.epoch + 1 };
+            let epoch = if entry.name == row.worker {
+                row.epoch
+            } else {
+                row.epoch + 1
+            };
             let status = worker.adopt(&self.local_spec(&row.name, &template)?, epoch);
             if entry.name != row.worker {
                 self.directory.place_actor(&row.name, &entry.name, epoch)?;
             }
             tracing::info!(actor = %row.name, worker = %entry.name, state = status.state.as_str(), "actor recovered");
-            self.placement_mut()
-                .insert(row.name.clone(), self.new_placement(&entry.name, &row.template, epoch));
+            self.placement_mut().insert(
+                row.name.clone(),
+                self.new_placement(&entry.name, entry.incarnation, &row.template, epoch),
+            );
         }
         Ok(())
     }
 
-    fn new_placement(&self, worker: &str, template: &str, epoch: u64) -> Placement {
+    fn new_placement(
+        &self,
+        worker: &str,
+        incarnation: u64,
+        template: &str,
+        epoch: u64,
+    ) -> Placement {
         Placement {
             worker: worker.to_owned(),
+            incarnation,
             template: template.to_owned(),
             epoch,
             gate: Arc::default(),
@@ -388,7 +412,9 @@ impl ControlPlane {
     }
 
     fn template_path(&self, digest: &str) -> PathBuf {
-        self.data_dir.join("templates").join(format!("{digest}.wasm"))
+        self.data_dir
+            .join("templates")
+            .join(format!("{digest}.wasm"))
     }
 
     fn template_row(&self, name: &str) -> Result<TemplateRow, ApiError> {
@@ -413,7 +439,10 @@ impl ControlPlane {
     }
 
     fn worker_list(&self) -> Vec<Arc<WorkerEntry>> {
-        self.workers.read().unwrap_or_else(|p| p.into_inner()).clone()
+        self.workers
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     fn worker(&self, name: &str) -> Option<Arc<WorkerEntry>> {
@@ -481,7 +510,9 @@ impl ControlPlane {
                 })
                 .set(counts.get(state.as_str()).copied().unwrap_or(0));
         }
-        self.metrics.held_requests.set(i64::try_from(held).unwrap_or(i64::MAX));
+        self.metrics
+            .held_requests
+            .set(i64::try_from(held).unwrap_or(i64::MAX));
         self.metrics
             .snapshot_bytes
             .set(i64::try_from(self.store.used_bytes()).unwrap_or(i64::MAX));
@@ -506,11 +537,16 @@ impl ControlPlane {
     ) -> Result<(TemplateInfo, bool), ApiError> {
         check_label("template", name)?;
         if bytes.len() > MAX_TEMPLATE_BYTES {
-            return Err(ApiError::new(413, format!("module larger than {MAX_TEMPLATE_BYTES} bytes")));
+            return Err(ApiError::new(
+                413,
+                format!("module larger than {MAX_TEMPLATE_BYTES} bytes"),
+            ));
         }
         for (k, _) in &env {
             if k.is_empty() || k.contains('=') || k.contains('\0') {
-                return Err(ApiError::bad_request(format!("invalid environment variable name {k:?}")));
+                return Err(ApiError::bad_request(format!(
+                    "invalid environment variable name {k:?}"
+                )));
             }
         }
         let _guard = self.ops.lock().await;
@@ -521,7 +557,11 @@ impl ControlPlane {
             }
             return Err(ApiError::conflict(format!(
                 "template {name} exists with {}; delete it first or push under another name",
-                if existing.digest == digest { "another environment" } else { "other module bytes" }
+                if existing.digest == digest {
+                    "another environment"
+                } else {
+                    "other module bytes"
+                }
             )));
         }
         // Cranelift takes tens of ms: keep it off the async workers' backs.
@@ -543,7 +583,11 @@ impl ControlPlane {
     }
 
     fn template_info(&self, row: TemplateRow) -> TemplateInfo {
-        let actors = self.placements().values().filter(|p| p.template == row.name).count();
+        let actors = self
+            .placements()
+            .values()
+            .filter(|p| p.template == row.name)
+            .count();
         TemplateInfo {
             name: row.name,
             digest: row.digest,
@@ -558,7 +602,12 @@ impl ControlPlane {
     /// # Errors
     /// 500 on a directory failure.
     pub fn templates(&self) -> Result<Vec<TemplateInfo>, ApiError> {
-        Ok(self.directory.templates()?.into_iter().map(|t| self.template_info(t)).collect())
+        Ok(self
+            .directory
+            .templates()?
+            .into_iter()
+            .map(|t| self.template_info(t))
+            .collect())
     }
 
     /// Template `name`.
@@ -574,8 +623,15 @@ impl ControlPlane {
     /// # Errors
     /// 404 if no template has that digest.
     pub fn template_bytes(&self, digest: &str) -> Result<Vec<u8>, ApiError> {
-        if !self.directory.templates()?.iter().any(|t| t.digest == digest) {
-            return Err(ApiError::not_found(format!("no template with digest {digest}")));
+        if !self
+            .directory
+            .templates()?
+            .iter()
+            .any(|t| t.digest == digest)
+        {
+            return Err(ApiError::not_found(format!(
+                "no template with digest {digest}"
+            )));
         }
         std::fs::read(self.template_path(digest)).map_err(ApiError::internal)
     }
@@ -601,7 +657,12 @@ impl ControlPlane {
             )));
         }
         self.directory.delete_template(name)?;
-        if !self.directory.templates()?.iter().any(|t| t.digest == row.digest) {
+        if !self
+            .directory
+            .templates()?
+            .iter()
+            .any(|t| t.digest == row.digest)
+        {
             let _ = std::fs::remove_file(self.template_path(&row.digest));
         }
         Ok(())
@@ -621,13 +682,17 @@ impl ControlPlane {
             return Err(ApiError::conflict(format!("actor {name} already exists")));
         }
         let row = self.template_row(template)?;
-        let entry = self
-            .least_loaded(None)
-            .ok_or_else(|| ApiError::unavailable("no worker can host actors (serve --workers 0 and none joined)"))?;
+        let entry = self.least_loaded(None).ok_or_else(|| {
+            ApiError::unavailable("no worker can host actors (serve --workers 0 and none joined)")
+        })?;
         let epoch = 1;
         self.lock_pending().insert(name.to_owned());
         let created = entry
-            .create(|| self.local_spec(name, &row), Self::remote_spec(&row, epoch), name)
+            .create(
+                || self.local_spec(name, &row),
+                Self::remote_spec(&row, epoch),
+                name,
+            )
             .await;
         self.lock_pending().remove(name);
         if let Err(e) = created {
@@ -645,8 +710,10 @@ impl ControlPlane {
             let _ = self.store.remove_actor(name);
             return Err(e);
         }
-        self.placement_mut()
-            .insert(name.to_owned(), self.new_placement(&entry.name, template, epoch));
+        self.placement_mut().insert(
+            name.to_owned(),
+            self.new_placement(&entry.name, entry.incarnation, template, epoch),
+        );
         tracing::info!(actor = name, template, worker = %entry.name, "actor created");
         self.actor(name).await
     }
@@ -657,14 +724,18 @@ impl ControlPlane {
     /// 404 if unknown; 503 if its worker cannot be reached.
     pub async fn actor(&self, name: &str) -> Result<ActorInfo, ApiError> {
         let placement = self.placement_of(name)?;
-        let status = match self.worker(&placement.worker) {
-            Some(entry) => entry.status(name).await?,
-            None => ActorStatus::waiting("waiting for a worker to host it"),
+        let status = match self.entry_of(&placement, name) {
+            Ok(entry) => entry.status(name).await?,
+            Err(_) => ActorStatus::waiting("waiting for a worker to host it"),
         };
         Ok(ActorInfo {
             name: name.to_owned(),
             template: placement.template,
-            state: if placement.migrating { ActorState::Migrating } else { status.state },
+            state: if placement.migrating {
+                ActorState::Migrating
+            } else {
+                status.state
+            },
             worker: placement.worker,
             epoch: placement.epoch,
             snapshot: status.snapshot,
@@ -693,7 +764,10 @@ impl ControlPlane {
 
     fn entry_of(&self, placement: &Placement, actor: &str) -> Result<Arc<WorkerEntry>, ApiError> {
         self.worker(&placement.worker)
-            .ok_or_else(|| ApiError::unavailable(format!("actor {actor} waits for a worker to host it")))
+            .filter(|w| w.incarnation == placement.incarnation && w.state() != WorkerState::Lost)
+            .ok_or_else(|| {
+                ApiError::unavailable(format!("actor {actor} waits for a worker to host it"))
+            })
     }
 
     async fn pause_info(&self, name: &str, report: SnapshotReport) -> Result<PauseInfo, ApiError> {
@@ -711,7 +785,10 @@ impl ControlPlane {
     pub async fn pause(&self, name: &str) -> Result<PauseInfo, ApiError> {
         let placement = self.placement_of(name)?;
         let _gate = placement.gate.read().await;
-        let report = self.entry_of(&self.placement_of(name)?, name)?.pause(name).await?;
+        let report = self
+            .entry_of(&self.placement_of(name)?, name)?
+            .pause(name)
+            .await?;
         self.pause_info(name, report).await
     }
 
@@ -722,7 +799,10 @@ impl ControlPlane {
     pub async fn checkpoint(&self, name: &str) -> Result<PauseInfo, ApiError> {
         let placement = self.placement_of(name)?;
         let _gate = placement.gate.read().await;
-        let report = self.entry_of(&self.placement_of(name)?, name)?.checkpoint(name).await?;
+        let report = self
+            .entry_of(&self.placement_of(name)?, name)?
+            .checkpoint(name)
+            .await?;
         self.pause_info(name, report).await
     }
 
@@ -735,7 +815,9 @@ impl ControlPlane {
         if let ResumeFrom::Snapshot(seq) = from
             && !self.store.list(name)?.iter().any(|e| e.seq == seq)
         {
-            return Err(ApiError::bad_request(format!("actor {name} has no snapshot {seq}")));
+            return Err(ApiError::bad_request(format!(
+                "actor {name} has no snapshot {seq}"
+            )));
         }
         {
             let _gate = placement.gate.read().await;
@@ -746,7 +828,9 @@ impl ControlPlane {
                 let mut spec = Self::remote_spec(&row, placement.epoch);
                 spec.seq = seq;
                 let bytes = self.read_snapshot(name, seq).await?;
-                entry.install(|| self.local_spec(name, &row), spec, name, bytes).await?;
+                entry
+                    .install(|| self.local_spec(name, &row), spec, name, bytes)
+                    .await?;
             }
             entry.resume(name, from).await?;
         }
@@ -843,7 +927,9 @@ impl ControlPlane {
             return Ok(None);
         }
         if placement.worker == to {
-            return Err(ApiError::conflict(format!("actor {name} is already on {to}")));
+            return Err(ApiError::conflict(format!(
+                "actor {name} is already on {to}"
+            )));
         }
         let gate = placement.gate.clone();
         let closed = gate.write().await;
@@ -854,27 +940,38 @@ impl ControlPlane {
             return Ok(None);
         }
         if target.state() != WorkerState::Ready {
-            return Err(ApiError::conflict(format!("worker {to} stopped taking actors")));
+            return Err(ApiError::conflict(format!(
+                "worker {to} stopped taking actors"
+            )));
         }
         if placement.worker == to {
-            return Err(ApiError::conflict(format!("actor {name} is already on {to}")));
+            return Err(ApiError::conflict(format!(
+                "actor {name} is already on {to}"
+            )));
         }
         let source = self.entry_of(&placement, name)?;
         self.set_migrating(name, true);
-        let result = self.move_under_gate(name, &placement, &source, &target).await;
+        let result = self
+            .move_under_gate(name, &placement, &source, &target)
+            .await;
         self.set_migrating(name, false);
         if let Err(e) = result {
             source.cancel_move(name).await;
             drop(closed);
             tracing::warn!(actor = name, from = %source.name, to, "move rolled back: {e}");
             return Err(ApiError {
-                message: format!("move of {name} to {to} rolled back; it stays on {}: {}", source.name, e.message),
+                message: format!(
+                    "move of {name} to {to} rolled back; it stays on {}: {}",
+                    source.name, e.message
+                ),
                 ..e
             });
         }
         drop(closed);
         let downtime = started.elapsed();
-        self.metrics.migration_downtime_seconds.observe(downtime.as_secs_f64());
+        self.metrics
+            .migration_downtime_seconds
+            .observe(downtime.as_secs_f64());
         source.remove(name).await;
         tracing::info!(actor = name, from = %source.name, to, downtime_ms = downtime.as_secs_f64() * 1e3, "actor moved");
         Ok(Some(MigrateInfo {
@@ -919,6 +1016,7 @@ impl ControlPlane {
         }
         if let Some(p) = self.placement_mut().get_mut(name) {
             p.worker = target.name.clone();
+            p.incarnation = target.incarnation;
             p.epoch = epoch;
         }
         Ok(())
@@ -958,8 +1056,16 @@ impl ControlPlane {
         let mut plan = Vec::new();
         loop {
             let total = |l: &Vec<(String, u64)>| l.iter().map(|(_, w)| *w).sum::<u64>();
-            let (max_w, max_l) = load.iter().max_by_key(|(_, l)| total(l)).map(|(k, l)| (k.clone(), total(l))).unwrap_or_default();
-            let (min_w, min_l) = load.iter().min_by_key(|(_, l)| total(l)).map(|(k, l)| (k.clone(), total(l))).unwrap_or_default();
+            let (max_w, max_l) = load
+                .iter()
+                .max_by_key(|(_, l)| total(l))
+                .map(|(k, l)| (k.clone(), total(l)))
+                .unwrap_or_default();
+            let (min_w, min_l) = load
+                .iter()
+                .min_by_key(|(_, l)| total(l))
+                .map(|(k, l)| (k.clone(), total(l)))
+                .unwrap_or_default();
             let gap = max_l.saturating_sub(min_l);
             // Move the largest actor that narrows the gap.
             let Some(pos) = load[&max_w]
@@ -983,7 +1089,9 @@ impl ControlPlane {
     }
 
     async fn run_moves(self: &Arc<Self>, plan: Vec<(String, String, String)>) -> Vec<Move> {
-        let limit = Arc::new(tokio::sync::Semaphore::new(self.config.max_concurrent_moves.max(1)));
+        let limit = Arc::new(tokio::sync::Semaphore::new(
+            self.config.max_concurrent_moves.max(1),
+        ));
         let mut tasks = tokio::task::JoinSet::new();
         for (actor, from, to) in plan {
             let control = self.clone();
@@ -1089,19 +1197,25 @@ impl ControlPlane {
     pub fn join(self: &Arc<Self>, name: &str, address: &str) -> Result<(), ApiError> {
         check_label("worker", name)?;
         let mut workers = self.workers.write().unwrap_or_else(|p| p.into_inner());
-        if let Some(existing) = workers.iter().find(|w| w.name == name) {
-            if matches!(existing.kind, WorkerKind::Local(_)) {
-                return Err(ApiError::conflict(format!("worker name {name} is taken by an in-process worker")));
-            }
-            if self.placements().values().any(|p| p.worker == name) && existing.state() != WorkerState::Lost {
-                // Same worker again (e.g. after a network blip): keep it.
-                existing.heartbeat();
-                existing.set_state(WorkerState::Ready);
-                return Ok(());
-            }
+        if let Some(existing) = workers.iter().find(|w| w.name == name)
+            && matches!(existing.kind, WorkerKind::Local(_))
+        {
+            return Err(ApiError::conflict(format!(
+                "worker name {name} is taken by an in-process worker"
+            )));
         }
+        // A worker always joins empty (a new process, or one that dropped
+        // its actors): its earlier incarnation's actors are re-placed.
         workers.retain(|w| w.name != name);
-        let entry = Arc::new(WorkerEntry::remote(name, address, self.config.admin_token.clone()));
+        let incarnation = self
+            .incarnations
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let entry = Arc::new(WorkerEntry::remote(
+            name,
+            address,
+            self.config.admin_token.clone(),
+            incarnation,
+        ));
         workers.push(entry);
         drop(workers);
         tracing::info!(worker = name, address, "worker joined");
@@ -1124,7 +1238,10 @@ impl ControlPlane {
             .worker(name)
             .ok_or_else(|| ApiError::not_found(format!("no worker named {name:?}; join again")))?;
         if entry.state() == WorkerState::Lost {
-            return Err(ApiError::new(410, format!("worker {name} was declared lost; drop every actor and join again")));
+            return Err(ApiError::new(
+                410,
+                format!("worker {name} was declared lost; drop every actor and join again"),
+            ));
         }
         entry.heartbeat();
         Ok(())
@@ -1136,7 +1253,12 @@ impl ControlPlane {
     ///
     /// # Errors
     /// 404 unknown actor; 422 it does not verify; 507 quota; 500.
-    pub async fn receive_snapshot(&self, actor: &str, seq: u64, bytes: Vec<u8>) -> Result<(), ApiError> {
+    pub async fn receive_snapshot(
+        &self,
+        actor: &str,
+        seq: u64,
+        bytes: Vec<u8>,
+    ) -> Result<(), ApiError> {
         if !self.has_actor(actor) && !self.lock_pending().contains(actor) {
             return Err(ApiError::not_found(format!("no actor named {actor:?}")));
         }
@@ -1166,7 +1288,7 @@ impl ControlPlane {
         let waiting: Vec<(String, Placement)> = self
             .placements()
             .iter()
-            .filter(|(_, p)| self.worker(&p.worker).is_none_or(|w| w.state() == WorkerState::Lost))
+            .filter(|(a, p)| self.entry_of(p, a).is_err())
             .map(|(a, p)| (a.clone(), p.clone()))
             .collect();
         for (actor, placement) in waiting {
@@ -1199,12 +1321,15 @@ impl ControlPlane {
                 let mut spec = Self::remote_spec(&row, epoch);
                 spec.seq = newest.seq;
                 let bytes = self.read_snapshot(actor, newest.seq).await?;
-                target.install(|| self.local_spec(actor, &row), spec, actor, bytes).await?;
+                target
+                    .install(|| self.local_spec(actor, &row), spec, actor, bytes)
+                    .await?;
             }
         }
         self.directory.place_actor(actor, &target.name, epoch)?;
         if let Some(p) = self.placement_mut().get_mut(actor) {
             p.worker = target.name.clone();
+            p.incarnation = target.incarnation;
             p.epoch = epoch;
         }
         tracing::info!(actor, worker = %target.name, seq = newest.seq, "actor re-placed from its newest snapshot");
@@ -1235,7 +1360,11 @@ impl ControlPlane {
 
     async fn worker_info(&self, entry: &WorkerEntry) -> Result<WorkerInfo, ApiError> {
         let statuses = entry.statuses().await;
-        let actors = self.placements().values().filter(|p| p.worker == entry.name).count();
+        let actors = self
+            .placements()
+            .values()
+            .filter(|p| p.worker == entry.name)
+            .count();
         Ok(WorkerInfo {
             name: entry.name.clone(),
             address: entry.address(),
@@ -1274,7 +1403,8 @@ impl ControlPlane {
                 let keep = self.config.worker.actor.keep_snapshots;
                 for seq in self.store.retain(&name, keep)? {
                     report.removed_files += 1;
-                    report.reclaimed_bytes += list.iter().find(|e| e.seq == seq).map_or(0, |e| e.bytes);
+                    report.reclaimed_bytes +=
+                        list.iter().find(|e| e.seq == seq).map_or(0, |e| e.bytes);
                 }
             } else {
                 report.removed_files += list.len() as u64;
@@ -1343,9 +1473,7 @@ impl ControlPlane {
                         if let Err(e) = worker.pause(&name).await {
                             tracing::warn!(actor = %name, "idle pause failed: {e}");
                         }
-                    } else if checkpoint_due
-                        && let Err(e) = worker.checkpoint(&name).await
-                    {
+                    } else if checkpoint_due && let Err(e) = worker.checkpoint(&name).await {
                         tracing::warn!(actor = %name, "checkpoint failed: {e}");
                     }
                 }
@@ -1353,7 +1481,6 @@ impl ControlPlane {
         }
     }
 }
-
 
 fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let tmp = path.with_extension("tmp");

@@ -228,6 +228,10 @@ pub trait Replicator: Send + Sync {
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), ApiError>> + Send>>;
 }
 
+/// The worker's hook that keeps to `--max-live`, called with the name of
+/// the actor about to get a live instance.
+pub type MakeRoom = Arc<dyn Fn(&str) + Send + Sync>;
+
 /// Settings every actor of a worker shares.
 #[derive(Debug, Clone)]
 pub struct ActorSettings {
@@ -255,7 +259,7 @@ pub(crate) struct ActorTask {
     pub replicator: Option<Arc<dyn Replicator>>,
     /// Called before this actor gets a live instance, so the worker can
     /// keep to `--max-live` by pausing its least recently used actors.
-    pub make_room: Option<Arc<dyn Fn(&str) + Send + Sync>>,
+    pub make_room: Option<MakeRoom>,
 }
 
 pub(crate) fn new_status(state: ActorState) -> Arc<Mutex<ActorStatus>> {
@@ -488,7 +492,10 @@ impl ActorTask {
     /// newest snapshot as it is.
     async fn capture(&mut self) -> Result<Captured, ApiError> {
         if let Some(reason) = self.failed_reason() {
-            return Err(ApiError::conflict(format!("actor {} failed: {reason}", self.name)));
+            return Err(ApiError::conflict(format!(
+                "actor {} failed: {reason}",
+                self.name
+            )));
         }
         let live = self.instance.is_some();
         let seq = if live {

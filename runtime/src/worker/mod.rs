@@ -173,7 +173,7 @@ impl Worker {
                     if let Some(worker) = worker.upgrade() {
                         worker.make_room(actor);
                     }
-                }) as Arc<dyn Fn(&str) + Send + Sync>
+                }) as actor::MakeRoom
             }),
         }
     }

@@ -91,7 +91,11 @@ struct RemoteWorker {
 /// # Errors
 /// If the data dir is locked, the listener cannot be bound, or the API
 /// would be exposed beyond loopback without a token.
-pub async fn run(options: WorkerOptions, shutdown: impl Future<Output = ()> + Send, ready: impl FnOnce(SocketAddr)) -> anyhow::Result<()> {
+pub async fn run(
+    options: WorkerOptions,
+    shutdown: impl Future<Output = ()> + Send,
+    ready: impl FnOnce(SocketAddr),
+) -> anyhow::Result<()> {
     crate::error::check_label("worker", &options.name).map_err(|e| anyhow::anyhow!("{e}"))?;
     if !options.listen.ip().is_loopback() && options.token.is_none() {
         anyhow::bail!(
@@ -104,7 +108,8 @@ pub async fn run(options: WorkerOptions, shutdown: impl Future<Output = ()> + Se
     // The control plane's store is authoritative: local copies from an
     // earlier run are stale.
     if snapshots.exists() {
-        std::fs::remove_dir_all(&snapshots).with_context(|| format!("clearing {}", snapshots.display()))?;
+        std::fs::remove_dir_all(&snapshots)
+            .with_context(|| format!("clearing {}", snapshots.display()))?;
     }
     let templates = options.data_dir.join("templates");
     std::fs::create_dir_all(&templates)?;
@@ -167,7 +172,11 @@ pub async fn run(options: WorkerOptions, shutdown: impl Future<Output = ()> + Se
             .and_then(|v| v.parse().ok())
             .map(Duration::from_millis),
     });
-    let heartbeat = tokio::spawn(remote.clone().heartbeat(join, ms(answer.heartbeat_timeout_ms)));
+    let heartbeat = tokio::spawn(
+        remote
+            .clone()
+            .heartbeat(join, ms(answer.heartbeat_timeout_ms)),
+    );
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let api = remote.clone();
     let server = tokio::spawn(crate::http::serve(
@@ -186,7 +195,10 @@ pub async fn run(options: WorkerOptions, shutdown: impl Future<Output = ()> + Se
     shutdown.await;
     tracing::info!("shutting down: asking the control plane to drain this worker");
     let drain_path = format!("/internal/v1/workers/{}/drain", options.name);
-    match control.send(Method::POST, &drain_path, &[], Vec::new()).await {
+    match control
+        .send(Method::POST, &drain_path, &[], Vec::new())
+        .await
+    {
         Ok(_) => tracing::info!("drained"),
         Err(e) => tracing::warn!("drain failed ({e}); exiting anyway"),
     }
@@ -199,13 +211,19 @@ pub async fn run(options: WorkerOptions, shutdown: impl Future<Output = ()> + Se
 async fn join_until_admitted(control: &Peer, join: &JoinRequest) -> JoinAnswer {
     let mut wait = Duration::from_millis(100);
     loop {
-        match control.json::<JoinAnswer>(Method::POST, "/internal/v1/workers/join", join).await {
+        match control
+            .json::<JoinAnswer>(Method::POST, "/internal/v1/workers/join", join)
+            .await
+        {
             Ok(answer) => {
                 tracing::info!(control = control.base(), name = %join.name, "joined");
                 return answer;
             }
             Err(e) => {
-                tracing::warn!("joining {} failed: {e}; retrying in {wait:?}", control.base());
+                tracing::warn!(
+                    "joining {} failed: {e}; retrying in {wait:?}",
+                    control.base()
+                );
                 tokio::time::sleep(wait).await;
                 wait = (wait * 2).min(Duration::from_secs(2));
             }
@@ -214,7 +232,9 @@ async fn join_until_admitted(control: &Peer, join: &JoinRequest) -> JoinAnswer {
 }
 
 fn json<T: serde::Serialize>(status: StatusCode, value: &T) -> Response<Body> {
-    let mut response = Response::new(Full::new(Bytes::from(serde_json::to_vec(value).unwrap_or_default())));
+    let mut response = Response::new(Full::new(Bytes::from(
+        serde_json::to_vec(value).unwrap_or_default(),
+    )));
     *response.status_mut() = status;
     response.headers_mut().insert(
         hyper::header::CONTENT_TYPE,
@@ -229,7 +249,9 @@ fn error(e: &ApiError) -> Response<Body> {
         &serde_json::json!({ "error": e.message }),
     );
     if let Some(secs) = e.retry_after {
-        response.headers_mut().insert(hyper::header::RETRY_AFTER, secs.into());
+        response
+            .headers_mut()
+            .insert(hyper::header::RETRY_AFTER, secs.into());
     }
     response
 }
@@ -242,7 +264,11 @@ impl RemoteWorker {
         let mut last_ok = Instant::now();
         loop {
             tokio::time::sleep(timeout / 4).await;
-            match self.control.send(Method::POST, &path, &[], Vec::new()).await {
+            match self
+                .control
+                .send(Method::POST, &path, &[], Vec::new())
+                .await
+            {
                 Ok(_) => {
                     last_ok = Instant::now();
                     if !self.worker.is_serving() {
@@ -259,7 +285,10 @@ impl RemoteWorker {
                 }
                 Err(e) => {
                     if last_ok.elapsed() >= timeout && self.worker.is_serving() {
-                        tracing::error!("no heartbeat answered for {:?} ({e}); stopping to serve", last_ok.elapsed());
+                        tracing::error!(
+                            "no heartbeat answered for {:?} ({e}); stopping to serve",
+                            last_ok.elapsed()
+                        );
                         self.worker.set_serving(false);
                         self.drop_all().await;
                     }
@@ -289,7 +318,10 @@ impl RemoteWorker {
 
     async fn handle(&self, request: Request<Incoming>) -> Response<Body> {
         if request.uri().path() == "/healthz" {
-            return json(StatusCode::OK, &serde_json::json!({"worker": self.worker.name()}));
+            return json(
+                StatusCode::OK,
+                &serde_json::json!({"worker": self.worker.name()}),
+            );
         }
         if !self.authorized(&request) {
             return error(&ApiError::new(401, "missing or wrong bearer token"));
@@ -301,11 +333,18 @@ impl RemoteWorker {
     }
 
     async fn template(&self, digest: &str) -> Result<Arc<Template>, ApiError> {
-        if let Some(t) = self.loaded.lock().unwrap_or_else(|p| p.into_inner()).get(digest) {
+        if let Some(t) = self
+            .loaded
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(digest)
+        {
             return Ok(t.clone());
         }
         if digest.len() != 64 || !digest.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return Err(ApiError::bad_request(format!("bad template digest {digest:?}")));
+            return Err(ApiError::bad_request(format!(
+                "bad template digest {digest:?}"
+            )));
         }
         let path = self.templates.join(format!("{digest}.wasm"));
         let bytes = match std::fs::read(&path) {
@@ -313,7 +352,12 @@ impl RemoteWorker {
             Err(_) => {
                 let (_, _, body) = self
                     .control
-                    .send(Method::GET, &format!("/internal/v1/templates/{digest}"), &[], Vec::new())
+                    .send(
+                        Method::GET,
+                        &format!("/internal/v1/templates/{digest}"),
+                        &[],
+                        Vec::new(),
+                    )
                     .await?;
                 std::fs::write(&path, &body).map_err(ApiError::internal)?;
                 body.to_vec()
@@ -321,9 +365,13 @@ impl RemoteWorker {
         };
         if hex::encode(crate::module::digest(&bytes)) != digest {
             let _ = std::fs::remove_file(&path);
-            return Err(ApiError::new(502, format!("template {digest} arrived corrupted")));
+            return Err(ApiError::new(
+                502,
+                format!("template {digest} arrived corrupted"),
+            ));
         }
-        let template = tokio::task::block_in_place(|| self.cache.load(&bytes)).map_err(|e| ApiError::new(422, e.to_string()))?;
+        let template = tokio::task::block_in_place(|| self.cache.load(&bytes))
+            .map_err(|e| ApiError::new(422, e.to_string()))?;
         self.loaded
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -349,14 +397,20 @@ impl RemoteWorker {
             .unwrap_or(usize::MAX)
             .saturating_add(16 << 20);
         let body = collect_body(&parts, body, limit).await?;
-        let header = |name: &str| parts.headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
+        let header = |name: &str| {
+            parts
+                .headers
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+        };
         let w = &self.worker;
         match (&method, segments.as_slice()) {
             (&Method::GET, ["internal", "v1", "actors"]) => Ok(json(StatusCode::OK, &w.statuses())),
             (&Method::GET, ["internal", "v1", "actors", name]) => {
-                let status = w
-                    .status(name)
-                    .ok_or_else(|| ApiError::not_found(format!("actor {name} is not on worker {}", w.name())))?;
+                let status = w.status(name).ok_or_else(|| {
+                    ApiError::not_found(format!("actor {name} is not on worker {}", w.name()))
+                })?;
                 Ok(json(StatusCode::OK, &status))
             }
             (&Method::DELETE, ["internal", "v1", "actors", name]) => {
@@ -367,7 +421,9 @@ impl RemoteWorker {
             (&Method::POST, ["internal", "v1", "actors", name, op]) => {
                 self.actor_op(name, op, header, body).await
             }
-            _ => Err(ApiError::not_found(format!("no worker route {method} {path}"))),
+            _ => Err(ApiError::not_found(format!(
+                "no worker route {method} {path}"
+            ))),
         }
     }
 
@@ -380,7 +436,8 @@ impl RemoteWorker {
     ) -> Result<Response<Body>, ApiError> {
         let w = &self.worker;
         let parse_spec = |text: &[u8]| -> Result<RemoteSpec, ApiError> {
-            serde_json::from_slice(text).map_err(|e| ApiError::bad_request(format!("bad actor spec: {e}")))
+            serde_json::from_slice(text)
+                .map_err(|e| ApiError::bad_request(format!("bad actor spec: {e}")))
         };
         match op {
             "create" => {
@@ -389,23 +446,34 @@ impl RemoteWorker {
                 Ok(json(StatusCode::OK, &w.create(&spec, remote.epoch).await?))
             }
             "install" => {
-                let text = header(SPEC_HEADER).ok_or_else(|| ApiError::bad_request(format!("missing {SPEC_HEADER}")))?;
+                let text = header(SPEC_HEADER)
+                    .ok_or_else(|| ApiError::bad_request(format!("missing {SPEC_HEADER}")))?;
                 let remote = parse_spec(text.as_bytes())?;
                 let spec = self.spec(name, &remote).await?;
                 if let Some(delay) = self.install_delay {
                     tracing::warn!("failpoint: install of {name} waits {delay:?}");
                     tokio::time::sleep(delay).await;
                 }
-                let status = w.install(&spec, remote.epoch, remote.seq, body.to_vec(), remote.resume).await?;
+                let status = w
+                    .install(
+                        &spec,
+                        remote.epoch,
+                        remote.seq,
+                        body.to_vec(),
+                        remote.resume,
+                    )
+                    .await?;
                 Ok(json(StatusCode::OK, &status))
             }
             "call" => {
                 let epoch = header(EPOCH_HEADER)
                     .and_then(|v| v.parse().ok())
                     .ok_or_else(|| ApiError::bad_request(format!("missing {EPOCH_HEADER}")))?;
-                let request = stasis_host_api::decode_request(&body).map_err(|e| ApiError::bad_request(e.to_string()))?;
+                let request = stasis_host_api::decode_request(&body)
+                    .map_err(|e| ApiError::bad_request(e.to_string()))?;
                 let response = w.call(name, epoch, request).await?;
-                let bytes = stasis_host_api::encode_response(&response).map_err(ApiError::internal)?;
+                let bytes =
+                    stasis_host_api::encode_response(&response).map_err(ApiError::internal)?;
                 Ok(Response::new(Full::new(Bytes::from(bytes))))
             }
             "pause" => Ok(json(StatusCode::OK, &w.pause(name).await?)),
@@ -414,7 +482,8 @@ impl RemoteWorker {
                 let req: ResumeRequest = if body.is_empty() {
                     ResumeRequest::default()
                 } else {
-                    serde_json::from_slice(&body).map_err(|e| ApiError::bad_request(e.to_string()))?
+                    serde_json::from_slice(&body)
+                        .map_err(|e| ApiError::bad_request(e.to_string()))?
                 };
                 w.resume(name, req.source()?).await?;
                 Ok(json(StatusCode::OK, &serde_json::json!({})))
@@ -424,7 +493,14 @@ impl RemoteWorker {
                 let mut response = Response::new(Full::new(Bytes::from(captured.bytes)));
                 let h = response.headers_mut();
                 h.insert(SEQ_HEADER, captured.seq.into());
-                h.insert(LIVE_HEADER, hyper::header::HeaderValue::from_static(if captured.live { "true" } else { "false" }));
+                h.insert(
+                    LIVE_HEADER,
+                    hyper::header::HeaderValue::from_static(if captured.live {
+                        "true"
+                    } else {
+                        "false"
+                    }),
+                );
                 Ok(response)
             }
             "cancel-move" => {
