@@ -272,3 +272,29 @@ async fn a_large_body_sent_during_a_move_arrives_intact() {
     assert_eq!(json["worker"], to);
     assert!(json["downtime_ms"].is_number());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_restarted_under_the_same_name_gets_its_actors_back_from_snapshots() {
+    let server = Server::start(&["--workers", "0", "--heartbeat-timeout", "10s"]);
+    let mut first = RemoteWorker::start(&server, "w-same", &[]);
+    server.push("counter");
+    server.create("phoenix", "counter");
+    assert_eq!(count(&post(&server, "phoenix").await), 1);
+    server.cli_ok(&["actor", "pause", "phoenix"]);
+    assert_eq!(count(&post(&server, "phoenix").await), 2);
+    server.cli_ok(&["actor", "checkpoint", "phoenix"]);
+    first.kill();
+    // Long before the heartbeat timeout declares it lost, it joins again,
+    // empty: the actor comes back from its newest snapshot, not as a 404.
+    let _second = RemoteWorker::start(&server, "w-same", &[]);
+    let mut answer = post(&server, "phoenix").await;
+    for _ in 0..50 {
+        if answer.status == 200 {
+            break;
+        }
+        assert_eq!(answer.status, 503, "{answer:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        answer = post(&server, "phoenix").await;
+    }
+    assert_eq!(count(&answer), 3);
+}

@@ -343,7 +343,7 @@ impl ControlPlane {
             let template = self.directory.template(&row.template)?.with_context(|| {
                 format!("actor {} names missing template {}", row.name, row.template)
             })?;
-            let Some(entry) = self.worker(&row.worker).or_else(|| self.least_loaded(None)) else {
+            let Some(entry) = self.worker(&row.worker).or_else(|| self.least_loaded()) else {
                 tracing::warn!(actor = %row.name, "no worker can host it (--workers 0); it waits for one to join");
                 self.placement_mut().insert(
                     row.name.clone(),
@@ -457,12 +457,12 @@ impl ControlPlane {
         counts
     }
 
-    /// The ready worker with the fewest actors, other than `exclude`.
-    fn least_loaded(&self, exclude: Option<&str>) -> Option<Arc<WorkerEntry>> {
+    /// The ready worker with the fewest actors.
+    fn least_loaded(&self) -> Option<Arc<WorkerEntry>> {
         let counts = self.actor_counts();
         self.worker_list()
             .into_iter()
-            .filter(|w| w.state() == WorkerState::Ready && Some(w.name.as_str()) != exclude)
+            .filter(|w| w.state() == WorkerState::Ready)
             .min_by_key(|w| counts.get(&w.name).copied().unwrap_or(0))
     }
 
@@ -682,7 +682,7 @@ impl ControlPlane {
             return Err(ApiError::conflict(format!("actor {name} already exists")));
         }
         let row = self.template_row(template)?;
-        let entry = self.least_loaded(None).ok_or_else(|| {
+        let entry = self.least_loaded().ok_or_else(|| {
             ApiError::unavailable("no worker can host actors (serve --workers 0 and none joined)")
         })?;
         let epoch = 1;
@@ -1303,7 +1303,7 @@ impl ControlPlane {
     async fn replace(&self, actor: &str, placement: &Placement) -> Result<(), ApiError> {
         let _gate = placement.gate.write().await;
         let target = self
-            .least_loaded(Some(&placement.worker))
+            .least_loaded()
             .ok_or_else(|| ApiError::unavailable("no ready worker"))?;
         let row = self.template_row(&placement.template)?;
         let epoch = placement.epoch + 1;
