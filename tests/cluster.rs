@@ -298,3 +298,30 @@ async fn a_worker_restarted_under_the_same_name_gets_its_actors_back_from_snapsh
     }
     assert_eq!(count(&answer), 3);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_drains_a_remote_worker_before_it_exits() {
+    let server = Server::start(&["--workers", "1"]);
+    let mut leaving = RemoteWorker::start(&server, "w-leaving", &[]);
+    server.push("counter");
+    for i in 0..3 {
+        let name = format!("t-{i}");
+        server.create(&name, "counter");
+        if server.worker_of(&name) != "w-leaving" {
+            server.cli_ok(&["actor", "migrate", &name, "--to", "w-leaving"]);
+        }
+        assert_eq!(count(&post(&server, &name).await), 1);
+    }
+    let status = leaving.terminate();
+    assert!(status.success(), "worker exit: {status}");
+    server.wait_for_worker("w-leaving", "drained");
+    for i in 0..3 {
+        let name = format!("t-{i}");
+        assert_eq!(server.worker_of(&name), "worker-1");
+        assert_eq!(
+            count(&post(&server, &name).await),
+            2,
+            "{name} kept its live state"
+        );
+    }
+}

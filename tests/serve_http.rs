@@ -316,6 +316,12 @@ async fn bad_input_gets_clear_errors_and_harms_nothing() {
     server.create("a1", "counter");
     let out = server.cli(&["actor", "create", "a1", "--template", "counter"]);
     assert_eq!(out.status.code(), Some(1), "duplicate name");
+    let out = server.cli(&["template", "delete", "counter"]);
+    assert_eq!(out.status.code(), Some(1), "template in use");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("a1"),
+        "names its users: {out:?}"
+    );
     assert_eq!(count(&post(&server, "a1").await), 1);
 
     // Usage errors exit 2.
@@ -399,4 +405,127 @@ async fn keep_alive_connections_survive_a_pause() {
         .expect("same connection after the pause");
     assert_eq!(second.status(), 200);
     assert!(body(second).await.ends_with("count: 2\n"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn guest_output_is_logged_with_the_actor_name() {
+    let server = Server::start(&[]);
+    server.push("faulty");
+    server.create("chatty", "faulty");
+    let answer = send(
+        &client(),
+        server.ingress,
+        "POST",
+        "chatty.actors.localhost",
+        "/print?text=hello-from-the-guest",
+        Vec::new(),
+    )
+    .await;
+    assert_eq!(answer.status, 200);
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let log = server.log.lock().expect("log").clone();
+        let lines: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains("hello-from-the-guest"))
+            .collect();
+        if lines.len() >= 2 {
+            assert!(
+                lines.iter().all(|l| l.contains("actor=chatty")),
+                "{lines:?}"
+            );
+            assert!(
+                lines
+                    .iter()
+                    .any(|l| l.contains("stream=\"stdout\"") || l.contains("stream=stdout")),
+                "{lines:?}"
+            );
+            assert!(lines.iter().any(|l| l.contains("stderr")), "{lines:?}");
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "guest output not in the log:\n{log}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clock_never_goes_backwards_across_a_restart() {
+    let server = Server::start(&[]);
+    server.push("faulty");
+    server.create("clock", "faulty");
+    let read = |server: &Server| {
+        let addr = server.ingress;
+        async move {
+            let body = send(
+                &client(),
+                addr,
+                "GET",
+                "clock.actors.localhost",
+                "/clock",
+                Vec::new(),
+            )
+            .await
+            .body;
+            body.split_whitespace()
+                .find_map(|w| w.strip_prefix("monotonic="))
+                .and_then(|n| n.parse::<u64>().ok())
+                .unwrap_or_else(|| panic!("no clock in {body:?}"))
+        }
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let before = read(&server).await;
+    assert!(
+        before >= 200_000_000,
+        "the virtual clock runs while live: {before}"
+    );
+    server.cli_ok(&["actor", "pause", "clock"]);
+    // A new process on the same data dir: the clock resumes where it stopped.
+    let server = server.restart(&[]);
+    let after = read(&server).await;
+    assert!(
+        after >= before,
+        "monotonic clock went back: {before} -> {after}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_written_by_serve_restores_in_another_process() {
+    use stasis_runtime::{engine, instance, module, snapshot};
+    let server = Server::start(&[]);
+    server.push("counter");
+    server.create("xproc", "counter");
+    for _ in 0..5 {
+        post(&server, "xproc").await;
+    }
+    let paused = server.cli_json(&["actor", "pause", "xproc"]);
+    let seq = paused["snapshot"]["seq"].as_u64().expect("seq");
+    let file = server
+        .data_dir
+        .join(format!("snapshots/xproc/{seq:020}.snap"));
+    let bytes = std::fs::read(&file).expect("snapshot file");
+    // This test process is the other process: a new engine, the template
+    // from the demo file, the snapshot from serve's data dir.
+    let engine = engine::StasisEngine::new(engine::Limits::default()).expect("engine");
+    let cache = module::ModuleCache::new(engine.engine().clone(), engine.linker().clone(), None);
+    let template = cache
+        .load(&std::fs::read(support::demo("counter")).expect("wasm"))
+        .expect("template");
+    let verified = snapshot::verify(&bytes, &template, engine.limits().max_memory).expect("verify");
+    let config = instance::InstanceConfig::new("xproc", "test-process", Vec::new());
+    let mut restored = snapshot::restore(&engine, template, config, &verified)
+        .await
+        .expect("restore");
+    let request = stasis_host_api::Request {
+        method: "POST".into(),
+        uri: "/".into(),
+        ..Default::default()
+    };
+    let response = restored.call(&request).await.expect("call");
+    assert_eq!(
+        String::from_utf8_lossy(&response.body),
+        "hello from: test-process | preserved memory count: 6\n"
+    );
 }

@@ -21,6 +21,8 @@ pub fn demo(name: &str) -> PathBuf {
 /// A running `stasis serve` with its own data dir; killed on drop.
 pub struct Server {
     pub child: Child,
+    /// Everything the server wrote to stderr so far (its log).
+    pub log: std::sync::Arc<std::sync::Mutex<String>>,
     pub ingress: SocketAddr,
     pub admin: SocketAddr,
     pub data_dir: PathBuf,
@@ -70,14 +72,20 @@ impl Server {
                 .unwrap_or_else(|| panic!("bad ready line {ready:?}"))
         };
         let stderr = child.stderr.take().expect("stderr");
+        let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let sink = log.clone();
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                 if std::env::var_os("STASIS_TEST_LOG").is_some() {
                     eprintln!("[serve] {line}");
                 }
+                let mut log = sink.lock().unwrap_or_else(|p| p.into_inner());
+                log.push_str(&line);
+                log.push('\n');
             }
         });
         Ok(Server {
+            log,
             ingress: field("ingress="),
             admin: field("admin="),
             child,
