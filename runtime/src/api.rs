@@ -12,7 +12,7 @@ use serde::Serialize;
 use crate::control::handle::{JoinAnswer, JoinRequest, ResumeRequest};
 use crate::control::{ControlPlane, MAX_TEMPLATE_BYTES, ServeConfig};
 use crate::error::ApiError;
-use crate::http::{Body, collect_body};
+use crate::http::{Body, bearer_ok, collect_body, json, json_error};
 
 /// Largest JSON body the admin API reads, in bytes.
 const MAX_JSON: usize = 64 << 10;
@@ -21,30 +21,6 @@ const MAX_JSON: usize = 64 << 10;
 pub struct AdminApi {
     control: Arc<ControlPlane>,
     token: Option<String>,
-}
-
-fn json<T: Serialize>(status: StatusCode, value: &T) -> Response<Body> {
-    let body = serde_json::to_vec_pretty(value).unwrap_or_default();
-    let mut response = Response::new(Full::new(Bytes::from(body)));
-    *response.status_mut() = status;
-    response.headers_mut().insert(
-        hyper::header::CONTENT_TYPE,
-        hyper::header::HeaderValue::from_static("application/json"),
-    );
-    response
-}
-
-fn json_error(error: &ApiError) -> Response<Body> {
-    let mut response = json(
-        StatusCode::from_u16(error.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-        &serde_json::json!({ "error": error.message }),
-    );
-    if let Some(secs) = error.retry_after {
-        response
-            .headers_mut()
-            .insert(hyper::header::RETRY_AFTER, secs.into());
-    }
-    response
 }
 
 fn text(status: StatusCode, body: String, content_type: &'static str) -> Response<Body> {
@@ -123,25 +99,13 @@ impl AdminApi {
         Self { control, token }
     }
 
-    fn authorized(&self, request: &Request<Incoming>) -> bool {
-        let Some(token) = &self.token else {
-            return true;
-        };
-        request
-            .headers()
-            .get(hyper::header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .is_some_and(|given| given.trim().as_bytes() == token.as_bytes())
-    }
-
     /// Answers one admin request.
     pub async fn handle(&self, request: Request<Incoming>) -> Response<Body> {
         let path = request.uri().path().to_owned();
         if path == "/healthz" {
             return text(StatusCode::OK, "ok\n".into(), "text/plain; charset=utf-8");
         }
-        if !self.authorized(&request) {
+        if !bearer_ok(&request, self.token.as_deref()) {
             let mut response = json_error(&ApiError::new(401, "missing or wrong bearer token"));
             response.headers_mut().insert(
                 hyper::header::WWW_AUTHENTICATE,

@@ -38,6 +38,50 @@ pub fn text_error(error: &ApiError) -> Response<Body> {
     response
 }
 
+/// A JSON answer (pretty-printed) with `status`.
+#[must_use]
+pub fn json<T: serde::Serialize>(status: StatusCode, value: &T) -> Response<Body> {
+    let body = serde_json::to_vec_pretty(value).unwrap_or_default();
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+/// The JSON answer for `error`: `{"error": "..."}`, its status, and
+/// `Retry-After` when it has one.
+#[must_use]
+pub fn json_error(error: &ApiError) -> Response<Body> {
+    let mut response = json(
+        StatusCode::from_u16(error.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+        &serde_json::json!({ "error": error.message }),
+    );
+    if let Some(secs) = error.retry_after {
+        response
+            .headers_mut()
+            .insert(hyper::header::RETRY_AFTER, secs.into());
+    }
+    response
+}
+
+/// Whether `request` carries `Authorization: Bearer <token>` (always true
+/// when no token is configured).
+#[must_use]
+pub fn bearer_ok<B>(request: &Request<B>, token: Option<&str>) -> bool {
+    let Some(token) = token else {
+        return true;
+    };
+    request
+        .headers()
+        .get(hyper::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .is_some_and(|given| given.trim() == token)
+}
+
 /// Collects a request body of at most `limit` bytes.
 ///
 /// # Errors

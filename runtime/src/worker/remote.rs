@@ -31,7 +31,7 @@ use crate::control::handle::{
 };
 use crate::engine::{Limits, StasisEngine};
 use crate::error::ApiError;
-use crate::http::{Body, collect_body};
+use crate::http::{Body, bearer_ok, collect_body, json, json_error};
 use crate::metrics::Metrics;
 use crate::module::{ModuleCache, Template};
 use crate::store::SnapshotStore;
@@ -231,31 +231,6 @@ async fn join_until_admitted(control: &Peer, join: &JoinRequest) -> JoinAnswer {
     }
 }
 
-fn json<T: serde::Serialize>(status: StatusCode, value: &T) -> Response<Body> {
-    let mut response = Response::new(Full::new(Bytes::from(
-        serde_json::to_vec(value).unwrap_or_default(),
-    )));
-    *response.status_mut() = status;
-    response.headers_mut().insert(
-        hyper::header::CONTENT_TYPE,
-        hyper::header::HeaderValue::from_static("application/json"),
-    );
-    response
-}
-
-fn error(e: &ApiError) -> Response<Body> {
-    let mut response = json(
-        StatusCode::from_u16(e.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-        &serde_json::json!({ "error": e.message }),
-    );
-    if let Some(secs) = e.retry_after {
-        response
-            .headers_mut()
-            .insert(hyper::header::RETRY_AFTER, secs.into());
-    }
-    response
-}
-
 impl RemoteWorker {
     /// Heartbeats every T/4. Unanswered for T: stop serving and drop every
     /// instance. Told it is unknown or lost: drop every actor and join again.
@@ -304,18 +279,6 @@ impl RemoteWorker {
         }
     }
 
-    fn authorized(&self, request: &Request<Incoming>) -> bool {
-        let Some(token) = &self.token else {
-            return true;
-        };
-        request
-            .headers()
-            .get(hyper::header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .is_some_and(|given| given.trim() == token)
-    }
-
     async fn handle(&self, request: Request<Incoming>) -> Response<Body> {
         if request.uri().path() == "/healthz" {
             return json(
@@ -323,12 +286,12 @@ impl RemoteWorker {
                 &serde_json::json!({"worker": self.worker.name()}),
             );
         }
-        if !self.authorized(&request) {
-            return error(&ApiError::new(401, "missing or wrong bearer token"));
+        if !bearer_ok(&request, self.token.as_deref()) {
+            return json_error(&ApiError::new(401, "missing or wrong bearer token"));
         }
         match self.route(request).await {
             Ok(response) => response,
-            Err(e) => error(&e),
+            Err(e) => json_error(&e),
         }
     }
 
