@@ -529,3 +529,50 @@ async fn a_snapshot_written_by_serve_restores_in_another_process() {
         "hello from: test-process | preserved memory count: 6\n"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupt_compiled_cache_is_recompiled_not_trusted() {
+    let server = Server::start(&[]);
+    server.push("counter");
+    server.create("cached", "counter");
+    assert_eq!(count(&post(&server, "cached").await), 1);
+    let mut server = server;
+    let dir = server.stop();
+    let mut corrupted = 0;
+    for entry in std::fs::read_dir(dir.join("cache")).expect("cache dir") {
+        let path = entry.expect("entry").path();
+        let mut bytes = std::fs::read(&path).expect("read");
+        let mid = bytes.len() / 2;
+        for b in &mut bytes[mid..mid + 64] {
+            *b = 0x0f;
+        }
+        std::fs::write(&path, bytes).expect("write");
+        corrupted += 1;
+    }
+    assert!(corrupted >= 2, "spawn and resume variants are cached");
+    let server = Server::start_in(&dir, &[]).expect("restart");
+    assert_eq!(count(&post(&server, "cached").await), 2);
+    drop(server);
+    let worker = std::process::Command::new(env!("CARGO_BIN_EXE_stasis"))
+        .args([
+            "worker",
+            "run",
+            "--join",
+            "http://127.0.0.1:9",
+            "--name",
+            "oops",
+            "--data-dir",
+        ])
+        .arg(&dir)
+        .output()
+        .expect("run");
+    assert_eq!(worker.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&worker.stderr).contains("stasis.db"),
+        "{worker:?}"
+    );
+    assert!(
+        dir.join("snapshots/cached").is_dir(),
+        "the control plane's snapshots are untouched"
+    );
+}

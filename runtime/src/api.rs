@@ -33,6 +33,17 @@ fn text(status: StatusCode, body: String, content_type: &'static str) -> Respons
     response
 }
 
+/// Runs a move (or a drain, or a rebalance) in its own task: if the client
+/// goes away, the handler's future is dropped, but a move must still finish
+/// or roll back, never stop half-way.
+async fn detached<T: Send + 'static>(
+    work: impl std::future::Future<Output = Result<T, ApiError>> + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::spawn(work)
+        .await
+        .map_err(|e| ApiError::internal(format!("move task failed: {e}")))?
+}
+
 #[allow(clippy::unnecessary_wraps)]
 fn ok<T: Serialize>(value: &T) -> Result<Response<Body>, ApiError> {
     Ok(json(StatusCode::OK, value))
@@ -180,11 +191,18 @@ impl AdminApi {
             }
             (&Method::POST, ["v1", "actors", name, "migrate"]) => {
                 let req: MigrateBody = parse_json(&body)?;
-                ok(&c.migrate(name, &req.to).await?)
+                let (c, name) = (c.clone(), (*name).to_owned());
+                ok(&detached(async move { c.migrate(&name, &req.to).await }).await?)
             }
             (&Method::GET, ["v1", "workers"]) => ok(&c.workers().await),
-            (&Method::POST, ["v1", "workers", name, "drain"]) => ok(&c.drain(name).await?),
-            (&Method::POST, ["v1", "rebalance"]) => ok(&c.rebalance().await),
+            (&Method::POST, ["v1", "workers", name, "drain"]) => {
+                let (c, name) = (c.clone(), (*name).to_owned());
+                ok(&detached(async move { c.drain(&name).await }).await?)
+            }
+            (&Method::POST, ["v1", "rebalance"]) => {
+                let c = c.clone();
+                ok(&detached(async move { Ok(c.rebalance().await) }).await?)
+            }
             (&Method::POST, ["v1", "gc"]) => ok(&c.gc().await?),
             (&Method::POST, ["internal", "v1", "workers", "join"]) => {
                 let req: JoinRequest = parse_json(&body)?;
@@ -196,7 +214,8 @@ impl AdminApi {
                 ok(&serde_json::json!({}))
             }
             (&Method::POST, ["internal", "v1", "workers", name, "drain"]) => {
-                ok(&c.drain(name).await?)
+                let (c, name) = (c.clone(), (*name).to_owned());
+                ok(&detached(async move { c.drain(&name).await }).await?)
             }
             (&Method::GET, ["internal", "v1", "templates", digest]) => {
                 Ok(bytes_response(c.template_bytes(digest)?))

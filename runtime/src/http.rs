@@ -18,6 +18,9 @@ use tokio::net::TcpListener;
 
 use crate::error::ApiError;
 
+/// Longest a client may take to send a request head.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// The body of every response Stasis sends.
 pub type Body = Full<Bytes>;
 
@@ -130,7 +133,13 @@ pub async fn serve<H, F>(
 {
     let handler = Arc::new(handler);
     let graceful = GracefulShutdown::new();
-    let builder = auto::Builder::new(TokioExecutor::new());
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    // A client that never finishes its request head must not hold a
+    // connection forever.
+    builder
+        .http1()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT);
     tokio::pin!(shutdown);
     loop {
         let (stream, peer) = tokio::select! {

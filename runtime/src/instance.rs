@@ -471,7 +471,9 @@ impl ActorInstance {
                 self.limits.max_body
             )));
         }
-        if !(100..=999).contains(&response.status) {
+        // 1xx would hand the connection over (101) or is not a final
+        // answer; past 599 is not HTTP.
+        if !(200..=599).contains(&response.status) {
             return Err(CallError::BadResponse(format!(
                 "status {}",
                 response.status
@@ -541,7 +543,7 @@ fn classify(error: wasmtime::Error, cpu_limit: Duration) -> CallError {
         if *trap == Trap::Interrupt {
             return CallError::CpuLimit(cpu_limit);
         }
-        return CallError::Trap(format!("wasm trap: {trap}"));
+        return CallError::Trap(trap.to_string());
     }
     if let Some(exit) = error.downcast_ref::<wasmtime_wasi::I32Exit>() {
         return CallError::Trap(format!("guest called proc_exit({})", exit.0));

@@ -507,15 +507,21 @@ impl ModuleCache {
             ))
         });
         if let Some(path) = &path
-            && path.exists()
+            && let Ok(file) = std::fs::read(path)
         {
-            // SAFETY: the file was written by `Module::serialize` below into
-            // the data dir this process owns (guarded by its LOCK); the
-            // engine's compatibility hash is part of the name, and wasmtime
-            // re-checks version and configuration on load.
-            match unsafe { Module::deserialize_file(&self.engine, path) } {
-                Ok(module) => return Ok(module),
-                Err(e) => tracing::warn!(path = %path.display(), "recompiling: {e:#}"),
+            match cached_code(&file) {
+                // SAFETY: the code was written by `Module::serialize` below
+                // into the data dir this process owns (guarded by its LOCK),
+                // and its SHA-256 matches, so it is not torn or altered; the
+                // engine's compatibility hash is part of the name, and
+                // wasmtime re-checks version and configuration on load.
+                Some(code) => match unsafe { Module::deserialize(&self.engine, code) } {
+                    Ok(module) => return Ok(module),
+                    Err(e) => tracing::warn!(path = %path.display(), "recompiling: {e:#}"),
+                },
+                None => {
+                    tracing::warn!(path = %path.display(), "recompiling: cached code fails its checksum")
+                }
             }
         }
         let rewritten = instrument(bytes, info, variant)?;
@@ -526,7 +532,10 @@ impl ModuleCache {
                 static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
                 let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let tmp = path.with_extension(format!("{}-{n}.tmp", std::process::id()));
-                std::fs::write(&tmp, code)?;
+                let mut file = std::fs::File::create(&tmp)?;
+                std::io::Write::write_all(&mut file, &Sha256::digest(&code))?;
+                std::io::Write::write_all(&mut file, &code)?;
+                file.sync_all()?;
                 std::fs::rename(&tmp, path)?;
                 Ok(())
             });
@@ -536,6 +545,13 @@ impl ModuleCache {
         }
         Ok(module)
     }
+}
+
+/// The code in a cache file (`SHA-256 of the code` ‖ `code`), if the
+/// checksum holds.
+fn cached_code(file: &[u8]) -> Option<&[u8]> {
+    let (sum, code) = file.split_at_checked(32)?;
+    (Sha256::digest(code).as_slice() == sum).then_some(code)
 }
 
 fn check_abi_exports(module: &Module) -> Result<(), ModuleError> {

@@ -184,9 +184,12 @@ impl SnapshotStore {
         for entry in entries {
             let entry = entry.map_err(io_err("read", &dir))?;
             let name = entry.file_name();
+            // Only canonical names (`<seq:020>.snap`): a stray `5.snap`
+            // must not be mistaken for snapshot 5.
             let Some(seq) = name
                 .to_str()
                 .and_then(|n| n.strip_suffix(".snap"))
+                .filter(|n| n.len() == 20 && n.bytes().all(|b| b.is_ascii_digit()))
                 .and_then(|n| n.parse().ok())
             else {
                 continue;
@@ -262,5 +265,32 @@ impl SnapshotStore {
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(io_err("remove", &dir)(e)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_canonical_names_are_snapshots() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let store = SnapshotStore::open(tmp.path(), None).expect("open");
+        store.write("a", 7, b"seven").expect("write");
+        let dir = store.actor_dir("a");
+        for stray in [
+            "5.snap",
+            "+5.snap",
+            "0005.snap",
+            "x.snap",
+            "00000000000000000006.bak",
+        ] {
+            std::fs::write(dir.join(stray), b"junk").expect("stray");
+        }
+        let list = store.list("a").expect("list");
+        assert_eq!(list, [SnapshotEntry { seq: 7, bytes: 5 }]);
+        store.write("a", 8, b"eight").expect("write");
+        assert_eq!(store.retain("a", 1).expect("retain"), [7]);
+        assert!(dir.join("5.snap").exists(), "strays are left alone");
     }
 }

@@ -33,6 +33,19 @@ pub enum WorkerState {
     Lost,
 }
 
+impl WorkerState {
+    /// The lower-case name.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorkerState::Ready => "ready",
+            WorkerState::Draining => "draining",
+            WorkerState::Drained => "drained",
+            WorkerState::Lost => "lost",
+        }
+    }
+}
+
 /// What a remote worker needs to host an actor: the template by digest (it
 /// fetches the bytes from the control plane) and the template's environment.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -110,6 +123,11 @@ pub const LIVE_HEADER: &str = "stasis-live";
 /// for this long is treated as unreachable.
 pub const PEER_TIMEOUT: Duration = Duration::from_secs(120);
 
+/// Bound on status queries, which answer from memory: a worker that cannot
+/// say how its actors are within this is treated as unreachable, so listings
+/// and metrics never hang on a sick worker.
+pub const STATUS_TIMEOUT: Duration = Duration::from_secs(3);
+
 /// An HTTP client for one peer (a worker, or the control plane).
 #[derive(Clone)]
 pub struct Peer {
@@ -156,6 +174,22 @@ impl Peer {
         headers: &[(&str, String)],
         body: Vec<u8>,
     ) -> Result<PeerAnswer, ApiError> {
+        self.send_within(PEER_TIMEOUT, method, path, headers, body)
+            .await
+    }
+
+    /// [`Peer::send`] with its own bound on the wait for the answer.
+    ///
+    /// # Errors
+    /// As [`Peer::send`].
+    pub async fn send_within(
+        &self,
+        timeout: Duration,
+        method: Method,
+        path: &str,
+        headers: &[(&str, String)],
+        body: Vec<u8>,
+    ) -> Result<PeerAnswer, ApiError> {
         let mut builder = hyper::Request::builder()
             .method(method)
             .uri(format!("{}{path}", self.base));
@@ -171,9 +205,9 @@ impl Peer {
         let unreachable = |e: String| {
             ApiError::unavailable(format!("{} unreachable ({}): {e}", self.what, self.base))
         };
-        let response = tokio::time::timeout(PEER_TIMEOUT, self.client.request(request))
+        let response = tokio::time::timeout(timeout, self.client.request(request))
             .await
-            .map_err(|_| unreachable(format!("no answer within {PEER_TIMEOUT:?}")))?
+            .map_err(|_| unreachable(format!("no answer within {timeout:?}")))?
             .map_err(|e| unreachable(e.to_string()))?;
         let status = response.status();
         let headers = response.headers().clone();
@@ -523,8 +557,20 @@ impl WorkerEntry {
                 ApiError::not_found(format!("actor {actor} is not on worker {}", self.name))
             }),
             WorkerKind::Remote(p) => {
+                if self.state() == WorkerState::Lost {
+                    return Err(ApiError::unavailable(format!(
+                        "worker {} is lost",
+                        self.name
+                    )));
+                }
                 let (_, _, body) = p
-                    .send(Method::GET, &actor_path(actor, ""), &[], Vec::new())
+                    .send_within(
+                        STATUS_TIMEOUT,
+                        Method::GET,
+                        &actor_path(actor, ""),
+                        &[],
+                        Vec::new(),
+                    )
                     .await?;
                 serde_json::from_slice(&body).map_err(|e| ApiError::new(502, e.to_string()))
             }
@@ -535,8 +581,15 @@ impl WorkerEntry {
     pub async fn statuses(&self) -> Vec<(String, ActorStatus)> {
         match &self.kind {
             WorkerKind::Local(w) => w.statuses(),
+            WorkerKind::Remote(_) if self.state() == WorkerState::Lost => Vec::new(),
             WorkerKind::Remote(p) => match p
-                .send(Method::GET, "/internal/v1/actors", &[], Vec::new())
+                .send_within(
+                    STATUS_TIMEOUT,
+                    Method::GET,
+                    "/internal/v1/actors",
+                    &[],
+                    Vec::new(),
+                )
                 .await
             {
                 Ok((_, _, body)) => serde_json::from_slice(&body).unwrap_or_default(),

@@ -223,6 +223,9 @@ struct Placement {
     /// reaches the source after its capture (the router-side barrier).
     gate: Arc<tokio::sync::RwLock<()>>,
     migrating: bool,
+    /// Why the actor cannot be hosted at all (e.g. its template file is
+    /// unreadable); it is `failed` with this reason.
+    problem: Option<String>,
 }
 
 /// The control plane of one `stasis serve` process.
@@ -359,7 +362,18 @@ impl ControlPlane {
             } else {
                 row.epoch + 1
             };
-            let status = worker.adopt(&self.local_spec(&row.name, &template)?, epoch);
+            let spec = match self.local_spec(&row.name, &template) {
+                Ok(spec) => spec,
+                Err(e) => {
+                    // One broken template must not keep the other actors down.
+                    tracing::error!(actor = %row.name, "cannot load its template: {e}");
+                    let mut placement = self.new_placement("", 0, &row.template, row.epoch);
+                    placement.problem = Some(format!("template {}: {e}", row.template));
+                    self.placement_mut().insert(row.name.clone(), placement);
+                    continue;
+                }
+            };
+            let status = worker.adopt(&spec, epoch);
             if entry.name != row.worker {
                 self.directory.place_actor(&row.name, &entry.name, epoch)?;
             }
@@ -386,6 +400,7 @@ impl ControlPlane {
             epoch,
             gate: Arc::default(),
             migrating: false,
+            problem: None,
         }
     }
 
@@ -542,13 +557,21 @@ impl ControlPlane {
                 format!("module larger than {MAX_TEMPLATE_BYTES} bytes"),
             ));
         }
-        for (k, _) in &env {
+        for (k, v) in &env {
             if k.is_empty() || k.contains('=') || k.contains('\0') {
                 return Err(ApiError::bad_request(format!(
                     "invalid environment variable name {k:?}"
                 )));
             }
+            if v.contains('\0') {
+                return Err(ApiError::bad_request(format!(
+                    "environment variable {k} holds a NUL byte"
+                )));
+            }
         }
+        // The environment is a set of variables: order does not matter.
+        let mut env = env;
+        env.sort();
         let _guard = self.ops.lock().await;
         let digest = hex::encode(crate::module::digest(&bytes));
         if let Some(existing) = self.directory.template(name)? {
@@ -724,9 +747,10 @@ impl ControlPlane {
     /// 404 if unknown; 503 if its worker cannot be reached.
     pub async fn actor(&self, name: &str) -> Result<ActorInfo, ApiError> {
         let placement = self.placement_of(name)?;
-        let status = match self.entry_of(&placement, name) {
-            Ok(entry) => entry.status(name).await?,
-            Err(_) => ActorStatus::waiting("waiting for a worker to host it"),
+        let status = match (self.entry_of(&placement, name), &placement.problem) {
+            (Ok(entry), _) => entry.status(name).await?,
+            (Err(_), Some(problem)) => ActorStatus::failed(problem),
+            (Err(_), None) => ActorStatus::waiting("waiting for a worker to host it"),
         };
         Ok(ActorInfo {
             name: name.to_owned(),
@@ -763,6 +787,11 @@ impl ControlPlane {
     }
 
     fn entry_of(&self, placement: &Placement, actor: &str) -> Result<Arc<WorkerEntry>, ApiError> {
+        if let Some(problem) = &placement.problem {
+            return Err(ApiError::unavailable(format!(
+                "actor {actor} failed: {problem}"
+            )));
+        }
         self.worker(&placement.worker)
             .filter(|w| w.incarnation == placement.incarnation && w.state() != WorkerState::Lost)
             .ok_or_else(|| {
@@ -852,8 +881,10 @@ impl ControlPlane {
     /// 404 if unknown; 500 if its files cannot be removed.
     pub async fn delete_actor(&self, name: &str) -> Result<(), ApiError> {
         let _guard = self.ops.lock().await;
+        let gate = self.placement_of(name)?.gate;
+        let _gate = gate.write().await;
+        // Re-read under the gate: a move may have finished meanwhile.
         let placement = self.placement_of(name)?;
-        let _gate = placement.gate.write().await;
         self.placement_mut().remove(name);
         if let Some(entry) = self.worker(&placement.worker) {
             entry.remove(name).await;
@@ -872,9 +903,14 @@ impl ControlPlane {
     /// 404 unknown actor; the worker's or guest's failure.
     pub async fn call(&self, name: &str, request: Request) -> Result<Response, ApiError> {
         let mut attempts = 0;
+        let hold = self.config.worker.hold_timeout;
         loop {
             let gate = self.placement_of(name)?.gate;
-            let _open = gate.read().await;
+            let _open = tokio::time::timeout(hold, gate.read()).await.map_err(|_| {
+                ApiError::unavailable(format!(
+                    "actor {name} is moving and did not take the request within the hold timeout of {hold:?}"
+                ))
+            })?;
             let placement = self.placement_of(name)?;
             let entry = self.entry_of(&placement, name)?;
             match entry.call(name, placement.epoch, request.clone()).await {
@@ -918,8 +954,8 @@ impl ControlPlane {
             .ok_or_else(|| ApiError::not_found(format!("no worker named {to:?}")))?;
         if target.state() != WorkerState::Ready {
             return Err(ApiError::conflict(format!(
-                "worker {to} is {:?}, not ready for actors",
-                target.state()
+                "worker {to} is {}, not ready for actors",
+                target.state().as_str()
             )));
         }
         let placement = self.placement_of(name)?;
@@ -932,8 +968,9 @@ impl ControlPlane {
             )));
         }
         let gate = placement.gate.clone();
-        let closed = gate.write().await;
+        // New requests wait from the moment the move asks for the gate.
         let started = Instant::now();
+        let closed = gate.write().await;
         // Re-read under the gate: an earlier move may have finished meanwhile.
         let placement = self.placement_of(name)?;
         if from.is_some_and(|f| f != placement.worker) {
@@ -1284,18 +1321,25 @@ impl ControlPlane {
 
     /// Places actors that wait for a worker (e.g. after a restart with
     /// `--workers 0`) on the least-loaded ready workers, paused.
-    async fn place_waiting(&self) {
+    async fn place_waiting(self: &Arc<Self>) {
         let waiting: Vec<(String, Placement)> = self
             .placements()
             .iter()
-            .filter(|(a, p)| self.entry_of(p, a).is_err())
+            .filter(|(a, p)| p.problem.is_none() && self.entry_of(p, a).is_err())
             .map(|(a, p)| (a.clone(), p.clone()))
             .collect();
+        // Each in its own task: one actor stuck behind its gate (a call to a
+        // frozen worker) must not hold up the others.
+        let mut tasks = tokio::task::JoinSet::new();
         for (actor, placement) in waiting {
-            if let Err(e) = self.replace(&actor, &placement).await {
-                tracing::error!(actor, "could not place: {e}");
-            }
+            let control = self.clone();
+            tasks.spawn(async move {
+                if let Err(e) = control.replace(&actor, &placement).await {
+                    tracing::error!(actor, "could not place: {e}");
+                }
+            });
         }
+        while tasks.join_next().await.is_some() {}
     }
 
     /// Puts `actor` on the least-loaded ready worker, paused at its newest
@@ -1351,7 +1395,8 @@ impl ControlPlane {
                 }
                 tracing::warn!(worker = %entry.name, "no heartbeat for {:?}; declaring it lost", entry.silence());
                 entry.set_state(WorkerState::Lost);
-                self.place_waiting().await;
+                let control = self.clone();
+                tokio::spawn(async move { control.place_waiting().await });
             }
         }
     }

@@ -118,6 +118,14 @@ impl ActorStatus {
         status
     }
 
+    /// The status of an actor that cannot be hosted, with the reason.
+    #[must_use]
+    pub fn failed(reason: &str) -> Self {
+        let mut status = Self::waiting(reason);
+        status.state = ActorState::Failed;
+        status
+    }
+
     /// When the actor last served a request or was created/resumed.
     #[must_use]
     pub fn last_active(&self) -> Option<Instant> {
@@ -597,6 +605,15 @@ impl ActorTask {
                     self.snapshot(started).await?;
                 }
                 Ok(())
+            }
+            Err(reason) if self.instance.is_some() => {
+                // A repair attempt on a live actor failed: it keeps running
+                // as it was.
+                self.set_state(ActorState::Running);
+                Err(ApiError::unavailable(format!(
+                    "actor {} keeps running; resume failed: {reason}",
+                    self.name
+                )))
             }
             Err(reason) => {
                 tracing::error!(actor = %self.name, "resume failed: {reason}");

@@ -103,6 +103,12 @@ pub async fn run(
             options.listen
         );
     }
+    if options.data_dir.join("stasis.db").exists() {
+        anyhow::bail!(
+            "{} is a control plane's data dir (it holds stasis.db); give the worker a folder of its own",
+            options.data_dir.display()
+        );
+    }
     let _lock = crate::control::lock_dir(&options.data_dir)?;
     let snapshots = options.data_dir.join("snapshots");
     // The control plane's store is authoritative: local copies from an
@@ -368,6 +374,9 @@ impl RemoteWorker {
                 .map(str::to_owned)
         };
         let w = &self.worker;
+        if let ["internal", "v1", "actors", name, ..] = segments.as_slice() {
+            crate::error::check_label("actor", name)?;
+        }
         match (&method, segments.as_slice()) {
             (&Method::GET, ["internal", "v1", "actors"]) => Ok(json(StatusCode::OK, &w.statuses())),
             (&Method::GET, ["internal", "v1", "actors", name]) => {
