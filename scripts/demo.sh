@@ -30,10 +30,10 @@ else
   step "$STASIS serve --data-dir $DATA_DIR --listen $INGRESS --admin-listen $ADMIN_ADDR &"
   nohup "$STASIS" serve --data-dir "$DATA_DIR" --listen "$INGRESS" --admin-listen "$ADMIN_ADDR" \
     >"$DATA_DIR/serve.out" 2>"$DATA_DIR/serve.log" &
-  echo $! >"$DATA_DIR/serve.pid"
+  pid=$!
   for _ in $(seq 1 100); do
     grep -q '^stasis ready' "$DATA_DIR/serve.out" 2>/dev/null && break
-    if ! kill -0 "$(cat "$DATA_DIR/serve.pid")" 2>/dev/null; then
+    if ! kill -0 "$pid" 2>/dev/null; then
       echo "stasis serve exited; its log:" >&2
       cat "$DATA_DIR/serve.log" >&2
       exit 1
@@ -47,7 +47,7 @@ step stasis template push counter target/demos/counter.wasm
 "$STASIS" template push counter target/demos/counter.wasm
 
 if "$STASIS" actor get my-counter-1 >/dev/null 2>&1; then
-  step "stasis actor delete my-counter-1   # start the demo from a count of 0"
+  step "stasis actor delete my-counter-1   # the demo starts my-counter-1 from a count of 0"
   "$STASIS" actor delete my-counter-1
 fi
 step stasis actor create my-counter-1 --template counter
@@ -61,7 +61,7 @@ done
 step stasis actor pause my-counter-1 -o json
 "$STASIS" actor pause my-counter-1 -o json
 
-step "ls $DATA_DIR/snapshots/my-counter-1"
+step "ls -l $DATA_DIR/snapshots/my-counter-1"
 ls -l "$DATA_DIR/snapshots/my-counter-1"
 
 step "curl -X POST http://$HOST:$PORT   # resumes the paused actor"
@@ -72,12 +72,12 @@ step stasis actor get my-counter-1
 
 cat <<TXT
 
-stasis serve keeps running (pid $(cat "$DATA_DIR/serve.pid" 2>/dev/null || echo '?'), log $DATA_DIR/serve.log).
+stasis serve keeps running (pid $(cat "$DATA_DIR/LOCK" 2>/dev/null || echo '?'); a serve started by this script logs to $DATA_DIR/serve.log).
 Try next:
   curl -X POST http://$HOST:$PORT
   $STASIS actor pause my-counter-1
   $STASIS actor list
   curl http://$ADMIN_ADDR/metrics
-  kill \$(cat $DATA_DIR/serve.pid)    # pauses every actor, then exits
+  kill \$(cat $DATA_DIR/LOCK)         # the running serve's pid: pauses every actor, then exits
 (curl resolves *.localhost by itself; other clients: -H "Host: $HOST" against http://127.0.0.1:$PORT)
 TXT

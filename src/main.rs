@@ -5,6 +5,7 @@
 mod client;
 mod commands;
 mod output;
+mod process;
 mod serve;
 mod worker_run;
 

@@ -107,7 +107,7 @@ fn parse_rebalance_by(s: &str) -> Result<RebalanceBy, String> {
 /// # Errors
 /// Start-up failures (see [`stasis_runtime::server::serve`]).
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
-    init_logging();
+    crate::process::init_logging();
     let options = ServeOptions {
         config: ServeConfig {
             data_dir: args.data_dir,
@@ -142,7 +142,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         domain: args.domain,
         admin_token: args.admin_token,
     };
-    serve(options, shutdown_signal(), |bound| {
+    serve(options, crate::process::shutdown_signal(), |bound| {
         println!(
             "stasis ready ingress={} admin={}",
             bound.ingress, bound.admin
@@ -150,36 +150,4 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         tracing::info!(ingress = %bound.ingress, admin = %bound.admin, "ready");
     })
     .await
-}
-
-/// Logs to stderr, filtered by `STASIS_LOG` (default `info`); colours only
-/// on a terminal. Guest stdout/stderr lines appear under target
-/// `stasis::guest` with the actor's name.
-pub fn init_logging() {
-    use std::io::IsTerminal as _;
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("STASIS_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr)
-        .init();
-}
-
-/// Resolves on SIGINT or SIGTERM.
-pub async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = match signal(SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::error!("cannot listen for SIGTERM: {e}");
-            let _ = tokio::signal::ctrl_c().await;
-            return;
-        }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received"),
-        _ = term.recv() => tracing::info!("SIGTERM received"),
-    }
 }

@@ -32,7 +32,7 @@ pub struct WorkerRunArgs {
 /// # Errors
 /// Start-up failures: a locked data dir, a port in use, a bad name.
 pub async fn run(args: WorkerRunArgs) -> anyhow::Result<()> {
-    crate::serve::init_logging();
+    crate::process::init_logging();
     let join = if args.join.contains("://") {
         args.join
     } else {
@@ -46,7 +46,7 @@ pub async fn run(args: WorkerRunArgs) -> anyhow::Result<()> {
         token: args.admin_token,
     };
     let name = args.name;
-    run_worker(options, crate::serve::shutdown_signal(), move |addr| {
+    run_worker(options, crate::process::shutdown_signal(), move |addr| {
         println!("stasis worker ready name={name} listen={addr}");
     })
     .await

@@ -1393,6 +1393,15 @@ impl ControlPlane {
                 {
                     continue;
                 }
+                if entry.state() == WorkerState::Drained {
+                    // It left cleanly (SIGTERM drains first) and holds nothing.
+                    tracing::info!(worker = %entry.name, "drained worker gone; forgetting it");
+                    self.workers
+                        .write()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .retain(|w| !(w.name == entry.name && w.incarnation == entry.incarnation));
+                    continue;
+                }
                 tracing::warn!(worker = %entry.name, "no heartbeat for {:?}; declaring it lost", entry.silence());
                 entry.set_state(WorkerState::Lost);
                 let control = self.clone();
