@@ -32,7 +32,9 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput, black_box};
+use std::hint::black_box;
+
+use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput};
 use memmap2::MmapMut;
 use stasis_host_api::Request;
 use stasis_runtime::engine::{Limits, StasisEngine};
@@ -54,7 +56,11 @@ fn test_mode() -> bool {
 }
 
 fn sizes() -> &'static [usize] {
-    if test_mode() { &[1, 16] } else { &[1, 16, 64, 256] }
+    if test_mode() {
+        &[1, 16]
+    } else {
+        &[1, 16, 64, 256]
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -127,7 +133,6 @@ struct Fixture {
     template: Arc<Template>,
     instance: ActorInstance,
     snapshot: Vec<u8>,
-    stats: CaptureStats,
     /// Byte ranges of the non-zero 4 KiB runs in memory 0.
     runs: Vec<(usize, usize)>,
     /// Where the page bytes sit in `snapshot`.
@@ -140,13 +145,16 @@ impl Fixture {
     }
 }
 
+/// A fixture shared by the groups that measure it.
+type Shared = Rc<RefCell<Fixture>>;
+
 struct Ctx {
     rt: tokio::runtime::Runtime,
     engine: Arc<StasisEngine>,
     cache: ModuleCache,
     store: SnapshotStore,
     dir: PathBuf,
-    fixtures: RefCell<BTreeMap<(Density, usize), Rc<RefCell<Fixture>>>>,
+    fixtures: RefCell<BTreeMap<(Density, usize), Shared>>,
     _tmp: tempfile::TempDir,
 }
 
@@ -212,7 +220,7 @@ impl Ctx {
 
     /// The fixture of a case, built on first use (so a filtered run builds
     /// only what it measures) and kept for the later groups.
-    fn fixture(&self, density: Density, mib: usize) -> Rc<RefCell<Fixture>> {
+    fn fixture(&self, density: Density, mib: usize) -> Shared {
         if let Some(f) = self.fixtures.borrow().get(&(density, mib)) {
             return f.clone();
         }
@@ -244,13 +252,12 @@ impl Ctx {
         let answer = self.rt.block_on(restored.call(&probe())).expect("call");
         assert_eq!(answer.status, 200);
         drop(restored);
-        report_size(&label, &stats, runs.len());
+        report_size(&label, &snapshot, &stats);
         let fixture = Rc::new(RefCell::new(Fixture {
             label,
             template,
             instance,
             snapshot,
-            stats,
             runs,
             payload,
         }));
@@ -262,7 +269,13 @@ impl Ctx {
 }
 
 /// Item 4: snapshot size against the non-zero 4 KiB pages it stores.
-fn report_size(label: &str, stats: &CaptureStats, runs: usize) {
+fn report_size(label: &str, snapshot: &[u8], stats: &CaptureStats) {
+    let runs: usize = snapshot::verify_header(snapshot)
+        .expect("header")
+        .memories
+        .iter()
+        .map(|m| m.runs.len())
+        .sum();
     let nonzero = stats.stored_pages * PAGE_SIZE as u64;
     let overhead = stats.file_bytes as f64 / nonzero as f64 - 1.0;
     println!(
@@ -283,6 +296,17 @@ fn cases() -> Vec<(Density, usize)> {
         }
     }
     out
+}
+
+/// `bytes` in a page-aligned buffer. glibc's `memcpy` is up to 4× slower
+/// between buffers that differ in their offset within a cache line
+/// (`runtime/src/snapshot.rs`, `copy`), and a `Vec` starts 16 bytes into its
+/// malloc chunk: the baselines copy between page-aligned buffers, the best
+/// case.
+fn aligned_copy(bytes: &[u8]) -> MmapMut {
+    let mut map = MmapMut::map_anon(bytes.len()).expect("mmap");
+    map.copy_from_slice(bytes);
+    map
 }
 
 /// Times `run` once per iteration; `after` (untimed) disposes of its result.
@@ -331,7 +355,10 @@ fn bench_capture(c: &mut Criterion, ctx: &Ctx) {
             let f = ctx.fixture(density, mib);
             let f = f.borrow();
             let memory = f.instance.memory_data(0).expect("memory 0");
-            let mut dst = vec![1u8; f.stored_bytes()];
+            // Page-aligned like the memory, so the copy takes glibc's best
+            // path (see `aligned_copy`), and touched.
+            let mut dst = MmapMut::map_anon(f.stored_bytes()).expect("mmap");
+            dst.fill(1);
             b.iter_custom(|iters| {
                 timed(
                     iters,
@@ -377,8 +404,7 @@ fn bench_restore(c: &mut Criterion, ctx: &Ctx) {
         group.bench_function(BenchmarkId::new("restore", &case), |b| {
             let f = ctx.fixture(density, mib);
             let f = f.borrow();
-            let verified =
-                snapshot::verify(&f.snapshot, &f.template, MAX_MEMORY).expect("verify");
+            let verified = snapshot::verify(&f.snapshot, &f.template, MAX_MEMORY).expect("verify");
             b.iter_custom(|iters| {
                 timed(
                     iters,
@@ -399,13 +425,34 @@ fn bench_restore(c: &mut Criterion, ctx: &Ctx) {
         group.bench_function(BenchmarkId::new("memcpy_fresh_mmap", &case), |b| {
             let f = ctx.fixture(density, mib);
             let f = f.borrow();
-            let src = &f.snapshot[f.payload.clone()];
+            let src = aligned_copy(&f.snapshot[f.payload.clone()]);
             b.iter_custom(|iters| {
                 timed(
                     iters,
                     || {
                         let mut map = MmapMut::map_anon(src.len()).expect("mmap");
-                        map.copy_from_slice(src);
+                        map.copy_from_slice(&src);
+                        map
+                    },
+                    drop,
+                )
+            });
+        });
+        if density == Density::Sparse {
+            continue;
+        }
+        group.bench_function(BenchmarkId::new("memcpy_fresh_mmap_thp", &case), |b| {
+            let f = ctx.fixture(density, mib);
+            let f = f.borrow();
+            let src = aligned_copy(&f.snapshot[f.payload.clone()]);
+            b.iter_custom(|iters| {
+                timed(
+                    iters,
+                    || {
+                        let mut map = MmapMut::map_anon(src.len()).expect("mmap");
+                        // A hint: ignored where THP is off.
+                        let _ = map.advise(memmap2::Advice::HugePage);
+                        map.copy_from_slice(&src);
                         map
                     },
                     drop,
@@ -416,28 +463,50 @@ fn bench_restore(c: &mut Criterion, ctx: &Ctx) {
     group.finish();
 }
 
+fn write_fsync(path: &std::path::Path, bytes: &[u8]) {
+    let mut file = File::create(path).expect("create");
+    file.write_all(bytes).expect("write");
+    file.sync_all().expect("fsync");
+}
+
 fn bench_persist(c: &mut Criterion, ctx: &Ctx) {
     let mut group = c.benchmark_group("persist");
     group.sampling_mode(SamplingMode::Flat);
     for (density, mib) in cases() {
         let case = format!("{}-{mib}MiB", density.name());
+        // Each store write is paired with a plain write + fsync of the same
+        // bytes just before it (untimed for criterion); the ratio of each
+        // pair is printed, as disk latency drifts between benchmarks.
+        let mut ratios = Vec::new();
         group.bench_function(BenchmarkId::new("store_write", &case), |b| {
             let f = ctx.fixture(density, mib);
             let f = f.borrow();
             let actor = format!("persist-{}", f.label.to_lowercase());
+            let path = ctx.dir.join("paired.bin");
             let mut seq = 0;
             b.iter_custom(|iters| {
-                timed(
-                    iters,
-                    || {
-                        seq += 1;
-                        ctx.store.write(&actor, seq, &f.snapshot).expect("write");
-                        seq
-                    },
-                    |seq| ctx.store.remove(&actor, seq).expect("remove"),
-                )
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    let start = Instant::now();
+                    write_fsync(&path, &f.snapshot);
+                    let plain = start.elapsed();
+                    std::fs::remove_file(&path).expect("remove");
+                    seq += 1;
+                    let start = Instant::now();
+                    ctx.store.write(&actor, seq, &f.snapshot).expect("write");
+                    let d = start.elapsed();
+                    total += d;
+                    ratios.push(d.as_secs_f64() / plain.as_secs_f64());
+                    ctx.store.remove(&actor, seq).expect("remove");
+                }
+                total
             });
         });
+        report_ratios(
+            &format!("persist/{case}"),
+            "store_write/fs_write_fsync",
+            ratios,
+        );
         group.bench_function(BenchmarkId::new("fs_write_fsync", &case), |b| {
             let f = ctx.fixture(density, mib);
             let f = f.borrow();
@@ -445,17 +514,29 @@ fn bench_persist(c: &mut Criterion, ctx: &Ctx) {
             b.iter_custom(|iters| {
                 timed(
                     iters,
-                    || {
-                        let mut file = File::create(&path).expect("create");
-                        file.write_all(&f.snapshot).expect("write");
-                        file.sync_all().expect("fsync");
-                    },
+                    || write_fsync(&path, &f.snapshot),
                     |()| std::fs::remove_file(&path).expect("remove"),
                 )
             });
         });
     }
     group.finish();
+}
+
+/// Prints the quartiles of paired ratios as a `paired-ratio:` line.
+fn report_ratios(name: &str, what: &str, mut ratios: Vec<f64>) {
+    if ratios.is_empty() {
+        return;
+    }
+    ratios.sort_by(f64::total_cmp);
+    let at = |q: f64| ratios[((ratios.len() - 1) as f64 * q).round() as usize];
+    println!(
+        "paired-ratio: {name} {what} n={} p25={:.3} p50={:.3} p75={:.3}",
+        ratios.len(),
+        at(0.25),
+        at(0.5),
+        at(0.75)
+    );
 }
 
 fn bench_load(c: &mut Criterion, ctx: &Ctx) {
@@ -516,7 +597,7 @@ fn bench_cold_start(c: &mut Criterion, ctx: &Ctx) {
     };
     let mut instance = ctx.spawn(&template, kv_config());
     let (bytes, stats) = snapshot::capture(&mut instance).expect("capture");
-    report_size("kv-preload-100k", &stats, 0);
+    report_size("kv-preload-100k", &bytes, &stats);
     // The restored actor has the preloaded keys.
     let mut restored = ctx.restore(&template, &bytes);
     let get = Request {
@@ -579,8 +660,12 @@ fn bench_cold_start(c: &mut Criterion, ctx: &Ctx) {
 fn main() {
     let mut c = Criterion::default()
         .sample_size(10)
-        .warm_up_time(Duration::from_millis(300))
-        .measurement_time(Duration::from_secs(2))
+        .warm_up_time(Duration::from_millis(200))
+        .measurement_time(Duration::from_secs(1))
+        .nresamples(20_000)
+        // Criterion's own plots take seconds per benchmark on this machine;
+        // docs/benchmarks/plot.py draws one SVG per group from its data.
+        .without_plots()
         .configure_from_args();
     let started = Instant::now();
     let ctx = Ctx::new();

@@ -1,0 +1,723 @@
+//! Density benchmark (issue 6, item 6): how many `counter` actors one worker
+//! holds, paused and live, against the real `stasis serve --workers 1
+//! --max-live L` on loopback.
+//!
+//! Actors are created over the admin API (`STASIS_DENSITY_CONCURRENCY`
+//! requests in flight) up to each size in `STASIS_DENSITY_STEPS`; past `L`
+//! the least recently used ones are paused by `--max-live`. At each size the
+//! bench prints a `density-summary:` line (live and paused counts from
+//! `/metrics`, `VmRSS`/`VmHWM` and mapping count of the serve process,
+//! disk used by the data dir, creation rate) and runs two criterion
+//! benchmarks:
+//!
+//! * `density/resume_first_request/<N>`: the first request to a paused
+//!   actor (resume from its snapshot + the call), client-observed; actors
+//!   are probed oldest first (paused by `--max-live` once N > L; an actor
+//!   found live is paused first, untimed). The server's `last_resume_ms` of
+//!   each probe is collected too; p50/p99 are printed as `resume-summary:`.
+//! * `density/live_request/<N>`: a request to one of the 64 newest (live)
+//!   actors, for comparison.
+//!
+//! Creation stops early when the next size does not fit in
+//! `STASIS_DENSITY_BUDGET_SECS` of creation time at the last measured rate,
+//! or when the budget is used up (the rate falls as actors accumulate), or
+//! at the first refused creation; the bench then measures at the size it
+//! reached.
+//!
+//! Knobs (environment): `STASIS_DENSITY_ACTORS` (largest size; 50 in test
+//! mode, 1000 otherwise), `STASIS_DENSITY_MAX_LIVE` (10 in test mode, 10000
+//! otherwise), `STASIS_DENSITY_STEPS` (comma-separated sizes; default the
+//! 1–2–5 series up to the largest size), `STASIS_DENSITY_BUDGET_SECS` (900),
+//! `STASIS_DENSITY_CONCURRENCY` (8), `STASIS_DENSITY_MAX_HELD` (passed as
+//! `--max-held`), `STASIS_DENSITY_DIR` (parent of the temporary data dir,
+//! `/tmp`; the data dir is deleted at the end).
+//!
+//! In criterion's test mode (`cargo test --benches`) this is 50 actors with
+//! 10 live, each benchmark once. The full run:
+//! `STASIS_DENSITY_ACTORS=110000 cargo bench --bench density`.
+//! Results: `docs/benchmarks/cluster-density.md`.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use criterion::{BenchmarkId, Criterion, SamplingMode};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use serde_json::{Value, json};
+
+const MIB: f64 = (1 << 20) as f64;
+const LIVE_PROBES: usize = 64;
+
+/// Criterion's own rule: without `--bench` (as under `cargo test`), or with
+/// `--test`, it runs every benchmark once as a test.
+fn test_mode() -> bool {
+    let args: Vec<String> = std::env::args().collect();
+    let has = |flag: &str| args.iter().any(|a| a == flag);
+    !has("--bench") || has("--test") || has("--list")
+}
+
+fn env_usize(key: &str, default: usize) -> usize {
+    std::env::var(key)
+        .ok()
+        .map(|v| {
+            v.replace('_', "")
+                .parse()
+                .unwrap_or_else(|e| panic!("{key}={v}: {e}"))
+        })
+        .unwrap_or(default)
+}
+
+struct Config {
+    actors: usize,
+    max_live: usize,
+    steps: Vec<usize>,
+    budget: Duration,
+    concurrency: usize,
+    max_held: Option<String>,
+    parent: PathBuf,
+}
+
+impl Config {
+    fn from_env() -> Config {
+        let test = test_mode();
+        let actors = env_usize("STASIS_DENSITY_ACTORS", if test { 50 } else { 1000 });
+        let max_live = env_usize("STASIS_DENSITY_MAX_LIVE", if test { 10 } else { 10_000 });
+        let mut steps: Vec<usize> = match std::env::var("STASIS_DENSITY_STEPS") {
+            Ok(list) => list
+                .split(',')
+                .map(|s| s.trim().replace('_', "").parse().expect("a size"))
+                .collect(),
+            Err(_) if test => vec![actors],
+            Err(_) => {
+                let mut series = Vec::new();
+                let mut decade = 1000;
+                'series: loop {
+                    for m in [1, 2, 5] {
+                        if decade * m >= actors {
+                            break 'series;
+                        }
+                        series.push(decade * m);
+                    }
+                    decade *= 10;
+                }
+                series.push(actors);
+                series
+            }
+        };
+        steps.sort_unstable();
+        steps.dedup();
+        Config {
+            actors,
+            max_live,
+            steps,
+            budget: Duration::from_secs(env_usize("STASIS_DENSITY_BUDGET_SECS", 900) as u64),
+            concurrency: env_usize("STASIS_DENSITY_CONCURRENCY", 8).max(1),
+            max_held: std::env::var("STASIS_DENSITY_MAX_HELD").ok(),
+            parent: std::env::var_os("STASIS_DENSITY_DIR")
+                .map_or_else(|| PathBuf::from("/tmp"), PathBuf::from),
+        }
+    }
+}
+
+// ---- the serve process ------------------------------------------------------
+
+/// `stasis serve`, started by this bench and killed (SIGKILL, through its own
+/// handle) on drop: a graceful stop would snapshot every live actor first.
+struct Serve {
+    child: Child,
+    ingress: SocketAddr,
+    admin: SocketAddr,
+}
+
+impl Serve {
+    fn start(data_dir: &Path, extra: &[String]) -> Serve {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_stasis"))
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--admin-listen",
+                "127.0.0.1:0",
+            ])
+            .arg("--data-dir")
+            .arg(data_dir)
+            .args(extra)
+            .env(
+                "STASIS_LOG",
+                std::env::var("STASIS_BENCH_LOG").unwrap_or_else(|_| "warn".into()),
+            )
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn stasis serve");
+        let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+        let ready = loop {
+            match lines.next() {
+                Some(Ok(line)) if line.starts_with("stasis ready") => break line,
+                Some(Ok(_)) => continue,
+                _ => {
+                    let out = child.wait_with_output().expect("wait");
+                    panic!("serve exited: {}", String::from_utf8_lossy(&out.stderr));
+                }
+            }
+        };
+        std::thread::spawn(move || for _ in lines.map_while(Result::ok) {});
+        let stderr = child.stderr.take().expect("stderr");
+        let echo = std::env::var_os("STASIS_BENCH_LOG").is_some();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if echo {
+                    eprintln!("[serve] {line}");
+                }
+            }
+        });
+        let addr = |key: &str| -> SocketAddr {
+            ready
+                .split_whitespace()
+                .find_map(|w| w.strip_prefix(key))
+                .and_then(|a| a.parse().ok())
+                .unwrap_or_else(|| panic!("no {key} in {ready:?}"))
+        };
+        Serve {
+            ingress: addr("ingress="),
+            admin: addr("admin="),
+            child,
+        }
+    }
+
+    /// (VmRSS, VmHWM) in bytes, and the number of memory mappings.
+    fn memory(&self) -> (u64, u64, usize) {
+        let pid = self.child.id();
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        let field = |key: &str| -> u64 {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(key))
+                .and_then(|v| v.split_whitespace().next())
+                .and_then(|kb| kb.parse::<u64>().ok())
+                .map_or(0, |kb| kb * 1024)
+        };
+        let maps =
+            std::fs::read_to_string(format!("/proc/{pid}/maps")).map_or(0, |m| m.lines().count());
+        (field("VmRSS:"), field("VmHWM:"), maps)
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+// ---- HTTP -------------------------------------------------------------------
+
+type Http = Client<HttpConnector, Full<Bytes>>;
+
+async fn send(
+    client: &Http,
+    addr: SocketAddr,
+    method: &str,
+    host: &str,
+    path: &str,
+    body: Bytes,
+) -> (u16, Bytes) {
+    let request = hyper::Request::builder()
+        .method(method)
+        .uri(format!("http://{addr}{path}"))
+        .header("host", host)
+        .header("content-type", "application/json")
+        .body(Full::new(body))
+        .expect("request");
+    let response = client.request(request).await.expect("HTTP request");
+    let status = response.status().as_u16();
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .expect("body")
+        .to_bytes();
+    (status, body)
+}
+
+async fn admin(
+    client: &Http,
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: Option<Value>,
+) -> Value {
+    let body = body.map_or_else(Bytes::new, |v| Bytes::from(v.to_string()));
+    let (status, bytes) = send(client, addr, method, "localhost", path, body).await;
+    assert!(
+        (200..300).contains(&status),
+        "{method} {path}: {status} {}",
+        String::from_utf8_lossy(&bytes)
+    );
+    serde_json::from_slice(&bytes).unwrap_or(Value::Null)
+}
+
+async fn post(client: &Http, ingress: SocketAddr, actor: &str) -> (u16, Bytes) {
+    let host = format!("{actor}.actors.localhost");
+    send(client, ingress, "POST", &host, "/", Bytes::new()).await
+}
+
+/// `stasis_actors{state=...}` from `/metrics`: (running, paused, total).
+async fn states(client: &Http, admin_addr: SocketAddr) -> (u64, u64, u64) {
+    let (_, text) = send(
+        client,
+        admin_addr,
+        "GET",
+        "localhost",
+        "/metrics",
+        Bytes::new(),
+    )
+    .await;
+    let text = String::from_utf8_lossy(&text);
+    let mut out = (0, 0, 0);
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("stasis_actors{state=\"") else {
+            continue;
+        };
+        let Some((state, value)) = rest.split_once("\"} ") else {
+            continue;
+        };
+        let n: u64 = value.trim().parse().unwrap_or(0);
+        match state {
+            "running" => out.0 += n,
+            "paused" => out.1 += n,
+            _ => {}
+        }
+        out.2 += n;
+    }
+    out
+}
+
+fn name(i: usize) -> String {
+    format!("d-{i:06}")
+}
+
+/// Creates actors `from..to` with `concurrency` requests in flight. On the
+/// first refusal the creators stop; the answer is then the lowest index
+/// that failed (every actor below it exists) and the server's message.
+async fn create_range(
+    client: &Http,
+    admin_addr: SocketAddr,
+    from: usize,
+    to: usize,
+    concurrency: usize,
+) -> Option<(usize, String)> {
+    let next = Arc::new(AtomicUsize::new(from));
+    let failed: Arc<Mutex<Option<(usize, String)>>> = Arc::new(Mutex::new(None));
+    let mut tasks = Vec::new();
+    for _ in 0..concurrency {
+        let next = next.clone();
+        let failed = failed.clone();
+        let client = client.clone();
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= to || failed.lock().unwrap().is_some() {
+                    break;
+                }
+                let body = json!({"name": name(i), "template": "counter"});
+                let (status, answer) = send(
+                    &client,
+                    admin_addr,
+                    "POST",
+                    "localhost",
+                    "/v1/actors",
+                    Bytes::from(body.to_string()),
+                )
+                .await;
+                if status != 201 {
+                    let mut failed = failed.lock().unwrap();
+                    let message = format!("{status} {}", String::from_utf8_lossy(&answer));
+                    if failed.as_ref().is_none_or(|(at, _)| i < *at) {
+                        *failed = Some((i, message));
+                    }
+                    break;
+                }
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("creator");
+    }
+    failed.lock().unwrap().take()
+}
+
+/// Bytes allocated on disk (st_blocks) and files under `dir`.
+fn disk_usage(dir: &Path) -> (u64, u64) {
+    let mut bytes = 0;
+    let mut files = 0;
+    let mut stack = vec![dir.to_owned()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let Ok(meta) = entry.metadata() else { continue };
+            bytes += meta.blocks() * 512;
+            if meta.is_dir() {
+                stack.push(entry.path());
+            } else {
+                files += 1;
+            }
+        }
+    }
+    (bytes, files)
+}
+
+/// Nearest-rank percentile.
+fn percentile(samples: &[f64], p: f64) -> f64 {
+    if samples.is_empty() {
+        return f64::NAN;
+    }
+    let mut sorted = samples.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+fn summary(samples: &[f64]) -> String {
+    if samples.is_empty() {
+        return "n=0".to_owned();
+    }
+    format!(
+        "n={} p50={:.3} p99={:.3} max={:.3}",
+        samples.len(),
+        percentile(samples, 50.0),
+        percentile(samples, 99.0),
+        percentile(samples, 100.0)
+    )
+}
+
+// ---- the run ----------------------------------------------------------------
+
+struct Probe {
+    client: Http,
+    admin: SocketAddr,
+    ingress: SocketAddr,
+    created: usize,
+    cursor: AtomicUsize,
+    paused_first: AtomicU64,
+    client_ms: Mutex<Vec<f64>>,
+    server_ms: Mutex<Vec<f64>>,
+    failures: Failures,
+}
+
+/// Requests that did not get 200: how many, and the first answer.
+#[derive(Default)]
+struct Failures {
+    count: AtomicU64,
+    first: Mutex<Option<String>>,
+}
+
+impl Failures {
+    fn record(&self, actor: &str, status: u16, body: &[u8]) {
+        self.count.fetch_add(1, Ordering::Relaxed);
+        self.first.lock().unwrap().get_or_insert_with(|| {
+            format!("{actor}: {status} {}", String::from_utf8_lossy(body).trim())
+        });
+    }
+
+    fn report(&self) -> String {
+        match &*self.first.lock().unwrap() {
+            None => "failed=0".to_owned(),
+            Some(first) => format!(
+                "failed={} (first: {first})",
+                self.count.load(Ordering::Relaxed)
+            ),
+        }
+    }
+}
+
+impl Probe {
+    /// The first request to a paused actor, timed; the oldest actors first.
+    async fn resume_one(&self) -> Duration {
+        let actor = name(self.cursor.fetch_add(1, Ordering::Relaxed) % self.created);
+        let path = format!("/v1/actors/{actor}");
+        let info = admin(&self.client, self.admin, "GET", &path, None).await;
+        if info["state"] != "paused" {
+            admin(
+                &self.client,
+                self.admin,
+                "POST",
+                &format!("{path}/pause"),
+                None,
+            )
+            .await;
+            self.paused_first.fetch_add(1, Ordering::Relaxed);
+        }
+        let started = Instant::now();
+        let (status, body) = post(&self.client, self.ingress, &actor).await;
+        let elapsed = started.elapsed();
+        if status != 200 {
+            // Kept out of the percentiles; reported with the summary.
+            self.failures.record(&actor, status, &body);
+            return elapsed;
+        }
+        let info = admin(&self.client, self.admin, "GET", &path, None).await;
+        if let Some(ms) = info["last_resume_ms"].as_f64() {
+            self.server_ms.lock().unwrap().push(ms);
+        }
+        self.client_ms
+            .lock()
+            .unwrap()
+            .push(elapsed.as_secs_f64() * 1e3);
+        elapsed
+    }
+}
+
+fn main() {
+    let mut c = Criterion::default()
+        .sample_size(20)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2))
+        .configure_from_args();
+    let started = Instant::now();
+    let config = Config::from_env();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let tmp = tempfile::Builder::new()
+        .prefix("stasis-density-")
+        .tempdir_in(&config.parent)
+        .expect("tempdir");
+    let data = tmp.path().join("data");
+    let mut extra = vec![
+        "--workers".to_owned(),
+        "1".to_owned(),
+        "--max-live".to_owned(),
+        config.max_live.to_string(),
+    ];
+    if let Some(held) = &config.max_held {
+        extra.extend(["--max-held".to_owned(), held.clone()]);
+    }
+    let serve = Serve::start(&data, &extra);
+    let client: Http = Client::builder(TokioExecutor::new())
+        .pool_max_idle_per_host(64)
+        .build_http();
+    println!(
+        "density: serve {} | sizes {:?} | budget {:?} | concurrency {}",
+        extra.join(" "),
+        config.steps,
+        config.budget,
+        config.concurrency
+    );
+    let (rss0, _, maps0) = serve.memory();
+    rt.block_on(async {
+        let wasm = std::fs::read(Path::new(env!("STASIS_DEMOS_DIR")).join("counter.wasm"))
+            .expect("counter.wasm");
+        let (status, _) = send(
+            &client,
+            serve.admin,
+            "PUT",
+            "localhost",
+            "/v1/templates/counter",
+            Bytes::from(wasm),
+        )
+        .await;
+        assert!(status == 200 || status == 201, "push counter: {status}");
+    });
+    println!(
+        "density-summary: actors=0 rss_mib={:.1} maps={maps0}",
+        rss0 as f64 / MIB
+    );
+
+    let mut group = c.benchmark_group("density");
+    group.sampling_mode(SamplingMode::Flat);
+    let mut created = 0;
+    let mut creating = Duration::ZERO;
+    let mut last_rate = f64::INFINITY;
+    let mut stop_creating = false;
+    for &step in &config.steps {
+        if stop_creating || step <= created {
+            continue;
+        }
+        // Go only as far as fits in the creation budget at the last rate.
+        let left = config.budget.saturating_sub(creating).as_secs_f64();
+        let fits = created + (left * last_rate * 0.95) as usize;
+        let target = if fits >= step {
+            step
+        } else {
+            stop_creating = true;
+            let partial = fits / 1000 * 1000;
+            if partial <= created {
+                println!("density: the next size ({step}) does not fit in the budget");
+                break;
+            }
+            println!(
+                "density: {step} does not fit in the budget at {last_rate:.0} actors/s; stopping at {partial}"
+            );
+            partial
+        };
+        // Create in chunks, printing the trend.
+        let chunk = (target / 20).clamp(50, 5000);
+        let before = created;
+        let step_started = Instant::now();
+        while created < target {
+            let to = (created + chunk).min(target);
+            let t = Instant::now();
+            let failure = rt.block_on(create_range(
+                &client,
+                serve.admin,
+                created,
+                to,
+                config.concurrency,
+            ));
+            let secs = t.elapsed().as_secs_f64();
+            if let Some((at, message)) = failure {
+                println!(
+                    "density: creating {} failed: {message}; stopping at {at} actors",
+                    name(at)
+                );
+                created = at;
+                stop_creating = true;
+                break;
+            }
+            let (rss, _, maps) = serve.memory();
+            println!(
+                "density-progress: created={to} chunk_rate={:.1}/s rss_mib={:.1} maps={maps} elapsed_s={:.0}",
+                (to - created) as f64 / secs,
+                rss as f64 / MIB,
+                started.elapsed().as_secs_f64()
+            );
+            created = to;
+            // The rate falls as actors accumulate: never overrun the budget.
+            if created < target && creating + step_started.elapsed() >= config.budget {
+                println!("density: creation budget used up; stopping at {created} actors");
+                stop_creating = true;
+                break;
+            }
+        }
+        let step_time = step_started.elapsed();
+        creating += step_time;
+        let chunk_rate = (created - before) as f64 / step_time.as_secs_f64();
+        last_rate = chunk_rate;
+        // Let --max-live's pauses finish.
+        let settle = Instant::now();
+        let (running, paused, total) = rt.block_on(async {
+            loop {
+                let s = states(&client, serve.admin).await;
+                if s.0 <= config.max_live as u64 || settle.elapsed() > Duration::from_secs(60) {
+                    break s;
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        });
+        let (rss, hwm, maps) = serve.memory();
+        let (disk, files) = disk_usage(&data);
+        println!(
+            "density-summary: actors={total} running={running} paused={paused} rss_mib={:.1} hwm_mib={:.1} \
+             rss_kib_per_actor={:.1} maps={maps} disk_mib={:.1} files={files} disk_kib_per_actor={:.1} \
+             create_rate={chunk_rate:.1}/s create_total_s={:.1}",
+            rss as f64 / MIB,
+            hwm as f64 / MIB,
+            (rss.saturating_sub(rss0)) as f64 / 1024.0 / total.max(1) as f64,
+            disk as f64 / MIB,
+            disk as f64 / 1024.0 / total.max(1) as f64,
+            creating.as_secs_f64(),
+        );
+
+        let probe = Arc::new(Probe {
+            client: client.clone(),
+            admin: serve.admin,
+            ingress: serve.ingress,
+            created,
+            cursor: AtomicUsize::new(0),
+            paused_first: AtomicU64::new(0),
+            client_ms: Mutex::new(Vec::new()),
+            server_ms: Mutex::new(Vec::new()),
+            failures: Failures::default(),
+        });
+        group.bench_function(BenchmarkId::new("resume_first_request", created), |b| {
+            b.to_async(&rt).iter_custom(|iters| {
+                let probe = probe.clone();
+                async move {
+                    let mut total = Duration::ZERO;
+                    for _ in 0..iters {
+                        total += probe.resume_one().await;
+                    }
+                    total
+                }
+            });
+        });
+        println!(
+            "resume-summary: actors={created} probes={} (paused by --max-live: {}) client_ms {} | server_resume_ms {} | {}",
+            probe.cursor.load(Ordering::Relaxed),
+            probe.cursor.load(Ordering::Relaxed) as u64
+                - probe.paused_first.load(Ordering::Relaxed),
+            summary(&probe.client_ms.lock().unwrap()),
+            summary(&probe.server_ms.lock().unwrap()),
+            probe.failures.report(),
+        );
+        let live_ms = Arc::new(Mutex::new(Vec::new()));
+        let live_next = Arc::new(AtomicUsize::new(0));
+        let live_failures = Arc::new(Failures::default());
+        group.bench_function(BenchmarkId::new("live_request", created), |b| {
+            b.to_async(&rt).iter_custom(|iters| {
+                let client = client.clone();
+                let live_ms = live_ms.clone();
+                let live_next = live_next.clone();
+                let live_failures = live_failures.clone();
+                let ingress = serve.ingress;
+                async move {
+                    let mut total = Duration::ZERO;
+                    for _ in 0..iters {
+                        let k =
+                            live_next.fetch_add(1, Ordering::Relaxed) % LIVE_PROBES.min(created);
+                        let actor = name(created - 1 - k);
+                        let t = Instant::now();
+                        let (status, body) = post(&client, ingress, &actor).await;
+                        let elapsed = t.elapsed();
+                        if status == 200 {
+                            live_ms.lock().unwrap().push(elapsed.as_secs_f64() * 1e3);
+                        } else {
+                            live_failures.record(&actor, status, &body);
+                        }
+                        total += elapsed;
+                    }
+                    total
+                }
+            });
+        });
+        println!(
+            "live-summary: actors={created} client_ms {} | {}",
+            summary(&live_ms.lock().unwrap()),
+            live_failures.report()
+        );
+    }
+    group.finish();
+    let (rss, hwm, maps) = serve.memory();
+    println!(
+        "density: reached {created} of {} actors (max-live {}); final rss_mib={:.1} hwm_mib={:.1} maps={maps}; \
+         creation {:.0} s",
+        config.actors,
+        config.max_live,
+        rss as f64 / MIB,
+        hwm as f64 / MIB,
+        creating.as_secs_f64()
+    );
+    drop(serve);
+    let cleanup = Instant::now();
+    drop(tmp);
+    c.final_summary();
+    println!(
+        "density bench finished in {:.1} s (data dir removed in {:.1} s)",
+        started.elapsed().as_secs_f64(),
+        cleanup.elapsed().as_secs_f64()
+    );
+}

@@ -1,0 +1,631 @@
+//! HTTP benchmarks on loopback (issue 5, items 5 and 6), against the real
+//! `stasis serve` binary, with a keep-alive hyper client:
+//!
+//! * `http_resume/<actor>/…`: a request to a running actor (the baseline),
+//!   the first request after a pause (resume on demand + the request), the
+//!   pause alone (admin API) and pause + first request, for `counter` and a
+//!   `kv` actor holding 16 MiB; each pause + request is paired with a
+//!   write + fsync of the snapshot's size just before it, and the difference is
+//!   printed (the target is "under 1 ms beyond one fsync"); plus a plain
+//!   write + fsync and `SnapshotStore::write` of the counter snapshot's size
+//!   on the server's filesystem;
+//! * `throughput/…`: `POST /` to a running counter through the router
+//!   versus the same call on a worker in this process (`Worker::call`), with
+//!   1 and 8 requests in flight.
+//!
+//! Besides criterion's estimates (medians of sample means), every request
+//! latency is recorded and printed as `latency:` lines with p50/p90/p99.
+//! The long-run throughput figure comes from `wrk`: see `benches/wrk.sh`.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Write};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use criterion::{Criterion, SamplingMode, Throughput};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use stasis_host_api::Request;
+use stasis_runtime::engine::{Limits, StasisEngine};
+use stasis_runtime::metrics::Metrics;
+use stasis_runtime::module::ModuleCache;
+use stasis_runtime::store::SnapshotStore;
+use stasis_runtime::worker::{ActorSpec, Worker, WorkerSettings};
+
+type HttpClient = Client<HttpConnector, Full<Bytes>>;
+
+const KV_BLOBS: usize = 4;
+const KV_BLOB: usize = 4 << 20;
+
+fn demo(name: &str) -> PathBuf {
+    Path::new(env!("STASIS_DEMOS_DIR")).join(format!("{name}.wasm"))
+}
+
+/// A `stasis serve` on a temporary data dir; killed on drop.
+struct Server {
+    child: Child,
+    ingress: SocketAddr,
+    admin: SocketAddr,
+    dir: tempfile::TempDir,
+}
+
+impl Server {
+    fn start() -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("stasis-bench-http-")
+            .tempdir()
+            .expect("temp dir");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_stasis"))
+            .arg("serve")
+            .arg("--data-dir")
+            .arg(dir.path().join("data"))
+            .args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
+            // Logging per request would be part of the measurement.
+            .env("STASIS_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn stasis serve");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut lines = BufReader::new(stdout).lines();
+        let ready = loop {
+            match lines.next() {
+                Some(Ok(line)) if line.starts_with("stasis ready") => break line,
+                Some(Ok(_)) => {}
+                _ => panic!("stasis serve exited before it was ready"),
+            }
+        };
+        // Keep draining stdout so the server never blocks on a full pipe.
+        std::thread::spawn(move || lines.map_while(Result::ok).for_each(drop));
+        let field = |key: &str| -> SocketAddr {
+            ready
+                .split_whitespace()
+                .find_map(|w| w.strip_prefix(key))
+                .and_then(|a| a.parse().ok())
+                .unwrap_or_else(|| panic!("bad ready line {ready:?}"))
+        };
+        Self {
+            ingress: field("ingress="),
+            admin: field("admin="),
+            child,
+            dir,
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Sends one request and returns status and body.
+async fn send(
+    client: &HttpClient,
+    addr: SocketAddr,
+    method: &str,
+    host: Option<&str>,
+    path: &str,
+    body: Vec<u8>,
+) -> (u16, Bytes) {
+    let mut request = hyper::Request::builder()
+        .method(method)
+        .uri(format!("http://{addr}{path}"));
+    if let Some(host) = host {
+        request = request.header("host", host);
+    }
+    let request = request.body(Full::new(Bytes::from(body))).expect("request");
+    let response = client.request(request).await.expect("HTTP request");
+    let status = response.status().as_u16();
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .expect("body")
+        .to_bytes();
+    (status, body)
+}
+
+/// Deterministic incompressible bytes (xorshift64).
+fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+    out.truncate(len);
+    out
+}
+
+/// An actor on the server and the request the benchmark sends it.
+struct Target {
+    name: &'static str,
+    method: &'static str,
+    path: &'static str,
+}
+
+impl Target {
+    fn host(&self) -> String {
+        format!("{}.actors.localhost", self.name)
+    }
+}
+
+struct Ctx {
+    rt: tokio::runtime::Runtime,
+    client: HttpClient,
+    server: Server,
+    /// Size of each actor's snapshot file, by actor name.
+    snapshot_bytes: HashMap<&'static str, usize>,
+}
+
+impl Ctx {
+    fn admin(&self, method: &str, path: &str, body: Vec<u8>) -> serde_json::Value {
+        let (status, body) = self.rt.block_on(send(
+            &self.client,
+            self.server.admin,
+            method,
+            None,
+            path,
+            body,
+        ));
+        assert!(
+            (200..300).contains(&status),
+            "{method} {path}: {status} {}",
+            String::from_utf8_lossy(&body)
+        );
+        serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null)
+    }
+
+    async fn request(&self, target: &Target) {
+        let (status, _) = send(
+            &self.client,
+            self.server.ingress,
+            target.method,
+            Some(&target.host()),
+            target.path,
+            Vec::new(),
+        )
+        .await;
+        assert_eq!(status, 200, "{} {}", target.method, target.path);
+    }
+
+    fn pause(&self, target: &Target) -> serde_json::Value {
+        self.admin(
+            "POST",
+            &format!("/v1/actors/{}/pause", target.name),
+            Vec::new(),
+        )
+    }
+}
+
+/// Creates `path`, writes `bytes`, fsyncs; returns the time taken and
+/// removes the file (untimed).
+fn write_fsync(path: &Path, bytes: &[u8]) -> Duration {
+    let start = Instant::now();
+    let mut file = std::fs::File::create(path).expect("create");
+    file.write_all(bytes).expect("write");
+    file.sync_all().expect("fsync");
+    let d = start.elapsed();
+    std::fs::remove_file(path).expect("remove");
+    d
+}
+
+/// Prints percentiles of signed differences (seconds) as a `latency:` line.
+fn report_signed(name: &str, mut all: Vec<f64>) {
+    if all.is_empty() {
+        return;
+    }
+    all.sort_by(f64::total_cmp);
+    let at = |q: f64| all[((all.len() - 1) as f64 * q).round() as usize] * 1e6;
+    println!(
+        "latency: {name} n={} p50={:.1}us p90={:.1}us p99={:.1}us max={:.1}us",
+        all.len(),
+        at(0.5),
+        at(0.9),
+        at(0.99),
+        at(1.0)
+    );
+}
+
+/// The server-side pause time a pause answer reports.
+fn server_duration(pause: &serde_json::Value) -> Duration {
+    Duration::from_secs_f64(pause["duration_ms"].as_f64().expect("duration_ms") / 1e3)
+}
+
+/// Individual latencies of one benchmark, printed as percentiles.
+#[derive(Default)]
+struct Latencies(Mutex<Vec<Duration>>);
+
+impl Latencies {
+    fn add(&self, d: Duration) {
+        self.0.lock().expect("latencies").push(d);
+    }
+
+    fn report(&self, name: &str) {
+        let mut all = std::mem::take(&mut *self.0.lock().expect("latencies"));
+        if all.is_empty() {
+            return;
+        }
+        all.sort();
+        let at = |q: f64| all[((all.len() - 1) as f64 * q).round() as usize];
+        let us = |d: Duration| d.as_secs_f64() * 1e6;
+        println!(
+            "latency: {name} n={} p50={:.1}us p90={:.1}us p99={:.1}us max={:.1}us",
+            all.len(),
+            us(at(0.5)),
+            us(at(0.9)),
+            us(at(0.99)),
+            us(at(1.0))
+        );
+    }
+}
+
+fn setup() -> Ctx {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let client = {
+        let _guard = rt.enter();
+        Client::builder(TokioExecutor::new()).build_http()
+    };
+    let mut ctx = Ctx {
+        rt,
+        client,
+        server: Server::start(),
+        snapshot_bytes: HashMap::new(),
+    };
+    for name in ["counter", "kv"] {
+        let wasm = std::fs::read(demo(name)).expect("demo module");
+        ctx.admin("PUT", &format!("/v1/templates/{name}"), wasm);
+    }
+    for (name, template) in [("counter", "counter"), ("kv16", "kv")] {
+        let body = serde_json::json!({"name": name, "template": template});
+        ctx.admin("POST", "/v1/actors", body.to_string().into_bytes());
+    }
+    // 16 MiB of incompressible values, plus a small key to read back.
+    ctx.rt.block_on(async {
+        for i in 0..KV_BLOBS {
+            let (status, _) = send(
+                &ctx.client,
+                ctx.server.ingress,
+                "PUT",
+                Some("kv16.actors.localhost"),
+                &format!("/blob{i}"),
+                random_bytes(KV_BLOB, i as u64 + 7),
+            )
+            .await;
+            assert_eq!(status, 201);
+        }
+        let (status, _) = send(
+            &ctx.client,
+            ctx.server.ingress,
+            "PUT",
+            Some("kv16.actors.localhost"),
+            "/probe",
+            b"x".to_vec(),
+        )
+        .await;
+        assert_eq!(status, 201);
+    });
+    for name in ["counter", "kv16"] {
+        let actor = ctx.admin("GET", &format!("/v1/actors/{name}"), Vec::new());
+        let pause = ctx.admin("POST", &format!("/v1/actors/{name}/pause"), Vec::new());
+        println!(
+            "snapshot-size: case=http-{name} memory_bytes={} file_bytes={} pause_ms={}",
+            actor["memory_bytes"], pause["snapshot_bytes"], pause["duration_ms"]
+        );
+        let bytes = pause["snapshot_bytes"].as_u64().expect("snapshot_bytes");
+        ctx.snapshot_bytes.insert(name, bytes as usize);
+    }
+    ctx
+}
+
+const COUNTER: Target = Target {
+    name: "counter",
+    method: "POST",
+    path: "/",
+};
+const KV16: Target = Target {
+    name: "kv16",
+    method: "GET",
+    path: "/probe",
+};
+
+fn bench_resume(c: &mut Criterion, ctx: &Ctx) {
+    let mut group = c.benchmark_group("http_resume");
+    group
+        .sampling_mode(SamplingMode::Flat)
+        .sample_size(20)
+        .measurement_time(Duration::from_secs(2));
+    for target in [COUNTER, KV16] {
+        let lat = Latencies::default();
+        group.bench_function(format!("{}/running", target.name), |b| {
+            ctx.rt.block_on(ctx.request(&target));
+            b.iter_custom(|iters| {
+                ctx.rt.block_on(async {
+                    let mut total = Duration::ZERO;
+                    for _ in 0..iters {
+                        let start = Instant::now();
+                        ctx.request(&target).await;
+                        let d = start.elapsed();
+                        lat.add(d);
+                        total += d;
+                    }
+                    total
+                })
+            });
+        });
+        lat.report(&format!("http_resume/{}/running", target.name));
+        group.bench_function(format!("{}/request_after_pause", target.name), |b| {
+            b.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    ctx.pause(&target);
+                    let start = Instant::now();
+                    ctx.rt.block_on(ctx.request(&target));
+                    let d = start.elapsed();
+                    lat.add(d);
+                    total += d;
+                }
+                total
+            });
+        });
+        lat.report(&format!("http_resume/{}/request_after_pause", target.name));
+        // The pause alone (admin API round trip), and the server's own
+        // account of it (`duration_ms`: on_pause, capture, durable write).
+        let server = Latencies::default();
+        group.bench_function(format!("{}/pause", target.name), |b| {
+            b.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    ctx.rt.block_on(ctx.request(&target));
+                    let start = Instant::now();
+                    let pause = ctx.pause(&target);
+                    let d = start.elapsed();
+                    lat.add(d);
+                    server.add(server_duration(&pause));
+                    total += d;
+                }
+                total
+            });
+        });
+        lat.report(&format!("http_resume/{}/pause", target.name));
+        server.report(&format!(
+            "http_resume/{}/pause:server_duration_ms",
+            target.name
+        ));
+        // Each pause + request is paired with a write + fsync of as many
+        // bytes as the actor's snapshot, just before it (untimed for
+        // criterion), so that "beyond one fsync" compares the two under the
+        // same disk conditions.
+        let fsync = Latencies::default();
+        let mut beyond = Vec::new();
+        group.bench_function(format!("{}/pause_and_request", target.name), |b| {
+            let bytes = random_bytes(ctx.snapshot_bytes[target.name], 5);
+            let path = ctx.server.dir.path().join("paired-fsync");
+            b.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    ctx.rt.block_on(ctx.request(&target));
+                    let f = write_fsync(&path, &bytes);
+                    let start = Instant::now();
+                    ctx.pause(&target);
+                    ctx.rt.block_on(ctx.request(&target));
+                    let d = start.elapsed();
+                    lat.add(d);
+                    fsync.add(f);
+                    beyond.push(d.as_secs_f64() - f.as_secs_f64());
+                    total += d;
+                }
+                total
+            });
+        });
+        lat.report(&format!("http_resume/{}/pause_and_request", target.name));
+        fsync.report(&format!(
+            "http_resume/{}/pause_and_request:paired_write_fsync",
+            target.name
+        ));
+        report_signed(
+            &format!(
+                "http_resume/{}/pause_and_request:minus_paired_write_fsync",
+                target.name
+            ),
+            beyond,
+        );
+    }
+    // Baselines, on the data dir's filesystem, with the counter snapshot's
+    // size: one durable write (create, write, fsync), and the snapshot
+    // store's whole protocol (temp file, write, fsync, rename, fsync folder).
+    let bytes = random_bytes(ctx.snapshot_bytes["counter"], 3);
+    let lat = Latencies::default();
+    group.bench_function("counter_snapshot_size/write_fsync", |b| {
+        let path = ctx.server.dir.path().join("fsync-probe");
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                let d = write_fsync(&path, &bytes);
+                lat.add(d);
+                total += d;
+            }
+            total
+        });
+    });
+    lat.report("http_resume/counter_snapshot_size/write_fsync");
+    group.bench_function("counter_snapshot_size/snapshot_store_write", |b| {
+        let store =
+            SnapshotStore::open(ctx.server.dir.path().join("store-probe"), None).expect("store");
+        let mut seq = 0;
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                seq += 1;
+                let start = Instant::now();
+                store.write("probe", seq, &bytes).expect("write");
+                let d = start.elapsed();
+                lat.add(d);
+                total += d;
+                store.remove("probe", seq).expect("remove");
+            }
+            total
+        });
+    });
+    lat.report("http_resume/counter_snapshot_size/snapshot_store_write");
+    group.finish();
+}
+
+/// Placement epoch of the in-process counter (any value, used consistently).
+const EPOCH: u64 = 1;
+
+/// A counter on a worker in this process, as the router would reach it.
+struct Direct {
+    worker: Arc<Worker>,
+    _tmp: tempfile::TempDir,
+}
+
+fn direct(ctx: &Ctx) -> Direct {
+    let tmp = tempfile::Builder::new()
+        .prefix("stasis-bench-worker-")
+        .tempdir()
+        .expect("temp dir");
+    let engine = StasisEngine::new(Limits::default()).expect("engine");
+    let cache = ModuleCache::new(engine.engine().clone(), engine.linker().clone(), None);
+    let template = cache
+        .load(&std::fs::read(demo("counter")).expect("counter.wasm"))
+        .expect("counter loads");
+    let store = Arc::new(SnapshotStore::open(tmp.path().join("snapshots"), None).expect("store"));
+    let worker = Worker::new(
+        "worker-1",
+        engine,
+        store,
+        Arc::new(Metrics::default()),
+        WorkerSettings::default(),
+        None,
+    );
+    let spec = ActorSpec {
+        name: "counter".into(),
+        template,
+        env: Vec::new(),
+    };
+    ctx.rt
+        .block_on(worker.create(&spec, EPOCH))
+        .expect("create counter");
+    Direct { worker, _tmp: tmp }
+}
+
+fn post_request() -> Request {
+    Request {
+        method: "POST".into(),
+        uri: "/".into(),
+        headers: vec![("host".into(), b"counter.actors.localhost".to_vec())],
+        ..Request::default()
+    }
+}
+
+/// Runs `iters` calls of `call` with `in_flight` of them outstanding at once;
+/// returns the wall time.
+fn closed_loop<F, Fut>(ctx: &Ctx, iters: u64, in_flight: u64, call: F) -> Duration
+where
+    F: Fn() -> Fut + Send + Sync + Clone + 'static,
+    Fut: Future<Output = ()> + Send,
+{
+    ctx.rt.block_on(async {
+        let start = Instant::now();
+        let tasks: Vec<_> = (0..in_flight)
+            .map(|i| {
+                let n = iters / in_flight + u64::from(i < iters % in_flight);
+                let call = call.clone();
+                tokio::spawn(async move {
+                    for _ in 0..n {
+                        call().await;
+                    }
+                })
+            })
+            .collect();
+        for task in tasks {
+            task.await.expect("task");
+        }
+        start.elapsed()
+    })
+}
+
+fn bench_throughput(c: &mut Criterion, ctx: &Ctx) {
+    let direct = direct(ctx);
+    let mut group = c.benchmark_group("throughput");
+    group
+        .throughput(Throughput::Elements(1))
+        .measurement_time(Duration::from_secs(2));
+    // The counter must be running (a paused one would be resumed first).
+    ctx.rt.block_on(ctx.request(&COUNTER));
+    for in_flight in [1u64, 8] {
+        group.bench_function(format!("router/{in_flight}-in-flight"), |b| {
+            let client = ctx.client.clone();
+            let ingress = ctx.server.ingress;
+            b.iter_custom(|iters| {
+                let client = client.clone();
+                closed_loop(ctx, iters, in_flight, move || {
+                    let client = client.clone();
+                    async move {
+                        let (status, _) = send(
+                            &client,
+                            ingress,
+                            "POST",
+                            Some("counter.actors.localhost"),
+                            "/",
+                            Vec::new(),
+                        )
+                        .await;
+                        assert_eq!(status, 200);
+                    }
+                })
+            });
+        });
+        group.bench_function(format!("worker_direct/{in_flight}-in-flight"), |b| {
+            let worker = direct.worker.clone();
+            b.iter_custom(|iters| {
+                let worker = worker.clone();
+                closed_loop(ctx, iters, in_flight, move || {
+                    let worker = worker.clone();
+                    async move {
+                        let response = worker
+                            .call("counter", EPOCH, post_request())
+                            .await
+                            .expect("call");
+                        assert_eq!(response.status, 200);
+                    }
+                })
+            });
+        });
+    }
+    group.finish();
+}
+
+fn main() {
+    let mut c = Criterion::default()
+        .sample_size(10)
+        .warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_secs(1))
+        .nresamples(20_000)
+        .without_plots()
+        .configure_from_args();
+    let started = Instant::now();
+    let ctx = setup();
+    bench_resume(&mut c, &ctx);
+    bench_throughput(&mut c, &ctx);
+    c.final_summary();
+    println!(
+        "http benches finished in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+}
