@@ -145,7 +145,13 @@ impl SnapshotStore {
 
     fn write_file(&self, actor: &str, seq: u64, bytes: &[u8]) -> Result<PathBuf, StoreError> {
         let dir = self.actor_dir(actor);
-        fs::create_dir_all(&dir).map_err(io_err("create", &dir))?;
+        if !dir.is_dir() {
+            fs::create_dir_all(&dir).map_err(io_err("create", &dir))?;
+            // The new folder's entry must be durable too.
+            File::open(&self.root)
+                .and_then(|d| d.sync_all())
+                .map_err(io_err("fsync", &self.root))?;
+        }
         let path = self.path(actor, seq);
         let tmp = path.with_extension("snap.tmp");
         let written = (|| {

@@ -465,11 +465,12 @@ impl ControlPlane {
     }
 
     fn actor_counts(&self) -> HashMap<String, usize> {
-        let mut counts = HashMap::new();
-        for p in self.placements().values() {
-            *counts.entry(p.worker.clone()).or_default() += 1;
+        let placements = self.placements();
+        let mut counts: HashMap<&str, usize> = HashMap::new();
+        for p in placements.values() {
+            *counts.entry(p.worker.as_str()).or_default() += 1;
         }
-        counts
+        counts.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
     }
 
     /// The ready worker with the fewest actors.
