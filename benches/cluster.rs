@@ -27,6 +27,8 @@
 //! so CI stays cheap; `cargo bench --bench cluster` runs 16 × 200.
 //! Results: `docs/benchmarks/cluster-density.md`.
 
+mod support;
+
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::Path;
@@ -34,12 +36,11 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use support::{Http, send, summary, test_mode};
 
 use bytes::Bytes;
 use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput};
-use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use serde_json::{Value, json};
 use tokio::runtime::Runtime;
@@ -49,14 +50,6 @@ const KV_TARGET_MEMORY: u64 = 16 * MIB;
 const KV_VALUE_BYTES: usize = 64 << 10;
 const LOAD_ACTORS: usize = 20;
 const LOAD_CLIENTS: usize = 16;
-
-/// Criterion's own rule: without `--bench` (as under `cargo test`), or with
-/// `--test`, it runs every benchmark once as a test.
-fn test_mode() -> bool {
-    let args: Vec<String> = std::env::args().collect();
-    let has = |flag: &str| args.iter().any(|a| a == flag);
-    !has("--bench") || has("--test") || has("--list")
-}
 
 // ---- processes --------------------------------------------------------------
 
@@ -159,38 +152,10 @@ impl Drop for Proc {
 
 // ---- HTTP -------------------------------------------------------------------
 
-type Http = Client<HttpConnector, Full<Bytes>>;
-
 fn http() -> Http {
     Client::builder(TokioExecutor::new())
         .pool_max_idle_per_host(64)
         .build_http()
-}
-
-async fn send(
-    client: &Http,
-    addr: SocketAddr,
-    method: &str,
-    host: &str,
-    path: &str,
-    body: Bytes,
-) -> (u16, Bytes) {
-    let request = hyper::Request::builder()
-        .method(method)
-        .uri(format!("http://{addr}{path}"))
-        .header("host", host)
-        .header("content-type", "application/json")
-        .body(Full::new(body))
-        .expect("request");
-    let response = client.request(request).await.expect("HTTP request");
-    let status = response.status().as_u16();
-    let body = response
-        .into_body()
-        .collect()
-        .await
-        .expect("body")
-        .to_bytes();
-    (status, body)
 }
 
 /// An admin API call; the answer parsed as JSON (`null` when empty).
@@ -328,29 +293,6 @@ fn count_of(body: &[u8]) -> u64 {
 // ---- statistics -------------------------------------------------------------
 
 /// Nearest-rank percentile of `samples` (sorted here).
-fn percentile(samples: &[f64], p: f64) -> f64 {
-    if samples.is_empty() {
-        return f64::NAN;
-    }
-    let mut sorted = samples.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
-}
-
-fn summary(samples: &[f64]) -> String {
-    if samples.is_empty() {
-        return "n=0".to_owned();
-    }
-    format!(
-        "n={} p50={:.3} p99={:.3} max={:.3}",
-        samples.len(),
-        percentile(samples, 50.0),
-        percentile(samples, 99.0),
-        percentile(samples, 100.0)
-    )
-}
-
 fn ms_duration(ms: f64) -> Duration {
     Duration::from_secs_f64(ms.max(0.0) / 1e3)
 }

@@ -37,6 +37,8 @@
 //! `STASIS_DENSITY_ACTORS=110000 cargo bench --bench density`.
 //! Results: `docs/benchmarks/cluster-density.md`.
 
+mod support;
+
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::os::unix::fs::MetadataExt;
@@ -45,12 +47,11 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use support::{Http, send, summary, test_mode};
 
 use bytes::Bytes;
 use criterion::{BenchmarkId, Criterion, SamplingMode};
-use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use serde_json::{Value, json};
 
@@ -59,12 +60,6 @@ const LIVE_PROBES: usize = 64;
 
 /// Criterion's own rule: without `--bench` (as under `cargo test`), or with
 /// `--test`, it runs every benchmark once as a test.
-fn test_mode() -> bool {
-    let args: Vec<String> = std::env::args().collect();
-    let has = |flag: &str| args.iter().any(|a| a == flag);
-    !has("--bench") || has("--test") || has("--list")
-}
-
 fn env_usize(key: &str, default: usize) -> usize {
     std::env::var(key)
         .ok()
@@ -221,34 +216,6 @@ impl Drop for Serve {
 
 // ---- HTTP -------------------------------------------------------------------
 
-type Http = Client<HttpConnector, Full<Bytes>>;
-
-async fn send(
-    client: &Http,
-    addr: SocketAddr,
-    method: &str,
-    host: &str,
-    path: &str,
-    body: Bytes,
-) -> (u16, Bytes) {
-    let request = hyper::Request::builder()
-        .method(method)
-        .uri(format!("http://{addr}{path}"))
-        .header("host", host)
-        .header("content-type", "application/json")
-        .body(Full::new(body))
-        .expect("request");
-    let response = client.request(request).await.expect("HTTP request");
-    let status = response.status().as_u16();
-    let body = response
-        .into_body()
-        .collect()
-        .await
-        .expect("body")
-        .to_bytes();
-    (status, body)
-}
-
 async fn admin(
     client: &Http,
     addr: SocketAddr,
@@ -376,30 +343,6 @@ fn disk_usage(dir: &Path) -> (u64, u64) {
         }
     }
     (bytes, files)
-}
-
-/// Nearest-rank percentile.
-fn percentile(samples: &[f64], p: f64) -> f64 {
-    if samples.is_empty() {
-        return f64::NAN;
-    }
-    let mut sorted = samples.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
-}
-
-fn summary(samples: &[f64]) -> String {
-    if samples.is_empty() {
-        return "n=0".to_owned();
-    }
-    format!(
-        "n={} p50={:.3} p99={:.3} max={:.3}",
-        samples.len(),
-        percentile(samples, 50.0),
-        percentile(samples, 99.0),
-        percentile(samples, 100.0)
-    )
 }
 
 // ---- the run ----------------------------------------------------------------
