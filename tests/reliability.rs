@@ -378,8 +378,8 @@ async fn max_live_pauses_the_least_recently_used() {
             assert_eq!(count(&post(&server, name).await), round, "{name}");
         }
     }
-    // Pauses of the victims run concurrently; let them land.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The cap is hard: an actor gets its instance only after the victim's
+    // pause has freed a slot.
     let list = server.cli_json(&["actor", "list"]);
     let running: Vec<&str> = list
         .as_array()
@@ -406,6 +406,64 @@ async fn max_live_pauses_the_least_recently_used() {
         resumes >= 8,
         "actors were paused and resumed on demand ({resumes} resumes)"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_live_waits_for_a_slot_and_answers_503_past_the_hold_timeout() {
+    let server = Server::start(&[
+        "--workers",
+        "1",
+        "--max-live",
+        "1",
+        "--hold-timeout",
+        "600ms",
+    ]);
+    server.push("faulty");
+    server.create("busy", "faulty");
+    server.create("other", "faulty");
+    // `other` holds the only slot; `busy` takes it back and then sleeps in
+    // a request, so `other` cannot pause `busy` until that request ends.
+    let c = client();
+    let addr = server.ingress;
+    let sleeper = tokio::spawn({
+        let c = c.clone();
+        async move {
+            send(
+                &c,
+                addr,
+                "POST",
+                "busy.actors.localhost",
+                "/sleep?ms=2500",
+                Vec::new(),
+            )
+            .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let started = Instant::now();
+    let refused = post(&server, "other").await;
+    assert_eq!(refused.status, 503, "{refused:?}");
+    assert!(
+        refused.body.contains("--max-live"),
+        "the 503 names the cap: {refused:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "refused at the hold timeout, not after the sleep"
+    );
+    let slept = sleeper.await.expect("sleeper");
+    assert_eq!(slept.status, 200, "{slept:?}");
+    // Nothing was lost: `other` gets the slot now, with its state.
+    assert_eq!(count(&post(&server, "other").await), 1);
+    assert_eq!(count(&post(&server, "busy").await), 1);
+    let list = server.cli_json(&["actor", "list"]);
+    let running = list
+        .as_array()
+        .expect("list")
+        .iter()
+        .filter(|a| a["state"] == "running")
+        .count();
+    assert_eq!(running, 1, "{list}");
 }
 
 /// Bounded soak: traffic on many actors while pauses, resumes, checkpoints,

@@ -1,13 +1,23 @@
 //! The wasmtime [`Engine`] every actor of a process shares: its
-//! configuration, the WASI linker, the epoch ticker that enforces CPU
-//! limits, and the per-actor [`Limits`].
+//! configuration, the instance allocator, the WASI linker, the epoch ticker
+//! that enforces CPU limits, and the per-actor [`Limits`].
+//!
+//! Each live instance costs the process memory mappings, and Linux caps a
+//! process at `vm.max_map_count` of them (65,530 by default). The engine
+//! keeps that cost to four mappings per live instance: linear memories get
+//! no guard region in front and no copy-on-write image (an actor's memory
+//! is written by its init or by a restore anyway), leaving one accessible
+//! and one reserved mapping per memory, plus the guard page and the stack
+//! of the fiber its store keeps for async calls. With `--max-live` the
+//! instances come from wasmtime's pooling allocator, sized to exactly that
+//! many slots ([`StasisEngine::pooled`]).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::Context as _;
-use wasmtime::{Config, Engine, Linker};
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, Linker, PoolingAllocationConfig};
 
 use crate::instance::Host;
 
@@ -15,6 +25,23 @@ use crate::instance::Host;
 /// enforced in whole ticks, and a running guest yields to other tasks at
 /// every tick.
 pub const EPOCH_TICK: Duration = Duration::from_millis(10);
+
+/// Address space the pooling allocator may reserve for linear memories:
+/// half of x86-64's 128 TiB user address space. Slots of wasmtime's default
+/// 4 GiB reservation (plus its 32 MiB guard) let compiled code skip bounds
+/// checks; when that many slots do not fit in this budget, each slot is
+/// sized to `--max-memory` instead and code checks bounds explicitly.
+const POOL_RESERVATION_BUDGET: u64 = 64 << 40;
+
+/// wasmtime 48's default `Config::memory_reservation` and
+/// `Config::memory_guard_size` on 64-bit hosts (`wasmtime::Config` docs).
+const DEFAULT_RESERVATION: u64 = 4 << 30;
+const DEFAULT_GUARD: u64 = 32 << 20;
+
+/// Linear memories and tables one instance may define under the pooling
+/// allocator. Each takes a slot of its own kind, of which there are as many
+/// as instance slots: a template with several memories uses several.
+const MAX_PER_MODULE: u32 = 4;
 
 /// Limits applied to every actor instance of an engine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,6 +87,7 @@ pub struct StasisEngine {
     engine: Engine,
     linker: Arc<Linker<Host>>,
     limits: Limits,
+    slots: Option<u32>,
     stop: Arc<AtomicBool>,
 }
 
@@ -67,24 +95,75 @@ impl std::fmt::Debug for StasisEngine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("StasisEngine")
             .field("limits", &self.limits)
+            .field("slots", &self.slots)
             .finish_non_exhaustive()
     }
 }
 
 impl StasisEngine {
-    /// Builds the engine: epoch interruption on, deterministic relaxed SIMD
-    /// and canonical NaNs so a migrated actor computes the same bits on
-    /// any host (research notes §4, pitfall 11), and WASI preview 1 (async)
-    /// in the linker.
+    /// Builds the engine with instances allocated on demand: epoch
+    /// interruption on, deterministic relaxed SIMD and canonical NaNs so a
+    /// migrated actor computes the same bits on any host (research notes
+    /// §4, pitfall 11), four mappings per live instance (module docs), and
+    /// WASI preview 1 (async) in the linker.
     ///
     /// # Errors
     /// If wasmtime rejects the configuration.
     pub fn new(limits: Limits) -> anyhow::Result<Arc<Self>> {
+        Self::build(limits, None)
+    }
+
+    /// Like [`StasisEngine::new`], with wasmtime's pooling allocator holding
+    /// `slots` instances (each with one linear memory, one table and one
+    /// async stack): the sum of `--max-live` over the workers sharing the
+    /// engine. Memory slots reserve 4 GiB each while `slots` of them fit in
+    /// 64 TiB of address space, else `limits.max_memory` each (with explicit
+    /// bounds checks). An instantiation past `slots` fails (HTTP 503).
+    ///
+    /// # Errors
+    /// If `slots` is 0 or the pool's address space cannot be reserved.
+    pub fn pooled(limits: Limits, slots: usize) -> anyhow::Result<Arc<Self>> {
+        let slots = u32::try_from(slots)
+            .ok()
+            .filter(|&s| s > 0)
+            .with_context(|| format!("{slots} instance slots: want 1 to {}", u32::MAX))?;
+        Self::build(limits, Some(slots))
+    }
+
+    fn build(limits: Limits, slots: Option<u32>) -> anyhow::Result<Arc<Self>> {
         let mut config = Config::new();
         config
             .epoch_interruption(true)
             .relaxed_simd_deterministic(true)
-            .cranelift_nan_canonicalization(true);
+            .cranelift_nan_canonicalization(true)
+            .memory_init_cow(false)
+            .guard_before_linear_memory(false);
+        if let Some(slots) = slots {
+            let fits =
+                u64::from(slots) * (DEFAULT_RESERVATION + DEFAULT_GUARD) <= POOL_RESERVATION_BUDGET;
+            let reservation = if fits {
+                DEFAULT_RESERVATION
+            } else {
+                limits.max_memory.clamp(64 << 10, DEFAULT_RESERVATION)
+            };
+            config.memory_reservation(reservation);
+            let mut pool = PoolingAllocationConfig::new();
+            pool.total_core_instances(slots)
+                .total_memories(slots)
+                .total_tables(slots)
+                .total_stacks(slots)
+                .max_memories_per_module(MAX_PER_MODULE)
+                .max_tables_per_module(MAX_PER_MODULE)
+                .max_memory_size(
+                    usize::try_from(limits.max_memory.min(reservation)).unwrap_or(usize::MAX),
+                );
+            config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+            tracing::info!(
+                slots,
+                reservation_bytes = reservation,
+                "pooling allocator: one slot per live instance"
+            );
+        }
         let engine = Engine::new(&config)
             .map_err(anyhow::Error::from)
             .context("creating the wasmtime engine")?;
@@ -108,6 +187,7 @@ impl StasisEngine {
             engine,
             linker: Arc::new(linker),
             limits,
+            slots,
             stop,
         }))
     }
@@ -128,6 +208,13 @@ impl StasisEngine {
     #[must_use]
     pub fn limits(&self) -> &Limits {
         &self.limits
+    }
+
+    /// Instance slots of the pooling allocator; `None` when instances are
+    /// allocated on demand.
+    #[must_use]
+    pub fn slots(&self) -> Option<u32> {
+        self.slots
     }
 }
 

@@ -221,6 +221,11 @@ pub enum CallError {
     /// The request could not be handed to the guest (HTTP 500).
     #[error("could not call the guest: {0}")]
     Host(String),
+    /// No instance could be allocated right now (HTTP 503): the pooling
+    /// allocator's slots or the process's memory mappings are used up. The
+    /// actor's state is untouched; a later attempt may succeed.
+    #[error("no room for another instance: {0}")]
+    Capacity(String),
 }
 
 impl CallError {
@@ -238,6 +243,7 @@ impl CallError {
             CallError::CpuLimit(_) | CallError::Timeout(_) => 504,
             CallError::BadResponse(_) => 502,
             CallError::Trap(_) | CallError::Host(_) => 500,
+            CallError::Capacity(_) => 503,
         }
     }
 }
@@ -336,7 +342,7 @@ impl ActorInstance {
         };
         let instantiate = pre.instantiate_async(&mut store);
         let instance = match tokio::time::timeout(limits.request_timeout, instantiate).await {
-            Ok(r) => r.map_err(|e| classify(e, limits.cpu_limit))?,
+            Ok(r) => r.map_err(|e| classify_instantiation(e, engine))?,
             Err(_) => return Err(CallError::Timeout(limits.request_timeout)),
         };
         Self::bind(store, instance, template, clock, config.context, limits)
@@ -536,6 +542,30 @@ impl ActorInstance {
         self.store.data_mut().cpu_ticks_left = self.limits.cpu_ticks();
         self.store.set_epoch_deadline(1);
     }
+}
+
+/// Like [`classify`], except that an instantiation failing without a trap
+/// (the start function did not run) is out of instance capacity.
+fn classify_instantiation(error: wasmtime::Error, engine: &StasisEngine) -> CallError {
+    let trapped = error.downcast_ref::<Trap>().is_some()
+        || error.downcast_ref::<wasmtime_wasi::I32Exit>().is_some();
+    if trapped {
+        return classify(error, engine.limits().cpu_limit);
+    }
+    let hint = match engine.slots() {
+        Some(slots) => {
+            format!("the pooling allocator's {slots} instance slots (--max-live) are in use")
+        }
+        None => {
+            let limit = std::fs::read_to_string("/proc/sys/vm/max_map_count")
+                .map_or_else(|_| "unknown".to_owned(), |s| s.trim().to_owned());
+            format!(
+                "the process may be at vm.max_map_count ({limit} mappings, about 4 per live \
+                 instance); cap live instances with --max-live"
+            )
+        }
+    };
+    CallError::Capacity(format!("{error:#}; {hint}"))
 }
 
 fn classify(error: wasmtime::Error, cpu_limit: Duration) -> CallError {

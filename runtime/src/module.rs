@@ -488,6 +488,14 @@ impl ModuleCache {
         Ok(template)
     }
 
+    /// The template already loaded for `digest` (hex SHA-256 of the
+    /// module's bytes, as in the directory), without reading its file.
+    #[must_use]
+    pub fn loaded(&self, digest: &str) -> Option<Arc<Template>> {
+        let id: Digest = hex::decode(digest).ok()?.try_into().ok()?;
+        self.lock().get(&id).cloned()
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Digest, Arc<Template>>> {
         self.loaded.lock().unwrap_or_else(|p| p.into_inner())
     }

@@ -329,7 +329,11 @@ pub fn capture_into(
     if fresh {
         // The first `file_len` bytes of the new buffer are about to be written.
         let spare = out.spare_capacity_mut();
-        prepare_fresh(spare.as_ptr().cast(), spare.len().min(file_len as usize));
+        prepare_fresh(
+            spare.as_ptr().cast(),
+            spare.len().min(file_len as usize),
+            true,
+        );
     }
     out.extend_from_slice(&MAGIC);
     out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
@@ -509,6 +513,31 @@ pub fn verify<'a>(
     Ok(Verified { header, bytes })
 }
 
+/// Whether two snapshot files hold the same actor state: equal headers
+/// except for the virtual clock, and byte-equal page data. A file that does
+/// not verify is never the same as anything. Restoring either gives the
+/// guest the same memory and globals; the clock of the older one is earlier,
+/// which the guest cannot observe because it ran no code in between that
+/// left a trace.
+#[must_use]
+pub fn same_state(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let (Ok(mut left), Ok(right)) = (verify_header(a), verify_header(b)) else {
+        return false;
+    };
+    left.clock_ns = right.clock_ns;
+    if left != right {
+        return false;
+    }
+    // Equal headers (fixed-int encoding) have equal lengths, so the page
+    // data starts at the same offset in both files.
+    let data = PREFIX_LEN + encode_header(&right).map_or(a.len(), |h| h.len());
+    let end = a.len() - TRAILER_LEN;
+    data <= end && a[data..end] == b[data..end]
+}
+
 /// Checks the module-independent parts (length, magic, version, checksum,
 /// header) and returns the header.
 ///
@@ -599,6 +628,10 @@ pub async fn restore(
         },
     )
     .await?;
+    // Huge-page advice would outlive the instance in a pooled slot and
+    // change how later instances in that slot fault (research notes §4,
+    // pitfall 9), and split the slot's mapping in three.
+    let huge_pages = engine.slots().is_none();
     let memories = instance.memories.clone();
     for (image, memory) in header.memories.iter().zip(&memories) {
         let current = memory.size(&instance.store);
@@ -618,7 +651,7 @@ pub async fn restore(
             let dst = run.first_page as usize * PAGE_SIZE;
             let len = run.pages as usize * PAGE_SIZE;
             let dst = &mut data[dst..dst + len];
-            prepare_fresh(dst.as_ptr(), dst.len());
+            prepare_fresh(dst.as_ptr(), dst.len(), huge_pages);
             copy(dst, &snapshot.bytes[src..src + len]);
         }
     }
@@ -654,12 +687,13 @@ const HUGE_PAGE: usize = 2 << 20;
 ///
 /// Both are hints that never change memory contents; errors (kernels before
 /// 5.14, THP disabled) are ignored and the copy faults pages in as usual.
-/// The advice lives as long as the mapping. The engine's on-demand allocator
-/// unmaps an instance's memory when the instance is dropped, so the advice
-/// cannot leak into another instance (it would with pooled slots, research
-/// notes §4 pitfall 9).
+/// The huge-page advice lives as long as the mapping. The on-demand
+/// allocator unmaps an instance's memory when the instance is dropped, so
+/// the advice cannot leak into another instance; a pooled slot outlives its
+/// instance (research notes §4 pitfall 9), so with `huge_pages` false
+/// (pooled engines) only the prefault is applied.
 #[cfg(target_os = "linux")]
-fn prepare_fresh(ptr: *const u8, len: usize) {
+fn prepare_fresh(ptr: *const u8, len: usize, huge_pages: bool) {
     let base = ptr as usize;
     // Whole pages only: a page shared with another allocation is left alone.
     let start = base.next_multiple_of(PAGE_SIZE);
@@ -679,7 +713,7 @@ fn prepare_fresh(ptr: *const u8, len: usize) {
     };
     let huge_start = start.next_multiple_of(HUGE_PAGE);
     let huge_end = end / HUGE_PAGE * HUGE_PAGE;
-    if huge_end > huge_start {
+    if huge_pages && huge_end > huge_start {
         advise(huge_start, huge_end, libc::MADV_HUGEPAGE);
         populate(start, huge_start);
         populate(huge_end, end);
@@ -689,4 +723,4 @@ fn prepare_fresh(ptr: *const u8, len: usize) {
 }
 
 #[cfg(not(target_os = "linux"))]
-fn prepare_fresh(_ptr: *const u8, _len: usize) {}
+fn prepare_fresh(_ptr: *const u8, _len: usize, _huge_pages: bool) {}

@@ -1,7 +1,7 @@
 //! Core snapshot guarantees, checked against hand-written WAT guests: exact
 //! global bits, run-once start/init code, data segments, sparse large
-//! memories, refused module features, corrupt snapshot files and the
-//! snapshot store.
+//! memories, refused module features, corrupt snapshot files, the
+//! snapshot store and the pooling allocator's slots.
 
 use std::sync::{Arc, Mutex};
 
@@ -1118,4 +1118,86 @@ async fn guest_monotonic_clock_continues_after_restore() {
         after >= recorded,
         "guest clock went backwards: {after} < {recorded}"
     );
+}
+
+// ---------------------------------------------------------------------------
+// 8. The pooling allocator (`--max-live`)
+// ---------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pooled_engine_holds_exactly_its_slots_and_restores_into_them() {
+    let engine = StasisEngine::pooled(Limits::default(), 2).expect("pooled engine");
+    assert_eq!(engine.slots(), Some(2));
+    let wasm = small_guest(None);
+    let template = load(&engine, &wasm);
+    let mut first = ActorInstance::spawn(&engine, template.clone(), config())
+        .await
+        .expect("slot 1");
+    call_ok(&mut first).await;
+    let (bytes, _) = snapshot::capture(&mut first).unwrap();
+    let _second = ActorInstance::spawn(&engine, template.clone(), config())
+        .await
+        .expect("slot 2");
+    let refused = ActorInstance::spawn(&engine, template.clone(), config()).await;
+    let error = match refused {
+        Ok(_) => panic!("a third instance fit in two slots"),
+        Err(e) => e,
+    };
+    assert_eq!(error.status(), 503, "{error}");
+    assert!(error.to_string().contains("--max-live"), "{error}");
+    // A restore needs a slot too, and is refused the same way, not as a
+    // broken snapshot.
+    let verified = snapshot::verify(&bytes, &template, Limits::default().max_memory).unwrap();
+    match snapshot::restore(&engine, template.clone(), config(), &verified).await {
+        Err(RestoreError::Call(e)) => assert_eq!(e.status(), 503, "{e}"),
+        Err(e) => panic!("wrong error: {e}"),
+        Ok(_) => panic!("a restore fit in two slots"),
+    }
+    // A freed slot is reused, zeroed, and the restore is exact.
+    drop(first);
+    let mut restored = snapshot::restore(&engine, template, config(), &verified)
+        .await
+        .expect("restore into the freed slot");
+    let (again, _) = snapshot::capture(&mut restored).unwrap();
+    assert_eq!(
+        snapshot::verify_header(&again).unwrap().memories,
+        snapshot::verify_header(&bytes).unwrap().memories
+    );
+    assert!(StasisEngine::pooled(Limits::default(), 0).is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn same_state_ignores_the_clock_and_nothing_else() {
+    let wasm = small_guest(None);
+    let engine = new_engine();
+    let template = load(&engine, &wasm);
+    let mut inst = ActorInstance::spawn(&engine, template, config())
+        .await
+        .unwrap();
+    let (before, _) = snapshot::capture(&mut inst).unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    let (again, _) = snapshot::capture(&mut inst).unwrap();
+    assert_ne!(
+        snapshot::verify_header(&before).unwrap().clock_ns,
+        snapshot::verify_header(&again).unwrap().clock_ns
+    );
+    assert!(
+        snapshot::same_state(&before, &again),
+        "only the clock moved"
+    );
+    // The call sets two globals and writes one word of memory.
+    call_ok(&mut inst).await;
+    let (after, _) = snapshot::capture(&mut inst).unwrap();
+    assert!(!snapshot::same_state(&before, &after));
+    // One flipped page byte (with a recomputed checksum) is a different
+    // state; a torn file is never the same.
+    let mut flipped = after.clone();
+    let at = flipped.len() - 5;
+    flipped[at] ^= 1;
+    let body = flipped.len() - 4;
+    let crc = crc32c::crc32c(&flipped[..body]);
+    flipped[body..].copy_from_slice(&crc.to_le_bytes());
+    assert!(snapshot::verify_header(&flipped).is_ok());
+    assert!(!snapshot::same_state(&after, &flipped));
+    assert!(!snapshot::same_state(&after, &after[..after.len() - 1]));
 }

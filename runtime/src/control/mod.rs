@@ -296,7 +296,14 @@ impl ControlPlane {
         std::fs::create_dir_all(dir.join("cache"))?;
         let lock = lock_data_dir(dir)?;
         let directory = Directory::open(&dir.join("stasis.db")).context("opening stasis.db")?;
-        let engine = StasisEngine::new(config.limits)?;
+        // With --max-live, the in-process workers share one pool of
+        // exactly their live-instance slots.
+        let engine = match config.worker.max_live {
+            Some(max) if config.workers > 0 => {
+                StasisEngine::pooled(config.limits, max.max(1) * config.workers)?
+            }
+            _ => StasisEngine::new(config.limits)?,
+        };
         let cache = ModuleCache::new(
             engine.engine().clone(),
             engine.linker().clone(),
@@ -405,10 +412,15 @@ impl ControlPlane {
     }
 
     fn local_spec(&self, name: &str, template: &TemplateRow) -> Result<ActorSpec, ApiError> {
-        let path = self.template_path(&template.digest);
-        let bytes = std::fs::read(&path)
-            .map_err(|e| ApiError::internal(format!("reading {}: {e}", path.display())))?;
-        let compiled = self.cache.load(&bytes).map_err(ApiError::internal)?;
+        let compiled = match self.cache.loaded(&template.digest) {
+            Some(compiled) => compiled,
+            None => {
+                let path = self.template_path(&template.digest);
+                let bytes = std::fs::read(&path)
+                    .map_err(|e| ApiError::internal(format!("reading {}: {e}", path.display())))?;
+                self.cache.load(&bytes).map_err(ApiError::internal)?
+            }
+        };
         Ok(ActorSpec {
             name: name.to_owned(),
             template: compiled,
@@ -473,12 +485,20 @@ impl ControlPlane {
         counts.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
     }
 
-    /// The ready worker with the fewest actors.
+    /// The ready worker with the fewest actors. Counting scans every
+    /// placement, so it is skipped when only one worker is ready.
     fn least_loaded(&self) -> Option<Arc<WorkerEntry>> {
-        let counts = self.actor_counts();
-        self.worker_list()
+        let mut ready: Vec<Arc<WorkerEntry>> = self
+            .worker_list()
             .into_iter()
             .filter(|w| w.state() == WorkerState::Ready)
+            .collect();
+        if ready.len() <= 1 {
+            return ready.pop();
+        }
+        let counts = self.actor_counts();
+        ready
+            .into_iter()
             .min_by_key(|w| counts.get(&w.name).copied().unwrap_or(0))
     }
 

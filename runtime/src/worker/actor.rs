@@ -14,8 +14,9 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use stasis_host_api::{Request, Response};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{OwnedSemaphorePermit, mpsc, oneshot};
 
+use super::live::LiveSlots;
 use crate::engine::StasisEngine;
 use crate::error::ApiError;
 use crate::instance::{ActorInstance, CallError, InstanceConfig};
@@ -210,6 +211,9 @@ pub enum Command {
     },
     /// Pause (idempotent).
     Pause(oneshot::Sender<Result<SnapshotReport, ApiError>>),
+    /// Pause to free a live-instance slot (`--max-live`), unless the actor
+    /// is no longer `running` (e.g. being moved).
+    Evict,
     /// Checkpoint a running actor (no hooks, instance kept).
     Checkpoint(oneshot::Sender<Result<SnapshotReport, ApiError>>),
     /// Resume (idempotent unless a source is named).
@@ -236,10 +240,6 @@ pub trait Replicator: Send + Sync {
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), ApiError>> + Send>>;
 }
 
-/// The worker's hook that keeps to `--max-live`, called with the name of
-/// the actor about to get a live instance.
-pub type MakeRoom = Arc<dyn Fn(&str) + Send + Sync>;
-
 /// Settings every actor of a worker shares.
 #[derive(Debug, Clone)]
 pub struct ActorSettings {
@@ -265,9 +265,10 @@ pub(crate) struct ActorTask {
     pub since_checkpoint: u64,
     pub epoch: u64,
     pub replicator: Option<Arc<dyn Replicator>>,
-    /// Called before this actor gets a live instance, so the worker can
-    /// keep to `--max-live` by pausing its least recently used actors.
-    pub make_room: Option<MakeRoom>,
+    /// The worker's `--max-live` slots, if it has a cap.
+    pub live: Option<Arc<LiveSlots>>,
+    /// The slot held while `instance` is `Some`.
+    pub slot: Option<OwnedSemaphorePermit>,
 }
 
 pub(crate) fn new_status(state: ActorState) -> Arc<Mutex<ActorStatus>> {
@@ -290,91 +291,156 @@ impl ActorTask {
     /// Creates the first instance and snapshot seq 0.
     pub async fn create(&mut self) -> Result<SnapshotReport, ApiError> {
         let started = Instant::now();
-        self.before_live();
-        let instance = ActorInstance::spawn(&self.engine, self.template.clone(), self.config())
+        self.take_slot().await?;
+        let spawned = ActorInstance::spawn(&self.engine, self.template.clone(), self.config())
             .await
-            .map_err(|e| ApiError::new(e.status(), format!("creating the actor: {e}")))?;
+            .map_err(|e| ApiError::new(e.status(), format!("creating the actor: {e}")));
+        let instance = match spawned {
+            Ok(instance) => instance,
+            Err(e) => {
+                self.sync_live(false);
+                return Err(e);
+            }
+        };
         self.instance = Some(instance);
-        let report = self.snapshot(started).await?;
-        let mut status = self.status();
-        status.state = ActorState::Running;
-        status.memory_bytes = self
-            .instance
-            .as_ref()
-            .map_or(0, ActorInstance::memory_bytes);
+        let report = match self.snapshot(started).await {
+            Ok(report) => report,
+            Err(e) => {
+                self.instance = None;
+                self.sync_live(false);
+                return Err(e);
+            }
+        };
+        {
+            let mut status = self.status();
+            status.state = ActorState::Running;
+            status.memory_bytes = self
+                .instance
+                .as_ref()
+                .map_or(0, ActorInstance::memory_bytes);
+        }
+        self.sync_live(true);
         Ok(report)
+    }
+
+    /// Keeps the worker's `--max-live` bookkeeping in step with the
+    /// instance: a running actor is in the recency order (moved to its
+    /// most recent end when `used`), an actor without an instance holds
+    /// no slot.
+    fn sync_live(&mut self, used: bool) {
+        let Some(live) = &self.live else {
+            return;
+        };
+        if self.instance.is_none() {
+            self.slot = None;
+            live.remove(&self.name);
+        } else if self.status().state != ActorState::Running {
+            live.remove(&self.name);
+        } else if used {
+            live.touch(&self.name);
+        } else {
+            live.insert(&self.name);
+        }
+    }
+
+    /// Takes a live-instance slot unless the actor holds one.
+    async fn take_slot(&mut self) -> Result<(), ApiError> {
+        if let (Some(live), None) = (&self.live, &self.slot) {
+            self.slot = Some(live.acquire(&self.name).await?);
+        }
+        Ok(())
     }
 
     pub async fn run(mut self, mut mailbox: mpsc::Receiver<Command>) {
         while let Some(command) = mailbox.recv().await {
-            match command {
-                Command::Call {
-                    epoch,
-                    request,
-                    ticket,
-                    reply,
-                } => {
-                    if !ticket.start() {
-                        continue;
-                    }
-                    let result = if epoch == self.epoch {
-                        self.call(&request).await
-                    } else {
-                        Err(ApiError::new(
-                            421,
-                            format!(
-                                "stale placement epoch {epoch} for actor {} (now {})",
-                                self.name, self.epoch
-                            ),
-                        ))
-                    };
-                    let _ = reply.send(result);
-                }
-                Command::Capture(reply) => {
-                    let _ = reply.send(self.capture().await);
-                }
-                Command::CancelMove(reply) => {
-                    let state = if self.instance.is_some() {
-                        ActorState::Running
-                    } else {
-                        ActorState::Paused
-                    };
-                    self.set_state(state);
-                    let _ = reply.send(());
-                }
-                Command::Pause(reply) => {
-                    let _ = reply.send(self.pause().await);
-                }
-                Command::Checkpoint(reply) => {
-                    let result = match self.instance {
-                        Some(_) => self.snapshot(Instant::now()).await,
-                        None => Err(ApiError::new(
-                            409,
-                            format!("actor {} is not running", self.name),
-                        )),
-                    };
-                    if result.is_ok() {
-                        self.metrics
-                            .checkpoints
-                            .get_or_create(&Metrics::actor(&self.name))
-                            .inc();
-                    }
-                    let _ = reply.send(result);
-                }
-                Command::Resume(from, reply) => {
-                    let result = match (from, &self.instance) {
-                        (ResumeFrom::Newest, Some(_)) => Ok(()),
-                        _ => self.resume(from).await,
-                    };
-                    let _ = reply.send(result);
-                }
-                Command::Stop(reply) => {
-                    self.instance = None;
-                    let _ = reply.send(());
-                    return;
-                }
+            let used = matches!(command, Command::Call { .. });
+            let go_on = self.handle(command).await;
+            self.sync_live(used);
+            if !go_on {
+                return;
             }
         }
+    }
+
+    /// Handles one command; false once the task must end.
+    async fn handle(&mut self, command: Command) -> bool {
+        match command {
+            Command::Call {
+                epoch,
+                request,
+                ticket,
+                reply,
+            } => {
+                if !ticket.start() {
+                    return true;
+                }
+                let result = if epoch == self.epoch {
+                    self.call(&request).await
+                } else {
+                    Err(ApiError::new(
+                        421,
+                        format!(
+                            "stale placement epoch {epoch} for actor {} (now {})",
+                            self.name, self.epoch
+                        ),
+                    ))
+                };
+                let _ = reply.send(result);
+            }
+            Command::Capture(reply) => {
+                let _ = reply.send(self.capture().await);
+            }
+            Command::CancelMove(reply) => {
+                let state = if self.instance.is_some() {
+                    ActorState::Running
+                } else {
+                    ActorState::Paused
+                };
+                self.set_state(state);
+                let _ = reply.send(());
+            }
+            Command::Pause(reply) => {
+                let _ = reply.send(self.pause().await);
+            }
+            Command::Evict => {
+                let running = self.status().state == ActorState::Running;
+                if running
+                    && self.instance.is_some()
+                    && let Err(e) = self.pause().await
+                {
+                    tracing::warn!(actor = %self.name, "pause for --max-live failed: {e}");
+                }
+            }
+            Command::Checkpoint(reply) => {
+                let result = match self.instance {
+                    Some(_) => self.snapshot(Instant::now()).await,
+                    None => Err(ApiError::new(
+                        409,
+                        format!("actor {} is not running", self.name),
+                    )),
+                };
+                if result.is_ok() {
+                    self.metrics
+                        .checkpoints
+                        .get_or_create(&Metrics::actor(&self.name))
+                        .inc();
+                }
+                let _ = reply.send(result);
+            }
+            Command::Resume(from, reply) => {
+                let result = match (from, &self.instance) {
+                    (ResumeFrom::Newest, Some(_)) => Ok(()),
+                    _ => self.resume(from).await,
+                };
+                let _ = reply.send(result);
+            }
+            Command::Stop(reply) => {
+                self.instance = None;
+                let _ = reply.send(());
+                return false;
+            }
+        }
+        true
     }
 
     async fn call(&mut self, request: &Request) -> Result<Response, ApiError> {
@@ -475,7 +541,7 @@ impl ActorTask {
                 format!("on_pause hook failed: {}", answer.message),
             ));
         }
-        match self.snapshot(started).await {
+        match self.snapshot_if_changed(started).await {
             Ok(mut report) => {
                 self.instance = None;
                 report.duration_ms = ms(started.elapsed());
@@ -526,12 +592,48 @@ impl ActorTask {
     /// Captures the live instance and writes the next snapshot durably,
     /// then applies retention. The instance is kept.
     async fn snapshot(&mut self, started: Instant) -> Result<SnapshotReport, ApiError> {
+        let bytes = self.capture_live()?;
+        self.write_snapshot(bytes, started).await
+    }
+
+    /// Like [`ActorTask::snapshot`] for a pause: when the instance holds
+    /// exactly the newest snapshot's state (it has not changed since, e.g.
+    /// an actor resumed and paused again by `--max-live` without a request
+    /// in between), nothing is written and the newest snapshot is reported.
+    async fn snapshot_if_changed(&mut self, started: Instant) -> Result<SnapshotReport, ApiError> {
+        let bytes = self.capture_live()?;
+        let newest = self.status().snapshot;
+        if let Some(newest) = newest
+            && let Ok(map) = self.store.open_snapshot(&self.name, newest.seq)
+            && snapshot::same_state(&map, &bytes)
+        {
+            return Ok(SnapshotReport {
+                seq: newest.seq,
+                snapshot_bytes: newest.bytes,
+                duration_ms: ms(started.elapsed()),
+                changed: true,
+            });
+        }
+        self.write_snapshot(bytes, started).await
+    }
+
+    fn capture_live(&mut self) -> Result<Vec<u8>, ApiError> {
         let instance = self
             .instance
             .as_mut()
             .ok_or_else(|| ApiError::new(500, "no instance"))?;
-        let (bytes, _) =
-            snapshot::capture(instance).map_err(|e| ApiError::new(500, e.to_string()))?;
+        snapshot::capture(instance)
+            .map(|(bytes, _)| bytes)
+            .map_err(|e| ApiError::new(500, e.to_string()))
+    }
+
+    /// Writes `bytes` as the next snapshot durably (and through the
+    /// replicator), then applies retention.
+    async fn write_snapshot(
+        &mut self,
+        bytes: Vec<u8>,
+        started: Instant,
+    ) -> Result<SnapshotReport, ApiError> {
         let bytes = Arc::new(bytes);
         let seq = self.next_seq;
         let store = self.store.clone();
@@ -560,21 +662,18 @@ impl ActorTask {
         })
     }
 
-    fn before_live(&self) {
-        if let Some(make_room) = &self.make_room {
-            make_room(&self.name);
-        }
-    }
-
     async fn resume(&mut self, from: ResumeFrom) -> Result<(), ApiError> {
-        self.before_live();
         let started = Instant::now();
+        self.take_slot().await?;
         self.set_state(ActorState::Resuming);
         let result = match from {
             ResumeFrom::Template => self.fresh_from_template().await,
             ResumeFrom::Newest => match self.newest_seq() {
                 Some(seq) => self.restore(seq).await,
-                None => Err(format!("actor {} has no snapshot", self.name)),
+                None => Err(Unrestorable::Broken(format!(
+                    "actor {} has no snapshot",
+                    self.name
+                ))),
             },
             ResumeFrom::Snapshot(seq) => self.restore(seq).await,
         };
@@ -606,7 +705,21 @@ impl ActorTask {
                 }
                 Ok(())
             }
-            Err(reason) if self.instance.is_some() => {
+            Err(Unrestorable::Busy(e)) => {
+                // Out of instance capacity for now: nothing is wrong with
+                // the actor, which stays as it was.
+                let state = if self.instance.is_some() {
+                    ActorState::Running
+                } else {
+                    ActorState::Paused
+                };
+                self.set_state(state);
+                Err(ApiError::unavailable(format!(
+                    "actor {} cannot get a live instance now: {e}",
+                    self.name
+                )))
+            }
+            Err(Unrestorable::Broken(reason)) if self.instance.is_some() => {
                 // A repair attempt on a live actor failed: it keeps running
                 // as it was.
                 self.set_state(ActorState::Running);
@@ -615,7 +728,7 @@ impl ActorTask {
                     self.name
                 )))
             }
-            Err(reason) => {
+            Err(Unrestorable::Broken(reason)) => {
                 tracing::error!(actor = %self.name, "resume failed: {reason}");
                 let mut status = self.status();
                 status.state = ActorState::Failed;
@@ -635,35 +748,58 @@ impl ActorTask {
             .and_then(|list| list.last().map(|e| e.seq))
     }
 
-    async fn restore(&mut self, seq: u64) -> Result<ActorInstance, String> {
+    /// Restores snapshot `seq` and runs `on_resume`.
+    async fn restore(&mut self, seq: u64) -> Result<ActorInstance, Unrestorable> {
+        let broken = |what: &str, e: &dyn std::fmt::Display| {
+            Unrestorable::Broken(format!("{what} {seq}: {e}"))
+        };
         let map = self
             .store
             .open_snapshot(&self.name, seq)
-            .map_err(|e| format!("snapshot {seq}: {e}"))?;
+            .map_err(|e| broken("snapshot", &e))?;
         let max_memory = self.engine.limits().max_memory;
         let verified = snapshot::verify(&map, &self.template, max_memory)
-            .map_err(|e| format!("snapshot {seq}: {e}"))?;
-        let mut instance = snapshot::restore(
+            .map_err(|e| broken("snapshot", &e))?;
+        let restored = snapshot::restore(
             &self.engine,
             self.template.clone(),
             self.config(),
             &verified,
         )
-        .await
-        .map_err(|e| format!("restoring snapshot {seq}: {e}"))?;
+        .await;
+        let mut instance = match restored {
+            Ok(instance) => instance,
+            Err(snapshot::RestoreError::Call(e @ CallError::Capacity(_))) => {
+                return Err(Unrestorable::Busy(e.to_string()));
+            }
+            Err(e) => return Err(broken("restoring snapshot", &e)),
+        };
         instance
             .on_resume()
             .await
-            .map_err(|e| format!("on_resume hook after snapshot {seq}: {e}"))?;
+            .map_err(|e| broken("on_resume hook after snapshot", &e))?;
         self.status().memory_bytes = instance.memory_bytes();
         Ok(instance)
     }
 
-    async fn fresh_from_template(&mut self) -> Result<ActorInstance, String> {
-        ActorInstance::spawn(&self.engine, self.template.clone(), self.config())
-            .await
-            .map_err(|e| format!("creating a fresh instance: {e}"))
+    async fn fresh_from_template(&mut self) -> Result<ActorInstance, Unrestorable> {
+        match ActorInstance::spawn(&self.engine, self.template.clone(), self.config()).await {
+            Ok(instance) => Ok(instance),
+            Err(e @ CallError::Capacity(_)) => Err(Unrestorable::Busy(e.to_string())),
+            Err(e) => Err(Unrestorable::Broken(format!(
+                "creating a fresh instance: {e}"
+            ))),
+        }
     }
+}
+
+/// Why a resume did not produce an instance.
+enum Unrestorable {
+    /// The snapshot (or template) cannot give a working instance: the actor
+    /// becomes `failed` with this reason.
+    Broken(String),
+    /// No instance can be allocated right now (503); the actor is unharmed.
+    Busy(String),
 }
 
 fn ms(d: Duration) -> f64 {

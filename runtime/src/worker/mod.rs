@@ -3,6 +3,7 @@
 //! each request to the worker that owns the actor.
 
 pub mod actor;
+pub mod live;
 pub mod remote;
 
 use std::collections::HashMap;
@@ -23,6 +24,7 @@ use actor::{
     ActorSettings, ActorState, ActorStatus, ActorTask, Captured, Command, Replicator, ResumeFrom,
     SnapshotReport, Ticket,
 };
+use live::LiveSlots;
 
 /// Settings of a worker.
 #[derive(Debug, Clone)]
@@ -35,8 +37,8 @@ pub struct WorkerSettings {
     pub actor: ActorSettings,
     /// Live instances per worker (`--max-live`): when an actor is about to
     /// get one and the cap is reached, the least recently used running
-    /// actors are paused (concurrently, so the cap is briefly exceeded by
-    /// the actors being paused).
+    /// actor is paused and the new one waits (up to `hold_timeout`) for its
+    /// slot, so the cap is never exceeded (see [`live`]).
     pub max_live: Option<usize>,
 }
 
@@ -68,8 +70,8 @@ pub struct Worker {
     settings: WorkerSettings,
     actors: Mutex<HashMap<String, Handle>>,
     replicator: Option<Arc<dyn Replicator>>,
+    live: Option<Arc<LiveSlots>>,
     serving: AtomicBool,
-    this: std::sync::Weak<Worker>,
 }
 
 impl std::fmt::Debug for Worker {
@@ -103,8 +105,18 @@ impl Worker {
         settings: WorkerSettings,
         replicator: Option<Arc<dyn Replicator>>,
     ) -> Arc<Self> {
-        Arc::new_cyclic(|this| Self {
-            this: this.clone(),
+        Arc::new_cyclic(|this: &std::sync::Weak<Worker>| Self {
+            live: settings.max_live.map(|max| {
+                let worker = this.clone();
+                let evict = move |actor: &str| {
+                    if let Some(worker) = worker.upgrade()
+                        && let Ok(mailbox) = worker.mailbox(actor)
+                    {
+                        let _ = mailbox.try_send(Command::Evict);
+                    }
+                };
+                Arc::new(LiveSlots::new(max, settings.hold_timeout, Box::new(evict)))
+            }),
             name: name.to_owned(),
             engine,
             store,
@@ -167,41 +179,8 @@ impl Worker {
             since_checkpoint: 0,
             epoch,
             replicator: self.replicator.clone(),
-            make_room: self.settings.max_live.map(|_| {
-                let worker = self.this.clone();
-                Arc::new(move |actor: &str| {
-                    if let Some(worker) = worker.upgrade() {
-                        worker.make_room(actor);
-                    }
-                }) as actor::MakeRoom
-            }),
-        }
-    }
-
-    /// Pauses the least recently used running actors (other than `except`)
-    /// until a new live instance fits under `--max-live`.
-    fn make_room(&self, except: &str) {
-        let Some(max_live) = self.settings.max_live else {
-            return;
-        };
-        let actors = self.lock();
-        let mut live: Vec<(Option<std::time::Instant>, &String, &Handle)> = actors
-            .iter()
-            .filter(|(name, _)| name.as_str() != except)
-            .filter_map(|(name, h)| {
-                let status = h.status.lock().unwrap_or_else(|p| p.into_inner());
-                (status.state == ActorState::Running).then(|| (status.last_active(), name, h))
-            })
-            .collect();
-        let excess = (live.len() + 1).saturating_sub(max_live.max(1));
-        if excess == 0 {
-            return;
-        }
-        live.sort_by_key(|(last, _, _)| *last);
-        for (_, name, handle) in live.into_iter().take(excess) {
-            tracing::debug!(actor = %name, "pausing the least recently used actor (--max-live {max_live})");
-            let (reply, _) = oneshot::channel();
-            let _ = handle.mailbox.try_send(Command::Pause(reply));
+            live: self.live.clone(),
+            slot: None,
         }
     }
 

@@ -142,7 +142,10 @@ pub async fn run(
         request_timeout: ms(answer.request_timeout_ms),
         max_body: usize::try_from(answer.max_body).unwrap_or(usize::MAX),
     };
-    let engine = StasisEngine::new(limits)?;
+    let engine = match answer.max_live {
+        Some(slots) => StasisEngine::pooled(limits, slots)?,
+        None => StasisEngine::new(limits)?,
+    };
     let store = Arc::new(SnapshotStore::open(&snapshots, None)?);
     let worker = Worker::new(
         &options.name,
