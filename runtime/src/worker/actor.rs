@@ -202,8 +202,9 @@ pub enum Command {
     Call {
         /// The placement epoch the router saw; a stale one is refused (421).
         epoch: u64,
-        /// The request.
-        request: Request,
+        /// The request (boxed: every actor's mailbox allocates room for
+        /// 32 commands up front, so the command is kept small).
+        request: Box<Request>,
         /// Decides between running it and the hold timeout.
         ticket: Arc<Ticket>,
         /// Where the answer goes.
@@ -354,7 +355,10 @@ impl ActorTask {
     pub async fn run(mut self, mut mailbox: mpsc::Receiver<Command>) {
         while let Some(command) = mailbox.recv().await {
             let used = matches!(command, Command::Call { .. });
-            let go_on = self.handle(command).await;
+            // Boxed so that the future of an idle actor's task, which lives
+            // as long as the actor, does not carry the space of a guest
+            // call's future.
+            let go_on = Box::pin(self.handle(command)).await;
             self.sync_live(used);
             if !go_on {
                 return;

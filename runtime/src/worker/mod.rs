@@ -303,7 +303,7 @@ impl Worker {
         let (reply, answer) = oneshot::channel();
         let command = Command::Call {
             epoch,
-            request,
+            request: Box::new(request),
             ticket: ticket.clone(),
             reply,
         };
