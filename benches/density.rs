@@ -33,8 +33,9 @@
 //! `/tmp`; the data dir is deleted at the end).
 //!
 //! In criterion's test mode (`cargo test --benches`) this is 50 actors with
-//! 10 live, each benchmark once. The full run:
-//! `STASIS_DENSITY_ACTORS=110000 cargo bench --bench density`.
+//! 10 live, each benchmark once. The full run (a full worker keeps
+//! `--max-live / 64`, at most 8, slots free, so 10,008 gives 10,000 live):
+//! `STASIS_DENSITY_ACTORS=110000 STASIS_DENSITY_MAX_LIVE=10008 cargo bench --bench density`.
 //! Results: `docs/benchmarks/cluster-density.md`.
 
 mod support;
