@@ -29,14 +29,13 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use support::{Http, send, summary, test_mode};
+use support::{Http, Proc, send, summary, test_mode};
 
 use bytes::Bytes;
 use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput};
@@ -52,103 +51,6 @@ const LOAD_ACTORS: usize = 20;
 const LOAD_CLIENTS: usize = 16;
 
 // ---- processes --------------------------------------------------------------
-
-/// A process of the real `stasis` binary, started by this bench and killed
-/// (SIGKILL, through its own handle) on drop.
-struct Proc {
-    child: Child,
-    ready: String,
-}
-
-impl Proc {
-    /// Starts `stasis ARGS` and waits for the stdout line starting with
-    /// `ready_prefix`. stdout and stderr are drained by threads (stderr is
-    /// echoed with `STASIS_BENCH_LOG` set).
-    fn start(args: &[&str], data_dir: &Path, ready_prefix: &str) -> Proc {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_stasis"))
-            .args(args)
-            .arg("--data-dir")
-            .arg(data_dir)
-            .env(
-                "STASIS_LOG",
-                std::env::var("STASIS_BENCH_LOG").unwrap_or_else(|_| "warn".into()),
-            )
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn stasis");
-        let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-        let ready = loop {
-            match lines.next() {
-                Some(Ok(line)) if line.starts_with(ready_prefix) => break line,
-                Some(Ok(_)) => continue,
-                _ => {
-                    let out = child.wait_with_output().expect("wait");
-                    panic!(
-                        "stasis {args:?} exited: {}",
-                        String::from_utf8_lossy(&out.stderr)
-                    );
-                }
-            }
-        };
-        std::thread::spawn(move || for _ in lines.map_while(Result::ok) {});
-        let stderr = child.stderr.take().expect("stderr");
-        let echo = std::env::var_os("STASIS_BENCH_LOG").is_some();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if echo {
-                    eprintln!("[stasis] {line}");
-                }
-            }
-        });
-        Proc { child, ready }
-    }
-
-    /// `stasis serve` on loopback with ports picked by the kernel.
-    fn serve(data_dir: &Path, extra: &[&str]) -> Proc {
-        let mut args = vec![
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--admin-listen",
-            "127.0.0.1:0",
-        ];
-        args.extend_from_slice(extra);
-        Proc::start(&args, data_dir, "stasis ready")
-    }
-
-    /// `stasis worker run` joining `admin`.
-    fn worker(admin: SocketAddr, name: &str, data_dir: &Path) -> Proc {
-        let join = format!("http://{admin}");
-        let args = [
-            "worker",
-            "run",
-            "--join",
-            &join,
-            "--listen",
-            "127.0.0.1:0",
-            "--name",
-            name,
-        ];
-        Proc::start(&args, data_dir, "stasis worker ready")
-    }
-
-    /// The address after `key` in the ready line.
-    fn addr(&self, key: &str) -> SocketAddr {
-        self.ready
-            .split_whitespace()
-            .find_map(|w| w.strip_prefix(key))
-            .and_then(|a| a.parse().ok())
-            .unwrap_or_else(|| panic!("no {key} in {:?}", self.ready))
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 // ---- HTTP -------------------------------------------------------------------
 

@@ -40,15 +40,13 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use support::{Http, send, summary, test_mode};
+use support::{Http, Proc, send, summary, test_mode};
 
 use bytes::Bytes;
 use criterion::{BenchmarkId, Criterion, SamplingMode};
@@ -126,73 +124,28 @@ impl Config {
 
 // ---- the serve process ------------------------------------------------------
 
-/// `stasis serve`, started by this bench and killed (SIGKILL, through its own
-/// handle) on drop: a graceful stop would snapshot every live actor first.
+/// `stasis serve`, started by this bench and killed (SIGKILL) on drop: a
+/// graceful stop would snapshot every live actor first.
 struct Serve {
-    child: Child,
+    process: Proc,
     ingress: SocketAddr,
     admin: SocketAddr,
 }
 
 impl Serve {
     fn start(data_dir: &Path, extra: &[String]) -> Serve {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_stasis"))
-            .args([
-                "serve",
-                "--listen",
-                "127.0.0.1:0",
-                "--admin-listen",
-                "127.0.0.1:0",
-            ])
-            .arg("--data-dir")
-            .arg(data_dir)
-            .args(extra)
-            .env(
-                "STASIS_LOG",
-                std::env::var("STASIS_BENCH_LOG").unwrap_or_else(|_| "warn".into()),
-            )
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn stasis serve");
-        let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-        let ready = loop {
-            match lines.next() {
-                Some(Ok(line)) if line.starts_with("stasis ready") => break line,
-                Some(Ok(_)) => continue,
-                _ => {
-                    let out = child.wait_with_output().expect("wait");
-                    panic!("serve exited: {}", String::from_utf8_lossy(&out.stderr));
-                }
-            }
-        };
-        std::thread::spawn(move || for _ in lines.map_while(Result::ok) {});
-        let stderr = child.stderr.take().expect("stderr");
-        let echo = std::env::var_os("STASIS_BENCH_LOG").is_some();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if echo {
-                    eprintln!("[serve] {line}");
-                }
-            }
-        });
-        let addr = |key: &str| -> SocketAddr {
-            ready
-                .split_whitespace()
-                .find_map(|w| w.strip_prefix(key))
-                .and_then(|a| a.parse().ok())
-                .unwrap_or_else(|| panic!("no {key} in {ready:?}"))
-        };
+        let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+        let process = Proc::serve(data_dir, &extra);
         Serve {
-            ingress: addr("ingress="),
-            admin: addr("admin="),
-            child,
+            ingress: process.addr("ingress="),
+            admin: process.addr("admin="),
+            process,
         }
     }
 
     /// (VmRSS, VmHWM) in bytes, and the number of memory mappings.
     fn memory(&self) -> (u64, u64, usize) {
-        let pid = self.child.id();
+        let pid = self.process.pid();
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
         let field = |key: &str| -> u64 {
             status
@@ -205,13 +158,6 @@ impl Serve {
         let maps =
             std::fs::read_to_string(format!("/proc/{pid}/maps")).map_or(0, |m| m.lines().count());
         (field("VmRSS:"), field("VmHWM:"), maps)
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

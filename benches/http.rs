@@ -17,11 +17,12 @@
 //! latency is recorded and printed as `latency:` lines with p50/p90/p99.
 //! The long-run throughput figure comes from `wrk`: see `benches/wrk.sh`.
 
+mod support;
+
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -37,6 +38,7 @@ use stasis_runtime::metrics::Metrics;
 use stasis_runtime::module::ModuleCache;
 use stasis_runtime::store::SnapshotStore;
 use stasis_runtime::worker::{ActorSpec, Worker, WorkerSettings};
+use support::Proc;
 
 type HttpClient = Client<HttpConnector, Full<Bytes>>;
 
@@ -47,9 +49,10 @@ fn demo(name: &str) -> PathBuf {
     Path::new(env!("STASIS_DEMOS_DIR")).join(format!("{name}.wasm"))
 }
 
-/// A `stasis serve` on a temporary data dir; killed on drop.
+/// A `stasis serve` on a temporary data dir; killed on drop (before the
+/// directory is removed: fields drop in order).
 struct Server {
-    child: Child,
+    _process: Proc,
     ingress: SocketAddr,
     admin: SocketAddr,
     dir: tempfile::TempDir,
@@ -61,48 +64,15 @@ impl Server {
             .prefix("stasis-bench-http-")
             .tempdir()
             .expect("temp dir");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_stasis"))
-            .arg("serve")
-            .arg("--data-dir")
-            .arg(dir.path().join("data"))
-            .args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
-            // Logging per request would be part of the measurement.
-            .env("STASIS_LOG", "warn")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn stasis serve");
-        let stdout = child.stdout.take().expect("stdout");
-        let mut lines = BufReader::new(stdout).lines();
-        let ready = loop {
-            match lines.next() {
-                Some(Ok(line)) if line.starts_with("stasis ready") => break line,
-                Some(Ok(_)) => {}
-                _ => panic!("stasis serve exited before it was ready"),
-            }
-        };
-        // Keep draining stdout so the server never blocks on a full pipe.
-        std::thread::spawn(move || lines.map_while(Result::ok).for_each(drop));
-        let field = |key: &str| -> SocketAddr {
-            ready
-                .split_whitespace()
-                .find_map(|w| w.strip_prefix(key))
-                .and_then(|a| a.parse().ok())
-                .unwrap_or_else(|| panic!("bad ready line {ready:?}"))
-        };
+        // Logging per request would be part of the measurement: the wrapper
+        // runs it at `warn` unless STASIS_BENCH_LOG says otherwise.
+        let process = Proc::serve(&dir.path().join("data"), &[]);
         Self {
-            ingress: field("ingress="),
-            admin: field("admin="),
-            child,
+            ingress: process.addr("ingress="),
+            admin: process.addr("admin="),
+            _process: process,
             dir,
         }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
