@@ -191,6 +191,64 @@ async fn target_killed_mid_migration_rolls_back_to_the_source() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_held_at_a_moving_actors_gate_count_against_max_held() {
+    let server = Server::start(&["--workers", "1", "--max-held", "2"]);
+    let _target = RemoteWorker::start(
+        &server,
+        "w-slow",
+        &[("STASIS_FAILPOINT_INSTALL_DELAY_MS", "1500")],
+    );
+    server.push("counter");
+    server.create("gated", "counter");
+    if server.worker_of("gated") != "worker-1" {
+        server.cli_ok(&["actor", "migrate", "gated", "--to", "worker-1"]);
+    }
+    assert_eq!(count(&post(&server, "gated").await), 1);
+    let admin = server.admin_url();
+    let migrate = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_stasis"))
+            .args([
+                "actor", "migrate", "gated", "--to", "w-slow", "--admin", &admin,
+            ])
+            .output()
+            .expect("run")
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The gate is closed for about a second more: two requests wait there,
+    // the next three are refused at once.
+    let c = client();
+    let mut waiting = Vec::new();
+    for _ in 0..5 {
+        let (c, addr) = (c.clone(), server.ingress);
+        waiting.push(tokio::spawn(async move {
+            send(&c, addr, "POST", "gated.actors.localhost", "/", Vec::new()).await
+        }));
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    let mut served = Vec::new();
+    let mut refused = 0;
+    for answer in waiting {
+        let answer = answer.await.expect("request");
+        match answer.status {
+            200 => served.push(count(&answer)),
+            503 => {
+                assert!(answer.body.contains("--max-held"), "{answer:?}");
+                refused += 1;
+            }
+            other => panic!("unexpected {other}: {answer:?}"),
+        }
+    }
+    assert_eq!(refused, 3, "served {served:?}");
+    served.sort_unstable();
+    assert_eq!(served, [2, 3]);
+    let out = migrate.await.expect("migrate");
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(server.worker_of("gated"), "w-slow");
+    // The count is free again, and nothing was lost or repeated.
+    assert_eq!(count(&post(&server, "gated").await), 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn paused_actors_of_a_killed_worker_resume_elsewhere() {
     let server = Server::start(&["--workers", "1", "--heartbeat-timeout", "500ms"]);
     let mut doomed = RemoteWorker::start(&server, "w-doomed", &[]);

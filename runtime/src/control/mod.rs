@@ -13,6 +13,7 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
@@ -222,10 +223,40 @@ struct Placement {
     /// the write guard from capture to the placement switch, so no request
     /// reaches the source after its capture (the router-side barrier).
     gate: Arc<tokio::sync::RwLock<()>>,
+    /// Requests waiting at the closed gate; past `--max-held` more are
+    /// refused (503), as at a full mailbox.
+    held: Arc<AtomicUsize>,
     migrating: bool,
     /// Why the actor cannot be hosted at all (e.g. its template file is
     /// unreadable); it is `failed` with this reason.
     problem: Option<String>,
+}
+
+/// A request counted among those waiting at an actor's closed gate, for
+/// as long as it waits.
+struct HeldAtGate<'a>(&'a AtomicUsize);
+
+impl<'a> HeldAtGate<'a> {
+    /// Counts one more waiting request.
+    ///
+    /// # Errors
+    /// 503 if `max_held` requests already wait.
+    fn enter(count: &'a AtomicUsize, max_held: usize, actor: &str) -> Result<Self, ApiError> {
+        let before = count.fetch_add(1, Ordering::SeqCst);
+        let held = Self(count);
+        if before >= max_held {
+            return Err(ApiError::unavailable(format!(
+                "actor {actor} is moving and already holds {max_held} requests (--max-held)"
+            )));
+        }
+        Ok(held)
+    }
+}
+
+impl Drop for HeldAtGate<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// The control plane of one `stasis serve` process.
@@ -242,7 +273,7 @@ pub struct ControlPlane {
     /// Serialises operations that change the directory's set of names.
     ops: tokio::sync::Mutex<()>,
     pending: std::sync::Mutex<std::collections::HashSet<String>>,
-    incarnations: std::sync::atomic::AtomicU64,
+    incarnations: AtomicU64,
     _lock: File,
 }
 
@@ -337,7 +368,7 @@ impl ControlPlane {
             config,
             ops: tokio::sync::Mutex::new(()),
             pending: std::sync::Mutex::default(),
-            incarnations: std::sync::atomic::AtomicU64::new(1),
+            incarnations: AtomicU64::new(1),
             _lock: lock,
         });
         control.recover()?;
@@ -406,6 +437,7 @@ impl ControlPlane {
             template: template.to_owned(),
             epoch,
             gate: Arc::default(),
+            held: Arc::default(),
             migrating: false,
             problem: None,
         }
@@ -926,12 +958,18 @@ impl ControlPlane {
         let mut attempts = 0;
         let hold = self.config.worker.hold_timeout;
         loop {
-            let gate = self.placement_of(name)?.gate;
-            let _open = tokio::time::timeout(hold, gate.read()).await.map_err(|_| {
-                ApiError::unavailable(format!(
-                    "actor {name} is moving and did not take the request within the hold timeout of {hold:?}"
-                ))
-            })?;
+            let Placement { gate, held, .. } = self.placement_of(name)?;
+            let _open = match gate.try_read() {
+                Ok(open) => open,
+                Err(_) => {
+                    let _held = HeldAtGate::enter(&held, self.config.worker.max_held, name)?;
+                    tokio::time::timeout(hold, gate.read()).await.map_err(|_| {
+                        ApiError::unavailable(format!(
+                            "actor {name} is moving and did not take the request within the hold timeout of {hold:?}"
+                        ))
+                    })?
+                }
+            };
             let placement = self.placement_of(name)?;
             let entry = self.entry_of(&placement, name)?;
             match entry.call(name, placement.epoch, request.clone()).await {
@@ -1265,9 +1303,7 @@ impl ControlPlane {
         // A worker always joins empty (a new process, or one that dropped
         // its actors): its earlier incarnation's actors are re-placed.
         workers.retain(|w| w.name != name);
-        let incarnation = self
-            .incarnations
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let incarnation = self.incarnations.fetch_add(1, Ordering::Relaxed);
         let entry = Arc::new(WorkerEntry::remote(
             name,
             address,
