@@ -71,7 +71,7 @@ pub enum ClientCommand {
     /// Create, list, inspect, pause, resume, checkpoint, migrate and delete actors.
     #[command(subcommand)]
     Actor(ActorCommand),
-    /// List and drain workers.
+    /// List, drain and undrain workers.
     #[command(subcommand)]
     Worker(WorkerCommand),
     /// Move actors between workers to even out the load; prints the moves.
@@ -205,6 +205,15 @@ pub enum WorkerCommand {
     },
     /// Move every actor off a worker and mark it drained; waits until done.
     Drain {
+        /// Worker name.
+        name: String,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Put a draining or drained worker back into service (`ready`); a
+    /// running drain stops. Existing actors move to it on the next
+    /// `stasis rebalance`.
+    Undrain {
         /// Worker name.
         name: String,
         #[command(flatten)]
@@ -448,6 +457,13 @@ fn plan(command: ClientCommand) -> anyhow::Result<Call> {
             format!("worker drain {name}"),
             Method::POST,
             format!("/v1/workers/{}/drain", encode_component(&name)),
+            View::Details,
+        ),
+        C::Worker(WorkerCommand::Undrain { name, client }) => Call::new(
+            client,
+            format!("worker undrain {name}"),
+            Method::POST,
+            format!("/v1/workers/{}/undrain", encode_component(&name)),
             View::Details,
         ),
         C::Worker(WorkerCommand::Run(_)) => bail!("worker run is a server, not a client verb"),
@@ -711,6 +727,7 @@ mod tests {
             &["actor", "migrate", "a", "--to", "worker-2"],
             &["worker", "list"],
             &["worker", "drain", "worker-1"],
+            &["worker", "undrain", "worker-1"],
             &["rebalance"],
             &["gc"],
         ] {
@@ -723,7 +740,7 @@ mod tests {
 
     #[test]
     fn routes_and_bodies() {
-        let cases: [(&[&str], Method, &str); 10] = [
+        let cases: [(&[&str], Method, &str); 11] = [
             (
                 &["actor", "create", "c1", "--template", "counter"],
                 Method::POST,
@@ -754,6 +771,11 @@ mod tests {
                 &["worker", "drain", "worker-1"],
                 Method::POST,
                 "/v1/workers/worker-1/drain",
+            ),
+            (
+                &["worker", "undrain", "worker-1"],
+                Method::POST,
+                "/v1/workers/worker-1/undrain",
             ),
             (
                 &["template", "delete", "counter"],

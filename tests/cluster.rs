@@ -249,6 +249,47 @@ async fn requests_held_at_a_moving_actors_gate_count_against_max_held() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_undrained_worker_takes_actors_again() {
+    let server = Server::start(&["--workers", "2"]);
+    server.push("counter");
+    for i in 0..4 {
+        let name = format!("u-{i}");
+        server.create(&name, "counter");
+        assert_eq!(count(&post(&server, &name).await), 1);
+    }
+    let drained = server.cli_json(&["worker", "drain", "worker-1"]);
+    assert_eq!(drained["state"], "drained");
+    server.create("u-new", "counter");
+    assert_eq!(server.worker_of("u-new"), "worker-2");
+
+    let undrained = server.cli_json(&["worker", "undrain", "worker-1"]);
+    assert_eq!(undrained["state"], "ready", "{undrained}");
+    // Idempotent, and the worker takes new actors (it is the emptier one).
+    assert_eq!(
+        server.cli_json(&["worker", "undrain", "worker-1"])["state"],
+        "ready"
+    );
+    server.create("u-back", "counter");
+    assert_eq!(server.worker_of("u-back"), "worker-1");
+    let moves = server.cli_json(&["rebalance"]);
+    assert!(
+        moves["moves"]
+            .as_array()
+            .is_some_and(|m| !m.is_empty() && m.iter().all(|m| m["to"] == "worker-1")),
+        "rebalance moves actors back: {moves}"
+    );
+    for i in 0..4 {
+        assert_eq!(count(&post(&server, &format!("u-{i}")).await), 2);
+    }
+    let out = server.cli(&["worker", "undrain", "worker-9"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("worker-9"),
+        "{out:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn paused_actors_of_a_killed_worker_resume_elsewhere() {
     let server = Server::start(&["--workers", "1", "--heartbeat-timeout", "500ms"]);
     let mut doomed = RemoteWorker::start(&server, "w-doomed", &[]);

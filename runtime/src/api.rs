@@ -199,6 +199,7 @@ impl AdminApi {
                 let (c, name) = (c.clone(), (*name).to_owned());
                 ok(&detached(async move { c.drain(&name).await }).await?)
             }
+            (&Method::POST, ["v1", "workers", name, "undrain"]) => ok(&c.undrain(name).await?),
             (&Method::POST, ["v1", "rebalance"]) => {
                 let c = c.clone();
                 ok(&detached(async move { Ok(c.rebalance().await) }).await?)

@@ -334,6 +334,17 @@ impl WorkerEntry {
         *self.state.lock().unwrap_or_else(|p| p.into_inner()) = state;
     }
 
+    /// Sets its state to `to` if it is `from`; whether it was.
+    #[must_use]
+    pub fn swap_state(&self, from: WorkerState, to: WorkerState) -> bool {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let swapped = *state == from;
+        if swapped {
+            *state = to;
+        }
+        swapped
+    }
+
     /// Records a heartbeat now.
     pub fn heartbeat(&self) {
         *self

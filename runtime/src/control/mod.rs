@@ -1224,11 +1224,14 @@ impl ControlPlane {
     }
 
     /// Moves every actor off worker `name` to the other ready workers, then
-    /// marks it `drained` (it takes no actors until it joins again).
+    /// marks it `drained` (it takes no actors until it is undrained or, for
+    /// a remote worker, joins again).
     ///
     /// # Errors
-    /// 404 unknown worker; 503 if some actor could not be moved (the worker
-    /// stays `draining` and keeps those actors).
+    /// 404 unknown worker; 409 lost, or undrained while the drain ran (the
+    /// drain stops; actors already moved stay where they went); 503 if some
+    /// actor could not be moved (the worker stays `draining` and keeps those
+    /// actors).
     pub async fn drain(self: &Arc<Self>, name: &str) -> Result<WorkerInfo, ApiError> {
         let entry = self
             .worker(name)
@@ -1240,6 +1243,12 @@ impl ControlPlane {
         // Moves planned before the drain began may still land here: go
         // round until nothing is left.
         for _ in 0..10 {
+            if entry.state() != WorkerState::Draining {
+                return Err(ApiError::conflict(format!(
+                    "drain of {name} stopped: the worker is {} now",
+                    entry.state().as_str()
+                )));
+            }
             let actors: Vec<String> = self
                 .placements()
                 .iter()
@@ -1247,7 +1256,12 @@ impl ControlPlane {
                 .map(|(a, _)| a.clone())
                 .collect();
             if actors.is_empty() {
-                entry.set_state(WorkerState::Drained);
+                if !entry.swap_state(WorkerState::Draining, WorkerState::Drained) {
+                    return Err(ApiError::conflict(format!(
+                        "drain of {name} stopped: the worker is {} now",
+                        entry.state().as_str()
+                    )));
+                }
                 tracing::info!(worker = name, "drained");
                 return self.worker_info(&entry).await;
             }
@@ -1281,6 +1295,33 @@ impl ControlPlane {
         Err(ApiError::unavailable(format!(
             "drain of {name} incomplete: actors kept arriving"
         )))
+    }
+
+    /// Puts a `draining` or `drained` worker back into service: `ready`, it
+    /// takes new actors again (existing ones move to it on the next
+    /// rebalance). A running drain stops. A no-op for a `ready` worker.
+    ///
+    /// # Errors
+    /// 404 unknown worker; 409 lost (a lost worker comes back by joining).
+    pub async fn undrain(&self, name: &str) -> Result<WorkerInfo, ApiError> {
+        let entry = self
+            .worker(name)
+            .ok_or_else(|| ApiError::not_found(format!("no worker named {name:?}")))?;
+        let before = entry.state();
+        match before {
+            WorkerState::Lost => {
+                return Err(ApiError::conflict(format!(
+                    "worker {name} is lost; it comes back by joining again"
+                )));
+            }
+            WorkerState::Ready => {}
+            WorkerState::Draining | WorkerState::Drained => {
+                if entry.swap_state(before, WorkerState::Ready) {
+                    tracing::info!(worker = name, "undrained (was {})", before.as_str());
+                }
+            }
+        }
+        self.worker_info(&entry).await
     }
 
     // ---- remote workers --------------------------------------------------
