@@ -81,7 +81,11 @@ async fn retention_delete_and_quota() {
         server.cli_ok(&["actor", "pause", "keep"]);
     }
     let folder = server.data_dir.join("snapshots/keep");
-    let files: Vec<_> = std::fs::read_dir(&folder).expect("folder").collect();
+    let files: Vec<_> = std::fs::read_dir(&folder)
+        .expect("folder")
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".snap"))
+        .collect();
     assert_eq!(files.len(), 2, "only --keep-snapshots files remain");
     let got = server.cli_json(&["actor", "get", "keep"]);
     assert_eq!(got["snapshots"].as_array().map(Vec::len), Some(2));
@@ -161,10 +165,59 @@ async fn corrupt_or_missing_snapshots_fail_loudly_and_can_be_repaired() {
     std::fs::remove_dir_all(server.data_dir.join("snapshots/victim")).expect("rm");
     let answer = post(&server, "victim").await;
     assert_eq!(answer.status, 503, "{answer:?}");
-    assert!(answer.body.contains("no snapshot"), "{answer:?}");
+    assert!(answer.body.contains("missing"), "{answer:?}");
     let fresh = server.cli_json(&["actor", "resume", "victim", "--from-template"]);
     assert_eq!(fresh["state"], "running");
     assert_eq!(count(&post(&server, "victim").await), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_newest_snapshot_is_detected_never_rolled_back() {
+    let server = Server::start(&[]);
+    server.push("counter");
+    server.create("gone", "counter");
+    assert_eq!(count(&post(&server, "gone").await), 1);
+    let older = server.cli_json(&["actor", "pause", "gone"])["snapshot"]["seq"]
+        .as_u64()
+        .expect("seq");
+    assert_eq!(count(&post(&server, "gone").await), 2);
+    let newest = server.cli_json(&["actor", "pause", "gone"])["snapshot"]["seq"]
+        .as_u64()
+        .expect("seq");
+    let path = |seq: u64| {
+        server
+            .data_dir
+            .join(format!("snapshots/gone/{seq:020}.snap"))
+    };
+    std::fs::remove_file(path(newest)).expect("rm");
+    assert!(path(older).exists(), "the older snapshot is still there");
+
+    // While serve runs, and after a restart (from the folder's marker):
+    // failed with the reason, not silently back at count 1.
+    let answer = post(&server, "gone").await;
+    assert_eq!(answer.status, 503, "{answer:?}");
+    assert!(answer.body.contains("missing"), "{answer:?}");
+    let server = server.restart(&[]);
+    let answer = post(&server, "gone").await;
+    assert_eq!(answer.status, 503, "{answer:?}");
+    assert!(
+        answer.body.contains(&format!(
+            "snapshot {newest} was acknowledged but is missing"
+        )),
+        "{answer:?}"
+    );
+    let got = server.cli_json(&["actor", "get", "gone"]);
+    assert_eq!(got["state"], "failed", "{got}");
+
+    // The operator's choice: the older snapshot, under a new number.
+    let seq = older.to_string();
+    server.cli_ok(&["actor", "resume", "gone", "--from-snapshot", &seq]);
+    assert_eq!(count(&post(&server, "gone").await), 2);
+    let got = server.cli_json(&["actor", "get", "gone"]);
+    assert!(
+        got["snapshot"]["seq"].as_u64().expect("seq") > newest,
+        "no sequence number is reused: {got}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

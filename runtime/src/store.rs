@@ -1,14 +1,34 @@
 //! Snapshot files on disk: `snapshots/<actor>/<seq:020>.snap`, written
 //! atomically (temp file → fsync → rename → fsync folder) so a crash at any
-//! point leaves the previous snapshot intact; retention of the newest N;
-//! an optional quota on the whole folder.
+//! point leaves the previous snapshot intact, with an empty
+//! `<seq:020>.acked` marker naming the newest acknowledged one; retention
+//! of the newest N; an optional quota on the whole folder.
 
+use std::ffi::OsStr;
 use std::fs::{self, File};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use memmap2::Mmap;
+
+const SNAPSHOT: &str = ".snap";
+const ACKED: &str = ".acked";
+
+/// The sequence number and suffix ([`SNAPSHOT`] or [`ACKED`]) of a
+/// canonical file name (`<seq:020><suffix>`). Anything else — a stray
+/// `5.snap`, a temp file — is not one, so it cannot be mistaken for
+/// snapshot 5.
+fn canonical(name: &OsStr) -> Option<(u64, &'static str)> {
+    let name = name.to_str()?;
+    let (digits, suffix) = [SNAPSHOT, ACKED]
+        .into_iter()
+        .find_map(|suffix| Some((name.strip_suffix(suffix)?, suffix)))?;
+    if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some((digits.parse().ok()?, suffix))
+}
 
 /// Why a snapshot could not be stored.
 #[derive(Debug, thiserror::Error)]
@@ -167,6 +187,7 @@ impl SnapshotStore {
             let _ = fs::remove_file(&tmp);
             return Err(e);
         }
+        self.mark_acknowledged(actor, seq);
         Ok(path)
     }
 
@@ -180,31 +201,66 @@ impl SnapshotStore {
     /// # Errors
     /// [`StoreError::Io`] if the folder exists but cannot be read.
     pub fn list(&self, actor: &str) -> Result<Vec<SnapshotEntry>, StoreError> {
+        Ok(self.list_acknowledged(actor)?.0)
+    }
+
+    /// Like [`SnapshotStore::list`], plus the newest sequence number whose
+    /// write was acknowledged, from the `<seq:020>.acked` marker that
+    /// [`SnapshotStore::write`] leaves next to the snapshot. A newest
+    /// snapshot listed below the marker's number was deleted after it was
+    /// acknowledged.
+    ///
+    /// # Errors
+    /// [`StoreError::Io`] if the folder exists but cannot be read.
+    pub fn list_acknowledged(
+        &self,
+        actor: &str,
+    ) -> Result<(Vec<SnapshotEntry>, Option<u64>), StoreError> {
         let dir = self.actor_dir(actor);
         let entries = match fs::read_dir(&dir) {
             Ok(e) => e,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((Vec::new(), None)),
             Err(e) => return Err(io_err("read", &dir)(e)),
         };
         let mut out = Vec::new();
+        let mut acked: Option<u64> = None;
         for entry in entries {
             let entry = entry.map_err(io_err("read", &dir))?;
-            let name = entry.file_name();
-            // Only canonical names (`<seq:020>.snap`): a stray `5.snap`
-            // must not be mistaken for snapshot 5.
-            let Some(seq) = name
-                .to_str()
-                .and_then(|n| n.strip_suffix(".snap"))
-                .filter(|n| n.len() == 20 && n.bytes().all(|b| b.is_ascii_digit()))
-                .and_then(|n| n.parse().ok())
-            else {
-                continue;
-            };
-            let bytes = entry.metadata().map(|m| m.len()).unwrap_or(0);
-            out.push(SnapshotEntry { seq, bytes });
+            match canonical(&entry.file_name()) {
+                Some((seq, SNAPSHOT)) => {
+                    let bytes = entry.metadata().map(|m| m.len()).unwrap_or(0);
+                    out.push(SnapshotEntry { seq, bytes });
+                }
+                Some((seq, _)) => acked = acked.max(Some(seq)),
+                None => {}
+            }
         }
         out.sort_by_key(|e| e.seq);
-        Ok(out)
+        Ok((out, acked))
+    }
+
+    /// Records `seq` as `actor`'s newest acknowledged snapshot: an empty
+    /// marker file, created after the snapshot's rename is durable (so a
+    /// marker never names a snapshot that was not written), then older
+    /// markers are removed. Best effort: without a marker the check it
+    /// enables is skipped, nothing else.
+    fn mark_acknowledged(&self, actor: &str, seq: u64) {
+        let dir = self.actor_dir(actor);
+        let marker = dir.join(format!("{seq:020}{ACKED}"));
+        if let Err(e) = File::create(&marker) {
+            tracing::warn!(actor, "cannot write {}: {e}", marker.display());
+            return;
+        }
+        let Ok(entries) = fs::read_dir(&dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            if let Some((old, ACKED)) = canonical(&entry.file_name())
+                && old < seq
+            {
+                let _ = fs::remove_file(entry.path());
+            }
+        }
     }
 
     /// Maps snapshot `seq` of `actor` read-only.
@@ -298,5 +354,33 @@ mod tests {
         store.write("a", 8, b"eight").expect("write");
         assert_eq!(store.retain("a", 1).expect("retain"), [7]);
         assert!(dir.join("5.snap").exists(), "strays are left alone");
+    }
+
+    #[test]
+    fn the_newest_acknowledged_snapshot_is_marked() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let store = SnapshotStore::open(tmp.path(), None).expect("open");
+        assert_eq!(store.list_acknowledged("a").expect("list"), (vec![], None));
+        store.write("a", 3, b"three").expect("write");
+        store.write("a", 4, b"four").expect("write");
+        let (list, acked) = store.list_acknowledged("a").expect("list");
+        assert_eq!(list.len(), 2);
+        assert_eq!(acked, Some(4));
+        let dir = store.actor_dir("a");
+        let markers: Vec<String> = std::fs::read_dir(&dir)
+            .expect("dir")
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".acked"))
+            .collect();
+        assert_eq!(markers, ["00000000000000000004.acked"], "one marker");
+        // The newest deleted behind the store's back: the marker still
+        // says 4, the listing ends at 3.
+        std::fs::remove_file(store.path("a", 4)).expect("rm");
+        let (list, acked) = store.list_acknowledged("a").expect("list");
+        assert_eq!(list.last().map(|e| e.seq), Some(3));
+        assert_eq!(acked, Some(4));
+        store.remove_actor("a").expect("remove");
+        assert!(!dir.exists());
     }
 }

@@ -956,10 +956,12 @@ async fn snapshot_past_the_declared_maximum_is_too_large() {
 // 7. The snapshot store
 // ---------------------------------------------------------------------------
 
+/// File names in `dir`, sorted, without the acknowledgement marker.
 fn files_in(dir: &std::path::Path) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| !n.ends_with(".acked"))
         .collect();
     names.sort();
     names
@@ -981,6 +983,13 @@ fn store_retains_the_newest() {
         ["00000000000000000004.snap", "00000000000000000005.snap"]
     );
     assert_eq!(store.used_bytes(), 200);
+    assert_eq!(store.list_acknowledged("a").unwrap().1, Some(5));
+    assert!(
+        store
+            .actor_dir("a")
+            .join("00000000000000000005.acked")
+            .exists()
+    );
     assert_eq!(&store.open_snapshot("a", 5).unwrap()[..], &[6u8; 100][..]);
     assert!(store.open_snapshot("a", 3).is_err());
 

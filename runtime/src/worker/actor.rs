@@ -745,11 +745,17 @@ impl ActorTask {
         }
     }
 
+    /// The newest snapshot this actor acknowledged. Known in memory from
+    /// the write (or from the folder and its acknowledgement marker when
+    /// the actor was adopted), so a newest file deleted behind the actor's
+    /// back makes the resume fail instead of silently rolling back.
     fn newest_seq(&self) -> Option<u64> {
-        self.store
-            .list(&self.name)
-            .ok()
-            .and_then(|list| list.last().map(|e| e.seq))
+        self.status().snapshot.map(|s| s.seq).or_else(|| {
+            self.store
+                .list(&self.name)
+                .ok()
+                .and_then(|list| list.last().map(|e| e.seq))
+        })
     }
 
     /// Restores snapshot `seq` and runs `on_resume`.
@@ -760,7 +766,14 @@ impl ActorTask {
         let map = self
             .store
             .open_snapshot(&self.name, seq)
-            .map_err(|e| broken("snapshot", &e))?;
+            .map_err(|e| match &e {
+                StoreError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+                    Unrestorable::Broken(format!(
+                        "snapshot {seq} was acknowledged but is missing: {e}"
+                    ))
+                }
+                _ => broken("snapshot", &e),
+            })?;
         let max_memory = self.engine.limits().max_memory;
         let verified = snapshot::verify(&map, &self.template, max_memory)
             .map_err(|e| broken("snapshot", &e))?;

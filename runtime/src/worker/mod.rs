@@ -229,14 +229,21 @@ impl Worker {
             let _ = old.mailbox.try_send(Command::Stop(reply));
         }
         let mut task = self.task(spec, epoch, ActorState::Paused);
-        let list = self.store.list(&spec.name).unwrap_or_default();
-        let problem = match list.last() {
-            None => Some(format!(
-                "no snapshot of actor {} in {}",
-                spec.name,
-                self.store.actor_dir(&spec.name).display()
-            )),
-            Some(newest) => {
+        let (list, acknowledged) = self.store.list_acknowledged(&spec.name).unwrap_or_default();
+        let dir = || self.store.actor_dir(&spec.name).display().to_string();
+        let missing = acknowledged.filter(|&acked| list.last().is_none_or(|n| n.seq < acked));
+        let problem = match (list.last(), missing) {
+            (_, Some(acked)) => {
+                task.next_seq = acked + 1;
+                Some(format!(
+                    "snapshot {acked} was acknowledged but is missing from {} (newest there: {})",
+                    dir(),
+                    list.last()
+                        .map_or_else(|| "none".to_owned(), |n| n.seq.to_string())
+                ))
+            }
+            (None, None) => Some(format!("no snapshot of actor {} in {}", spec.name, dir())),
+            (Some(newest), None) => {
                 task.next_seq = newest.seq + 1;
                 let checked = self
                     .store
