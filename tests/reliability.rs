@@ -459,6 +459,31 @@ async fn max_live_pauses_the_least_recently_used() {
         resumes >= 8,
         "actors were paused and resumed on demand ({resumes} resumes)"
     );
+    // A repair of a running actor takes a second slot for the new instance
+    // (pausing another actor), and leaves it at one.
+    server.cli_ok(&["actor", "resume", "l-3", "--from-template"]);
+    assert_eq!(count(&post(&server, "l-3").await), 1);
+    let running = server
+        .cli_json(&["actor", "list"])
+        .as_array()
+        .expect("list")
+        .iter()
+        .filter(|a| a["state"] == "running")
+        .count();
+    assert!(running <= 2, "{running} running");
+
+    // More live instances than the process can map are refused at start.
+    let max_map_count: Option<u64> = std::fs::read_to_string("/proc/sys/vm/max_map_count")
+        .ok()
+        .and_then(|s| s.trim().parse().ok());
+    if let Some(limit) = max_map_count {
+        let dir = tempfile::tempdir().expect("tmp");
+        let too_many = (limit / 2).to_string();
+        let refused = Server::start_in(dir.path(), &["--workers", "1", "--max-live", &too_many])
+            .err()
+            .expect("refused at start");
+        assert!(refused.contains("vm.max_map_count"), "{refused}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -509,6 +534,13 @@ async fn max_live_waits_for_a_slot_and_answers_503_past_the_hold_timeout() {
     // Nothing was lost: `other` gets the slot now, with its state.
     assert_eq!(count(&post(&server, "other").await), 1);
     assert_eq!(count(&post(&server, "busy").await), 1);
+    // With one slot, a running actor cannot be repaired in place.
+    let out = server.cli(&["actor", "resume", "busy", "--from-template"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("pause it first"),
+        "{out:?}"
+    );
     let list = server.cli_json(&["actor", "list"]);
     let running = list
         .as_array()

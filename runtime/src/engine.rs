@@ -43,6 +43,52 @@ const DEFAULT_GUARD: u64 = 32 << 20;
 /// as instance slots: a template with several memories uses several.
 const MAX_PER_MODULE: u32 = 4;
 
+/// Memory mappings a live instance costs (module docs).
+pub const MAPPINGS_PER_INSTANCE: u64 = 4;
+
+/// Mappings the process needs besides instances: code, heap arenas,
+/// thread stacks, the compile cache (about 80 at start, a few hundred under
+/// load; the rest is margin).
+const MAPPING_HEADROOM: u64 = 4096;
+
+/// The process's cap on memory mappings (`/proc/sys/vm/max_map_count`),
+/// if it can be read.
+#[must_use]
+pub fn max_map_count() -> Option<u64> {
+    std::fs::read_to_string("/proc/sys/vm/max_map_count")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// Checks that one process can map `slots` live instances.
+///
+/// # Errors
+/// If `slots` exceeds [`max_live_instances`]; the message names
+/// `vm.max_map_count` and the most that fit.
+pub fn check_live_instances(slots: usize) -> anyhow::Result<()> {
+    if let Some(most) = max_live_instances()
+        && slots as u64 > most
+    {
+        anyhow::bail!(
+            "{slots} live instances (the sum of --max-live over the workers) need about {} \
+             memory mappings, {MAPPINGS_PER_INSTANCE} each, but vm.max_map_count is {}: use at \
+             most {most} per process, or raise vm.max_map_count",
+            slots as u64 * MAPPINGS_PER_INSTANCE,
+            max_map_count().unwrap_or_default()
+        );
+    }
+    Ok(())
+}
+
+/// The most live instances one process can hold under `vm.max_map_count`
+/// (`None` if the limit cannot be read).
+#[must_use]
+pub fn max_live_instances() -> Option<u64> {
+    max_map_count().map(|limit| limit.saturating_sub(MAPPING_HEADROOM) / MAPPINGS_PER_INSTANCE)
+}
+
 /// Limits applied to every actor instance of an engine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
@@ -121,8 +167,11 @@ impl StasisEngine {
     /// bounds checks). An instantiation past `slots` fails (HTTP 503).
     ///
     /// # Errors
-    /// If `slots` is 0 or the pool's address space cannot be reserved.
+    /// If `slots` is 0, more than the process can map under
+    /// `vm.max_map_count` ([`max_live_instances`]), or the pool's address
+    /// space cannot be reserved.
     pub fn pooled(limits: Limits, slots: usize) -> anyhow::Result<Arc<Self>> {
+        check_live_instances(slots)?;
         let slots = u32::try_from(slots)
             .ok()
             .filter(|&s| s > 0)

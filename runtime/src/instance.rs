@@ -233,7 +233,7 @@ impl CallError {
     /// or its shadow stack leaked; research notes §4, pitfall 5).
     #[must_use]
     pub fn poisons_instance(&self) -> bool {
-        !matches!(self, CallError::BadResponse(_))
+        !matches!(self, CallError::BadResponse(_) | CallError::Capacity(_))
     }
 
     /// The HTTP status the router answers with.
@@ -544,21 +544,39 @@ impl ActorInstance {
     }
 }
 
-/// Like [`classify`], except that an instantiation failing without a trap
-/// (the start function did not run) is out of instance capacity.
+/// Whether `error` says the host ran out of room for instance resources:
+/// an OS `ENOMEM` (a mapping past `vm.max_map_count`, or memory) anywhere
+/// in its chain, or the pooling allocator's "maximum concurrent ... limit".
+fn out_of_capacity(error: &wasmtime::Error) -> bool {
+    let enomem = error.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.raw_os_error() == Some(libc::ENOMEM))
+    });
+    let text = format!("{error:#}");
+    enomem || text.contains("maximum concurrent") || text.contains("(os error 12)")
+}
+
+/// Like [`classify`], except that an instantiation (or call) that ran out
+/// of room for instance resources is [`CallError::Capacity`], with a hint
+/// at the limit that applies. Other failures that are not traps (e.g. a
+/// memory minimum above `--max-memory`) can never succeed: 500.
 fn classify_instantiation(error: wasmtime::Error, engine: &StasisEngine) -> CallError {
-    let trapped = error.downcast_ref::<Trap>().is_some()
-        || error.downcast_ref::<wasmtime_wasi::I32Exit>().is_some();
-    if trapped {
-        return classify(error, engine.limits().cpu_limit);
+    if !out_of_capacity(&error) {
+        let trapped = error.downcast_ref::<Trap>().is_some()
+            || error.downcast_ref::<wasmtime_wasi::I32Exit>().is_some();
+        if trapped {
+            return classify(error, engine.limits().cpu_limit);
+        }
+        return CallError::Host(format!("instantiating the module: {error:#}"));
     }
     let hint = match engine.slots() {
         Some(slots) => {
             format!("the pooling allocator's {slots} instance slots (--max-live) are in use")
         }
         None => {
-            let limit = std::fs::read_to_string("/proc/sys/vm/max_map_count")
-                .map_or_else(|_| "unknown".to_owned(), |s| s.trim().to_owned());
+            let limit = crate::engine::max_map_count()
+                .map_or_else(|| "unknown".to_owned(), |n| n.to_string());
             format!(
                 "the process may be at vm.max_map_count ({limit} mappings, about 4 per live \
                  instance); cap live instances with --max-live"
@@ -569,6 +587,13 @@ fn classify_instantiation(error: wasmtime::Error, engine: &StasisEngine) -> Call
 }
 
 fn classify(error: wasmtime::Error, cpu_limit: Duration) -> CallError {
+    if error.downcast_ref::<Trap>().is_none() && out_of_capacity(&error) {
+        // E.g. the async stack for the call could not be mapped: the guest
+        // did not run, and its instance is intact.
+        return CallError::Capacity(format!(
+            "{error:#} (the process is out of memory mappings or memory)"
+        ));
+    }
     if let Some(trap) = error.downcast_ref::<Trap>() {
         if *trap == Trap::Interrupt {
             return CallError::CpuLimit(cpu_limit);
@@ -579,4 +604,29 @@ fn classify(error: wasmtime::Error, cpu_limit: Duration) -> CallError {
         return CallError::Trap(format!("guest called proc_exit({})", exit.0));
     }
     CallError::Trap(format!("{error:#}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn running_out_of_mappings_is_capacity_not_a_trap() {
+        let limit = Duration::from_secs(1);
+        let enomem = wasmtime::Error::from(std::io::Error::from_raw_os_error(libc::ENOMEM))
+            .context("failed to allocate a fiber stack");
+        let error = classify(enomem, limit);
+        assert!(matches!(error, CallError::Capacity(_)), "{error}");
+        assert_eq!(error.status(), 503);
+        assert!(!error.poisons_instance());
+
+        let pool = wasmtime::Error::msg("maximum concurrent limit of 1 for core instances reached");
+        assert!(matches!(classify(pool, limit), CallError::Capacity(_)));
+
+        let trap = wasmtime::Error::from(Trap::UnreachableCodeReached);
+        assert!(matches!(classify(trap, limit), CallError::Trap(_)));
+        let other = wasmtime::Error::msg("memory minimum size of 17 pages exceeds memory limits");
+        assert!(out_of_capacity(&wasmtime::Error::msg("x (os error 12)")));
+        assert!(!out_of_capacity(&other));
+    }
 }

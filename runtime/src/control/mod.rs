@@ -330,10 +330,23 @@ impl ControlPlane {
         // With --max-live, the in-process workers share one pool of
         // exactly their live-instance slots.
         let engine = match config.worker.max_live {
-            Some(max) if config.workers > 0 => {
-                StasisEngine::pooled(config.limits, max.max(1) * config.workers)?
+            Some(max) => {
+                let slots = max.max(1).checked_mul(config.workers).with_context(|| {
+                    format!(
+                        "--max-live {max} × --workers {} is too large",
+                        config.workers
+                    )
+                })?;
+                // Remote workers get the same --max-live: refuse what no
+                // process could hold, even with no in-process worker.
+                crate::engine::check_live_instances(slots.max(max))?;
+                if slots > 0 {
+                    StasisEngine::pooled(config.limits, slots)?
+                } else {
+                    StasisEngine::new(config.limits)?
+                }
             }
-            _ => StasisEngine::new(config.limits)?,
+            None => StasisEngine::new(config.limits)?,
         };
         let cache = ModuleCache::new(
             engine.engine().clone(),

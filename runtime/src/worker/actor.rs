@@ -344,10 +344,14 @@ impl ActorTask {
         }
     }
 
-    /// Takes a live-instance slot unless the actor holds one.
+    /// Takes a live-instance slot unless the actor holds one. The actor
+    /// joins the recency order at once (as most recently used), so an actor
+    /// waiting for a slot can ask it to pause after the command that is
+    /// bringing it up.
     async fn take_slot(&mut self) -> Result<(), ApiError> {
         if let (Some(live), None) = (&self.live, &self.slot) {
             self.slot = Some(live.acquire(&self.name).await?);
+            live.insert(&self.name);
         }
         Ok(())
     }
@@ -667,8 +671,24 @@ impl ActorTask {
     }
 
     async fn resume(&mut self, from: ResumeFrom) -> Result<(), ApiError> {
-        let started = Instant::now();
         self.take_slot().await?;
+        // A repair of a running actor builds the new instance next to the
+        // old one (which keeps running if the repair fails): a second slot.
+        let second_slot = match (&self.live, &self.instance, from) {
+            (Some(live), Some(_), ResumeFrom::Snapshot(_) | ResumeFrom::Template) => {
+                if live.max() == 1 {
+                    return Err(ApiError::conflict(format!(
+                        "actor {} is running and --max-live is 1: resuming it from a snapshot or \
+                         the template needs a second live instance; pause it first",
+                        self.name
+                    )));
+                }
+                Some(live.acquire(&self.name).await?)
+            }
+            _ => None,
+        };
+        // Timed from here: the wait for a slot is not part of the resume.
+        let started = Instant::now();
         self.set_state(ActorState::Resuming);
         let result = match from {
             ResumeFrom::Template => self.fresh_from_template().await,
@@ -685,6 +705,10 @@ impl ActorTask {
             Ok(instance) => {
                 let memory_bytes = instance.memory_bytes();
                 self.instance = Some(instance);
+                if second_slot.is_some() {
+                    // The old instance is gone: keep one slot.
+                    self.slot = second_slot;
+                }
                 let elapsed = started.elapsed();
                 self.metrics.resume_seconds.observe(elapsed.as_secs_f64());
                 self.metrics
@@ -772,6 +796,11 @@ impl ActorTask {
                         "snapshot {seq} was acknowledged but is missing: {e}"
                     ))
                 }
+                // Mapping the file failed for want of mappings or memory:
+                // the snapshot is fine, the host is full.
+                StoreError::Io { source, .. } if source.raw_os_error() == Some(libc::ENOMEM) => {
+                    Unrestorable::Busy(format!("snapshot {seq}: {e}"))
+                }
                 _ => broken("snapshot", &e),
             })?;
         let max_memory = self.engine.limits().max_memory;
@@ -791,10 +820,10 @@ impl ActorTask {
             }
             Err(e) => return Err(broken("restoring snapshot", &e)),
         };
-        instance
-            .on_resume()
-            .await
-            .map_err(|e| broken("on_resume hook after snapshot", &e))?;
+        instance.on_resume().await.map_err(|e| match e {
+            CallError::Capacity(_) => Unrestorable::Busy(e.to_string()),
+            _ => broken("on_resume hook after snapshot", &e),
+        })?;
         self.status().memory_bytes = instance.memory_bytes();
         Ok(instance)
     }

@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
 use crate::error::ApiError;
 
@@ -120,6 +120,9 @@ pub struct LiveSlots {
     reserve: usize,
     permits: Arc<Semaphore>,
     lru: Mutex<Lru>,
+    /// Woken when an actor enters the recency order, so a waiter that found
+    /// no actor to pause looks again at once.
+    listed: Notify,
     evict: Evict,
     wait: Duration,
 }
@@ -144,6 +147,7 @@ impl LiveSlots {
             reserve: (max / 64).min(MAX_RESERVE),
             permits: Arc::new(Semaphore::new(max)),
             lru: Mutex::new(Lru::default()),
+            listed: Notify::new(),
             evict,
             wait,
         }
@@ -187,17 +191,26 @@ impl LiveSlots {
         }
         let deadline = Instant::now() + self.wait;
         loop {
+            // Registered before looking for a victim, so an actor that
+            // becomes evictable right after the look wakes this waiter.
+            let listed = self.listed.notified();
+            tokio::pin!(listed);
+            listed.as_mut().enable();
             let victim = self.lru().pop_oldest(actor);
             if let Some(victim) = &victim {
                 tracing::debug!(actor = %victim, "pausing the least recently used actor (--max-live {})", self.max);
                 (self.evict)(victim);
             }
             let left = deadline.saturating_duration_since(Instant::now());
-            let patience = left.min(EVICTION_PATIENCE);
-            if let Ok(Ok(permit)) =
-                tokio::time::timeout(patience, self.permits.clone().acquire_owned()).await
-            {
-                return Ok(permit);
+            let patience = tokio::time::sleep(left.min(EVICTION_PATIENCE));
+            tokio::select! {
+                permit = self.permits.clone().acquire_owned() => {
+                    if let Ok(permit) = permit {
+                        return Ok(permit);
+                    }
+                }
+                () = &mut listed, if victim.is_none() => {}
+                () = patience => {}
             }
             if Instant::now() >= deadline {
                 return Err(ApiError::unavailable(format!(
@@ -212,16 +225,24 @@ impl LiveSlots {
     /// Records that `actor` served a request or became live.
     pub fn touch(&self, actor: &str) {
         self.lru().touch(actor);
+        self.listed.notify_waiters();
     }
 
     /// Records that `actor` is live, keeping its place if it is known.
     pub fn insert(&self, actor: &str) {
         self.lru().insert(actor);
+        self.listed.notify_waiters();
     }
 
     /// Records that `actor` has no live instance.
     pub fn remove(&self, actor: &str) {
         self.lru().remove(actor);
+    }
+
+    /// The number of slots (`--max-live`).
+    #[must_use]
+    pub fn max(&self) -> usize {
+        self.max
     }
 
     /// Live instances right now (slots in use).
