@@ -151,15 +151,7 @@ async fn target_killed_mid_migration_rolls_back_to_the_source() {
     for n in 1..=3 {
         assert_eq!(count(&post(&server, "steady").await), n);
     }
-    let admin = server.admin_url();
-    let migrate = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(env!("CARGO_BIN_EXE_stasis"))
-            .args([
-                "actor", "migrate", "steady", "--to", "w-slow", "--admin", &admin,
-            ])
-            .output()
-            .expect("run")
-    });
+    let migrate = server.migrate_in_background("steady", "w-slow");
     tokio::time::sleep(Duration::from_millis(700)).await;
     // A request during the move is held at the gate, then served.
     let held = tokio::spawn({
@@ -204,15 +196,7 @@ async fn requests_held_at_a_moving_actors_gate_count_against_max_held() {
         server.cli_ok(&["actor", "migrate", "gated", "--to", "worker-1"]);
     }
     assert_eq!(count(&post(&server, "gated").await), 1);
-    let admin = server.admin_url();
-    let migrate = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(env!("CARGO_BIN_EXE_stasis"))
-            .args([
-                "actor", "migrate", "gated", "--to", "w-slow", "--admin", &admin,
-            ])
-            .output()
-            .expect("run")
-    });
+    let migrate = server.migrate_in_background("gated", "w-slow");
     tokio::time::sleep(Duration::from_millis(500)).await;
     // The gate is closed for about a second more: two requests wait there,
     // the next three are refused at once.
@@ -335,16 +319,7 @@ async fn a_large_body_sent_during_a_move_arrives_intact() {
     } else {
         "worker-1"
     };
-    let admin = server.admin_url();
-    let to_owned = to.to_owned();
-    let migrate = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(env!("CARGO_BIN_EXE_stasis"))
-            .args([
-                "actor", "migrate", "e", "--to", &to_owned, "--admin", &admin, "-o", "json",
-            ])
-            .output()
-            .expect("run")
-    });
+    let migrate = server.migrate_in_background("e", to);
     tokio::time::sleep(Duration::from_millis(50)).await;
     let body: Vec<u8> = (0..1 << 20)
         .map(|i: u32| (i.wrapping_mul(2_654_435_761) >> 24) as u8)

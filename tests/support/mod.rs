@@ -108,6 +108,16 @@ impl Server {
             .expect("run stasis")
     }
 
+    /// Runs `stasis actor migrate ACTOR --to TO -o json` on a blocking
+    /// thread, so the test can act while the move runs.
+    pub fn migrate_in_background(&self, actor: &str, to: &str) -> tokio::task::JoinHandle<Output> {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_stasis"));
+        command
+            .args(["actor", "migrate", actor, "--to", to, "-o", "json"])
+            .env("STASIS_ADMIN", self.admin_url());
+        tokio::task::spawn_blocking(move || command.output().expect("run stasis"))
+    }
+
     /// Runs a client verb and returns stdout; panics with stderr on failure.
     pub fn cli_ok(&self, args: &[&str]) -> String {
         let out = self.cli(args);
