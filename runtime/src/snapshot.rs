@@ -521,21 +521,25 @@ pub fn verify<'a>(
 /// left a trace.
 #[must_use]
 pub fn same_state(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
+    if a.len() != b.len() || a.len() < PREFIX_LEN + TRAILER_LEN {
+        return false;
+    }
+    let header_len = |file: &[u8]| u32::from_le_bytes([file[12], file[13], file[14], file[15]]);
+    let end = a.len() - TRAILER_LEN;
+    let data = PREFIX_LEN + header_len(a) as usize;
+    if header_len(a) != header_len(b) || data > end {
+        return false;
+    }
+    // Page data first: a changed actor usually differs there, and the
+    // comparison stops at the first difference, before any checksum pass.
+    if a[data..end] != b[data..end] {
         return false;
     }
     let (Ok(mut left), Ok(right)) = (verify_header(a), verify_header(b)) else {
         return false;
     };
     left.clock_ns = right.clock_ns;
-    if left != right {
-        return false;
-    }
-    // Equal headers (fixed-int encoding) have equal lengths, so the page
-    // data starts at the same offset in both files.
-    let data = PREFIX_LEN + encode_header(&right).map_or(a.len(), |h| h.len());
-    let end = a.len() - TRAILER_LEN;
-    data <= end && a[data..end] == b[data..end]
+    left == right
 }
 
 /// Checks the module-independent parts (length, magic, version, checksum,
