@@ -28,9 +28,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use criterion::{Criterion, SamplingMode, Throughput};
-use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use stasis_host_api::Request;
 use stasis_runtime::engine::{Limits, StasisEngine};
@@ -38,9 +36,7 @@ use stasis_runtime::metrics::Metrics;
 use stasis_runtime::module::ModuleCache;
 use stasis_runtime::store::SnapshotStore;
 use stasis_runtime::worker::{ActorSpec, Worker, WorkerSettings};
-use support::Proc;
-
-type HttpClient = Client<HttpConnector, Full<Bytes>>;
+use support::{Http, Proc, send};
 
 const KV_BLOBS: usize = 4;
 const KV_BLOB: usize = 4 << 20;
@@ -76,33 +72,6 @@ impl Server {
     }
 }
 
-/// Sends one request and returns status and body.
-async fn send(
-    client: &HttpClient,
-    addr: SocketAddr,
-    method: &str,
-    host: Option<&str>,
-    path: &str,
-    body: Vec<u8>,
-) -> (u16, Bytes) {
-    let mut request = hyper::Request::builder()
-        .method(method)
-        .uri(format!("http://{addr}{path}"));
-    if let Some(host) = host {
-        request = request.header("host", host);
-    }
-    let request = request.body(Full::new(Bytes::from(body))).expect("request");
-    let response = client.request(request).await.expect("HTTP request");
-    let status = response.status().as_u16();
-    let body = response
-        .into_body()
-        .collect()
-        .await
-        .expect("body")
-        .to_bytes();
-    (status, body)
-}
-
 /// Deterministic incompressible bytes (xorshift64).
 fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
     let mut x = seed | 1;
@@ -132,7 +101,7 @@ impl Target {
 
 struct Ctx {
     rt: tokio::runtime::Runtime,
-    client: HttpClient,
+    client: Http,
     server: Server,
     /// Size of each actor's snapshot file, by actor name.
     snapshot_bytes: HashMap<&'static str, usize>,
@@ -144,9 +113,9 @@ impl Ctx {
             &self.client,
             self.server.admin,
             method,
-            None,
+            "localhost",
             path,
-            body,
+            Bytes::from(body),
         ));
         assert!(
             (200..300).contains(&status),
@@ -161,9 +130,9 @@ impl Ctx {
             &self.client,
             self.server.ingress,
             target.method,
-            Some(&target.host()),
+            &target.host(),
             target.path,
-            Vec::new(),
+            Bytes::new(),
         )
         .await;
         assert_eq!(status, 200, "{} {}", target.method, target.path);
@@ -271,9 +240,9 @@ fn setup() -> Ctx {
                 &ctx.client,
                 ctx.server.ingress,
                 "PUT",
-                Some("kv16.actors.localhost"),
+                "kv16.actors.localhost",
                 &format!("/blob{i}"),
-                random_bytes(KV_BLOB, i as u64 + 7),
+                Bytes::from(random_bytes(KV_BLOB, i as u64 + 7)),
             )
             .await;
             assert_eq!(status, 201);
@@ -282,9 +251,9 @@ fn setup() -> Ctx {
             &ctx.client,
             ctx.server.ingress,
             "PUT",
-            Some("kv16.actors.localhost"),
+            "kv16.actors.localhost",
             "/probe",
-            b"x".to_vec(),
+            Bytes::from_static(b"x"),
         )
         .await;
         assert_eq!(status, 201);
@@ -551,9 +520,9 @@ fn bench_throughput(c: &mut Criterion, ctx: &Ctx) {
                             &client,
                             ingress,
                             "POST",
-                            Some("counter.actors.localhost"),
+                            "counter.actors.localhost",
                             "/",
-                            Vec::new(),
+                            Bytes::new(),
                         )
                         .await;
                         assert_eq!(status, 200);
