@@ -337,12 +337,13 @@ impl ControlPlane {
                         config.workers
                     )
                 })?;
-                // Remote workers get the same --max-live: refuse what no
-                // process could hold, even with no in-process worker.
-                crate::engine::check_live_instances(slots.max(max))?;
                 if slots > 0 {
+                    // Checks the slots against vm.max_map_count itself.
                     StasisEngine::pooled(config.limits, slots)?
                 } else {
+                    // Remote workers get the same --max-live: refuse what no
+                    // process could hold, even with no in-process worker.
+                    crate::engine::check_live_instances(max)?;
                     StasisEngine::new(config.limits)?
                 }
             }
