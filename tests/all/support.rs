@@ -1,28 +1,34 @@
-//! Test support: the real `stasis` binary on loopback, real HTTP.
+//! Test support: the real `stasis` binary on loopback, real HTTP. The
+//! process wrapper, the request core and the engine helpers are shared with
+//! the benches in `stasis-test-util`; this module adds what only tests use:
+//! a `Server` that knows the CLI verbs, remote workers, and raw HTTP.
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
+use stasis_test_util::demos::count_in;
+use stasis_test_util::http::{Http, Reply};
+use stasis_test_util::{Artifacts, Proc};
+
+pub use stasis_test_util::http::{actor_host, burst, client};
+
+/// The `stasis` binary and demo actors of this crate.
+pub const STASIS: Artifacts = stasis_test_util::artifacts!();
+
+/// Server logs are echoed to stderr when this variable is set.
+const ECHO_LOG: &str = "STASIS_TEST_LOG";
 
 /// Path of a demo actor module.
 pub fn demo(name: &str) -> PathBuf {
-    Path::new(env!("STASIS_DEMOS_DIR")).join(format!("{name}.wasm"))
+    STASIS.demo(name)
 }
 
 /// A running `stasis serve` with its own data dir; killed on drop.
 pub struct Server {
-    pub child: Child,
-    /// Everything the server wrote to stderr so far (its log).
-    pub log: std::sync::Arc<std::sync::Mutex<String>>,
+    process: Proc,
     pub ingress: SocketAddr,
     pub admin: SocketAddr,
     pub data_dir: PathBuf,
@@ -41,57 +47,22 @@ impl Server {
 
     /// Starts `stasis serve` on `data_dir`; Err(stderr) if it exits instead.
     pub fn start_in(data_dir: &Path, extra: &[&str]) -> Result<Server, String> {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_stasis"))
-            .arg("serve")
-            .arg("--data-dir")
-            .arg(data_dir)
-            .args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
-            .args(extra)
-            .env("STASIS_LOG", "info")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn stasis serve");
-        let stdout = child.stdout.take().expect("stdout");
-        let mut lines = BufReader::new(stdout).lines();
-        let ready = loop {
-            match lines.next() {
-                Some(Ok(line)) if line.starts_with("stasis ready") => break line,
-                Some(Ok(_)) => continue,
-                _ => {
-                    let out = child.wait_with_output().expect("wait");
-                    return Err(String::from_utf8_lossy(&out.stderr).into_owned());
-                }
-            }
-        };
-        let field = |key: &str| -> SocketAddr {
-            ready
-                .split_whitespace()
-                .find_map(|w| w.strip_prefix(key))
-                .and_then(|a| a.parse().ok())
-                .unwrap_or_else(|| panic!("bad ready line {ready:?}"))
-        };
-        let stderr = child.stderr.take().expect("stderr");
-        let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
-        let sink = log.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if std::env::var_os("STASIS_TEST_LOG").is_some() {
-                    eprintln!("[serve] {line}");
-                }
-                let mut log = sink.lock().unwrap_or_else(|p| p.into_inner());
-                log.push_str(&line);
-                log.push('\n');
-            }
-        });
+        let mut command = STASIS.serve(data_dir, extra);
+        command.env("STASIS_LOG", "info");
+        let echo = std::env::var_os(ECHO_LOG).is_some();
+        let process = Proc::start(command, "stasis ready", "serve", echo)?;
         Ok(Server {
-            log,
-            ingress: field("ingress="),
-            admin: field("admin="),
-            child,
+            ingress: process.addr("ingress="),
+            admin: process.addr("admin="),
+            process,
             data_dir: data_dir.to_owned(),
             _tmp: None,
         })
+    }
+
+    /// Everything the server wrote to stderr so far (its log).
+    pub fn log(&self) -> String {
+        self.process.log()
     }
 
     /// The admin URL.
@@ -101,20 +72,20 @@ impl Server {
 
     /// Runs a client verb of the real binary against this server.
     pub fn cli(&self, args: &[&str]) -> Output {
-        Command::new(env!("CARGO_BIN_EXE_stasis"))
-            .args(args)
-            .env("STASIS_ADMIN", self.admin_url())
-            .output()
-            .expect("run stasis")
+        self.cli_command(args).output().expect("run stasis")
+    }
+
+    /// `stasis ARGS` aimed at this server's admin API.
+    fn cli_command(&self, args: &[&str]) -> Command {
+        let mut command = STASIS.command();
+        command.args(args).env("STASIS_ADMIN", self.admin_url());
+        command
     }
 
     /// Runs `stasis actor migrate ACTOR --to TO -o json` on a blocking
     /// thread, so the test can act while the move runs.
     pub fn migrate_in_background(&self, actor: &str, to: &str) -> tokio::task::JoinHandle<Output> {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_stasis"));
-        command
-            .args(["actor", "migrate", actor, "--to", to, "-o", "json"])
-            .env("STASIS_ADMIN", self.admin_url());
+        let mut command = self.cli_command(&["actor", "migrate", actor, "--to", to, "-o", "json"]);
         tokio::task::spawn_blocking(move || command.output().expect("run stasis"))
     }
 
@@ -165,43 +136,18 @@ impl Server {
     /// Sends SIGTERM and waits for a clean exit (graceful shutdown). The
     /// data dir is deleted with `self` unless it was given to `start_in`.
     pub fn stop(&mut self) -> PathBuf {
-        let pid = self.child.id().to_string();
-        let status = Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .expect("kill");
-        assert!(status.success());
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Some(status) = self.child.try_wait().expect("wait") {
-                assert!(status.success(), "serve exited with {status}");
-                break;
-            }
-            assert!(Instant::now() < deadline, "serve did not stop within 30 s");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let status = self.process.terminate(Duration::from_secs(30));
+        assert!(status.success(), "serve exited with {status}");
         self.data_dir.clone()
     }
 
     /// Kills the server with SIGKILL and waits for it.
     pub fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.process.kill();
     }
 }
 
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-/// An HTTP client for tests (keep-alive, HTTP/1.1).
-pub fn client() -> Client<HttpConnector, Full<Bytes>> {
-    Client::builder(TokioExecutor::new()).build_http()
-}
-
-/// A response as tests look at it.
+/// A response as tests look at it: [`Reply`] with the body as text.
 #[derive(Debug, Clone)]
 pub struct Answer {
     pub status: u16,
@@ -209,60 +155,52 @@ pub struct Answer {
     pub body: String,
 }
 
+impl From<Reply> for Answer {
+    fn from(reply: Reply) -> Answer {
+        Answer {
+            body: reply.text(),
+            status: reply.status,
+            headers: reply.headers,
+        }
+    }
+}
+
 /// Sends `method` to `host` (Host header) at `addr` with `body`.
 pub async fn send(
-    client: &Client<HttpConnector, Full<Bytes>>,
+    client: &Http,
     addr: SocketAddr,
     method: &str,
     host: &str,
     path: &str,
     body: Vec<u8>,
 ) -> Answer {
-    let request = hyper::Request::builder()
-        .method(method)
-        .uri(format!("http://{addr}{path}"))
-        .header("host", host)
-        .body(Full::new(Bytes::from(body)))
-        .expect("request");
-    let response = client.request(request).await.expect("HTTP request");
-    let status = response.status().as_u16();
-    let headers = response.headers().clone();
-    let body = response
-        .into_body()
-        .collect()
+    stasis_test_util::http::send(client, addr, method, host, path, body)
         .await
-        .expect("body")
-        .to_bytes();
-    Answer {
-        status,
-        headers,
-        body: String::from_utf8_lossy(&body).into_owned(),
-    }
+        .into()
+}
+
+/// Sends a bodiless `method path` to actor `actor` through the ingress at
+/// `addr`.
+pub async fn to_actor(
+    client: &Http,
+    addr: SocketAddr,
+    actor: &str,
+    method: &str,
+    path: &str,
+) -> Answer {
+    send(client, addr, method, &actor_host(actor), path, Vec::new()).await
 }
 
 /// POSTs to actor `actor` on `server` and returns the answer.
 pub async fn post(server: &Server, actor: &str) -> Answer {
-    send(
-        &client(),
-        server.ingress,
-        "POST",
-        &format!("{actor}.actors.localhost"),
-        "/",
-        Vec::new(),
-    )
-    .await
+    to_actor(&client(), server.ingress, actor, "POST", "/").await
 }
 
-/// The count in a counter answer (`... preserved memory count: N`).
+/// The count in a counting demo's answer (`... preserved memory count: N`,
+/// `count: N`); panics unless the answer is a 200 with a count.
 pub fn count(answer: &Answer) -> u64 {
     assert_eq!(answer.status, 200, "unexpected answer {answer:?}");
-    answer
-        .body
-        .trim()
-        .rsplit(' ')
-        .next()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no count in {:?}", answer.body))
+    count_in(&answer.body).unwrap_or_else(|| panic!("no count in {:?}", answer.body))
 }
 
 /// Writes raw bytes to `addr` and returns the raw response (the connection
@@ -287,7 +225,7 @@ pub fn raw_status(response: &str) -> u16 {
 
 /// A running `stasis worker run`; killed on drop.
 pub struct RemoteWorker {
-    pub child: Child,
+    process: Proc,
     pub name: String,
     pub listen: SocketAddr,
     _tmp: tempfile::TempDir,
@@ -298,57 +236,15 @@ impl RemoteWorker {
     /// environment variables (e.g. failpoints).
     pub fn start(server: &Server, name: &str, env: &[(&str, &str)]) -> RemoteWorker {
         let tmp = tempfile::tempdir().expect("tempdir");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_stasis"))
-            .args([
-                "worker",
-                "run",
-                "--join",
-                &server.admin_url(),
-                "--listen",
-                "127.0.0.1:0",
-                "--name",
-                name,
-                "--data-dir",
-            ])
-            .arg(tmp.path().join("data"))
-            .envs(env.iter().copied())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn stasis worker run");
-        let stdout = child.stdout.take().expect("stdout");
-        let mut lines = BufReader::new(stdout).lines();
-        let ready = loop {
-            match lines.next() {
-                Some(Ok(line)) if line.starts_with("stasis worker ready") => break line,
-                Some(Ok(_)) => continue,
-                _ => {
-                    let out = child.wait_with_output().expect("wait");
-                    panic!(
-                        "worker {name} exited: {}",
-                        String::from_utf8_lossy(&out.stderr)
-                    );
-                }
-            }
-        };
-        let listen = ready
-            .split_whitespace()
-            .find_map(|w| w.strip_prefix("listen="))
-            .and_then(|a| a.parse().ok())
-            .unwrap_or_else(|| panic!("bad ready line {ready:?}"));
-        let stderr = child.stderr.take().expect("stderr");
-        let tag = name.to_owned();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if std::env::var_os("STASIS_TEST_LOG").is_some() {
-                    eprintln!("[{tag}] {line}");
-                }
-            }
-        });
+        let mut command = STASIS.worker(&server.admin_url(), name, &tmp.path().join("data"));
+        command.envs(env.iter().copied());
+        let echo = std::env::var_os(ECHO_LOG).is_some();
+        let process = Proc::start(command, "stasis worker ready", name, echo)
+            .unwrap_or_else(|stderr| panic!("worker {name} exited: {stderr}"));
         let worker = RemoteWorker {
-            child,
+            listen: process.addr("listen="),
+            process,
             name: name.to_owned(),
-            listen,
             _tmp: tmp,
         };
         server.wait_for_worker(name, "ready");
@@ -357,21 +253,12 @@ impl RemoteWorker {
 
     /// SIGKILL.
     pub fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.process.kill();
     }
 
-    /// SIGTERM, and wait for the exit.
+    /// SIGTERM, and wait for the exit (30 s at most).
     pub fn terminate(&mut self) -> std::process::ExitStatus {
-        let pid = self.child.id().to_string();
-        let _ = Command::new("kill").args(["-TERM", &pid]).status();
-        self.child.wait().expect("wait")
-    }
-}
-
-impl Drop for RemoteWorker {
-    fn drop(&mut self) {
-        self.kill();
+        self.process.terminate(Duration::from_secs(30))
     }
 }
 
