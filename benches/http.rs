@@ -30,11 +30,12 @@ use bytes::Bytes;
 use criterion::{Criterion, SamplingMode, Throughput};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
+use stasis_core::engine::{Limits, StasisEngine};
+use stasis_core::module::ModuleCache;
+use stasis_core::snapshot_files::LocalSnapshotStore;
+use stasis_core::snapshot_store::SnapshotStore as _;
 use stasis_host_api::Request;
-use stasis_runtime::engine::{Limits, StasisEngine};
 use stasis_runtime::metrics::Metrics;
-use stasis_runtime::module::ModuleCache;
-use stasis_runtime::store::SnapshotStore;
 use stasis_runtime::worker::{ActorSpec, Worker, WorkerSettings};
 use support::{Http, Proc, send};
 
@@ -403,8 +404,8 @@ fn bench_resume(c: &mut Criterion, ctx: &Ctx) {
     });
     lat.report("http_resume/counter_snapshot_size/write_fsync");
     group.bench_function("counter_snapshot_size/snapshot_store_write", |b| {
-        let store =
-            SnapshotStore::open(ctx.server.dir.path().join("store-probe"), None).expect("store");
+        let store = LocalSnapshotStore::open(ctx.server.dir.path().join("store-probe"), None)
+            .expect("store");
         let mut seq = 0;
         b.iter_custom(|iters| {
             let mut total = Duration::ZERO;
@@ -443,7 +444,8 @@ fn direct(ctx: &Ctx) -> Direct {
     let template = cache
         .load(&std::fs::read(demo("counter")).expect("counter.wasm"))
         .expect("counter loads");
-    let store = Arc::new(SnapshotStore::open(tmp.path().join("snapshots"), None).expect("store"));
+    let store =
+        Arc::new(LocalSnapshotStore::open(tmp.path().join("snapshots"), None).expect("store"));
     let worker = Worker::new(
         "worker-1",
         engine,

@@ -5,11 +5,11 @@
 use std::sync::Arc;
 
 use sha2::{Digest as _, Sha256};
+use stasis_core::engine::{Limits, StasisEngine};
+use stasis_core::instance::{ActorInstance, InstanceConfig};
+use stasis_core::module::{ModuleCache, Template};
+use stasis_core::snapshot;
 use stasis_host_api::{Request, Response};
-use stasis_runtime::engine::{Limits, StasisEngine};
-use stasis_runtime::instance::{ActorInstance, InstanceConfig};
-use stasis_runtime::module::{ModuleCache, Template};
-use stasis_runtime::snapshot;
 
 const COUNTER: &str = concat!(env!("STASIS_DEMOS_DIR"), "/counter.wasm");
 const KV: &str = concat!(env!("STASIS_DEMOS_DIR"), "/kv.wasm");

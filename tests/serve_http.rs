@@ -493,7 +493,7 @@ async fn clock_never_goes_backwards_across_a_restart() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_snapshot_written_by_serve_restores_in_another_process() {
-    use stasis_runtime::{engine, instance, module, snapshot};
+    use stasis_core::{engine, instance, module, snapshot};
     let server = Server::start(&[]);
     server.push("counter");
     server.create("xproc", "counter");

@@ -1,6 +1,5 @@
-//! Snapshots: capture an instance's linear memories and mutable globals into
-//! the snapshot file format, verify a file, and restore it into a fresh
-//! resume instance.
+//! The snapshot file format: its byte layout, the header's encoding and
+//! decoding, and the checks that turn bytes into a [`VerifiedSnapshot`].
 //!
 //! # File format (version [`FORMAT_VERSION`])
 //!
@@ -30,13 +29,9 @@
 //! bounds, globals against the module. Each failure is a distinct
 //! [`SnapshotError`] naming the check.
 
-use std::sync::Arc;
-
 use serde::{Deserialize, Serialize};
-use wasmtime::Val;
 
-use crate::engine::StasisEngine;
-use crate::instance::{ActorInstance, CallError, InstanceConfig, Start};
+use super::memory::{PAGE_SIZE, align_up};
 use crate::module::{Digest, GlobalKind, Template};
 
 /// First 8 bytes of every snapshot file.
@@ -46,15 +41,14 @@ pub const FORMAT_VERSION: u32 = 1;
 /// The oldest format version this build reads. Version 1 is the first, so
 /// there is no previous version yet; when version 2 comes, this stays 1.
 pub const OLDEST_READABLE_VERSION: u32 = 1;
-/// Granularity of the sparse page map, in bytes.
-pub const PAGE_SIZE: usize = 4096;
-const WASM_PAGE: u64 = 65536;
+/// Size of a wasm page, in bytes.
+pub(crate) const WASM_PAGE: u64 = 65536;
+/// Length of the fixed prefix (magic, version, header length, file length).
 const PREFIX_LEN: usize = 24;
-const TRAILER_LEN: usize = 4;
+/// Length of the CRC32C trailer.
+pub(crate) const TRAILER_LEN: usize = 4;
 /// Largest header accepted, in bytes.
 const MAX_HEADER: usize = 16 << 20;
-/// Capture copies and checksums page runs in chunks of this size (fits L2).
-const CRC_CHUNK: usize = 64 << 10;
 
 /// One defined mutable global's value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -185,224 +179,10 @@ pub enum SnapshotError {
     Layout(String),
 }
 
-/// Statistics of one capture.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CaptureStats {
-    /// Total size of the memories, in bytes.
-    pub memory_bytes: u64,
-    /// Non-zero 4 KiB pages written.
-    pub stored_pages: u64,
-    /// Size of the encoded snapshot, in bytes.
-    pub file_bytes: u64,
-}
-
 fn header_config() -> impl bincode::config::Config {
     bincode::config::standard()
         .with_fixed_int_encoding()
         .with_limit::<MAX_HEADER>()
-}
-
-/// Whether a 4 KiB page is all zero (early exit on the first non-zero
-/// 256-byte block). Fixed-size chunks let the compiler vectorise the OR,
-/// so a zero page is scanned at memory bandwidth.
-#[must_use]
-pub fn page_is_zero(page: &[u8]) -> bool {
-    let mut blocks = page.chunks_exact(256);
-    for block in &mut blocks {
-        let mut acc = 0u64;
-        for word in block.chunks_exact(8) {
-            let mut w = [0u8; 8];
-            w.copy_from_slice(word);
-            acc |= u64::from_ne_bytes(w);
-        }
-        if acc != 0 {
-            return false;
-        }
-    }
-    blocks.remainder().iter().all(|&b| b == 0)
-}
-
-fn scan_runs(data: &[u8]) -> Vec<PageRun> {
-    let mut runs: Vec<PageRun> = Vec::new();
-    for (i, page) in data.chunks(PAGE_SIZE).enumerate() {
-        if page_is_zero(page) {
-            continue;
-        }
-        let i = i as u64;
-        match runs.last_mut() {
-            Some(run) if run.first_page + run.pages == i => run.pages += 1,
-            _ => runs.push(PageRun {
-                first_page: i,
-                pages: 1,
-                file_offset: 0,
-            }),
-        }
-    }
-    runs
-}
-
-fn global_bits(value: &Val) -> Option<(GlobalKind, u128)> {
-    Some(match value {
-        Val::I32(v) => (GlobalKind::I32, u128::from(*v as u32)),
-        Val::I64(v) => (GlobalKind::I64, u128::from(*v as u64)),
-        Val::F32(bits) => (GlobalKind::F32, u128::from(*bits)),
-        Val::F64(bits) => (GlobalKind::F64, u128::from(*bits)),
-        Val::V128(v) => (GlobalKind::V128, v.as_u128()),
-        _ => return None,
-    })
-}
-
-fn global_val(value: &GlobalValue) -> Val {
-    match value.kind {
-        GlobalKind::I32 => Val::I32(value.bits as u32 as i32),
-        GlobalKind::I64 => Val::I64(value.bits as u64 as i64),
-        GlobalKind::F32 => Val::F32(value.bits as u32),
-        GlobalKind::F64 => Val::F64(value.bits as u64),
-        GlobalKind::V128 => Val::V128(value.bits.into()),
-    }
-}
-
-/// Captures `instance` into the snapshot file format, in memory. Call it
-/// only between guest calls (no wasm frame on the stack): the worker
-/// guarantees that by owning the instance.
-///
-/// # Errors
-/// Only if the header cannot be encoded (more than 16 MiB of page runs).
-pub fn capture(instance: &mut ActorInstance) -> Result<(Vec<u8>, CaptureStats), SnapshotError> {
-    let mut out = Vec::new();
-    let stats = capture_into(instance, &mut out)?;
-    Ok((out, stats))
-}
-
-/// Like [`capture`], but writes the snapshot into `out` (cleared first),
-/// reusing its allocation. A buffer kept across captures is already faulted
-/// in, so a large capture runs at memcpy speed instead of paying a page
-/// fault per 4 KiB of fresh allocation (research notes §3.3).
-///
-/// # Errors
-/// Only if the header cannot be encoded (more than 16 MiB of page runs).
-pub fn capture_into(
-    instance: &mut ActorInstance,
-    out: &mut Vec<u8>,
-) -> Result<CaptureStats, SnapshotError> {
-    out.clear();
-    let info = instance.template.info.clone();
-    let values = instance.global_values();
-    let mut globals = Vec::with_capacity(values.len());
-    for (g, v) in info.globals.iter().zip(&values) {
-        let (kind, bits) = global_bits(v)
-            .ok_or_else(|| SnapshotError::Layout(format!("global {} is not a number", g.index)))?;
-        globals.push(GlobalValue {
-            index: g.index,
-            kind,
-            bits,
-        });
-    }
-    let store = &instance.store;
-    let mut memories = Vec::with_capacity(info.memories.len());
-    for (m, memory) in info.memories.iter().zip(&instance.memories) {
-        let data = memory.data(store);
-        memories.push(MemoryImage {
-            index: m.index,
-            wasm_pages: data.len() as u64 / WASM_PAGE,
-            runs: scan_runs(data),
-        });
-    }
-    let mut header = Header {
-        module_digest: info.digest,
-        abi_version: info.abi_version,
-        clock_ns: instance.clock.now_ns(),
-        globals,
-        memories,
-    };
-    // Fixed-int encoding: the header's length does not depend on the offsets.
-    let header_len = encode_header(&header)?.len();
-    let mut offset = align_up(PREFIX_LEN + header_len) as u64;
-    for run in header.memories.iter_mut().flat_map(|m| &mut m.runs) {
-        run.file_offset = offset;
-        offset += run.pages * PAGE_SIZE as u64;
-    }
-    let header_bytes = encode_header(&header)?;
-    let file_len = offset + TRAILER_LEN as u64;
-    let fresh = out.capacity() < file_len as usize;
-    out.reserve(file_len as usize);
-    if fresh {
-        // The first `file_len` bytes of the new buffer are about to be written.
-        let spare = out.spare_capacity_mut();
-        prepare_fresh(
-            spare.as_ptr().cast(),
-            spare.len().min(file_len as usize),
-            true,
-        );
-    }
-    out.extend_from_slice(&MAGIC);
-    out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
-    out.extend_from_slice(&(header_bytes.len() as u32).to_le_bytes());
-    out.extend_from_slice(&file_len.to_le_bytes());
-    out.extend_from_slice(&header_bytes);
-    out.resize(align_up(out.len()), 0);
-    // One pass over the pages: each chunk is checksummed right after it is
-    // copied, while it is still in cache.
-    let mut crc = crc32c::crc32c(out);
-    for (image, memory) in header.memories.iter().zip(&instance.memories) {
-        let data = memory.data(store);
-        for run in &image.runs {
-            let start = run.first_page as usize * PAGE_SIZE;
-            let bytes = &data[start..start + run.pages as usize * PAGE_SIZE];
-            for chunk in bytes.chunks(CRC_CHUNK) {
-                append(out, chunk);
-                crc = crc32c::crc32c_append(crc, chunk);
-            }
-        }
-    }
-    out.extend_from_slice(&crc.to_le_bytes());
-    Ok(CaptureStats {
-        memory_bytes: header.memory_bytes(),
-        stored_pages: header.stored_pages(),
-        file_bytes: out.len() as u64,
-    })
-}
-
-/// Pieces in which [`copy`] and [`append`] move bytes between buffers that
-/// are not equally aligned to a cache line.
-const MISALIGNED_PIECE: usize = 512;
-
-/// Whether `dst` and `src` sit at different offsets within a cache line.
-fn misaligned(dst: *const u8, src: *const u8) -> bool {
-    !(dst as usize).wrapping_sub(src as usize).is_multiple_of(64)
-}
-
-/// `dst.copy_from_slice(src)`, fast also when the two are not equally
-/// aligned. glibc's `memcpy` moves copies between a few KiB and its
-/// non-temporal threshold with `rep movsb`, which on this machine (AMD EPYC,
-/// glibc 2.36) runs 3–4× slower when source and destination differ in their
-/// offset within a cache line. That is the normal case here: linear memory
-/// and mapped files are page-aligned, a `Vec`'s buffer starts 16 bytes into
-/// its malloc chunk. Pieces of 512 bytes take glibc's vector loop instead.
-fn copy(dst: &mut [u8], src: &[u8]) {
-    if misaligned(dst.as_ptr(), src.as_ptr()) {
-        for (d, s) in dst
-            .chunks_mut(MISALIGNED_PIECE)
-            .zip(src.chunks(MISALIGNED_PIECE))
-        {
-            d.copy_from_slice(s);
-        }
-    } else {
-        dst.copy_from_slice(src);
-    }
-}
-
-/// `out.extend_from_slice(src)`, fast also when the two are not equally
-/// aligned (see [`copy`]).
-fn append(out: &mut Vec<u8>, src: &[u8]) {
-    let end = out.as_ptr().wrapping_add(out.len());
-    if misaligned(end, src.as_ptr()) {
-        for piece in src.chunks(MISALIGNED_PIECE) {
-            out.extend_from_slice(piece);
-        }
-    } else {
-        out.extend_from_slice(src);
-    }
 }
 
 fn encode_header(header: &Header) -> Result<Vec<u8>, SnapshotError> {
@@ -410,17 +190,83 @@ fn encode_header(header: &Header) -> Result<Vec<u8>, SnapshotError> {
         .map_err(|e| SnapshotError::TooLarge(format!("header: {e}")))
 }
 
-fn align_up(n: usize) -> usize {
-    n.div_ceil(PAGE_SIZE) * PAGE_SIZE
+/// The header length recorded in a file's prefix (bytes 12..16); the
+/// caller has checked that the prefix is there.
+fn recorded_header_len(bytes: &[u8]) -> usize {
+    u32::from_le_bytes([bytes[12], bytes[13], bytes[14], bytes[15]]) as usize
 }
 
-/// A snapshot whose bytes passed [`verify`]: the header, and the bytes it
-/// was read from (borrowed, e.g. from a mapped file).
+/// Where page data starts in a file whose header is `header_len` bytes:
+/// the first 4 KiB boundary after the header.
+fn data_start(header_len: usize) -> usize {
+    align_up(PREFIX_LEN + header_len)
+}
+
+/// Lays out a file for `header`: sets every page run's file offset (runs
+/// follow each other in header order from the first 4 KiB boundary after
+/// the header) and returns the encoded header and the whole file's length.
+///
+/// # Errors
+/// [`SnapshotError::TooLarge`] if the header does not encode (over 16 MiB).
+pub(crate) fn lay_out(header: &mut Header) -> Result<(Vec<u8>, u64), SnapshotError> {
+    // Fixed-int encoding: the header's length does not depend on the offsets.
+    let header_len = encode_header(header)?.len();
+    let mut offset = data_start(header_len) as u64;
+    for run in header.memories.iter_mut().flat_map(|m| &mut m.runs) {
+        run.file_offset = offset;
+        offset += run.pages * PAGE_SIZE as u64;
+    }
+    Ok((encode_header(header)?, offset + TRAILER_LEN as u64))
+}
+
+/// Appends the fixed prefix, `header_bytes` and the zero padding up to the
+/// first page run to `out` (empty on entry).
+pub(crate) fn write_prefix(out: &mut Vec<u8>, header_bytes: &[u8], file_len: u64) {
+    out.extend_from_slice(&MAGIC);
+    out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+    out.extend_from_slice(&(header_bytes.len() as u32).to_le_bytes());
+    out.extend_from_slice(&file_len.to_le_bytes());
+    out.extend_from_slice(header_bytes);
+    out.resize(data_start(header_bytes.len()), 0);
+}
+
+/// A snapshot whose bytes passed [`verify`] against one template: the
+/// decoded header and the bytes it was read from (`B` is anything holding
+/// them: a slice, a `Vec`, a mapped file, [`SnapshotBytes`]). Only
+/// [`verify`] makes one, and nothing can change it afterwards, so
+/// [`restore`](super::restore()) trusts it without checking again.
+///
+/// [`SnapshotBytes`]: crate::snapshot_store::SnapshotBytes
 #[derive(Debug)]
-pub struct Verified<'a> {
+pub struct VerifiedSnapshot<B> {
+    header: Header,
+    bytes: B,
+}
+
+impl<B: AsRef<[u8]>> VerifiedSnapshot<B> {
     /// The decoded header.
-    pub header: Header,
-    bytes: &'a [u8],
+    #[must_use]
+    pub fn header(&self) -> &Header {
+        &self.header
+    }
+
+    /// The verified file's bytes.
+    #[must_use]
+    pub fn bytes(&self) -> &[u8] {
+        self.bytes.as_ref()
+    }
+
+    /// The decoded header, dropping the bytes.
+    #[must_use]
+    pub fn into_header(self) -> Header {
+        self.header
+    }
+
+    /// The bytes, dropping the verified status.
+    #[must_use]
+    pub fn into_bytes(self) -> B {
+        self.bytes
+    }
 }
 
 /// Checks `bytes` as described in the module docs, against `template` and
@@ -428,11 +274,21 @@ pub struct Verified<'a> {
 ///
 /// # Errors
 /// The first failed check, as a [`SnapshotError`].
-pub fn verify<'a>(
-    bytes: &'a [u8],
+pub fn verify<B: AsRef<[u8]>>(
+    bytes: B,
     template: &Template,
     max_memory: u64,
-) -> Result<Verified<'a>, SnapshotError> {
+) -> Result<VerifiedSnapshot<B>, SnapshotError> {
+    let header = check_layout(bytes.as_ref(), template, max_memory)?;
+    Ok(VerifiedSnapshot { header, bytes })
+}
+
+/// [`verify`] on a borrowed file: the header, once every check passed.
+fn check_layout(
+    bytes: &[u8],
+    template: &Template,
+    max_memory: u64,
+) -> Result<Header, SnapshotError> {
     let header = verify_header(bytes)?;
     let info = &template.info;
     if header.module_digest != info.digest {
@@ -456,8 +312,7 @@ pub fn verify<'a>(
     }
     let data_end = (bytes.len() - TRAILER_LEN) as u64;
     // Pages live after the header, from the first 4 KiB boundary on.
-    let header_len = u32::from_le_bytes(bytes[12..16].try_into().unwrap_or_default()) as usize;
-    let data_start = align_up(PREFIX_LEN + header_len) as u64;
+    let data_start = data_start(recorded_header_len(bytes)) as u64;
     let mut total = 0u64;
     for (image, m) in header.memories.iter().zip(&info.memories) {
         let bytes_claimed = image.wasm_pages.saturating_mul(WASM_PAGE);
@@ -510,7 +365,7 @@ pub fn verify<'a>(
             "globals {found:?} do not match the module's {expected:?}"
         )));
     }
-    Ok(Verified { header, bytes })
+    Ok(header)
 }
 
 /// Whether two snapshot files hold the same actor state: equal headers
@@ -524,10 +379,9 @@ pub fn same_state(a: &[u8], b: &[u8]) -> bool {
     if a.len() != b.len() || a.len() < PREFIX_LEN + TRAILER_LEN {
         return false;
     }
-    let header_len = |file: &[u8]| u32::from_le_bytes([file[12], file[13], file[14], file[15]]);
     let end = a.len() - TRAILER_LEN;
-    let data = PREFIX_LEN + header_len(a) as usize;
-    if header_len(a) != header_len(b) || data > end {
+    let data = PREFIX_LEN + recorded_header_len(a);
+    if recorded_header_len(a) != recorded_header_len(b) || data > end {
         return false;
     }
     // Page data first: a changed actor usually differs there, and the
@@ -596,135 +450,3 @@ pub fn verify_header(bytes: &[u8]) -> Result<Header, SnapshotError> {
     }
     Ok(header)
 }
-
-/// Why a restore failed.
-#[derive(Debug, thiserror::Error)]
-pub enum RestoreError {
-    /// The snapshot did not verify.
-    #[error(transparent)]
-    Snapshot(#[from] SnapshotError),
-    /// Instantiating the resume variant or writing state back failed.
-    #[error(transparent)]
-    Call(#[from] CallError),
-}
-
-/// Restores a verified snapshot into a fresh instance of `template`'s resume
-/// variant: grows each memory to its recorded size, writes every stored page
-/// once, sets every global and starts the virtual clock where it stopped.
-/// Does not call `on_resume` (the caller decides).
-///
-/// # Errors
-/// [`RestoreError`] if instantiation traps or a memory cannot grow to the
-/// recorded size under this engine's limits.
-pub async fn restore(
-    engine: &StasisEngine,
-    template: Arc<Template>,
-    config: InstanceConfig,
-    snapshot: &Verified<'_>,
-) -> Result<ActorInstance, RestoreError> {
-    let header = &snapshot.header;
-    let mut instance = ActorInstance::instantiate(
-        engine,
-        template,
-        config,
-        Start::Resume {
-            clock_ns: header.clock_ns,
-        },
-    )
-    .await?;
-    // Huge-page advice would outlive the instance in a pooled slot and
-    // change how later instances in that slot fault (research notes §4,
-    // pitfall 9), and split the slot's mapping in three.
-    let huge_pages = engine.slots().is_none();
-    let memories = instance.memories.clone();
-    for (image, memory) in header.memories.iter().zip(&memories) {
-        let current = memory.size(&instance.store);
-        if image.wasm_pages > current {
-            memory
-                .grow(&mut instance.store, image.wasm_pages - current)
-                .map_err(|e| {
-                    SnapshotError::TooLarge(format!(
-                        "memory {} cannot grow to {} pages here: {e}",
-                        image.index, image.wasm_pages
-                    ))
-                })?;
-        }
-        let data = memory.data_mut(&mut instance.store);
-        for run in &image.runs {
-            let src = run.file_offset as usize;
-            let dst = run.first_page as usize * PAGE_SIZE;
-            let len = run.pages as usize * PAGE_SIZE;
-            let dst = &mut data[dst..dst + len];
-            prepare_fresh(dst.as_ptr(), dst.len(), huge_pages);
-            copy(dst, &snapshot.bytes[src..src + len]);
-        }
-    }
-    let globals = instance.globals.clone();
-    for (value, global) in header.globals.iter().zip(&globals) {
-        global
-            .set(&mut instance.store, global_val(value))
-            .map_err(|e| CallError::Host(format!("setting global {}: {e:#}", value.index)))?;
-    }
-    Ok(instance)
-}
-
-/// Smallest stretch of a run worth one `MADV_POPULATE_WRITE` call rather
-/// than a page fault per 4 KiB page.
-#[cfg(target_os = "linux")]
-const POPULATE_MIN: usize = 64 << 10;
-/// Size of a transparent huge page (x86-64, aarch64 with 4 KiB pages).
-#[cfg(target_os = "linux")]
-const HUGE_PAGE: usize = 2 << 20;
-
-/// Readies `len` bytes at `ptr` — memory the caller owns, freshly
-/// allocated or mapped, that one bulk copy is about to fill completely (a
-/// run's destination in a fresh resume instance, or a new capture buffer)
-/// — for that copy. Page faults dominate such a copy (research notes §3.3:
-/// a 4 KiB fault costs 1–2 µs, more than copying the page), so:
-///
-/// * the 2 MiB-aligned blocks inside the range are advised `MADV_HUGEPAGE`:
-///   one fault per 2 MiB instead of 512. Only blocks the copy fills
-///   completely get the advice, so no huge page ever holds memory that
-///   would otherwise have stayed unmapped;
-/// * what is left of a large range is prefaulted with one
-///   `MADV_POPULATE_WRITE` call.
-///
-/// Both are hints that never change memory contents; errors (kernels before
-/// 5.14, THP disabled) are ignored and the copy faults pages in as usual.
-/// The huge-page advice lives as long as the mapping. The on-demand
-/// allocator unmaps an instance's memory when the instance is dropped, so
-/// the advice cannot leak into another instance; a pooled slot outlives its
-/// instance (research notes §4 pitfall 9), so with `huge_pages` false
-/// (pooled engines) only the prefault is applied.
-#[cfg(target_os = "linux")]
-fn prepare_fresh(ptr: *const u8, len: usize, huge_pages: bool) {
-    let base = ptr as usize;
-    // Whole pages only: a page shared with another allocation is left alone.
-    let start = base.next_multiple_of(PAGE_SIZE);
-    let end = (base + len) / PAGE_SIZE * PAGE_SIZE;
-    let advise = |from: usize, to: usize, advice: libc::c_int| {
-        if to > from {
-            // SAFETY: [from, to) is page-aligned and lies inside memory the
-            // caller owns; neither advice changes its contents, and the
-            // result is ignored on purpose (a hint).
-            unsafe { libc::madvise(from as *mut libc::c_void, to - from, advice) };
-        }
-    };
-    let populate = |from: usize, to: usize| {
-        if to.saturating_sub(from) >= POPULATE_MIN {
-            advise(from, to, libc::MADV_POPULATE_WRITE);
-        }
-    };
-    let huge_start = start.next_multiple_of(HUGE_PAGE);
-    let huge_end = end / HUGE_PAGE * HUGE_PAGE;
-    if huge_pages && huge_end > huge_start {
-        advise(huge_start, huge_end, libc::MADV_HUGEPAGE);
-        populate(start, huge_start);
-        populate(huge_end, end);
-    } else {
-        populate(start, end);
-    }
-}
-
-#[cfg(not(target_os = "linux"))]
-fn prepare_fresh(_ptr: *const u8, _len: usize, _huge_pages: bool) {}
