@@ -13,18 +13,17 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
+use stasis_core::engine::StasisEngine;
+use stasis_core::instance::{ActorInstance, CallError, InstanceConfig};
+use stasis_core::module::Template;
+use stasis_core::snapshot::{self, VerifiedSnapshot};
+use stasis_core::snapshot_store::{SnapshotBytes, SnapshotEntry, SnapshotStore, StoreError};
 use stasis_host_api::{Request, Response};
 use tokio::sync::{OwnedSemaphorePermit, mpsc, oneshot};
 
 use super::live::LiveSlots;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
-use stasis_core::engine::StasisEngine;
-use stasis_core::instance::{ActorInstance, CallError, InstanceConfig};
-use stasis_core::module::Template;
-use stasis_core::snapshot;
-use stasis_core::snapshot::VerifiedSnapshot;
-use stasis_core::snapshot_store::{SnapshotBytes, SnapshotEntry, SnapshotStore, StoreError};
 
 /// Lower-case actor states, as in the JSON API.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]

@@ -11,6 +11,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use stasis_core::engine::StasisEngine;
+use stasis_core::module::Template;
+use stasis_core::snapshot::{self, VerifiedSnapshot};
+use stasis_core::snapshot_store::{SnapshotBytes, SnapshotStore, StoreError};
 use stasis_host_api::{Request, Response};
 use tokio::sync::{mpsc, oneshot};
 
@@ -21,11 +25,6 @@ use actor::{
     SnapshotReport, Ticket,
 };
 use live::LiveSlots;
-use stasis_core::engine::StasisEngine;
-use stasis_core::module::Template;
-use stasis_core::snapshot;
-use stasis_core::snapshot::VerifiedSnapshot;
-use stasis_core::snapshot_store::{SnapshotBytes, SnapshotStore, StoreError};
 
 /// Settings of a worker.
 #[derive(Debug, Clone)]
