@@ -15,7 +15,9 @@
 //!   cache ([`module::cache`]).
 //! * [`instance`]: one live actor and the ABI calls into it.
 //! * [`snapshot`]: the file format and [`snapshot::verify`]
-//!   ([`snapshot::format`]), [`snapshot::capture`], [`snapshot::restore`]
+//!   ([`snapshot::format`](mod@snapshot::format)), capture
+//!   ([`snapshot::capture`](mod@snapshot::capture)), restore
+//!   ([`snapshot::restore`](mod@snapshot::restore))
 //!   and the memory helpers they share ([`snapshot::memory`]).
 //! * [`snapshot_store`]: the [`snapshot_store::SnapshotStore`] trait that
 //!   workers and the control plane keep snapshots through.

@@ -1,6 +1,6 @@
 //! The embedded [`SnapshotStore`]: snapshot files in the data dir,
 //! `snapshots/<actor>/<seq:020>.snap`, written with
-//! [`write_atomically`](crate::durable::write_atomically) so a crash at any
+//! [`write_atomically`] so a crash at any
 //! point leaves the previous snapshot intact, with an empty
 //! `<seq:020>.acked` marker naming the newest acknowledged one; retention
 //! of the newest N; an optional quota on the whole folder.

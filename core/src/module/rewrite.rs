@@ -10,7 +10,7 @@ use super::{GLOBAL_EXPORT_PREFIX, MEMORY_EXPORT_PREFIX, ModuleError, ModuleInfo,
 ///
 /// # Errors
 /// [`ModuleError::Malformed`] if the bytes do not parse (they were validated
-/// by [`analyze`], so this means they changed in between).
+/// by [`analyze`](super::analyze()), so this means they changed in between).
 pub fn instrument(
     bytes: &[u8],
     info: &ModuleInfo,

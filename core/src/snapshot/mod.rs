@@ -2,10 +2,11 @@
 //! the snapshot file format, verify a file once into a [`VerifiedSnapshot`],
 //! and restore that into a fresh resume instance.
 //!
-//! Rooms: [`format`] (the byte layout, header encoding and decoding, and
-//! [`verify`]), [`capture`] (instance → bytes), [`restore`] (verified bytes
-//! → instance), [`memory`] (page scanning, copies and page-fault hints the
-//! other two share). The layout is described in [`format`].
+//! Rooms: [`format`](mod@format) (the byte layout, header encoding and
+//! decoding, and [`verify`]), [`capture`](mod@capture) (instance → bytes),
+//! [`restore`](mod@restore) (verified bytes → instance), [`memory`] (page
+//! scanning, copies and page-fault hints the other two share). The layout
+//! is described in [`format`](mod@format).
 
 pub mod capture;
 pub mod format;

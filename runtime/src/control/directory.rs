@@ -1,5 +1,6 @@
 //! The durable directory in `stasis.db` (SQLite): templates, actors and
-//! their placement, workers. Snapshots are files (see [`crate::store`]); the
+//! their placement, workers. Snapshots are files (see
+//! [`stasis_core::snapshot_files`]); the
 //! directory records who exists and where each actor lives.
 
 use std::path::Path;
