@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
+use stasis_core::engine::Limits;
 use stasis_runtime::control::{RebalanceBy, ServeConfig};
-use stasis_runtime::engine::Limits;
 use stasis_runtime::server::{ServeOptions, serve};
 use stasis_runtime::worker::WorkerSettings;
 use stasis_runtime::worker::actor::ActorSettings;

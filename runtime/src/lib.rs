@@ -1,21 +1,19 @@
-//! The Stasis host: everything that runs actors.
+//! The Stasis host around the snapshot core ([`stasis_core`]: engine,
+//! modules, instances, snapshots and their store): everything that serves
+//! actors over HTTP.
 //!
-//! Rooms, bottom-up: [`engine`] (wasmtime engine, epoch ticker, limits),
-//! [`module`] (validate → instrument → two compiled variants → cache),
-//! [`instance`] (one live actor and the ABI calls), [`snapshot`] (capture,
-//! verify, restore, the file format), [`store`] (snapshot files and
-//! retention), [`worker`] (actors, mailboxes and the barrier), [`metrics`].
+//! Modules, following a request: [`server`] (the HTTP listener) →
+//! [`router`] (actor routes and the admin API, [`api`]) → [`control`] (the
+//! control plane: placement, templates, moves, membership, the directory) →
+//! [`worker`] (actors, mailboxes and the barrier; a worker's actor task
+//! owns its [`stasis_core::instance::ActorInstance`]). Beside them:
+//! [`error`] (the one error shape), [`http`] (HTTP helpers), [`metrics`].
 
 pub mod api;
 pub mod control;
-pub mod engine;
 pub mod error;
 pub mod http;
-pub mod instance;
 pub mod metrics;
-pub mod module;
 pub mod router;
 pub mod server;
-pub mod snapshot;
-pub mod store;
 pub mod worker;

@@ -5,10 +5,10 @@
 use std::sync::Arc;
 
 use sha2::{Digest as _, Sha256};
+use stasis_core::engine::{Limits, StasisEngine};
+use stasis_core::instance::{ActorInstance, InstanceConfig};
+use stasis_core::snapshot;
 use stasis_host_api::Response;
-use stasis_runtime::engine::{Limits, StasisEngine};
-use stasis_runtime::instance::{ActorInstance, InstanceConfig};
-use stasis_runtime::snapshot;
 use stasis_test_util::data::random_bytes;
 use stasis_test_util::engine::{self, load, request};
 

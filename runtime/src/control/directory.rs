@@ -1,6 +1,7 @@
 //! The durable directory in `stasis.db` (SQLite): templates, actors and
-//! their placement, workers. Snapshots are files (see [`crate::store`]); the
-//! directory records who exists and where each actor lives.
+//! their placement, workers. Snapshots are files (see
+//! [`stasis_core::snapshot_files`]); the directory records who exists and
+//! where each actor lives.
 
 use std::path::Path;
 use std::sync::Mutex;

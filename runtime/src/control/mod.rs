@@ -21,15 +21,16 @@ use anyhow::Context as _;
 use serde::Serialize;
 use stasis_host_api::{Request, Response};
 
-use crate::engine::{Limits, StasisEngine};
 use crate::error::{ApiError, check_label};
 use crate::metrics::{Metrics, StateLabel};
-use crate::module::{ModuleCache, ModuleError};
-use crate::store::{SnapshotEntry, SnapshotStore};
 use crate::worker::actor::{ActorState, ActorStatus, ResumeFrom, SnapshotReport};
 use crate::worker::{ActorSpec, Worker, WorkerSettings};
 use directory::{ActorRow, Directory, TemplateRow};
 use handle::{RemoteSpec, WorkerEntry, WorkerKind, WorkerState};
+use stasis_core::engine::{Limits, StasisEngine};
+use stasis_core::module::{ModuleCache, ModuleError};
+use stasis_core::snapshot_files::LocalSnapshotStore;
+use stasis_core::snapshot_store::{SnapshotEntry, SnapshotStore};
 
 /// Largest module `template push` accepts, in bytes.
 pub const MAX_TEMPLATE_BYTES: usize = 64 << 20;
@@ -265,7 +266,7 @@ pub struct ControlPlane {
     directory: Directory,
     engine: Arc<StasisEngine>,
     cache: ModuleCache,
-    store: Arc<SnapshotStore>,
+    store: Arc<dyn SnapshotStore>,
     workers: RwLock<Vec<Arc<WorkerEntry>>>,
     placement: RwLock<HashMap<String, Placement>>,
     metrics: Arc<Metrics>,
@@ -275,42 +276,6 @@ pub struct ControlPlane {
     pending: std::sync::Mutex<std::collections::HashSet<String>>,
     incarnations: AtomicU64,
     _lock: File,
-}
-
-fn lock_data_dir(dir: &Path) -> anyhow::Result<File> {
-    let path = dir.join("LOCK");
-    let mut file = File::options()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .with_context(|| format!("opening {}", path.display()))?;
-    match file.try_lock() {
-        Ok(()) => {}
-        Err(std::fs::TryLockError::WouldBlock) => {
-            let holder = std::fs::read_to_string(&path).unwrap_or_default();
-            anyhow::bail!(
-                "data dir {} is in use by another stasis process (pid {}); stop it or use another --data-dir",
-                dir.display(),
-                holder.trim()
-            );
-        }
-        Err(std::fs::TryLockError::Error(e)) => {
-            return Err(e).with_context(|| format!("locking {}", path.display()));
-        }
-    }
-    file.set_len(0)?;
-    writeln!(file, "{}", std::process::id())?;
-    Ok(file)
-}
-
-/// Takes the data dir's `LOCK` (public for `stasis worker run`).
-///
-/// # Errors
-/// If another process holds it.
-pub fn lock_dir(dir: &Path) -> anyhow::Result<File> {
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    lock_data_dir(dir)
 }
 
 impl ControlPlane {
@@ -325,7 +290,7 @@ impl ControlPlane {
         std::fs::create_dir_all(dir.join("templates"))
             .with_context(|| format!("creating data dir {}", dir.display()))?;
         std::fs::create_dir_all(dir.join("cache"))?;
-        let lock = lock_data_dir(dir)?;
+        let lock = stasis_core::durable::lock_data_dir(dir)?;
         let directory = Directory::open(&dir.join("stasis.db")).context("opening stasis.db")?;
         // With --max-live, the in-process workers share one pool of
         // exactly their live-instance slots.
@@ -343,7 +308,7 @@ impl ControlPlane {
                 } else {
                     // Remote workers get the same --max-live: refuse what no
                     // process could hold, even with no in-process worker.
-                    crate::engine::check_live_instances(max)?;
+                    stasis_core::engine::check_live_instances(max)?;
                     StasisEngine::new(config.limits)?
                 }
             }
@@ -354,7 +319,7 @@ impl ControlPlane {
             engine.linker().clone(),
             Some(dir.join("cache")),
         );
-        let store = Arc::new(SnapshotStore::open(
+        let store: Arc<dyn SnapshotStore> = Arc::new(LocalSnapshotStore::open(
             dir.join("snapshots"),
             config.snapshot_quota,
         )?);
@@ -640,7 +605,7 @@ impl ControlPlane {
         let mut env = env;
         env.sort();
         let _guard = self.ops.lock().await;
-        let digest = hex::encode(crate::module::digest(&bytes));
+        let digest = hex::encode(stasis_core::module::digest(&bytes));
         if let Some(existing) = self.directory.template(name)? {
             if existing.digest == digest && existing.env == env {
                 return Ok((self.template_info(existing), false));
@@ -1411,7 +1376,7 @@ impl ControlPlane {
         if !self.has_actor(actor) && !self.lock_pending().contains(actor) {
             return Err(ApiError::not_found(format!("no actor named {actor:?}")));
         }
-        crate::snapshot::verify_header(&bytes)
+        stasis_core::snapshot::verify_header(&bytes)
             .map_err(|e| ApiError::new(422, format!("snapshot {seq} of {actor}: {e}")))?;
         let store = self.store.clone();
         let keep = self.config.worker.actor.keep_snapshots;

@@ -13,17 +13,17 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
+use stasis_core::engine::StasisEngine;
+use stasis_core::instance::{ActorInstance, CallError, InstanceConfig};
+use stasis_core::module::Template;
+use stasis_core::snapshot::{self, VerifiedSnapshot};
+use stasis_core::snapshot_store::{SnapshotBytes, SnapshotEntry, SnapshotStore, StoreError};
 use stasis_host_api::{Request, Response};
 use tokio::sync::{OwnedSemaphorePermit, mpsc, oneshot};
 
 use super::live::LiveSlots;
-use crate::engine::StasisEngine;
 use crate::error::ApiError;
-use crate::instance::{ActorInstance, CallError, InstanceConfig};
 use crate::metrics::Metrics;
-use crate::module::Template;
-use crate::snapshot;
-use crate::store::{SnapshotEntry, SnapshotStore, StoreError};
 
 /// Lower-case actor states, as in the JSON API.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
@@ -257,7 +257,7 @@ pub(crate) struct ActorTask {
     pub template: Arc<Template>,
     pub env: Vec<(String, String)>,
     pub engine: Arc<StasisEngine>,
-    pub store: Arc<SnapshotStore>,
+    pub store: Arc<dyn SnapshotStore>,
     pub metrics: Arc<Metrics>,
     pub settings: ActorSettings,
     pub status: Arc<Mutex<ActorStatus>>,
@@ -270,6 +270,11 @@ pub(crate) struct ActorTask {
     pub live: Option<Arc<LiveSlots>>,
     /// The slot held while `instance` is `Some`.
     pub slot: Option<OwnedSemaphorePermit>,
+    /// A snapshot (with its sequence number) that an install verified and
+    /// wrote just before starting this task: the next restore of that
+    /// sequence number takes it instead of reading and verifying the file
+    /// again.
+    pub primed: Option<(u64, VerifiedSnapshot<SnapshotBytes>)>,
 }
 
 pub(crate) fn new_status(state: ActorState) -> Arc<Mutex<ActorStatus>> {
@@ -787,25 +792,10 @@ impl ActorTask {
         let broken = |what: &str, e: &dyn std::fmt::Display| {
             Unrestorable::Broken(format!("{what} {seq}: {e}"))
         };
-        let map = self
-            .store
-            .open_snapshot(&self.name, seq)
-            .map_err(|e| match &e {
-                StoreError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
-                    Unrestorable::Broken(format!(
-                        "snapshot {seq} was acknowledged but is missing: {e}"
-                    ))
-                }
-                // Mapping the file failed for want of mappings or memory:
-                // the snapshot is fine, the host is full.
-                StoreError::Io { source, .. } if source.raw_os_error() == Some(libc::ENOMEM) => {
-                    Unrestorable::Busy(format!("snapshot {seq}: {e}"))
-                }
-                _ => broken("snapshot", &e),
-            })?;
-        let max_memory = self.engine.limits().max_memory;
-        let verified = snapshot::verify(&map, &self.template, max_memory)
-            .map_err(|e| broken("snapshot", &e))?;
+        let verified = match self.primed.take() {
+            Some((primed, verified)) if primed == seq => verified,
+            _ => self.open_verified(seq)?,
+        };
         let restored = snapshot::restore(
             &self.engine,
             self.template.clone(),
@@ -826,6 +816,32 @@ impl ActorTask {
         })?;
         self.status().memory_bytes = instance.memory_bytes();
         Ok(instance)
+    }
+
+    /// Reads snapshot `seq` from the store and verifies it against the
+    /// template.
+    fn open_verified(&self, seq: u64) -> Result<VerifiedSnapshot<SnapshotBytes>, Unrestorable> {
+        let broken = |what: &str, e: &dyn std::fmt::Display| {
+            Unrestorable::Broken(format!("{what} {seq}: {e}"))
+        };
+        let map = self
+            .store
+            .open_snapshot(&self.name, seq)
+            .map_err(|e| match &e {
+                StoreError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+                    Unrestorable::Broken(format!(
+                        "snapshot {seq} was acknowledged but is missing: {e}"
+                    ))
+                }
+                // Mapping the file failed for want of mappings or memory:
+                // the snapshot is fine, the host is full.
+                StoreError::Io { source, .. } if source.raw_os_error() == Some(libc::ENOMEM) => {
+                    Unrestorable::Busy(format!("snapshot {seq}: {e}"))
+                }
+                _ => broken("snapshot", &e),
+            })?;
+        let max_memory = self.engine.limits().max_memory;
+        snapshot::verify(map, &self.template, max_memory).map_err(|e| broken("snapshot", &e))
     }
 
     async fn fresh_from_template(&mut self) -> Result<ActorInstance, Unrestorable> {

@@ -11,15 +11,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use stasis_core::engine::StasisEngine;
+use stasis_core::module::Template;
+use stasis_core::snapshot::{self, VerifiedSnapshot};
+use stasis_core::snapshot_store::{SnapshotBytes, SnapshotStore, StoreError};
 use stasis_host_api::{Request, Response};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::engine::StasisEngine;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
-use crate::module::Template;
-use crate::snapshot;
-use crate::store::SnapshotStore;
 use actor::{
     ActorSettings, ActorState, ActorStatus, ActorTask, Captured, Command, Replicator, ResumeFrom,
     SnapshotReport, Ticket,
@@ -65,7 +65,7 @@ struct Handle {
 pub struct Worker {
     name: String,
     engine: Arc<StasisEngine>,
-    store: Arc<SnapshotStore>,
+    store: Arc<dyn SnapshotStore>,
     metrics: Arc<Metrics>,
     settings: WorkerSettings,
     actors: Mutex<HashMap<String, Handle>>,
@@ -93,6 +93,14 @@ pub struct ActorSpec {
     pub env: Vec<(String, String)>,
 }
 
+/// A snapshot an install verified and wrote (see [`Worker::install`]).
+struct Installed {
+    seq: u64,
+    verified: VerifiedSnapshot<SnapshotBytes>,
+    /// Whether the actor is resumed at once (it keeps the bytes for that).
+    prime: bool,
+}
+
 impl Worker {
     /// A worker named `name`. With a `replicator`, every snapshot is also
     /// made durable through it before a pause or checkpoint is acknowledged.
@@ -100,7 +108,7 @@ impl Worker {
     pub fn new(
         name: &str,
         engine: Arc<StasisEngine>,
-        store: Arc<SnapshotStore>,
+        store: Arc<dyn SnapshotStore>,
         metrics: Arc<Metrics>,
         settings: WorkerSettings,
         replicator: Option<Arc<dyn Replicator>>,
@@ -149,7 +157,7 @@ impl Worker {
 
     /// The worker's snapshot store.
     #[must_use]
-    pub fn store(&self) -> &Arc<SnapshotStore> {
+    pub fn store(&self) -> &Arc<dyn SnapshotStore> {
         &self.store
     }
 
@@ -181,6 +189,7 @@ impl Worker {
             replicator: self.replicator.clone(),
             live: self.live.clone(),
             slot: None,
+            primed: None,
         }
     }
 
@@ -224,13 +233,26 @@ impl Worker {
     /// or corrupt one shows as `failed` with the reason at once, never as a
     /// silently fresh actor.
     pub fn adopt(&self, spec: &ActorSpec, epoch: u64) -> ActorStatus {
+        self.adopt_installed(spec, epoch, None)
+    }
+
+    /// [`Worker::adopt`], where `installed` is a snapshot (and its
+    /// sequence number) the caller verified and wrote just now: if it is
+    /// the newest, it is not read and verified again, and with `prime` the
+    /// actor's next restore takes it as it is.
+    fn adopt_installed(
+        &self,
+        spec: &ActorSpec,
+        epoch: u64,
+        installed: Option<Installed>,
+    ) -> ActorStatus {
         if let Some(old) = self.lock().remove(&spec.name) {
             let (reply, _) = oneshot::channel();
             let _ = old.mailbox.try_send(Command::Stop(reply));
         }
         let mut task = self.task(spec, epoch, ActorState::Paused);
         let (list, acknowledged) = self.store.list_acknowledged(&spec.name).unwrap_or_default();
-        let dir = || self.store.actor_dir(&spec.name).display().to_string();
+        let dir = || self.store.location(&spec.name);
         let missing = acknowledged.filter(|&acked| list.last().is_none_or(|n| n.seq < acked));
         let problem = match (list.last(), missing) {
             (_, Some(acked)) => {
@@ -243,6 +265,13 @@ impl Worker {
                 ))
             }
             (None, None) => Some(format!("no snapshot of actor {} in {}", spec.name, dir())),
+            (Some(newest), None) if installed.as_ref().is_some_and(|i| i.seq == newest.seq) => {
+                task.next_seq = newest.seq + 1;
+                if let Some(installed) = installed.filter(|i| i.prime) {
+                    task.primed = Some((installed.seq, installed.verified));
+                }
+                None
+            }
             (Some(newest), None) => {
                 task.next_seq = newest.seq + 1;
                 let checked = self
@@ -395,19 +424,27 @@ impl Worker {
         bytes: Vec<u8>,
         resume: bool,
     ) -> Result<ActorStatus, ApiError> {
-        snapshot::verify(&bytes, &spec.template, self.engine.limits().max_memory)
+        let max_memory = self.engine.limits().max_memory;
+        let verified = snapshot::verify(SnapshotBytes::from(bytes), &spec.template, max_memory)
             .map_err(|e| ApiError::new(422, format!("snapshot {seq} of {}: {e}", spec.name)))?;
         let store = self.store.clone();
         let name = spec.name.clone();
-        tokio::task::spawn_blocking(move || {
+        // The snapshot is verified once, here: written now, the bytes stay
+        // verified. A copy the store already held is checked by `adopt`.
+        let installed = tokio::task::spawn_blocking(move || {
             if store.list(&name)?.iter().any(|e| e.seq == seq) {
-                return Ok(());
+                return Ok(None);
             }
-            store.write(&name, seq, &bytes).map(|_| ())
+            store.write(&name, seq, verified.bytes())?;
+            Ok::<_, StoreError>(Some(Installed {
+                seq,
+                verified,
+                prime: resume,
+            }))
         })
         .await
         .map_err(ApiError::internal)??;
-        let status = self.adopt(spec, epoch);
+        let status = self.adopt_installed(spec, epoch, installed);
         if status.state == ActorState::Failed {
             self.remove(&spec.name).await;
             return Err(ApiError::unavailable(status.error.unwrap_or_default()));

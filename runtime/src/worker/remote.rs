@@ -29,12 +29,12 @@ use crate::control::handle::{
     EPOCH_HEADER, JoinAnswer, JoinRequest, LIVE_HEADER, Peer, RemoteSpec, ResumeRequest,
     SEQ_HEADER, SPEC_HEADER,
 };
-use crate::engine::{Limits, StasisEngine};
 use crate::error::ApiError;
 use crate::http::{Body, bearer_ok, collect_body, json, json_error};
 use crate::metrics::Metrics;
-use crate::module::{ModuleCache, Template};
-use crate::store::SnapshotStore;
+use stasis_core::engine::{Limits, StasisEngine};
+use stasis_core::module::{ModuleCache, Template};
+use stasis_core::snapshot_files::LocalSnapshotStore;
 
 /// Flags of `stasis worker run`.
 #[derive(Debug, Clone)]
@@ -109,7 +109,7 @@ pub async fn run(
             options.data_dir.display()
         );
     }
-    let _lock = crate::control::lock_dir(&options.data_dir)?;
+    let _lock = stasis_core::durable::lock_data_dir(&options.data_dir)?;
     let snapshots = options.data_dir.join("snapshots");
     // The control plane's store is authoritative: local copies from an
     // earlier run are stale.
@@ -146,7 +146,7 @@ pub async fn run(
         Some(slots) => StasisEngine::pooled(limits, slots)?,
         None => StasisEngine::new(limits)?,
     };
-    let store = Arc::new(SnapshotStore::open(&snapshots, None)?);
+    let store = Arc::new(LocalSnapshotStore::open(&snapshots, None)?);
     let worker = Worker::new(
         &options.name,
         engine.clone(),
@@ -335,7 +335,7 @@ impl RemoteWorker {
                 body.to_vec()
             }
         };
-        if hex::encode(crate::module::digest(&bytes)) != digest {
+        if hex::encode(stasis_core::module::digest(&bytes)) != digest {
             let _ = std::fs::remove_file(&path);
             return Err(ApiError::new(
                 502,
