@@ -7,6 +7,7 @@
 //! retention), [`worker`] (actors, mailboxes and the barrier), [`metrics`].
 
 pub mod api;
+pub mod auth;
 pub mod control;
 pub mod engine;
 pub mod error;
