@@ -1,6 +1,7 @@
 //! Reliability round 2 (issue 11), against the real `stasis` binary over
-//! loopback HTTP: static constructors run once per actor life, and the
-//! bearer scheme is case-insensitive and the token exact.
+//! loopback HTTP: static constructors run once per actor life, the bearer
+//! scheme is case-insensitive and the token exact, and metric series are
+//! bounded and go with their actor.
 
 mod support;
 
@@ -141,4 +142,106 @@ async fn bearer_scheme_is_case_insensitive_and_the_token_exact() {
     check_auth_forms(listen, "/internal/v1/actors").await;
     let _ = worker.kill();
     let _ = worker.wait();
+}
+
+/// Sends `method path` (with a JSON `body`) to the admin API of `server`.
+async fn admin(server: &Server, method: &str, path: &str, body: &str) -> Answer {
+    send(
+        &client(),
+        server.admin,
+        method,
+        "localhost",
+        path,
+        body.as_bytes().to_vec(),
+    )
+    .await
+}
+
+/// `GET /metrics` of `server`.
+async fn metrics(server: &Server) -> String {
+    let answer = admin(server, "GET", "/metrics", "").await;
+    assert_eq!(answer.status, 200, "{answer:?}");
+    answer.body
+}
+
+/// Creates `names` from template `template` and sends each one `POST /`.
+async fn create_and_call(server: &Server, template: &str, names: &[String]) {
+    for name in names {
+        let body = format!(r#"{{"name": "{name}", "template": "{template}"}}"#);
+        let created = admin(server, "POST", "/v1/actors", &body).await;
+        assert_eq!(created.status, 201, "{created:?}");
+        let answer = to_actor(server, name, "POST", "/").await;
+        assert_eq!(answer.status, 200, "{answer:?}");
+    }
+}
+
+/// Deletes `names`.
+async fn delete_all(server: &Server, names: &[String]) {
+    for name in names {
+        let deleted = admin(server, "DELETE", &format!("/v1/actors/{name}"), "").await;
+        assert_eq!(deleted.status, 204, "{deleted:?}");
+    }
+}
+
+/// Metric lines naming actor `name`.
+fn series_of<'a>(text: &'a str, name: &str) -> Vec<&'a str> {
+    let needle = format!("actor=\"{name}\"");
+    text.lines().filter(|l| l.contains(&needle)).collect()
+}
+
+/// Input 2 and the metrics-cardinality class, by default: request series
+/// are per template and status, no series names an actor, so 200 created,
+/// called and deleted actors leave none behind; unknown names create none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn by_default_no_metric_series_is_per_actor() {
+    let server = Server::start(&[]);
+    server.push("counter");
+    let names: Vec<String> = (0..200).map(|i| format!("m-{i}")).collect();
+    create_and_call(&server, "counter", &names).await;
+    let unknown = to_actor(&server, "nobody-here", "GET", "/").await;
+    assert_eq!(unknown.status, 404);
+    let text = metrics(&server).await;
+    assert!(
+        text.contains("stasis_requests_total{template=\"counter\",status=\"200\"} 200"),
+        "{text}"
+    );
+    assert!(!text.contains("actor=\""), "{text}");
+    assert!(!text.contains("nobody-here"), "{text}");
+    let before = text.lines().count();
+    delete_all(&server, &names).await;
+    let text = metrics(&server).await;
+    assert!(!text.contains("actor=\""), "{text}");
+    assert!(text.lines().count() <= before, "{text}");
+}
+
+/// `--metrics-per-actor`: every actor has its series; deleting it removes
+/// them all, and a re-created name starts from zero. Unknown names never
+/// create series.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_actor_series_are_opt_in_and_go_with_their_actor() {
+    let server = Server::start(&["--metrics-per-actor"]);
+    server.push("counter");
+    let names: Vec<String> = (0..200).map(|i| format!("p-{i}")).collect();
+    create_and_call(&server, "counter", &names).await;
+    let unknown = to_actor(&server, "nobody-here", "POST", "/").await;
+    assert_eq!(unknown.status, 404);
+    let text = metrics(&server).await;
+    for name in &names {
+        let line = format!("stasis_actor_requests_total{{actor=\"{name}\",status=\"200\"}} 1");
+        assert!(text.lines().any(|l| l == line), "{line} missing:\n{text}");
+    }
+    assert!(series_of(&text, "nobody-here").is_empty(), "{text}");
+    delete_all(&server, &names).await;
+    let text = metrics(&server).await;
+    for name in &names {
+        assert_eq!(series_of(&text, name), Vec::<&str>::new());
+    }
+    assert!(!text.contains("actor=\""), "{text}");
+    // A name created again counts from zero.
+    create_and_call(&server, "counter", &names[..1]).await;
+    let text = metrics(&server).await;
+    assert_eq!(
+        series_of(&text, "p-0"),
+        ["stasis_actor_requests_total{actor=\"p-0\",status=\"200\"} 1"]
+    );
 }

@@ -428,10 +428,7 @@ impl ActorTask {
                     )),
                 };
                 if result.is_ok() {
-                    self.metrics
-                        .checkpoints
-                        .get_or_create(&Metrics::actor(&self.name))
-                        .inc();
+                    self.metrics.checkpointed(&self.worker, &self.name);
                 }
                 let _ = reply.send(result);
             }
@@ -481,10 +478,7 @@ impl ActorTask {
                 {
                     match self.snapshot(Instant::now()).await {
                         Ok(_) => {
-                            self.metrics
-                                .checkpoints
-                                .get_or_create(&Metrics::actor(&self.name))
-                                .inc();
+                            self.metrics.checkpointed(&self.worker, &self.name);
                         }
                         Err(e) => tracing::warn!(actor = %self.name, "checkpoint failed: {e}"),
                     }
@@ -502,10 +496,7 @@ impl ActorTask {
         if !error.poisons_instance() {
             return answer;
         }
-        self.metrics
-            .traps
-            .get_or_create(&Metrics::actor(&self.name))
-            .inc();
+        self.metrics.trapped(&self.worker, &self.name);
         tracing::warn!(actor = %self.name, "{error}; rolling back to the newest snapshot");
         self.instance = None;
         self.status().error = Some(error.to_string());
@@ -711,10 +702,7 @@ impl ActorTask {
                 }
                 let elapsed = started.elapsed();
                 self.metrics.resume_seconds.observe(elapsed.as_secs_f64());
-                self.metrics
-                    .resumes
-                    .get_or_create(&Metrics::actor(&self.name))
-                    .inc();
+                self.metrics.resumed(&self.worker, &self.name);
                 {
                     let mut status = self.status();
                     status.state = ActorState::Running;
