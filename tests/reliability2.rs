@@ -1,7 +1,7 @@
 //! Reliability round 2 (issue 11), against the real `stasis` binary over
 //! loopback HTTP: static constructors run once per actor life, the bearer
 //! scheme is case-insensitive and the token exact, and metric series are
-//! bounded and go with their actor.
+//! bounded and go with their actor; the guest clock never goes back.
 
 mod support;
 
@@ -243,5 +243,73 @@ async fn per_actor_series_are_opt_in_and_go_with_their_actor() {
     assert_eq!(
         series_of(&text, "p-0"),
         ["stasis_actor_requests_total{actor=\"p-0\",status=\"200\"} 1"]
+    );
+}
+
+/// The monotonic reading of the `faulty` demo's `GET /clock`.
+async fn guest_clock(server: &Server, actor: &str) -> u64 {
+    let answer = to_actor(server, actor, "GET", "/clock").await;
+    assert_eq!(answer.status, 200, "{answer:?}");
+    answer
+        .body
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("monotonic="))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no clock in {:?}", answer.body))
+}
+
+/// Input 4: the guest's monotonic clock never goes back, across a trap
+/// rollback (to a snapshot taken earlier on the clock) and across a
+/// `kill -9` of `stasis serve` and a restart on the same data dir.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn monotonic_clock_never_goes_back_across_traps_and_kill_nine() {
+    let mut server = Server::start(&[]);
+    server.push("faulty");
+    server.create("tick", "faulty");
+    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    let before_trap = guest_clock(&server, "tick").await;
+    assert!(before_trap >= 400_000_000, "the clock runs: {before_trap}");
+    let trap = to_actor(&server, "tick", "POST", "/trap").await;
+    assert_eq!(trap.status, 500, "{trap:?}");
+    let after_trap = guest_clock(&server, "tick").await;
+    assert!(
+        after_trap >= before_trap,
+        "clock went back across a trap rollback: {before_trap} -> {after_trap}"
+    );
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let before_kill = guest_clock(&server, "tick").await;
+    let dir = server.data_dir.clone();
+    server.kill();
+    let restarted = Server::start_in(&dir, &[]).expect("restart after kill -9");
+    let after_kill = guest_clock(&restarted, "tick").await;
+    assert!(
+        after_kill >= before_kill,
+        "clock went back across kill -9: {before_kill} -> {after_kill}"
+    );
+    // A graceful restart does not jump it forward by the crash lease: the
+    // pause persisted the exact reading.
+    let mut restarted = restarted;
+    let before_stop = guest_clock(&restarted, "tick").await;
+    restarted.stop();
+    let again = Server::start_in(&dir, &[]).expect("restart after stop");
+    let after_stop = guest_clock(&again, "tick").await;
+    assert!(after_stop >= before_stop, "{before_stop} -> {after_stop}");
+    assert!(
+        after_stop - before_stop < 30_000_000_000,
+        "a graceful restart jumped the clock: {before_stop} -> {after_stop}"
+    );
+    // Nor does a move of the running actor to the other worker.
+    let other = if again.worker_of("tick") == "worker-1" {
+        "worker-2"
+    } else {
+        "worker-1"
+    };
+    let before_move = guest_clock(&again, "tick").await;
+    again.cli_ok(&["actor", "migrate", "tick", "--to", other]);
+    let after_move = guest_clock(&again, "tick").await;
+    assert!(after_move >= before_move, "{before_move} -> {after_move}");
+    assert!(
+        after_move - before_move < 30_000_000_000,
+        "a move jumped the clock: {before_move} -> {after_move}"
     );
 }

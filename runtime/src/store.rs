@@ -14,6 +14,8 @@ use memmap2::Mmap;
 
 const SNAPSHOT: &str = ".snap";
 const ACKED: &str = ".acked";
+/// File name of an actor's clock mark (see [`SnapshotStore::write_clock_mark`]).
+const CLOCK_MARK: &str = "clock.mark";
 
 /// The sequence number and suffix ([`SNAPSHOT`] or [`ACKED`]) of a
 /// canonical file name (`<seq:020><suffix>`). Anything else — a stray
@@ -94,6 +96,9 @@ impl SnapshotStore {
             }
             for file in fs::read_dir(&dir).map_err(io_err("read", &dir))? {
                 let path = file.map_err(io_err("read", &dir))?.path();
+                if path.file_name().is_some_and(|n| n == CLOCK_MARK) {
+                    continue;
+                }
                 if path.extension().is_some_and(|e| e == "tmp") {
                     tracing::info!(path = %path.display(), "removing torn snapshot temp file");
                     fs::remove_file(&path).map_err(io_err("remove", &path))?;
@@ -309,6 +314,40 @@ impl SnapshotStore {
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(io_err("remove", &path)(e)),
+        }
+    }
+
+    /// Records that `actor`'s monotonic clock must restart at no less than
+    /// `clock_ns` (nanoseconds): `<actor>/clock.mark`, decimal, replaced
+    /// atomically (temp file, rename). Not fsynced: it survives the process
+    /// being killed, not a power loss. Not counted against the quota.
+    ///
+    /// # Errors
+    /// [`StoreError::Io`] if the file cannot be written.
+    pub fn write_clock_mark(&self, actor: &str, clock_ns: u64) -> Result<(), StoreError> {
+        let dir = self.actor_dir(actor);
+        fs::create_dir_all(&dir).map_err(io_err("create", &dir))?;
+        let path = dir.join(CLOCK_MARK);
+        let tmp = dir.join(format!("{CLOCK_MARK}.tmp"));
+        fs::write(&tmp, format!("{clock_ns}\n")).map_err(io_err("write", &tmp))?;
+        fs::rename(&tmp, &path).map_err(io_err("rename", &path))
+    }
+
+    /// `actor`'s clock mark in nanoseconds; 0 if it has none (or it is
+    /// unreadable, which is logged).
+    #[must_use]
+    pub fn clock_mark(&self, actor: &str) -> u64 {
+        let path = self.actor_dir(actor).join(CLOCK_MARK);
+        match fs::read_to_string(&path) {
+            Ok(text) => text.trim().parse().unwrap_or_else(|e| {
+                tracing::warn!(actor, "ignoring unreadable {}: {e}", path.display());
+                0
+            }),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => 0,
+            Err(e) => {
+                tracing::warn!(actor, "ignoring unreadable {}: {e}", path.display());
+                0
+            }
         }
     }
 

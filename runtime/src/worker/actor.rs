@@ -16,6 +16,7 @@ use serde::Serialize;
 use stasis_host_api::{Request, Response};
 use tokio::sync::{OwnedSemaphorePermit, mpsc, oneshot};
 
+use super::clock::ActorClock;
 use super::live::LiveSlots;
 use crate::engine::StasisEngine;
 use crate::error::ApiError;
@@ -270,6 +271,8 @@ pub(crate) struct ActorTask {
     pub live: Option<Arc<LiveSlots>>,
     /// The slot held while `instance` is `Some`.
     pub slot: Option<OwnedSemaphorePermit>,
+    /// The clock floor and mark across instances.
+    pub clock: ActorClock,
 }
 
 pub(crate) fn new_status(state: ActorState) -> Arc<Mutex<ActorStatus>> {
@@ -286,7 +289,25 @@ impl ActorTask {
     }
 
     fn config(&self) -> InstanceConfig {
-        InstanceConfig::new(&self.name, &self.worker, self.env.clone())
+        let mut config = InstanceConfig::new(&self.name, &self.worker, self.env.clone());
+        config.clock_floor_ns = self.clock.floor_ns();
+        config
+    }
+
+    /// Before guest code runs on the live instance (see [`ActorClock::lease`]).
+    fn lease_clock(&mut self, now_ns: u64) {
+        let timeout = self.engine.limits().request_timeout;
+        self.clock.lease(&self.store, &self.name, now_ns, timeout);
+    }
+
+    /// Drops the live instance, remembering its clock (see
+    /// [`ActorClock::dropped`]; `paused`: by a pause).
+    fn drop_instance(&mut self, paused: bool) {
+        if let Some(instance) = self.instance.take() {
+            let clock_ns = instance.clock_ns();
+            self.clock
+                .dropped(&self.store, &self.name, clock_ns, paused);
+        }
     }
 
     /// Creates the first instance and snapshot seq 0.
@@ -458,6 +479,12 @@ impl ActorTask {
             }
             self.resume(ResumeFrom::Newest).await?;
         }
+        let now_ns = self
+            .instance
+            .as_ref()
+            .ok_or_else(|| ApiError::new(500, "no instance"))?
+            .clock_ns();
+        self.lease_clock(now_ns);
         let instance = self
             .instance
             .as_mut()
@@ -498,7 +525,7 @@ impl ActorTask {
         }
         self.metrics.trapped(&self.worker, &self.name);
         tracing::warn!(actor = %self.name, "{error}; rolling back to the newest snapshot");
-        self.instance = None;
+        self.drop_instance(false);
         self.status().error = Some(error.to_string());
         if let Err(e) = self.resume(ResumeFrom::Newest).await {
             tracing::error!(actor = %self.name, "rollback failed: {e}");
@@ -529,6 +556,9 @@ impl ActorTask {
             });
         }
         self.set_state(ActorState::Pausing);
+        if let Some(now_ns) = self.instance.as_ref().map(ActorInstance::clock_ns) {
+            self.lease_clock(now_ns);
+        }
         let hook = match self.instance.as_mut() {
             Some(instance) => instance.on_pause().await,
             None => Ok(()),
@@ -542,7 +572,7 @@ impl ActorTask {
         }
         match self.snapshot_if_changed(started).await {
             Ok(mut report) => {
-                self.instance = None;
+                self.drop_instance(true);
                 report.duration_ms = ms(started.elapsed());
                 self.metrics
                     .pause_seconds
@@ -571,6 +601,9 @@ impl ActorTask {
             )));
         }
         let live = self.instance.is_some();
+        if let Some(now_ns) = self.instance.as_ref().map(ActorInstance::clock_ns) {
+            self.clock.settle(&self.store, &self.name, now_ns);
+        }
         let seq = if live {
             self.snapshot(Instant::now()).await?.seq
         } else {
@@ -680,6 +713,9 @@ impl ActorTask {
         };
         // Timed from here: the wait for a slot is not part of the resume.
         let started = Instant::now();
+        if let Some(live) = &self.instance {
+            self.clock.replaced(live.clock_ns());
+        }
         self.set_state(ActorState::Resuming);
         let result = match from {
             ResumeFrom::Template => self.fresh_from_template().await,
@@ -791,6 +827,7 @@ impl ActorTask {
                 }
                 _ => broken("snapshot", &e),
             })?;
+        self.clock.load(&self.store, &self.name);
         let max_memory = self.engine.limits().max_memory;
         let verified = snapshot::verify(&map, &self.template, max_memory)
             .map_err(|e| broken("snapshot", &e))?;
@@ -808,6 +845,7 @@ impl ActorTask {
             }
             Err(e) => return Err(broken("restoring snapshot", &e)),
         };
+        self.lease_clock(instance.clock_ns());
         instance.on_resume().await.map_err(|e| match e {
             CallError::Capacity(_) => Unrestorable::Busy(e.to_string()),
             _ => broken("on_resume hook after snapshot", &e),

@@ -3,6 +3,7 @@
 //! each request to the worker that owns the actor.
 
 pub mod actor;
+mod clock;
 pub mod live;
 pub mod remote;
 
@@ -14,6 +15,7 @@ use std::time::Duration;
 use stasis_host_api::{Request, Response};
 use tokio::sync::{mpsc, oneshot};
 
+use self::clock::ActorClock;
 use crate::engine::StasisEngine;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
@@ -181,6 +183,7 @@ impl Worker {
             replicator: self.replicator.clone(),
             live: self.live.clone(),
             slot: None,
+            clock: ActorClock::default(),
         }
     }
 
