@@ -25,15 +25,33 @@ pub const TEMP_SUFFIX: &str = ".tmp";
 /// The failing I/O operation's error; the temporary file is removed and
 /// whatever `path` held before is untouched.
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    write_via_temp(path, bytes, true)
+}
+
+/// Replaces `path` with `bytes` atomically but without fsync: after the
+/// process is killed it holds the old or the new content, whole; after a
+/// power loss it may hold either or be absent. For small files written
+/// often, whose loss only costs a little (the clock mark). The folder must
+/// exist.
+///
+/// # Errors
+/// As [`write_atomically`].
+pub fn replace_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    write_via_temp(path, bytes, false)
+}
+
+fn write_via_temp(path: &Path, bytes: &[u8], durable: bool) -> io::Result<()> {
     let dir = folder_of(path);
     let mut tmp = tempfile::Builder::new()
         .prefix(".stasis-")
         .suffix(TEMP_SUFFIX)
         .tempfile_in(dir)?;
     tmp.write_all(bytes)?;
-    tmp.as_file().sync_all()?;
+    if durable {
+        tmp.as_file().sync_all()?;
+    }
     tmp.persist(path).map_err(|e| e.error)?;
-    sync_dir(dir)
+    if durable { sync_dir(dir) } else { Ok(()) }
 }
 
 /// Fsyncs folder `dir`, making the creation, rename or removal of its

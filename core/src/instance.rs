@@ -32,6 +32,10 @@ pub struct InstanceConfig {
     pub stdout: GuestOutput,
     /// Guest stderr.
     pub stderr: GuestOutput,
+    /// The virtual clock starts at no less than this (ns): the latest
+    /// reading the actor may have seen before, so the clock never goes back
+    /// across a trap rollback or a crash. 0 from [`InstanceConfig::new`].
+    pub clock_floor_ns: u64,
 }
 
 impl InstanceConfig {
@@ -46,6 +50,7 @@ impl InstanceConfig {
             env,
             stdout: GuestOutput::new(actor, "stdout"),
             stderr: GuestOutput::new(actor, "stderr"),
+            clock_floor_ns: 0,
         }
     }
 }
@@ -156,8 +161,10 @@ impl ActorInstance {
     ) -> Result<Self, CallError> {
         let limits = *engine.limits();
         let clock = match start {
-            Start::Spawn => VirtualClock::starting_at(0),
-            Start::Resume { clock_ns } => VirtualClock::starting_at(clock_ns),
+            Start::Spawn => VirtualClock::starting_at(config.clock_floor_ns),
+            Start::Resume { clock_ns } => {
+                VirtualClock::starting_at(clock_ns.max(config.clock_floor_ns))
+            }
         };
         let setup = WasiSetup {
             actor: &config.context.actor,

@@ -18,6 +18,8 @@ use crate::snapshot_store::{SnapshotBytes, SnapshotEntry, SnapshotStore, StoreEr
 
 const SNAPSHOT: &str = ".snap";
 const ACKED: &str = ".acked";
+/// File name of an actor's clock mark (see [`SnapshotStore::write_clock_mark`]).
+const CLOCK_MARK: &str = "clock.mark";
 
 /// The sequence number and suffix ([`SNAPSHOT`] or [`ACKED`]) of a
 /// canonical file name (`<seq:020><suffix>`). Anything else — a stray
@@ -64,6 +66,9 @@ impl LocalSnapshotStore {
             }
             for file in fs::read_dir(&dir).map_err(io_err("read", &dir))? {
                 let path = file.map_err(io_err("read", &dir))?.path();
+                if path.file_name().is_some_and(|name| name == CLOCK_MARK) {
+                    continue;
+                }
                 if path
                     .extension()
                     .is_some_and(|e| Some(e) == TEMP_SUFFIX.strip_prefix('.').map(OsStr::new))
@@ -229,6 +234,29 @@ impl SnapshotStore for LocalSnapshotStore {
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(io_err("remove", &path)(e)),
+        }
+    }
+
+    fn write_clock_mark(&self, actor: &str, clock_ns: u64) -> Result<(), StoreError> {
+        let dir = self.actor_dir(actor);
+        fs::create_dir_all(&dir).map_err(io_err("create", &dir))?;
+        let path = dir.join(CLOCK_MARK);
+        durable::replace_atomically(&path, format!("{clock_ns}\n").as_bytes())
+            .map_err(io_err("write", &path))
+    }
+
+    fn clock_mark(&self, actor: &str) -> u64 {
+        let path = self.actor_dir(actor).join(CLOCK_MARK);
+        match fs::read_to_string(&path) {
+            Ok(text) => text.trim().parse().unwrap_or_else(|e| {
+                tracing::warn!(actor, "ignoring unreadable clock mark: {e}");
+                0
+            }),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => 0,
+            Err(e) => {
+                tracing::warn!(actor, "ignoring unreadable clock mark: {e}");
+                0
+            }
         }
     }
 

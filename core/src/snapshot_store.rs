@@ -179,4 +179,20 @@ pub trait SnapshotStore: Send + Sync + std::fmt::Debug {
 
     /// Where `actor`'s snapshots live, for messages (a folder, a prefix).
     fn location(&self, actor: &str) -> String;
+
+    /// Records that `actor`'s monotonic clock must restart at no less than
+    /// `clock_ns` (nanoseconds), replacing the previous mark atomically.
+    /// Kept next to the actor's snapshots but outside the snapshot list and
+    /// the quota; it survives the process being killed, not necessarily a
+    /// power loss (it is not fsynced: it is written often).
+    ///
+    /// # Errors
+    /// [`StoreError::Io`] if it cannot be written.
+    fn write_clock_mark(&self, actor: &str, clock_ns: u64) -> Result<(), StoreError>;
+
+    /// `actor`'s clock mark in nanoseconds (see
+    /// [`SnapshotStore::write_clock_mark`]); 0 if it has none, or if it is
+    /// unreadable (logged).
+    #[must_use]
+    fn clock_mark(&self, actor: &str) -> u64;
 }

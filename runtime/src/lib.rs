@@ -10,6 +10,7 @@
 //! [`error`] (the one error shape), [`http`] (HTTP helpers), [`metrics`].
 
 pub mod api;
+pub mod auth;
 pub mod control;
 pub mod error;
 pub mod http;

@@ -519,6 +519,18 @@ impl ControlPlane {
         self.placements().contains_key(name)
     }
 
+    /// Counts one request answered by actor `name` in the metrics, under
+    /// its template (and under its name with `--metrics-per-actor`). Not
+    /// counted if the actor is gone: the placement is read while counting,
+    /// and [`ControlPlane::delete_actor`] removes it before the actor's
+    /// series, so no series outlives its actor.
+    pub fn count_request(&self, name: &str, status: u16) {
+        let placements = self.placements();
+        if let Some(placement) = placements.get(name) {
+            self.metrics.request(&placement.template, name, status);
+        }
+    }
+
     /// The metrics registry.
     #[must_use]
     pub fn metrics(&self) -> &Arc<Metrics> {
@@ -921,6 +933,9 @@ impl ControlPlane {
         if let Some(entry) = self.worker(&placement.worker) {
             entry.remove(name).await;
         }
+        // After the placement and the actor's task are gone: nothing counts
+        // for it any more.
+        self.metrics.forget_actor(name);
         self.directory.delete_actor(name)?;
         self.store.remove_actor(name)?;
         tracing::info!(actor = name, "actor deleted");

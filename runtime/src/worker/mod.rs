@@ -3,6 +3,7 @@
 //! each request to the worker that owns the actor.
 
 pub mod actor;
+mod clock;
 pub mod live;
 pub mod remote;
 
@@ -18,6 +19,7 @@ use stasis_core::snapshot_store::{SnapshotBytes, SnapshotStore, StoreError};
 use stasis_host_api::{Request, Response};
 use tokio::sync::{mpsc, oneshot};
 
+use self::clock::ActorClock;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 use actor::{
@@ -190,6 +192,7 @@ impl Worker {
             live: self.live.clone(),
             slot: None,
             primed: None,
+            clock: ActorClock::default(),
         }
     }
 

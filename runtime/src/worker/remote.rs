@@ -25,12 +25,13 @@ use tokio::net::TcpListener;
 
 use super::actor::{ActorSettings, Replicator};
 use super::{ActorSpec, Worker, WorkerSettings};
+use crate::auth::authorize;
 use crate::control::handle::{
     EPOCH_HEADER, JoinAnswer, JoinRequest, LIVE_HEADER, Peer, RemoteSpec, ResumeRequest,
     SEQ_HEADER, SPEC_HEADER,
 };
 use crate::error::ApiError;
-use crate::http::{Body, bearer_ok, collect_body, json, json_error};
+use crate::http::{Body, collect_body, json, json_error};
 use crate::metrics::Metrics;
 use stasis_core::engine::{Limits, StasisEngine};
 use stasis_core::module::{ModuleCache, Template};
@@ -295,8 +296,8 @@ impl RemoteWorker {
                 &serde_json::json!({"worker": self.worker.name()}),
             );
         }
-        if !bearer_ok(&request, self.token.as_deref()) {
-            return json_error(&ApiError::new(401, "missing or wrong bearer token"));
+        if let Err(refused) = authorize(&request, self.token.as_deref()) {
+            return *refused;
         }
         match self.route(request).await {
             Ok(response) => response,
