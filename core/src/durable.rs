@@ -14,7 +14,7 @@ use anyhow::Context as _;
 
 /// Suffix of the temporary files [`write_atomically`] leaves behind when
 /// the process dies mid-write; openers of a folder may delete files with
-/// this extension (`tmp`).
+/// names ending in it.
 pub const TEMP_SUFFIX: &str = ".tmp";
 
 /// Writes `bytes` to `path` atomically and durably (module docs): on

@@ -1,9 +1,8 @@
 //! The embedded [`SnapshotStore`]: snapshot files in the data dir,
-//! `snapshots/<actor>/<seq:020>.snap`, written with
-//! [`write_atomically`] so a crash at any
-//! point leaves the previous snapshot intact, with an empty
-//! `<seq:020>.acked` marker naming the newest acknowledged one; retention
-//! of the newest N; an optional quota on the whole folder.
+//! `snapshots/<actor>/<seq:020>.snap`, written with [`write_atomically`]
+//! so a crash at any point leaves the previous snapshot intact, with an
+//! empty `<seq:020>.acked` marker naming the newest acknowledged one;
+//! retention of the newest N; an optional quota on the whole folder.
 
 use std::ffi::OsStr;
 use std::fs::{self, File};
@@ -69,10 +68,11 @@ impl LocalSnapshotStore {
                 if path.file_name().is_some_and(|name| name == CLOCK_MARK) {
                     continue;
                 }
-                if path
-                    .extension()
-                    .is_some_and(|e| Some(e) == TEMP_SUFFIX.strip_prefix('.').map(OsStr::new))
-                {
+                let torn = path
+                    .file_name()
+                    .and_then(OsStr::to_str)
+                    .is_some_and(|name| name.ends_with(TEMP_SUFFIX));
+                if torn {
                     tracing::info!(path = %path.display(), "removing torn snapshot temp file");
                     fs::remove_file(&path).map_err(io_err("remove", &path))?;
                 } else if let Ok(meta) = path.metadata() {

@@ -237,10 +237,18 @@ pub(crate) fn write_prefix(out: &mut Vec<u8>, header_bytes: &[u8], file_len: u64
 /// [`restore`](super::restore()) trusts it without checking again.
 ///
 /// [`SnapshotBytes`]: crate::snapshot_store::SnapshotBytes
-#[derive(Debug)]
 pub struct VerifiedSnapshot<B> {
     header: Header,
     bytes: B,
+}
+
+impl<B: AsRef<[u8]>> std::fmt::Debug for VerifiedSnapshot<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VerifiedSnapshot")
+            .field("header", &self.header)
+            .field("bytes", &self.bytes.as_ref().len())
+            .finish()
+    }
 }
 
 impl<B: AsRef<[u8]>> VerifiedSnapshot<B> {

@@ -265,6 +265,22 @@ async fn snapshot_past_the_declared_maximum_is_too_large() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_verified_for_one_template_is_not_restored_into_another() {
+    let wasm = small_guest(None);
+    let (engine, template, bytes) = small_snapshot(&wasm).await;
+    let verified = snapshot::verify(&bytes, &template, engine.limits().max_memory).unwrap();
+    let other = load(&engine, &small_guest(Some(4)));
+    match snapshot::restore(&engine, other, config(), &verified).await {
+        Err(RestoreError::Snapshot(SnapshotError::WrongModule { .. })) => {}
+        Err(e) => panic!("wrong error: {e}"),
+        Ok(_) => panic!("restored into another template"),
+    }
+    snapshot::restore(&engine, template, config(), &verified)
+        .await
+        .expect("its own template restores it");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn same_state_ignores_the_clock_and_nothing_else() {
     let wasm = small_guest(None);
     let engine = new_engine();

@@ -1,8 +1,11 @@
-//! The snapshot store: retention, torn temp files, the quota, and a stored
-//! snapshot restored from its mapped file.
+//! The snapshot store: retention, torn temp files, the quota, a stored
+//! snapshot restored from its mapped file, and the files used through
+//! `Arc<dyn SnapshotStore>`.
+
+use std::sync::Arc;
 
 use stasis_core::snapshot_files::LocalSnapshotStore;
-use stasis_core::snapshot_store::{SnapshotStore, StoreError};
+use stasis_core::snapshot_store::{SnapshotEntry, SnapshotStore, StoreError};
 
 use crate::support::*;
 
@@ -130,4 +133,34 @@ async fn stored_snapshot_restores_from_the_mapped_file() {
         0xdead_beef
     );
     call_ok(&mut inst).await;
+}
+
+#[test]
+fn the_files_serve_as_a_shared_snapshot_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn SnapshotStore> =
+        Arc::new(LocalSnapshotStore::open(dir.path(), None).unwrap());
+    store.write("a", 0, b"zero").unwrap();
+    store.write("b", 3, b"three").unwrap();
+    let mut actors = store.actors().unwrap();
+    actors.sort();
+    assert_eq!(actors, ["a", "b"]);
+    assert_eq!(
+        store.list("b").unwrap(),
+        [SnapshotEntry { seq: 3, bytes: 5 }]
+    );
+    assert_eq!(&*store.open_snapshot("b", 3).unwrap(), b"three");
+    let missing = store.open_snapshot("b", 4).unwrap_err();
+    assert!(
+        matches!(&missing, StoreError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound),
+        "{missing:?}"
+    );
+    assert!(
+        store.location("a").ends_with("a"),
+        "{}",
+        store.location("a")
+    );
+    store.remove_actor("a").unwrap();
+    assert_eq!(store.actors().unwrap(), ["b"]);
+    assert_eq!(store.used_bytes(), 5);
 }
