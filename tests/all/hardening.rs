@@ -1,28 +1,11 @@
-//! Reliability round 2 (issue 11), against the real `stasis` binary over
+//! Hardening found by trying Stasis as new users and attackers would, against the real `stasis` binary over
 //! loopback HTTP: static constructors run once per actor life, the bearer
 //! scheme is case-insensitive and the token exact, and metric series are
 //! bounded and go with their actor; the guest clock never goes back.
 
-mod support;
-
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::process::{Command, Stdio};
 
-use support::{Answer, Server, client, send};
-
-/// Sends `method path` to actor `actor` of `server`.
-async fn to_actor(server: &Server, actor: &str, method: &str, path: &str) -> Answer {
-    send(
-        &client(),
-        server.ingress,
-        method,
-        &format!("{actor}.actors.localhost"),
-        path,
-        Vec::new(),
-    )
-    .await
-}
+use crate::support::{self, Answer, Server, client, send};
 
 /// Input 6: a Rust guest built with the SDK is a reactor; its static
 /// constructor runs once, at creation, never per call nor after a pause,
@@ -40,27 +23,35 @@ async fn sdk_guests_run_static_constructors_once() {
         answer.body
     };
     for i in 1..=5 {
-        let answer = to_actor(&server, "ctor", "POST", "/").await;
+        let answer = support::to_actor(&client(), server.ingress, "ctor", "POST", "/").await;
         assert_eq!(answer.body, format!("count: {i}\n"));
     }
     let once = "constructors: 1\n";
     assert_eq!(
-        constructors(to_actor(&server, "ctor", "GET", "/constructors").await),
+        constructors(
+            support::to_actor(&client(), server.ingress, "ctor", "GET", "/constructors").await
+        ),
         once
     );
     server.cli_ok(&["actor", "pause", "ctor"]);
     assert_eq!(
-        to_actor(&server, "ctor", "POST", "/").await.body,
+        support::to_actor(&client(), server.ingress, "ctor", "POST", "/")
+            .await
+            .body,
         "count: 6\n"
     );
     assert_eq!(
-        constructors(to_actor(&server, "ctor", "GET", "/constructors").await),
+        constructors(
+            support::to_actor(&client(), server.ingress, "ctor", "GET", "/constructors").await
+        ),
         once
     );
-    let trap = to_actor(&server, "ctor", "POST", "/trap").await;
+    let trap = support::to_actor(&client(), server.ingress, "ctor", "POST", "/trap").await;
     assert_eq!(trap.status, 500, "{trap:?}");
     assert_eq!(
-        constructors(to_actor(&server, "ctor", "GET", "/constructors").await),
+        constructors(
+            support::to_actor(&client(), server.ingress, "ctor", "GET", "/constructors").await
+        ),
         once
     );
     let other = if first == "worker-1" {
@@ -70,12 +61,16 @@ async fn sdk_guests_run_static_constructors_once() {
     };
     server.cli_ok(&["actor", "migrate", "ctor", "--to", other]);
     assert_eq!(
-        constructors(to_actor(&server, "ctor", "GET", "/constructors").await),
+        constructors(
+            support::to_actor(&client(), server.ingress, "ctor", "GET", "/constructors").await
+        ),
         once
     );
     // The trap rolled the actor back to its pause snapshot (count 5).
     assert_eq!(
-        to_actor(&server, "ctor", "GET", "/").await.body,
+        support::to_actor(&client(), server.ingress, "ctor", "GET", "/")
+            .await
+            .body,
         "count: 5\n"
     );
 }
@@ -119,29 +114,13 @@ async fn bearer_scheme_is_case_insensitive_and_the_token_exact() {
     // A remote worker with the same token (support::RemoteWorker lists
     // workers through a client without the token, so it is started here).
     let tmp = tempfile::tempdir().expect("tempdir");
-    let mut worker = Command::new(env!("CARGO_BIN_EXE_stasis"))
-        .args(["worker", "run", "--join", &server.admin_url()])
-        .args(["--listen", "127.0.0.1:0", "--name", "w1", "--data-dir"])
-        .arg(tmp.path().join("data"))
-        .env("STASIS_ADMIN_TOKEN", "s3cr3t")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn stasis worker run");
-    let stdout = worker.stdout.take().expect("stdout");
-    let ready = BufReader::new(stdout)
-        .lines()
-        .map_while(Result::ok)
-        .find(|l| l.starts_with("stasis worker ready"))
-        .expect("worker ready line");
-    let listen: SocketAddr = ready
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix("listen="))
-        .and_then(|a| a.parse().ok())
-        .unwrap_or_else(|| panic!("bad ready line {ready:?}"));
+    let mut command = support::STASIS.worker(&server.admin_url(), "w1", &tmp.path().join("data"));
+    command.env("STASIS_ADMIN_TOKEN", "s3cr3t");
+    let mut worker = stasis_test_util::Proc::start(command, "stasis worker ready", "w1", false)
+        .unwrap_or_else(|stderr| panic!("worker w1 exited: {stderr}"));
+    let listen = worker.addr("listen=");
     check_auth_forms(listen, "/internal/v1/actors").await;
-    let _ = worker.kill();
-    let _ = worker.wait();
+    worker.kill();
 }
 
 /// Sends `method path` (with a JSON `body`) to the admin API of `server`.
@@ -170,7 +149,7 @@ async fn create_and_call(server: &Server, template: &str, names: &[String]) {
         let body = format!(r#"{{"name": "{name}", "template": "{template}"}}"#);
         let created = admin(server, "POST", "/v1/actors", &body).await;
         assert_eq!(created.status, 201, "{created:?}");
-        let answer = to_actor(server, name, "POST", "/").await;
+        let answer = support::to_actor(&client(), server.ingress, name, "POST", "/").await;
         assert_eq!(answer.status, 200, "{answer:?}");
     }
 }
@@ -198,7 +177,7 @@ async fn by_default_no_metric_series_is_per_actor() {
     server.push("counter");
     let names: Vec<String> = (0..200).map(|i| format!("m-{i}")).collect();
     create_and_call(&server, "counter", &names).await;
-    let unknown = to_actor(&server, "nobody-here", "GET", "/").await;
+    let unknown = support::to_actor(&client(), server.ingress, "nobody-here", "GET", "/").await;
     assert_eq!(unknown.status, 404);
     let text = metrics(&server).await;
     assert!(
@@ -223,7 +202,7 @@ async fn per_actor_series_are_opt_in_and_go_with_their_actor() {
     server.push("counter");
     let names: Vec<String> = (0..200).map(|i| format!("p-{i}")).collect();
     create_and_call(&server, "counter", &names).await;
-    let unknown = to_actor(&server, "nobody-here", "POST", "/").await;
+    let unknown = support::to_actor(&client(), server.ingress, "nobody-here", "POST", "/").await;
     assert_eq!(unknown.status, 404);
     let text = metrics(&server).await;
     for name in &names {
@@ -248,7 +227,7 @@ async fn per_actor_series_are_opt_in_and_go_with_their_actor() {
 
 /// The monotonic reading of the `faulty` demo's `GET /clock`.
 async fn guest_clock(server: &Server, actor: &str) -> u64 {
-    let answer = to_actor(server, actor, "GET", "/clock").await;
+    let answer = support::to_actor(&client(), server.ingress, actor, "GET", "/clock").await;
     assert_eq!(answer.status, 200, "{answer:?}");
     answer
         .body
@@ -269,7 +248,7 @@ async fn monotonic_clock_never_goes_back_across_traps_and_kill_nine() {
     tokio::time::sleep(std::time::Duration::from_millis(400)).await;
     let before_trap = guest_clock(&server, "tick").await;
     assert!(before_trap >= 400_000_000, "the clock runs: {before_trap}");
-    let trap = to_actor(&server, "tick", "POST", "/trap").await;
+    let trap = support::to_actor(&client(), server.ingress, "tick", "POST", "/trap").await;
     assert_eq!(trap.status, 500, "{trap:?}");
     let after_trap = guest_clock(&server, "tick").await;
     assert!(
