@@ -35,6 +35,7 @@ use stasis_runtime::engine::{Limits, StasisEngine};
 use stasis_runtime::metrics::Metrics;
 use stasis_runtime::module::ModuleCache;
 use stasis_runtime::store::SnapshotStore;
+use stasis_runtime::worker::templates::TemplateDir;
 use stasis_runtime::worker::{ActorSpec, Worker, WorkerSettings};
 use support::{Http, Proc, send};
 
@@ -443,6 +444,7 @@ fn direct(ctx: &Ctx) -> Direct {
     let template = cache
         .load(&std::fs::read(demo("counter")).expect("counter.wasm"))
         .expect("counter loads");
+    let templates = TemplateDir::new(cache, tmp.path().join("templates"), None);
     let store = Arc::new(SnapshotStore::open(tmp.path().join("snapshots"), None).expect("store"));
     let worker = Worker::new(
         "worker-1",
@@ -451,6 +453,7 @@ fn direct(ctx: &Ctx) -> Direct {
         Arc::new(Metrics::default()),
         WorkerSettings::default(),
         None,
+        Arc::new(templates),
     );
     let spec = ActorSpec {
         name: "counter".into(),

@@ -312,6 +312,18 @@ impl SnapshotStore {
         }
     }
 
+    /// Names of the actors that have a snapshot folder, in no order.
+    ///
+    /// # Errors
+    /// [`StoreError::Io`] if the store's folder cannot be read.
+    pub fn actors(&self) -> Result<Vec<String>, StoreError> {
+        let entries = fs::read_dir(&self.root).map_err(io_err("read", &self.root))?;
+        Ok(entries
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect())
+    }
+
     /// Deletes `actor`'s folder and every snapshot in it.
     ///
     /// # Errors

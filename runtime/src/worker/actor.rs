@@ -184,12 +184,12 @@ impl Ticket {
     }
 }
 
-/// A bytes-in-RAM snapshot of a live actor, for a move.
-#[derive(Debug)]
+/// An actor captured for a move: its snapshot is durable in the control
+/// plane's store (written there by an in-process worker, replicated there
+/// by a remote one), so only its sequence number travels.
+#[derive(Debug, Clone, Copy)]
 pub struct Captured {
-    /// The encoded snapshot file.
-    pub bytes: Vec<u8>,
-    /// Its sequence number (written to this worker's store, too).
+    /// The snapshot's sequence number.
     pub seq: u64,
     /// Whether the actor had a live instance (a running actor is restored
     /// on the target at once; a paused one stays paused).
@@ -202,9 +202,10 @@ pub enum Command {
     Call {
         /// The placement epoch the router saw; a stale one is refused (421).
         epoch: u64,
-        /// The request (boxed: every actor's mailbox allocates room for
-        /// 32 commands up front, so the command is kept small).
-        request: Box<Request>,
+        /// The request (behind a pointer: every actor's mailbox allocates
+        /// room for its commands up front, so the command is kept small;
+        /// shared, so a caller that must retry elsewhere keeps it).
+        request: Arc<Request>,
         /// Decides between running it and the hold timeout.
         ticket: Arc<Ticket>,
         /// Where the answer goes.
@@ -220,7 +221,7 @@ pub enum Command {
     /// Resume (idempotent unless a source is named).
     Resume(ResumeFrom, oneshot::Sender<Result<(), ApiError>>),
     /// Capture for a move: write a snapshot (no hooks), keep the instance,
-    /// state `migrating`, and hand back the snapshot bytes.
+    /// state `migrating`, and hand back its sequence number.
     Capture(oneshot::Sender<Result<Captured, ApiError>>),
     /// A move was rolled back: back to `running` (or `paused`).
     CancelMove(oneshot::Sender<()>),
@@ -586,15 +587,8 @@ impl ActorTask {
             self.newest_seq()
                 .ok_or_else(|| ApiError::internal(format!("actor {} has no snapshot", self.name)))?
         };
-        let store = self.store.clone();
-        let actor = self.name.clone();
-        let bytes = tokio::task::spawn_blocking(move || {
-            store.open_snapshot(&actor, seq).map(|map| map.to_vec())
-        })
-        .await
-        .map_err(ApiError::internal)??;
         self.set_state(ActorState::Migrating);
-        Ok(Captured { bytes, seq, live })
+        Ok(Captured { seq, live })
     }
 
     /// Captures the live instance and writes the next snapshot durably,

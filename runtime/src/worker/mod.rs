@@ -1,16 +1,21 @@
 //! A worker hosts actors: one task and one bounded mailbox per actor (see
-//! [`actor`]). The control plane places actors on workers; the router hands
-//! each request to the worker that owns the actor.
+//! [`actor`]). The control plane places actors on workers and drives each
+//! through [`WorkerApi`] ([`api`]); the in-process [`Worker`] here is one
+//! implementation, a remote worker's client (`crate::cluster`) the other.
+//! Templates arrive by digest and are resolved through [`templates`].
 
 pub mod actor;
+pub mod api;
 pub mod live;
-pub mod remote;
+pub mod templates;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use async_trait::async_trait;
+use bytes::Bytes;
 use stasis_host_api::{Request, Response};
 use tokio::sync::{mpsc, oneshot};
 
@@ -24,7 +29,9 @@ use actor::{
     ActorSettings, ActorState, ActorStatus, ActorTask, Captured, Command, Replicator, ResumeFrom,
     SnapshotReport, Ticket,
 };
+pub use api::{HostSpec, Location, WorkerApi};
 use live::LiveSlots;
+use templates::Templates;
 
 /// Settings of a worker.
 #[derive(Debug, Clone)]
@@ -70,6 +77,7 @@ pub struct Worker {
     settings: WorkerSettings,
     actors: Mutex<HashMap<String, Handle>>,
     replicator: Option<Arc<dyn Replicator>>,
+    templates: Arc<dyn Templates>,
     live: Option<Arc<LiveSlots>>,
     serving: AtomicBool,
 }
@@ -94,8 +102,9 @@ pub struct ActorSpec {
 }
 
 impl Worker {
-    /// A worker named `name`. With a `replicator`, every snapshot is also
-    /// made durable through it before a pause or checkpoint is acknowledged.
+    /// A worker named `name`, resolving template digests through
+    /// `templates`. With a `replicator`, every snapshot is also made
+    /// durable through it before a pause or checkpoint is acknowledged.
     #[must_use]
     pub fn new(
         name: &str,
@@ -104,6 +113,7 @@ impl Worker {
         metrics: Arc<Metrics>,
         settings: WorkerSettings,
         replicator: Option<Arc<dyn Replicator>>,
+        templates: Arc<dyn Templates>,
     ) -> Arc<Self> {
         Arc::new_cyclic(|this: &std::sync::Weak<Worker>| Self {
             live: settings.max_live.map(|max| {
@@ -124,6 +134,7 @@ impl Worker {
             settings,
             actors: Mutex::new(HashMap::new()),
             replicator,
+            templates,
             serving: AtomicBool::new(true),
         })
     }
@@ -297,7 +308,7 @@ impl Worker {
         &self,
         actor: &str,
         epoch: u64,
-        request: Request,
+        request: impl Into<Arc<Request>>,
     ) -> Result<Response, ApiError> {
         if !self.is_serving() {
             return Err(ApiError::unavailable(format!(
@@ -310,7 +321,7 @@ impl Worker {
         let (reply, answer) = oneshot::channel();
         let command = Command::Call {
             epoch,
-            request: Box::new(request),
+            request: request.into(),
             ticket: ticket.clone(),
             reply,
         };
@@ -379,31 +390,43 @@ impl Worker {
             .await?
     }
 
-    /// Installs `actor` from snapshot `seq` (`bytes`, verified first) under
-    /// placement `epoch`: the bytes are written to this worker's store
-    /// unless it already holds them, then, with `resume`, the actor is
+    /// Installs `actor` from snapshot `seq` under placement `epoch`: the
+    /// snapshot (`bytes`, or the stored file when `None`) is verified
+    /// against the template; given bytes are written to this worker's store
+    /// unless it already holds them; then, with `resume`, the actor is
     /// restored at once (the target side of a move), else it is `paused`.
     ///
     /// # Errors
-    /// 422 if the bytes do not verify against the template; 503 if the
-    /// restore fails (nothing is left installed).
+    /// 422 if the snapshot does not verify against the template; 503 if
+    /// the restore fails (nothing is left installed).
     pub async fn install(
         &self,
         spec: &ActorSpec,
         epoch: u64,
         seq: u64,
-        bytes: Vec<u8>,
+        bytes: Option<Bytes>,
         resume: bool,
     ) -> Result<ActorStatus, ApiError> {
-        snapshot::verify(&bytes, &spec.template, self.engine.limits().max_memory)
-            .map_err(|e| ApiError::new(422, format!("snapshot {seq} of {}: {e}", spec.name)))?;
+        let max_memory = self.engine.limits().max_memory;
+        let what = format!("snapshot {seq} of {}", spec.name);
+        let refused = move |e: &dyn std::fmt::Display| ApiError::new(422, format!("{what}: {e}"));
         let store = self.store.clone();
         let name = spec.name.clone();
-        tokio::task::spawn_blocking(move || {
-            if store.list(&name)?.iter().any(|e| e.seq == seq) {
-                return Ok(());
+        let template = spec.template.clone();
+        tokio::task::spawn_blocking(move || -> Result<(), ApiError> {
+            match bytes {
+                Some(bytes) => {
+                    snapshot::verify(&bytes, &template, max_memory).map_err(|e| refused(&e))?;
+                    if !store.list(&name)?.iter().any(|e| e.seq == seq) {
+                        store.write(&name, seq, &bytes)?;
+                    }
+                }
+                None => {
+                    let map = store.open_snapshot(&name, seq)?;
+                    snapshot::verify(&map, &template, max_memory).map_err(|e| refused(&e))?;
+                }
             }
-            store.write(&name, seq, &bytes).map(|_| ())
+            Ok(())
         })
         .await
         .map_err(ApiError::internal)??;
@@ -418,6 +441,15 @@ impl Worker {
         }
         self.status(&spec.name)
             .ok_or_else(|| ApiError::internal("installed actor vanished"))
+    }
+
+    async fn spec(&self, actor: &str, spec: &HostSpec) -> Result<ActorSpec, ApiError> {
+        crate::error::check_label("actor", actor)?;
+        Ok(ActorSpec {
+            name: actor.to_owned(),
+            template: self.templates.template(&spec.digest).await?,
+            env: spec.env.clone(),
+        })
     }
 
     /// Captures `actor` for a move (see [`Command::Capture`]).
@@ -473,5 +505,82 @@ impl Worker {
     #[must_use]
     pub fn actor_names(&self) -> Vec<String> {
         self.lock().keys().cloned().collect()
+    }
+}
+
+#[async_trait]
+impl WorkerApi for Worker {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn location(&self) -> Location {
+        Location::InProcess
+    }
+
+    async fn create(&self, actor: &str, spec: &HostSpec) -> Result<SnapshotReport, ApiError> {
+        let local = self.spec(actor, spec).await?;
+        Worker::create(self, &local, spec.epoch).await
+    }
+
+    async fn install(
+        &self,
+        actor: &str,
+        spec: &HostSpec,
+        seq: u64,
+        bytes: Option<Bytes>,
+        resume: bool,
+    ) -> Result<(), ApiError> {
+        let local = self.spec(actor, spec).await?;
+        Worker::install(self, &local, spec.epoch, seq, bytes, resume)
+            .await
+            .map(|_| ())
+    }
+
+    async fn call(
+        &self,
+        actor: &str,
+        epoch: u64,
+        request: Arc<Request>,
+    ) -> Result<Response, ApiError> {
+        Worker::call(self, actor, epoch, request).await
+    }
+
+    async fn pause(&self, actor: &str) -> Result<SnapshotReport, ApiError> {
+        Worker::pause(self, actor).await
+    }
+
+    async fn checkpoint(&self, actor: &str) -> Result<SnapshotReport, ApiError> {
+        Worker::checkpoint(self, actor).await
+    }
+
+    async fn resume(&self, actor: &str, from: ResumeFrom) -> Result<(), ApiError> {
+        Worker::resume(self, actor, from).await
+    }
+
+    async fn capture(&self, actor: &str) -> Result<Captured, ApiError> {
+        Worker::capture(self, actor).await
+    }
+
+    async fn cancel_move(&self, actor: &str) {
+        Worker::cancel_move(self, actor).await;
+    }
+
+    async fn remove(&self, actor: &str) {
+        Worker::remove(self, actor).await;
+    }
+
+    async fn status(&self, actor: &str) -> Result<ActorStatus, ApiError> {
+        Worker::status(self, actor).ok_or_else(|| {
+            ApiError::not_found(format!("actor {actor} is not on worker {}", self.name))
+        })
+    }
+
+    async fn statuses(&self) -> Vec<(String, ActorStatus)> {
+        Worker::statuses(self)
+    }
+
+    fn held_requests(&self) -> usize {
+        Worker::held_requests(self)
     }
 }
