@@ -27,22 +27,27 @@
 //! so CI stays cheap; `cargo bench --bench cluster` runs 16 × 200.
 //! Results: `docs/benchmarks/cluster-density.md`.
 
-mod support;
-
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use support::{Http, Proc, send, summary, test_mode};
 
 use bytes::Bytes;
 use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput};
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 use serde_json::{Value, json};
+use stasis_test_util::admin::{self, call_ok, wait_worker_ready};
+use stasis_test_util::bench::{self, test_mode};
+use stasis_test_util::data::random_bytes;
+use stasis_test_util::demos::count_in;
+use stasis_test_util::http::{Http, actor_host, client, send};
+use stasis_test_util::stats::summary;
+use stasis_test_util::{Artifacts, artifacts};
 use tokio::runtime::Runtime;
+
+/// The `stasis` binary and the demo actors.
+const STASIS: Artifacts = artifacts!();
 
 const MIB: u64 = 1 << 20;
 const KV_TARGET_MEMORY: u64 = 16 * MIB;
@@ -50,86 +55,20 @@ const KV_VALUE_BYTES: usize = 64 << 10;
 const LOAD_ACTORS: usize = 20;
 const LOAD_CLIENTS: usize = 16;
 
-// ---- processes --------------------------------------------------------------
-
 // ---- HTTP -------------------------------------------------------------------
-
-fn http() -> Http {
-    Client::builder(TokioExecutor::new())
-        .pool_max_idle_per_host(64)
-        .build_http()
-}
-
-/// An admin API call; the answer parsed as JSON (`null` when empty).
-async fn admin(
-    client: &Http,
-    addr: SocketAddr,
-    method: &str,
-    path: &str,
-    body: Option<Value>,
-) -> (u16, Value) {
-    let body = body.map_or_else(Bytes::new, |v| Bytes::from(v.to_string()));
-    let (status, bytes) = send(client, addr, method, "localhost", path, body).await;
-    let value = if bytes.is_empty() {
-        Value::Null
-    } else {
-        serde_json::from_slice(&bytes).unwrap_or_else(|e| {
-            panic!(
-                "{method} {path}: not JSON ({e}): {}",
-                String::from_utf8_lossy(&bytes)
-            )
-        })
-    };
-    (status, value)
-}
-
-async fn admin_ok(
-    client: &Http,
-    addr: SocketAddr,
-    method: &str,
-    path: &str,
-    body: Option<Value>,
-) -> Value {
-    let (status, value) = admin(client, addr, method, path, body).await;
-    assert!(
-        (200..300).contains(&status),
-        "{method} {path}: {status} {value}"
-    );
-    value
-}
 
 /// Pushes the demo actor `name` as a template of the same name.
 async fn push(client: &Http, admin_addr: SocketAddr, name: &str) {
-    let path = Path::new(env!("STASIS_DEMOS_DIR")).join(format!("{name}.wasm"));
-    let wasm = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let (status, body) = send(
-        client,
-        admin_addr,
-        "PUT",
-        "localhost",
-        &format!("/v1/templates/{name}"),
-        Bytes::from(wasm),
-    )
-    .await;
-    assert!(
-        status == 200 || status == 201,
-        "push {name}: {status} {body:?}"
-    );
+    admin::push_template(client, admin_addr, name, STASIS.demo_wasm(name)).await;
 }
 
 async fn create(client: &Http, admin_addr: SocketAddr, actor: &str, template: &str) {
-    admin_ok(
-        client,
-        admin_addr,
-        "POST",
-        "/v1/actors",
-        Some(json!({"name": actor, "template": template})),
-    )
-    .await;
+    let reply = admin::create_actor(client, admin_addr, actor, template).await;
+    let _ = reply.ok(&format!("create {actor}"));
 }
 
 async fn actor_info(client: &Http, admin_addr: SocketAddr, actor: &str) -> Value {
-    admin_ok(
+    call_ok(
         client,
         admin_addr,
         "GET",
@@ -142,12 +81,12 @@ async fn actor_info(client: &Http, admin_addr: SocketAddr, actor: &str) -> Value
 /// One move; (server-reported downtime, client-observed latency), in ms.
 async fn migrate(client: &Http, admin_addr: SocketAddr, actor: &str, to: &str) -> (f64, f64) {
     let started = Instant::now();
-    let answer = admin_ok(
+    let answer = call_ok(
         client,
         admin_addr,
         "POST",
         &format!("/v1/actors/{actor}/migrate"),
-        Some(json!({ "to": to })),
+        Some(&json!({ "to": to })),
     )
     .await;
     let client_ms = started.elapsed().as_secs_f64() * 1e3;
@@ -156,60 +95,30 @@ async fn migrate(client: &Http, admin_addr: SocketAddr, actor: &str, to: &str) -
     (downtime, client_ms)
 }
 
-async fn wait_worker_ready(client: &Http, admin_addr: SocketAddr, name: &str) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let list = admin_ok(client, admin_addr, "GET", "/v1/workers", None).await;
-        let ready = list
-            .as_array()
-            .into_iter()
-            .flatten()
-            .any(|w| w["name"] == name && w["state"] == "ready");
-        if ready {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "worker {name} never ready: {list}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 /// POST to a counter through the ingress; the count it answers.
 async fn post_count(client: &Http, ingress: SocketAddr, actor: &str) -> (u16, u64) {
-    let host = format!("{actor}.actors.localhost");
-    let (status, body) = send(client, ingress, "POST", &host, "/", Bytes::new()).await;
-    (status, count_of(&body))
+    let reply = send(
+        client,
+        ingress,
+        "POST",
+        &actor_host(actor),
+        "/",
+        Bytes::new(),
+    )
+    .await;
+    (reply.status, count_of(&reply.body))
 }
 
+/// The count a counter answered, 0 if none (a failed request).
 fn count_of(body: &[u8]) -> u64 {
-    String::from_utf8_lossy(body)
-        .trim()
-        .rsplit(' ')
-        .next()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
+    count_in(&String::from_utf8_lossy(body)).unwrap_or(0)
 }
 
 // ---- statistics -------------------------------------------------------------
 
-/// Nearest-rank percentile of `samples` (sorted here).
+/// `ms` milliseconds as a duration (negative as zero).
 fn ms_duration(ms: f64) -> Duration {
     Duration::from_secs_f64(ms.max(0.0) / 1e3)
-}
-
-/// xorshift64* bytes: incompressible, every page non-zero.
-fn random_bytes(state: &mut u64, len: usize) -> Vec<u8> {
-    let mut out = Vec::with_capacity(len + 8);
-    while out.len() < len {
-        *state ^= *state >> 12;
-        *state ^= *state << 25;
-        *state ^= *state >> 27;
-        out.extend_from_slice(&state.wrapping_mul(0x2545_f491_4f6c_dd1d).to_le_bytes());
-    }
-    out.truncate(len);
-    out
 }
 
 // ---- one-move downtime ------------------------------------------------------
@@ -225,13 +134,13 @@ fn bench_downtime(c: &mut Criterion, rt: &Runtime) {
         .prefix("stasis-bench-cluster-")
         .tempdir()
         .expect("tempdir");
-    let serve = Proc::serve(&tmp.path().join("serve"), &["--workers", "2"]);
+    let serve = bench::serve(&STASIS, &tmp.path().join("serve"), &["--workers", "2"]);
     let admin_addr = serve.addr("admin=");
     let ingress = serve.addr("ingress=");
-    let client = http();
+    let client = client();
     // The remote worker joins before any actor exists, so its join
     // rebalance moves nothing.
-    let remote = Proc::worker(admin_addr, "w-b", &tmp.path().join("w-b"));
+    let remote = bench::worker(&STASIS, admin_addr, "w-b", &tmp.path().join("w-b"));
     rt.block_on(async {
         wait_worker_ready(&client, admin_addr, "w-b").await;
         push(&client, admin_addr, "counter").await;
@@ -241,8 +150,7 @@ fn bench_downtime(c: &mut Criterion, rt: &Runtime) {
         for _ in 0..3 {
             assert_eq!(post_count(&client, ingress, "mv-counter").await.0, 200);
         }
-        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
-        let mut keys = 0;
+        let mut keys = 0u64;
         loop {
             let info = actor_info(&client, admin_addr, "mv-kv").await;
             let memory = info["memory_bytes"].as_u64().expect("memory_bytes");
@@ -250,8 +158,8 @@ fn bench_downtime(c: &mut Criterion, rt: &Runtime) {
                 break;
             }
             for _ in 0..16 {
-                let body = Bytes::from(random_bytes(&mut seed, KV_VALUE_BYTES));
-                let (status, _) = send(
+                let body = Bytes::from(random_bytes(keys, KV_VALUE_BYTES));
+                let reply = send(
                     &client,
                     ingress,
                     "PUT",
@@ -260,11 +168,11 @@ fn bench_downtime(c: &mut Criterion, rt: &Runtime) {
                     body,
                 )
                 .await;
-                assert_eq!(status, 201, "PUT /k{keys}");
+                assert_eq!(reply.status, 201, "PUT /k{keys}");
                 keys += 1;
             }
         }
-        let checkpoint = admin_ok(
+        let checkpoint = call_ok(
             &client,
             admin_addr,
             "POST",
@@ -400,7 +308,7 @@ async fn rebalancer(
     let mut downtimes = Vec::new();
     let mut failed = 0;
     while !stop.load(Ordering::Relaxed) {
-        let list = admin_ok(&client, admin_addr, "GET", "/v1/actors", None).await;
+        let list = call_ok(&client, admin_addr, "GET", "/v1/actors", None).await;
         for actor in list.as_array().into_iter().flatten() {
             if stop.load(Ordering::Relaxed) {
                 break;
@@ -408,16 +316,16 @@ async fn rebalancer(
             if actor["worker"] != home {
                 let name = actor["name"].as_str().expect("name");
                 let path = format!("/v1/actors/{name}/migrate");
-                let (status, answer) = admin(
+                let reply = admin::call(
                     &client,
                     admin_addr,
                     "POST",
                     &path,
-                    Some(json!({ "to": home })),
+                    Some(&json!({ "to": home })),
                 )
                 .await;
-                match answer["downtime_ms"].as_f64() {
-                    Some(d) if status == 200 => downtimes.push(d),
+                match reply.json()["downtime_ms"].as_f64() {
+                    Some(d) if reply.status == 200 => downtimes.push(d),
                     _ => failed += 1,
                 }
             }
@@ -425,7 +333,7 @@ async fn rebalancer(
         if stop.load(Ordering::Relaxed) {
             break;
         }
-        let report = admin_ok(&client, admin_addr, "POST", "/v1/rebalance", None).await;
+        let report = call_ok(&client, admin_addr, "POST", "/v1/rebalance", None).await;
         for m in report["moves"].as_array().into_iter().flatten() {
             match m["downtime_ms"].as_f64() {
                 Some(d) if m["error"].is_null() => downtimes.push(d),
@@ -450,12 +358,12 @@ fn bench_load(c: &mut Criterion, rt: &Runtime) {
             .tempdir()
             .expect("tempdir");
         let workers = if pair == "in-process" { "2" } else { "1" };
-        let serve = Proc::serve(&tmp.path().join("serve"), &["--workers", workers]);
+        let serve = bench::serve(&STASIS, &tmp.path().join("serve"), &["--workers", workers]);
         let admin_addr = serve.addr("admin=");
         let ingress = serve.addr("ingress=");
-        let client = http();
-        let remote =
-            (pair == "remote").then(|| Proc::worker(admin_addr, other, &tmp.path().join(other)));
+        let client = client();
+        let remote = (pair == "remote")
+            .then(|| bench::worker(&STASIS, admin_addr, other, &tmp.path().join(other)));
         let actors: Vec<String> = (0..LOAD_ACTORS).map(|i| format!("load-{i}")).collect();
         rt.block_on(async {
             wait_worker_ready(&client, admin_addr, other).await;
@@ -519,12 +427,19 @@ fn bench_load(c: &mut Criterion, rt: &Runtime) {
         // Exact counts: every actor counted each 200 it answered once.
         rt.block_on(async {
             for (index, actor) in load.actors.iter().enumerate() {
-                let host = format!("{actor}.actors.localhost");
-                let (status, body) = send(&client, ingress, "GET", &host, "/", Bytes::new()).await;
-                assert_eq!(status, 200);
+                let reply = send(
+                    &client,
+                    ingress,
+                    "GET",
+                    &actor_host(actor),
+                    "/",
+                    Bytes::new(),
+                )
+                .await;
+                assert_eq!(reply.status, 200);
                 let expected = load.ok_per_actor[index].load(Ordering::Relaxed);
                 assert_eq!(
-                    count_of(&body),
+                    count_of(&reply.body),
                     expected,
                     "{actor}: a duplicate or a gap in its count"
                 );
@@ -555,9 +470,9 @@ fn run_wrk(rt: &Runtime, client: &Http, admin_addr: SocketAddr, ingress: SocketA
         Ok(out) => {
             println!("wrk: {}", String::from_utf8_lossy(&out.stdout));
             let (status, count) = rt.block_on(async {
-                let host = "wrk-counter.actors.localhost";
-                let (status, body) = send(client, ingress, "GET", host, "/", Bytes::new()).await;
-                (status, count_of(&body))
+                let host = actor_host("wrk-counter");
+                let reply = send(client, ingress, "GET", &host, "/", Bytes::new()).await;
+                (reply.status, count_of(&reply.body))
             });
             println!("wrk: final count of wrk-counter: {count} (status {status})");
         }

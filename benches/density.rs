@@ -38,27 +38,29 @@
 //! `STASIS_DENSITY_ACTORS=110000 STASIS_DENSITY_MAX_LIVE=10008 cargo bench --bench density`.
 //! Results: `docs/benchmarks/cluster-density.md`.
 
-mod support;
-
 use std::net::SocketAddr;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use support::{Http, Proc, send, summary, test_mode};
 
 use bytes::Bytes;
 use criterion::{BenchmarkId, Criterion, SamplingMode};
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
-use serde_json::{Value, json};
+use stasis_test_util::admin::{self, call_ok};
+use stasis_test_util::bench::{self, test_mode};
+use stasis_test_util::http::{Http, Reply, actor_host, client, send};
+use stasis_test_util::stats::summary;
+use stasis_test_util::{Artifacts, Proc, artifacts};
+
+/// The `stasis` binary and the demo actors.
+const STASIS: Artifacts = artifacts!();
 
 const MIB: f64 = (1 << 20) as f64;
 const LIVE_PROBES: usize = 64;
 
-/// Criterion's own rule: without `--bench` (as under `cargo test`), or with
-/// `--test`, it runs every benchmark once as a test.
+/// The number in environment variable `key` (`_` separators allowed), or
+/// `default` when unset.
 fn env_usize(key: &str, default: usize) -> usize {
     std::env::var(key)
         .ok()
@@ -135,7 +137,7 @@ struct Serve {
 impl Serve {
     fn start(data_dir: &Path, extra: &[String]) -> Serve {
         let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
-        let process = Proc::serve(data_dir, &extra);
+        let process = bench::serve(&STASIS, data_dir, &extra);
         Serve {
             ingress: process.addr("ingress="),
             admin: process.addr("admin="),
@@ -163,31 +165,21 @@ impl Serve {
 
 // ---- HTTP -------------------------------------------------------------------
 
-async fn admin(
-    client: &Http,
-    addr: SocketAddr,
-    method: &str,
-    path: &str,
-    body: Option<Value>,
-) -> Value {
-    let body = body.map_or_else(Bytes::new, |v| Bytes::from(v.to_string()));
-    let (status, bytes) = send(client, addr, method, "localhost", path, body).await;
-    assert!(
-        (200..300).contains(&status),
-        "{method} {path}: {status} {}",
-        String::from_utf8_lossy(&bytes)
-    );
-    serde_json::from_slice(&bytes).unwrap_or(Value::Null)
-}
-
-async fn post(client: &Http, ingress: SocketAddr, actor: &str) -> (u16, Bytes) {
-    let host = format!("{actor}.actors.localhost");
-    send(client, ingress, "POST", &host, "/", Bytes::new()).await
+async fn post(client: &Http, ingress: SocketAddr, actor: &str) -> Reply {
+    send(
+        client,
+        ingress,
+        "POST",
+        &actor_host(actor),
+        "/",
+        Bytes::new(),
+    )
+    .await
 }
 
 /// `stasis_actors{state=...}` from `/metrics`: (running, paused, total).
 async fn states(client: &Http, admin_addr: SocketAddr) -> (u64, u64, u64) {
-    let (_, text) = send(
+    let text = send(
         client,
         admin_addr,
         "GET",
@@ -195,8 +187,8 @@ async fn states(client: &Http, admin_addr: SocketAddr) -> (u64, u64, u64) {
         "/metrics",
         Bytes::new(),
     )
-    .await;
-    let text = String::from_utf8_lossy(&text);
+    .await
+    .text();
     let mut out = (0, 0, 0);
     for line in text.lines() {
         let Some(rest) = line.strip_prefix("stasis_actors{state=\"") else {
@@ -243,19 +235,10 @@ async fn create_range(
                 if i >= to || failed.lock().unwrap().is_some() {
                     break;
                 }
-                let body = json!({"name": name(i), "template": "counter"});
-                let (status, answer) = send(
-                    &client,
-                    admin_addr,
-                    "POST",
-                    "localhost",
-                    "/v1/actors",
-                    Bytes::from(body.to_string()),
-                )
-                .await;
-                if status != 201 {
+                let reply = admin::create_actor(&client, admin_addr, &name(i), "counter").await;
+                if reply.status != 201 {
                     let mut failed = failed.lock().unwrap();
-                    let message = format!("{status} {}", String::from_utf8_lossy(&answer));
+                    let message = format!("{} {}", reply.status, reply.text());
                     if failed.as_ref().is_none_or(|(at, _)| i < *at) {
                         *failed = Some((i, message));
                     }
@@ -337,9 +320,9 @@ impl Probe {
     async fn resume_one(&self) -> Duration {
         let actor = name(self.cursor.fetch_add(1, Ordering::Relaxed) % self.created);
         let path = format!("/v1/actors/{actor}");
-        let info = admin(&self.client, self.admin, "GET", &path, None).await;
+        let info = call_ok(&self.client, self.admin, "GET", &path, None).await;
         if info["state"] != "paused" {
-            admin(
+            call_ok(
                 &self.client,
                 self.admin,
                 "POST",
@@ -350,14 +333,14 @@ impl Probe {
             self.paused_first.fetch_add(1, Ordering::Relaxed);
         }
         let started = Instant::now();
-        let (status, body) = post(&self.client, self.ingress, &actor).await;
+        let reply = post(&self.client, self.ingress, &actor).await;
         let elapsed = started.elapsed();
-        if status != 200 {
+        if reply.status != 200 {
             // Kept out of the percentiles; reported with the summary.
-            self.failures.record(&actor, status, &body);
+            self.failures.record(&actor, reply.status, &reply.body);
             return elapsed;
         }
-        let info = admin(&self.client, self.admin, "GET", &path, None).await;
+        let info = call_ok(&self.client, self.admin, "GET", &path, None).await;
         if let Some(ms) = info["last_resume_ms"].as_f64() {
             self.server_ms.lock().unwrap().push(ms);
         }
@@ -397,9 +380,10 @@ fn main() {
         extra.extend(["--max-held".to_owned(), held.clone()]);
     }
     let serve = Serve::start(&data, &extra);
-    let client: Http = Client::builder(TokioExecutor::new())
-        .pool_max_idle_per_host(64)
-        .build_http();
+    let client = {
+        let _guard = rt.enter();
+        client()
+    };
     println!(
         "density: serve {} | sizes {:?} | budget {:?} | concurrency {}",
         extra.join(" "),
@@ -408,20 +392,12 @@ fn main() {
         config.concurrency
     );
     let (rss0, _, maps0) = serve.memory();
-    rt.block_on(async {
-        let wasm = std::fs::read(Path::new(env!("STASIS_DEMOS_DIR")).join("counter.wasm"))
-            .expect("counter.wasm");
-        let (status, _) = send(
-            &client,
-            serve.admin,
-            "PUT",
-            "localhost",
-            "/v1/templates/counter",
-            Bytes::from(wasm),
-        )
-        .await;
-        assert!(status == 200 || status == 201, "push counter: {status}");
-    });
+    rt.block_on(admin::push_template(
+        &client,
+        serve.admin,
+        "counter",
+        STASIS.demo_wasm("counter"),
+    ));
     println!(
         "density-summary: actors=0 rss_mib={:.1} maps={maps0}",
         rss0 as f64 / MIB
@@ -571,12 +547,12 @@ fn main() {
                             live_next.fetch_add(1, Ordering::Relaxed) % LIVE_PROBES.min(created);
                         let actor = name(created - 1 - k);
                         let t = Instant::now();
-                        let (status, body) = post(&client, ingress, &actor).await;
+                        let reply = post(&client, ingress, &actor).await;
                         let elapsed = t.elapsed();
-                        if status == 200 {
+                        if reply.status == 200 {
                             live_ms.lock().unwrap().push(elapsed.as_secs_f64() * 1e3);
                         } else {
-                            live_failures.record(&actor, status, &body);
+                            live_failures.record(&actor, reply.status, &reply.body);
                         }
                         total += elapsed;
                     }

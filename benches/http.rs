@@ -17,34 +17,31 @@
 //! latency is recorded and printed as `latency:` lines with p50/p90/p99.
 //! The long-run throughput figure comes from `wrk`: see `benches/wrk.sh`.
 
-mod support;
-
 use std::collections::HashMap;
-use std::io::Write;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use criterion::{Criterion, SamplingMode, Throughput};
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 use stasis_host_api::Request;
-use stasis_runtime::engine::{Limits, StasisEngine};
+use stasis_runtime::engine::Limits;
 use stasis_runtime::metrics::Metrics;
-use stasis_runtime::module::ModuleCache;
 use stasis_runtime::store::SnapshotStore;
 use stasis_runtime::worker::templates::TemplateDir;
 use stasis_runtime::worker::{ActorSpec, Worker, WorkerSettings};
-use support::{Http, Proc, send};
+use stasis_test_util::admin::{self, call_ok};
+use stasis_test_util::data::{random_bytes, write_fsync};
+use stasis_test_util::http::{Http, client, send};
+use stasis_test_util::stats::percentile;
+use stasis_test_util::{Artifacts, Proc, artifacts, bench, engine};
+
+/// The `stasis` binary and the demo actors.
+const STASIS: Artifacts = artifacts!();
 
 const KV_BLOBS: usize = 4;
 const KV_BLOB: usize = 4 << 20;
-
-fn demo(name: &str) -> PathBuf {
-    Path::new(env!("STASIS_DEMOS_DIR")).join(format!("{name}.wasm"))
-}
 
 /// A `stasis serve` on a temporary data dir; killed on drop (before the
 /// directory is removed: fields drop in order).
@@ -63,7 +60,7 @@ impl Server {
             .expect("temp dir");
         // Logging per request would be part of the measurement: the wrapper
         // runs it at `warn` unless STASIS_BENCH_LOG says otherwise.
-        let process = Proc::serve(&dir.path().join("data"), &[]);
+        let process = bench::serve(&STASIS, &dir.path().join("data"), &[]);
         Self {
             ingress: process.addr("ingress="),
             admin: process.addr("admin="),
@@ -71,20 +68,6 @@ impl Server {
             dir,
         }
     }
-}
-
-/// Deterministic incompressible bytes (xorshift64).
-fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    let mut out = Vec::with_capacity(len + 8);
-    while out.len() < len {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        out.extend_from_slice(&x.to_le_bytes());
-    }
-    out.truncate(len);
-    out
 }
 
 /// An actor on the server and the request the benchmark sends it.
@@ -109,25 +92,14 @@ struct Ctx {
 }
 
 impl Ctx {
-    fn admin(&self, method: &str, path: &str, body: Vec<u8>) -> serde_json::Value {
-        let (status, body) = self.rt.block_on(send(
-            &self.client,
-            self.server.admin,
-            method,
-            "localhost",
-            path,
-            Bytes::from(body),
-        ));
-        assert!(
-            (200..300).contains(&status),
-            "{method} {path}: {status} {}",
-            String::from_utf8_lossy(&body)
-        );
-        serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null)
+    /// A bodiless admin call, asserting 2xx; its JSON answer.
+    fn admin(&self, method: &str, path: &str) -> serde_json::Value {
+        let call = call_ok(&self.client, self.server.admin, method, path, None);
+        self.rt.block_on(call)
     }
 
     async fn request(&self, target: &Target) {
-        let (status, _) = send(
+        let reply = send(
             &self.client,
             self.server.ingress,
             target.method,
@@ -136,45 +108,45 @@ impl Ctx {
             Bytes::new(),
         )
         .await;
-        assert_eq!(status, 200, "{} {}", target.method, target.path);
+        assert_eq!(reply.status, 200, "{} {}", target.method, target.path);
     }
 
     fn pause(&self, target: &Target) -> serde_json::Value {
-        self.admin(
-            "POST",
-            &format!("/v1/actors/{}/pause", target.name),
-            Vec::new(),
-        )
+        self.admin("POST", &format!("/v1/actors/{}/pause", target.name))
     }
 }
 
-/// Creates `path`, writes `bytes`, fsyncs; returns the time taken and
-/// removes the file (untimed).
-fn write_fsync(path: &Path, bytes: &[u8]) -> Duration {
+/// [`write_fsync`] of `bytes` to `path`, timed; the file is removed after
+/// (untimed).
+fn timed_write_fsync(path: &Path, bytes: &[u8]) -> Duration {
     let start = Instant::now();
-    let mut file = std::fs::File::create(path).expect("create");
-    file.write_all(bytes).expect("write");
-    file.sync_all().expect("fsync");
+    write_fsync(path, bytes);
     let d = start.elapsed();
     std::fs::remove_file(path).expect("remove");
     d
 }
 
-/// Prints percentiles of signed differences (seconds) as a `latency:` line.
-fn report_signed(name: &str, mut all: Vec<f64>) {
-    if all.is_empty() {
+/// Prints p50/p90/p99/max of `samples_us` (microseconds) as a `latency:`
+/// line.
+fn report_us(name: &str, samples_us: &[f64]) {
+    if samples_us.is_empty() {
         return;
     }
-    all.sort_by(f64::total_cmp);
-    let at = |q: f64| all[((all.len() - 1) as f64 * q).round() as usize] * 1e6;
+    let at = |p: f64| percentile(samples_us, p);
     println!(
         "latency: {name} n={} p50={:.1}us p90={:.1}us p99={:.1}us max={:.1}us",
-        all.len(),
-        at(0.5),
-        at(0.9),
-        at(0.99),
-        at(1.0)
+        samples_us.len(),
+        at(50.0),
+        at(90.0),
+        at(99.0),
+        at(100.0)
     );
+}
+
+/// Prints percentiles of signed differences (seconds) as a `latency:` line.
+fn report_signed(name: &str, all: &[f64]) {
+    let us: Vec<f64> = all.iter().map(|s| s * 1e6).collect();
+    report_us(name, &us);
 }
 
 /// The server-side pause time a pause answer reports.
@@ -192,21 +164,9 @@ impl Latencies {
     }
 
     fn report(&self, name: &str) {
-        let mut all = std::mem::take(&mut *self.0.lock().expect("latencies"));
-        if all.is_empty() {
-            return;
-        }
-        all.sort();
-        let at = |q: f64| all[((all.len() - 1) as f64 * q).round() as usize];
-        let us = |d: Duration| d.as_secs_f64() * 1e6;
-        println!(
-            "latency: {name} n={} p50={:.1}us p90={:.1}us p99={:.1}us max={:.1}us",
-            all.len(),
-            us(at(0.5)),
-            us(at(0.9)),
-            us(at(0.99)),
-            us(at(1.0))
-        );
+        let all = std::mem::take(&mut *self.0.lock().expect("latencies"));
+        let us: Vec<f64> = all.iter().map(|d| d.as_secs_f64() * 1e6).collect();
+        report_us(name, &us);
     }
 }
 
@@ -218,7 +178,7 @@ fn setup() -> Ctx {
         .expect("tokio runtime");
     let client = {
         let _guard = rt.enter();
-        Client::builder(TokioExecutor::new()).build_http()
+        client()
     };
     let mut ctx = Ctx {
         rt,
@@ -226,29 +186,31 @@ fn setup() -> Ctx {
         server: Server::start(),
         snapshot_bytes: HashMap::new(),
     };
-    for name in ["counter", "kv"] {
-        let wasm = std::fs::read(demo(name)).expect("demo module");
-        ctx.admin("PUT", &format!("/v1/templates/{name}"), wasm);
-    }
-    for (name, template) in [("counter", "counter"), ("kv16", "kv")] {
-        let body = serde_json::json!({"name": name, "template": template});
-        ctx.admin("POST", "/v1/actors", body.to_string().into_bytes());
-    }
+    let (http, admin_addr) = (&ctx.client, ctx.server.admin);
+    ctx.rt.block_on(async {
+        for name in ["counter", "kv"] {
+            admin::push_template(http, admin_addr, name, STASIS.demo_wasm(name)).await;
+        }
+        for (name, template) in [("counter", "counter"), ("kv16", "kv")] {
+            let reply = admin::create_actor(http, admin_addr, name, template).await;
+            let _ = reply.ok(&format!("create {name}"));
+        }
+    });
     // 16 MiB of incompressible values, plus a small key to read back.
     ctx.rt.block_on(async {
         for i in 0..KV_BLOBS {
-            let (status, _) = send(
+            let reply = send(
                 &ctx.client,
                 ctx.server.ingress,
                 "PUT",
                 "kv16.actors.localhost",
                 &format!("/blob{i}"),
-                Bytes::from(random_bytes(KV_BLOB, i as u64 + 7)),
+                random_bytes(i as u64 + 7, KV_BLOB),
             )
             .await;
-            assert_eq!(status, 201);
+            assert_eq!(reply.status, 201);
         }
-        let (status, _) = send(
+        let reply = send(
             &ctx.client,
             ctx.server.ingress,
             "PUT",
@@ -257,11 +219,11 @@ fn setup() -> Ctx {
             Bytes::from_static(b"x"),
         )
         .await;
-        assert_eq!(status, 201);
+        assert_eq!(reply.status, 201);
     });
     for name in ["counter", "kv16"] {
-        let actor = ctx.admin("GET", &format!("/v1/actors/{name}"), Vec::new());
-        let pause = ctx.admin("POST", &format!("/v1/actors/{name}/pause"), Vec::new());
+        let actor = ctx.admin("GET", &format!("/v1/actors/{name}"));
+        let pause = ctx.admin("POST", &format!("/v1/actors/{name}/pause"));
         println!(
             "snapshot-size: case=http-{name} memory_bytes={} file_bytes={} pause_ms={}",
             actor["memory_bytes"], pause["snapshot_bytes"], pause["duration_ms"]
@@ -353,13 +315,13 @@ fn bench_resume(c: &mut Criterion, ctx: &Ctx) {
         let fsync = Latencies::default();
         let mut beyond = Vec::new();
         group.bench_function(format!("{}/pause_and_request", target.name), |b| {
-            let bytes = random_bytes(ctx.snapshot_bytes[target.name], 5);
+            let bytes = random_bytes(5, ctx.snapshot_bytes[target.name]);
             let path = ctx.server.dir.path().join("paired-fsync");
             b.iter_custom(|iters| {
                 let mut total = Duration::ZERO;
                 for _ in 0..iters {
                     ctx.rt.block_on(ctx.request(&target));
-                    let f = write_fsync(&path, &bytes);
+                    let f = timed_write_fsync(&path, &bytes);
                     let start = Instant::now();
                     ctx.pause(&target);
                     ctx.rt.block_on(ctx.request(&target));
@@ -382,20 +344,20 @@ fn bench_resume(c: &mut Criterion, ctx: &Ctx) {
                 "http_resume/{}/pause_and_request:minus_paired_write_fsync",
                 target.name
             ),
-            beyond,
+            &beyond,
         );
     }
     // Baselines, on the data dir's filesystem, with the counter snapshot's
     // size: one durable write (create, write, fsync), and the snapshot
     // store's whole protocol (temp file, write, fsync, rename, fsync folder).
-    let bytes = random_bytes(ctx.snapshot_bytes["counter"], 3);
+    let bytes = random_bytes(3, ctx.snapshot_bytes["counter"]);
     let lat = Latencies::default();
     group.bench_function("counter_snapshot_size/write_fsync", |b| {
         let path = ctx.server.dir.path().join("fsync-probe");
         b.iter_custom(|iters| {
             let mut total = Duration::ZERO;
             for _ in 0..iters {
-                let d = write_fsync(&path, &bytes);
+                let d = timed_write_fsync(&path, &bytes);
                 lat.add(d);
                 total += d;
             }
@@ -439,12 +401,13 @@ fn direct(ctx: &Ctx) -> Direct {
         .prefix("stasis-bench-worker-")
         .tempdir()
         .expect("temp dir");
-    let engine = StasisEngine::new(Limits::default()).expect("engine");
-    let cache = ModuleCache::new(engine.engine().clone(), engine.linker().clone(), None);
-    let template = cache
-        .load(&std::fs::read(demo("counter")).expect("counter.wasm"))
-        .expect("counter loads");
-    let templates = TemplateDir::new(cache, tmp.path().join("templates"), None);
+    let engine = engine::engine(Limits::default());
+    let template = engine::load(&engine, &STASIS.demo_wasm("counter"));
+    let templates = TemplateDir::new(
+        engine::module_cache(&engine),
+        tmp.path().join("templates"),
+        None,
+    );
     let store = Arc::new(SnapshotStore::open(tmp.path().join("snapshots"), None).expect("store"));
     let worker = Worker::new(
         "worker-1",
@@ -519,7 +482,7 @@ fn bench_throughput(c: &mut Criterion, ctx: &Ctx) {
                 closed_loop(ctx, iters, in_flight, move || {
                     let client = client.clone();
                     async move {
-                        let (status, _) = send(
+                        let reply = send(
                             &client,
                             ingress,
                             "POST",
@@ -528,7 +491,7 @@ fn bench_throughput(c: &mut Criterion, ctx: &Ctx) {
                             Bytes::new(),
                         )
                         .await;
-                        assert_eq!(status, 200);
+                        assert_eq!(reply.status, 200);
                     }
                 })
             });

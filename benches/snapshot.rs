@@ -26,7 +26,7 @@
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::{Read, Write};
+use std::io::Read;
 use std::path::PathBuf;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -42,18 +42,17 @@ use stasis_runtime::instance::{ActorInstance, InstanceConfig};
 use stasis_runtime::module::{ModuleCache, Template};
 use stasis_runtime::snapshot::{self, CaptureStats, PAGE_SIZE};
 use stasis_runtime::store::SnapshotStore;
+use stasis_test_util::bench::test_mode;
+use stasis_test_util::data::write_fsync;
+use stasis_test_util::stats::percentile;
+use stasis_test_util::{Artifacts, artifacts, engine};
+
+/// The `stasis` binary and the demo actors.
+const STASIS: Artifacts = artifacts!();
 
 const MIB: usize = 1 << 20;
 const MAX_MEMORY: u64 = 1 << 30;
 const KV_PRELOAD: &str = "100000";
-
-/// Criterion's own rule: without `--bench` (as under `cargo test`), or with
-/// `--test`, it runs every benchmark once as a test.
-fn test_mode() -> bool {
-    let args: Vec<String> = std::env::args().collect();
-    let has = |flag: &str| args.iter().any(|a| a == flag);
-    !has("--bench") || has("--test") || has("--list")
-}
 
 fn sizes() -> &'static [usize] {
     if test_mode() {
@@ -163,11 +162,7 @@ fn config() -> InstanceConfig {
 }
 
 fn probe() -> Request {
-    Request {
-        method: "GET".into(),
-        uri: "/".into(),
-        ..Request::default()
-    }
+    engine::request("GET", "/", Vec::new())
 }
 
 impl Ctx {
@@ -178,8 +173,8 @@ impl Ctx {
             request_timeout: Duration::from_secs(300),
             ..Limits::default()
         };
-        let engine = StasisEngine::new(limits).expect("engine");
-        let cache = ModuleCache::new(engine.engine().clone(), engine.linker().clone(), None);
+        let engine = engine::engine(limits);
+        let cache = engine::module_cache(&engine);
         // Same filesystem as the data dir would be (the target folder's).
         let tmp = tempfile::Builder::new()
             .prefix("stasis-bench-")
@@ -207,15 +202,8 @@ impl Ctx {
     }
 
     fn restore(&self, template: &Arc<Template>, bytes: &[u8]) -> ActorInstance {
-        let verified = snapshot::verify(bytes, template, MAX_MEMORY).expect("verify");
-        self.rt
-            .block_on(snapshot::restore(
-                &self.engine,
-                template.clone(),
-                config(),
-                &verified,
-            ))
-            .expect("restore")
+        let restore = engine::restore(&self.engine, template.clone(), bytes, config());
+        self.rt.block_on(restore)
     }
 
     /// The fixture of a case, built on first use (so a filtered run builds
@@ -463,12 +451,6 @@ fn bench_restore(c: &mut Criterion, ctx: &Ctx) {
     group.finish();
 }
 
-fn write_fsync(path: &std::path::Path, bytes: &[u8]) {
-    let mut file = File::create(path).expect("create");
-    file.write_all(bytes).expect("write");
-    file.sync_all().expect("fsync");
-}
-
 fn bench_persist(c: &mut Criterion, ctx: &Ctx) {
     let mut group = c.benchmark_group("persist");
     group.sampling_mode(SamplingMode::Flat);
@@ -505,7 +487,7 @@ fn bench_persist(c: &mut Criterion, ctx: &Ctx) {
         report_ratios(
             &format!("persist/{case}"),
             "store_write/fs_write_fsync",
-            ratios,
+            &ratios,
         );
         group.bench_function(BenchmarkId::new("fs_write_fsync", &case), |b| {
             let f = ctx.fixture(density, mib);
@@ -524,18 +506,16 @@ fn bench_persist(c: &mut Criterion, ctx: &Ctx) {
 }
 
 /// Prints the quartiles of paired ratios as a `paired-ratio:` line.
-fn report_ratios(name: &str, what: &str, mut ratios: Vec<f64>) {
+fn report_ratios(name: &str, what: &str, ratios: &[f64]) {
     if ratios.is_empty() {
         return;
     }
-    ratios.sort_by(f64::total_cmp);
-    let at = |q: f64| ratios[((ratios.len() - 1) as f64 * q).round() as usize];
     println!(
         "paired-ratio: {name} {what} n={} p25={:.3} p50={:.3} p75={:.3}",
         ratios.len(),
-        at(0.25),
-        at(0.5),
-        at(0.75)
+        percentile(ratios, 25.0),
+        percentile(ratios, 50.0),
+        percentile(ratios, 75.0)
     );
 }
 
@@ -586,7 +566,7 @@ fn bench_load(c: &mut Criterion, ctx: &Ctx) {
 }
 
 fn bench_cold_start(c: &mut Criterion, ctx: &Ctx) {
-    let kv = std::fs::read(concat!(env!("STASIS_DEMOS_DIR"), "/kv.wasm")).expect("kv.wasm");
+    let kv = STASIS.demo_wasm("kv");
     let template = ctx.cache.load(&kv).expect("kv loads");
     let kv_config = || {
         InstanceConfig::new(
@@ -600,11 +580,7 @@ fn bench_cold_start(c: &mut Criterion, ctx: &Ctx) {
     report_size("kv-preload-100k", &bytes, &stats);
     // The restored actor has the preloaded keys.
     let mut restored = ctx.restore(&template, &bytes);
-    let get = Request {
-        method: "GET".into(),
-        uri: "/k99999".into(),
-        ..Request::default()
-    };
+    let get = engine::request("GET", "/k99999", Vec::new());
     let answer = ctx.rt.block_on(restored.call(&get)).expect("call");
     assert_eq!(answer.status, 200);
     drop((instance, restored));

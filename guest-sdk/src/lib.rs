@@ -82,6 +82,12 @@ pub mod __rt {
     // never re-enters an export while another runs.
     unsafe impl<A> Sync for Slot<A> {}
 
+    impl<A: Actor> Default for Slot<A> {
+        fn default() -> Self {
+            Self::new()
+        }
+    }
+
     impl<A: Actor> Slot<A> {
         pub const fn new() -> Self {
             Self {

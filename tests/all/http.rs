@@ -2,11 +2,11 @@
 //! pause/resume as a per-actor barrier, and bad input. Real binary, real
 //! HTTP on 127.0.0.1, port 0.
 
-mod support;
-
 use std::time::Duration;
 
-use support::{Server, client, count, post, raw, raw_status, send};
+use stasis_test_util::demos::echo_answer;
+
+use crate::support::{self, Answer, Server, burst, client, count, post, raw, raw_status, send};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reference_session_survives_pause_resume_and_restart() {
@@ -103,27 +103,19 @@ async fn concurrent_requests_to_a_paused_actor_resume_it_once() {
     let before = server.cli_json(&["actor", "get", "burst"])["resumes"]
         .as_u64()
         .expect("resumes");
-    let client = client();
-    let mut tasks = Vec::new();
-    for _ in 0..64 {
-        let client = client.clone();
-        let addr = server.ingress;
-        tasks.push(tokio::spawn(async move {
-            send(
-                &client,
-                addr,
-                "POST",
-                "burst.actors.localhost",
-                "/",
-                Vec::new(),
-            )
-            .await
-        }));
-    }
-    let mut counts = Vec::new();
-    for task in tasks {
-        counts.push(count(&task.await.expect("task")));
-    }
+    let answers = burst(
+        &client(),
+        server.ingress,
+        "POST",
+        "burst.actors.localhost",
+        "/",
+        64,
+    )
+    .await;
+    let mut counts: Vec<u64> = answers
+        .into_iter()
+        .map(|reply| count(&reply.into()))
+        .collect();
     counts.sort_unstable();
     assert_eq!(counts, (2..=65).collect::<Vec<u64>>());
     let after = server.cli_json(&["actor", "get", "burst"])["resumes"]
@@ -157,26 +149,18 @@ async fn requests_during_a_pause_are_held_and_served_in_order() {
         c.request(req).await.expect("pause").status().as_u16()
     });
     tokio::time::sleep(Duration::from_millis(5)).await;
-    let client = client();
-    let mut tasks = Vec::new();
-    for _ in 0..16 {
-        let client = client.clone();
-        let addr = server.ingress;
-        tasks.push(tokio::spawn(async move {
-            send(
-                &client,
-                addr,
-                "POST",
-                "big.actors.localhost",
-                "/",
-                Vec::new(),
-            )
-            .await
-        }));
-    }
+    let answers = burst(
+        &client(),
+        server.ingress,
+        "POST",
+        "big.actors.localhost",
+        "/",
+        16,
+    )
+    .await;
     let mut counts = Vec::new();
-    for task in tasks {
-        let answer = task.await.expect("task");
+    for answer in answers {
+        let answer = Answer::from(answer);
         assert_eq!(answer.status, 200, "{answer:?}");
         let n: u64 = answer
             .body
@@ -268,12 +252,7 @@ async fn echo_gets_method_path_query_and_body() {
         body.clone(),
     )
     .await;
-    use sha2::Digest as _;
-    let expected = format!(
-        "{} {}\n",
-        body.len(),
-        hex::encode(sha2::Sha256::digest(&body))
-    );
+    let expected = echo_answer(&body);
     assert_eq!(answer.status, 200);
     assert_eq!(answer.body, expected);
 }
@@ -424,7 +403,7 @@ async fn guest_output_is_logged_with_the_actor_name() {
     assert_eq!(answer.status, 200);
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     loop {
-        let log = server.log.lock().expect("log").clone();
+        let log = server.log();
         let lines: Vec<&str> = log
             .lines()
             .filter(|l| l.contains("hello-from-the-guest"))
@@ -493,7 +472,9 @@ async fn clock_never_goes_backwards_across_a_restart() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_snapshot_written_by_serve_restores_in_another_process() {
-    use stasis_runtime::{engine, instance, module, snapshot};
+    use stasis_runtime::engine::Limits;
+    use stasis_runtime::instance::InstanceConfig;
+    use stasis_test_util::engine;
     let server = Server::start(&[]);
     server.push("counter");
     server.create("xproc", "counter");
@@ -508,21 +489,11 @@ async fn a_snapshot_written_by_serve_restores_in_another_process() {
     let bytes = std::fs::read(&file).expect("snapshot file");
     // This test process is the other process: a new engine, the template
     // from the demo file, the snapshot from serve's data dir.
-    let engine = engine::StasisEngine::new(engine::Limits::default()).expect("engine");
-    let cache = module::ModuleCache::new(engine.engine().clone(), engine.linker().clone(), None);
-    let template = cache
-        .load(&std::fs::read(support::demo("counter")).expect("wasm"))
-        .expect("template");
-    let verified = snapshot::verify(&bytes, &template, engine.limits().max_memory).expect("verify");
-    let config = instance::InstanceConfig::new("xproc", "test-process", Vec::new());
-    let mut restored = snapshot::restore(&engine, template, config, &verified)
-        .await
-        .expect("restore");
-    let request = stasis_host_api::Request {
-        method: "POST".into(),
-        uri: "/".into(),
-        ..Default::default()
-    };
+    let engine = engine::engine(Limits::default());
+    let template = engine::load(&engine, &support::STASIS.demo_wasm("counter"));
+    let config = InstanceConfig::new("xproc", "test-process", Vec::new());
+    let mut restored = engine::restore(&engine, template, &bytes, config).await;
+    let request = engine::request("POST", "/", Vec::new());
     let response = restored.call(&request).await.expect("call");
     assert_eq!(
         String::from_utf8_lossy(&response.body),

@@ -2,13 +2,12 @@
 //! ship → resume barrier, failures during moves, lost workers. Real
 //! processes on loopback.
 
-mod support;
-
 use std::collections::HashMap;
 use std::time::Duration;
 
-use sha2::Digest as _;
-use support::{RemoteWorker, Server, client, count, post, send};
+use stasis_test_util::demos::{count_in, echo_answer};
+
+use crate::support::{RemoteWorker, Server, client, count, post, send, to_actor};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn counter_migrates_between_two_worker_processes() {
@@ -74,15 +73,7 @@ async fn load_survives_scale_out_and_scale_in_with_exact_counts() {
             let mut seen = Vec::new();
             for i in 0..200 {
                 let actor = &actors[(k * 7 + i) % actors.len()];
-                let answer = send(
-                    &c,
-                    addr,
-                    "POST",
-                    &format!("{actor}.actors.localhost"),
-                    "/",
-                    Vec::new(),
-                )
-                .await;
+                let answer = to_actor(&c, addr, actor, "POST", "/").await;
                 seen.push((actor.clone(), answer.status, answer.body));
             }
             seen
@@ -97,12 +88,7 @@ async fn load_survives_scale_out_and_scale_in_with_exact_counts() {
     for task in clients {
         for (actor, status, body) in task.await.expect("client") {
             assert_eq!(status, 200, "{actor}: {body}");
-            let n = body
-                .trim()
-                .rsplit(' ')
-                .next()
-                .and_then(|n| n.parse().ok())
-                .expect("count");
+            let n = count_in(&body).expect("count");
             counts.entry(actor).or_default().push(n);
         }
     }
@@ -333,11 +319,7 @@ async fn a_large_body_sent_during_a_move_arrives_intact() {
         body.clone(),
     )
     .await;
-    let expected = format!(
-        "{} {}\n",
-        body.len(),
-        hex::encode(sha2::Sha256::digest(&body))
-    );
+    let expected = echo_answer(&body);
     assert_eq!(answer.status, 200);
     assert_eq!(answer.body, expected);
     let out = migrate.await.expect("migrate");

@@ -2,23 +2,14 @@
 //! retention, quota, failed snapshots, idle pause, admin token. Real
 //! binary, real HTTP on loopback.
 
-mod support;
-
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use support::{Server, client, count, post, send};
+use crate::support::{self, Server, client, count, post, send, to_actor};
+use stasis_test_util::demos::count_in;
 
 async fn faulty(server: &Server, actor: &str, method: &str, path: &str) -> support::Answer {
-    send(
-        &client(),
-        server.ingress,
-        method,
-        &format!("{actor}.actors.localhost"),
-        path,
-        Vec::new(),
-    )
-    .await
+    to_actor(&client(), server.ingress, actor, method, path).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -397,23 +388,11 @@ async fn kill_nine_during_pauses_and_checkpoints_loses_no_acknowledged_state() {
 }
 
 fn parse_count(body: &str) -> u64 {
-    body.trim()
-        .rsplit(' ')
-        .next()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no count in {body:?}"))
+    count_in(body).unwrap_or_else(|| panic!("no count in {body:?}"))
 }
 
 async fn current(server: &Server, actor: &str) -> u64 {
-    let answer = send(
-        &client(),
-        server.ingress,
-        "GET",
-        &format!("{actor}.actors.localhost"),
-        "/",
-        Vec::new(),
-    )
-    .await;
+    let answer = to_actor(&client(), server.ingress, actor, "GET", "/").await;
     assert_eq!(answer.status, 200, "{actor}: {answer:?}");
     parse_count(&answer.body)
 }
@@ -584,15 +563,7 @@ async fn soak_random_pauses_resumes_and_checkpoints_keep_exact_counts() {
                     .wrapping_mul(6364136223846793005)
                     .wrapping_add(1442695040888963407);
                 let actor = &actors[(i >> 33) as usize % actors.len()];
-                let answer = send(
-                    &c,
-                    addr,
-                    "POST",
-                    &format!("{actor}.actors.localhost"),
-                    "/",
-                    Vec::new(),
-                )
-                .await;
+                let answer = to_actor(&c, addr, actor, "POST", "/").await;
                 assert_eq!(answer.status, 200, "{actor}: {answer:?}");
                 seen.push((actor.clone(), parse_count(&answer.body)));
                 if i.is_multiple_of(5) {

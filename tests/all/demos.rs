@@ -5,39 +5,20 @@
 use std::sync::Arc;
 
 use sha2::{Digest as _, Sha256};
-use stasis_host_api::{Request, Response};
+use stasis_host_api::Response;
 use stasis_runtime::engine::{Limits, StasisEngine};
 use stasis_runtime::instance::{ActorInstance, InstanceConfig};
-use stasis_runtime::module::{ModuleCache, Template};
 use stasis_runtime::snapshot;
+use stasis_test_util::data::random_bytes;
+use stasis_test_util::engine::{self, load, request};
 
-const COUNTER: &str = concat!(env!("STASIS_DEMOS_DIR"), "/counter.wasm");
-const KV: &str = concat!(env!("STASIS_DEMOS_DIR"), "/kv.wasm");
-
-fn read(path: &str) -> Vec<u8> {
-    std::fs::read(path).unwrap_or_else(|e| panic!("read {path}: {e}"))
-}
+use crate::support::STASIS;
 
 fn new_engine() -> Arc<StasisEngine> {
-    StasisEngine::new(Limits::default()).expect("engine")
+    engine::engine(Limits::default())
 }
 
-fn load(engine: &StasisEngine, wasm: &[u8]) -> Arc<Template> {
-    ModuleCache::new(engine.engine().clone(), engine.linker().clone(), None)
-        .load(wasm)
-        .expect("template loads")
-}
-
-fn request(method: &str, uri: &str, body: Vec<u8>) -> Request {
-    Request {
-        method: method.into(),
-        uri: uri.into(),
-        body,
-        ..Default::default()
-    }
-}
-
-async fn call(inst: &mut ActorInstance, req: Request) -> Response {
+async fn call(inst: &mut ActorInstance, req: stasis_host_api::Request) -> Response {
     inst.call(&req).await.expect("guest call")
 }
 
@@ -49,22 +30,14 @@ async fn restore_fresh(
 ) -> (Arc<StasisEngine>, ActorInstance) {
     let engine = new_engine();
     let template = load(&engine, wasm);
-    let verified =
-        snapshot::verify(bytes, &template, engine.limits().max_memory).expect("snapshot verifies");
-    let inst = snapshot::restore(
-        &engine,
-        template,
-        InstanceConfig::new("demo", worker, Vec::new()),
-        &verified,
-    )
-    .await
-    .expect("restore");
+    let config = InstanceConfig::new("demo", worker, Vec::new());
+    let inst = engine::restore(&engine, template, bytes, config).await;
     (engine, inst)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn counter_count_and_stack_pointer_survive() {
-    let wasm = read(COUNTER);
+    let wasm = STASIS.demo_wasm("counter");
     let engine = new_engine();
     let template = load(&engine, &wasm);
     // Rust's `__stack_pointer` is the counter's only mutable defined global.
@@ -119,20 +92,12 @@ async fn counter_count_and_stack_pointer_survive() {
 
 /// 100 KiB of distinct pseudo-random bytes for key `i`.
 fn value(i: u64) -> Vec<u8> {
-    let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ (i + 1).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    (0..100 * 1024 / 8)
-        .flat_map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x.to_le_bytes()
-        })
-        .collect()
+    random_bytes(i, 100 * 1024)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kv_memory_is_byte_identical_after_restore() {
-    let wasm = read(KV);
+    let wasm = STASIS.demo_wasm("kv");
     let engine = new_engine();
     let template = load(&engine, &wasm);
     let config = InstanceConfig::new("demo", "worker-1", Vec::new());

@@ -1,0 +1,44 @@
+//! What only the benches need: criterion's test mode, and `stasis`
+//! processes that log quietly (logging per request would be part of the
+//! measurement).
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::Command;
+
+use crate::{Artifacts, Proc};
+
+/// Set to a log filter (`info`, `debug`) to run bench processes at that
+/// level and echo their logs; unset, they log at `warn`, silently.
+pub const LOG_VAR: &str = "STASIS_BENCH_LOG";
+
+/// Whether criterion runs in test mode, its own rule: without `--bench` (as
+/// under `cargo test`), or with `--test` or `--list`, every benchmark runs
+/// once as a test. Benches use it to pick small sizes.
+#[must_use]
+pub fn test_mode() -> bool {
+    let args: Vec<String> = std::env::args().collect();
+    let has = |flag: &str| args.iter().any(|a| a == flag);
+    !has("--bench") || has("--test") || has("--list")
+}
+
+/// `stasis serve` on `data_dir` with `extra` flags, on loopback ports
+/// picked by the kernel; panics with its stderr if it does not start.
+#[must_use]
+pub fn serve(stasis: &Artifacts, data_dir: &Path, extra: &[&str]) -> Proc {
+    start(stasis.serve(data_dir, extra), "stasis ready")
+}
+
+/// `stasis worker run` named `name` joining the admin API at `admin`.
+#[must_use]
+pub fn worker(stasis: &Artifacts, admin: SocketAddr, name: &str, data_dir: &Path) -> Proc {
+    let join = format!("http://{admin}");
+    start(stasis.worker(&join, name, data_dir), "stasis worker ready")
+}
+
+fn start(mut command: Command, ready_prefix: &str) -> Proc {
+    let level = std::env::var(LOG_VAR).ok();
+    command.env("STASIS_LOG", level.as_deref().unwrap_or("warn"));
+    Proc::start(command, ready_prefix, "stasis", level.is_some())
+        .unwrap_or_else(|stderr| panic!("{ready_prefix:?} never came: {stderr}"))
+}

@@ -1,0 +1,20 @@
+//! The root crate's integration tests, one binary (as in wasmtime): the
+//! real `stasis` binary driven over HTTP on loopback, and the demo actors
+//! through the snapshot core in process.
+//!
+//! * `http`: serve, routing, pause/resume, restarts, bad input;
+//! * `cluster`: remote worker processes, migration, drain, scale out/in;
+//! * `reliability`: limits, runaway guests, crash recovery, retention,
+//!   failed snapshots, idle pause, admin token, `--max-live`;
+//! * `demos`: the demo actors survive capture and restore in a new engine.
+//!
+//! Tests run in parallel in this one process: every server gets its own
+//! temporary data dir and kernel-picked loopback ports (see `support`), and
+//! no test changes this process's environment.
+
+mod support;
+
+mod cluster;
+mod demos;
+mod http;
+mod reliability;

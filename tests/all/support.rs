@@ -1,0 +1,294 @@
+//! Test support: the real `stasis` binary on loopback, real HTTP. The
+//! process wrapper, the request core and the engine helpers are shared with
+//! the benches in `stasis-test-util`; this module adds what only tests use:
+//! a `Server` that knows the CLI verbs, remote workers, and raw HTTP.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use stasis_test_util::demos::count_in;
+use stasis_test_util::http::{Http, Reply};
+use stasis_test_util::{Artifacts, Proc};
+
+pub use stasis_test_util::http::{actor_host, burst, client};
+
+/// The `stasis` binary and demo actors of this crate.
+pub const STASIS: Artifacts = stasis_test_util::artifacts!();
+
+/// Server logs are echoed to stderr when this variable is set.
+const ECHO_LOG: &str = "STASIS_TEST_LOG";
+
+/// Path of a demo actor module.
+pub fn demo(name: &str) -> PathBuf {
+    STASIS.demo(name)
+}
+
+/// A running `stasis serve` with its own data dir; killed on drop.
+pub struct Server {
+    process: Proc,
+    pub ingress: SocketAddr,
+    pub admin: SocketAddr,
+    pub data_dir: PathBuf,
+    _tmp: Option<tempfile::TempDir>,
+}
+
+impl Server {
+    /// Starts `stasis serve` on a new temporary data dir with `extra` flags.
+    pub fn start(extra: &[&str]) -> Server {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().join("data");
+        let mut server = Self::start_in(&dir, extra).expect("serve starts");
+        server._tmp = Some(tmp);
+        server
+    }
+
+    /// Starts `stasis serve` on `data_dir`; Err(stderr) if it exits instead.
+    pub fn start_in(data_dir: &Path, extra: &[&str]) -> Result<Server, String> {
+        let mut command = STASIS.serve(data_dir, extra);
+        command.env("STASIS_LOG", "info");
+        let echo = std::env::var_os(ECHO_LOG).is_some();
+        let process = Proc::start(command, "stasis ready", "serve", echo)?;
+        Ok(Server {
+            ingress: process.addr("ingress="),
+            admin: process.addr("admin="),
+            process,
+            data_dir: data_dir.to_owned(),
+            _tmp: None,
+        })
+    }
+
+    /// Everything the server wrote to stderr so far (its log).
+    pub fn log(&self) -> String {
+        self.process.log()
+    }
+
+    /// The admin URL.
+    pub fn admin_url(&self) -> String {
+        format!("http://{}", self.admin)
+    }
+
+    /// Runs a client verb of the real binary against this server.
+    pub fn cli(&self, args: &[&str]) -> Output {
+        self.cli_command(args).output().expect("run stasis")
+    }
+
+    /// `stasis ARGS` aimed at this server's admin API.
+    fn cli_command(&self, args: &[&str]) -> Command {
+        let mut command = STASIS.command();
+        command.args(args).env("STASIS_ADMIN", self.admin_url());
+        command
+    }
+
+    /// Runs `stasis actor migrate ACTOR --to TO -o json` on a blocking
+    /// thread, so the test can act while the move runs.
+    pub fn migrate_in_background(&self, actor: &str, to: &str) -> tokio::task::JoinHandle<Output> {
+        let mut command = self.cli_command(&["actor", "migrate", actor, "--to", to, "-o", "json"]);
+        tokio::task::spawn_blocking(move || command.output().expect("run stasis"))
+    }
+
+    /// Runs a client verb and returns stdout; panics with stderr on failure.
+    pub fn cli_ok(&self, args: &[&str]) -> String {
+        let out = self.cli(args);
+        assert!(
+            out.status.success(),
+            "stasis {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Runs a client verb with `-o json` and parses its output.
+    pub fn cli_json(&self, args: &[&str]) -> serde_json::Value {
+        let mut args = args.to_vec();
+        args.extend(["-o", "json"]);
+        let out = self.cli_ok(&args);
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("{args:?}: not JSON ({e}): {out}"))
+    }
+
+    /// Pushes a demo template under its own name.
+    pub fn push(&self, demo_name: &str) {
+        let path = demo(demo_name);
+        self.cli_ok(&[
+            "template",
+            "push",
+            demo_name,
+            path.to_str().expect("utf-8 path"),
+        ]);
+    }
+
+    /// Creates `actor` from `template`.
+    pub fn create(&self, actor: &str, template: &str) -> serde_json::Value {
+        self.cli_json(&["actor", "create", actor, "--template", template])
+    }
+
+    /// Stops gracefully and starts again on the same data dir.
+    pub fn restart(mut self, extra: &[&str]) -> Server {
+        let tmp = self._tmp.take();
+        let dir = self.stop();
+        let mut server = Server::start_in(&dir, extra).expect("restart on the same data dir");
+        server._tmp = tmp;
+        server
+    }
+
+    /// Sends SIGTERM and waits for a clean exit (graceful shutdown). The
+    /// data dir is deleted with `self` unless it was given to `start_in`.
+    pub fn stop(&mut self) -> PathBuf {
+        let status = self.process.terminate(Duration::from_secs(30));
+        assert!(status.success(), "serve exited with {status}");
+        self.data_dir.clone()
+    }
+
+    /// Kills the server with SIGKILL and waits for it.
+    pub fn kill(&mut self) {
+        self.process.kill();
+    }
+}
+
+/// A response as tests look at it: [`Reply`] with the body as text.
+#[derive(Debug, Clone)]
+pub struct Answer {
+    pub status: u16,
+    pub headers: hyper::HeaderMap,
+    pub body: String,
+}
+
+impl From<Reply> for Answer {
+    fn from(reply: Reply) -> Answer {
+        Answer {
+            body: reply.text(),
+            status: reply.status,
+            headers: reply.headers,
+        }
+    }
+}
+
+/// Sends `method` to `host` (Host header) at `addr` with `body`.
+pub async fn send(
+    client: &Http,
+    addr: SocketAddr,
+    method: &str,
+    host: &str,
+    path: &str,
+    body: Vec<u8>,
+) -> Answer {
+    stasis_test_util::http::send(client, addr, method, host, path, body)
+        .await
+        .into()
+}
+
+/// Sends a bodiless `method path` to actor `actor` through the ingress at
+/// `addr`.
+pub async fn to_actor(
+    client: &Http,
+    addr: SocketAddr,
+    actor: &str,
+    method: &str,
+    path: &str,
+) -> Answer {
+    send(client, addr, method, &actor_host(actor), path, Vec::new()).await
+}
+
+/// POSTs to actor `actor` on `server` and returns the answer.
+pub async fn post(server: &Server, actor: &str) -> Answer {
+    to_actor(&client(), server.ingress, actor, "POST", "/").await
+}
+
+/// The count in a counting demo's answer (`... preserved memory count: N`,
+/// `count: N`); panics unless the answer is a 200 with a count.
+pub fn count(answer: &Answer) -> u64 {
+    assert_eq!(answer.status, 200, "unexpected answer {answer:?}");
+    count_in(&answer.body).unwrap_or_else(|| panic!("no count in {:?}", answer.body))
+}
+
+/// Writes raw bytes to `addr` and returns the raw response (the connection
+/// is closed by the request's `Connection: close`).
+pub async fn raw(addr: SocketAddr, request: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    stream.write_all(request.as_bytes()).await.expect("write");
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut out)).await;
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The status code of a raw HTTP/1.1 response.
+pub fn raw_status(response: &str) -> u16 {
+    response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("not an HTTP response: {response:?}"))
+}
+
+/// A running `stasis worker run`; killed on drop.
+pub struct RemoteWorker {
+    process: Proc,
+    pub name: String,
+    pub listen: SocketAddr,
+    _tmp: tempfile::TempDir,
+}
+
+impl RemoteWorker {
+    /// Starts a remote worker named `name` joining `server`, with extra
+    /// environment variables (e.g. failpoints).
+    pub fn start(server: &Server, name: &str, env: &[(&str, &str)]) -> RemoteWorker {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let mut command = STASIS.worker(&server.admin_url(), name, &tmp.path().join("data"));
+        command.envs(env.iter().copied());
+        let echo = std::env::var_os(ECHO_LOG).is_some();
+        let process = Proc::start(command, "stasis worker ready", name, echo)
+            .unwrap_or_else(|stderr| panic!("worker {name} exited: {stderr}"));
+        let worker = RemoteWorker {
+            listen: process.addr("listen="),
+            process,
+            name: name.to_owned(),
+            _tmp: tmp,
+        };
+        server.wait_for_worker(name, "ready");
+        worker
+    }
+
+    /// SIGKILL.
+    pub fn kill(&mut self) {
+        self.process.kill();
+    }
+
+    /// SIGTERM, and wait for the exit (30 s at most).
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        self.process.terminate(Duration::from_secs(30))
+    }
+}
+
+impl Server {
+    /// Waits until `worker list` shows `name` in `state` (10 s at most).
+    pub fn wait_for_worker(&self, name: &str, state: &str) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let list = self.cli_json(&["worker", "list"]);
+            let found = list
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|w| w["name"] == name && w["state"] == state);
+            if found {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "worker {name} never became {state}: {list}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The worker `actor` is placed on.
+    pub fn worker_of(&self, actor: &str) -> String {
+        self.cli_json(&["actor", "get", actor])["worker"]
+            .as_str()
+            .expect("worker")
+            .to_owned()
+    }
+}
