@@ -9,10 +9,11 @@ use stasis_host_api::{Request, Response};
 
 use super::ControlPlane;
 use super::directory::ActorRow;
+use super::membership::Member;
 use super::placement::{HeldAtGate, Placement};
 use super::views::{ActorInfo, PauseInfo};
 use crate::error::{ApiError, check_label};
-use crate::worker::actor::{ActorState, ActorStatus, ResumeFrom, SnapshotReport};
+use crate::worker::actor::{ActorStatus, ResumeFrom, SnapshotReport};
 
 impl ControlPlane {
     /// Creates actor `name` from `template` on the least-loaded worker.
@@ -71,11 +72,7 @@ impl ControlPlane {
         Ok(ActorInfo {
             name: name.to_owned(),
             template: placement.template,
-            state: if placement.migrating {
-                ActorState::Migrating
-            } else {
-                status.state
-            },
+            state: status.state,
             worker: placement.worker,
             epoch: placement.epoch,
             snapshot: status.snapshot,
@@ -203,12 +200,27 @@ impl ControlPlane {
     /// # Errors
     /// 404 unknown actor.
     pub fn route(&self, name: &str) -> Result<Route, ApiError> {
-        let placement = self.placement_of(name)?;
+        let placements = self.placements();
+        let placement = placements
+            .get(name)
+            .ok_or_else(|| ApiError::not_found(format!("no actor named {name:?}")))?;
         Ok(Route {
             actor: name.to_owned(),
-            gate: placement.gate,
-            held: placement.held,
+            gate: placement.gate.clone(),
+            held: placement.held.clone(),
         })
+    }
+
+    /// The worker and epoch actor `name` is placed on now.
+    ///
+    /// # Errors
+    /// 404 unknown actor; 503 as [`ControlPlane::host_of`].
+    fn current_host(&self, name: &str) -> Result<(Arc<Member>, u64), ApiError> {
+        let placements = self.placements();
+        let placement = placements
+            .get(name)
+            .ok_or_else(|| ApiError::not_found(format!("no actor named {name:?}")))?;
+        Ok((self.host_of(placement, name)?, placement.epoch))
     }
 
     /// Hands an HTTP request to the actor of `route`, through its gate:
@@ -239,19 +251,15 @@ impl ControlPlane {
             };
             // Read under the gate: a move switches the placement only
             // while it holds the gate closed.
-            let placement = self.placement_of(name)?;
-            let member = self.host_of(&placement, name)?;
-            let answer = member
-                .api
-                .call(name, placement.epoch, request.clone())
-                .await;
-            match answer {
+            let (member, epoch) = self.current_host(name)?;
+            match member.api.call(name, epoch, request.clone()).await {
                 Err(e) if e.status == 421 && attempts < 3 => {
                     attempts += 1;
                     tracing::debug!(actor = name, "retrying on the current owner: {e}");
                     drop(open);
-                    gate = placement.gate;
-                    held = placement.held;
+                    let again = self.route(name)?;
+                    gate = again.gate;
+                    held = again.held;
                 }
                 other => return other,
             }

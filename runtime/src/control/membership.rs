@@ -159,7 +159,12 @@ impl ControlPlane {
 
     /// Member `name`.
     pub(super) fn member(&self, name: &str) -> Option<Arc<Member>> {
-        self.members().into_iter().find(|w| w.name == name)
+        self.members
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .find(|w| w.name == name)
+            .cloned()
     }
 
     /// Admits remote worker `name` at `address` (`host:port`), or re-admits

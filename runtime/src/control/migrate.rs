@@ -77,11 +77,9 @@ impl ControlPlane {
             )));
         }
         let source = self.host_of(&placement, name)?;
-        self.set_migrating(name, true);
         let result = self
             .move_under_gate(name, &placement, &source, &target)
             .await;
-        self.set_migrating(name, false);
         if let Err(e) = result {
             source.api.cancel_move(name).await;
             drop(closed);

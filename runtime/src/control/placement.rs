@@ -2,6 +2,11 @@
 //! with the directory by [`ControlPlane::switch_placement`], the one place
 //! a placement changes), the gate every request and move passes, and the
 //! lookups built on it (an actor's worker, the least-loaded worker).
+//!
+//! An actor's epoch lives in the directory and, as its in-memory copy, in
+//! its placement; both change together, only in `switch_placement`. Whether
+//! it is moving is its state on its worker (`migrating` from capture until
+//! the move ends), not kept here.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -22,8 +27,8 @@ pub(super) struct Placement {
     pub incarnation: u64,
     /// Template name.
     pub template: String,
-    /// Placement epoch: 1 at creation, +1 per move; the directory holds
-    /// the same value (both change only in `switch_placement`).
+    /// Placement epoch: 1 at creation, +1 per move; the in-memory copy of
+    /// the directory's value (both change only in `switch_placement`).
     pub epoch: u64,
     /// Requests hold a read guard while they are forwarded; a move holds
     /// the write guard from capture to the placement switch, so no request
@@ -32,8 +37,6 @@ pub(super) struct Placement {
     /// Requests waiting at the closed gate; past `--max-held` more are
     /// refused (503), as at a full mailbox.
     pub held: Arc<AtomicUsize>,
-    /// A move of this actor is under way (the API shows it `migrating`).
-    pub migrating: bool,
     /// Why the actor cannot be hosted at all (e.g. its template file is
     /// unreadable); it is `failed` with this reason.
     pub failure_reason: Option<String>,
@@ -49,7 +52,6 @@ impl Placement {
             epoch,
             gate: Arc::default(),
             held: Arc::default(),
-            migrating: false,
             failure_reason: None,
         }
     }
@@ -150,12 +152,6 @@ impl ControlPlane {
             p.epoch = epoch;
         }
         Ok(())
-    }
-
-    pub(super) fn set_migrating(&self, actor: &str, migrating: bool) {
-        if let Some(p) = self.placement_mut().get_mut(actor) {
-            p.migrating = migrating;
-        }
     }
 
     /// Actors per worker name.
