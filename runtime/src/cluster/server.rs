@@ -68,12 +68,22 @@ impl Replicator for ControlReplicator {
         let control = self.control.clone();
         let path = ControlPath::Snapshot(actor, &seq.to_string()).to_path();
         Box::pin(async move {
-            let body = Bytes::from(bytes.as_ref().clone());
+            // Sent from the snapshot's own buffer, not a copy.
+            let body = Bytes::from_owner(SharedBytes(bytes));
             control
                 .send(Method::PUT, &path, &[], body)
                 .await
                 .map(|_| ())
         })
+    }
+}
+
+/// A snapshot buffer shared with the actor task, as a request body.
+struct SharedBytes(Arc<Vec<u8>>);
+
+impl AsRef<[u8]> for SharedBytes {
+    fn as_ref(&self) -> &[u8] {
+        self.0.as_slice()
     }
 }
 

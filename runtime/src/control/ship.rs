@@ -38,9 +38,9 @@ impl ControlPlane {
         let store = self.store.clone();
         let actor = actor.to_owned();
         tokio::task::spawn_blocking(move || {
-            store
-                .open_snapshot(&actor, seq)
-                .map(|m| Bytes::copy_from_slice(&m))
+            // Sent straight from the mapped file (snapshot files are only
+            // ever replaced by rename, never rewritten in place).
+            store.open_snapshot(&actor, seq).map(Bytes::from_owner)
         })
         .await
         .map_err(ApiError::internal)?
