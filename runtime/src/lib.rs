@@ -15,6 +15,8 @@
 //! A request flows one way: [`router`] → [`control`] (placement, gate) →
 //! [`worker::WorkerApi`] → actor task → [`instance`].
 
+#![warn(missing_docs)]
+
 pub mod api;
 pub mod cluster;
 pub mod control;
