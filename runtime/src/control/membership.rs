@@ -51,6 +51,7 @@ pub struct Member {
     /// Which admission this is (0 for in-process workers; each join of a
     /// remote worker gets a new number).
     pub incarnation: u64,
+    address: Location,
     state: Mutex<WorkerState>,
     last_heartbeat: Mutex<Instant>,
 }
@@ -61,6 +62,7 @@ impl Member {
     pub fn new(api: Arc<dyn WorkerApi>, incarnation: u64) -> Self {
         Self {
             name: api.name().to_owned(),
+            address: api.location(),
             api,
             incarnation,
             state: Mutex::new(WorkerState::Ready),
@@ -93,7 +95,7 @@ impl Member {
     /// Whether it runs in this process.
     #[must_use]
     pub fn is_in_process(&self) -> bool {
-        self.api.location() == Location::InProcess
+        self.address == Location::InProcess
     }
 
     /// Records a heartbeat now.
@@ -119,9 +121,9 @@ impl Member {
     /// `in-process`, or the remote `host:port`.
     #[must_use]
     pub fn address(&self) -> String {
-        match self.api.location() {
+        match &self.address {
             Location::InProcess => "in-process".to_owned(),
-            Location::Remote(address) => address,
+            Location::Remote(address) => address.clone(),
         }
     }
 
