@@ -25,10 +25,11 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use criterion::{Criterion, SamplingMode, Throughput};
+use stasis_core::engine::Limits;
+use stasis_core::snapshot_files::LocalSnapshotStore;
+use stasis_core::snapshot_store::SnapshotStore as _;
 use stasis_host_api::Request;
-use stasis_runtime::engine::Limits;
 use stasis_runtime::metrics::Metrics;
-use stasis_runtime::store::SnapshotStore;
 use stasis_runtime::worker::templates::TemplateDir;
 use stasis_runtime::worker::{ActorSpec, Worker, WorkerSettings};
 use stasis_test_util::admin::{self, call_ok};
@@ -366,8 +367,8 @@ fn bench_resume(c: &mut Criterion, ctx: &Ctx) {
     });
     lat.report("http_resume/counter_snapshot_size/write_fsync");
     group.bench_function("counter_snapshot_size/snapshot_store_write", |b| {
-        let store =
-            SnapshotStore::open(ctx.server.dir.path().join("store-probe"), None).expect("store");
+        let store = LocalSnapshotStore::open(ctx.server.dir.path().join("store-probe"), None)
+            .expect("store");
         let mut seq = 0;
         b.iter_custom(|iters| {
             let mut total = Duration::ZERO;
@@ -408,7 +409,8 @@ fn direct(ctx: &Ctx) -> Direct {
         tmp.path().join("templates"),
         None,
     );
-    let store = Arc::new(SnapshotStore::open(tmp.path().join("snapshots"), None).expect("store"));
+    let store =
+        Arc::new(LocalSnapshotStore::open(tmp.path().join("snapshots"), None).expect("store"));
     let worker = Worker::new(
         "worker-1",
         engine,

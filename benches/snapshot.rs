@@ -36,12 +36,13 @@ use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput};
 use memmap2::MmapMut;
+use stasis_core::engine::{Limits, StasisEngine};
+use stasis_core::instance::{ActorInstance, InstanceConfig};
+use stasis_core::module::{ModuleCache, Template};
+use stasis_core::snapshot::{self, CaptureStats, PAGE_SIZE};
+use stasis_core::snapshot_files::LocalSnapshotStore;
+use stasis_core::snapshot_store::SnapshotStore as _;
 use stasis_host_api::Request;
-use stasis_runtime::engine::{Limits, StasisEngine};
-use stasis_runtime::instance::{ActorInstance, InstanceConfig};
-use stasis_runtime::module::{ModuleCache, Template};
-use stasis_runtime::snapshot::{self, CaptureStats, PAGE_SIZE};
-use stasis_runtime::store::SnapshotStore;
 use stasis_test_util::bench::test_mode;
 use stasis_test_util::data::write_fsync;
 use stasis_test_util::stats::percentile;
@@ -151,7 +152,7 @@ struct Ctx {
     rt: tokio::runtime::Runtime,
     engine: Arc<StasisEngine>,
     cache: ModuleCache,
-    store: SnapshotStore,
+    store: LocalSnapshotStore,
     dir: PathBuf,
     fixtures: RefCell<BTreeMap<(Density, usize), Shared>>,
     _tmp: tempfile::TempDir,
@@ -180,7 +181,7 @@ impl Ctx {
             .prefix("stasis-bench-")
             .tempdir()
             .expect("temp dir");
-        let store = SnapshotStore::open(tmp.path().join("snapshots"), None).expect("store");
+        let store = LocalSnapshotStore::open(tmp.path().join("snapshots"), None).expect("store");
         Self {
             rt: tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -536,7 +537,7 @@ fn bench_load(c: &mut Criterion, ctx: &Ctx) {
                         let map = ctx.store.open_snapshot(&actor, 1).expect("open");
                         let header = snapshot::verify(&map, &f.template, MAX_MEMORY)
                             .expect("verify")
-                            .header;
+                            .into_header();
                         (map, header)
                     },
                     drop,

@@ -140,7 +140,7 @@ impl AdminClient {
     /// An invalid URL, or a token that cannot be a header value.
     pub fn new(admin: &str, token: Option<&str>) -> anyhow::Result<Self> {
         let base = normalize_admin_url(admin)?;
-        let http = HttpClient::new(&base, token, CONNECT_TIMEOUT).map_err(|_| {
+        let http = HttpClient::new(&base, token.map(str::trim), CONNECT_TIMEOUT).map_err(|_| {
             anyhow!("the admin token contains characters not allowed in an HTTP header")
         })?;
         Ok(Self { http })

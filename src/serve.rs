@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
+use stasis_core::engine::Limits;
 use stasis_runtime::control::{RebalanceBy, ServeConfig};
-use stasis_runtime::engine::Limits;
 use stasis_runtime::server::{ServeOptions, serve};
 use stasis_runtime::worker::WorkerSettings;
 use stasis_runtime::worker::actor::ActorSettings;
@@ -92,6 +92,10 @@ pub struct ServeArgs {
     /// Moves a rebalance or drain runs at once.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..))]
     max_concurrent_moves: u64,
+    /// Also label metrics per actor (stasis_actor_*), for at most 10,000
+    /// actors at a time; an actor's series are removed with it.
+    #[arg(long)]
+    metrics_per_actor: bool,
 }
 
 fn parse_rebalance_by(s: &str) -> Result<RebalanceBy, String> {
@@ -141,6 +145,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         admin_listen: args.admin_listen,
         domain: args.domain,
         admin_token: args.admin_token,
+        metrics_per_actor: args.metrics_per_actor,
     };
     serve(options, crate::process::shutdown_signal(), |bound| {
         println!(

@@ -44,6 +44,18 @@
 //! resume if you need fresh entropy). The monotonic clock never goes
 //! backwards across a pause or a move.
 //!
+//! # Static constructors
+//!
+//! [`export_actor!`] makes the module a WASI *reactor*: it exports
+//! `_initialize`, which runs the module's static constructors (C/C++
+//! constructors, `.init_array` entries) exactly once. The host calls it once
+//! when the actor is created and never again: not per request, not after a
+//! resume, a rollback or a move, since whatever the constructors set up is
+//! in linear memory and comes back with the snapshot. Without this export
+//! the linker would wrap every export in the constructors and rerun them on
+//! every call. Do not define `_initialize` yourself in a crate using
+//! [`export_actor!`].
+//!
 //! # Errors and panics
 //!
 //! A panic traps the instance: the host answers 500 with the trap message and
@@ -139,13 +151,41 @@ pub mod __rt {
         }
     }
 
+    /// Runs the module's static constructors the first time it is called;
+    /// later calls do nothing. The body of the `_initialize` export.
+    pub fn initialize() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        static DONE: AtomicBool = AtomicBool::new(false);
+        if !DONE.swap(true, Ordering::Relaxed) {
+            call_ctors();
+        }
+    }
+
+    #[cfg(target_family = "wasm")]
+    fn call_ctors() {
+        unsafe extern "C" {
+            // Synthesized by wasm-ld: calls every static constructor.
+            // Calling it ourselves also tells the linker not to wrap each
+            // export in the constructors.
+            fn __wasm_call_ctors();
+        }
+        // SAFETY: runs once (guarded by `initialize`), before any other
+        // export, as wasi-libc's reactor start file does.
+        unsafe { __wasm_call_ctors() }
+    }
+
+    /// Not a guest: there are no wasm constructors to run.
+    #[cfg(not(target_family = "wasm"))]
+    fn call_ctors() {}
+
     pub fn alloc(len: u32) -> u32 {
         let buf = vec![0u8; len as usize].into_boxed_slice();
         Box::into_raw(buf) as *mut u8 as usize as u32
     }
 }
 
-/// Exports `$actor` (a type implementing [`Actor`]) under the Stasis ABI, and
+/// Exports `$actor` (a type implementing [`Actor`]) under the Stasis ABI,
+/// exports `_initialize` (static constructors, once; see the crate docs), and
 /// writes the ABI version custom section. Use it once per crate.
 #[macro_export]
 macro_rules! export_actor {
@@ -155,6 +195,11 @@ macro_rules! export_actor {
         #[used]
         #[unsafe(link_section = "stasis-abi")]
         static __STASIS_ABI: [u8; 4] = $crate::ABI_VERSION.to_le_bytes();
+
+        #[unsafe(no_mangle)]
+        pub extern "C" fn _initialize() {
+            $crate::__rt::initialize()
+        }
 
         #[unsafe(no_mangle)]
         pub extern "C" fn stasis_alloc(len: u32) -> u32 {

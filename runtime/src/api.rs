@@ -9,10 +9,11 @@ use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
 use serde::Serialize;
 
+use crate::auth::authorize;
 use crate::cluster::proto::{ControlPath, JoinAnswer, JoinRequest, ResumeRequest};
 use crate::control::{ControlPlane, MAX_TEMPLATE_BYTES, ServeConfig};
 use crate::error::ApiError;
-use crate::http::{Body, bearer_ok, collect_body, json, json_error};
+use crate::http::{Body, collect_body, json, json_error};
 
 /// Largest JSON body the admin API reads, in bytes.
 const MAX_JSON: usize = 64 << 10;
@@ -116,13 +117,8 @@ impl AdminApi {
         if path == "/healthz" {
             return text(StatusCode::OK, "ok\n".into(), "text/plain; charset=utf-8");
         }
-        if !bearer_ok(&request, self.token.as_deref()) {
-            let mut response = json_error(&ApiError::new(401, "missing or wrong bearer token"));
-            response.headers_mut().insert(
-                hyper::header::WWW_AUTHENTICATE,
-                hyper::header::HeaderValue::from_static("Bearer"),
-            );
-            return response;
+        if let Err(refused) = authorize(&request, self.token.as_deref()) {
+            return *refused;
         }
         match self.route(request, &path).await {
             Ok(response) => response,

@@ -53,9 +53,9 @@ impl ApiError {
     }
 }
 
-impl From<crate::store::StoreError> for ApiError {
-    fn from(e: crate::store::StoreError) -> Self {
-        let status = if matches!(e, crate::store::StoreError::Quota { .. }) {
+impl From<stasis_core::snapshot_store::StoreError> for ApiError {
+    fn from(e: stasis_core::snapshot_store::StoreError) -> Self {
+        let status = if matches!(e, stasis_core::snapshot_store::StoreError::Quota { .. }) {
             507
         } else {
             500

@@ -70,21 +70,6 @@ pub fn json_error(error: &ApiError) -> Response<Body> {
     response
 }
 
-/// Whether `request` carries `Authorization: Bearer <token>` (always true
-/// when no token is configured).
-#[must_use]
-pub fn bearer_ok<B>(request: &Request<B>, token: Option<&str>) -> bool {
-    let Some(token) = token else {
-        return true;
-    };
-    request
-        .headers()
-        .get(hyper::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .is_some_and(|given| given.trim() == token)
-}
-
 /// Collects a request body of at most `limit` bytes.
 ///
 /// # Errors

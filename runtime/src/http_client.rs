@@ -80,8 +80,9 @@ fn causes(error: &(dyn std::error::Error + 'static)) -> String {
 
 impl HttpClient {
     /// A client of the server at `base` (`http://host:port[/prefix]`, no
-    /// trailing slash needed), sending `token`, if any and not blank, as
-    /// `Authorization: Bearer`; connecting takes at most `connect_timeout`.
+    /// trailing slash needed), sending `token` as it is, if any and not
+    /// blank, as `Authorization: Bearer`; connecting takes at most
+    /// `connect_timeout`.
     ///
     /// # Errors
     /// 400 if the token cannot be a header value.
@@ -90,7 +91,7 @@ impl HttpClient {
         token: Option<&str>,
         connect_timeout: Duration,
     ) -> Result<Self, ApiError> {
-        let authorization = match token.map(str::trim).filter(|t| !t.is_empty()) {
+        let authorization = match token.filter(|t| !t.trim().is_empty()) {
             Some(t) => Some(HeaderValue::from_str(&format!("Bearer {t}")).map_err(|_| {
                 ApiError::bad_request("the token contains characters not allowed in an HTTP header")
             })?),

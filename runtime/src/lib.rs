@@ -1,35 +1,30 @@
-//! The Stasis host: everything that runs actors.
+//! The Stasis host around the snapshot core ([`stasis_core`]: engine,
+//! modules, instances, snapshots and their store): everything that serves
+//! actors over HTTP.
 //!
-//! Rooms, bottom-up: [`engine`] (wasmtime engine, epoch ticker, limits),
-//! [`module`] (validate → instrument → two compiled variants → cache),
-//! [`instance`] (one live actor and the ABI calls), [`snapshot`] (capture,
-//! verify, restore, the file format), [`store`] (snapshot files and
-//! retention), [`data_dir`] (the data-dir lock and the atomic write),
-//! [`worker`] (actors, mailboxes and the barrier; the [`worker::WorkerApi`]
-//! every worker offers), [`cluster`] (the worker wire protocol: client and
-//! `stasis worker run` server), [`control`] (directory, placement, moves,
-//! membership), [`router`] (ingress → actor), [`api`] (admin API),
-//! [`server`] (`stasis serve`), [`http`] and [`http_client`] (shared HTTP
-//! server and client helpers), [`error`], [`metrics`].
-//!
-//! A request flows one way: [`router`] → [`control`] (placement, gate) →
-//! [`worker::WorkerApi`] → actor task → [`instance`].
+//! Modules, following a request: [`server`] (the listeners) → [`router`]
+//! (ingress → actor; [`api`] is the admin API) → [`control`] (the control
+//! plane: placement and the request gate, templates, moves, membership,
+//! the directory) → [`worker::WorkerApi`] (the one interface of every
+//! worker: the in-process [`worker::Worker`], or [`cluster`]'s client of a
+//! `stasis worker run` process) → actor task → the actor's
+//! [`stasis_core::instance::ActorInstance`]. Data flows that way and never
+//! back up. Beside them: [`cluster`] (the worker wire protocol, once:
+//! paths, headers and types, client and server), [`auth`] (the bearer
+//! check), [`error`] (the one error shape), [`http`] (HTTP serving helpers),
+//! [`http_client`] (the one HTTP client core, also under the CLI),
+//! [`metrics`].
 
 #![warn(missing_docs)]
 
 pub mod api;
+pub mod auth;
 pub mod cluster;
 pub mod control;
-pub mod data_dir;
-pub mod engine;
 pub mod error;
 pub mod http;
 pub mod http_client;
-pub mod instance;
 pub mod metrics;
-pub mod module;
 pub mod router;
 pub mod server;
-pub mod snapshot;
-pub mod store;
 pub mod worker;

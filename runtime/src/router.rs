@@ -209,8 +209,7 @@ impl Router {
         };
         let response = answer.unwrap_or_else(|e| text_error(&e));
         self.control
-            .metrics()
-            .request(&actor, response.status().as_u16());
+            .count_request(&actor, response.status().as_u16());
         response
     }
 }

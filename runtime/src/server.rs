@@ -32,6 +32,8 @@ pub struct ServeOptions {
     pub domain: String,
     /// Bearer token required by the admin API (`--admin-token`).
     pub admin_token: Option<String>,
+    /// Also keep per-actor metric series (`--metrics-per-actor`).
+    pub metrics_per_actor: bool,
 }
 
 /// The addresses a running server listens on.
@@ -61,7 +63,7 @@ pub async fn serve(
             options.admin_listen
         );
     }
-    let metrics = Arc::new(Metrics::default());
+    let metrics = Arc::new(Metrics::new(options.metrics_per_actor));
     let config = options.config.clone();
     let control = tokio::task::spawn_blocking(move || ControlPlane::open(config, metrics))
         .await

@@ -3,11 +3,11 @@
 
 use std::sync::Arc;
 
+use stasis_core::engine::{Limits, StasisEngine};
+use stasis_core::instance::{ActorInstance, InstanceConfig};
+use stasis_core::module::{ModuleCache, Template};
+use stasis_core::snapshot;
 use stasis_host_api::Request;
-use stasis_runtime::engine::{Limits, StasisEngine};
-use stasis_runtime::instance::{ActorInstance, InstanceConfig};
-use stasis_runtime::module::{ModuleCache, Template};
-use stasis_runtime::snapshot;
 
 /// An engine with `limits`; panics if it cannot be built.
 #[must_use]

@@ -5,10 +5,10 @@
 use std::sync::Arc;
 
 use sha2::{Digest as _, Sha256};
+use stasis_core::engine::{Limits, StasisEngine};
+use stasis_core::instance::{ActorInstance, InstanceConfig};
+use stasis_core::snapshot;
 use stasis_host_api::Response;
-use stasis_runtime::engine::{Limits, StasisEngine};
-use stasis_runtime::instance::{ActorInstance, InstanceConfig};
-use stasis_runtime::snapshot;
 use stasis_test_util::data::random_bytes;
 use stasis_test_util::engine::{self, load, request};
 
@@ -70,7 +70,7 @@ async fn counter_count_and_stack_pointer_survive() {
     let (_engine, mut restored) = restore_fresh(&wasm, &bytes, "worker-2").await;
     // Between calls Rust's stack pointer is back at its initial value, so
     // a restore that forgot the global would pass this check too; the WAT
-    // tests in `runtime/tests/snapshot_core.rs` cover global restore.
+    // tests in `core/tests/all/capture_restore.rs` cover global restore.
     let header = snapshot::verify_header(&bytes).unwrap();
     assert_eq!(header.globals.len(), 1);
     assert_eq!(header.globals[0].bits, u128::from(sp as u32));

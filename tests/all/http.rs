@@ -472,8 +472,8 @@ async fn clock_never_goes_backwards_across_a_restart() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_snapshot_written_by_serve_restores_in_another_process() {
-    use stasis_runtime::engine::Limits;
-    use stasis_runtime::instance::InstanceConfig;
+    use stasis_core::engine::Limits;
+    use stasis_core::instance::InstanceConfig;
     use stasis_test_util::engine;
     let server = Server::start(&[]);
     server.push("counter");

@@ -6,7 +6,10 @@
 //! * `cluster`: remote worker processes, migration, drain, scale out/in;
 //! * `reliability`: limits, runaway guests, crash recovery, retention,
 //!   failed snapshots, idle pause, admin token, `--max-live`;
-//! * `demos`: the demo actors survive capture and restore in a new engine.
+//! * `demos`: the demo actors survive capture and restore in a new engine;
+//! * `hardening`: faults found by trying Stasis as new users and attackers
+//!   would (static constructors, the bearer scheme, metric series, the
+//!   guest clock).
 //!
 //! Tests run in parallel in this one process: every server gets its own
 //! temporary data dir and kernel-picked loopback ports (see `support`), and
@@ -16,5 +19,6 @@ mod support;
 
 mod cluster;
 mod demos;
+mod hardening;
 mod http;
 mod reliability;

@@ -7,7 +7,11 @@
 //! * `POST /grow?mib=N` keeps N more MiB (touched); 507 with the reason if
 //!   the allocation is refused;
 //! * `GET /clock`: `monotonic=<ns> wall=<ns since epoch>\n`;
-//! * `POST /print?text=T`: writes T and a newline to stdout and stderr.
+//! * `POST /print?text=T`: writes T and a newline to stdout and stderr;
+//! * `GET /constructors`: `constructors: <n>\n`, how often the module's
+//!   static constructor ran (1 for the actor's whole life).
+
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use stasis_guest_sdk::{Actor, Request, Response, export_actor};
 
@@ -21,6 +25,18 @@ struct Faulty {
 unsafe extern "C" {
     fn clock_time_get(id: u32, precision: u64, out: *mut u64) -> u16;
 }
+
+/// Bumped by the static constructor below.
+static CONSTRUCTED: AtomicU64 = AtomicU64::new(0);
+
+extern "C" fn construct() {
+    CONSTRUCTED.fetch_add(1, Ordering::Relaxed);
+}
+
+/// A static constructor, as C/C++ code or the `ctor` crate would add one.
+#[used]
+#[unsafe(link_section = ".init_array")]
+static CONSTRUCTOR: extern "C" fn() = construct;
 
 fn monotonic_ns() -> u64 {
     let mut out = 0u64;
@@ -79,6 +95,10 @@ impl Actor for Faulty {
                 eprintln!("{text}");
                 Response::text(200, "printed\n")
             }
+            ("GET", "/constructors") => Response::text(
+                200,
+                format!("constructors: {}\n", CONSTRUCTED.load(Ordering::Relaxed)),
+            ),
             (m, p) => Response::text(404, format!("no route {m} {p}\n")),
         }
     }

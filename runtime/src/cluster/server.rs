@@ -28,15 +28,16 @@ use super::proto::{
     ControlPath, EPOCH_HEADER, InstallSpec, JoinAnswer, JoinRequest, LIVE_HEADER, Op,
     ResumeRequest, SEQ_HEADER, SPEC_HEADER, WorkerPath,
 };
-use crate::engine::{Limits, StasisEngine};
+use crate::auth::authorize;
 use crate::error::ApiError;
-use crate::http::{Body, bearer_ok, collect_body, json, json_error};
+use crate::http::{Body, collect_body, json, json_error};
 use crate::metrics::Metrics;
-use crate::module::ModuleCache;
-use crate::store::SnapshotStore;
 use crate::worker::actor::{ActorSettings, Replicator};
 use crate::worker::templates::{FetchTemplate, TemplateDir};
 use crate::worker::{HostSpec, Worker, WorkerSettings};
+use stasis_core::engine::{Limits, StasisEngine};
+use stasis_core::module::ModuleCache;
+use stasis_core::snapshot_files::LocalSnapshotStore;
 
 /// Flags of `stasis worker run`.
 #[derive(Debug, Clone)]
@@ -136,7 +137,7 @@ pub async fn run(
             options.data_dir.display()
         );
     }
-    let _lock = crate::data_dir::lock(&options.data_dir)?;
+    let _lock = stasis_core::durable::lock_data_dir(&options.data_dir)?;
     let snapshots = options.data_dir.join("snapshots");
     // The control plane's store is authoritative: local copies from an
     // earlier run are stale.
@@ -174,7 +175,7 @@ pub async fn run(
         Some(slots) => StasisEngine::pooled(limits, slots)?,
         None => StasisEngine::new(limits)?,
     };
-    let store = Arc::new(SnapshotStore::open(&snapshots, None)?);
+    let store = Arc::new(LocalSnapshotStore::open(&snapshots, None)?);
     let template_dir = TemplateDir::new(
         ModuleCache::new(
             engine.engine().clone(),
@@ -328,8 +329,8 @@ impl RemoteWorker {
                 &serde_json::json!({"worker": self.worker.name()}),
             );
         }
-        if !bearer_ok(&request, self.token.as_deref()) {
-            return json_error(&ApiError::new(401, "missing or wrong bearer token"));
+        if let Err(refused) = authorize(&request, self.token.as_deref()) {
+            return *refused;
         }
         match self.route(request).await {
             Ok(response) => response,

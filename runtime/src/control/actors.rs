@@ -188,6 +188,9 @@ impl ControlPlane {
         if let Some(member) = self.member(&placement.worker) {
             member.api.remove(name).await;
         }
+        // After the placement and the actor's task are gone: nothing counts
+        // for it any more.
+        self.metrics.forget_actor(name);
         self.directory.delete_actor(name)?;
         self.store.remove_actor(name)?;
         tracing::info!(actor = name, "actor deleted");

@@ -1,7 +1,8 @@
 //! The durable directory: which templates and actors exist and where each
 //! actor lives (worker and placement epoch). [`Directory`] is the seam a
 //! clustered directory plugs into; [`SqliteDirectory`] is the embedded one
-//! in `stasis.db`. Snapshots are files (see [`crate::store`]).
+//! in `stasis.db`. Snapshots are files (see
+//! [`stasis_core::snapshot_files`]).
 
 use std::path::Path;
 use std::sync::Mutex;

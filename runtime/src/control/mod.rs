@@ -42,10 +42,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 
-use crate::engine::{Limits, StasisEngine};
 use crate::metrics::{Metrics, StateLabel};
-use crate::module::ModuleCache;
-use crate::store::SnapshotStore;
 use crate::worker::actor::ActorState;
 use crate::worker::templates::TemplateDir;
 use crate::worker::{Worker, WorkerApi, WorkerSettings};
@@ -54,6 +51,10 @@ use directory::{Directory, SqliteDirectory};
 use membership::Member;
 pub use membership::WorkerState;
 use placement::Placement;
+use stasis_core::engine::{Limits, StasisEngine};
+use stasis_core::module::ModuleCache;
+use stasis_core::snapshot_files::LocalSnapshotStore;
+use stasis_core::snapshot_store::SnapshotStore;
 pub use templates::MAX_TEMPLATE_BYTES;
 pub use views::{
     ActorInfo, GcReport, MigrateInfo, Move, PauseInfo, RebalanceReport, TemplateInfo, WorkerInfo,
@@ -121,7 +122,7 @@ pub struct ControlPlane {
     directory: Arc<dyn Directory>,
     engine: Arc<StasisEngine>,
     templates: Arc<TemplateDir>,
-    store: Arc<SnapshotStore>,
+    store: Arc<dyn SnapshotStore>,
     members: RwLock<Vec<Arc<Member>>>,
     placements: RwLock<HashMap<String, Placement>>,
     metrics: Arc<Metrics>,
@@ -145,7 +146,7 @@ impl ControlPlane {
         std::fs::create_dir_all(dir.join("templates"))
             .with_context(|| format!("creating data dir {}", dir.display()))?;
         std::fs::create_dir_all(dir.join("cache"))?;
-        let lock = crate::data_dir::lock(dir)?;
+        let lock = stasis_core::durable::lock_data_dir(dir)?;
         let directory =
             SqliteDirectory::open(&dir.join("stasis.db")).context("opening stasis.db")?;
         // With --max-live, the in-process workers share one pool of
@@ -164,7 +165,7 @@ impl ControlPlane {
                 } else {
                     // Remote workers get the same --max-live: refuse what no
                     // process could hold, even with no in-process worker.
-                    crate::engine::check_live_instances(max)?;
+                    stasis_core::engine::check_live_instances(max)?;
                     StasisEngine::new(config.limits)?
                 }
             }
@@ -179,7 +180,7 @@ impl ControlPlane {
             dir.join("templates"),
             None,
         ));
-        let store = Arc::new(SnapshotStore::open(
+        let store: Arc<dyn SnapshotStore> = Arc::new(LocalSnapshotStore::open(
             dir.join("snapshots"),
             config.snapshot_quota,
         )?);

@@ -112,6 +112,18 @@ impl ControlPlane {
         self.placements().contains_key(name)
     }
 
+    /// Counts one request answered by actor `name` in the metrics, under
+    /// its template (and under its name with `--metrics-per-actor`). Not
+    /// counted if the actor is gone: the placement is read while counting,
+    /// and [`ControlPlane::delete_actor`] removes it before the actor's
+    /// series, so no series outlives its actor.
+    pub fn count_request(&self, name: &str, status: u16) {
+        let placements = self.placements();
+        if let Some(placement) = placements.get(name) {
+            self.metrics.request(&placement.template, name, status);
+        }
+    }
+
     /// The member hosting `actor` under `placement`.
     ///
     /// # Errors

@@ -62,7 +62,7 @@ impl ControlPlane {
         if !self.has_actor(actor) && !self.lock_pending().contains(actor) {
             return Err(ApiError::not_found(format!("no actor named {actor:?}")));
         }
-        crate::snapshot::verify_header(&bytes)
+        stasis_core::snapshot::verify_header(&bytes)
             .map_err(|e| ApiError::new(422, format!("snapshot {seq} of {actor}: {e}")))?;
         let store = self.store.clone();
         let keep = self.config.worker.actor.keep_snapshots;

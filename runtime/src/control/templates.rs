@@ -5,8 +5,8 @@ use super::ControlPlane;
 use super::directory::TemplateRow;
 use super::views::TemplateInfo;
 use crate::error::{ApiError, check_label};
-use crate::module::ModuleError;
 use crate::worker::HostSpec;
+use stasis_core::module::ModuleError;
 
 /// Largest module `template push` accepts, in bytes.
 pub const MAX_TEMPLATE_BYTES: usize = 64 << 20;
@@ -68,7 +68,7 @@ impl ControlPlane {
         let mut env = env;
         env.sort();
         let _guard = self.ops.lock().await;
-        let digest = hex::encode(crate::module::digest(&bytes));
+        let digest = hex::encode(stasis_core::module::digest(&bytes));
         if let Some(existing) = self.directory.template(name)? {
             if existing.digest == digest && existing.env == env {
                 return Ok((self.template_info(existing), false));

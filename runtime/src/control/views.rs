@@ -5,8 +5,8 @@
 use serde::Serialize;
 
 use super::membership::WorkerState;
-use crate::store::SnapshotEntry;
 use crate::worker::actor::ActorState;
+use stasis_core::snapshot_store::SnapshotEntry;
 
 /// A template as the API shows it.
 #[derive(Debug, Clone, Serialize)]

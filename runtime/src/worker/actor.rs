@@ -13,17 +13,18 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
+use stasis_core::engine::StasisEngine;
+use stasis_core::instance::{ActorInstance, CallError, InstanceConfig};
+use stasis_core::module::Template;
+use stasis_core::snapshot::{self, VerifiedSnapshot};
+use stasis_core::snapshot_store::{SnapshotBytes, SnapshotEntry, SnapshotStore, StoreError};
 use stasis_host_api::{Request, Response};
 use tokio::sync::{OwnedSemaphorePermit, mpsc, oneshot};
 
+use super::clock::ActorClock;
 use super::live::LiveSlots;
-use crate::engine::StasisEngine;
 use crate::error::ApiError;
-use crate::instance::{ActorInstance, CallError, InstanceConfig};
 use crate::metrics::Metrics;
-use crate::module::Template;
-use crate::snapshot;
-use crate::store::{SnapshotEntry, SnapshotStore, StoreError};
 
 /// Lower-case actor states, as in the JSON API.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
@@ -258,7 +259,7 @@ pub(crate) struct ActorTask {
     pub template: Arc<Template>,
     pub env: Vec<(String, String)>,
     pub engine: Arc<StasisEngine>,
-    pub store: Arc<SnapshotStore>,
+    pub store: Arc<dyn SnapshotStore>,
     pub metrics: Arc<Metrics>,
     pub settings: ActorSettings,
     pub status: Arc<Mutex<ActorStatus>>,
@@ -271,6 +272,13 @@ pub(crate) struct ActorTask {
     pub live: Option<Arc<LiveSlots>>,
     /// The slot held while `instance` is `Some`.
     pub slot: Option<OwnedSemaphorePermit>,
+    /// A snapshot (with its sequence number) that an install verified and
+    /// wrote just before starting this task: the next restore of that
+    /// sequence number takes it instead of reading and verifying the file
+    /// again.
+    pub primed: Option<(u64, VerifiedSnapshot<SnapshotBytes>)>,
+    /// The clock floor and mark across instances.
+    pub clock: ActorClock,
 }
 
 pub(crate) fn new_status(state: ActorState) -> Arc<Mutex<ActorStatus>> {
@@ -287,7 +295,26 @@ impl ActorTask {
     }
 
     fn config(&self) -> InstanceConfig {
-        InstanceConfig::new(&self.name, &self.worker, self.env.clone())
+        let mut config = InstanceConfig::new(&self.name, &self.worker, self.env.clone());
+        config.clock_floor_ns = self.clock.floor_ns();
+        config
+    }
+
+    /// Before guest code runs on the live instance (see [`ActorClock::lease`]).
+    fn lease_clock(&mut self, now_ns: u64) {
+        let timeout = self.engine.limits().request_timeout;
+        self.clock
+            .lease(self.store.as_ref(), &self.name, now_ns, timeout);
+    }
+
+    /// Drops the live instance, remembering its clock (see
+    /// [`ActorClock::dropped`]; `paused`: by a pause).
+    fn drop_instance(&mut self, paused: bool) {
+        if let Some(instance) = self.instance.take() {
+            let clock_ns = instance.clock_ns();
+            self.clock
+                .dropped(self.store.as_ref(), &self.name, clock_ns, paused);
+        }
     }
 
     /// Creates the first instance and snapshot seq 0.
@@ -429,10 +456,7 @@ impl ActorTask {
                     )),
                 };
                 if result.is_ok() {
-                    self.metrics
-                        .checkpoints
-                        .get_or_create(&Metrics::actor(&self.name))
-                        .inc();
+                    self.metrics.checkpointed(&self.worker, &self.name);
                 }
                 let _ = reply.send(result);
             }
@@ -462,6 +486,12 @@ impl ActorTask {
             }
             self.resume(ResumeFrom::Newest).await?;
         }
+        let now_ns = self
+            .instance
+            .as_ref()
+            .ok_or_else(|| ApiError::new(500, "no instance"))?
+            .clock_ns();
+        self.lease_clock(now_ns);
         let instance = self
             .instance
             .as_mut()
@@ -482,10 +512,7 @@ impl ActorTask {
                 {
                     match self.snapshot(Instant::now()).await {
                         Ok(_) => {
-                            self.metrics
-                                .checkpoints
-                                .get_or_create(&Metrics::actor(&self.name))
-                                .inc();
+                            self.metrics.checkpointed(&self.worker, &self.name);
                         }
                         Err(e) => tracing::warn!(actor = %self.name, "checkpoint failed: {e}"),
                     }
@@ -503,12 +530,9 @@ impl ActorTask {
         if !error.poisons_instance() {
             return answer;
         }
-        self.metrics
-            .traps
-            .get_or_create(&Metrics::actor(&self.name))
-            .inc();
+        self.metrics.trapped(&self.worker, &self.name);
         tracing::warn!(actor = %self.name, "{error}; rolling back to the newest snapshot");
-        self.instance = None;
+        self.drop_instance(false);
         self.status().error = Some(error.to_string());
         if let Err(e) = self.resume(ResumeFrom::Newest).await {
             tracing::error!(actor = %self.name, "rollback failed: {e}");
@@ -539,6 +563,9 @@ impl ActorTask {
             });
         }
         self.set_state(ActorState::Pausing);
+        if let Some(now_ns) = self.instance.as_ref().map(ActorInstance::clock_ns) {
+            self.lease_clock(now_ns);
+        }
         let hook = match self.instance.as_mut() {
             Some(instance) => instance.on_pause().await,
             None => Ok(()),
@@ -552,7 +579,7 @@ impl ActorTask {
         }
         match self.snapshot_if_changed(started).await {
             Ok(mut report) => {
-                self.instance = None;
+                self.drop_instance(true);
                 report.duration_ms = ms(started.elapsed());
                 self.metrics
                     .pause_seconds
@@ -581,6 +608,9 @@ impl ActorTask {
             )));
         }
         let live = self.instance.is_some();
+        if let Some(now_ns) = self.instance.as_ref().map(ActorInstance::clock_ns) {
+            self.clock.settle(self.store.as_ref(), &self.name, now_ns);
+        }
         let seq = if live {
             self.snapshot(Instant::now()).await?.seq
         } else {
@@ -683,6 +713,9 @@ impl ActorTask {
         };
         // Timed from here: the wait for a slot is not part of the resume.
         let started = Instant::now();
+        if let Some(live) = &self.instance {
+            self.clock.replaced(live.clock_ns());
+        }
         self.set_state(ActorState::Resuming);
         let result = match from {
             ResumeFrom::Template => self.fresh_from_template().await,
@@ -705,10 +738,7 @@ impl ActorTask {
                 }
                 let elapsed = started.elapsed();
                 self.metrics.resume_seconds.observe(elapsed.as_secs_f64());
-                self.metrics
-                    .resumes
-                    .get_or_create(&Metrics::actor(&self.name))
-                    .inc();
+                self.metrics.resumed(&self.worker, &self.name);
                 {
                     let mut status = self.status();
                     status.state = ActorState::Running;
@@ -781,6 +811,40 @@ impl ActorTask {
         let broken = |what: &str, e: &dyn std::fmt::Display| {
             Unrestorable::Broken(format!("{what} {seq}: {e}"))
         };
+        self.clock.load(self.store.as_ref(), &self.name);
+        let verified = match self.primed.take() {
+            Some((primed, verified)) if primed == seq => verified,
+            _ => self.open_verified(seq)?,
+        };
+        let restored = snapshot::restore(
+            &self.engine,
+            self.template.clone(),
+            self.config(),
+            &verified,
+        )
+        .await;
+        let mut instance = match restored {
+            Ok(instance) => instance,
+            Err(snapshot::RestoreError::Call(e @ CallError::Capacity(_))) => {
+                return Err(Unrestorable::Busy(e.to_string()));
+            }
+            Err(e) => return Err(broken("restoring snapshot", &e)),
+        };
+        self.lease_clock(instance.clock_ns());
+        instance.on_resume().await.map_err(|e| match e {
+            CallError::Capacity(_) => Unrestorable::Busy(e.to_string()),
+            _ => broken("on_resume hook after snapshot", &e),
+        })?;
+        self.status().memory_bytes = instance.memory_bytes();
+        Ok(instance)
+    }
+
+    /// Reads snapshot `seq` from the store and verifies it against the
+    /// template.
+    fn open_verified(&self, seq: u64) -> Result<VerifiedSnapshot<SnapshotBytes>, Unrestorable> {
+        let broken = |what: &str, e: &dyn std::fmt::Display| {
+            Unrestorable::Broken(format!("{what} {seq}: {e}"))
+        };
         let map = self
             .store
             .open_snapshot(&self.name, seq)
@@ -798,28 +862,7 @@ impl ActorTask {
                 _ => broken("snapshot", &e),
             })?;
         let max_memory = self.engine.limits().max_memory;
-        let verified = snapshot::verify(&map, &self.template, max_memory)
-            .map_err(|e| broken("snapshot", &e))?;
-        let restored = snapshot::restore(
-            &self.engine,
-            self.template.clone(),
-            self.config(),
-            &verified,
-        )
-        .await;
-        let mut instance = match restored {
-            Ok(instance) => instance,
-            Err(snapshot::RestoreError::Call(e @ CallError::Capacity(_))) => {
-                return Err(Unrestorable::Busy(e.to_string()));
-            }
-            Err(e) => return Err(broken("restoring snapshot", &e)),
-        };
-        instance.on_resume().await.map_err(|e| match e {
-            CallError::Capacity(_) => Unrestorable::Busy(e.to_string()),
-            _ => broken("on_resume hook after snapshot", &e),
-        })?;
-        self.status().memory_bytes = instance.memory_bytes();
-        Ok(instance)
+        snapshot::verify(map, &self.template, max_memory).map_err(|e| broken("snapshot", &e))
     }
 
     async fn fresh_from_template(&mut self) -> Result<ActorInstance, Unrestorable> {

@@ -6,6 +6,7 @@
 
 pub mod actor;
 pub mod api;
+mod clock;
 pub mod live;
 pub mod templates;
 
@@ -16,15 +17,16 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
+use stasis_core::engine::StasisEngine;
+use stasis_core::module::Template;
+use stasis_core::snapshot::{self, VerifiedSnapshot};
+use stasis_core::snapshot_store::{SnapshotBytes, SnapshotStore};
 use stasis_host_api::{Request, Response};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::engine::StasisEngine;
+use self::clock::ActorClock;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
-use crate::module::Template;
-use crate::snapshot;
-use crate::store::SnapshotStore;
 use actor::{
     ActorSettings, ActorState, ActorStatus, ActorTask, Captured, Command, Replicator, ResumeFrom,
     SnapshotReport, Ticket,
@@ -72,7 +74,7 @@ struct Handle {
 pub struct Worker {
     name: String,
     engine: Arc<StasisEngine>,
-    store: Arc<SnapshotStore>,
+    store: Arc<dyn SnapshotStore>,
     metrics: Arc<Metrics>,
     settings: WorkerSettings,
     actors: Mutex<HashMap<String, Handle>>,
@@ -101,6 +103,14 @@ pub struct ActorSpec {
     pub env: Vec<(String, String)>,
 }
 
+/// A snapshot an install verified and wrote (see [`Worker::install`]).
+struct Installed {
+    seq: u64,
+    verified: VerifiedSnapshot<SnapshotBytes>,
+    /// Whether the actor is resumed at once (it keeps the bytes for that).
+    prime: bool,
+}
+
 impl Worker {
     /// A worker named `name`, resolving template digests through
     /// `templates`. With a `replicator`, every snapshot is also made
@@ -109,7 +119,7 @@ impl Worker {
     pub fn new(
         name: &str,
         engine: Arc<StasisEngine>,
-        store: Arc<SnapshotStore>,
+        store: Arc<dyn SnapshotStore>,
         metrics: Arc<Metrics>,
         settings: WorkerSettings,
         replicator: Option<Arc<dyn Replicator>>,
@@ -160,7 +170,7 @@ impl Worker {
 
     /// The worker's snapshot store.
     #[must_use]
-    pub fn store(&self) -> &Arc<SnapshotStore> {
+    pub fn store(&self) -> &Arc<dyn SnapshotStore> {
         &self.store
     }
 
@@ -192,6 +202,8 @@ impl Worker {
             replicator: self.replicator.clone(),
             live: self.live.clone(),
             slot: None,
+            primed: None,
+            clock: ActorClock::default(),
         }
     }
 
@@ -235,13 +247,26 @@ impl Worker {
     /// or corrupt one shows as `failed` with the reason at once, never as a
     /// silently fresh actor.
     pub fn adopt(&self, spec: &ActorSpec, epoch: u64) -> ActorStatus {
+        self.adopt_installed(spec, epoch, None)
+    }
+
+    /// [`Worker::adopt`], where `installed` is a snapshot (and its
+    /// sequence number) the caller verified and wrote just now: if it is
+    /// the newest, it is not read and verified again, and with `prime` the
+    /// actor's next restore takes it as it is.
+    fn adopt_installed(
+        &self,
+        spec: &ActorSpec,
+        epoch: u64,
+        installed: Option<Installed>,
+    ) -> ActorStatus {
         if let Some(old) = self.lock().remove(&spec.name) {
             let (reply, _) = oneshot::channel();
             let _ = old.mailbox.try_send(Command::Stop(reply));
         }
         let mut task = self.task(spec, epoch, ActorState::Paused);
         let (list, acknowledged) = self.store.list_acknowledged(&spec.name).unwrap_or_default();
-        let dir = || self.store.actor_dir(&spec.name).display().to_string();
+        let dir = || self.store.location(&spec.name);
         let missing = acknowledged.filter(|&acked| list.last().is_none_or(|n| n.seq < acked));
         let problem = match (list.last(), missing) {
             (_, Some(acked)) => {
@@ -254,6 +279,13 @@ impl Worker {
                 ))
             }
             (None, None) => Some(format!("no snapshot of actor {} in {}", spec.name, dir())),
+            (Some(newest), None) if installed.as_ref().is_some_and(|i| i.seq == newest.seq) => {
+                task.next_seq = newest.seq + 1;
+                if let Some(installed) = installed.filter(|i| i.prime) {
+                    task.primed = Some((installed.seq, installed.verified));
+                }
+                None
+            }
             (Some(newest), None) => {
                 task.next_seq = newest.seq + 1;
                 let checked = self
@@ -413,24 +445,34 @@ impl Worker {
         let store = self.store.clone();
         let name = spec.name.clone();
         let template = spec.template.clone();
-        tokio::task::spawn_blocking(move || -> Result<(), ApiError> {
-            match bytes {
+        // The snapshot is verified once, here, and handed to the actor as
+        // verified. Bytes the store already held are checked by `adopt`.
+        let installed = tokio::task::spawn_blocking(move || -> Result<_, ApiError> {
+            let verified = match bytes {
                 Some(bytes) => {
-                    snapshot::verify(&bytes, &template, max_memory).map_err(|e| refused(&e))?;
-                    if !store.list(&name)?.iter().any(|e| e.seq == seq) {
-                        store.write(&name, seq, &bytes)?;
+                    let bytes = SnapshotBytes::from(Vec::from(bytes));
+                    let verified =
+                        snapshot::verify(bytes, &template, max_memory).map_err(|e| refused(&e))?;
+                    if store.list(&name)?.iter().any(|e| e.seq == seq) {
+                        return Ok(None);
                     }
+                    store.write(&name, seq, verified.bytes())?;
+                    verified
                 }
                 None => {
-                    let map = store.open_snapshot(&name, seq)?;
-                    snapshot::verify(&map, &template, max_memory).map_err(|e| refused(&e))?;
+                    let stored = store.open_snapshot(&name, seq)?;
+                    snapshot::verify(stored, &template, max_memory).map_err(|e| refused(&e))?
                 }
-            }
-            Ok(())
+            };
+            Ok(Some(Installed {
+                seq,
+                verified,
+                prime: resume,
+            }))
         })
         .await
         .map_err(ApiError::internal)??;
-        let status = self.adopt(spec, epoch);
+        let status = self.adopt_installed(spec, epoch, installed);
         if status.state == ActorState::Failed {
             self.remove(&spec.name).await;
             return Err(ApiError::unavailable(status.error.unwrap_or_default()));

@@ -10,9 +10,9 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use bytes::Bytes;
 
-use crate::data_dir::write_atomically;
 use crate::error::ApiError;
-use crate::module::{ModuleCache, Template};
+use stasis_core::durable::write_atomically;
+use stasis_core::module::{ModuleCache, Template};
 
 /// Resolves template digests to compiled modules.
 #[async_trait]
@@ -115,7 +115,7 @@ impl TemplateDir {
     }
 
     fn compile(&self, digest: &str, bytes: &[u8]) -> Result<Arc<Template>, ApiError> {
-        if hex::encode(crate::module::digest(bytes)) != digest {
+        if hex::encode(stasis_core::module::digest(bytes)) != digest {
             return Err(ApiError::new(
                 502,
                 format!("template {digest} does not match its digest"),
@@ -146,7 +146,7 @@ impl Templates for TemplateDir {
             (Ok(bytes), _) => bytes,
             (Err(_), Some(fetch)) => {
                 let bytes = fetch.fetch(digest).await?;
-                if hex::encode(crate::module::digest(&bytes)) != digest {
+                if hex::encode(stasis_core::module::digest(&bytes)) != digest {
                     return Err(ApiError::new(
                         502,
                         format!("template {digest} arrived corrupted"),

@@ -9,168 +9,15 @@
 //! guest blocked in a WASI sleep. Either way the instance is poisoned and must
 //! be dropped: the caller rolls the actor back to its newest snapshot.
 
-use std::sync::{Arc, Mutex};
-use std::task::Poll;
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use stasis_host_api::{Context, Request, Response, exports};
-use wasmtime::{
-    Global, Instance, Memory, Store, StoreLimits, StoreLimitsBuilder, Trap, TypedFunc,
-    UpdateDeadline,
-};
-use wasmtime_wasi::WasiCtxBuilder;
-use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
-use wasmtime_wasi::p1::WasiP1Ctx;
+use wasmtime::{Global, Instance, Memory, Store, Trap, TypedFunc, UpdateDeadline};
 
 use crate::engine::{Limits, StasisEngine};
+use crate::host::{GuestOutput, Host, VirtualClock, WasiSetup};
 use crate::module::{GLOBAL_EXPORT_PREFIX, MEMORY_EXPORT_PREFIX, Template};
-
-/// The store data of one actor instance.
-pub struct Host {
-    wasi: WasiP1Ctx,
-    limits: StoreLimits,
-    cpu_ticks_left: u64,
-}
-
-impl Host {
-    /// The WASI preview 1 context (used by the linker).
-    pub fn wasi(&mut self) -> &mut WasiP1Ctx {
-        &mut self.wasi
-    }
-}
-
-/// A per-actor monotonic clock: it starts where the actor's last snapshot
-/// left it, so it never goes backwards across a pause, a restart or a move
-/// to another host. Nanoseconds.
-#[derive(Debug, Clone)]
-pub struct VirtualClock {
-    base_ns: u64,
-    origin: Instant,
-}
-
-impl VirtualClock {
-    /// A clock reading `base_ns` now and advancing in real time.
-    #[must_use]
-    pub fn starting_at(base_ns: u64) -> Self {
-        Self {
-            base_ns,
-            origin: Instant::now(),
-        }
-    }
-
-    /// The current reading, in nanoseconds.
-    #[must_use]
-    pub fn now_ns(&self) -> u64 {
-        let elapsed = u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        self.base_ns.saturating_add(elapsed)
-    }
-}
-
-impl wasmtime_wasi::HostMonotonicClock for VirtualClock {
-    fn resolution(&self) -> u64 {
-        1
-    }
-    fn now(&self) -> u64 {
-        self.now_ns()
-    }
-}
-
-/// Where a guest's stdout or stderr goes: one `tracing` event per line
-/// (target `stasis::guest`, fields `actor` and `stream`), and optionally a
-/// copy of the raw bytes for tests.
-#[derive(Clone)]
-pub struct GuestOutput {
-    actor: Arc<str>,
-    stream: &'static str,
-    pending: Arc<Mutex<Vec<u8>>>,
-    tap: Option<Arc<Mutex<Vec<u8>>>>,
-}
-
-/// Longest partial line kept before it is logged anyway, in bytes.
-const MAX_PENDING_LINE: usize = 16 << 10;
-
-impl GuestOutput {
-    /// Output of `actor` on `stream` (`"stdout"` or `"stderr"`).
-    #[must_use]
-    pub fn new(actor: &str, stream: &'static str) -> Self {
-        Self {
-            actor: actor.into(),
-            stream,
-            pending: Arc::default(),
-            tap: None,
-        }
-    }
-
-    /// Also appends every byte written to `tap`.
-    #[must_use]
-    pub fn with_tap(mut self, tap: Arc<Mutex<Vec<u8>>>) -> Self {
-        self.tap = Some(tap);
-        self
-    }
-
-    fn write(&self, bytes: &[u8]) {
-        if let Some(tap) = &self.tap {
-            tap.lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .extend_from_slice(bytes);
-        }
-        let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
-        pending.extend_from_slice(bytes);
-        while let Some(end) = pending.iter().position(|&b| b == b'\n') {
-            let line: Vec<u8> = pending.drain(..=end).collect();
-            self.emit(&line[..end]);
-        }
-        if pending.len() > MAX_PENDING_LINE {
-            let line = std::mem::take(&mut *pending);
-            self.emit(&line);
-        }
-    }
-
-    fn emit(&self, line: &[u8]) {
-        tracing::info!(
-            target: "stasis::guest",
-            actor = %self.actor,
-            stream = self.stream,
-            "{}",
-            String::from_utf8_lossy(line)
-        );
-    }
-}
-
-impl IsTerminal for GuestOutput {
-    fn is_terminal(&self) -> bool {
-        false
-    }
-}
-
-impl StdoutStream for GuestOutput {
-    fn async_stream(&self) -> Box<dyn tokio::io::AsyncWrite + Send + Sync> {
-        Box::new(self.clone())
-    }
-}
-
-impl tokio::io::AsyncWrite for GuestOutput {
-    fn poll_write(
-        self: std::pin::Pin<&mut Self>,
-        _: &mut std::task::Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        self.write(buf);
-        Poll::Ready(Ok(buf.len()))
-    }
-    fn poll_flush(
-        self: std::pin::Pin<&mut Self>,
-        _: &mut std::task::Context<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        Poll::Ready(Ok(()))
-    }
-    fn poll_shutdown(
-        self: std::pin::Pin<&mut Self>,
-        _: &mut std::task::Context<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        Poll::Ready(Ok(()))
-    }
-}
 
 /// What an instance is created with. The template fixes the environment
 /// (wasi-libc caches it in linear memory, so it must not change across a
@@ -185,6 +32,10 @@ pub struct InstanceConfig {
     pub stdout: GuestOutput,
     /// Guest stderr.
     pub stderr: GuestOutput,
+    /// The virtual clock starts at no less than this (ns): the latest
+    /// reading the actor may have seen before, so the clock never goes back
+    /// across a trap rollback or a crash. 0 from [`InstanceConfig::new`].
+    pub clock_floor_ns: u64,
 }
 
 impl InstanceConfig {
@@ -199,6 +50,7 @@ impl InstanceConfig {
             env,
             stdout: GuestOutput::new(actor, "stdout"),
             stderr: GuestOutput::new(actor, "stderr"),
+            clock_floor_ns: 0,
         }
     }
 }
@@ -309,22 +161,19 @@ impl ActorInstance {
     ) -> Result<Self, CallError> {
         let limits = *engine.limits();
         let clock = match start {
-            Start::Spawn => VirtualClock::starting_at(0),
-            Start::Resume { clock_ns } => VirtualClock::starting_at(clock_ns),
+            Start::Spawn => VirtualClock::starting_at(config.clock_floor_ns),
+            Start::Resume { clock_ns } => {
+                VirtualClock::starting_at(clock_ns.max(config.clock_floor_ns))
+            }
         };
-        let wasi = WasiCtxBuilder::new()
-            .envs(&config.env)
-            .args(&[config.context.actor.as_str()])
-            .stdout(config.stdout.clone())
-            .stderr(config.stderr.clone())
-            .monotonic_clock(clock.clone())
-            .build_p1();
-        let max_memory = usize::try_from(limits.max_memory).unwrap_or(usize::MAX);
-        let host = Host {
-            wasi,
-            limits: StoreLimitsBuilder::new().memory_size(max_memory).build(),
-            cpu_ticks_left: limits.cpu_ticks(),
+        let setup = WasiSetup {
+            actor: &config.context.actor,
+            env: &config.env,
+            stdout: config.stdout.clone(),
+            stderr: config.stderr.clone(),
+            clock: clock.clone(),
         };
+        let host = Host::new(setup, limits.max_memory, limits.cpu_ticks());
         let mut store = Store::new(engine.engine(), host);
         store.limiter(|host| &mut host.limits);
         store.set_epoch_deadline(1);

@@ -19,7 +19,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, Linker, PoolingAllocationConfig};
 
-use crate::instance::Host;
+use crate::host::Host;
 
 /// How often the epoch ticker advances the engine's epoch. CPU limits are
 /// enforced in whole ticks, and a running guest yields to other tasks at

@@ -1,19 +1,24 @@
-//! Snapshot files on disk: `snapshots/<actor>/<seq:020>.snap`, written
-//! atomically (temp file → fsync → rename → fsync folder) so a crash at any
-//! point leaves the previous snapshot intact, with an empty
-//! `<seq:020>.acked` marker naming the newest acknowledged one; retention
-//! of the newest N; an optional quota on the whole folder.
+//! The embedded [`SnapshotStore`]: snapshot files in the data dir,
+//! `snapshots/<actor>/<seq:020>.snap`, written with [`write_atomically`]
+//! so a crash at any point leaves the previous snapshot intact, with an
+//! empty `<seq:020>.acked` marker naming the newest acknowledged one;
+//! retention of the newest N; an optional quota on the whole folder.
 
 use std::ffi::OsStr;
 use std::fs::{self, File};
-use std::io::{self, Write};
+use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use memmap2::Mmap;
 
+use crate::durable::{self, TEMP_SUFFIX, write_atomically};
+use crate::snapshot_store::{SnapshotBytes, SnapshotEntry, SnapshotStore, StoreError};
+
 const SNAPSHOT: &str = ".snap";
 const ACKED: &str = ".acked";
+/// File name of an actor's clock mark (see [`SnapshotStore::write_clock_mark`]).
+const CLOCK_MARK: &str = "clock.mark";
 
 /// The sequence number and suffix ([`SNAPSHOT`] or [`ACKED`]) of a
 /// canonical file name (`<seq:020><suffix>`). Anything else — a stray
@@ -30,54 +35,20 @@ fn canonical(name: &OsStr) -> Option<(u64, &'static str)> {
     Some((digits.parse().ok()?, suffix))
 }
 
-/// Why a snapshot could not be stored.
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    /// Writing would exceed `--snapshot-quota`.
-    #[error("snapshot quota exceeded: {needed} more bytes needed, {used} of {quota} bytes in use")]
-    Quota {
-        /// Size of the new snapshot.
-        needed: u64,
-        /// Bytes in use now.
-        used: u64,
-        /// The quota.
-        quota: u64,
-    },
-    /// A file operation failed; the message names the path.
-    #[error("{op} {path}: {source}")]
-    Io {
-        /// What was being done.
-        op: &'static str,
-        /// The file or folder.
-        path: String,
-        /// The OS error.
-        source: io::Error,
-    },
-}
-
 fn io_err(op: &'static str, path: &Path) -> impl FnOnce(io::Error) -> StoreError + use<> {
     let path = path.display().to_string();
     move |source| StoreError::Io { op, path, source }
 }
 
-/// One stored snapshot.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct SnapshotEntry {
-    /// Sequence number (0 is taken at creation).
-    pub seq: u64,
-    /// File size in bytes.
-    pub bytes: u64,
-}
-
-/// The snapshot folder of a data dir.
+/// The snapshot folder of a data dir (module docs).
 #[derive(Debug)]
-pub struct SnapshotStore {
+pub struct LocalSnapshotStore {
     root: PathBuf,
     quota: Option<u64>,
     used: Mutex<u64>,
 }
 
-impl SnapshotStore {
+impl LocalSnapshotStore {
     /// Opens (creating) `root`, removes temp files left by a crash, and
     /// counts the bytes in use. `quota` caps the folder's total size.
     ///
@@ -94,7 +65,14 @@ impl SnapshotStore {
             }
             for file in fs::read_dir(&dir).map_err(io_err("read", &dir))? {
                 let path = file.map_err(io_err("read", &dir))?.path();
-                if path.extension().is_some_and(|e| e == "tmp") {
+                if path.file_name().is_some_and(|name| name == CLOCK_MARK) {
+                    continue;
+                }
+                let torn = path
+                    .file_name()
+                    .and_then(OsStr::to_str)
+                    .is_some_and(|name| name.ends_with(TEMP_SUFFIX));
+                if torn {
                     tracing::info!(path = %path.display(), "removing torn snapshot temp file");
                     fs::remove_file(&path).map_err(io_err("remove", &path))?;
                 } else if let Ok(meta) = path.metadata() {
@@ -121,19 +99,51 @@ impl SnapshotStore {
         self.actor_dir(actor).join(format!("{seq:020}.snap"))
     }
 
-    /// Bytes in use by all snapshots.
-    #[must_use]
-    pub fn used_bytes(&self) -> u64 {
-        *self.used.lock().unwrap_or_else(|p| p.into_inner())
+    fn write_file(&self, actor: &str, seq: u64, bytes: &[u8]) -> Result<(), StoreError> {
+        let dir = self.actor_dir(actor);
+        if !dir.is_dir() {
+            fs::create_dir_all(&dir).map_err(io_err("create", &dir))?;
+            // The new folder's entry must be durable too.
+            durable::sync_dir(&self.root).map_err(io_err("fsync", &self.root))?;
+        }
+        let path = self.path(actor, seq);
+        write_atomically(&path, bytes).map_err(io_err("write", &path))?;
+        self.mark_acknowledged(actor, seq);
+        Ok(())
     }
 
-    /// Writes snapshot `seq` of `actor` atomically and durably. On return the
-    /// file is complete under its final name and the rename is on disk.
-    ///
-    /// # Errors
-    /// [`StoreError::Quota`] (nothing written) or [`StoreError::Io`] (the
-    /// temp file is removed; earlier snapshots are untouched).
-    pub fn write(&self, actor: &str, seq: u64, bytes: &[u8]) -> Result<PathBuf, StoreError> {
+    fn release(&self, len: u64) {
+        let mut used = self.used.lock().unwrap_or_else(|p| p.into_inner());
+        *used = used.saturating_sub(len);
+    }
+
+    /// Records `seq` as `actor`'s newest acknowledged snapshot: an empty
+    /// marker file, created after the snapshot's rename is durable (so a
+    /// marker never names a snapshot that was not written), then older
+    /// markers are removed. Best effort: without a marker the check it
+    /// enables is skipped, nothing else.
+    fn mark_acknowledged(&self, actor: &str, seq: u64) {
+        let dir = self.actor_dir(actor);
+        let marker = dir.join(format!("{seq:020}{ACKED}"));
+        if let Err(e) = File::create(&marker) {
+            tracing::warn!(actor, "cannot write {}: {e}", marker.display());
+            return;
+        }
+        let Ok(entries) = fs::read_dir(&dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            if let Some((old, ACKED)) = canonical(&entry.file_name())
+                && old < seq
+            {
+                let _ = fs::remove_file(entry.path());
+            }
+        }
+    }
+}
+
+impl SnapshotStore for LocalSnapshotStore {
+    fn write(&self, actor: &str, seq: u64, bytes: &[u8]) -> Result<(), StoreError> {
         let len = bytes.len() as u64;
         let path = self.path(actor, seq);
         // Rewriting a sequence number replaces its file: count the difference.
@@ -163,56 +173,7 @@ impl SnapshotStore {
         result
     }
 
-    fn write_file(&self, actor: &str, seq: u64, bytes: &[u8]) -> Result<PathBuf, StoreError> {
-        let dir = self.actor_dir(actor);
-        if !dir.is_dir() {
-            fs::create_dir_all(&dir).map_err(io_err("create", &dir))?;
-            // The new folder's entry must be durable too.
-            File::open(&self.root)
-                .and_then(|d| d.sync_all())
-                .map_err(io_err("fsync", &self.root))?;
-        }
-        let path = self.path(actor, seq);
-        let tmp = path.with_extension("snap.tmp");
-        let written = (|| {
-            let mut file = File::create(&tmp).map_err(io_err("create", &tmp))?;
-            file.write_all(bytes).map_err(io_err("write", &tmp))?;
-            file.sync_all().map_err(io_err("fsync", &tmp))?;
-            fs::rename(&tmp, &path).map_err(io_err("rename", &tmp))?;
-            File::open(&dir)
-                .and_then(|d| d.sync_all())
-                .map_err(io_err("fsync", &dir))
-        })();
-        if let Err(e) = written {
-            let _ = fs::remove_file(&tmp);
-            return Err(e);
-        }
-        self.mark_acknowledged(actor, seq);
-        Ok(path)
-    }
-
-    fn release(&self, len: u64) {
-        let mut used = self.used.lock().unwrap_or_else(|p| p.into_inner());
-        *used = used.saturating_sub(len);
-    }
-
-    /// `actor`'s snapshots, oldest first (temp files are not listed).
-    ///
-    /// # Errors
-    /// [`StoreError::Io`] if the folder exists but cannot be read.
-    pub fn list(&self, actor: &str) -> Result<Vec<SnapshotEntry>, StoreError> {
-        Ok(self.list_acknowledged(actor)?.0)
-    }
-
-    /// Like [`SnapshotStore::list`], plus the newest sequence number whose
-    /// write was acknowledged, from the `<seq:020>.acked` marker that
-    /// [`SnapshotStore::write`] leaves next to the snapshot. A newest
-    /// snapshot listed below the marker's number was deleted after it was
-    /// acknowledged.
-    ///
-    /// # Errors
-    /// [`StoreError::Io`] if the folder exists but cannot be read.
-    pub fn list_acknowledged(
+    fn list_acknowledged(
         &self,
         actor: &str,
     ) -> Result<(Vec<SnapshotEntry>, Option<u64>), StoreError> {
@@ -239,50 +200,18 @@ impl SnapshotStore {
         Ok((out, acked))
     }
 
-    /// Records `seq` as `actor`'s newest acknowledged snapshot: an empty
-    /// marker file, created after the snapshot's rename is durable (so a
-    /// marker never names a snapshot that was not written), then older
-    /// markers are removed. Best effort: without a marker the check it
-    /// enables is skipped, nothing else.
-    fn mark_acknowledged(&self, actor: &str, seq: u64) {
-        let dir = self.actor_dir(actor);
-        let marker = dir.join(format!("{seq:020}{ACKED}"));
-        if let Err(e) = File::create(&marker) {
-            tracing::warn!(actor, "cannot write {}: {e}", marker.display());
-            return;
-        }
-        let Ok(entries) = fs::read_dir(&dir) else {
-            return;
-        };
-        for entry in entries.flatten() {
-            if let Some((old, ACKED)) = canonical(&entry.file_name())
-                && old < seq
-            {
-                let _ = fs::remove_file(entry.path());
-            }
-        }
-    }
-
-    /// Maps snapshot `seq` of `actor` read-only.
-    ///
-    /// # Errors
-    /// [`StoreError::Io`] if it is missing or unreadable.
-    pub fn open_snapshot(&self, actor: &str, seq: u64) -> Result<Mmap, StoreError> {
+    fn open_snapshot(&self, actor: &str, seq: u64) -> Result<SnapshotBytes, StoreError> {
         let path = self.path(actor, seq);
         let file = File::open(&path).map_err(io_err("open", &path))?;
         // SAFETY: snapshot files are immutable once renamed into place, and
         // only this process (holding the data dir's LOCK) writes or removes
         // them.
-        unsafe { Mmap::map(&file) }.map_err(io_err("map", &path))
+        unsafe { Mmap::map(&file) }
+            .map(SnapshotBytes::from)
+            .map_err(io_err("map", &path))
     }
 
-    /// Deletes all but the newest `keep` snapshots of `actor` (at least one
-    /// is always kept: the newest is the actor's state); returns the deleted
-    /// sequence numbers.
-    ///
-    /// # Errors
-    /// [`StoreError::Io`] if a file cannot be removed.
-    pub fn retain(&self, actor: &str, keep: usize) -> Result<Vec<u64>, StoreError> {
+    fn retain(&self, actor: &str, keep: usize) -> Result<Vec<u64>, StoreError> {
         let list = self.list(actor)?;
         let excess = list.len().saturating_sub(keep.max(1));
         let mut removed = Vec::new();
@@ -295,11 +224,7 @@ impl SnapshotStore {
         Ok(removed)
     }
 
-    /// Deletes one snapshot (e.g. a corrupt one an operator gave up on).
-    ///
-    /// # Errors
-    /// [`StoreError::Io`] if the file exists but cannot be removed.
-    pub fn remove(&self, actor: &str, seq: u64) -> Result<(), StoreError> {
+    fn remove(&self, actor: &str, seq: u64) -> Result<(), StoreError> {
         let path = self.path(actor, seq);
         let len = path.metadata().map(|m| m.len()).unwrap_or(0);
         match fs::remove_file(&path) {
@@ -312,23 +237,30 @@ impl SnapshotStore {
         }
     }
 
-    /// Names of the actors that have a snapshot folder, in no order.
-    ///
-    /// # Errors
-    /// [`StoreError::Io`] if the store's folder cannot be read.
-    pub fn actors(&self) -> Result<Vec<String>, StoreError> {
-        let entries = fs::read_dir(&self.root).map_err(io_err("read", &self.root))?;
-        Ok(entries
-            .flatten()
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .collect())
+    fn write_clock_mark(&self, actor: &str, clock_ns: u64) -> Result<(), StoreError> {
+        let dir = self.actor_dir(actor);
+        fs::create_dir_all(&dir).map_err(io_err("create", &dir))?;
+        let path = dir.join(CLOCK_MARK);
+        durable::replace_atomically(&path, format!("{clock_ns}\n").as_bytes())
+            .map_err(io_err("write", &path))
     }
 
-    /// Deletes `actor`'s folder and every snapshot in it.
-    ///
-    /// # Errors
-    /// [`StoreError::Io`] if the folder exists but cannot be removed.
-    pub fn remove_actor(&self, actor: &str) -> Result<(), StoreError> {
+    fn clock_mark(&self, actor: &str) -> u64 {
+        let path = self.actor_dir(actor).join(CLOCK_MARK);
+        match fs::read_to_string(&path) {
+            Ok(text) => text.trim().parse().unwrap_or_else(|e| {
+                tracing::warn!(actor, "ignoring unreadable clock mark: {e}");
+                0
+            }),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => 0,
+            Err(e) => {
+                tracing::warn!(actor, "ignoring unreadable clock mark: {e}");
+                0
+            }
+        }
+    }
+
+    fn remove_actor(&self, actor: &str) -> Result<(), StoreError> {
         let total: u64 = self.list(actor)?.iter().map(|e| e.bytes).sum();
         let dir = self.actor_dir(actor);
         match fs::remove_dir_all(&dir) {
@@ -340,6 +272,25 @@ impl SnapshotStore {
             Err(e) => Err(io_err("remove", &dir)(e)),
         }
     }
+
+    fn used_bytes(&self) -> u64 {
+        *self.used.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn actors(&self) -> Result<Vec<String>, StoreError> {
+        let mut names = Vec::new();
+        for entry in fs::read_dir(&self.root).map_err(io_err("read", &self.root))? {
+            let entry = entry.map_err(io_err("read", &self.root))?;
+            if entry.path().is_dir() {
+                names.push(entry.file_name().to_string_lossy().into_owned());
+            }
+        }
+        Ok(names)
+    }
+
+    fn location(&self, actor: &str) -> String {
+        self.actor_dir(actor).display().to_string()
+    }
 }
 
 #[cfg(test)]
@@ -349,7 +300,7 @@ mod tests {
     #[test]
     fn only_canonical_names_are_snapshots() {
         let tmp = tempfile::tempdir().expect("tmp");
-        let store = SnapshotStore::open(tmp.path(), None).expect("open");
+        let store = LocalSnapshotStore::open(tmp.path(), None).expect("open");
         store.write("a", 7, b"seven").expect("write");
         let dir = store.actor_dir("a");
         for stray in [
@@ -371,7 +322,7 @@ mod tests {
     #[test]
     fn the_newest_acknowledged_snapshot_is_marked() {
         let tmp = tempfile::tempdir().expect("tmp");
-        let store = SnapshotStore::open(tmp.path(), None).expect("open");
+        let store = LocalSnapshotStore::open(tmp.path(), None).expect("open");
         assert_eq!(store.list_acknowledged("a").expect("list"), (vec![], None));
         store.write("a", 3, b"three").expect("write");
         store.write("a", 4, b"four").expect("write");

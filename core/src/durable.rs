@@ -1,0 +1,147 @@
+//! Durable files: the one atomic-write routine of the project
+//! ([`write_atomically`]) and the data dir's `LOCK` ([`lock_data_dir`]).
+//!
+//! A file written with [`write_atomically`] is, after a crash at any
+//! point, either absent, or its previous content, or its new content: it is
+//! written under a temporary name in the same folder, fsynced, renamed over
+//! the final name, and the folder is fsynced so the rename itself survives.
+
+use std::fs::File;
+use std::io::{self, Write as _};
+use std::path::Path;
+
+use anyhow::Context as _;
+
+/// Suffix of the temporary files [`write_atomically`] leaves behind when
+/// the process dies mid-write; openers of a folder may delete files with
+/// names ending in it.
+pub const TEMP_SUFFIX: &str = ".tmp";
+
+/// Writes `bytes` to `path` atomically and durably (module docs): on
+/// success the new content is on disk under its final name. The folder
+/// must exist.
+///
+/// # Errors
+/// The failing I/O operation's error; the temporary file is removed and
+/// whatever `path` held before is untouched.
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    write_via_temp(path, bytes, true)
+}
+
+/// Replaces `path` with `bytes` atomically but without fsync: after the
+/// process is killed it holds the old or the new content, whole; after a
+/// power loss it may hold either or be absent. For small files written
+/// often, whose loss only costs a little (the clock mark). The folder must
+/// exist.
+///
+/// # Errors
+/// As [`write_atomically`].
+pub fn replace_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    write_via_temp(path, bytes, false)
+}
+
+fn write_via_temp(path: &Path, bytes: &[u8], durable: bool) -> io::Result<()> {
+    let dir = folder_of(path);
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".stasis-")
+        .suffix(TEMP_SUFFIX)
+        .tempfile_in(dir)?;
+    tmp.write_all(bytes)?;
+    if durable {
+        tmp.as_file().sync_all()?;
+    }
+    tmp.persist(path).map_err(|e| e.error)?;
+    if durable { sync_dir(dir) } else { Ok(()) }
+}
+
+/// Fsyncs folder `dir`, making the creation, rename or removal of its
+/// entries durable.
+///
+/// # Errors
+/// If the folder cannot be opened or synced.
+pub fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+/// The folder holding `path` (`.` for a bare file name).
+fn folder_of(path: &Path) -> &Path {
+    match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    }
+}
+
+/// Creates data dir `dir` if needed and takes its `LOCK`: an exclusive
+/// `flock` on `dir/LOCK`, which then holds this process's pid. The lock
+/// lasts as long as the returned file is open, so one data dir is served by
+/// one process (`stasis serve` or `stasis worker run`) at a time.
+///
+/// # Errors
+/// If another process holds the lock (the message names its pid), or the
+/// folder or the file cannot be created.
+#[must_use = "the data dir is unlocked when the returned file is dropped"]
+pub fn lock_data_dir(dir: &Path) -> anyhow::Result<File> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let path = dir.join("LOCK");
+    let mut file = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            let holder = std::fs::read_to_string(&path).unwrap_or_default();
+            anyhow::bail!(
+                "data dir {} is in use by another stasis process (pid {}); stop it or use another --data-dir",
+                dir.display(),
+                holder.trim()
+            );
+        }
+        Err(std::fs::TryLockError::Error(e)) => {
+            return Err(e).with_context(|| format!("locking {}", path.display()));
+        }
+    }
+    file.set_len(0)
+        .with_context(|| format!("truncating {}", path.display()))?;
+    writeln!(file, "{}", std::process::id())
+        .with_context(|| format!("writing the pid to {}", path.display()))?;
+    Ok(file)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn write_atomically_replaces_and_leaves_no_temp_file() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let path = tmp.path().join("file");
+        write_atomically(&path, b"one").expect("first write");
+        write_atomically(&path, b"two").expect("second write");
+        assert_eq!(std::fs::read(&path).expect("read"), b"two");
+        let names: Vec<_> = std::fs::read_dir(tmp.path())
+            .expect("dir")
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        assert_eq!(names, ["file"]);
+    }
+
+    #[test]
+    fn a_data_dir_is_locked_once() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let dir = tmp.path().join("data");
+        let held = lock_data_dir(&dir).expect("first lock");
+        let pid = std::fs::read_to_string(dir.join("LOCK")).expect("pid");
+        assert_eq!(pid.trim(), std::process::id().to_string());
+        let err = lock_data_dir(&dir).expect_err("second lock");
+        assert!(
+            err.to_string().contains("in use by another stasis process"),
+            "{err}"
+        );
+        drop(held);
+        let _again = lock_data_dir(&dir).expect("lock after release");
+    }
+}

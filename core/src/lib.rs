@@ -1,0 +1,36 @@
+//! The Stasis snapshot core: everything needed to run one WebAssembly actor
+//! and to pause it into bytes and back, with no network stack and no
+//! database. The `stasis-runtime` crate builds workers, routing and the
+//! control plane on top of it.
+//!
+//! Modules, bottom-up (each depends only on those before it):
+//!
+//! * [`durable`]: the one atomic-write routine and the data dir's `LOCK`.
+//! * [`host`]: the store data of an instance ([`host::Host`]) and its WASI
+//!   wiring (virtual clock, guest output).
+//! * [`engine`]: the shared wasmtime engine, its linker, the epoch ticker
+//!   that enforces CPU limits, per-actor [`engine::Limits`].
+//! * [`module`]: templates: validate ([`module::validate`]), rewrite into
+//!   the spawn and resume variants ([`module::rewrite`]), compile once and
+//!   cache ([`module::cache`]).
+//! * [`instance`]: one live actor and the ABI calls into it.
+//! * [`snapshot`]: the file format and [`snapshot::verify`]
+//!   ([`snapshot::format`](mod@snapshot::format)), capture
+//!   ([`snapshot::capture`](mod@snapshot::capture)), restore
+//!   ([`snapshot::restore`](mod@snapshot::restore))
+//!   and the memory helpers they share ([`snapshot::memory`]).
+//! * [`snapshot_store`]: the [`snapshot_store::SnapshotStore`] trait that
+//!   workers and the control plane keep snapshots through.
+//! * [`snapshot_files`]: its embedded implementation, snapshot files in the
+//!   data dir ([`snapshot_files::LocalSnapshotStore`]).
+
+#![warn(missing_docs)]
+
+pub mod durable;
+pub mod engine;
+pub mod host;
+pub mod instance;
+pub mod module;
+pub mod snapshot;
+pub mod snapshot_files;
+pub mod snapshot_store;

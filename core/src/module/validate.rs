@@ -1,0 +1,179 @@
+//! Validation: [`analyze`] checks a guest module against every rule of the
+//! snapshot design and reports what a snapshot of it holds ([`ModuleInfo`]).
+
+use stasis_host_api::{ABI_SECTION, ABI_VERSION, WASI_MODULE, exports};
+use wasmparser::{ExternalKind, Operator, Parser, Payload, TypeRef, ValType, Validator};
+
+use super::{GlobalInfo, GlobalKind, MemoryInfo, ModuleError, ModuleInfo, digest};
+
+fn refused(what: impl Into<String>) -> ModuleError {
+    ModuleError::Refused(what.into())
+}
+
+/// Validates `bytes` and checks every rule of the snapshot design: only WASI
+/// preview 1 imports, no imported memory/table/global, no shared memory, no
+/// memory64, no custom page sizes, no mutable reference-typed globals, no
+/// `table.set/grow/fill/copy/init`, `elem.drop` or `data.drop`, no export in
+/// the reserved `__stasis_` prefix, and an ABI custom section this host
+/// speaks. Runs no guest code.
+///
+/// # Errors
+/// A [`ModuleError`] naming the first problem found.
+pub fn analyze(bytes: &[u8]) -> Result<ModuleInfo, ModuleError> {
+    Validator::new()
+        .validate_all(bytes)
+        .map_err(|e| ModuleError::Malformed(e.to_string()))?;
+    let mut info = ModuleInfo {
+        digest: digest(bytes),
+        abi_version: 0,
+        globals: Vec::new(),
+        memories: Vec::new(),
+        has_start: false,
+    };
+    let mut abi = None;
+    let mut imports_wasi = false;
+    let mut exports_memory = false;
+    let mut imported_funcs = 0u32;
+    let mut func_index = 0u32;
+    let malformed = |e: wasmparser::BinaryReaderError| ModuleError::Malformed(e.to_string());
+    for payload in Parser::new(0).parse_all(bytes) {
+        match payload.map_err(malformed)? {
+            Payload::ImportSection(reader) => {
+                for import in reader.into_imports() {
+                    let import = import.map_err(malformed)?;
+                    let what = format!("`{}`.`{}`", import.module, import.name);
+                    match import.ty {
+                        TypeRef::Func(_) | TypeRef::FuncExact(_) => imported_funcs += 1,
+                        TypeRef::Memory(_) => {
+                            return Err(refused(format!("imported memory {what}")));
+                        }
+                        TypeRef::Table(_) => return Err(refused(format!("imported table {what}"))),
+                        TypeRef::Global(_) => {
+                            return Err(refused(format!("imported global {what}")));
+                        }
+                        TypeRef::Tag(_) => return Err(refused(format!("imported tag {what}"))),
+                    }
+                    imports_wasi |= import.module == WASI_MODULE;
+                    if import.module != WASI_MODULE {
+                        return Err(refused(format!(
+                            "import {what}: only WASI preview 1 (`{WASI_MODULE}`) may be imported"
+                        )));
+                    }
+                }
+            }
+            Payload::MemorySection(reader) => {
+                for (i, memory) in reader.into_iter().enumerate() {
+                    let memory = memory.map_err(malformed)?;
+                    if memory.shared {
+                        return Err(refused("shared memory (threads)"));
+                    }
+                    if memory.memory64 {
+                        return Err(refused("memory64"));
+                    }
+                    if memory.page_size_log2.is_some_and(|l| l != 16) {
+                        return Err(refused("custom page sizes"));
+                    }
+                    info.memories.push(MemoryInfo {
+                        index: u32::try_from(i).map_err(|_| refused("too many memories"))?,
+                        initial_pages: memory.initial,
+                        maximum_pages: memory.maximum,
+                    });
+                }
+            }
+            Payload::GlobalSection(reader) => {
+                for (i, global) in reader.into_iter().enumerate() {
+                    let global = global.map_err(malformed)?;
+                    // Imported globals are refused, so defined globals start at 0.
+                    let index = u32::try_from(i).unwrap_or(u32::MAX);
+                    if !global.ty.mutable {
+                        continue;
+                    }
+                    let kind = match global.ty.content_type {
+                        ValType::I32 => GlobalKind::I32,
+                        ValType::I64 => GlobalKind::I64,
+                        ValType::F32 => GlobalKind::F32,
+                        ValType::F64 => GlobalKind::F64,
+                        ValType::V128 => GlobalKind::V128,
+                        ValType::Ref(_) => {
+                            return Err(refused(format!(
+                                "mutable reference-typed global (global {index})"
+                            )));
+                        }
+                    };
+                    info.globals.push(GlobalInfo { index, kind });
+                }
+            }
+            Payload::ExportSection(reader) => {
+                for export in reader {
+                    let export = export.map_err(malformed)?;
+                    if export.name.starts_with(exports::RESERVED_PREFIX) {
+                        return Err(refused(format!(
+                            "export `{}` uses the reserved prefix `{}`",
+                            export.name,
+                            exports::RESERVED_PREFIX
+                        )));
+                    }
+                    exports_memory |=
+                        export.kind == ExternalKind::Memory && export.name == "memory";
+                    if export.kind == ExternalKind::Tag {
+                        return Err(refused("exception tags"));
+                    }
+                }
+            }
+            Payload::StartSection { .. } => info.has_start = true,
+            Payload::CodeSectionEntry(body) => {
+                let index = imported_funcs + func_index;
+                func_index += 1;
+                let mut ops = body.get_operators_reader().map_err(malformed)?;
+                while !ops.eof() {
+                    if let Some(name) = refused_operator(&ops.read().map_err(malformed)?) {
+                        return Err(refused(format!(
+                            "`{name}` in function {index}: table and segment state cannot be \
+                             snapshotted"
+                        )));
+                    }
+                }
+            }
+            Payload::CustomSection(section) if section.name() == ABI_SECTION => {
+                let data: [u8; 4] = section.data().try_into().map_err(|_| {
+                    refused(format!(
+                        "`{ABI_SECTION}` section must hold 4 bytes, has {}",
+                        section.data().len()
+                    ))
+                })?;
+                abi = Some(u32::from_le_bytes(data));
+            }
+            _ => {}
+        }
+    }
+    if info.memories.is_empty() {
+        return Err(refused(
+            "no linear memory: the ABI passes requests through memory 0",
+        ));
+    }
+    if imports_wasi && !exports_memory {
+        return Err(refused(
+            "WASI imports without a `memory` export (WASI preview 1 reads and writes through it)",
+        ));
+    }
+    info.abi_version = abi.ok_or(ModuleError::MissingAbi)?;
+    if info.abi_version != ABI_VERSION {
+        return Err(ModuleError::AbiVersion {
+            found: info.abi_version,
+        });
+    }
+    Ok(info)
+}
+
+fn refused_operator(op: &Operator<'_>) -> Option<&'static str> {
+    Some(match op {
+        Operator::TableSet { .. } => "table.set",
+        Operator::TableGrow { .. } => "table.grow",
+        Operator::TableFill { .. } => "table.fill",
+        Operator::TableCopy { .. } => "table.copy",
+        Operator::TableInit { .. } => "table.init",
+        Operator::ElemDrop { .. } => "elem.drop",
+        Operator::DataDrop { .. } => "data.drop",
+        _ => return None,
+    })
+}

@@ -1,0 +1,198 @@
+//! Where snapshots are kept: the [`SnapshotStore`] trait the worker and the
+//! control plane use (as `Arc<dyn SnapshotStore>`), the bytes it reads
+//! ([`SnapshotBytes`]), what it lists ([`SnapshotEntry`]) and how it fails
+//! ([`StoreError`]). The embedded implementation is
+//! [`LocalSnapshotStore`](crate::snapshot_files::LocalSnapshotStore), the
+//! data dir's `snapshots/` folder.
+
+use std::io;
+use std::ops::Deref;
+
+use memmap2::Mmap;
+
+/// Why a snapshot could not be stored, listed, read or removed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// Writing would exceed `--snapshot-quota`.
+    #[error("snapshot quota exceeded: {needed} more bytes needed, {used} of {quota} bytes in use")]
+    Quota {
+        /// Size of the new snapshot, in bytes.
+        needed: u64,
+        /// Bytes in use now.
+        used: u64,
+        /// The quota, in bytes.
+        quota: u64,
+    },
+    /// An I/O operation failed; the message names the path (or object key).
+    #[error("{op} {path}: {source}")]
+    Io {
+        /// What was being done.
+        op: &'static str,
+        /// The file, folder or object.
+        path: String,
+        /// The OS error (`NotFound` for a missing snapshot).
+        source: io::Error,
+    },
+}
+
+/// One stored snapshot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SnapshotEntry {
+    /// Sequence number (0 is taken at creation).
+    pub seq: u64,
+    /// Size in bytes.
+    pub bytes: u64,
+}
+
+/// The bytes of one stored snapshot, read-only: a mapped file for the
+/// local store, or owned bytes (e.g. downloaded). Derefs to `[u8]`.
+pub struct SnapshotBytes(Repr);
+
+enum Repr {
+    Mapped(Mmap),
+    Owned(Vec<u8>),
+}
+
+impl Deref for SnapshotBytes {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match &self.0 {
+            Repr::Mapped(map) => map,
+            Repr::Owned(bytes) => bytes,
+        }
+    }
+}
+
+impl AsRef<[u8]> for SnapshotBytes {
+    fn as_ref(&self) -> &[u8] {
+        self
+    }
+}
+
+impl From<Mmap> for SnapshotBytes {
+    fn from(map: Mmap) -> Self {
+        Self(Repr::Mapped(map))
+    }
+}
+
+impl From<Vec<u8>> for SnapshotBytes {
+    fn from(bytes: Vec<u8>) -> Self {
+        Self(Repr::Owned(bytes))
+    }
+}
+
+impl std::fmt::Debug for SnapshotBytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kind = match self.0 {
+            Repr::Mapped(_) => "mapped",
+            Repr::Owned(_) => "owned",
+        };
+        write!(f, "SnapshotBytes({kind}, {} bytes)", self.len())
+    }
+}
+
+/// The snapshots of every actor of one store, by actor name and sequence
+/// number, with the newest acknowledged sequence number per actor.
+///
+/// # Blocking
+/// The methods are synchronous and may block on I/O: the embedded store
+/// writes and fsyncs files (`write`, `retain`, `remove*`) and maps them
+/// (`open_snapshot`). Writes, retention and whole-file reads are called
+/// from blocking threads (`tokio::task::spawn_blocking`); listing and
+/// opening (a map, which reads lazily) are also called from async tasks,
+/// since a local file system answers them in microseconds. A store over
+/// a remote object store (the `object_store` crate is async) answers those
+/// two from a local cache it keeps (e.g. a [`LocalSnapshotStore`]), and runs
+/// its uploads and downloads on a runtime handle of its own from the
+/// blocking calls.
+///
+/// [`LocalSnapshotStore`]: crate::snapshot_files::LocalSnapshotStore
+pub trait SnapshotStore: Send + Sync + std::fmt::Debug {
+    /// Writes snapshot `seq` of `actor` durably (replacing one with the
+    /// same number) and records it as the actor's newest acknowledged
+    /// snapshot. On return it survives a crash of this process.
+    ///
+    /// # Errors
+    /// [`StoreError::Quota`] (nothing written) or [`StoreError::Io`]
+    /// (earlier snapshots untouched).
+    fn write(&self, actor: &str, seq: u64, bytes: &[u8]) -> Result<(), StoreError>;
+
+    /// `actor`'s snapshots, oldest first, and the newest sequence number
+    /// whose [`SnapshotStore::write`] was acknowledged (`None` if unknown).
+    /// A newest listed snapshot below that number means the acknowledged
+    /// one was deleted behind the store's back.
+    ///
+    /// # Errors
+    /// [`StoreError::Io`] if the actor's snapshots cannot be listed (an
+    /// actor without any has an empty list).
+    fn list_acknowledged(
+        &self,
+        actor: &str,
+    ) -> Result<(Vec<SnapshotEntry>, Option<u64>), StoreError>;
+
+    /// `actor`'s snapshots, oldest first.
+    ///
+    /// # Errors
+    /// As [`SnapshotStore::list_acknowledged`].
+    fn list(&self, actor: &str) -> Result<Vec<SnapshotEntry>, StoreError> {
+        Ok(self.list_acknowledged(actor)?.0)
+    }
+
+    /// The names of the actors that have a place in the store (possibly
+    /// empty), in no particular order.
+    ///
+    /// # Errors
+    /// [`StoreError::Io`] if the store cannot be listed.
+    fn actors(&self) -> Result<Vec<String>, StoreError>;
+
+    /// Snapshot `seq` of `actor`, read-only.
+    ///
+    /// # Errors
+    /// [`StoreError::Io`] with `NotFound` if there is no such snapshot, or
+    /// another I/O error (`ENOMEM` when it cannot be mapped).
+    fn open_snapshot(&self, actor: &str, seq: u64) -> Result<SnapshotBytes, StoreError>;
+
+    /// Deletes all but the newest `keep` snapshots of `actor` (at least one
+    /// is always kept: the newest is the actor's state); returns the deleted
+    /// sequence numbers.
+    ///
+    /// # Errors
+    /// [`StoreError::Io`] if one cannot be deleted.
+    fn retain(&self, actor: &str, keep: usize) -> Result<Vec<u64>, StoreError>;
+
+    /// Deletes snapshot `seq` of `actor` (nothing if it does not exist).
+    ///
+    /// # Errors
+    /// [`StoreError::Io`] if it exists but cannot be deleted.
+    fn remove(&self, actor: &str, seq: u64) -> Result<(), StoreError>;
+
+    /// Deletes every snapshot of `actor` (nothing if it has none).
+    ///
+    /// # Errors
+    /// [`StoreError::Io`] if they exist but cannot be deleted.
+    fn remove_actor(&self, actor: &str) -> Result<(), StoreError>;
+
+    /// Bytes in use by all snapshots of the store.
+    #[must_use]
+    fn used_bytes(&self) -> u64;
+
+    /// Where `actor`'s snapshots live, for messages (a folder, a prefix).
+    fn location(&self, actor: &str) -> String;
+
+    /// Records that `actor`'s monotonic clock must restart at no less than
+    /// `clock_ns` (nanoseconds), replacing the previous mark atomically.
+    /// Kept next to the actor's snapshots but outside the snapshot list and
+    /// the quota; it survives the process being killed, not necessarily a
+    /// power loss (it is not fsynced: it is written often).
+    ///
+    /// # Errors
+    /// [`StoreError::Io`] if it cannot be written.
+    fn write_clock_mark(&self, actor: &str, clock_ns: u64) -> Result<(), StoreError>;
+
+    /// `actor`'s clock mark in nanoseconds (see
+    /// [`SnapshotStore::write_clock_mark`]); 0 if it has none, or if it is
+    /// unreadable (logged).
+    #[must_use]
+    fn clock_mark(&self, actor: &str) -> u64;
+}

@@ -1,0 +1,17 @@
+//! Core snapshot guarantees, checked against hand-written WAT guests: one
+//! test binary, one file per topic.
+//!
+//! * [`capture_restore`]: exact global bits, run-once start/init code, data
+//!   segments, multi-memory and sparse large memories, the guest clock.
+//! * [`module`]: refused module features, ABI and malformed-module errors.
+//! * [`format`]: corrupt snapshot files, size limits, `same_state`.
+//! * [`store`]: the snapshot files: retention, temp files, quota, mapping.
+//! * [`pooling`]: the pooling allocator's slots.
+//! * [`support`]: the helpers they share.
+
+mod capture_restore;
+mod format;
+mod module;
+mod pooling;
+mod store;
+mod support;

@@ -1,0 +1,210 @@
+//! Module validation and rewrite: refused features are named, ABI and
+//! malformed-module errors.
+
+use stasis_core::engine::StasisEngine;
+use stasis_core::module::ModuleError;
+
+use crate::support::*;
+
+// ---------------------------------------------------------------------------
+// 5. Refused modules name the feature
+// ---------------------------------------------------------------------------
+
+fn assert_refused(engine: &StasisEngine, name: &str, wasm: &[u8], needles: &[&str]) {
+    let err = load_err(engine, wasm);
+    let text = err.to_string();
+    assert!(
+        matches!(err, ModuleError::Refused(_)),
+        "{name}: not Refused: {err:?}"
+    );
+    for needle in needles {
+        assert!(
+            text.contains(needle),
+            "{name}: {text:?} does not name {needle:?}"
+        );
+    }
+}
+
+#[test]
+fn refused_features_are_named() {
+    let engine = new_engine();
+    let table = r#"(table $t 2 funcref) (func $f) (elem $e func $f)"#;
+    let ops: [(&str, &str); 7] = [
+        (
+            "table.grow",
+            "(drop (table.grow $t (ref.null func) (i32.const 1)))",
+        ),
+        ("table.set", "(table.set $t (i32.const 0) (ref.null func))"),
+        (
+            "table.fill",
+            "(table.fill $t (i32.const 0) (ref.null func) (i32.const 1))",
+        ),
+        (
+            "table.copy",
+            "(table.copy $t $t (i32.const 0) (i32.const 1) (i32.const 1))",
+        ),
+        (
+            "table.init",
+            "(table.init $t $e (i32.const 0) (i32.const 0) (i32.const 1))",
+        ),
+        ("elem.drop", "(elem.drop $e)"),
+        ("data.drop", "(data.drop $d)"),
+    ];
+    for (op, code) in ops {
+        let fields = format!(r#"{BASE} {table} (data $d "x")"#);
+        assert_refused(&engine, op, &guest(&fields, code), &[&format!("`{op}`")]);
+    }
+
+    let abi = r#"(@custom "stasis-abi" "\01\00\00\00")"#;
+    let resp = r#"(data (i32.const 16) "\c8\00\00")"#;
+    let cases: Vec<(&str, String, Vec<&str>)> = vec![
+        (
+            "shared memory",
+            format!("{abi} (memory 1 1 shared) {resp}"),
+            vec!["shared memory"],
+        ),
+        (
+            "memory64",
+            format!(r#"{abi} (memory i64 1) (data (i64.const 16) "\c8\00\00")"#),
+            vec!["memory64"],
+        ),
+        (
+            "imported memory",
+            format!(r#"(import "wasi_snapshot_preview1" "mem" (memory 1)) {abi} {resp}"#),
+            vec!["imported memory", "`mem`"],
+        ),
+        (
+            "imported table",
+            format!(r#"(import "wasi_snapshot_preview1" "tab" (table 1 funcref)) {BASE}"#),
+            vec!["imported table", "`tab`"],
+        ),
+        (
+            "imported global",
+            format!(r#"(import "wasi_snapshot_preview1" "g" (global i32)) {BASE}"#),
+            vec!["imported global", "`g`"],
+        ),
+        (
+            "non-WASI import",
+            format!(r#"(import "env" "log" (func)) {BASE}"#),
+            vec!["`env`.`log`", "only WASI"],
+        ),
+        (
+            "mutable externref global",
+            format!("{BASE} (global (mut externref) (ref.null extern))"),
+            vec!["mutable reference-typed global"],
+        ),
+        (
+            "mutable funcref global",
+            format!("{BASE} (global (mut funcref) (ref.null func))"),
+            vec!["mutable reference-typed global"],
+        ),
+        (
+            "reserved export",
+            format!(r#"{BASE} (global (export "__stasis_global_0") i32 (i32.const 0))"#),
+            vec!["`__stasis_global_0`", "reserved prefix"],
+        ),
+        (
+            "short ABI section",
+            r#"(@custom "stasis-abi" "\01\00\00") (memory 1)"#.to_owned(),
+            vec!["stasis-abi", "4 bytes"],
+        ),
+        ("no memory", abi.to_owned(), vec!["no linear memory"]),
+        (
+            "WASI without a memory export",
+            format!(
+                r#"(import "wasi_snapshot_preview1" "fd_write" (func (param i32 i32 i32 i32) (result i32))) {abi} (memory 1) {resp}"#
+            ),
+            vec!["`memory` export"],
+        ),
+    ];
+    for (name, fields, needles) in cases {
+        assert_refused(&engine, name, &guest(&fields, ""), &needles);
+    }
+    // An immutable reference-typed global is fine (its value cannot change).
+    let ok = guest(&format!("{BASE} (global funcref (ref.null func))"), "");
+    load(&engine, &ok);
+}
+
+#[test]
+fn abi_and_malformed_errors() {
+    let engine = new_engine();
+    let resp = r#"(memory 1) (data (i32.const 16) "\c8\00\00")"#;
+
+    let err = load_err(&engine, &guest(resp, ""));
+    assert!(matches!(err, ModuleError::MissingAbi), "{err:?}");
+    assert!(err.to_string().contains("stasis-abi"), "{err}");
+
+    let v2 = format!(r#"(@custom "stasis-abi" "\02\00\00\00") {resp}"#);
+    let err = load_err(&engine, &guest(&v2, ""));
+    assert!(
+        matches!(err, ModuleError::AbiVersion { found: 2 }),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("ABI version 2"), "{err}");
+
+    let no_handle = wat::parse_str(format!("(module {BASE} {ALLOC})")).unwrap();
+    let err = load_err(&engine, &no_handle);
+    assert!(
+        matches!(
+            err,
+            ModuleError::Export {
+                name: "stasis_handle",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("stasis_handle"), "{err}");
+
+    let bad_sig = wat::parse_str(format!(
+        r#"(module {BASE} {ALLOC}
+          (func (export "stasis_handle") (param i32 i32) (result i32) (i32.const 0)))"#
+    ))
+    .unwrap();
+    let err = load_err(&engine, &bad_sig);
+    assert!(
+        matches!(
+            err,
+            ModuleError::Export {
+                name: "stasis_handle",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+
+    let bad_hook = guest(
+        &format!(r#"{BASE} (func (export "stasis_init") (param i32))"#),
+        "",
+    );
+    let err = load_err(&engine, &bad_hook);
+    assert!(
+        matches!(
+            err,
+            ModuleError::Export {
+                name: "stasis_init",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+
+    let valid = guest(BASE, "");
+    let mut truncated = valid.clone();
+    truncated.truncate(valid.len() - 3);
+    for (name, bytes) in [
+        ("empty", Vec::new()),
+        ("garbage", b"definitely not wasm".to_vec()),
+        ("bad section", b"\0asm\x01\0\0\0\xff\x05garbage".to_vec()),
+        ("truncated", truncated),
+    ] {
+        let err = load_err(&engine, &bytes);
+        assert!(matches!(err, ModuleError::Malformed(_)), "{name}: {err:?}");
+        assert!(
+            err.to_string().starts_with("invalid wasm module"),
+            "{name}: {err}"
+        );
+    }
+    // The base module itself is accepted: the failures above are real.
+    load(&engine, &valid);
+}

@@ -1,0 +1,166 @@
+//! The snapshot store: retention, torn temp files, the quota, a stored
+//! snapshot restored from its mapped file, and the files used through
+//! `Arc<dyn SnapshotStore>`.
+
+use std::sync::Arc;
+
+use stasis_core::snapshot_files::LocalSnapshotStore;
+use stasis_core::snapshot_store::{SnapshotEntry, SnapshotStore, StoreError};
+
+use crate::support::*;
+
+// ---------------------------------------------------------------------------
+// 7. The snapshot store
+// ---------------------------------------------------------------------------
+
+/// File names in `dir`, sorted, without the acknowledgement marker.
+fn files_in(dir: &std::path::Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| !n.ends_with(".acked"))
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn store_retains_the_newest() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = LocalSnapshotStore::open(dir.path(), None).unwrap();
+    for seq in 0..=5u64 {
+        store.write("a", seq, &[seq as u8 + 1; 100]).unwrap();
+        let path = store.path("a", seq);
+        assert_eq!(std::fs::read(&path).unwrap(), vec![seq as u8 + 1; 100]);
+        store.retain("a", 2).unwrap();
+    }
+    let seqs: Vec<u64> = store.list("a").unwrap().iter().map(|e| e.seq).collect();
+    assert_eq!(seqs, [4, 5]);
+    assert_eq!(
+        files_in(&store.actor_dir("a")),
+        ["00000000000000000004.snap", "00000000000000000005.snap"]
+    );
+    assert_eq!(store.used_bytes(), 200);
+    assert_eq!(store.list_acknowledged("a").unwrap().1, Some(5));
+    assert!(
+        store
+            .actor_dir("a")
+            .join("00000000000000000005.acked")
+            .exists()
+    );
+    assert_eq!(&store.open_snapshot("a", 5).unwrap()[..], &[6u8; 100][..]);
+    assert!(store.open_snapshot("a", 3).is_err());
+
+    // Retaining from many at once.
+    for seq in 6..=9u64 {
+        store.write("a", seq, b"x").unwrap();
+    }
+    assert_eq!(store.retain("a", 2).unwrap(), [4, 5, 6, 7]);
+    assert_eq!(store.list("a").unwrap().len(), 2);
+    assert_eq!(store.used_bytes(), 2);
+}
+
+#[test]
+fn store_open_removes_temp_files() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = LocalSnapshotStore::open(dir.path(), None).unwrap();
+        store.write("a", 0, b"snapshot zero").unwrap();
+    }
+    let actor = dir.path().join("a");
+    std::fs::write(actor.join("00000000000000000001.snap.tmp"), b"torn").unwrap();
+    assert_eq!(files_in(&actor).len(), 2);
+    let store = LocalSnapshotStore::open(dir.path(), None).unwrap();
+    assert_eq!(files_in(&actor), ["00000000000000000000.snap"]);
+    assert_eq!(store.used_bytes(), 13);
+    let seqs: Vec<u64> = store.list("a").unwrap().iter().map(|e| e.seq).collect();
+    assert_eq!(seqs, [0]);
+}
+
+#[test]
+fn store_quota_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = LocalSnapshotStore::open(dir.path(), Some(100)).unwrap();
+    store.write("a", 0, &[1; 60]).unwrap();
+    let err = store.write("a", 1, &[2; 60]).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            StoreError::Quota {
+                needed: 60,
+                used: 60,
+                quota: 100
+            }
+        ),
+        "{err:?}"
+    );
+    assert_eq!(
+        files_in(&store.actor_dir("a")),
+        ["00000000000000000000.snap"]
+    );
+    assert_eq!(store.used_bytes(), 60);
+    // Exactly filling the quota is allowed; one byte more is not.
+    store.write("b", 0, &[3; 40]).unwrap();
+    assert!(matches!(
+        store.write("b", 1, &[4; 1]),
+        Err(StoreError::Quota { .. })
+    ));
+    assert_eq!(
+        files_in(&store.actor_dir("b")),
+        ["00000000000000000000.snap"]
+    );
+    // Freeing space lets writes through again.
+    store.remove("a", 0).unwrap();
+    store.write("a", 1, &[2; 60]).unwrap();
+    assert_eq!(store.used_bytes(), 100);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stored_snapshot_restores_from_the_mapped_file() {
+    let wasm = small_guest(None);
+    let (_engine, _template, bytes) = small_snapshot(&wasm).await;
+    let dir = tempfile::tempdir().unwrap();
+    let store = LocalSnapshotStore::open(dir.path(), None).unwrap();
+    store.write("a", 0, &bytes).unwrap();
+    let mapped = store.open_snapshot("a", 0).unwrap();
+    assert_eq!(&mapped[..], &bytes[..]);
+    let (_engine, mut inst) = restore_fresh(&wasm, &mapped, config()).await;
+    let globals: Vec<_> = inst.global_values().iter().map(val_bits).collect();
+    assert_eq!(globals, [("i32", 41), ("i64", u128::from(u64::MAX))]);
+    let mem = inst.memory_data(0).unwrap();
+    assert_eq!(
+        u32::from_le_bytes(mem[8192..8196].try_into().unwrap()),
+        0xdead_beef
+    );
+    call_ok(&mut inst).await;
+}
+
+#[test]
+fn the_files_serve_as_a_shared_snapshot_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn SnapshotStore> =
+        Arc::new(LocalSnapshotStore::open(dir.path(), None).unwrap());
+    store.write("a", 0, b"zero").unwrap();
+    store.write("b", 3, b"three").unwrap();
+    let mut actors = store.actors().unwrap();
+    actors.sort();
+    assert_eq!(actors, ["a", "b"]);
+    assert_eq!(
+        store.list("b").unwrap(),
+        [SnapshotEntry { seq: 3, bytes: 5 }]
+    );
+    assert_eq!(&*store.open_snapshot("b", 3).unwrap(), b"three");
+    let missing = store.open_snapshot("b", 4).unwrap_err();
+    assert!(
+        matches!(&missing, StoreError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound),
+        "{missing:?}"
+    );
+    assert!(
+        store.location("a").ends_with("a"),
+        "{}",
+        store.location("a")
+    );
+    store.remove_actor("a").unwrap();
+    assert_eq!(store.actors().unwrap(), ["b"]);
+    assert_eq!(store.used_bytes(), 5);
+}
