@@ -8,6 +8,8 @@ pub mod actor;
 pub mod api;
 mod clock;
 pub mod live;
+mod mailbox;
+mod status;
 pub mod templates;
 
 use std::collections::HashMap;
@@ -15,7 +17,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use async_trait::async_trait;
 use bytes::Bytes;
 use stasis_core::engine::StasisEngine;
 use stasis_core::module::Template;
@@ -547,82 +548,5 @@ impl Worker {
     #[must_use]
     pub fn actor_names(&self) -> Vec<String> {
         self.lock().keys().cloned().collect()
-    }
-}
-
-#[async_trait]
-impl WorkerApi for Worker {
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    fn location(&self) -> Location {
-        Location::InProcess
-    }
-
-    async fn create(&self, actor: &str, spec: &HostSpec) -> Result<SnapshotReport, ApiError> {
-        let local = self.spec(actor, spec).await?;
-        Worker::create(self, &local, spec.epoch).await
-    }
-
-    async fn install(
-        &self,
-        actor: &str,
-        spec: &HostSpec,
-        seq: u64,
-        bytes: Option<Bytes>,
-        resume: bool,
-    ) -> Result<(), ApiError> {
-        let local = self.spec(actor, spec).await?;
-        Worker::install(self, &local, spec.epoch, seq, bytes, resume)
-            .await
-            .map(|_| ())
-    }
-
-    async fn call(
-        &self,
-        actor: &str,
-        epoch: u64,
-        request: Arc<Request>,
-    ) -> Result<Response, ApiError> {
-        Worker::call(self, actor, epoch, request).await
-    }
-
-    async fn pause(&self, actor: &str) -> Result<SnapshotReport, ApiError> {
-        Worker::pause(self, actor).await
-    }
-
-    async fn checkpoint(&self, actor: &str) -> Result<SnapshotReport, ApiError> {
-        Worker::checkpoint(self, actor).await
-    }
-
-    async fn resume(&self, actor: &str, from: ResumeFrom) -> Result<(), ApiError> {
-        Worker::resume(self, actor, from).await
-    }
-
-    async fn capture(&self, actor: &str) -> Result<Captured, ApiError> {
-        Worker::capture(self, actor).await
-    }
-
-    async fn cancel_move(&self, actor: &str) {
-        Worker::cancel_move(self, actor).await;
-    }
-
-    async fn remove(&self, actor: &str) {
-        Worker::remove(self, actor).await;
-    }
-
-    async fn status(&self, actor: &str) -> Result<ActorStatus, ApiError> {
-        Worker::status(self, actor).ok_or_else(|| {
-            ApiError::not_found(format!("actor {actor} is not on worker {}", self.name))
-        })
-    }
-
-    async fn statuses(&self) -> Vec<(String, ActorStatus)> {
-        Worker::statuses(self)
-    }
-
-    fn held_requests(&self) -> usize {
-        Worker::held_requests(self)
     }
 }
