@@ -233,13 +233,15 @@ impl ControlPlane {
     /// # Errors
     /// 404 actor deleted meanwhile; the worker's or guest's failure.
     pub async fn call(&self, route: Route, request: Request) -> Result<Response, ApiError> {
-        let Route { actor, gate, held } = route;
+        let Route {
+            actor,
+            mut gate,
+            mut held,
+        } = route;
         let request = Arc::new(request);
         let name = actor.as_str();
         let hold = self.config.worker.hold_timeout;
         let mut attempts = 0;
-        let mut gate = gate;
-        let mut held = held;
         loop {
             let open = match gate.try_read() {
                 Ok(open) => open,
