@@ -160,3 +160,45 @@ impl Templates for TemplateDir {
         self.compile(digest, &bytes)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use stasis_core::engine::{Limits, StasisEngine};
+
+    struct Fixed(Bytes);
+
+    #[async_trait]
+    impl FetchTemplate for Fixed {
+        async fn fetch(&self, _digest: &str) -> Result<Bytes, ApiError> {
+            Ok(self.0.clone())
+        }
+    }
+
+    fn dir(fetch: Option<Box<dyn FetchTemplate>>) -> (TemplateDir, tempfile::TempDir) {
+        let tmp = tempfile::tempdir().expect("temp dir");
+        let engine = StasisEngine::new(Limits::default()).expect("engine");
+        let cache = ModuleCache::new(engine.engine().clone(), engine.linker().clone(), None);
+        (TemplateDir::new(cache, tmp.path().to_owned(), fetch), tmp)
+    }
+
+    #[tokio::test]
+    async fn digests_are_checked_before_anything_is_read() {
+        let (templates, _tmp) = dir(None);
+        let error = templates.template("../etc").await.expect_err("bad digest");
+        assert_eq!(error.status, 400);
+        let missing = "0".repeat(64);
+        let error = templates.template(&missing).await.expect_err("no file");
+        assert_eq!(error.status, 500, "{error}");
+        assert!(error.message.contains(&missing), "{error}");
+    }
+
+    #[tokio::test]
+    async fn fetched_bytes_must_match_the_digest_and_are_not_kept_otherwise() {
+        let (templates, _tmp) = dir(Some(Box::new(Fixed(Bytes::from_static(b"not it")))));
+        let digest = hex::encode(stasis_core::module::digest(b"the module"));
+        let error = templates.template(&digest).await.expect_err("corrupted");
+        assert_eq!(error.status, 502, "{error}");
+        assert!(!templates.path(&digest).exists());
+    }
+}
