@@ -194,14 +194,15 @@ impl Router {
             Ok(actor) => actor,
             Err(e) => return text_error(&e),
         };
-        if !self.control.has_actor(&actor) {
-            return text_error(&ApiError::not_found(format!("no actor named {actor:?}")));
-        }
+        let route = match self.control.route(&actor) {
+            Ok(route) => route,
+            Err(e) => return text_error(&e),
+        };
         let max_body = self.control.engine().limits().max_body;
         let answer = match collect_body(&parts, body, max_body).await {
             Ok(body) => self
                 .control
-                .call(&actor, guest_request(&parts, body))
+                .call(route, guest_request(&parts, body))
                 .await
                 .map(|r| http_response(&actor, r)),
             Err(e) => Err(e),

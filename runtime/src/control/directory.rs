@@ -1,7 +1,8 @@
-//! The durable directory in `stasis.db` (SQLite): templates, actors and
-//! their placement, workers. Snapshots are files (see
-//! [`stasis_core::snapshot_files`]); the directory records who exists and
-//! where each actor lives.
+//! The durable directory: which templates and actors exist and where each
+//! actor lives (worker and placement epoch). [`Directory`] is the seam a
+//! clustered directory plugs into; [`SqliteDirectory`] is the embedded one
+//! in `stasis.db`. Snapshots are files (see
+//! [`stasis_core::snapshot_files`]).
 
 use std::path::Path;
 use std::sync::Mutex;
@@ -36,9 +37,62 @@ pub struct ActorRow {
     pub epoch: u64,
 }
 
-/// The SQLite directory. Every write is one transaction, durable on return
-/// (WAL, `synchronous=FULL`).
-pub struct Directory {
+/// The durable record of templates, actors and placements. Every write is
+/// durable on return; errors are 500s naming the directory.
+pub trait Directory: Send + Sync {
+    /// Inserts a template.
+    ///
+    /// # Errors
+    /// 500 on a storage failure (or a name already taken).
+    fn insert_template(&self, row: &TemplateRow) -> Result<(), ApiError>;
+
+    /// The template `name`, if registered.
+    ///
+    /// # Errors
+    /// 500 on a storage failure.
+    fn template(&self, name: &str) -> Result<Option<TemplateRow>, ApiError>;
+
+    /// All templates, by name.
+    ///
+    /// # Errors
+    /// 500 on a storage failure.
+    fn templates(&self) -> Result<Vec<TemplateRow>, ApiError>;
+
+    /// Deletes template `name`; false if it did not exist.
+    ///
+    /// # Errors
+    /// 500 on a storage failure.
+    fn delete_template(&self, name: &str) -> Result<bool, ApiError>;
+
+    /// Inserts an actor with its first placement.
+    ///
+    /// # Errors
+    /// 500 on a storage failure (or a name already taken).
+    fn insert_actor(&self, row: &ActorRow) -> Result<(), ApiError>;
+
+    /// Moves an actor to `worker` with `epoch` (the durable placement
+    /// switch).
+    ///
+    /// # Errors
+    /// 500 on a storage failure.
+    fn place_actor(&self, name: &str, worker: &str, epoch: u64) -> Result<(), ApiError>;
+
+    /// All actors, by name.
+    ///
+    /// # Errors
+    /// 500 on a storage failure.
+    fn actors(&self) -> Result<Vec<ActorRow>, ApiError>;
+
+    /// Deletes actor `name`.
+    ///
+    /// # Errors
+    /// 500 on a storage failure.
+    fn delete_actor(&self, name: &str) -> Result<(), ApiError>;
+}
+
+/// The embedded directory in one SQLite file. Every write is one
+/// transaction, durable on return (WAL, `synchronous=FULL`).
+pub struct SqliteDirectory {
     conn: Mutex<Connection>,
 }
 
@@ -46,7 +100,7 @@ fn db(e: rusqlite::Error) -> ApiError {
     ApiError::internal(format!("directory: {e}"))
 }
 
-impl Directory {
+impl SqliteDirectory {
     /// Opens (creating) the directory at `path`.
     ///
     /// # Errors
@@ -78,12 +132,10 @@ impl Directory {
     fn conn(&self) -> std::sync::MutexGuard<'_, Connection> {
         self.conn.lock().unwrap_or_else(|p| p.into_inner())
     }
+}
 
-    /// Inserts a template.
-    ///
-    /// # Errors
-    /// 500 on a SQLite failure.
-    pub fn insert_template(&self, row: &TemplateRow) -> Result<(), ApiError> {
+impl Directory for SqliteDirectory {
+    fn insert_template(&self, row: &TemplateRow) -> Result<(), ApiError> {
         let env = serde_json::to_string(&row.env).map_err(ApiError::internal)?;
         self.conn()
             .execute(
@@ -94,11 +146,7 @@ impl Directory {
         Ok(())
     }
 
-    /// The template `name`.
-    ///
-    /// # Errors
-    /// 500 on a SQLite failure.
-    pub fn template(&self, name: &str) -> Result<Option<TemplateRow>, ApiError> {
+    fn template(&self, name: &str) -> Result<Option<TemplateRow>, ApiError> {
         self.conn()
             .query_row(
                 "SELECT name, digest, bytes, env FROM templates WHERE name = ?1",
@@ -109,11 +157,7 @@ impl Directory {
             .map_err(db)
     }
 
-    /// All templates, by name.
-    ///
-    /// # Errors
-    /// 500 on a SQLite failure.
-    pub fn templates(&self) -> Result<Vec<TemplateRow>, ApiError> {
+    fn templates(&self) -> Result<Vec<TemplateRow>, ApiError> {
         let conn = self.conn();
         let mut stmt = conn
             .prepare("SELECT name, digest, bytes, env FROM templates ORDER BY name")
@@ -122,11 +166,7 @@ impl Directory {
         rows.collect::<Result<_, _>>().map_err(db)
     }
 
-    /// Deletes template `name`; false if it did not exist.
-    ///
-    /// # Errors
-    /// 500 on a SQLite failure.
-    pub fn delete_template(&self, name: &str) -> Result<bool, ApiError> {
+    fn delete_template(&self, name: &str) -> Result<bool, ApiError> {
         let n = self
             .conn()
             .execute("DELETE FROM templates WHERE name = ?1", [name])
@@ -134,11 +174,7 @@ impl Directory {
         Ok(n > 0)
     }
 
-    /// Inserts an actor.
-    ///
-    /// # Errors
-    /// 500 on a SQLite failure.
-    pub fn insert_actor(&self, row: &ActorRow) -> Result<(), ApiError> {
+    fn insert_actor(&self, row: &ActorRow) -> Result<(), ApiError> {
         self.conn()
             .execute(
                 "INSERT INTO actors (name, template, worker, epoch) VALUES (?1, ?2, ?3, ?4)",
@@ -148,11 +184,7 @@ impl Directory {
         Ok(())
     }
 
-    /// Moves an actor to `worker` with `epoch` (durable placement switch).
-    ///
-    /// # Errors
-    /// 500 on a SQLite failure.
-    pub fn place_actor(&self, name: &str, worker: &str, epoch: u64) -> Result<(), ApiError> {
+    fn place_actor(&self, name: &str, worker: &str, epoch: u64) -> Result<(), ApiError> {
         self.conn()
             .execute(
                 "UPDATE actors SET worker = ?2, epoch = ?3 WHERE name = ?1",
@@ -162,11 +194,7 @@ impl Directory {
         Ok(())
     }
 
-    /// All actors, by name.
-    ///
-    /// # Errors
-    /// 500 on a SQLite failure.
-    pub fn actors(&self) -> Result<Vec<ActorRow>, ApiError> {
+    fn actors(&self) -> Result<Vec<ActorRow>, ApiError> {
         let conn = self.conn();
         let mut stmt = conn
             .prepare("SELECT name, template, worker, epoch FROM actors ORDER BY name")
@@ -184,11 +212,7 @@ impl Directory {
         rows.collect::<Result<_, _>>().map_err(db)
     }
 
-    /// Deletes actor `name`.
-    ///
-    /// # Errors
-    /// 500 on a SQLite failure.
-    pub fn delete_actor(&self, name: &str) -> Result<(), ApiError> {
+    fn delete_actor(&self, name: &str) -> Result<(), ApiError> {
         self.conn()
             .execute("DELETE FROM actors WHERE name = ?1", [name])
             .map_err(db)?;

@@ -8,226 +8,23 @@
 //! flight finishes first, and the next request after the pause resumes the
 //! actor (single flight, because only this task ever restores it).
 
-use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
 use stasis_core::engine::StasisEngine;
 use stasis_core::instance::{ActorInstance, CallError, InstanceConfig};
 use stasis_core::module::Template;
 use stasis_core::snapshot::{self, VerifiedSnapshot};
 use stasis_core::snapshot_store::{SnapshotBytes, SnapshotEntry, SnapshotStore, StoreError};
 use stasis_host_api::{Request, Response};
-use tokio::sync::{OwnedSemaphorePermit, mpsc, oneshot};
+use tokio::sync::{OwnedSemaphorePermit, mpsc};
 
 use super::clock::ActorClock;
 use super::live::LiveSlots;
+pub use super::mailbox::{Command, Ticket};
+pub use super::status::{ActorState, ActorStatus, Captured, ResumeFrom, SnapshotReport};
 use crate::error::ApiError;
 use crate::metrics::Metrics;
-
-/// Lower-case actor states, as in the JSON API.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ActorState {
-    /// Being created (first instance, snapshot seq 0).
-    Creating,
-    /// Has a live instance.
-    Running,
-    /// A pause is in progress.
-    Pausing,
-    /// No live instance; the newest snapshot is its state.
-    Paused,
-    /// A resume is in progress.
-    Resuming,
-    /// Being moved to another worker.
-    Migrating,
-    /// Its snapshot could not be restored; requests get 503 with the reason.
-    Failed,
-}
-
-impl ActorState {
-    /// The lower-case name.
-    #[must_use]
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ActorState::Creating => "creating",
-            ActorState::Running => "running",
-            ActorState::Pausing => "pausing",
-            ActorState::Paused => "paused",
-            ActorState::Resuming => "resuming",
-            ActorState::Migrating => "migrating",
-            ActorState::Failed => "failed",
-        }
-    }
-
-    /// All states, for metrics.
-    pub const ALL: [ActorState; 7] = [
-        ActorState::Creating,
-        ActorState::Running,
-        ActorState::Pausing,
-        ActorState::Paused,
-        ActorState::Resuming,
-        ActorState::Migrating,
-        ActorState::Failed,
-    ];
-}
-
-/// What the API reports of an actor's life on its worker.
-#[derive(Debug, Clone, Serialize, serde::Deserialize)]
-pub struct ActorStatus {
-    /// Current state.
-    pub state: ActorState,
-    /// The newest snapshot.
-    pub snapshot: Option<SnapshotEntry>,
-    /// Restores into a fresh instance (resumes, rollbacks, moves in).
-    pub resumes: u64,
-    /// Duration of the last pause, in milliseconds.
-    pub last_pause_ms: Option<f64>,
-    /// Duration of the last resume, in milliseconds.
-    pub last_resume_ms: Option<f64>,
-    /// Why the actor is `failed`, or the last trap.
-    pub error: Option<String>,
-    /// Linear memory of the live instance, in bytes (0 when paused).
-    pub memory_bytes: u64,
-    /// Requests answered by the guest.
-    pub requests: u64,
-    #[serde(skip)]
-    last_active: Option<Instant>,
-}
-
-impl ActorStatus {
-    fn new(state: ActorState) -> Self {
-        Self {
-            state,
-            snapshot: None,
-            resumes: 0,
-            last_pause_ms: None,
-            last_resume_ms: None,
-            error: None,
-            memory_bytes: 0,
-            requests: 0,
-            last_active: Some(Instant::now()),
-        }
-    }
-
-    /// The status of an actor that no worker hosts right now.
-    #[must_use]
-    pub fn waiting(reason: &str) -> Self {
-        let mut status = Self::new(ActorState::Paused);
-        status.error = Some(reason.to_owned());
-        status.last_active = None;
-        status
-    }
-
-    /// The status of an actor that cannot be hosted, with the reason.
-    #[must_use]
-    pub fn failed(reason: &str) -> Self {
-        let mut status = Self::waiting(reason);
-        status.state = ActorState::Failed;
-        status
-    }
-
-    /// When the actor last served a request or was created/resumed.
-    #[must_use]
-    pub fn last_active(&self) -> Option<Instant> {
-        self.last_active
-    }
-}
-
-/// The outcome of a pause or checkpoint.
-#[derive(Debug, Clone, Copy, Serialize, serde::Deserialize)]
-pub struct SnapshotReport {
-    /// Sequence number of the new snapshot (or of the newest, if nothing
-    /// was written because the actor was already paused).
-    pub seq: u64,
-    /// Its size in bytes.
-    pub snapshot_bytes: u64,
-    /// Time from the command's start to the snapshot being durable and
-    /// (for a pause) the instance dropped, in milliseconds.
-    pub duration_ms: f64,
-    /// False when the actor was already paused (idempotent pause).
-    pub changed: bool,
-}
-
-/// Where a resume takes the actor's state from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ResumeFrom {
-    /// The newest snapshot.
-    Newest,
-    /// A given snapshot (an operator's repair of a failed actor).
-    Snapshot(u64),
-    /// A fresh instance of the template (state discarded, operator's choice).
-    Template,
-}
-
-const WAITING: u8 = 0;
-const STARTED: u8 = 1;
-const CANCELLED: u8 = 2;
-
-/// Decides, exactly once, whether a held request runs or is given up
-/// (hold timeout): whichever side claims it first wins.
-#[derive(Debug, Default)]
-pub struct Ticket(AtomicU8);
-
-impl Ticket {
-    fn start(&self) -> bool {
-        self.0
-            .compare_exchange(WAITING, STARTED, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
-    }
-
-    /// Gives the request up; false if the actor already started it.
-    pub fn cancel(&self) -> bool {
-        self.0
-            .compare_exchange(WAITING, CANCELLED, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
-    }
-}
-
-/// A bytes-in-RAM snapshot of a live actor, for a move.
-#[derive(Debug)]
-pub struct Captured {
-    /// The encoded snapshot file.
-    pub bytes: Vec<u8>,
-    /// Its sequence number (written to this worker's store, too).
-    pub seq: u64,
-    /// Whether the actor had a live instance (a running actor is restored
-    /// on the target at once; a paused one stays paused).
-    pub live: bool,
-}
-
-/// One mailbox entry.
-pub enum Command {
-    /// Handle one HTTP request.
-    Call {
-        /// The placement epoch the router saw; a stale one is refused (421).
-        epoch: u64,
-        /// The request (boxed: every actor's mailbox allocates room for
-        /// 32 commands up front, so the command is kept small).
-        request: Box<Request>,
-        /// Decides between running it and the hold timeout.
-        ticket: Arc<Ticket>,
-        /// Where the answer goes.
-        reply: oneshot::Sender<Result<Response, ApiError>>,
-    },
-    /// Pause (idempotent).
-    Pause(oneshot::Sender<Result<SnapshotReport, ApiError>>),
-    /// Pause to free a live-instance slot (`--max-live`), unless the actor
-    /// is no longer `running` (e.g. being moved).
-    Evict,
-    /// Checkpoint a running actor (no hooks, instance kept).
-    Checkpoint(oneshot::Sender<Result<SnapshotReport, ApiError>>),
-    /// Resume (idempotent unless a source is named).
-    Resume(ResumeFrom, oneshot::Sender<Result<(), ApiError>>),
-    /// Capture for a move: write a snapshot (no hooks), keep the instance,
-    /// state `migrating`, and hand back the snapshot bytes.
-    Capture(oneshot::Sender<Result<Captured, ApiError>>),
-    /// A move was rolled back: back to `running` (or `paused`).
-    CancelMove(oneshot::Sender<()>),
-    /// Stop the task and drop the instance (files are the caller's).
-    Stop(oneshot::Sender<()>),
-}
 
 /// Copies every acknowledged snapshot somewhere durable before the pause
 /// or checkpoint is acknowledged: a remote worker streams its snapshots to
@@ -616,15 +413,8 @@ impl ActorTask {
             self.newest_seq()
                 .ok_or_else(|| ApiError::internal(format!("actor {} has no snapshot", self.name)))?
         };
-        let store = self.store.clone();
-        let actor = self.name.clone();
-        let bytes = tokio::task::spawn_blocking(move || {
-            store.open_snapshot(&actor, seq).map(|map| map.to_vec())
-        })
-        .await
-        .map_err(ApiError::internal)??;
         self.set_state(ActorState::Migrating);
-        Ok(Captured { bytes, seq, live })
+        Ok(Captured { seq, live })
     }
 
     /// Captures the live instance and writes the next snapshot durably,
