@@ -122,7 +122,9 @@ async fn a_control_plane_restart_places_each_actor_once() {
 /// `lost`, listings still show its actors (with the worker's state).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn actors_of_an_unreachable_worker_stay_listed() {
-    let server = Server::start(&["--workers", "0"]);
+    // Every answered request is checkpointed, so the re-placement after the
+    // loss restores it.
+    let server = Server::start(&["--workers", "0", "--checkpoint-every", "1"]);
     let mut w1 = RemoteWorker::start(&server, "w1", &[]);
     server.push("counter");
     for name in ["u-1", "u-2"] {

@@ -268,15 +268,13 @@ impl WorkerApi for WorkerClient {
         self.peer.decode(&answer.body)
     }
 
-    async fn statuses(&self) -> Vec<(String, ActorStatus)> {
+    async fn statuses(&self) -> Result<Vec<(String, ActorStatus)>, ApiError> {
         let path = WorkerPath::Actors.to_path();
-        match self
+        let answer = self
             .peer
             .send_within(STATUS_TIMEOUT, Method::GET, &path, &[], Bytes::new())
-            .await
-        {
-            Ok(answer) => serde_json::from_slice(&answer.body).unwrap_or_default(),
-            Err(_) => Vec::new(),
-        }
+            .await?;
+        serde_json::from_slice(&answer.body)
+            .map_err(|e| ApiError::new(502, format!("worker {}: bad actor list: {e}", self.name())))
     }
 }

@@ -58,22 +58,86 @@ impl ControlPlane {
         self.actor(name).await
     }
 
-    /// Actor `name`.
+    /// Actor `name`. An actor whose worker does not answer is shown in
+    /// state `unknown`, with the reason in `error`.
     ///
     /// # Errors
-    /// 404 if unknown; 503 if its worker cannot be reached.
+    /// 404 if unknown.
     pub async fn actor(&self, name: &str) -> Result<ActorInfo, ApiError> {
         let placement = self.placement_of(name)?;
-        let status = match (self.host_of(&placement, name), &placement.failure_reason) {
-            (Ok(member), _) => member.status(name).await?,
-            (Err(_), Some(reason)) => ActorStatus::failed(reason),
-            (Err(_), None) => ActorStatus::waiting("waiting for a worker to host it"),
+        let host = self.host_of(&placement, name);
+        let status = match &host {
+            Ok(member) => member.status(name).await.unwrap_or_else(|e| {
+                ActorStatus::unknown(&format!("worker {} did not answer: {e}", member.name))
+            }),
+            Err(_) => self.status_without_host(&placement),
         };
-        Ok(ActorInfo {
+        Ok(self.actor_info(name, placement, status))
+    }
+
+    /// Every actor, by name, whatever the health of its worker: each
+    /// worker is asked once for all its actors' statuses (a remote worker
+    /// for at most its status timeout), and an actor whose worker did not
+    /// answer is listed in state `unknown`.
+    pub async fn actors(&self) -> Vec<ActorInfo> {
+        let mut placements: Vec<(String, Placement)> = self
+            .placements()
+            .iter()
+            .map(|(name, p)| (name.clone(), p.clone()))
+            .collect();
+        placements.sort_by(|a, b| a.0.cmp(&b.0));
+        let members = self.members();
+        let reports = futures_util::future::join_all(members.iter().map(|m| m.statuses())).await;
+        let by_worker: std::collections::HashMap<
+            &str,
+            Result<std::collections::HashMap<String, ActorStatus>, ApiError>,
+        > = members
+            .iter()
+            .zip(reports)
+            .map(|(m, r)| (m.name.as_str(), r.map(|list| list.into_iter().collect())))
+            .collect();
+        placements
+            .into_iter()
+            .map(|(name, placement)| {
+                let status = match self.host_of(&placement, &name) {
+                    Ok(member) => match by_worker.get(member.name.as_str()) {
+                        Some(Ok(statuses)) => statuses.get(&name).cloned().unwrap_or_else(|| {
+                            ActorStatus::unknown(&format!(
+                                "worker {} does not report it",
+                                member.name
+                            ))
+                        }),
+                        Some(Err(e)) => ActorStatus::unknown(&format!(
+                            "worker {} did not answer: {e}",
+                            member.name
+                        )),
+                        None => ActorStatus::unknown(&format!("worker {} left", member.name)),
+                    },
+                    Err(_) => self.status_without_host(&placement),
+                };
+                self.actor_info(&name, placement, status)
+            })
+            .collect()
+    }
+
+    /// The status of an actor that no worker hosts: failed with its
+    /// reason, or waiting for a worker.
+    fn status_without_host(&self, placement: &Placement) -> ActorStatus {
+        match &placement.failure_reason {
+            Some(reason) => ActorStatus::failed(reason),
+            None => ActorStatus::waiting("waiting for a worker to host it"),
+        }
+    }
+
+    /// The API view of actor `name` placed as `placement`, in `status`.
+    fn actor_info(&self, name: &str, placement: Placement, status: ActorStatus) -> ActorInfo {
+        let worker_state = self.member(&placement.worker).map(|m| m.state());
+        ActorInfo {
             name: name.to_owned(),
             template: placement.template,
             state: status.state,
             worker: placement.worker,
+            worker_state,
             epoch: placement.epoch,
             snapshot: status.snapshot,
             snapshots: self.store.list(name).unwrap_or_default(),
@@ -83,20 +147,7 @@ impl ControlPlane {
             requests: status.requests,
             memory_bytes: status.memory_bytes,
             error: status.error,
-        })
-    }
-
-    /// All actors, by name (an actor whose worker cannot be reached is left out).
-    pub async fn actors(&self) -> Vec<ActorInfo> {
-        let mut names: Vec<String> = self.placements().keys().cloned().collect();
-        names.sort();
-        let mut out = Vec::with_capacity(names.len());
-        for name in names {
-            if let Ok(info) = self.actor(&name).await {
-                out.push(info);
-            }
         }
-        out
     }
 
     async fn pause_info(&self, name: &str, report: SnapshotReport) -> Result<PauseInfo, ApiError> {

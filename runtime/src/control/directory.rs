@@ -71,10 +71,12 @@ pub trait Directory: Send + Sync {
     fn insert_actor(&self, row: &ActorRow) -> Result<(), ApiError>;
 
     /// Moves an actor to `worker` with `epoch` (the durable placement
-    /// switch).
+    /// switch), as a compare-and-set: only if its recorded epoch is below
+    /// `epoch`, so two decisions can never both take the same epoch.
     ///
     /// # Errors
-    /// 500 on a storage failure.
+    /// 409 if the actor is gone or was placed at `epoch` or later
+    /// meanwhile (nothing changed); 500 on a storage failure.
     fn place_actor(&self, name: &str, worker: &str, epoch: u64) -> Result<(), ApiError>;
 
     /// All actors, by name.
@@ -185,12 +187,18 @@ impl Directory for SqliteDirectory {
     }
 
     fn place_actor(&self, name: &str, worker: &str, epoch: u64) -> Result<(), ApiError> {
-        self.conn()
+        let changed = self
+            .conn()
             .execute(
-                "UPDATE actors SET worker = ?2, epoch = ?3 WHERE name = ?1",
+                "UPDATE actors SET worker = ?2, epoch = ?3 WHERE name = ?1 AND epoch < ?3",
                 params![name, worker, epoch as i64],
             )
             .map_err(db)?;
+        if changed == 0 {
+            return Err(ApiError::conflict(format!(
+                "actor {name} was deleted or placed at epoch {epoch} or later meanwhile"
+            )));
+        }
         Ok(())
     }
 
@@ -228,4 +236,43 @@ fn template_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TemplateRow> {
         bytes: r.get::<_, i64>(2)? as u64,
         env: serde_json::from_str(&env).unwrap_or_default(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_placement_switch_takes_each_epoch_once() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = SqliteDirectory::open(&tmp.path().join("stasis.db")).expect("open");
+        dir.insert_template(&TemplateRow {
+            name: "t".into(),
+            digest: "00".into(),
+            bytes: 0,
+            env: Vec::new(),
+        })
+        .expect("template");
+        dir.insert_actor(&ActorRow {
+            name: "a".into(),
+            template: "t".into(),
+            worker: "w1".into(),
+            epoch: 1,
+        })
+        .expect("insert");
+        dir.place_actor("a", "w2", 2)
+            .expect("first decision at epoch 2");
+        let second = dir.place_actor("a", "w3", 2).expect_err("epoch 2 is taken");
+        assert_eq!(second.status, 409);
+        let stale = dir.place_actor("a", "w3", 1).expect_err("epoch 1 is older");
+        assert_eq!(stale.status, 409);
+        assert_eq!(
+            dir.place_actor("gone", "w1", 5)
+                .expect_err("no such actor")
+                .status,
+            409
+        );
+        let rows = dir.actors().expect("actors");
+        assert_eq!((rows[0].worker.as_str(), rows[0].epoch), ("w2", 2));
+    }
 }

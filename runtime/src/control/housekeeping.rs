@@ -44,7 +44,7 @@ impl ControlPlane {
     pub async fn pause_all(&self) {
         let mut tasks = tokio::task::JoinSet::new();
         for member in self.members() {
-            for (name, status) in member.statuses().await {
+            for (name, status) in member.statuses().await.unwrap_or_default() {
                 if status.state == ActorState::Running {
                     let member = member.clone();
                     tasks.spawn(async move {
@@ -85,7 +85,7 @@ impl ControlPlane {
                     continue;
                 }
                 let worker = &member.api;
-                for (name, status) in worker.statuses().await {
+                for (name, status) in worker.statuses().await.unwrap_or_default() {
                     if status.state != ActorState::Running {
                         continue;
                     }

@@ -2,7 +2,7 @@
 //! control plane's bookkeeping of it: state, incarnation, last heartbeat),
 //! remote workers joining and heartbeating, and failure detection.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -54,6 +54,19 @@ pub struct Member {
     address: Location,
     state: Mutex<WorkerState>,
     last_heartbeat: Mutex<Instant>,
+    /// Moves under way to this worker (see [`Member::expect_move`]).
+    incoming_moves: AtomicUsize,
+}
+
+/// A move to a member, counted from before the move checks that the member
+/// is `ready` until the move ends (switched or rolled back).
+#[must_use = "the move is counted only while the guard lives"]
+pub(super) struct IncomingMove<'a>(&'a AtomicUsize);
+
+impl Drop for IncomingMove<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl Member {
@@ -67,6 +80,7 @@ impl Member {
             incarnation,
             state: Mutex::new(WorkerState::Ready),
             last_heartbeat: Mutex::new(Instant::now()),
+            incoming_moves: AtomicUsize::new(0),
         }
     }
 
@@ -90,6 +104,22 @@ impl Member {
             *state = to;
         }
         swapped
+    }
+
+    /// Counts a move to this worker until the guard is dropped. A move
+    /// takes it *before* checking that the worker is `ready`, and a drain
+    /// sets `draining` *before* checking that no move is under way, so one
+    /// of the two always sees the other: a drain never declares a worker
+    /// `drained` while a move can still land on it.
+    pub(super) fn expect_move(&self) -> IncomingMove<'_> {
+        self.incoming_moves.fetch_add(1, Ordering::SeqCst);
+        IncomingMove(&self.incoming_moves)
+    }
+
+    /// Moves under way to this worker.
+    #[must_use]
+    pub(super) fn incoming_moves(&self) -> usize {
+        self.incoming_moves.load(Ordering::SeqCst)
     }
 
     /// Whether it runs in this process.
@@ -141,10 +171,16 @@ impl Member {
         self.api.status(actor).await
     }
 
-    /// Statuses of every actor it hosts (empty if lost or unreachable).
-    pub async fn statuses(&self) -> Vec<(String, ActorStatus)> {
+    /// Statuses of every actor it hosts.
+    ///
+    /// # Errors
+    /// 503 if it is lost; as [`WorkerApi::statuses`] if it cannot be reached.
+    pub async fn statuses(&self) -> Result<Vec<(String, ActorStatus)>, ApiError> {
         if self.state() == WorkerState::Lost {
-            return Vec::new();
+            return Err(ApiError::unavailable(format!(
+                "worker {} is lost",
+                self.name
+            )));
         }
         self.api.statuses().await
     }
@@ -253,7 +289,7 @@ impl ControlPlane {
     }
 
     pub(super) async fn worker_info(&self, member: &Member) -> Result<WorkerInfo, ApiError> {
-        let statuses = member.statuses().await;
+        let statuses = member.statuses().await.unwrap_or_default();
         let actors = self
             .placements()
             .values()

@@ -66,6 +66,9 @@ impl ControlPlane {
         if from.is_some_and(|f| f != placement.worker) {
             return Ok(None);
         }
+        // Counted before the check, so a drain of the target that begins now
+        // waits for this move to end (see `Member::expect_move`).
+        let _incoming = target.expect_move();
         if target.state() != WorkerState::Ready {
             return Err(ApiError::conflict(format!(
                 "worker {to} stopped taking actors"
@@ -127,7 +130,17 @@ impl ControlPlane {
             target.api.remove(name).await;
             return Err(e);
         }
-        if let Err(e) = self.switch_placement(name, target, epoch) {
+        // A drain of the target that began during the ship: roll back rather
+        // than place on a worker that no longer takes actors.
+        let switched = if target.state() == WorkerState::Ready {
+            self.switch_placement(name, target, epoch)
+        } else {
+            Err(ApiError::conflict(format!(
+                "worker {} stopped taking actors",
+                target.name
+            )))
+        };
+        if let Err(e) = switched {
             target.api.remove(name).await;
             return Err(e);
         }
@@ -152,7 +165,7 @@ impl ControlPlane {
         let statuses: HashMap<String, ActorStatus> = {
             let mut all = HashMap::new();
             for w in &ready {
-                all.extend(w.statuses().await);
+                all.extend(w.statuses().await.unwrap_or_default());
             }
             all
         };
@@ -226,20 +239,28 @@ impl ControlPlane {
         }
         entry.set_state(WorkerState::Draining);
         // Moves planned before the drain began may still land here: go
-        // round until nothing is left.
-        for _ in 0..10 {
+        // round until nothing is left and no move is under way to it.
+        let mut rounds = 0;
+        while rounds < 10 {
             if entry.state() != WorkerState::Draining {
                 return Err(ApiError::conflict(format!(
                     "drain of {name} stopped: the worker is {} now",
                     entry.state().as_str()
                 )));
             }
+            // Read before the placements: a move that ends in between has
+            // switched its placement by the time the count drops.
+            let incoming = entry.incoming_moves();
             let actors: Vec<String> = self
                 .placements()
                 .iter()
                 .filter(|(_, p)| p.worker == name)
                 .map(|(a, _)| a.clone())
                 .collect();
+            if actors.is_empty() && incoming > 0 {
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                continue;
+            }
             if actors.is_empty() {
                 if !entry.swap_state(WorkerState::Draining, WorkerState::Drained) {
                     return Err(ApiError::conflict(format!(
@@ -259,13 +280,24 @@ impl ControlPlane {
             let plan = plan_drain(name, &actors, &targets, &self.actor_counts()).map_err(|_| {
                 ApiError::unavailable(format!("no other ready worker to drain {name} to"))
             })?;
-            let failed: Vec<String> = self
+            rounds += 1;
+            let failed: Vec<Move> = self
                 .run_moves(plan)
                 .await
                 .into_iter()
-                .filter_map(|m| m.error.map(|e| format!("{}: {e}", m.actor)))
+                .filter(|m| m.error.is_some())
                 .collect();
-            if !failed.is_empty() {
+            // A move whose target began draining meanwhile was rolled back:
+            // plan again with the workers that are still ready.
+            let target_left = |m: &Move| {
+                self.member(&m.to)
+                    .is_none_or(|w| w.state() != WorkerState::Ready)
+            };
+            if !failed.is_empty() && !failed.iter().all(target_left) {
+                let failed: Vec<String> = failed
+                    .into_iter()
+                    .filter_map(|m| m.error.map(|e| format!("{}: {e}", m.actor)))
+                    .collect();
                 return Err(ApiError::unavailable(format!(
                     "drain of {name} incomplete: {}",
                     failed.join("; ")

@@ -243,7 +243,7 @@ impl ControlPlane {
         let mut held = 0;
         for member in self.members() {
             held += member.api.held_requests();
-            for (_, status) in member.statuses().await {
+            for (_, status) in member.statuses().await.unwrap_or_default() {
                 *counts.entry(status.state.as_str()).or_default() += 1;
             }
         }

@@ -69,19 +69,19 @@ impl ControlPlane {
     /// `--workers 0`, or when theirs was lost) on the least-loaded ready
     /// workers, paused.
     pub(super) async fn place_waiting(self: &Arc<Self>) {
-        let waiting: Vec<(String, Placement)> = self
+        let waiting: Vec<String> = self
             .placements()
             .iter()
-            .filter(|(a, p)| p.failure_reason.is_none() && self.host_of(p, a).is_err())
-            .map(|(a, p)| (a.clone(), p.clone()))
+            .filter(|(a, p)| self.needs_a_host(p, a))
+            .map(|(a, _)| a.clone())
             .collect();
         // Each in its own task: one actor stuck behind its gate (a call to a
         // frozen worker) must not hold up the others.
         let mut tasks = tokio::task::JoinSet::new();
-        for (actor, placement) in waiting {
+        for actor in waiting {
             let control = self.clone();
             tasks.spawn(async move {
-                if let Err(e) = control.re_place(&actor, &placement).await {
+                if let Err(e) = control.re_place(&actor).await {
                     tracing::error!(actor, "could not place: {e}");
                 }
             });
@@ -89,10 +89,28 @@ impl ControlPlane {
         while tasks.join_next().await.is_some() {}
     }
 
+    /// Whether `actor`, placed as `placement`, waits for a worker: not
+    /// failed, and no live member hosts it.
+    fn needs_a_host(&self, placement: &Placement, actor: &str) -> bool {
+        placement.failure_reason.is_none() && self.host_of(placement, actor).is_err()
+    }
+
     /// Puts `actor` on the least-loaded ready worker, paused at its newest
-    /// snapshot in this control plane's store, with epoch + 1.
-    async fn re_place(&self, actor: &str, placement: &Placement) -> Result<(), ApiError> {
-        let _gate = placement.gate.write().await;
+    /// snapshot in this control plane's store, with epoch + 1 — if it still
+    /// waits for a worker once its gate is held. Re-placements race (each
+    /// worker that joins, and each loss, starts one for every waiting
+    /// actor): deciding on the placement as it is under the gate, not as it
+    /// was when the re-placement was planned, makes it one decision per
+    /// actor, and the directory's compare-and-set on the epoch makes that
+    /// decision durable once. A copy installed for a decision that lost is
+    /// removed again.
+    async fn re_place(&self, actor: &str) -> Result<(), ApiError> {
+        let gate = self.placement_of(actor)?.gate;
+        let _gate = gate.write().await;
+        let placement = self.placement_of(actor)?;
+        if !self.needs_a_host(&placement, actor) {
+            return Ok(());
+        }
         let target = self
             .least_loaded()
             .ok_or_else(|| ApiError::unavailable("no ready worker"))?;
@@ -112,7 +130,10 @@ impl ControlPlane {
             false,
         )
         .await?;
-        self.switch_placement(actor, &target, epoch)?;
+        if let Err(e) = self.switch_placement(actor, &target, epoch) {
+            target.api.remove(actor).await;
+            return Err(e);
+        }
         tracing::info!(actor, worker = %target.name, seq = newest.seq, "actor re-placed from its newest snapshot");
         Ok(())
     }

@@ -34,6 +34,9 @@ pub struct ActorInfo {
     pub state: ActorState,
     /// Owning worker.
     pub worker: String,
+    /// The owning worker's state as the control plane sees it (`ready`,
+    /// `draining`, `drained`, `lost`); absent while no worker hosts it.
+    pub worker_state: Option<WorkerState>,
     /// Placement epoch.
     pub epoch: u64,
     /// Newest snapshot.

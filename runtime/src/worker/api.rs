@@ -125,8 +125,11 @@ pub trait WorkerApi: Send + Sync {
     /// 404 if it does not host the actor; 503 if unreachable.
     async fn status(&self, actor: &str) -> Result<ActorStatus, ApiError>;
 
-    /// Statuses of every actor it hosts (empty if unreachable).
-    async fn statuses(&self) -> Vec<(String, ActorStatus)>;
+    /// Statuses of every actor it hosts.
+    ///
+    /// # Errors
+    /// 502/503/504 if the worker cannot be reached or answers nonsense.
+    async fn statuses(&self) -> Result<Vec<(String, ActorStatus)>, ApiError>;
 
     /// Requests waiting in its mailboxes right now (0 if it cannot say
     /// cheaply).
@@ -205,8 +208,8 @@ impl WorkerApi for Worker {
         })
     }
 
-    async fn statuses(&self) -> Vec<(String, ActorStatus)> {
-        Worker::statuses(self)
+    async fn statuses(&self) -> Result<Vec<(String, ActorStatus)>, ApiError> {
+        Ok(Worker::statuses(self))
     }
 
     fn held_requests(&self) -> usize {

@@ -25,6 +25,9 @@ pub enum ActorState {
     Migrating,
     /// Its snapshot could not be restored; requests get 503 with the reason.
     Failed,
+    /// Its worker does not answer right now, so its state there is not
+    /// known (shown by listings; a worker never reports it itself).
+    Unknown,
 }
 
 impl ActorState {
@@ -39,10 +42,12 @@ impl ActorState {
             ActorState::Resuming => "resuming",
             ActorState::Migrating => "migrating",
             ActorState::Failed => "failed",
+            ActorState::Unknown => "unknown",
         }
     }
 
-    /// All states, for metrics.
+    /// All states a worker reports, for metrics ([`ActorState::Unknown`] is
+    /// the control plane's, for an unreachable worker).
     pub const ALL: [ActorState; 7] = [
         ActorState::Creating,
         ActorState::Running,
@@ -98,6 +103,14 @@ impl ActorStatus {
         let mut status = Self::new(ActorState::Paused);
         status.error = Some(reason.to_owned());
         status.last_active = None;
+        status
+    }
+
+    /// The status of an actor whose worker did not answer, with the reason.
+    #[must_use]
+    pub fn unknown(reason: &str) -> Self {
+        let mut status = Self::waiting(reason);
+        status.state = ActorState::Unknown;
         status
     }
 
