@@ -321,7 +321,7 @@ impl ActorInstance {
             .map_err(|e| CallError::BadResponse(e.to_string()))?;
         if response.body.len() > self.limits.max_body {
             return Err(CallError::BadResponse(format!(
-                "response body of {} bytes exceeds the limit of {} bytes",
+                "response body of {} bytes exceeds --max-body ({} bytes)",
                 response.body.len(),
                 self.limits.max_body
             )));

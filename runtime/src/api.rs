@@ -135,15 +135,18 @@ impl AdminApi {
         let query = request.uri().query().unwrap_or("").to_owned();
         let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
         let c = &self.control;
-        let limit = match segments.as_slice() {
-            ["v1", "templates", _] => MAX_TEMPLATE_BYTES,
-            ["internal", "v1", "snapshots", ..] => usize::try_from(c.engine().limits().max_memory)
-                .unwrap_or(usize::MAX)
-                .saturating_add(16 << 20),
-            _ => MAX_JSON,
+        let (limit, limit_name) = match segments.as_slice() {
+            ["v1", "templates", _] => (MAX_TEMPLATE_BYTES, "the module size limit"),
+            ["internal", "v1", "snapshots", ..] => (
+                usize::try_from(c.engine().limits().max_memory)
+                    .unwrap_or(usize::MAX)
+                    .saturating_add(16 << 20),
+                "the snapshot size limit (--max-memory plus 16 MiB)",
+            ),
+            _ => (MAX_JSON, "the JSON body limit"),
         };
         let (parts, body) = request.into_parts();
-        let body = collect_body(&parts, body, limit).await?;
+        let body = collect_body(&parts, body, limit, limit_name).await?;
         match (&method, segments.as_slice()) {
             (&Method::GET, ["metrics"]) => Ok(text(
                 StatusCode::OK,

@@ -427,8 +427,10 @@ impl ControlPlane {
             Some(compiled) => compiled,
             None => {
                 let path = self.template_path(&template.digest);
-                let bytes = std::fs::read(&path)
-                    .map_err(|e| ApiError::internal(format!("reading {}: {e}", path.display())))?;
+                let bytes = std::fs::read(&path).map_err(|e| {
+                    tracing::error!(path = %path.display(), "reading a template module: {e}");
+                    ApiError::internal(format!("reading template {}: {e}", template.name))
+                })?;
                 self.cache.load(&bytes).map_err(ApiError::internal)?
             }
         };
@@ -598,7 +600,7 @@ impl ControlPlane {
         if bytes.len() > MAX_TEMPLATE_BYTES {
             return Err(ApiError::new(
                 413,
-                format!("module larger than {MAX_TEMPLATE_BYTES} bytes"),
+                format!("module larger than the module size limit ({MAX_TEMPLATE_BYTES} bytes)"),
             ));
         }
         for (k, v) in &env {
@@ -633,7 +635,9 @@ impl ControlPlane {
         }
         // Cranelift takes tens of ms: keep it off the async workers' backs.
         tokio::task::block_in_place(|| self.cache.load(&bytes)).map_err(|e| match e {
-            ModuleError::Malformed(_) => ApiError::bad_request(e.to_string()),
+            ModuleError::Malformed(_) | ModuleError::NotWasm(_) => {
+                ApiError::bad_request(e.to_string())
+            }
             _ => ApiError::new(422, e.to_string()),
         })?;
         let path = self.template_path(&digest);
@@ -832,9 +836,7 @@ impl ControlPlane {
 
     fn entry_of(&self, placement: &Placement, actor: &str) -> Result<Arc<WorkerEntry>, ApiError> {
         if let Some(problem) = &placement.problem {
-            return Err(ApiError::unavailable(format!(
-                "actor {actor} failed: {problem}"
-            )));
+            return Err(ApiError::failed(format!("actor {actor} failed: {problem}")));
         }
         self.worker(&placement.worker)
             .filter(|w| w.incarnation == placement.incarnation && w.state() != WorkerState::Lost)
@@ -843,9 +845,27 @@ impl ControlPlane {
             })
     }
 
-    async fn pause_info(&self, name: &str, report: SnapshotReport) -> Result<PauseInfo, ApiError> {
+    /// The answer to a pause (`paused`) or checkpoint: the actor as the
+    /// operation left it, with `report`'s snapshot as its newest, even if a
+    /// request woke it (or a later snapshot was taken) since.
+    async fn pause_info(
+        &self,
+        name: &str,
+        report: SnapshotReport,
+        paused: bool,
+    ) -> Result<PauseInfo, ApiError> {
+        let mut actor = self.actor(name).await?;
+        if paused {
+            actor.state = ActorState::Paused;
+            actor.memory_bytes = 0;
+        }
+        actor.snapshots.retain(|s| s.seq <= report.seq);
+        actor.snapshot = Some(stasis_core::snapshot_store::SnapshotEntry {
+            seq: report.seq,
+            bytes: report.snapshot_bytes,
+        });
         Ok(PauseInfo {
-            actor: self.actor(name).await?,
+            actor,
             snapshot_bytes: report.snapshot_bytes,
             duration_ms: report.duration_ms,
         })
@@ -862,7 +882,7 @@ impl ControlPlane {
             .entry_of(&self.placement_of(name)?, name)?
             .pause(name)
             .await?;
-        self.pause_info(name, report).await
+        self.pause_info(name, report, true).await
     }
 
     /// Checkpoints running actor `name`.
@@ -876,7 +896,7 @@ impl ControlPlane {
             .entry_of(&self.placement_of(name)?, name)?
             .checkpoint(name)
             .await?;
-        self.pause_info(name, report).await
+        self.pause_info(name, report, false).await
     }
 
     /// Resumes actor `name` from `from`.

@@ -478,7 +478,7 @@ impl ActorTask {
     async fn call(&mut self, request: &Request) -> Result<Response, ApiError> {
         if self.instance.is_none() {
             if let Some(reason) = self.failed_reason() {
-                return Err(ApiError::unavailable(format!(
+                return Err(ApiError::failed(format!(
                     "actor {} failed: {reason}",
                     self.name
                 )));
@@ -781,7 +781,7 @@ impl ActorTask {
                 // A repair attempt on a live actor failed: it keeps running
                 // as it was.
                 self.set_state(ActorState::Running);
-                Err(ApiError::unavailable(format!(
+                Err(ApiError::failed(format!(
                     "actor {} keeps running; resume failed: {reason}",
                     self.name
                 )))
@@ -791,7 +791,7 @@ impl ActorTask {
                 let mut status = self.status();
                 status.state = ActorState::Failed;
                 status.error = Some(reason.clone());
-                Err(ApiError::unavailable(format!(
+                Err(ApiError::failed(format!(
                     "actor {} failed: {reason}",
                     self.name
                 )))
@@ -804,12 +804,16 @@ impl ActorTask {
     /// the actor was adopted), so a newest file deleted behind the actor's
     /// back makes the resume fail instead of silently rolling back.
     fn newest_seq(&self) -> Option<u64> {
-        self.status().snapshot.map(|s| s.seq).or_else(|| {
+        let known = self.status().snapshot.map(|s| s.seq).or_else(|| {
             self.store
                 .list(&self.name)
                 .ok()
                 .and_then(|list| list.last().map(|e| e.seq))
-        })
+        });
+        // An acknowledged snapshot missing from the folder at adoption left
+        // `next_seq` past every file there: a plain resume names it (and
+        // fails) instead of rolling back to an older file.
+        known.max(self.next_seq.checked_sub(1))
     }
 
     /// Restores snapshot `seq` and runs `on_resume`.
@@ -854,6 +858,10 @@ impl ActorTask {
         let map = self
             .store
             .open_snapshot(&self.name, seq)
+            .map_err(|e| {
+                tracing::warn!(actor = %self.name, "opening snapshot {seq}: {}", e.detail());
+                e
+            })
             .map_err(|e| match &e {
                 StoreError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
                     Unrestorable::Broken(format!(
