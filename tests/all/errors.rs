@@ -316,6 +316,10 @@ async fn retry_after_only_where_a_retry_can_succeed() {
     assert!(held.headers.get("retry-after").is_some(), "{held:?}");
     assert_eq!(slow.await.expect("join").status, 200);
     assert_eq!(post(&server, "busy").await.status, 200, "a retry succeeds");
+    // A guest past --cpu-limit: 504 naming the flag and its value.
+    let spin = support::to_actor(&client(), server.ingress, "busy", "POST", "/spin").await;
+    assert_eq!(spin.status, 504, "{spin:?}");
+    assert!(spin.body.contains("(--cpu-limit 1s)"), "{spin:?}");
 }
 
 /// The answer of a pause describes the actor as the pause left it (state
@@ -453,4 +457,55 @@ async fn a_second_process_on_the_same_data_dir_is_refused() {
     );
     let health = admin(&server, "GET", "/healthz", Vec::new()).await;
     assert_eq!(health.status, 200, "the first one still serves");
+}
+
+/// docs/api.md: a template push is idempotent (200 for the same bytes and
+/// env), 409 for other bytes or env under the name; a template in use is
+/// not deleted (409 naming its actors), an unused one is (204).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn template_push_and_delete_answer_as_documented() {
+    let server = Server::start(&["--workers", "1"]);
+    let module = std::fs::read(support::demo("counter")).expect("demo");
+    let first = admin(&server, "PUT", "/v1/templates/t", module.clone()).await;
+    assert_eq!(first.status, 201, "{first:?}");
+    let again = admin(&server, "PUT", "/v1/templates/t", module.clone()).await;
+    assert_eq!(again.status, 200, "{again:?}");
+    let env = admin(&server, "PUT", "/v1/templates/t?env=K%3DV", module.clone()).await;
+    assert_eq!(env.status, 409, "{env:?}");
+    let other = std::fs::read(support::demo("echo")).expect("demo");
+    let bytes = admin(&server, "PUT", "/v1/templates/t", other).await;
+    assert_eq!(bytes.status, 409, "{bytes:?}");
+    server.create("user-1", "t");
+    let busy = admin(&server, "DELETE", "/v1/templates/t", Vec::new()).await;
+    assert_eq!(busy.status, 409, "{busy:?}");
+    assert!(busy.body.contains("user-1"), "names the actors: {busy:?}");
+    server.cli_ok(&["actor", "delete", "user-1"]);
+    let gone = admin(&server, "DELETE", "/v1/templates/t", Vec::new()).await;
+    assert_eq!(gone.status, 204, "{gone:?}");
+    let missing = admin(&server, "DELETE", "/v1/templates/t", Vec::new()).await;
+    assert_eq!(missing.status, 404, "{missing:?}");
+}
+
+/// docs/operations.md, `--checkpoint-interval`: a running actor that
+/// changed is checkpointed without being unloaded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checkpoint_interval_snapshots_running_actors() {
+    let server = Server::start(&["--workers", "1", "--checkpoint-interval", "500ms"]);
+    server.push("counter");
+    server.create("ticking", "counter");
+    assert_eq!(count(&post(&server, "ticking").await), 1);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let got = server.cli_json(&["actor", "get", "ticking"]);
+        if got["snapshot"]["seq"].as_u64().is_some_and(|seq| seq > 0) {
+            assert_eq!(got["state"], "running", "not unloaded: {got}");
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never checkpointed: {got}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(count(&post(&server, "ticking").await), 2);
 }

@@ -858,9 +858,8 @@ impl ActorTask {
         let map = self
             .store
             .open_snapshot(&self.name, seq)
-            .map_err(|e| {
+            .inspect_err(|e| {
                 tracing::warn!(actor = %self.name, "opening snapshot {seq}: {}", e.detail());
-                e
             })
             .map_err(|e| match &e {
                 StoreError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
