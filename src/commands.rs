@@ -277,12 +277,26 @@ struct Call {
     view: View,
 }
 
+/// Longest context (`template push NAME`) an error message starts with;
+/// the server's answer names an over-long name already, once.
+const MAX_WHAT_CHARS: usize = 80;
+
+/// `what`, cut to [`MAX_WHAT_CHARS`] with an ellipsis when longer.
+fn short_what(what: String) -> String {
+    if what.chars().count() <= MAX_WHAT_CHARS {
+        return what;
+    }
+    let mut short: String = what.chars().take(MAX_WHAT_CHARS - 1).collect();
+    short.push('…');
+    short
+}
+
 impl Call {
     fn new(client: ClientArgs, what: String, method: Method, path: String, view: View) -> Self {
         let timeout = (method == Method::GET).then_some(READ_TIMEOUT);
         Self {
             client,
-            what,
+            what: short_what(what),
             method,
             path,
             body: Body::Empty,

@@ -59,10 +59,10 @@ impl InstanceConfig {
 #[derive(Debug, thiserror::Error)]
 pub enum CallError {
     /// The guest used up its CPU limit (HTTP 504).
-    #[error("guest exceeded its CPU limit of {0:?}")]
+    #[error("guest exceeded its CPU limit (--cpu-limit {0:?})")]
     CpuLimit(Duration),
     /// The call took longer than the request timeout (HTTP 504).
-    #[error("guest exceeded the request timeout of {0:?}")]
+    #[error("guest exceeded the request timeout (--request-timeout {0:?})")]
     Timeout(Duration),
     /// The guest trapped (HTTP 500); the message is wasmtime's.
     #[error("guest trapped: {0}")]
@@ -321,7 +321,7 @@ impl ActorInstance {
             .map_err(|e| CallError::BadResponse(e.to_string()))?;
         if response.body.len() > self.limits.max_body {
             return Err(CallError::BadResponse(format!(
-                "response body of {} bytes exceeds the limit of {} bytes",
+                "response body of {} bytes exceeds --max-body ({} bytes)",
                 response.body.len(),
                 self.limits.max_body
             )));

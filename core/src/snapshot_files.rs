@@ -35,9 +35,28 @@ fn canonical(name: &OsStr) -> Option<(u64, &'static str)> {
     Some((digits.parse().ok()?, suffix))
 }
 
-fn io_err(op: &'static str, path: &Path) -> impl FnOnce(io::Error) -> StoreError + use<> {
+/// A [`StoreError::Io`] maker for `op` on `path` under the store's `root`:
+/// its message names the file by its key (`snapshots/...`), the server
+/// path is kept for the log.
+fn io_err(
+    root: &Path,
+    op: &'static str,
+    path: &Path,
+) -> impl FnOnce(io::Error) -> StoreError + use<> {
+    let key = match path.strip_prefix(root) {
+        Ok(rel) if rel.as_os_str().is_empty() => "snapshots".to_owned(),
+        Ok(rel) => format!("snapshots/{}", rel.display()),
+        Err(_) => path
+            .file_name()
+            .map_or_else(String::new, |name| name.to_string_lossy().into_owned()),
+    };
     let path = path.display().to_string();
-    move |source| StoreError::Io { op, path, source }
+    move |source| StoreError::Io {
+        op,
+        key,
+        path,
+        source,
+    }
 }
 
 /// The snapshot folder of a data dir (module docs).
@@ -56,15 +75,15 @@ impl LocalSnapshotStore {
     /// [`StoreError::Io`] if the folder cannot be read or created.
     pub fn open(root: impl Into<PathBuf>, quota: Option<u64>) -> Result<Self, StoreError> {
         let root = root.into();
-        fs::create_dir_all(&root).map_err(io_err("create", &root))?;
+        fs::create_dir_all(&root).map_err(io_err(&root, "create", &root))?;
         let mut used = 0;
-        for actor in fs::read_dir(&root).map_err(io_err("read", &root))? {
-            let dir = actor.map_err(io_err("read", &root))?.path();
+        for actor in fs::read_dir(&root).map_err(io_err(&root, "read", &root))? {
+            let dir = actor.map_err(io_err(&root, "read", &root))?.path();
             if !dir.is_dir() {
                 continue;
             }
-            for file in fs::read_dir(&dir).map_err(io_err("read", &dir))? {
-                let path = file.map_err(io_err("read", &dir))?.path();
+            for file in fs::read_dir(&dir).map_err(io_err(&root, "read", &dir))? {
+                let path = file.map_err(io_err(&root, "read", &dir))?.path();
                 if path.file_name().is_some_and(|name| name == CLOCK_MARK) {
                     continue;
                 }
@@ -74,7 +93,7 @@ impl LocalSnapshotStore {
                     .is_some_and(|name| name.ends_with(TEMP_SUFFIX));
                 if torn {
                     tracing::info!(path = %path.display(), "removing torn snapshot temp file");
-                    fs::remove_file(&path).map_err(io_err("remove", &path))?;
+                    fs::remove_file(&path).map_err(io_err(&root, "remove", &path))?;
                 } else if let Ok(meta) = path.metadata() {
                     used += meta.len();
                 }
@@ -102,12 +121,12 @@ impl LocalSnapshotStore {
     fn write_file(&self, actor: &str, seq: u64, bytes: &[u8]) -> Result<(), StoreError> {
         let dir = self.actor_dir(actor);
         if !dir.is_dir() {
-            fs::create_dir_all(&dir).map_err(io_err("create", &dir))?;
+            fs::create_dir_all(&dir).map_err(io_err(&self.root, "create", &dir))?;
             // The new folder's entry must be durable too.
-            durable::sync_dir(&self.root).map_err(io_err("fsync", &self.root))?;
+            durable::sync_dir(&self.root).map_err(io_err(&self.root, "fsync", &self.root))?;
         }
         let path = self.path(actor, seq);
-        write_atomically(&path, bytes).map_err(io_err("write", &path))?;
+        write_atomically(&path, bytes).map_err(io_err(&self.root, "write", &path))?;
         self.mark_acknowledged(actor, seq);
         Ok(())
     }
@@ -181,12 +200,12 @@ impl SnapshotStore for LocalSnapshotStore {
         let entries = match fs::read_dir(&dir) {
             Ok(e) => e,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((Vec::new(), None)),
-            Err(e) => return Err(io_err("read", &dir)(e)),
+            Err(e) => return Err(io_err(&self.root, "read", &dir)(e)),
         };
         let mut out = Vec::new();
         let mut acked: Option<u64> = None;
         for entry in entries {
-            let entry = entry.map_err(io_err("read", &dir))?;
+            let entry = entry.map_err(io_err(&self.root, "read", &dir))?;
             match canonical(&entry.file_name()) {
                 Some((seq, SNAPSHOT)) => {
                     let bytes = entry.metadata().map(|m| m.len()).unwrap_or(0);
@@ -202,13 +221,13 @@ impl SnapshotStore for LocalSnapshotStore {
 
     fn open_snapshot(&self, actor: &str, seq: u64) -> Result<SnapshotBytes, StoreError> {
         let path = self.path(actor, seq);
-        let file = File::open(&path).map_err(io_err("open", &path))?;
+        let file = File::open(&path).map_err(io_err(&self.root, "open", &path))?;
         // SAFETY: snapshot files are immutable once renamed into place, and
         // only this process (holding the data dir's LOCK) writes or removes
         // them.
         unsafe { Mmap::map(&file) }
             .map(SnapshotBytes::from)
-            .map_err(io_err("map", &path))
+            .map_err(io_err(&self.root, "map", &path))
     }
 
     fn retain(&self, actor: &str, keep: usize) -> Result<Vec<u64>, StoreError> {
@@ -217,7 +236,7 @@ impl SnapshotStore for LocalSnapshotStore {
         let mut removed = Vec::new();
         for entry in &list[..excess] {
             let path = self.path(actor, entry.seq);
-            fs::remove_file(&path).map_err(io_err("remove", &path))?;
+            fs::remove_file(&path).map_err(io_err(&self.root, "remove", &path))?;
             self.release(entry.bytes);
             removed.push(entry.seq);
         }
@@ -233,16 +252,16 @@ impl SnapshotStore for LocalSnapshotStore {
                 Ok(())
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(io_err("remove", &path)(e)),
+            Err(e) => Err(io_err(&self.root, "remove", &path)(e)),
         }
     }
 
     fn write_clock_mark(&self, actor: &str, clock_ns: u64) -> Result<(), StoreError> {
         let dir = self.actor_dir(actor);
-        fs::create_dir_all(&dir).map_err(io_err("create", &dir))?;
+        fs::create_dir_all(&dir).map_err(io_err(&self.root, "create", &dir))?;
         let path = dir.join(CLOCK_MARK);
         durable::replace_atomically(&path, format!("{clock_ns}\n").as_bytes())
-            .map_err(io_err("write", &path))
+            .map_err(io_err(&self.root, "write", &path))
     }
 
     fn clock_mark(&self, actor: &str) -> u64 {
@@ -269,7 +288,7 @@ impl SnapshotStore for LocalSnapshotStore {
                 Ok(())
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(io_err("remove", &dir)(e)),
+            Err(e) => Err(io_err(&self.root, "remove", &dir)(e)),
         }
     }
 
@@ -279,8 +298,8 @@ impl SnapshotStore for LocalSnapshotStore {
 
     fn actors(&self) -> Result<Vec<String>, StoreError> {
         let mut names = Vec::new();
-        for entry in fs::read_dir(&self.root).map_err(io_err("read", &self.root))? {
-            let entry = entry.map_err(io_err("read", &self.root))?;
+        for entry in fs::read_dir(&self.root).map_err(io_err(&self.root, "read", &self.root))? {
+            let entry = entry.map_err(io_err(&self.root, "read", &self.root))?;
             if entry.path().is_dir() {
                 names.push(entry.file_name().to_string_lossy().into_owned());
             }

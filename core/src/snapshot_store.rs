@@ -14,7 +14,9 @@ use memmap2::Mmap;
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     /// Writing would exceed `--snapshot-quota`.
-    #[error("snapshot quota exceeded: {needed} more bytes needed, {used} of {quota} bytes in use")]
+    #[error(
+        "--snapshot-quota exceeded: {needed} more bytes needed, {used} of {quota} bytes in use"
+    )]
     Quota {
         /// Size of the new snapshot, in bytes.
         needed: u64,
@@ -23,16 +25,35 @@ pub enum StoreError {
         /// The quota, in bytes.
         quota: u64,
     },
-    /// An I/O operation failed; the message names the path (or object key).
-    #[error("{op} {path}: {source}")]
+    /// An I/O operation failed. The message names the file by its key in
+    /// the store (e.g. `snapshots/NAME/SEQ.snap`), never by a server path,
+    /// so it can be shown to API clients; [`StoreError::detail`] adds the
+    /// path for the server log.
+    #[error("{op} {key}: {source}")]
     Io {
         /// What was being done.
         op: &'static str,
-        /// The file, folder or object.
+        /// The file, folder or object, relative to the store.
+        key: String,
+        /// The file, folder or object as the server knows it (a path).
         path: String,
         /// The OS error (`NotFound` for a missing snapshot).
         source: io::Error,
     },
+}
+
+impl StoreError {
+    /// The message with the server-side path, for the server log (never
+    /// for an API answer: [`Display`](std::fmt::Display) is path-free).
+    #[must_use]
+    pub fn detail(&self) -> String {
+        match self {
+            Self::Io {
+                op, path, source, ..
+            } => format!("{op} {path}: {source}"),
+            Self::Quota { .. } => self.to_string(),
+        }
+    }
 }
 
 /// One stored snapshot.
@@ -177,7 +198,8 @@ pub trait SnapshotStore: Send + Sync + std::fmt::Debug {
     #[must_use]
     fn used_bytes(&self) -> u64;
 
-    /// Where `actor`'s snapshots live, for messages (a folder, a prefix).
+    /// Where `actor`'s snapshots live (a folder, a prefix), for the server
+    /// log: it may be a server path, so never put it in an API answer.
     fn location(&self, actor: &str) -> String;
 
     /// Records that `actor`'s monotonic clock must restart at no less than

@@ -136,15 +136,18 @@ impl AdminApi {
         let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
         let c = &self.control;
         let internal = ControlPath::parse(path);
-        let limit = match (segments.as_slice(), internal) {
-            (["v1", "templates", _], _) => MAX_TEMPLATE_BYTES,
-            (_, Some(ControlPath::Snapshot(..))) => usize::try_from(c.engine().limits().max_memory)
-                .unwrap_or(usize::MAX)
-                .saturating_add(16 << 20),
-            _ => MAX_JSON,
+        let (limit, limit_name) = match (segments.as_slice(), internal) {
+            (["v1", "templates", _], _) => (MAX_TEMPLATE_BYTES, "the module size limit"),
+            (_, Some(ControlPath::Snapshot(..))) => (
+                usize::try_from(c.engine().limits().max_memory)
+                    .unwrap_or(usize::MAX)
+                    .saturating_add(16 << 20),
+                "the snapshot size limit (--max-memory plus 16 MiB)",
+            ),
+            _ => (MAX_JSON, "the JSON body limit"),
         };
         let (parts, body) = request.into_parts();
-        let body = collect_body(&parts, body, limit).await?;
+        let body = collect_body(&parts, body, limit, limit_name).await?;
         if let Some(internal) = internal {
             return self.internal(&method, internal, path, body).await;
         }

@@ -32,6 +32,13 @@ impl ApiError {
         }
     }
 
+    /// 503 without `Retry-After`: the actor is `failed` and stays so until
+    /// someone repairs it (`stasis actor resume --from-snapshot`/`--from-template`),
+    /// so retrying the same request cannot succeed.
+    pub fn failed(message: impl Into<String>) -> Self {
+        Self::new(503, message)
+    }
+
     /// 400.
     pub fn bad_request(message: impl Into<String>) -> Self {
         Self::new(400, message)
@@ -54,13 +61,39 @@ impl ApiError {
 }
 
 impl From<stasis_core::snapshot_store::StoreError> for ApiError {
+    /// 507 for the quota, else 500. The answer names the file by its store
+    /// key only; the server log gets the path.
     fn from(e: stasis_core::snapshot_store::StoreError) -> Self {
         let status = if matches!(e, stasis_core::snapshot_store::StoreError::Quota { .. }) {
             507
         } else {
+            tracing::error!("snapshot store: {}", e.detail());
             500
         };
         Self::new(status, e.to_string())
+    }
+}
+
+/// Longest part of a refused name an error echoes back.
+const NAME_ECHO_CHARS: usize = 63;
+
+/// `name` for an error message: quoted in full up to 63 characters, else
+/// its first 63 and how long it is (an over-long name is not echoed whole).
+#[must_use]
+pub fn echo_name(name: &str) -> String {
+    echo_cut(name, NAME_ECHO_CHARS)
+}
+
+/// `text` quoted for an error message, cut to `max_chars` characters (then
+/// followed by `… (N characters)`).
+#[must_use]
+pub fn echo_cut(text: &str, max_chars: usize) -> String {
+    let chars = text.chars().count();
+    if chars <= max_chars {
+        format!("{text:?}")
+    } else {
+        let head: String = text.chars().take(max_chars).collect();
+        format!("{head:?}… ({chars} characters)")
     }
 }
 
@@ -85,9 +118,14 @@ pub fn check_label(what: &str, name: &str) -> Result<(), ApiError> {
     if is_label(name) {
         Ok(())
     } else {
+        let rule = if name.len() > 63 {
+            "longer than the limit of 63 characters"
+        } else {
+            "use 1-63 lower-case letters, digits and '-', not starting or ending with '-'"
+        };
         Err(ApiError::bad_request(format!(
-            "invalid {what} name {name:?}: use 1-63 lower-case letters, digits and '-', \
-             not starting or ending with '-' (an RFC 1123 label)"
+            "invalid {what} name {}: {rule} (an RFC 1123 label)",
+            echo_name(name)
         )))
     }
 }

@@ -70,20 +70,22 @@ pub fn json_error(error: &ApiError) -> Response<Body> {
     response
 }
 
-/// Collects a request body of at most `limit` bytes.
+/// Collects a request body of at most `limit` bytes; `limit_name` names
+/// that limit in the 413 (a flag such as `--max-body`, or what it is for).
 ///
 /// # Errors
-/// 413 if it is larger (by `Content-Length` up front, or while reading);
+/// 413 naming the limit and its value if it is larger (by `Content-Length` up front, or while reading);
 /// 400 if the connection fails mid-body.
 pub async fn collect_body(
     parts: &hyper::http::request::Parts,
     body: Incoming,
     limit: usize,
+    limit_name: &str,
 ) -> Result<Bytes, ApiError> {
     let too_large = || {
         ApiError::new(
             413,
-            format!("request body larger than the limit of {limit} bytes"),
+            format!("request body larger than {limit_name} ({limit} bytes)"),
         )
     };
     let declared = parts

@@ -18,7 +18,7 @@ use hyper::http::request::Parts;
 use hyper::{Request, Response, StatusCode};
 
 use crate::control::ControlPlane;
-use crate::error::{ApiError, is_label};
+use crate::error::{ApiError, echo_cut, echo_name, is_label};
 use crate::http::{Body, collect_body, text_error};
 
 /// Header that names the actor directly, overriding the host name.
@@ -61,7 +61,8 @@ pub fn actor_from_host(host: &str, domain: &str) -> Result<String, ApiError> {
     let suffix = format!(".actors.{domain}");
     let not_routed = || {
         ApiError::not_found(format!(
-            "no actor at host {host:?}: actors are reached at <actor>.actors.{domain}"
+            "no actor at host {}: actors are reached at <actor>.actors.{domain}",
+            echo_cut(&host, 255)
         ))
     };
     let label = host.strip_suffix(&suffix).ok_or_else(not_routed)?;
@@ -87,7 +88,8 @@ pub fn actor_of(parts: &Parts, domain: &str) -> Result<String, ApiError> {
                 .map_err(|_| ApiError::bad_request("stasis-actor header is not ASCII"))?;
             if !is_label(&name) {
                 return Err(ApiError::bad_request(format!(
-                    "stasis-actor header {name:?} is not a valid actor name"
+                    "stasis-actor header {} is not a valid actor name",
+                    echo_name(&name)
                 )));
             }
             return Ok(name);
@@ -199,7 +201,7 @@ impl Router {
             Err(e) => return text_error(&e),
         };
         let max_body = self.control.engine().limits().max_body;
-        let answer = match collect_body(&parts, body, max_body).await {
+        let answer = match collect_body(&parts, body, max_body, "--max-body").await {
             Ok(body) => self
                 .control
                 .call(route, guest_request(&parts, body))

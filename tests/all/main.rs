@@ -9,6 +9,8 @@
 //! * `restart`: placement racing control-plane restarts, re-joins and
 //!   concurrent drains;
 //! * `demos`: the demo actors survive capture and restore in a new engine;
+//! * `errors`: error hygiene (limits named, no server paths, `Retry-After`
+//!   only where a retry helps) and documented behaviours;
 //! * `hardening`: faults found by trying Stasis as new users and attackers
 //!   would (static constructors, the bearer scheme, metric series, the
 //!   guest clock).
@@ -21,6 +23,7 @@ mod support;
 
 mod cluster;
 mod demos;
+mod errors;
 mod hardening;
 mod http;
 mod reliability;

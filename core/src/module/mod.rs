@@ -49,7 +49,12 @@ pub fn digest(bytes: &[u8]) -> Digest {
 /// one of these is returned.
 #[derive(Debug, thiserror::Error)]
 pub enum ModuleError {
-    /// Not valid WebAssembly (wasmparser's reason and byte offset).
+    /// Not a WebAssembly module at all (no `\0asm` version 1 preamble):
+    /// what the bytes are instead, in one line.
+    #[error("not a WebAssembly module: {0}")]
+    NotWasm(String),
+    /// Not valid WebAssembly (wasmparser's reason and byte offset, in one
+    /// line).
     #[error("invalid wasm module: {0}")]
     Malformed(String),
     /// Valid, but uses a feature whose state a snapshot cannot carry; the
@@ -80,6 +85,20 @@ pub enum ModuleError {
     /// wasmtime could not compile or link the module.
     #[error("module refused by wasmtime: {0:#}")]
     Compile(anyhow::Error),
+}
+
+impl ModuleError {
+    /// [`ModuleError::Malformed`] from a parser error, its message folded
+    /// onto one line (wasmparser's can span several).
+    #[must_use]
+    pub fn malformed(e: &impl std::fmt::Display) -> Self {
+        Self::Malformed(
+            e.to_string()
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" "),
+        )
+    }
 }
 
 /// The value type of a snapshotted global.

@@ -16,7 +16,7 @@ pub fn instrument(
     info: &ModuleInfo,
     variant: Variant,
 ) -> Result<Vec<u8>, ModuleError> {
-    let malformed = |e: wasmparser::BinaryReaderError| ModuleError::Malformed(e.to_string());
+    let malformed = |e: wasmparser::BinaryReaderError| ModuleError::malformed(&e);
     let mut module = wasm_encoder::Module::new();
     let mut added = ExportSection::new();
     append_exports(&mut added, info);

@@ -10,6 +10,41 @@ fn refused(what: impl Into<String>) -> ModuleError {
     ModuleError::Refused(what.into())
 }
 
+/// The 8-byte preamble of a core WebAssembly module: `\0asm`, version 1.
+const PREAMBLE: [u8; 8] = *b"\0asm\x01\0\0\0";
+
+/// Checks that `bytes` start like a core WebAssembly module, so a file that
+/// is something else is named as such in one line (not a parser dump).
+///
+/// # Errors
+/// [`ModuleError::NotWasm`] saying what the first bytes are instead.
+fn check_preamble(bytes: &[u8]) -> Result<(), ModuleError> {
+    if bytes.starts_with(&PREAMBLE) {
+        return Ok(());
+    }
+    let reason = if bytes.is_empty() {
+        "the file is empty".to_owned()
+    } else if bytes.starts_with(b"\0asm") && bytes.len() >= 8 {
+        let version = u32::from_le_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]);
+        if version & 0xffff == 0x0d {
+            "it is a WebAssembly component; push a core module".to_owned()
+        } else {
+            format!("unsupported binary version {version:#x} (expected 1)")
+        }
+    } else if bytes.starts_with(b"\0asm") || PREAMBLE.starts_with(bytes) {
+        format!("the file ends after {} bytes", bytes.len())
+    } else {
+        let head = &bytes[..bytes.len().min(4)];
+        let hex: Vec<String> = head.iter().map(|b| format!("{b:02x}")).collect();
+        format!(
+            "it starts with {} ({:?}), not the magic number 00 61 73 6d (\"\\0asm\")",
+            hex.join(" "),
+            String::from_utf8_lossy(head)
+        )
+    };
+    Err(ModuleError::NotWasm(reason))
+}
+
 /// Validates `bytes` and checks every rule of the snapshot design: only WASI
 /// preview 1 imports, no imported memory/table/global, no shared memory, no
 /// memory64, no custom page sizes, no mutable reference-typed globals, no
@@ -20,9 +55,10 @@ fn refused(what: impl Into<String>) -> ModuleError {
 /// # Errors
 /// A [`ModuleError`] naming the first problem found.
 pub fn analyze(bytes: &[u8]) -> Result<ModuleInfo, ModuleError> {
+    check_preamble(bytes)?;
     Validator::new()
         .validate_all(bytes)
-        .map_err(|e| ModuleError::Malformed(e.to_string()))?;
+        .map_err(|e| ModuleError::malformed(&e))?;
     let mut info = ModuleInfo {
         digest: digest(bytes),
         abi_version: 0,
@@ -35,7 +71,7 @@ pub fn analyze(bytes: &[u8]) -> Result<ModuleInfo, ModuleError> {
     let mut exports_memory = false;
     let mut imported_funcs = 0u32;
     let mut func_index = 0u32;
-    let malformed = |e: wasmparser::BinaryReaderError| ModuleError::Malformed(e.to_string());
+    let malformed = |e: wasmparser::BinaryReaderError| ModuleError::malformed(&e);
     for payload in Parser::new(0).parse_all(bytes) {
         match payload.map_err(malformed)? {
             Payload::ImportSection(reader) => {

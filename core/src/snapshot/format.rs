@@ -331,10 +331,24 @@ fn check_layout(
                 image.index, m.index
             )));
         }
-        if total > max_memory || m.maximum_pages.is_some_and(|max| image.wasm_pages > max) {
+        // Name the limit actually broken: the module's declared maximum
+        // first (it holds whatever the flags say), then --max-memory.
+        if let Some(max) = m.maximum_pages.filter(|&max| image.wasm_pages > max) {
             return Err(SnapshotError::TooLarge(format!(
-                "memory {} claims {} pages ({bytes_claimed} bytes); the limit is {max_memory} bytes",
-                image.index, image.wasm_pages
+                "memory {} claims {} pages ({bytes_claimed} bytes); the module declares \
+                 at most {max} pages ({} bytes)",
+                image.index,
+                image.wasm_pages,
+                max.saturating_mul(WASM_PAGE)
+            )));
+        }
+        if total > max_memory {
+            return Err(SnapshotError::TooLarge(format!(
+                "memory {} claims {} pages ({bytes_claimed} bytes); --max-memory is \
+                 {max_memory} bytes ({} pages)",
+                image.index,
+                image.wasm_pages,
+                max_memory / WASM_PAGE
             )));
         }
         if image.wasm_pages < m.initial_pages {

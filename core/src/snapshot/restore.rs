@@ -71,8 +71,12 @@ pub async fn restore<B: AsRef<[u8]>>(
                 .grow(&mut instance.store, image.wasm_pages - current)
                 .map_err(|e| {
                     SnapshotError::TooLarge(format!(
-                        "memory {} cannot grow to {} pages here: {e}",
-                        image.index, image.wasm_pages
+                        "memory {} cannot grow to {} pages ({} bytes) here \
+                         (--max-memory is {} bytes): {e}",
+                        image.index,
+                        image.wasm_pages,
+                        image.wasm_pages.saturating_mul(65536),
+                        engine.limits().max_memory
                     ))
                 })?;
         }

@@ -242,10 +242,22 @@ async fn snapshot_past_the_declared_maximum_is_too_large() {
     h.memories[0].wasm_pages = 4;
     assert!(snapshot::verify(&rewrite_header(&bytes, &h), &template, max).is_ok());
     h.memories[0].wasm_pages = 5;
-    assert!(matches!(
-        snapshot::verify(&rewrite_header(&bytes, &h), &template, max),
-        Err(SnapshotError::TooLarge(_))
-    ));
+    let err = snapshot::verify(&rewrite_header(&bytes, &h), &template, max).unwrap_err();
+    assert!(matches!(err, SnapshotError::TooLarge(_)), "{err:?}");
+    // The error names the limit broken: the module's maximum, in pages and
+    // bytes, not the engine's --max-memory (which is far larger here).
+    let text = err.to_string();
+    assert!(
+        text.contains("declares at most 4 pages (262144 bytes)"),
+        "{text}"
+    );
+    assert!(!text.contains("max-memory"), "{text}");
+    // Past the engine's limit but within the module's: names --max-memory.
+    h.memories[0].wasm_pages = 3;
+    let text = snapshot::verify(&rewrite_header(&bytes, &h), &template, 2 * 65536)
+        .unwrap_err()
+        .to_string();
+    assert!(text.contains("--max-memory is 131072 bytes"), "{text}");
     // A restore that cannot grow (the memory may hold 4 pages, the snapshot
     // is verified with a generous limit, the engine allows less) fails cleanly.
     let small = StasisEngine::new(Limits {
@@ -258,10 +270,16 @@ async fn snapshot_past_the_declared_maximum_is_too_large() {
     let b = rewrite_header(&bytes, &h);
     let verified = snapshot::verify(&b, &small_template, 4 * 65536).unwrap();
     let result = snapshot::restore(&small, small_template, config(), &verified).await;
-    assert!(matches!(
-        result,
-        Err(RestoreError::Snapshot(SnapshotError::TooLarge(_)))
-    ));
+    match result {
+        Err(RestoreError::Snapshot(e @ SnapshotError::TooLarge(_))) => {
+            assert!(
+                e.to_string().contains("--max-memory is 131072 bytes"),
+                "{e}"
+            );
+        }
+        Err(e) => panic!("wrong error: {e}"),
+        Ok(_) => panic!("restored past --max-memory"),
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -192,9 +192,23 @@ fn abi_and_malformed_errors() {
     let valid = guest(BASE, "");
     let mut truncated = valid.clone();
     truncated.truncate(valid.len() - 3);
+    // Bytes that are not Wasm at all say so, in one line.
     for (name, bytes) in [
         ("empty", Vec::new()),
         ("garbage", b"definitely not wasm".to_vec()),
+        ("short", b"\0as".to_vec()),
+        ("component", b"\0asm\x0d\0\x01\0".to_vec()),
+    ] {
+        let err = load_err(&engine, &bytes);
+        assert!(matches!(err, ModuleError::NotWasm(_)), "{name}: {err:?}");
+        let text = err.to_string();
+        assert!(
+            text.starts_with("not a WebAssembly module: "),
+            "{name}: {text}"
+        );
+        assert_eq!(text.lines().count(), 1, "{name}: {text}");
+    }
+    for (name, bytes) in [
         ("bad section", b"\0asm\x01\0\0\0\xff\x05garbage".to_vec()),
         ("truncated", truncated),
     ] {
@@ -204,6 +218,7 @@ fn abi_and_malformed_errors() {
             err.to_string().starts_with("invalid wasm module"),
             "{name}: {err}"
         );
+        assert_eq!(err.to_string().lines().count(), 1, "{name}: {err}");
     }
     // The base module itself is accepted: the failures above are real.
     load(&engine, &valid);

@@ -345,7 +345,13 @@ impl RemoteWorker {
         let limit = usize::try_from(self.worker.engine().limits().max_memory)
             .unwrap_or(usize::MAX)
             .saturating_add(16 << 20);
-        let body = collect_body(&parts, body, limit).await?;
+        let body = collect_body(
+            &parts,
+            body,
+            limit,
+            "the snapshot size limit (--max-memory plus 16 MiB)",
+        )
+        .await?;
         let header = |name: &str| {
             parts
                 .headers

@@ -13,7 +13,7 @@ use super::membership::Member;
 use super::placement::{HeldAtGate, Placement};
 use super::views::{ActorInfo, PauseInfo};
 use crate::error::{ApiError, check_label};
-use crate::worker::actor::{ActorStatus, ResumeFrom, SnapshotReport};
+use crate::worker::actor::{ActorState, ActorStatus, ResumeFrom, SnapshotReport};
 
 impl ControlPlane {
     /// Creates actor `name` from `template` on the least-loaded worker.
@@ -150,9 +150,27 @@ impl ControlPlane {
         }
     }
 
-    async fn pause_info(&self, name: &str, report: SnapshotReport) -> Result<PauseInfo, ApiError> {
+    /// The answer to a pause (`paused`) or checkpoint: the actor as the
+    /// operation left it, with `report`'s snapshot as its newest, even if a
+    /// request woke it (or a later snapshot was taken) since.
+    async fn pause_info(
+        &self,
+        name: &str,
+        report: SnapshotReport,
+        paused: bool,
+    ) -> Result<PauseInfo, ApiError> {
+        let mut actor = self.actor(name).await?;
+        if paused {
+            actor.state = ActorState::Paused;
+            actor.memory_bytes = 0;
+        }
+        actor.snapshots.retain(|s| s.seq <= report.seq);
+        actor.snapshot = Some(stasis_core::snapshot_store::SnapshotEntry {
+            seq: report.seq,
+            bytes: report.snapshot_bytes,
+        });
         Ok(PauseInfo {
-            actor: self.actor(name).await?,
+            actor,
             snapshot_bytes: report.snapshot_bytes,
             duration_ms: report.duration_ms,
         })
@@ -170,7 +188,7 @@ impl ControlPlane {
             .api
             .pause(name)
             .await?;
-        self.pause_info(name, report).await
+        self.pause_info(name, report, true).await
     }
 
     /// Checkpoints running actor `name`.
@@ -185,7 +203,7 @@ impl ControlPlane {
             .api
             .checkpoint(name)
             .await?;
-        self.pause_info(name, report).await
+        self.pause_info(name, report, false).await
     }
 
     /// Resumes actor `name` from `from`.

@@ -135,9 +135,7 @@ impl ControlPlane {
         actor: &str,
     ) -> Result<Arc<Member>, ApiError> {
         if let Some(reason) = &placement.failure_reason {
-            return Err(ApiError::unavailable(format!(
-                "actor {actor} failed: {reason}"
-            )));
+            return Err(ApiError::failed(format!("actor {actor} failed: {reason}")));
         }
         self.member(&placement.worker)
             .filter(|w| w.incarnation == placement.incarnation && w.state() != WorkerState::Lost)

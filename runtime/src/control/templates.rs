@@ -49,7 +49,7 @@ impl ControlPlane {
         if bytes.len() > MAX_TEMPLATE_BYTES {
             return Err(ApiError::new(
                 413,
-                format!("module larger than {MAX_TEMPLATE_BYTES} bytes"),
+                format!("module larger than the module size limit ({MAX_TEMPLATE_BYTES} bytes)"),
             ));
         }
         for (k, v) in &env {
@@ -85,7 +85,9 @@ impl ControlPlane {
         // Cranelift takes tens of ms: keep it off the async workers' backs.
         tokio::task::block_in_place(|| self.templates.cache().load(&bytes)).map_err(
             |e| match e {
-                ModuleError::Malformed(_) => ApiError::bad_request(e.to_string()),
+                ModuleError::Malformed(_) | ModuleError::NotWasm(_) => {
+                    ApiError::bad_request(e.to_string())
+                }
                 _ => ApiError::new(422, e.to_string()),
             },
         )?;

@@ -275,7 +275,7 @@ impl ActorTask {
     async fn call(&mut self, request: &Request) -> Result<Response, ApiError> {
         if self.instance.is_none() {
             if let Some(reason) = self.failed_reason() {
-                return Err(ApiError::unavailable(format!(
+                return Err(ApiError::failed(format!(
                     "actor {} failed: {reason}",
                     self.name
                 )));
@@ -571,7 +571,7 @@ impl ActorTask {
                 // A repair attempt on a live actor failed: it keeps running
                 // as it was.
                 self.set_state(ActorState::Running);
-                Err(ApiError::unavailable(format!(
+                Err(ApiError::failed(format!(
                     "actor {} keeps running; resume failed: {reason}",
                     self.name
                 )))
@@ -581,7 +581,7 @@ impl ActorTask {
                 let mut status = self.status();
                 status.state = ActorState::Failed;
                 status.error = Some(reason.clone());
-                Err(ApiError::unavailable(format!(
+                Err(ApiError::failed(format!(
                     "actor {} failed: {reason}",
                     self.name
                 )))
@@ -594,12 +594,16 @@ impl ActorTask {
     /// the actor was adopted), so a newest file deleted behind the actor's
     /// back makes the resume fail instead of silently rolling back.
     fn newest_seq(&self) -> Option<u64> {
-        self.status().snapshot.map(|s| s.seq).or_else(|| {
+        let known = self.status().snapshot.map(|s| s.seq).or_else(|| {
             self.store
                 .list(&self.name)
                 .ok()
                 .and_then(|list| list.last().map(|e| e.seq))
-        })
+        });
+        // An acknowledged snapshot missing from the folder at adoption left
+        // `next_seq` past every file there: a plain resume names it (and
+        // fails) instead of rolling back to an older file.
+        known.max(self.next_seq.checked_sub(1))
     }
 
     /// Restores snapshot `seq` and runs `on_resume`.
@@ -644,6 +648,9 @@ impl ActorTask {
         let map = self
             .store
             .open_snapshot(&self.name, seq)
+            .inspect_err(|e| {
+                tracing::warn!(actor = %self.name, "opening snapshot {seq}: {}", e.detail());
+            })
             .map_err(|e| match &e {
                 StoreError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
                     Unrestorable::Broken(format!(

@@ -267,7 +267,8 @@ impl Worker {
         }
         let mut task = self.task(spec, epoch, ActorState::Paused);
         let (list, acknowledged) = self.store.list_acknowledged(&spec.name).unwrap_or_default();
-        let dir = || self.store.location(&spec.name);
+        // Answers name the folder by its key; the log gets where it is.
+        let dir = || format!("snapshots/{}", spec.name);
         let missing = acknowledged.filter(|&acked| list.last().is_none_or(|n| n.seq < acked));
         let problem = match (list.last(), missing) {
             (_, Some(acked)) => {
@@ -307,7 +308,8 @@ impl Worker {
             let mut status = task.status.lock().unwrap_or_else(|p| p.into_inner());
             status.snapshot = list.last().copied();
             if let Some(problem) = problem {
-                tracing::error!(actor = %spec.name, "{problem}");
+                let location = self.store.location(&spec.name);
+                tracing::error!(actor = %spec.name, %location, "{problem}");
                 status.state = ActorState::Failed;
                 status.error = Some(problem);
             }
@@ -476,7 +478,7 @@ impl Worker {
         let status = self.adopt_installed(spec, epoch, installed);
         if status.state == ActorState::Failed {
             self.remove(&spec.name).await;
-            return Err(ApiError::unavailable(status.error.unwrap_or_default()));
+            return Err(ApiError::failed(status.error.unwrap_or_default()));
         }
         if resume && let Err(e) = self.resume(&spec.name, ResumeFrom::Newest).await {
             self.remove(&spec.name).await;

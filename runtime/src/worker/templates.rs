@@ -85,18 +85,23 @@ impl TemplateDir {
     /// 500 if the file cannot be written.
     pub fn keep(&self, digest: &str, bytes: &[u8]) -> Result<(), ApiError> {
         let path = self.path(digest);
-        write_atomically(&path, bytes)
-            .map_err(|e| ApiError::internal(format!("writing {}: {e}", path.display())))
+        write_atomically(&path, bytes).map_err(|e| {
+            tracing::error!(path = %path.display(), "writing a template module: {e}");
+            ApiError::internal(format!("writing template {digest}: {e}"))
+        })
     }
 
     /// The module bytes of template `digest` from the folder.
     ///
     /// # Errors
-    /// 500 naming the file if it cannot be read.
+    /// 500 naming the template if it cannot be read (the path goes to the
+    /// log only: no answer shows a server path).
     pub fn read(&self, digest: &str) -> Result<Vec<u8>, ApiError> {
         let path = self.path(digest);
-        std::fs::read(&path)
-            .map_err(|e| ApiError::internal(format!("reading {}: {e}", path.display())))
+        std::fs::read(&path).map_err(|e| {
+            tracing::error!(path = %path.display(), "reading a template module: {e}");
+            ApiError::internal(format!("reading template {digest}: {e}"))
+        })
     }
 
     /// The compiled template `digest` from memory or the folder, without
