@@ -6,6 +6,8 @@
 //! * `cluster`: remote worker processes, migration, drain, scale out/in;
 //! * `reliability`: limits, runaway guests, crash recovery, retention,
 //!   failed snapshots, idle pause, admin token, `--max-live`;
+//! * `retention`: `--keep-snapshots` and repairs: corrupt snapshots go
+//!   first, every kept snapshot restores;
 //! * `demos`: the demo actors survive capture and restore in a new engine;
 //! * `hardening`: faults found by trying Stasis as new users and attackers
 //!   would (static constructors, the bearer scheme, metric series, the
@@ -22,3 +24,4 @@ mod demos;
 mod hardening;
 mod http;
 mod reliability;
+mod retention;

@@ -26,7 +26,8 @@
 //! allocated: length ≥ the fixed parts, magic, version, recorded length,
 //! checksum, header decoding (bounded), module digest, ABI version, memory
 //! sizes against the engine's limit, page runs against memory and file
-//! bounds, globals against the module. Each failure is a distinct
+//! bounds, globals against the module (index, type, and bits within the
+//! type's width). Each failure is a distinct
 //! [`SnapshotError`] naming the check.
 
 use serde::{Deserialize, Serialize};
@@ -373,7 +374,25 @@ fn check_layout(
             "globals {found:?} do not match the module's {expected:?}"
         )));
     }
+    // Bits past the type's width would be dropped silently by a restore:
+    // such a file does not hold what it claims (found by fuzzing).
+    if let Some(g) = header.globals.iter().find(|g| !fits(g.kind, g.bits)) {
+        return Err(SnapshotError::Layout(format!(
+            "global {} holds {:#x}, wider than its type {:?}",
+            g.index, g.bits, g.kind
+        )));
+    }
     Ok(header)
+}
+
+/// Whether `bits` fits a global of type `kind` (zero-extended to 128).
+fn fits(kind: GlobalKind, bits: u128) -> bool {
+    let width = match kind {
+        GlobalKind::I32 | GlobalKind::F32 => 32,
+        GlobalKind::I64 | GlobalKind::F64 => 64,
+        GlobalKind::V128 => return true,
+    };
+    bits >> width == 0
 }
 
 /// Whether two snapshot files hold the same actor state: equal headers
