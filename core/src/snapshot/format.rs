@@ -279,7 +279,8 @@ impl<B: AsRef<[u8]>> VerifiedSnapshot<B> {
 }
 
 /// Checks `bytes` as described in the module docs, against `template` and
-/// the engine's memory limit (`max_memory`, bytes).
+/// the engine's memory limit (`max_memory`, bytes, for each linear memory,
+/// as the engine applies it).
 ///
 /// # Errors
 /// The first failed check, as a [`SnapshotError`].
@@ -322,17 +323,18 @@ fn check_layout(
     let data_end = (bytes.len() - TRAILER_LEN) as u64;
     // Pages live after the header, from the first 4 KiB boundary on.
     let data_start = data_start(recorded_header_len(bytes)) as u64;
-    let mut total = 0u64;
     for (image, m) in header.memories.iter().zip(&info.memories) {
         let bytes_claimed = image.wasm_pages.saturating_mul(WASM_PAGE);
-        total = total.saturating_add(bytes_claimed);
         if image.index != m.index {
             return Err(SnapshotError::Layout(format!(
                 "memory index {} where the module has {}",
                 image.index, m.index
             )));
         }
-        if total > max_memory || m.maximum_pages.is_some_and(|max| image.wasm_pages > max) {
+        // Per memory, as the engine's limiter grows each one: a total
+        // would refuse what a multi-memory actor captured (found by
+        // fuzzing).
+        if bytes_claimed > max_memory || m.maximum_pages.is_some_and(|max| image.wasm_pages > max) {
             return Err(SnapshotError::TooLarge(format!(
                 "memory {} claims {} pages ({bytes_claimed} bytes); the limit is {max_memory} bytes",
                 image.index, image.wasm_pages

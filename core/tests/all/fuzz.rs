@@ -669,9 +669,12 @@ fn check_snapshot(base: usize, bytes: &[u8]) {
         tally("snapshot", &outcome);
         match verified {
             Err(SnapshotError::TooLarge(msg)) => {
-                // Beyond the engine's limit, the limit is named.
+                // Beyond the engine's limit (per memory), the limit is named.
                 if let Ok(header) = snapshot::verify_header(&owned)
-                    && header.memory_bytes() > MAX_MEMORY
+                    && header
+                        .memories
+                        .iter()
+                        .any(|image| image.wasm_pages.saturating_mul(65536) > MAX_MEMORY)
                     && header
                         .memories
                         .iter()

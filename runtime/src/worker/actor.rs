@@ -807,7 +807,7 @@ impl ActorTask {
     /// source that does not verify (known corrupt), so retention keeps the
     /// source and good snapshots instead (docs/operations.md, "Retention
     /// and repairs"). Failures are logged: the repair itself succeeded.
-    async fn remove_corrupt_snapshots(&self, from: ResumeFrom) {
+    async fn remove_corrupt_snapshots(&mut self, from: ResumeFrom) {
         let source = match from {
             ResumeFrom::Snapshot(seq) => Some(seq),
             ResumeFrom::Template | ResumeFrom::Newest => None,
