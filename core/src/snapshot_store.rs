@@ -218,3 +218,42 @@ pub trait SnapshotStore: Send + Sync + std::fmt::Debug {
     #[must_use]
     fn clock_mark(&self, actor: &str) -> u64;
 }
+
+/// Deletes every snapshot of `actor` except `source` that does not verify
+/// against `template` under `max_memory` (bytes): snapshots known to be
+/// corrupt. A repair calls this before it writes the repaired state, so
+/// that retention, which keeps the newest snapshots, never keeps a corrupt
+/// one in place of the snapshot the repair came from (`source`: the
+/// snapshot it resumed from, `None` when it started from the template).
+/// Returns the deleted sequence numbers, each with the reason it did not
+/// verify. A snapshot that cannot be opened (missing, not mappable) is not
+/// known to be corrupt and stays.
+///
+/// # Errors
+/// [`StoreError::Io`] if the snapshots cannot be listed or one cannot be
+/// deleted.
+pub fn remove_corrupt(
+    store: &dyn SnapshotStore,
+    actor: &str,
+    template: &crate::module::Template,
+    max_memory: u64,
+    source: Option<u64>,
+) -> Result<Vec<(u64, String)>, StoreError> {
+    let mut removed = Vec::new();
+    for entry in store.list(actor)? {
+        if Some(entry.seq) == source {
+            continue;
+        }
+        // A snapshot that cannot be opened now (gone, or out of memory to
+        // map it) is not known to be corrupt: it stays.
+        let Ok(bytes) = store.open_snapshot(actor, entry.seq) else {
+            continue;
+        };
+        if let Err(problem) = crate::snapshot::verify(bytes, template, max_memory) {
+            let problem = problem.to_string();
+            store.remove(actor, entry.seq)?;
+            removed.push((entry.seq, problem));
+        }
+    }
+    Ok(removed)
+}

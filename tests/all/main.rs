@@ -8,6 +8,8 @@
 //!   failed snapshots, idle pause, admin token, `--max-live`;
 //! * `restart`: placement racing control-plane restarts, re-joins and
 //!   concurrent drains;
+//! * `retention`: `--keep-snapshots` and repairs: corrupt snapshots go
+//!   first, every kept snapshot restores;
 //! * `demos`: the demo actors survive capture and restore in a new engine;
 //! * `errors`: error hygiene (limits named, no server paths, `Retry-After`
 //!   only where a retry helps) and documented behaviours;
@@ -28,3 +30,4 @@ mod hardening;
 mod http;
 mod reliability;
 mod restart;
+mod retention;

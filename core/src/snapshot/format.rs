@@ -26,7 +26,8 @@
 //! allocated: length ≥ the fixed parts, magic, version, recorded length,
 //! checksum, header decoding (bounded), module digest, ABI version, memory
 //! sizes against the engine's limit, page runs against memory and file
-//! bounds, globals against the module. Each failure is a distinct
+//! bounds, globals against the module (index, type, and bits within the
+//! type's width). Each failure is a distinct
 //! [`SnapshotError`] naming the check.
 
 use serde::{Deserialize, Serialize};
@@ -278,7 +279,8 @@ impl<B: AsRef<[u8]>> VerifiedSnapshot<B> {
 }
 
 /// Checks `bytes` as described in the module docs, against `template` and
-/// the engine's memory limit (`max_memory`, bytes).
+/// the engine's memory limit (`max_memory`, bytes, for each linear memory,
+/// as the engine applies it).
 ///
 /// # Errors
 /// The first failed check, as a [`SnapshotError`].
@@ -321,10 +323,8 @@ fn check_layout(
     let data_end = (bytes.len() - TRAILER_LEN) as u64;
     // Pages live after the header, from the first 4 KiB boundary on.
     let data_start = data_start(recorded_header_len(bytes)) as u64;
-    let mut total = 0u64;
     for (image, m) in header.memories.iter().zip(&info.memories) {
         let bytes_claimed = image.wasm_pages.saturating_mul(WASM_PAGE);
-        total = total.saturating_add(bytes_claimed);
         if image.index != m.index {
             return Err(SnapshotError::Layout(format!(
                 "memory index {} where the module has {}",
@@ -342,7 +342,10 @@ fn check_layout(
                 max.saturating_mul(WASM_PAGE)
             )));
         }
-        if total > max_memory {
+        // Per memory, as the engine's limiter grows each one: a total
+        // would refuse what a multi-memory actor captured (found by
+        // fuzzing).
+        if bytes_claimed > max_memory {
             return Err(SnapshotError::TooLarge(format!(
                 "memory {} claims {} pages ({bytes_claimed} bytes); --max-memory is \
                  {max_memory} bytes ({} pages)",
@@ -387,7 +390,25 @@ fn check_layout(
             "globals {found:?} do not match the module's {expected:?}"
         )));
     }
+    // Bits past the type's width would be dropped silently by a restore:
+    // such a file does not hold what it claims (found by fuzzing).
+    if let Some(g) = header.globals.iter().find(|g| !fits(g.kind, g.bits)) {
+        return Err(SnapshotError::Layout(format!(
+            "global {} holds {:#x}, wider than its type {:?}",
+            g.index, g.bits, g.kind
+        )));
+    }
     Ok(header)
+}
+
+/// Whether `bits` fits a global of type `kind` (zero-extended to 128).
+fn fits(kind: GlobalKind, bits: u128) -> bool {
+    let width = match kind {
+        GlobalKind::I32 | GlobalKind::F32 => 32,
+        GlobalKind::I64 | GlobalKind::F64 => 64,
+        GlobalKind::V128 => return true,
+    };
+    bits >> width == 0
 }
 
 /// Whether two snapshot files hold the same actor state: equal headers

@@ -5,12 +5,15 @@
 //!   segments, multi-memory and sparse large memories, the guest clock.
 //! * [`module`]: refused module features, ABI and malformed-module errors.
 //! * [`format`]: corrupt snapshot files, size limits, `same_state`.
+//! * [`fuzz`]: property-based fuzzing of the snapshot loader and module
+//!   validation and rewriting.
 //! * [`store`]: the snapshot files: retention, temp files, quota, mapping.
 //! * [`pooling`]: the pooling allocator's slots.
 //! * [`support`]: the helpers they share.
 
 mod capture_restore;
 mod format;
+mod fuzz;
 mod module;
 mod pooling;
 mod store;

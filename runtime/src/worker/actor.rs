@@ -15,7 +15,9 @@ use stasis_core::engine::StasisEngine;
 use stasis_core::instance::{ActorInstance, CallError, InstanceConfig};
 use stasis_core::module::Template;
 use stasis_core::snapshot::{self, VerifiedSnapshot};
-use stasis_core::snapshot_store::{SnapshotBytes, SnapshotEntry, SnapshotStore, StoreError};
+use stasis_core::snapshot_store::{
+    SnapshotBytes, SnapshotEntry, SnapshotStore, StoreError, remove_corrupt,
+};
 use stasis_host_api::{Request, Response};
 use tokio::sync::{OwnedSemaphorePermit, mpsc};
 
@@ -548,7 +550,9 @@ impl ActorTask {
                 }
                 if from != ResumeFrom::Newest {
                     // Make the repaired state the newest snapshot, so a later
-                    // rollback does not land on the bad one again.
+                    // rollback does not land on the bad one again; corrupt
+                    // snapshots go first, so retention keeps good ones.
+                    self.remove_corrupt_snapshots(from).await;
                     self.snapshot(started).await?;
                 }
                 Ok(())
@@ -586,6 +590,32 @@ impl ActorTask {
                     self.name
                 )))
             }
+        }
+    }
+
+    /// Deletes, for a repair from `from`, every snapshot but the repair's
+    /// source that does not verify (known corrupt), so retention keeps the
+    /// source and good snapshots instead (docs/operations.md, "Retention
+    /// and repairs"). Failures are logged: the repair itself succeeded.
+    async fn remove_corrupt_snapshots(&mut self, from: ResumeFrom) {
+        let source = match from {
+            ResumeFrom::Snapshot(seq) => Some(seq),
+            ResumeFrom::Template | ResumeFrom::Newest => None,
+        };
+        let (store, actor) = (self.store.clone(), self.name.clone());
+        let (template, max_memory) = (self.template.clone(), self.engine.limits().max_memory);
+        let removed = tokio::task::spawn_blocking(move || {
+            remove_corrupt(store.as_ref(), &actor, &template, max_memory, source)
+        })
+        .await;
+        match removed {
+            Ok(Ok(removed)) => {
+                for (seq, problem) in removed {
+                    tracing::warn!(actor = %self.name, seq, "repair deleted corrupt snapshot: {problem}");
+                }
+            }
+            Ok(Err(e)) => tracing::warn!(actor = %self.name, "removing corrupt snapshots: {e}"),
+            Err(e) => tracing::warn!(actor = %self.name, "removing corrupt snapshots: {e}"),
         }
     }
 
