@@ -7,6 +7,7 @@ mod commands;
 mod output;
 mod process;
 mod serve;
+mod verbs;
 mod worker_run;
 
 use std::process::ExitCode;

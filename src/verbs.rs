@@ -1,0 +1,238 @@
+//! The client verbs' command line: the `clap` shape of `stasis template`,
+//! `actor`, `worker`, `rebalance` and `gc` with their options and flags
+//! (`docs/api.md` maps each to its admin API route). Turning a parsed verb
+//! into a request and printing its answer is [`crate::commands`]' job.
+
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand, ValueEnum};
+
+/// How a verb prints its answer.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    /// Aligned columns, or `key: value` lines for one object.
+    #[default]
+    Table,
+    /// The server's JSON, pretty-printed, fields as the server sent them
+    /// (`{}` for a delete, which answers with no body).
+    Json,
+}
+
+/// Options every client verb takes.
+#[derive(Debug, Clone, Args)]
+pub struct ClientArgs {
+    /// Admin API of the `stasis serve` to talk to.
+    #[arg(
+        long,
+        env = "STASIS_ADMIN",
+        default_value = "http://127.0.0.1:7070",
+        value_name = "URL",
+        help_heading = "Client options"
+    )]
+    pub admin: String,
+    /// Bearer token for the admin API (required when it listens beyond loopback).
+    #[arg(
+        long,
+        env = "STASIS_ADMIN_TOKEN",
+        hide_env_values = true,
+        value_name = "TOKEN",
+        help_heading = "Client options"
+    )]
+    pub admin_token: Option<String>,
+    /// Output format: a table for people, or the server's JSON for scripts.
+    #[arg(
+        short = 'o',
+        long,
+        value_enum,
+        default_value_t = OutputFormat::Table,
+        value_name = "FORMAT",
+        help_heading = "Client options"
+    )]
+    pub output: OutputFormat,
+}
+
+/// Client verbs: they drive a running `stasis serve` through its admin API.
+#[derive(Debug, Subcommand)]
+pub enum ClientCommand {
+    /// Push, list, show and delete templates (guest modules).
+    #[command(subcommand)]
+    Template(TemplateCommand),
+    /// Create, list, inspect, pause, resume, checkpoint, migrate and delete actors.
+    #[command(subcommand)]
+    Actor(ActorCommand),
+    /// List, drain and undrain workers.
+    #[command(subcommand)]
+    Worker(WorkerCommand),
+    /// Move actors between workers to even out the load; prints the moves.
+    Rebalance {
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Delete snapshot files no actor needs; prints what was reclaimed.
+    Gc {
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+}
+
+/// `stasis template ...`.
+#[derive(Debug, Subcommand)]
+pub enum TemplateCommand {
+    /// Upload a guest module (.wasm) under NAME; pushing the same bytes and
+    /// env again is a no-op.
+    Push {
+        /// Template name (1-63 of a-z, 0-9 and -).
+        name: String,
+        /// The .wasm file (wasm32-wasip1, built with the guest SDK).
+        file: PathBuf,
+        /// WASI environment variable of the template; repeatable.
+        #[arg(long = "env", value_name = "K=V", value_parser = parse_env_pair)]
+        env: Vec<(String, String)>,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// List templates, sorted by name.
+    List {
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Show one template.
+    Get {
+        /// Template name.
+        name: String,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Delete a template no actor uses (with -o json, prints {}).
+    Delete {
+        /// Template name.
+        name: String,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+}
+
+/// `stasis actor ...`.
+#[derive(Debug, Subcommand)]
+pub enum ActorCommand {
+    /// Create an actor from a template and start it on a worker.
+    Create {
+        /// Actor name (1-63 of a-z, 0-9 and -); it is reached at NAME.actors.<domain>.
+        name: String,
+        /// The template to instantiate.
+        #[arg(long, value_name = "TEMPLATE")]
+        template: String,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// List actors, sorted by name.
+    List {
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Show one actor.
+    Get {
+        /// Actor name.
+        name: String,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Snapshot an actor and unload it (idempotent); prints the snapshot size
+    /// and how long the pause took.
+    Pause {
+        /// Actor name.
+        name: String,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Load a paused actor again, by default from its newest snapshot.
+    Resume {
+        /// Actor name.
+        name: String,
+        /// Restore this snapshot (see `actor get`) instead of the newest.
+        #[arg(long, value_name = "SEQ", conflicts_with = "from_template")]
+        from_snapshot: Option<u64>,
+        /// Start over from the template, dropping the actor's state.
+        #[arg(long)]
+        from_template: bool,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Take a snapshot of a running actor without unloading it.
+    Checkpoint {
+        /// Actor name.
+        name: String,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Delete an actor and its snapshots (with -o json, prints {}).
+    Delete {
+        /// Actor name.
+        name: String,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Move an actor to another worker; prints the downtime.
+    Migrate {
+        /// Actor name.
+        name: String,
+        /// The worker to move it to.
+        #[arg(long, value_name = "WORKER")]
+        to: String,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+}
+
+/// `stasis worker ...`.
+#[derive(Debug, Subcommand)]
+pub enum WorkerCommand {
+    /// List workers.
+    List {
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Move every actor off a worker and mark it drained; waits until done.
+    Drain {
+        /// Worker name.
+        name: String,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Put a draining or drained worker back into service (`ready`); a
+    /// running drain stops. Existing actors move to it on the next
+    /// `stasis rebalance`.
+    Undrain {
+        /// Worker name.
+        name: String,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Run a remote worker: join the control plane at --join and host the
+    /// actors it places here (a server; runs until SIGINT/SIGTERM, which
+    /// drains it first).
+    Run(crate::worker_run::WorkerRunArgs),
+}
+
+/// A `--env K=V` value: split at the first `=`; the key must not be empty.
+fn parse_env_pair(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some(("", _)) => Err(format!("{s:?}: the variable name before '=' is empty")),
+        Some((key, value)) => Ok((key.to_owned(), value.to_owned())),
+        None => Err(format!("{s:?} is not K=V")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_env_pair;
+
+    #[test]
+    fn env_pairs_split_at_the_first_equals_sign() {
+        assert_eq!(parse_env_pair("K=V"), Ok(("K".into(), "V".into())));
+        assert_eq!(parse_env_pair("K="), Ok(("K".into(), String::new())));
+        assert_eq!(parse_env_pair("A=b=c"), Ok(("A".into(), "b=c".into())));
+        assert!(parse_env_pair("=V").is_err());
+        assert!(parse_env_pair("K").is_err());
+    }
+}
