@@ -11,9 +11,11 @@
 
 pub mod api;
 pub mod auth;
+pub mod client;
 pub mod control;
 pub mod error;
 pub mod http;
+pub mod ingress;
 pub mod metrics;
 pub mod router;
 pub mod server;

@@ -15,6 +15,7 @@ use hyper_util::rt::TokioExecutor;
 use serde::{Deserialize, Serialize};
 use stasis_host_api::{Request, Response};
 
+use crate::client::{self, ClientGone};
 use crate::error::ApiError;
 use crate::worker::actor::{ActorStatus, Captured, ResumeFrom, SnapshotReport};
 use crate::worker::{ActorSpec, Worker};
@@ -424,29 +425,31 @@ impl WorkerEntry {
         }
     }
 
-    /// Hands a request to the actor.
+    /// Hands a request to the actor. When `gone` is cancelled first, a
+    /// local worker gives the request up unless the guest runs it (see
+    /// [`crate::client`]); the forward to a remote worker is dropped, so
+    /// that worker's serving loop sees its client leave and decides the
+    /// same way.
     ///
     /// # Errors
-    /// The actor's, guest's or transport's failure.
+    /// The actor's, guest's or transport's failure;
+    /// [`crate::client::ABANDONED`] when the client left first.
     pub async fn call(
         &self,
         actor: &str,
         epoch: u64,
         request: Request,
+        gone: &ClientGone,
     ) -> Result<Response, ApiError> {
         match &self.kind {
-            WorkerKind::Local(w) => w.call(actor, epoch, request).await,
+            WorkerKind::Local(w) => w.call(actor, epoch, request, gone).await,
             WorkerKind::Remote(p) => {
                 let body = stasis_host_api::encode_request(&request)
                     .map_err(|e| ApiError::bad_request(e.to_string()))?;
-                let (_, _, answer) = p
-                    .send(
-                        Method::POST,
-                        &actor_path(actor, "call"),
-                        &[(EPOCH_HEADER, epoch.to_string())],
-                        body,
-                    )
-                    .await?;
+                let path = actor_path(actor, "call");
+                let headers = [(EPOCH_HEADER, epoch.to_string())];
+                let forward = p.send(Method::POST, &path, &headers, body);
+                let (_, _, answer) = client::unless_gone(gone, actor, forward).await?;
                 stasis_host_api::decode_response(&answer)
                     .map_err(|e| ApiError::new(502, format!("worker {}: {e}", self.name)))
             }

@@ -21,6 +21,7 @@ use anyhow::Context as _;
 use serde::Serialize;
 use stasis_host_api::{Request, Response};
 
+use crate::client::{self, ClientGone};
 use crate::error::{ApiError, check_label};
 use crate::metrics::{Metrics, StateLabel};
 use crate::worker::actor::{ActorState, ActorStatus, ResumeFrom, SnapshotReport};
@@ -944,11 +945,19 @@ impl ControlPlane {
 
     /// Hands an HTTP request to actor `name`, through its gate: while the
     /// actor moves, the request waits; a call refused for a stale epoch is
-    /// sent again to the current owner with the same body.
+    /// sent again to the current owner with the same body. When `gone` is
+    /// cancelled first, the request is given up unless the guest runs it
+    /// (see [`crate::client`]).
     ///
     /// # Errors
-    /// 404 unknown actor; the worker's or guest's failure.
-    pub async fn call(&self, name: &str, request: Request) -> Result<Response, ApiError> {
+    /// 404 unknown actor; the worker's or guest's failure;
+    /// [`crate::client::ABANDONED`] when the client left first.
+    pub async fn call(
+        &self,
+        name: &str,
+        request: Request,
+        gone: &ClientGone,
+    ) -> Result<Response, ApiError> {
         let mut attempts = 0;
         let hold = self.config.worker.hold_timeout;
         loop {
@@ -957,16 +966,22 @@ impl ControlPlane {
                 Ok(open) => open,
                 Err(_) => {
                     let _held = HeldAtGate::enter(&held, self.config.worker.max_held, name)?;
-                    tokio::time::timeout(hold, gate.read()).await.map_err(|_| {
-                        ApiError::unavailable(format!(
-                            "actor {name} is moving and did not take the request within the hold timeout of {hold:?}"
-                        ))
-                    })?
+                    let open = async {
+                        tokio::time::timeout(hold, gate.read()).await.map_err(|_| {
+                            ApiError::unavailable(format!(
+                                "actor {name} is moving and did not take the request within the hold timeout of {hold:?}"
+                            ))
+                        })
+                    };
+                    client::unless_gone(gone, name, open).await?
                 }
             };
             let placement = self.placement_of(name)?;
             let entry = self.entry_of(&placement, name)?;
-            match entry.call(name, placement.epoch, request.clone()).await {
+            match entry
+                .call(name, placement.epoch, request.clone(), gone)
+                .await
+            {
                 Err(e) if e.status == 421 && attempts < 3 => {
                     attempts += 1;
                     tracing::debug!(actor = name, "retrying on the current owner: {e}");

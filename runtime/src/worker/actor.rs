@@ -19,10 +19,11 @@ use stasis_core::module::Template;
 use stasis_core::snapshot::{self, VerifiedSnapshot};
 use stasis_core::snapshot_store::{SnapshotBytes, SnapshotEntry, SnapshotStore, StoreError};
 use stasis_host_api::{Request, Response};
-use tokio::sync::{OwnedSemaphorePermit, mpsc, oneshot};
+use tokio::sync::{Notify, OwnedSemaphorePermit, mpsc, oneshot};
 
 use super::clock::ActorClock;
 use super::live::LiveSlots;
+use crate::client;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 
@@ -161,27 +162,76 @@ pub enum ResumeFrom {
     Template,
 }
 
+/// In the mailbox.
 const WAITING: u8 = 0;
+/// Taken by the actor task, before the guest runs it (e.g. waiting for a
+/// `--max-live` slot).
 const STARTED: u8 = 1;
-const CANCELLED: u8 = 2;
+/// The guest runs (or ran) it.
+const RUNNING: u8 = 2;
+/// Given up at the hold timeout.
+const CANCELLED: u8 = 3;
+/// Given up because its client left.
+const ABANDONED: u8 = 4;
 
 /// Decides, exactly once, whether a held request runs or is given up
-/// (hold timeout): whichever side claims it first wins.
+/// (hold timeout, or its client left): whichever side claims it first wins.
+/// The hold timeout can give a request up only while it is in the mailbox;
+/// a client that leaves can also while the actor prepares to run it (waits
+/// for a live-instance slot), never once the guest runs it.
 #[derive(Debug, Default)]
-pub struct Ticket(AtomicU8);
+pub struct Ticket {
+    state: AtomicU8,
+    /// Woken when the client leaves.
+    left: Notify,
+}
 
 impl Ticket {
-    fn start(&self) -> bool {
-        self.0
-            .compare_exchange(WAITING, STARTED, Ordering::AcqRel, Ordering::Acquire)
+    fn claim(&self, from: u8, to: u8) -> bool {
+        self.state
+            .compare_exchange(from, to, Ordering::AcqRel, Ordering::Acquire)
             .is_ok()
     }
 
-    /// Gives the request up; false if the actor already started it.
+    /// The actor takes the request; false if it was given up.
+    fn start(&self) -> bool {
+        self.claim(WAITING, STARTED)
+    }
+
+    /// The guest is about to run the request; false if its client left.
+    fn run(&self) -> bool {
+        self.claim(STARTED, RUNNING)
+    }
+
+    /// Resolves once the client has left (or at once if it has).
+    async fn abandoned(&self) {
+        loop {
+            let left = self.left.notified();
+            tokio::pin!(left);
+            left.as_mut().enable();
+            if self.state.load(Ordering::Acquire) == ABANDONED {
+                return;
+            }
+            left.await;
+        }
+    }
+
+    /// Gives the request up at the hold timeout; false if the actor
+    /// already took it.
+    #[must_use]
     pub fn cancel(&self) -> bool {
-        self.0
-            .compare_exchange(WAITING, CANCELLED, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
+        self.claim(WAITING, CANCELLED)
+    }
+
+    /// Gives the request up because its client left; false if the guest
+    /// already runs it (or it was given up before).
+    #[must_use]
+    pub fn abandon(&self) -> bool {
+        let abandoned = self.claim(WAITING, ABANDONED) || self.claim(STARTED, ABANDONED);
+        if abandoned {
+            self.left.notify_waiters();
+        }
+        abandoned
     }
 }
 
@@ -410,7 +460,7 @@ impl ActorTask {
                     return true;
                 }
                 let result = if epoch == self.epoch {
-                    self.call(&request).await
+                    self.call(&request, &ticket).await
                 } else {
                     Err(ApiError::new(
                         421,
@@ -475,7 +525,7 @@ impl ActorTask {
         true
     }
 
-    async fn call(&mut self, request: &Request) -> Result<Response, ApiError> {
+    async fn call(&mut self, request: &Request, ticket: &Ticket) -> Result<Response, ApiError> {
         if self.instance.is_none() {
             if let Some(reason) = self.failed_reason() {
                 return Err(ApiError::unavailable(format!(
@@ -483,7 +533,16 @@ impl ActorTask {
                     self.name
                 )));
             }
+            // A client that leaves while its request waits for a slot
+            // takes the request with it.
+            tokio::select! {
+                taken = self.take_slot() => taken?,
+                () = ticket.abandoned() => return Err(client::abandoned(&self.name)),
+            }
             self.resume(ResumeFrom::Newest).await?;
+        }
+        if !ticket.run() {
+            return Err(client::abandoned(&self.name));
         }
         let now_ns = self
             .instance

@@ -26,6 +26,7 @@ use tokio::net::TcpListener;
 use super::actor::{ActorSettings, Replicator};
 use super::{ActorSpec, Worker, WorkerSettings};
 use crate::auth::authorize;
+use crate::client::ClientGone;
 use crate::control::handle::{
     EPOCH_HEADER, JoinAnswer, JoinRequest, LIVE_HEADER, Peer, RemoteSpec, ResumeRequest,
     SEQ_HEADER, SPEC_HEADER,
@@ -447,7 +448,9 @@ impl RemoteWorker {
                     .ok_or_else(|| ApiError::bad_request(format!("missing {EPOCH_HEADER}")))?;
                 let request = stasis_host_api::decode_request(&body)
                     .map_err(|e| ApiError::bad_request(e.to_string()))?;
-                let response = w.call(name, epoch, request).await?;
+                // Never cancelled: when the router's forward is dropped, this
+                // serving loop drops the call, which gives the request up.
+                let response = w.call(name, epoch, request, &ClientGone::new()).await?;
                 let bytes =
                     stasis_host_api::encode_response(&response).map_err(ApiError::internal)?;
                 Ok(Response::new(Full::new(Bytes::from(bytes))))
