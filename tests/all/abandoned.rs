@@ -208,3 +208,39 @@ async fn a_forward_to_a_remote_worker_is_abandoned_with_its_client() {
     );
     assert_eq!(metric(&server, ABANDONED).await, 3);
 }
+
+/// A request held at a moving actor's closed gate: the move waits for the
+/// running `POST /sleep` to finish before it closes the gate, and a request
+/// arriving meanwhile waits at the gate; its client leaves, so it is given
+/// up there and never applied, on either worker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_held_at_a_closed_gate_is_abandoned_with_its_client() {
+    let server = Server::start(&["--workers", "2"]);
+    server.push("faulty");
+    server.create("g", "faulty");
+    let to = if server.worker_of("g") == "worker-1" {
+        "worker-2"
+    } else {
+        "worker-1"
+    };
+    let addr = server.ingress;
+    let sleeper = tokio::spawn(async move {
+        support::to_actor(&client(), addr, "g", "POST", "/sleep?ms=2000").await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let migrate = server.migrate_in_background("g", to);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    leave_after(addr, "g", "POST", "/", Duration::from_millis(500)).await;
+    let slept = sleeper.await.expect("sleeper");
+    assert_eq!(slept.status, 200, "{slept:?}");
+    let moved = migrate.await.expect("migrate");
+    assert!(moved.status.success(), "{moved:?}");
+    assert_eq!(server.worker_of("g"), to);
+    let after = support::to_actor(&client(), addr, "g", "GET", "/").await;
+    assert_eq!(
+        count(&after),
+        0,
+        "the abandoned POST was applied: {after:?}"
+    );
+    assert_eq!(metric(&server, ABANDONED).await, 1);
+}
