@@ -188,7 +188,10 @@ impl Router {
             gone,
         ));
         routed.await.unwrap_or_else(|e| {
-            text_error(&ApiError::internal(format!("routing the request: {e}")))
+            tracing::error!("routing a request: {e}");
+            text_error(&ApiError::internal(
+                "internal error while routing the request",
+            ))
         })
     }
 }
