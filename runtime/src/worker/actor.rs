@@ -256,7 +256,8 @@ pub enum Command {
         /// The request (boxed: every actor's mailbox allocates room for
         /// 32 commands up front, so the command is kept small).
         request: Box<Request>,
-        /// Decides between running it and the hold timeout.
+        /// Decides between running it and giving it up (hold timeout, or
+        /// its client left).
         ticket: Arc<Ticket>,
         /// Where the answer goes.
         reply: oneshot::Sender<Result<Response, ApiError>>,
