@@ -29,8 +29,9 @@ use stasis_core::engine::Limits;
 use stasis_core::snapshot_files::LocalSnapshotStore;
 use stasis_core::snapshot_store::SnapshotStore as _;
 use stasis_host_api::Request;
-use stasis_runtime::client::ClientGone;
+use stasis_runtime::client_gone::ClientGone;
 use stasis_runtime::metrics::Metrics;
+use stasis_runtime::worker::templates::TemplateDir;
 use stasis_runtime::worker::{ActorSpec, Worker, WorkerSettings};
 use stasis_test_util::admin::{self, call_ok};
 use stasis_test_util::data::{random_bytes, write_fsync};
@@ -404,6 +405,11 @@ fn direct(ctx: &Ctx) -> Direct {
         .expect("temp dir");
     let engine = engine::engine(Limits::default());
     let template = engine::load(&engine, &STASIS.demo_wasm("counter"));
+    let templates = TemplateDir::new(
+        engine::module_cache(&engine),
+        tmp.path().join("templates"),
+        None,
+    );
     let store =
         Arc::new(LocalSnapshotStore::open(tmp.path().join("snapshots"), None).expect("store"));
     let worker = Worker::new(
@@ -413,6 +419,7 @@ fn direct(ctx: &Ctx) -> Direct {
         Arc::new(Metrics::default()),
         WorkerSettings::default(),
         None,
+        Arc::new(templates),
     );
     let spec = ActorSpec {
         name: "counter".into(),

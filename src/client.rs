@@ -1,24 +1,21 @@
-//! A small HTTP/1 client for the admin API of `stasis serve`
-//! (`docs/api.md`): one request per call, JSON error bodies turned into
-//! one-line errors, connection failures that name the URL.
+//! The CLI's client of the admin API of `stasis serve` (`docs/api.md`), a
+//! thin layer over the runtime's HTTP client core
+//! ([`stasis_runtime::http_client`]): one request per call, error answers
+//! turned into one-line errors with advice, connection failures that name
+//! the URL.
 
 use std::fmt;
 use std::time::Duration;
 
-use anyhow::{Context, anyhow, bail};
+use anyhow::{anyhow, bail};
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-use hyper::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderValue, RETRY_AFTER, USER_AGENT};
-use hyper::{Method, Request, StatusCode, Uri};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
+use hyper::header::{ACCEPT, CONTENT_TYPE};
+use hyper::{Method, StatusCode, Uri};
+use stasis_runtime::error::ApiError;
+use stasis_runtime::http_client::{Answer, HttpClient, Unanswered};
 
 /// How long establishing the TCP connection may take before the call fails.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Longest error message kept from a non-JSON error body.
-const MAX_ERROR_TEXT: usize = 300;
 
 /// A request body and its content type.
 #[derive(Debug, Clone)]
@@ -38,62 +35,35 @@ pub struct Reply {
     pub body: Bytes,
 }
 
-/// A non-2xx answer: the status and the server's one-line reason.
+/// A non-2xx answer as the CLI reports it: the server's [`ApiError`] and,
+/// where it helps, advice.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ApiError {
-    /// The HTTP status.
-    pub status: StatusCode,
-    /// The `error` field of the JSON body, or the start of a text body.
-    pub message: String,
-    /// The `Retry-After` header (seconds) of a `503`.
-    pub retry_after: Option<String>,
+pub struct Refused {
+    /// Status, one-line reason and `Retry-After` of the answer.
+    pub error: ApiError,
     /// Advice appended to the message (e.g. for `401`).
     pub hint: Option<&'static str>,
 }
 
-impl ApiError {
+impl Refused {
     /// Reads an error answer: `{"error": "..."}` per the API, anything else
-    /// (a proxy's page, an empty body) reduced to one line.
+    /// (a proxy's page, an empty body) reduced to one line, with a hint
+    /// that the answer did not come from a stasis admin API.
     #[must_use]
-    pub fn from_answer(status: StatusCode, body: &[u8], retry_after: Option<String>) -> Self {
-        let from_json = serde_json::from_slice::<serde_json::Value>(body)
-            .ok()
-            .and_then(|v| {
-                v.get("error")
-                    .and_then(serde_json::Value::as_str)
-                    .map(str::to_owned)
-            });
-        let foreign = from_json.is_none();
-        let message = from_json.unwrap_or_else(|| {
-            let text = String::from_utf8_lossy(body);
-            let line = text
-                .lines()
-                .map(str::trim)
-                .find(|l| !l.is_empty())
-                .unwrap_or("");
-            if line.is_empty() {
-                status.canonical_reason().unwrap_or("error").to_lowercase()
-            } else {
-                line.chars().take(MAX_ERROR_TEXT).collect()
-            }
-        });
-        let message = message
-            .chars()
-            .map(|c| if c.is_control() { ' ' } else { c })
-            .collect();
+    pub fn from_answer(answer: &Answer) -> Self {
+        let (error, from_api) = answer.error();
         Self {
-            status,
-            message,
-            retry_after,
-            hint: foreign.then_some("the answer is not from a stasis admin API; is --admin right?"),
+            error,
+            hint: (!from_api)
+                .then_some("the answer is not from a stasis admin API; is --admin right?"),
         }
     }
 }
 
-impl fmt::Display for ApiError {
+impl fmt::Display for Refused {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} {}", self.status.as_u16(), self.message)?;
-        if let Some(secs) = &self.retry_after {
+        write!(f, "{} {}", self.error.status, self.error.message)?;
+        if let Some(secs) = self.error.retry_after {
             write!(f, " (retry after {secs}s)")?;
         }
         if let Some(hint) = self.hint {
@@ -103,14 +73,12 @@ impl fmt::Display for ApiError {
     }
 }
 
-impl std::error::Error for ApiError {}
+impl std::error::Error for Refused {}
 
 /// A client of one admin API.
 #[derive(Debug, Clone)]
 pub struct AdminClient {
-    base: String,
-    token: Option<HeaderValue>,
-    http: Client<HttpConnector, Full<Bytes>>,
+    http: HttpClient,
 }
 
 /// `http://host:port[/prefix]` without a trailing slash, from what the user
@@ -164,25 +132,6 @@ pub fn encode_component(s: &str) -> String {
     out
 }
 
-/// The chain of an error's sources after the first, joined by `: `
-/// (hyper's own top-level message is only "client error (Connect)").
-fn causes(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    let mut source = error.source();
-    while let Some(e) = source {
-        let text = e.to_string();
-        if !parts.iter().any(|p| p.contains(&text)) {
-            parts.push(text);
-        }
-        source = e.source();
-    }
-    if parts.is_empty() {
-        error.to_string()
-    } else {
-        parts.join(": ")
-    }
-}
-
 impl AdminClient {
     /// A client of the admin API at `admin` (see [`normalize_admin_url`]),
     /// sending `token`, if any and not empty, as `Authorization: Bearer`.
@@ -191,17 +140,10 @@ impl AdminClient {
     /// An invalid URL, or a token that cannot be a header value.
     pub fn new(admin: &str, token: Option<&str>) -> anyhow::Result<Self> {
         let base = normalize_admin_url(admin)?;
-        let token = match token.map(str::trim).filter(|t| !t.is_empty()) {
-            Some(t) => Some(HeaderValue::from_str(&format!("Bearer {t}")).map_err(|_| {
-                anyhow!("the admin token contains characters not allowed in an HTTP header")
-            })?),
-            None => None,
-        };
-        let mut connector = HttpConnector::new();
-        connector.set_connect_timeout(Some(CONNECT_TIMEOUT));
-        connector.set_nodelay(true);
-        let http = Client::builder(TokioExecutor::new()).build(connector);
-        Ok(Self { base, token, http })
+        let http = HttpClient::new(&base, token.map(str::trim), CONNECT_TIMEOUT).map_err(|_| {
+            anyhow!("the admin token contains characters not allowed in an HTTP header")
+        })?;
+        Ok(Self { http })
     }
 
     /// Sends one request to `path_and_query` (starting with `/`) and returns
@@ -210,7 +152,7 @@ impl AdminClient {
     /// connecting is always bounded.
     ///
     /// # Errors
-    /// [`ApiError`] for a non-2xx answer; otherwise an error naming the
+    /// [`Refused`] for a non-2xx answer; otherwise an error naming the
     /// admin URL (cannot connect, connection lost, timeout).
     pub async fn send(
         &self,
@@ -219,80 +161,46 @@ impl AdminClient {
         payload: Option<Payload>,
         timeout: Option<Duration>,
     ) -> anyhow::Result<Reply> {
-        let url = format!("{}{path_and_query}", self.base);
-        let mut builder = Request::builder()
-            .method(method)
-            .uri(&url)
-            .header(USER_AGENT, concat!("stasis/", env!("CARGO_PKG_VERSION")))
-            .header(ACCEPT, "application/json");
-        if let Some(token) = &self.token {
-            builder = builder.header(AUTHORIZATION, token.clone());
-        }
+        let base = self.http.base();
+        let mut headers = vec![(ACCEPT.as_str(), "application/json")];
         let body = match payload {
             Some(p) => {
-                builder = builder.header(CONTENT_TYPE, p.content_type);
+                headers.push((CONTENT_TYPE.as_str(), p.content_type));
                 p.bytes
             }
             None => Bytes::new(),
         };
-        let request = builder
-            .body(Full::new(body))
-            .with_context(|| format!("invalid request URL {url}"))?;
-        let exchange = async {
-            let response = self.http.request(request).await.map_err(|e| {
-                if e.is_connect() {
-                    anyhow!(
-                        "cannot reach the admin API at {} ({}); is \"stasis serve\" running?",
-                        self.base,
-                        causes(&e)
-                    )
-                } else {
-                    anyhow!("the admin API at {} failed: {}", self.base, causes(&e))
+        let answer = self
+            .http
+            .exchange(method, path_and_query, &headers, body, timeout)
+            .await
+            .map_err(|e| match e {
+                Unanswered::Connect(causes) => anyhow!(
+                    "cannot reach the admin API at {base} ({causes}); is \"stasis serve\" running?"
+                ),
+                Unanswered::Failed(causes) => {
+                    anyhow!("the admin API at {base} failed: {causes}")
                 }
-            })?;
-            let (parts, body) = response.into_parts();
-            let body = body
-                .collect()
-                .await
-                .map_err(|e| {
-                    anyhow!(
-                        "reading the answer of the admin API at {} failed: {e}",
-                        self.base
-                    )
-                })?
-                .to_bytes();
-            Ok::<_, anyhow::Error>((parts, body))
-        };
-        let (parts, body) = match timeout {
-            Some(limit) => tokio::time::timeout(limit, exchange).await.map_err(|_| {
-                anyhow!(
-                    "the admin API at {} did not answer within {}s",
-                    self.base,
+                Unanswered::Timeout(limit) => anyhow!(
+                    "the admin API at {base} did not answer within {}s",
                     limit.as_secs()
-                )
-            })??,
-            None => exchange.await?,
-        };
-        if parts.status.is_success() {
+                ),
+            })?;
+        if answer.status.is_success() {
             return Ok(Reply {
-                status: parts.status,
-                body,
+                status: answer.status,
+                body: answer.body,
             });
         }
-        let retry_after = parts
-            .headers
-            .get(RETRY_AFTER)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned);
-        let mut error = ApiError::from_answer(parts.status, &body, retry_after);
-        if parts.status == StatusCode::UNAUTHORIZED {
-            error.hint = Some(if self.token.is_some() {
+        let mut refused = Refused::from_answer(&answer);
+        if answer.status == StatusCode::UNAUTHORIZED {
+            refused.hint = Some(if self.http.has_token() {
                 "check --admin-token / STASIS_ADMIN_TOKEN"
             } else {
                 "pass --admin-token or set STASIS_ADMIN_TOKEN"
             });
         }
-        Err(error.into())
+        Err(refused.into())
     }
 }
 
@@ -325,21 +233,36 @@ mod tests {
         assert_eq!(encode_component("a b/c?&é"), "a%20b%2Fc%3F%26%C3%A9");
     }
 
+    fn refused(status: StatusCode, body: &[u8], retry_after: Option<&str>) -> Refused {
+        let mut headers = hyper::HeaderMap::new();
+        if let Some(v) = retry_after {
+            headers.insert(
+                hyper::header::RETRY_AFTER,
+                hyper::header::HeaderValue::from_str(v).expect("header value"),
+            );
+        }
+        Refused::from_answer(&Answer {
+            status,
+            headers,
+            body: Bytes::copy_from_slice(body),
+        })
+    }
+
     #[test]
     fn error_answers_become_one_line() {
-        let e = ApiError::from_answer(
+        let e = refused(
             StatusCode::NOT_FOUND,
             br#"{"error": "no actor named \"c9\""}"#,
             None,
         );
         assert_eq!(e.to_string(), r#"404 no actor named "c9""#);
-        let e = ApiError::from_answer(
+        let e = refused(
             StatusCode::SERVICE_UNAVAILABLE,
             br#"{"error":"no worker"}"#,
-            Some("2".into()),
+            Some("2"),
         );
         assert_eq!(e.to_string(), "503 no worker (retry after 2s)");
-        let e = ApiError::from_answer(
+        let e = refused(
             StatusCode::BAD_GATEWAY,
             b"\n<html>bad gateway</html>\nmore",
             None,
@@ -348,7 +271,7 @@ mod tests {
             e.to_string(),
             "502 <html>bad gateway</html>; the answer is not from a stasis admin API; is --admin right?"
         );
-        let e = ApiError::from_answer(StatusCode::METHOD_NOT_ALLOWED, b"", None);
+        let e = refused(StatusCode::METHOD_NOT_ALLOWED, b"", None);
         assert!(e.to_string().starts_with("405 method not allowed; "), "{e}");
     }
 
@@ -357,7 +280,7 @@ mod tests {
         assert!(AdminClient::new("http://127.0.0.1:1", Some("a\nb")).is_err());
         let client =
             AdminClient::new("http://127.0.0.1:1", Some("  ")).expect("blank token is no token");
-        assert!(client.token.is_none());
+        assert!(!client.http.has_token());
     }
 
     #[tokio::test]
@@ -416,8 +339,8 @@ mod tests {
             )
             .await
             .expect_err("401");
-        let api = error.downcast_ref::<ApiError>().expect("an ApiError");
-        assert_eq!(api.status, StatusCode::UNAUTHORIZED);
+        let api = error.downcast_ref::<Refused>().expect("a refusal");
+        assert_eq!(api.error.status, StatusCode::UNAUTHORIZED.as_u16());
         assert_eq!(
             error.to_string(),
             "401 missing or wrong bearer token; check --admin-token / STASIS_ADMIN_TOKEN"

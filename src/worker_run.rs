@@ -1,11 +1,11 @@
 //! `stasis worker run`: a remote worker process (see
-//! `stasis_runtime::worker::remote`).
+//! `stasis_runtime::cluster::server`).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::Args;
-use stasis_runtime::worker::remote::{WorkerOptions, run as run_worker};
+use stasis_runtime::cluster::server::{WorkerOptions, run as run_worker};
 
 /// Flags of `stasis worker run`.
 #[derive(Debug, Args)]

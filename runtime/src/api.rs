@@ -10,7 +10,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use serde::Serialize;
 
 use crate::auth::authorize;
-use crate::control::handle::{JoinAnswer, JoinRequest, ResumeRequest};
+use crate::cluster::proto::{ControlPath, JoinAnswer, JoinRequest, ResumeRequest};
 use crate::control::{ControlPlane, MAX_TEMPLATE_BYTES, ServeConfig};
 use crate::error::ApiError;
 use crate::http::{Body, collect_body, json, json_error};
@@ -135,15 +135,19 @@ impl AdminApi {
         let query = request.uri().query().unwrap_or("").to_owned();
         let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
         let c = &self.control;
-        let limit = match segments.as_slice() {
-            ["v1", "templates", _] => MAX_TEMPLATE_BYTES,
-            ["internal", "v1", "snapshots", ..] => usize::try_from(c.engine().limits().max_memory)
+        let internal = ControlPath::parse(path);
+        let limit = match (segments.as_slice(), internal) {
+            (["v1", "templates", _], _) => MAX_TEMPLATE_BYTES,
+            (_, Some(ControlPath::Snapshot(..))) => usize::try_from(c.engine().limits().max_memory)
                 .unwrap_or(usize::MAX)
                 .saturating_add(16 << 20),
             _ => MAX_JSON,
         };
         let (parts, body) = request.into_parts();
         let body = collect_body(&parts, body, limit).await?;
+        if let Some(internal) = internal {
+            return self.internal(&method, internal, path, body).await;
+        }
         match (&method, segments.as_slice()) {
             (&Method::GET, ["metrics"]) => Ok(text(
                 StatusCode::OK,
@@ -201,34 +205,53 @@ impl AdminApi {
                 ok(&detached(async move { Ok(c.rebalance().await) }).await?)
             }
             (&Method::POST, ["v1", "gc"]) => ok(&c.gc().await?),
-            (&Method::POST, ["internal", "v1", "workers", "join"]) => {
-                let req: JoinRequest = parse_json(&body)?;
-                c.join(&req.name, &req.address)?;
-                ok(&join_answer(c.config()))
-            }
-            (&Method::POST, ["internal", "v1", "workers", name, "heartbeat"]) => {
-                c.heartbeat(name)?;
-                ok(&serde_json::json!({}))
-            }
-            (&Method::POST, ["internal", "v1", "workers", name, "drain"]) => {
-                let (c, name) = (c.clone(), (*name).to_owned());
-                ok(&detached(async move { c.drain(&name).await }).await?)
-            }
-            (&Method::GET, ["internal", "v1", "templates", digest]) => {
-                Ok(bytes_response(c.template_bytes(digest)?))
-            }
-            (&Method::PUT, ["internal", "v1", "snapshots", actor, seq]) => {
-                let seq = seq
-                    .parse()
-                    .map_err(|_| ApiError::bad_request(format!("bad sequence number {seq:?}")))?;
-                c.receive_snapshot(actor, seq, body.to_vec()).await?;
-                Ok(no_content())
-            }
             (_, ["healthz" | "metrics"]) | (_, ["v1" | "internal", ..]) => Err(ApiError::new(
                 405,
                 format!("method {method} not allowed on {path}"),
             )),
             _ => Err(ApiError::not_found(format!("no admin route {path}"))),
+        }
+    }
+}
+
+impl AdminApi {
+    /// The routes remote workers use ([`ControlPath`]).
+    async fn internal(
+        &self,
+        method: &Method,
+        route: ControlPath<'_>,
+        path: &str,
+        body: Bytes,
+    ) -> Result<Response<Body>, ApiError> {
+        let c = &self.control;
+        match (method, route) {
+            (&Method::POST, ControlPath::Join) => {
+                let req: JoinRequest = parse_json(&body)?;
+                c.join(&req.name, &req.address)?;
+                ok(&join_answer(c.config()))
+            }
+            (&Method::POST, ControlPath::Heartbeat(name)) => {
+                c.heartbeat(name)?;
+                ok(&serde_json::json!({}))
+            }
+            (&Method::POST, ControlPath::Drain(name)) => {
+                let (c, name) = (c.clone(), name.to_owned());
+                ok(&detached(async move { c.drain(&name).await }).await?)
+            }
+            (&Method::GET, ControlPath::Template(digest)) => {
+                Ok(bytes_response(c.template_bytes(digest)?))
+            }
+            (&Method::PUT, ControlPath::Snapshot(actor, seq)) => {
+                let seq = seq
+                    .parse()
+                    .map_err(|_| ApiError::bad_request(format!("bad sequence number {seq:?}")))?;
+                c.receive_snapshot(actor, seq, body).await?;
+                Ok(no_content())
+            }
+            _ => Err(ApiError::new(
+                405,
+                format!("method {method} not allowed on {path}"),
+            )),
         }
     }
 }

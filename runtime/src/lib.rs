@@ -2,19 +2,31 @@
 //! modules, instances, snapshots and their store): everything that serves
 //! actors over HTTP.
 //!
-//! Modules, following a request: [`server`] (the HTTP listener) →
-//! [`router`] (actor routes and the admin API, [`api`]) → [`control`] (the
-//! control plane: placement, templates, moves, membership, the directory) →
-//! [`worker`] (actors, mailboxes and the barrier; a worker's actor task
-//! owns its [`stasis_core::instance::ActorInstance`]). Beside them:
-//! [`error`] (the one error shape), [`http`] (HTTP helpers), [`metrics`].
+//! Modules, following a request: [`server`] (the listeners) → [`router`]
+//! (ingress → actor, after [`ingress`]'s strict checks of the request;
+//! [`api`] is the admin API) → [`control`] (the control
+//! plane: placement and the request gate, templates, moves, membership,
+//! the directory) → [`worker::WorkerApi`] (the one interface of every
+//! worker: the in-process [`worker::Worker`], or [`cluster`]'s client of a
+//! `stasis worker run` process) → actor task → the actor's
+//! [`stasis_core::instance::ActorInstance`]. Data flows that way and never
+//! back up. Beside them: [`cluster`] (the worker wire protocol, once:
+//! paths, headers and types, client and server), [`auth`] (the bearer
+//! check), [`error`] (the one error shape), [`http`] (HTTP serving helpers),
+//! [`http_client`] (the one HTTP client core, also under the CLI),
+//! [`client_gone`] (the token that says a routed request's client left, so
+//! a request not yet started is dropped), [`metrics`].
+
+#![warn(missing_docs)]
 
 pub mod api;
 pub mod auth;
-pub mod client;
+pub mod client_gone;
+pub mod cluster;
 pub mod control;
 pub mod error;
 pub mod http;
+pub mod http_client;
 pub mod ingress;
 pub mod metrics;
 pub mod router;

@@ -68,7 +68,7 @@ pub struct Metrics {
     /// `stasis_requests_total{template,status}`: requests answered.
     requests: Family<RequestLabels, Counter>,
     /// `stasis_requests_abandoned_total`: requests given up, never
-    /// executed, because their client left first (see [`crate::client`]).
+    /// executed, because their client left first (see [`crate::client_gone`]).
     abandoned: Counter,
     /// `stasis_resumes_total{worker}`: snapshots restored into fresh instances.
     resumes: Family<WorkerLabel, Counter>,

@@ -20,7 +20,7 @@ use hyper::header::{HeaderName, HeaderValue};
 use hyper::http::request::Parts;
 use hyper::{Request, Response, StatusCode};
 
-use crate::client::{self, ClientGone};
+use crate::client_gone::{self, ClientGone};
 use crate::control::ControlPlane;
 use crate::error::{ApiError, is_label};
 use crate::http::{Body, collect_body, text_error};
@@ -177,7 +177,7 @@ impl Router {
     /// Routes one request and answers it. The request runs in a task of
     /// its own, so that when hyper drops this future (the client left) the
     /// request is given up unless the guest runs it, and one that ran is
-    /// still counted (see [`crate::client`]).
+    /// still counted (see [`crate::client_gone`]).
     pub async fn handle(&self, request: Request<Incoming>) -> Response<Body> {
         let gone = ClientGone::new();
         let _left = gone.clone().drop_guard();
@@ -209,13 +209,14 @@ async fn route(
         Ok(actor) => actor,
         Err(e) => return text_error(&e),
     };
-    if !control.has_actor(&actor) {
-        return text_error(&ApiError::not_found(format!("no actor named {actor:?}")));
-    }
+    let route = match control.route(&actor) {
+        Ok(route) => route,
+        Err(e) => return text_error(&e),
+    };
     let max_body = control.engine().limits().max_body;
     let answer = match collect_body(&parts, body, max_body).await {
         Ok(body) => control
-            .call(&actor, guest_request(&parts, body), &gone)
+            .call(route, guest_request(&parts, body), &gone)
             .await
             .map(|r| http_response(&actor, r)),
         Err(e) => Err(e),
@@ -225,7 +226,7 @@ async fn route(
             control.count_request(&actor, response.status().as_u16());
             response
         }
-        Err(e) if e.status == client::ABANDONED => {
+        Err(e) if e.status == client_gone::ABANDONED => {
             control.metrics().abandoned();
             text_error(&e)
         }

@@ -55,12 +55,15 @@ impl Artifacts {
     #[must_use]
     pub fn serve(&self, data_dir: &Path, extra: &[&str]) -> Command {
         let mut command = self.command();
-        command
-            .arg("serve")
-            .arg("--data-dir")
-            .arg(data_dir)
-            .args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
-            .args(extra);
+        command.arg("serve").arg("--data-dir").arg(data_dir);
+        // Kernel-picked loopback ports unless `extra` names its own (a
+        // restart that workers must find again at the same admin address).
+        for flag in ["--listen", "--admin-listen"] {
+            if !extra.contains(&flag) {
+                command.args([flag, "127.0.0.1:0"]);
+            }
+        }
+        command.args(extra);
         command
     }
 

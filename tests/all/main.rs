@@ -9,6 +9,8 @@
 //! * `cluster`: remote worker processes, migration, drain, scale out/in;
 //! * `reliability`: limits, runaway guests, crash recovery, retention,
 //!   failed snapshots, idle pause, admin token, `--max-live`;
+//! * `restart`: placement racing control-plane restarts, re-joins and
+//!   concurrent drains;
 //! * `demos`: the demo actors survive capture and restore in a new engine;
 //! * `hardening`: faults found by trying Stasis as new users and attackers
 //!   would (static constructors, the bearer scheme, metric series, the
@@ -27,3 +29,4 @@ mod hardening;
 mod http;
 mod ingress;
 mod reliability;
+mod restart;

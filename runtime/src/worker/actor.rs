@@ -8,277 +8,24 @@
 //! flight finishes first, and the next request after the pause resumes the
 //! actor (single flight, because only this task ever restores it).
 
-use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
 use stasis_core::engine::StasisEngine;
 use stasis_core::instance::{ActorInstance, CallError, InstanceConfig};
 use stasis_core::module::Template;
 use stasis_core::snapshot::{self, VerifiedSnapshot};
 use stasis_core::snapshot_store::{SnapshotBytes, SnapshotEntry, SnapshotStore, StoreError};
 use stasis_host_api::{Request, Response};
-use tokio::sync::{Notify, OwnedSemaphorePermit, mpsc, oneshot};
+use tokio::sync::{OwnedSemaphorePermit, mpsc};
 
 use super::clock::ActorClock;
 use super::live::LiveSlots;
-use crate::client;
+pub use super::mailbox::{Command, Ticket};
+pub use super::status::{ActorState, ActorStatus, Captured, ResumeFrom, SnapshotReport};
+use crate::client_gone;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
-
-/// Lower-case actor states, as in the JSON API.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ActorState {
-    /// Being created (first instance, snapshot seq 0).
-    Creating,
-    /// Has a live instance.
-    Running,
-    /// A pause is in progress.
-    Pausing,
-    /// No live instance; the newest snapshot is its state.
-    Paused,
-    /// A resume is in progress.
-    Resuming,
-    /// Being moved to another worker.
-    Migrating,
-    /// Its snapshot could not be restored; requests get 503 with the reason.
-    Failed,
-}
-
-impl ActorState {
-    /// The lower-case name.
-    #[must_use]
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ActorState::Creating => "creating",
-            ActorState::Running => "running",
-            ActorState::Pausing => "pausing",
-            ActorState::Paused => "paused",
-            ActorState::Resuming => "resuming",
-            ActorState::Migrating => "migrating",
-            ActorState::Failed => "failed",
-        }
-    }
-
-    /// All states, for metrics.
-    pub const ALL: [ActorState; 7] = [
-        ActorState::Creating,
-        ActorState::Running,
-        ActorState::Pausing,
-        ActorState::Paused,
-        ActorState::Resuming,
-        ActorState::Migrating,
-        ActorState::Failed,
-    ];
-}
-
-/// What the API reports of an actor's life on its worker.
-#[derive(Debug, Clone, Serialize, serde::Deserialize)]
-pub struct ActorStatus {
-    /// Current state.
-    pub state: ActorState,
-    /// The newest snapshot.
-    pub snapshot: Option<SnapshotEntry>,
-    /// Restores into a fresh instance (resumes, rollbacks, moves in).
-    pub resumes: u64,
-    /// Duration of the last pause, in milliseconds.
-    pub last_pause_ms: Option<f64>,
-    /// Duration of the last resume, in milliseconds.
-    pub last_resume_ms: Option<f64>,
-    /// Why the actor is `failed`, or the last trap.
-    pub error: Option<String>,
-    /// Linear memory of the live instance, in bytes (0 when paused).
-    pub memory_bytes: u64,
-    /// Requests answered by the guest.
-    pub requests: u64,
-    #[serde(skip)]
-    last_active: Option<Instant>,
-}
-
-impl ActorStatus {
-    fn new(state: ActorState) -> Self {
-        Self {
-            state,
-            snapshot: None,
-            resumes: 0,
-            last_pause_ms: None,
-            last_resume_ms: None,
-            error: None,
-            memory_bytes: 0,
-            requests: 0,
-            last_active: Some(Instant::now()),
-        }
-    }
-
-    /// The status of an actor that no worker hosts right now.
-    #[must_use]
-    pub fn waiting(reason: &str) -> Self {
-        let mut status = Self::new(ActorState::Paused);
-        status.error = Some(reason.to_owned());
-        status.last_active = None;
-        status
-    }
-
-    /// The status of an actor that cannot be hosted, with the reason.
-    #[must_use]
-    pub fn failed(reason: &str) -> Self {
-        let mut status = Self::waiting(reason);
-        status.state = ActorState::Failed;
-        status
-    }
-
-    /// When the actor last served a request or was created/resumed.
-    #[must_use]
-    pub fn last_active(&self) -> Option<Instant> {
-        self.last_active
-    }
-}
-
-/// The outcome of a pause or checkpoint.
-#[derive(Debug, Clone, Copy, Serialize, serde::Deserialize)]
-pub struct SnapshotReport {
-    /// Sequence number of the new snapshot (or of the newest, if nothing
-    /// was written because the actor was already paused).
-    pub seq: u64,
-    /// Its size in bytes.
-    pub snapshot_bytes: u64,
-    /// Time from the command's start to the snapshot being durable and
-    /// (for a pause) the instance dropped, in milliseconds.
-    pub duration_ms: f64,
-    /// False when the actor was already paused (idempotent pause).
-    pub changed: bool,
-}
-
-/// Where a resume takes the actor's state from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ResumeFrom {
-    /// The newest snapshot.
-    Newest,
-    /// A given snapshot (an operator's repair of a failed actor).
-    Snapshot(u64),
-    /// A fresh instance of the template (state discarded, operator's choice).
-    Template,
-}
-
-/// In the mailbox.
-const WAITING: u8 = 0;
-/// Taken by the actor task, before the guest runs it (e.g. waiting for a
-/// `--max-live` slot).
-const STARTED: u8 = 1;
-/// The guest runs (or ran) it.
-const RUNNING: u8 = 2;
-/// Given up at the hold timeout.
-const CANCELLED: u8 = 3;
-/// Given up because its client left.
-const ABANDONED: u8 = 4;
-
-/// Decides, exactly once, whether a held request runs or is given up
-/// (hold timeout, or its client left): whichever side claims it first wins.
-/// The hold timeout can give a request up only while it is in the mailbox;
-/// a client that leaves can also while the actor prepares to run it (waits
-/// for a live-instance slot), never once the guest runs it.
-#[derive(Debug, Default)]
-pub struct Ticket {
-    state: AtomicU8,
-    /// Woken when the client leaves.
-    left: Notify,
-}
-
-impl Ticket {
-    fn claim(&self, from: u8, to: u8) -> bool {
-        self.state
-            .compare_exchange(from, to, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
-    }
-
-    /// The actor takes the request; false if it was given up.
-    fn start(&self) -> bool {
-        self.claim(WAITING, STARTED)
-    }
-
-    /// The guest is about to run the request; false if its client left.
-    fn run(&self) -> bool {
-        self.claim(STARTED, RUNNING)
-    }
-
-    /// Resolves once the client has left (or at once if it has).
-    async fn abandoned(&self) {
-        loop {
-            let left = self.left.notified();
-            tokio::pin!(left);
-            left.as_mut().enable();
-            if self.state.load(Ordering::Acquire) == ABANDONED {
-                return;
-            }
-            left.await;
-        }
-    }
-
-    /// Gives the request up at the hold timeout; false if the actor
-    /// already took it.
-    #[must_use]
-    pub fn cancel(&self) -> bool {
-        self.claim(WAITING, CANCELLED)
-    }
-
-    /// Gives the request up because its client left; false if the guest
-    /// already runs it (or it was given up before).
-    #[must_use]
-    pub fn abandon(&self) -> bool {
-        let abandoned = self.claim(WAITING, ABANDONED) || self.claim(STARTED, ABANDONED);
-        if abandoned {
-            self.left.notify_waiters();
-        }
-        abandoned
-    }
-}
-
-/// A bytes-in-RAM snapshot of a live actor, for a move.
-#[derive(Debug)]
-pub struct Captured {
-    /// The encoded snapshot file.
-    pub bytes: Vec<u8>,
-    /// Its sequence number (written to this worker's store, too).
-    pub seq: u64,
-    /// Whether the actor had a live instance (a running actor is restored
-    /// on the target at once; a paused one stays paused).
-    pub live: bool,
-}
-
-/// One mailbox entry.
-pub enum Command {
-    /// Handle one HTTP request.
-    Call {
-        /// The placement epoch the router saw; a stale one is refused (421).
-        epoch: u64,
-        /// The request (boxed: every actor's mailbox allocates room for
-        /// 32 commands up front, so the command is kept small).
-        request: Box<Request>,
-        /// Decides between running it and giving it up (hold timeout, or
-        /// its client left).
-        ticket: Arc<Ticket>,
-        /// Where the answer goes.
-        reply: oneshot::Sender<Result<Response, ApiError>>,
-    },
-    /// Pause (idempotent).
-    Pause(oneshot::Sender<Result<SnapshotReport, ApiError>>),
-    /// Pause to free a live-instance slot (`--max-live`), unless the actor
-    /// is no longer `running` (e.g. being moved).
-    Evict,
-    /// Checkpoint a running actor (no hooks, instance kept).
-    Checkpoint(oneshot::Sender<Result<SnapshotReport, ApiError>>),
-    /// Resume (idempotent unless a source is named).
-    Resume(ResumeFrom, oneshot::Sender<Result<(), ApiError>>),
-    /// Capture for a move: write a snapshot (no hooks), keep the instance,
-    /// state `migrating`, and hand back the snapshot bytes.
-    Capture(oneshot::Sender<Result<Captured, ApiError>>),
-    /// A move was rolled back: back to `running` (or `paused`).
-    CancelMove(oneshot::Sender<()>),
-    /// Stop the task and drop the instance (files are the caller's).
-    Stop(oneshot::Sender<()>),
-}
 
 /// Copies every acknowledged snapshot somewhere durable before the pause
 /// or checkpoint is acknowledged: a remote worker streams its snapshots to
@@ -538,12 +285,12 @@ impl ActorTask {
             // takes the request with it.
             tokio::select! {
                 taken = self.take_slot() => taken?,
-                () = ticket.abandoned() => return Err(client::abandoned(&self.name)),
+                () = ticket.abandoned() => return Err(client_gone::abandoned(&self.name)),
             }
             self.resume(ResumeFrom::Newest).await?;
         }
         if !ticket.run() {
-            return Err(client::abandoned(&self.name));
+            return Err(client_gone::abandoned(&self.name));
         }
         let now_ns = self
             .instance
@@ -676,15 +423,8 @@ impl ActorTask {
             self.newest_seq()
                 .ok_or_else(|| ApiError::internal(format!("actor {} has no snapshot", self.name)))?
         };
-        let store = self.store.clone();
-        let actor = self.name.clone();
-        let bytes = tokio::task::spawn_blocking(move || {
-            store.open_snapshot(&actor, seq).map(|map| map.to_vec())
-        })
-        .await
-        .map_err(ApiError::internal)??;
         self.set_state(ActorState::Migrating);
-        Ok(Captured { bytes, seq, live })
+        Ok(Captured { seq, live })
     }
 
     /// Captures the live instance and writes the next snapshot durably,

@@ -1,33 +1,41 @@
 //! A worker hosts actors: one task and one bounded mailbox per actor (see
-//! [`actor`]). The control plane places actors on workers; the router hands
-//! each request to the worker that owns the actor.
+//! [`actor`]). The control plane places actors on workers and drives each
+//! through [`WorkerApi`] ([`api`]); the in-process [`Worker`] here is one
+//! implementation, a remote worker's client (`crate::cluster`) the other.
+//! Templates arrive by digest and are resolved through [`templates`].
 
 pub mod actor;
+pub mod api;
 mod clock;
 pub mod live;
-pub mod remote;
+mod mailbox;
+mod status;
+pub mod templates;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use bytes::Bytes;
 use stasis_core::engine::StasisEngine;
 use stasis_core::module::Template;
 use stasis_core::snapshot::{self, VerifiedSnapshot};
-use stasis_core::snapshot_store::{SnapshotBytes, SnapshotStore, StoreError};
+use stasis_core::snapshot_store::{SnapshotBytes, SnapshotStore};
 use stasis_host_api::{Request, Response};
 use tokio::sync::{mpsc, oneshot};
 
 use self::clock::ActorClock;
-use crate::client::{self, ClientGone};
+use crate::client_gone::{self, ClientGone};
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 use actor::{
     ActorSettings, ActorState, ActorStatus, ActorTask, Captured, Command, Replicator, ResumeFrom,
     SnapshotReport, Ticket,
 };
+pub use api::{HostSpec, Location, WorkerApi};
 use live::LiveSlots;
+use templates::Templates;
 
 /// Settings of a worker.
 #[derive(Debug, Clone)]
@@ -91,6 +99,7 @@ pub struct Worker {
     settings: WorkerSettings,
     actors: Mutex<HashMap<String, Handle>>,
     replicator: Option<Arc<dyn Replicator>>,
+    templates: Arc<dyn Templates>,
     live: Option<Arc<LiveSlots>>,
     serving: AtomicBool,
 }
@@ -123,8 +132,9 @@ struct Installed {
 }
 
 impl Worker {
-    /// A worker named `name`. With a `replicator`, every snapshot is also
-    /// made durable through it before a pause or checkpoint is acknowledged.
+    /// A worker named `name`, resolving template digests through
+    /// `templates`. With a `replicator`, every snapshot is also made
+    /// durable through it before a pause or checkpoint is acknowledged.
     #[must_use]
     pub fn new(
         name: &str,
@@ -133,6 +143,7 @@ impl Worker {
         metrics: Arc<Metrics>,
         settings: WorkerSettings,
         replicator: Option<Arc<dyn Replicator>>,
+        templates: Arc<dyn Templates>,
     ) -> Arc<Self> {
         Arc::new_cyclic(|this: &std::sync::Weak<Worker>| Self {
             live: settings.max_live.map(|max| {
@@ -153,6 +164,7 @@ impl Worker {
             settings,
             actors: Mutex::new(HashMap::new()),
             replicator,
+            templates,
             serving: AtomicBool::new(true),
         })
     }
@@ -342,16 +354,16 @@ impl Worker {
     /// actor starts the request is 503 with `Retry-After`; a request is never
     /// both given up and executed. When `gone` is cancelled (or this future
     /// is dropped) before the guest runs the request, the request is given
-    /// up (see [`crate::client`]); one the guest runs is waited for.
+    /// up (see [`crate::client_gone`]); one the guest runs is waited for.
     ///
     /// # Errors
     /// The actor's or guest's failure as an [`ApiError`];
-    /// [`crate::client::ABANDONED`] when the client left first.
+    /// [`crate::client_gone::ABANDONED`] when the client left first.
     pub async fn call(
         &self,
         actor: &str,
         epoch: u64,
-        request: Request,
+        request: impl Into<Arc<Request>>,
         gone: &ClientGone,
     ) -> Result<Response, ApiError> {
         if !self.is_serving() {
@@ -365,7 +377,7 @@ impl Worker {
         let (reply, answer) = oneshot::channel();
         let command = Command::Call {
             epoch,
-            request: Box::new(request),
+            request: request.into(),
             ticket: ticket.clone(),
             reply,
         };
@@ -401,7 +413,7 @@ impl Worker {
                 () = gone.cancelled(), if listening => {
                     listening = false;
                     if ticket.abandon() {
-                        break Err(client::abandoned(actor));
+                        break Err(client_gone::abandoned(actor));
                     }
                 }
             }
@@ -454,35 +466,49 @@ impl Worker {
             .await?
     }
 
-    /// Installs `actor` from snapshot `seq` (`bytes`, verified first) under
-    /// placement `epoch`: the bytes are written to this worker's store
-    /// unless it already holds them, then, with `resume`, the actor is
+    /// Installs `actor` from snapshot `seq` under placement `epoch`: the
+    /// snapshot (`bytes`, or the stored file when `None`) is verified
+    /// against the template; given bytes are written to this worker's store
+    /// unless it already holds them; then, with `resume`, the actor is
     /// restored at once (the target side of a move), else it is `paused`.
     ///
     /// # Errors
-    /// 422 if the bytes do not verify against the template; 503 if the
-    /// restore fails (nothing is left installed).
+    /// 422 if the snapshot does not verify against the template; 503 if
+    /// the restore fails (nothing is left installed).
     pub async fn install(
         &self,
         spec: &ActorSpec,
         epoch: u64,
         seq: u64,
-        bytes: Vec<u8>,
+        bytes: Option<Bytes>,
         resume: bool,
     ) -> Result<ActorStatus, ApiError> {
         let max_memory = self.engine.limits().max_memory;
-        let verified = snapshot::verify(SnapshotBytes::from(bytes), &spec.template, max_memory)
-            .map_err(|e| ApiError::new(422, format!("snapshot {seq} of {}: {e}", spec.name)))?;
+        let what = format!("snapshot {seq} of {}", spec.name);
+        let refused = move |e: &dyn std::fmt::Display| ApiError::new(422, format!("{what}: {e}"));
         let store = self.store.clone();
         let name = spec.name.clone();
-        // The snapshot is verified once, here: written now, the bytes stay
-        // verified. A copy the store already held is checked by `adopt`.
-        let installed = tokio::task::spawn_blocking(move || {
-            if store.list(&name)?.iter().any(|e| e.seq == seq) {
-                return Ok(None);
-            }
-            store.write(&name, seq, verified.bytes())?;
-            Ok::<_, StoreError>(Some(Installed {
+        let template = spec.template.clone();
+        // The snapshot is verified once, here, and handed to the actor as
+        // verified. Bytes the store already held are checked by `adopt`.
+        let installed = tokio::task::spawn_blocking(move || -> Result<_, ApiError> {
+            let verified = match bytes {
+                Some(bytes) => {
+                    let bytes = SnapshotBytes::from(Vec::from(bytes));
+                    let verified =
+                        snapshot::verify(bytes, &template, max_memory).map_err(|e| refused(&e))?;
+                    if store.list(&name)?.iter().any(|e| e.seq == seq) {
+                        return Ok(None);
+                    }
+                    store.write(&name, seq, verified.bytes())?;
+                    verified
+                }
+                None => {
+                    let stored = store.open_snapshot(&name, seq)?;
+                    snapshot::verify(stored, &template, max_memory).map_err(|e| refused(&e))?
+                }
+            };
+            Ok(Some(Installed {
                 seq,
                 verified,
                 prime: resume,
@@ -501,6 +527,15 @@ impl Worker {
         }
         self.status(&spec.name)
             .ok_or_else(|| ApiError::internal("installed actor vanished"))
+    }
+
+    async fn spec(&self, actor: &str, spec: &HostSpec) -> Result<ActorSpec, ApiError> {
+        crate::error::check_label("actor", actor)?;
+        Ok(ActorSpec {
+            name: actor.to_owned(),
+            template: self.templates.template(&spec.digest).await?,
+            env: spec.env.clone(),
+        })
     }
 
     /// Captures `actor` for a move (see [`Command::Capture`]).

@@ -1,41 +1,43 @@
-//! `stasis worker run`: a worker in its own process. It joins the control
-//! plane, heartbeats, serves the internal worker API (create, install,
-//! call, pause, checkpoint, resume, capture, remove) and streams every
-//! snapshot it writes to the control plane's store before acknowledging it.
+//! The server half of the worker protocol, `stasis worker run`: a worker in
+//! its own process. It joins the control plane, heartbeats, serves the
+//! internal worker API (see [`super::proto`]) and streams every snapshot it
+//! writes to the control plane's store before acknowledging it.
 //!
 //! Fencing: if no heartbeat has been answered for the heartbeat timeout T,
 //! the worker stops serving and drops its instances by itself; the control
 //! plane only declares it lost after 2T, so at no instant do two workers
 //! run the same actor.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
+use async_trait::async_trait;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
 use tokio::net::TcpListener;
 
-use super::actor::{ActorSettings, Replicator};
-use super::{ActorSpec, Worker, WorkerSettings};
-use crate::auth::authorize;
-use crate::client::ClientGone;
-use crate::control::handle::{
-    EPOCH_HEADER, JoinAnswer, JoinRequest, LIVE_HEADER, Peer, RemoteSpec, ResumeRequest,
-    SEQ_HEADER, SPEC_HEADER,
+use super::client::Peer;
+use super::proto::{
+    ControlPath, EPOCH_HEADER, InstallSpec, JoinAnswer, JoinRequest, LIVE_HEADER, Op,
+    ResumeRequest, SEQ_HEADER, SPEC_HEADER, WorkerPath,
 };
+use crate::auth::authorize;
+use crate::client_gone::ClientGone;
 use crate::error::ApiError;
 use crate::http::{Body, collect_body, json, json_error};
 use crate::metrics::Metrics;
+use crate::worker::actor::{ActorSettings, Replicator};
+use crate::worker::templates::{FetchTemplate, TemplateDir};
+use crate::worker::{HostSpec, Worker, WorkerSettings};
 use stasis_core::engine::{Limits, StasisEngine};
-use stasis_core::module::{ModuleCache, Template};
+use stasis_core::module::ModuleCache;
 use stasis_core::snapshot_files::LocalSnapshotStore;
 
 /// Flags of `stasis worker run`.
@@ -53,7 +55,7 @@ pub struct WorkerOptions {
     pub token: Option<String>,
 }
 
-/// Streams snapshots to the control plane (`PUT /internal/v1/snapshots`).
+/// Streams snapshots to the control plane.
 struct ControlReplicator {
     control: Peer,
 }
@@ -66,23 +68,48 @@ impl Replicator for ControlReplicator {
         bytes: Arc<Vec<u8>>,
     ) -> Pin<Box<dyn Future<Output = Result<(), ApiError>> + Send>> {
         let control = self.control.clone();
-        let path = format!("/internal/v1/snapshots/{actor}/{seq}");
+        let path = ControlPath::Snapshot(actor, &seq.to_string()).to_path();
         Box::pin(async move {
+            // Sent from the snapshot's own buffer, not a copy.
+            let body = Bytes::from_owner(SharedBytes(bytes));
             control
-                .send(Method::PUT, &path, &[], bytes.as_ref().clone())
+                .send(Method::PUT, &path, &[], body)
                 .await
                 .map(|_| ())
         })
     }
 }
 
+/// A snapshot buffer shared with the actor task, as a request body.
+struct SharedBytes(Arc<Vec<u8>>);
+
+impl AsRef<[u8]> for SharedBytes {
+    fn as_ref(&self) -> &[u8] {
+        self.0.as_slice()
+    }
+}
+
+/// Fetches template modules from the control plane.
+struct ControlTemplates {
+    control: Peer,
+}
+
+#[async_trait]
+impl FetchTemplate for ControlTemplates {
+    async fn fetch(&self, digest: &str) -> Result<Bytes, ApiError> {
+        let path = ControlPath::Template(digest).to_path();
+        let answer = self
+            .control
+            .send(Method::GET, &path, &[], Bytes::new())
+            .await?;
+        Ok(answer.body)
+    }
+}
+
 struct RemoteWorker {
     worker: Arc<Worker>,
     control: Peer,
-    cache: ModuleCache,
-    templates: PathBuf,
     token: Option<String>,
-    loaded: Mutex<HashMap<String, Arc<Template>>>,
     install_delay: Option<Duration>,
 }
 
@@ -131,7 +158,8 @@ pub async fn run(
     } else {
         local
     };
-    let control = Peer::new(&options.join, options.token.clone(), "control plane");
+    let control = Peer::new(&options.join, options.token.as_deref(), "control plane")
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
     let join = JoinRequest {
         name: options.name.clone(),
         address: advertised.to_string(),
@@ -149,6 +177,17 @@ pub async fn run(
         None => StasisEngine::new(limits)?,
     };
     let store = Arc::new(LocalSnapshotStore::open(&snapshots, None)?);
+    let template_dir = TemplateDir::new(
+        ModuleCache::new(
+            engine.engine().clone(),
+            engine.linker().clone(),
+            Some(options.data_dir.join("cache")),
+        ),
+        templates,
+        Some(Box::new(ControlTemplates {
+            control: control.clone(),
+        })),
+    );
     let worker = Worker::new(
         &options.name,
         engine.clone(),
@@ -166,18 +205,12 @@ pub async fn run(
         Some(Arc::new(ControlReplicator {
             control: control.clone(),
         })),
+        Arc::new(template_dir),
     );
     let remote = Arc::new(RemoteWorker {
-        cache: ModuleCache::new(
-            engine.engine().clone(),
-            engine.linker().clone(),
-            Some(options.data_dir.join("cache")),
-        ),
         worker,
         control: control.clone(),
-        templates,
         token: options.token.clone(),
-        loaded: Mutex::new(HashMap::new()),
         install_delay: std::env::var("STASIS_FAILPOINT_INSTALL_DELAY_MS")
             .ok()
             .and_then(|v| v.parse().ok())
@@ -205,9 +238,9 @@ pub async fn run(
     ready(advertised);
     shutdown.await;
     tracing::info!("shutting down: asking the control plane to drain this worker");
-    let drain_path = format!("/internal/v1/workers/{}/drain", options.name);
+    let drain_path = ControlPath::Drain(&options.name).to_path();
     match control
-        .send(Method::POST, &drain_path, &[], Vec::new())
+        .send(Method::POST, &drain_path, &[], Bytes::new())
         .await
     {
         Ok(_) => tracing::info!("drained"),
@@ -223,7 +256,7 @@ async fn join_until_admitted(control: &Peer, join: &JoinRequest) -> JoinAnswer {
     let mut wait = Duration::from_millis(100);
     loop {
         match control
-            .json::<JoinAnswer>(Method::POST, "/internal/v1/workers/join", join)
+            .json::<JoinAnswer>(Method::POST, &ControlPath::Join.to_path(), join)
             .await
         {
             Ok(answer) => {
@@ -246,13 +279,13 @@ impl RemoteWorker {
     /// Heartbeats every T/4. Unanswered for T: stop serving and drop every
     /// instance. Told it is unknown or lost: drop every actor and join again.
     async fn heartbeat(self: Arc<Self>, join: JoinRequest, timeout: Duration) {
-        let path = format!("/internal/v1/workers/{}/heartbeat", join.name);
+        let path = ControlPath::Heartbeat(&join.name).to_path();
         let mut last_ok = Instant::now();
         loop {
             tokio::time::sleep(timeout / 4).await;
             match self
                 .control
-                .send(Method::POST, &path, &[], Vec::new())
+                .send(Method::POST, &path, &[], Bytes::new())
                 .await
             {
                 Ok(_) => {
@@ -306,66 +339,9 @@ impl RemoteWorker {
         }
     }
 
-    async fn template(&self, digest: &str) -> Result<Arc<Template>, ApiError> {
-        if let Some(t) = self
-            .loaded
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(digest)
-        {
-            return Ok(t.clone());
-        }
-        if digest.len() != 64 || !digest.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return Err(ApiError::bad_request(format!(
-                "bad template digest {digest:?}"
-            )));
-        }
-        let path = self.templates.join(format!("{digest}.wasm"));
-        let bytes = match std::fs::read(&path) {
-            Ok(b) => b,
-            Err(_) => {
-                let (_, _, body) = self
-                    .control
-                    .send(
-                        Method::GET,
-                        &format!("/internal/v1/templates/{digest}"),
-                        &[],
-                        Vec::new(),
-                    )
-                    .await?;
-                std::fs::write(&path, &body).map_err(ApiError::internal)?;
-                body.to_vec()
-            }
-        };
-        if hex::encode(stasis_core::module::digest(&bytes)) != digest {
-            let _ = std::fs::remove_file(&path);
-            return Err(ApiError::new(
-                502,
-                format!("template {digest} arrived corrupted"),
-            ));
-        }
-        let template = tokio::task::block_in_place(|| self.cache.load(&bytes))
-            .map_err(|e| ApiError::new(422, e.to_string()))?;
-        self.loaded
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(digest.to_owned(), template.clone());
-        Ok(template)
-    }
-
-    async fn spec(&self, name: &str, remote: &RemoteSpec) -> Result<ActorSpec, ApiError> {
-        crate::error::check_label("actor", name)?;
-        Ok(ActorSpec {
-            name: name.to_owned(),
-            template: self.template(&remote.digest).await?,
-            env: remote.env.clone(),
-        })
-    }
-
     async fn route(&self, request: Request<Incoming>) -> Result<Response<Body>, ApiError> {
         let method = request.method().clone();
         let path = request.uri().path().to_owned();
-        let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
         let (parts, body) = request.into_parts();
         let limit = usize::try_from(self.worker.engine().limits().max_memory)
             .unwrap_or(usize::MAX)
@@ -379,24 +355,28 @@ impl RemoteWorker {
                 .map(str::to_owned)
         };
         let w = &self.worker;
-        if let ["internal", "v1", "actors", name, ..] = segments.as_slice() {
+        let route = WorkerPath::parse(&path);
+        if let Some(WorkerPath::Actor(name) | WorkerPath::Op(name, _)) = route {
             crate::error::check_label("actor", name)?;
         }
-        match (&method, segments.as_slice()) {
-            (&Method::GET, ["internal", "v1", "actors"]) => Ok(json(StatusCode::OK, &w.statuses())),
-            (&Method::GET, ["internal", "v1", "actors", name]) => {
+        match (&method, route) {
+            (&Method::GET, Some(WorkerPath::Actors)) => Ok(json(StatusCode::OK, &w.statuses())),
+            (&Method::GET, Some(WorkerPath::Actor(name))) => {
                 let status = w.status(name).ok_or_else(|| {
                     ApiError::not_found(format!("actor {name} is not on worker {}", w.name()))
                 })?;
                 Ok(json(StatusCode::OK, &status))
             }
-            (&Method::DELETE, ["internal", "v1", "actors", name]) => {
+            (&Method::DELETE, Some(WorkerPath::Actor(name))) => {
                 w.remove(name).await;
                 w.store().remove_actor(name)?;
                 Ok(json(StatusCode::OK, &serde_json::json!({})))
             }
-            (&Method::POST, ["internal", "v1", "actors", name, op]) => {
+            (&Method::POST, Some(WorkerPath::Op(name, Ok(op)))) => {
                 self.actor_op(name, op, header, body).await
+            }
+            (&Method::POST, Some(WorkerPath::Op(_, Err(op)))) => {
+                Err(ApiError::not_found(format!("no worker operation {op:?}")))
             }
             _ => Err(ApiError::not_found(format!(
                 "no worker route {method} {path}"
@@ -407,42 +387,32 @@ impl RemoteWorker {
     async fn actor_op(
         &self,
         name: &str,
-        op: &str,
+        op: Op,
         header: impl Fn(&str) -> Option<String>,
         body: Bytes,
     ) -> Result<Response<Body>, ApiError> {
-        let w = &self.worker;
-        let parse_spec = |text: &[u8]| -> Result<RemoteSpec, ApiError> {
-            serde_json::from_slice(text)
-                .map_err(|e| ApiError::bad_request(format!("bad actor spec: {e}")))
-        };
+        let w: &dyn crate::worker::WorkerApi = self.worker.as_ref();
         match op {
-            "create" => {
-                let remote = parse_spec(&body)?;
-                let spec = self.spec(name, &remote).await?;
-                Ok(json(StatusCode::OK, &w.create(&spec, remote.epoch).await?))
+            Op::Create => {
+                let spec: HostSpec = serde_json::from_slice(&body)
+                    .map_err(|e| ApiError::bad_request(format!("bad actor spec: {e}")))?;
+                Ok(json(StatusCode::OK, &w.create(name, &spec).await?))
             }
-            "install" => {
+            Op::Install => {
                 let text = header(SPEC_HEADER)
                     .ok_or_else(|| ApiError::bad_request(format!("missing {SPEC_HEADER}")))?;
-                let remote = parse_spec(text.as_bytes())?;
-                let spec = self.spec(name, &remote).await?;
+                let spec: InstallSpec = serde_json::from_str(&text)
+                    .map_err(|e| ApiError::bad_request(format!("bad actor spec: {e}")))?;
                 if let Some(delay) = self.install_delay {
                     tracing::warn!("failpoint: install of {name} waits {delay:?}");
                     tokio::time::sleep(delay).await;
                 }
-                let status = w
-                    .install(
-                        &spec,
-                        remote.epoch,
-                        remote.seq,
-                        body.to_vec(),
-                        remote.resume,
-                    )
+                let bytes = (!body.is_empty()).then_some(body);
+                w.install(name, &spec.host, spec.seq, bytes, spec.resume)
                     .await?;
-                Ok(json(StatusCode::OK, &status))
+                Ok(json(StatusCode::OK, &w.status(name).await?))
             }
-            "call" => {
+            Op::Call => {
                 let epoch = header(EPOCH_HEADER)
                     .and_then(|v| v.parse().ok())
                     .ok_or_else(|| ApiError::bad_request(format!("missing {EPOCH_HEADER}")))?;
@@ -450,14 +420,16 @@ impl RemoteWorker {
                     .map_err(|e| ApiError::bad_request(e.to_string()))?;
                 // Never cancelled: when the router's forward is dropped, this
                 // serving loop drops the call, which gives the request up.
-                let response = w.call(name, epoch, request, &ClientGone::new()).await?;
+                let response = w
+                    .call(name, epoch, Arc::new(request), &ClientGone::new())
+                    .await?;
                 let bytes =
                     stasis_host_api::encode_response(&response).map_err(ApiError::internal)?;
                 Ok(Response::new(Full::new(Bytes::from(bytes))))
             }
-            "pause" => Ok(json(StatusCode::OK, &w.pause(name).await?)),
-            "checkpoint" => Ok(json(StatusCode::OK, &w.checkpoint(name).await?)),
-            "resume" => {
+            Op::Pause => Ok(json(StatusCode::OK, &w.pause(name).await?)),
+            Op::Checkpoint => Ok(json(StatusCode::OK, &w.checkpoint(name).await?)),
+            Op::Resume => {
                 let req: ResumeRequest = if body.is_empty() {
                     ResumeRequest::default()
                 } else {
@@ -467,9 +439,12 @@ impl RemoteWorker {
                 w.resume(name, req.source()?).await?;
                 Ok(json(StatusCode::OK, &serde_json::json!({})))
             }
-            "capture" => {
+            Op::Capture => {
+                // The snapshot is already in the control plane's store
+                // (replicated before it was acknowledged): only its
+                // sequence number travels.
                 let captured = w.capture(name).await?;
-                let mut response = Response::new(Full::new(Bytes::from(captured.bytes)));
+                let mut response = Response::new(Full::new(Bytes::new()));
                 let h = response.headers_mut();
                 h.insert(SEQ_HEADER, captured.seq.into());
                 h.insert(
@@ -482,11 +457,10 @@ impl RemoteWorker {
                 );
                 Ok(response)
             }
-            "cancel-move" => {
+            Op::CancelMove => {
                 w.cancel_move(name).await;
                 Ok(json(StatusCode::OK, &serde_json::json!({})))
             }
-            _ => Err(ApiError::not_found(format!("no worker operation {op:?}"))),
         }
     }
 }

@@ -1,0 +1,344 @@
+//! Actors: create, show, list, pause, checkpoint, resume, delete, and the
+//! request path (`route` once, then `call` through the actor's gate to its
+//! worker).
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
+
+use stasis_host_api::{Request, Response};
+
+use super::ControlPlane;
+use super::directory::ActorRow;
+use super::membership::Member;
+use super::placement::{HeldAtGate, Placement};
+use super::views::{ActorInfo, PauseInfo};
+use crate::client_gone::{self, ClientGone};
+use crate::error::{ApiError, check_label};
+use crate::worker::actor::{ActorStatus, ResumeFrom, SnapshotReport};
+
+impl ControlPlane {
+    /// Creates actor `name` from `template` on the least-loaded worker.
+    ///
+    /// # Errors
+    /// 400 bad name; 404 unknown template; 409 name taken; 503 no worker;
+    /// 500/504 if the guest fails during creation.
+    pub async fn create_actor(&self, name: &str, template: &str) -> Result<ActorInfo, ApiError> {
+        check_label("actor", name)?;
+        let _guard = self.ops.lock().await;
+        if self.has_actor(name) {
+            return Err(ApiError::conflict(format!("actor {name} already exists")));
+        }
+        let row = self.template_row(template)?;
+        let member = self.least_loaded().ok_or_else(|| {
+            ApiError::unavailable("no worker can host actors (serve --workers 0 and none joined)")
+        })?;
+        let epoch = 1;
+        self.lock_pending().insert(name.to_owned());
+        let created = member.api.create(name, &Self::host_spec(&row, epoch)).await;
+        self.lock_pending().remove(name);
+        if let Err(e) = created {
+            let _ = self.store.remove_actor(name);
+            return Err(e);
+        }
+        let actor_row = ActorRow {
+            name: name.to_owned(),
+            template: template.to_owned(),
+            worker: member.name.clone(),
+            epoch,
+        };
+        if let Err(e) = self.directory.insert_actor(&actor_row) {
+            member.api.remove(name).await;
+            let _ = self.store.remove_actor(name);
+            return Err(e);
+        }
+        self.placement_mut().insert(
+            name.to_owned(),
+            Placement::new(&member.name, member.incarnation, template, epoch),
+        );
+        tracing::info!(actor = name, template, worker = %member.name, "actor created");
+        self.actor(name).await
+    }
+
+    /// Actor `name`. An actor whose worker does not answer is shown in
+    /// state `unknown`, with the reason in `error`.
+    ///
+    /// # Errors
+    /// 404 if unknown.
+    pub async fn actor(&self, name: &str) -> Result<ActorInfo, ApiError> {
+        let placement = self.placement_of(name)?;
+        let host = self.host_of(&placement, name);
+        let status = match &host {
+            Ok(member) => member.status(name).await.unwrap_or_else(|e| {
+                ActorStatus::unknown(&format!("worker {} did not answer: {e}", member.name))
+            }),
+            Err(_) => self.status_without_host(&placement),
+        };
+        Ok(self.actor_info(name, placement, status))
+    }
+
+    /// Every actor, by name, whatever the health of its worker: each
+    /// worker is asked once for all its actors' statuses (a remote worker
+    /// for at most its status timeout), and an actor whose worker did not
+    /// answer is listed in state `unknown`.
+    pub async fn actors(&self) -> Vec<ActorInfo> {
+        let mut placements: Vec<(String, Placement)> = self
+            .placements()
+            .iter()
+            .map(|(name, p)| (name.clone(), p.clone()))
+            .collect();
+        placements.sort_by(|a, b| a.0.cmp(&b.0));
+        let members = self.members();
+        let reports = futures_util::future::join_all(members.iter().map(|m| m.statuses())).await;
+        let by_worker: std::collections::HashMap<
+            &str,
+            Result<std::collections::HashMap<String, ActorStatus>, ApiError>,
+        > = members
+            .iter()
+            .zip(reports)
+            .map(|(m, r)| (m.name.as_str(), r.map(|list| list.into_iter().collect())))
+            .collect();
+        placements
+            .into_iter()
+            .map(|(name, placement)| {
+                let status = match self.host_of(&placement, &name) {
+                    Ok(member) => match by_worker.get(member.name.as_str()) {
+                        Some(Ok(statuses)) => statuses.get(&name).cloned().unwrap_or_else(|| {
+                            ActorStatus::unknown(&format!(
+                                "worker {} does not report it",
+                                member.name
+                            ))
+                        }),
+                        Some(Err(e)) => ActorStatus::unknown(&format!(
+                            "worker {} did not answer: {e}",
+                            member.name
+                        )),
+                        None => ActorStatus::unknown(&format!("worker {} left", member.name)),
+                    },
+                    Err(_) => self.status_without_host(&placement),
+                };
+                self.actor_info(&name, placement, status)
+            })
+            .collect()
+    }
+
+    /// The status of an actor that no worker hosts: failed with its
+    /// reason, or waiting for a worker.
+    fn status_without_host(&self, placement: &Placement) -> ActorStatus {
+        match &placement.failure_reason {
+            Some(reason) => ActorStatus::failed(reason),
+            None => ActorStatus::waiting("waiting for a worker to host it"),
+        }
+    }
+
+    /// The API view of actor `name` placed as `placement`, in `status`.
+    fn actor_info(&self, name: &str, placement: Placement, status: ActorStatus) -> ActorInfo {
+        let worker_state = self.member(&placement.worker).map(|m| m.state());
+        ActorInfo {
+            name: name.to_owned(),
+            template: placement.template,
+            state: status.state,
+            worker: placement.worker,
+            worker_state,
+            epoch: placement.epoch,
+            snapshot: status.snapshot,
+            snapshots: self.store.list(name).unwrap_or_default(),
+            resumes: status.resumes,
+            last_pause_ms: status.last_pause_ms,
+            last_resume_ms: status.last_resume_ms,
+            requests: status.requests,
+            memory_bytes: status.memory_bytes,
+            error: status.error,
+        }
+    }
+
+    async fn pause_info(&self, name: &str, report: SnapshotReport) -> Result<PauseInfo, ApiError> {
+        Ok(PauseInfo {
+            actor: self.actor(name).await?,
+            snapshot_bytes: report.snapshot_bytes,
+            duration_ms: report.duration_ms,
+        })
+    }
+
+    /// Pauses actor `name` (idempotent).
+    ///
+    /// # Errors
+    /// 404; 409 failed; 507 quota (actor keeps running); 500.
+    pub async fn pause(&self, name: &str) -> Result<PauseInfo, ApiError> {
+        let placement = self.placement_of(name)?;
+        let _gate = placement.gate.read().await;
+        let report = self
+            .host_of(&self.placement_of(name)?, name)?
+            .api
+            .pause(name)
+            .await?;
+        self.pause_info(name, report).await
+    }
+
+    /// Checkpoints running actor `name`.
+    ///
+    /// # Errors
+    /// 404; 409 not running; 507 quota; 500.
+    pub async fn checkpoint(&self, name: &str) -> Result<PauseInfo, ApiError> {
+        let placement = self.placement_of(name)?;
+        let _gate = placement.gate.read().await;
+        let report = self
+            .host_of(&self.placement_of(name)?, name)?
+            .api
+            .checkpoint(name)
+            .await?;
+        self.pause_info(name, report).await
+    }
+
+    /// Resumes actor `name` from `from`.
+    ///
+    /// # Errors
+    /// 404; 400 unknown snapshot; 503 with the reason if it cannot be restored.
+    pub async fn resume(&self, name: &str, from: ResumeFrom) -> Result<ActorInfo, ApiError> {
+        let placement = self.placement_of(name)?;
+        if let ResumeFrom::Snapshot(seq) = from
+            && !self.store.list(name)?.iter().any(|e| e.seq == seq)
+        {
+            return Err(ApiError::bad_request(format!(
+                "actor {name} has no snapshot {seq}"
+            )));
+        }
+        {
+            let _gate = placement.gate.read().await;
+            let placement = self.placement_of(name)?;
+            let member = self.host_of(&placement, name)?;
+            if let ResumeFrom::Snapshot(seq) = from
+                && !member.is_in_process()
+            {
+                // A worker with a store of its own may not hold that
+                // snapshot: ship it.
+                let row = self.template_row(&placement.template)?;
+                self.ship(
+                    &member,
+                    name,
+                    &Self::host_spec(&row, placement.epoch),
+                    seq,
+                    false,
+                )
+                .await?;
+            }
+            member.api.resume(name, from).await?;
+        }
+        self.actor(name).await
+    }
+
+    /// Deletes actor `name` and all its snapshots.
+    ///
+    /// # Errors
+    /// 404 if unknown; 500 if its files cannot be removed.
+    pub async fn delete_actor(&self, name: &str) -> Result<(), ApiError> {
+        let _guard = self.ops.lock().await;
+        let gate = self.placement_of(name)?.gate;
+        let _gate = gate.write().await;
+        // Re-read under the gate: a move may have finished meanwhile.
+        let placement = self.placement_of(name)?;
+        self.placement_mut().remove(name);
+        if let Some(member) = self.member(&placement.worker) {
+            member.api.remove(name).await;
+        }
+        // After the placement and the actor's task are gone: nothing counts
+        // for it any more.
+        self.metrics.forget_actor(name);
+        self.directory.delete_actor(name)?;
+        self.store.remove_actor(name)?;
+        tracing::info!(actor = name, "actor deleted");
+        Ok(())
+    }
+
+    /// Looks actor `name` up for a request: the one placement lookup
+    /// before the request body is read.
+    ///
+    /// # Errors
+    /// 404 unknown actor.
+    pub fn route(&self, name: &str) -> Result<Route, ApiError> {
+        let placements = self.placements();
+        let placement = placements
+            .get(name)
+            .ok_or_else(|| ApiError::not_found(format!("no actor named {name:?}")))?;
+        Ok(Route {
+            actor: name.to_owned(),
+            gate: placement.gate.clone(),
+            held: placement.held.clone(),
+        })
+    }
+
+    /// The worker and epoch actor `name` is placed on now.
+    ///
+    /// # Errors
+    /// 404 unknown actor; 503 as [`ControlPlane::host_of`].
+    fn current_host(&self, name: &str) -> Result<(Arc<Member>, u64), ApiError> {
+        let placements = self.placements();
+        let placement = placements
+            .get(name)
+            .ok_or_else(|| ApiError::not_found(format!("no actor named {name:?}")))?;
+        Ok((self.host_of(placement, name)?, placement.epoch))
+    }
+
+    /// Hands an HTTP request to the actor of `route`, through its gate:
+    /// while the actor moves, the request waits; a call refused for a stale
+    /// epoch is sent again to the current owner with the same request.
+    /// When `gone` is cancelled first, the request is given up unless the
+    /// guest runs it (see [`crate::client_gone`]).
+    ///
+    /// # Errors
+    /// 404 actor deleted meanwhile; the worker's or guest's failure;
+    /// [`crate::client_gone::ABANDONED`] when the client left first.
+    pub async fn call(
+        &self,
+        route: Route,
+        request: Request,
+        gone: &ClientGone,
+    ) -> Result<Response, ApiError> {
+        let Route {
+            actor,
+            mut gate,
+            mut held,
+        } = route;
+        let request = Arc::new(request);
+        let name = actor.as_str();
+        let hold = self.config.worker.hold_timeout;
+        let mut attempts = 0;
+        loop {
+            let open = match gate.try_read() {
+                Ok(open) => open,
+                Err(_) => {
+                    let _held = HeldAtGate::enter(&held, self.config.worker.max_held, name)?;
+                    let open = async {
+                        tokio::time::timeout(hold, gate.read()).await.map_err(|_| {
+                            ApiError::unavailable(format!(
+                                "actor {name} is moving and did not take the request within the hold timeout of {hold:?}"
+                            ))
+                        })
+                    };
+                    client_gone::unless_gone(gone, name, open).await?
+                }
+            };
+            // Read under the gate: a move switches the placement only
+            // while it holds the gate closed.
+            let (member, epoch) = self.current_host(name)?;
+            match member.api.call(name, epoch, request.clone(), gone).await {
+                Err(e) if e.status == 421 && attempts < 3 => {
+                    attempts += 1;
+                    tracing::debug!(actor = name, "retrying on the current owner: {e}");
+                    drop(open);
+                    let again = self.route(name)?;
+                    gate = again.gate;
+                    held = again.held;
+                }
+                other => return other,
+            }
+        }
+    }
+}
+
+/// An actor found for a request ([`ControlPlane::route`]): the gate its
+/// request passes.
+pub struct Route {
+    actor: String,
+    gate: Arc<tokio::sync::RwLock<()>>,
+    held: Arc<AtomicUsize>,
+}

@@ -1,0 +1,107 @@
+//! Periodic and operator duties: pausing idle actors and checkpointing
+//! running ones (in-process workers), pausing everything at shutdown, and
+//! gc through the snapshot store.
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use super::ControlPlane;
+use super::views::GcReport;
+use crate::error::ApiError;
+use crate::worker::actor::ActorState;
+
+impl ControlPlane {
+    /// Applies retention to every actor and removes the snapshots of
+    /// actors the directory does not know.
+    ///
+    /// # Errors
+    /// 500 if the snapshot store cannot be read.
+    pub async fn gc(&self) -> Result<GcReport, ApiError> {
+        let _guard = self.ops.lock().await;
+        let mut report = GcReport::default();
+        let known: HashSet<String> = self.placements().keys().cloned().collect();
+        let keep = self.config.worker.actor.keep_snapshots;
+        for name in self.store.actors()? {
+            let list = self.store.list(&name)?;
+            if known.contains(&name) {
+                for seq in self.store.retain(&name, keep)? {
+                    report.removed_files += 1;
+                    report.reclaimed_bytes +=
+                        list.iter().find(|e| e.seq == seq).map_or(0, |e| e.bytes);
+                }
+            } else {
+                report.removed_files += list.len() as u64;
+                report.reclaimed_bytes += list.iter().map(|e| e.bytes).sum::<u64>();
+                self.store.remove_actor(&name)?;
+            }
+        }
+        report.snapshot_bytes = self.store.used_bytes();
+        Ok(report)
+    }
+
+    /// Pauses every running actor (graceful shutdown): afterwards every
+    /// actor's newest snapshot holds its latest state.
+    pub async fn pause_all(&self) {
+        let mut tasks = tokio::task::JoinSet::new();
+        for member in self.members() {
+            for (name, status) in member.statuses().await.unwrap_or_default() {
+                if status.state == ActorState::Running {
+                    let member = member.clone();
+                    tasks.spawn(async move {
+                        if let Err(e) = member.api.pause(&name).await {
+                            tracing::error!(actor = %name, "pause at shutdown failed: {e}");
+                        }
+                    });
+                }
+            }
+        }
+        while tasks.join_next().await.is_some() {}
+    }
+
+    /// Runs the periodic duties until the process ends: pausing actors idle
+    /// past `--idle-timeout` and checkpointing running ones every
+    /// `--checkpoint-interval`, on the in-process workers.
+    pub async fn run_housekeeping(self: std::sync::Arc<Self>) {
+        let idle = self.config.idle_timeout;
+        let every = self.config.checkpoint_interval;
+        if idle.is_none() && every.is_none() {
+            return;
+        }
+        let tick = [idle.map(|d| d / 4), every]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap_or(Duration::from_secs(1))
+            .clamp(Duration::from_millis(50), Duration::from_secs(1));
+        let mut last_checkpoint = Instant::now();
+        loop {
+            tokio::time::sleep(tick).await;
+            let checkpoint_due = every.is_some_and(|e| last_checkpoint.elapsed() >= e);
+            if checkpoint_due {
+                last_checkpoint = Instant::now();
+            }
+            for member in self.members() {
+                if !member.is_in_process() {
+                    continue;
+                }
+                let worker = &member.api;
+                for (name, status) in worker.statuses().await.unwrap_or_default() {
+                    if status.state != ActorState::Running {
+                        continue;
+                    }
+                    let idle_for = status.last_active().map(|t| t.elapsed());
+                    if let (Some(limit), Some(idle_for)) = (idle, idle_for)
+                        && idle_for >= limit
+                    {
+                        tracing::info!(actor = %name, "idle for {idle_for:?}; pausing");
+                        if let Err(e) = worker.pause(&name).await {
+                            tracing::warn!(actor = %name, "idle pause failed: {e}");
+                        }
+                    } else if checkpoint_due && let Err(e) = worker.checkpoint(&name).await {
+                        tracing::warn!(actor = %name, "checkpoint failed: {e}");
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,317 @@
+//! Who the workers are: each [`Member`] (a worker's [`WorkerApi`] plus the
+//! control plane's bookkeeping of it: state, incarnation, last heartbeat),
+//! remote workers joining and heartbeating, and failure detection.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use super::ControlPlane;
+use super::views::WorkerInfo;
+use crate::cluster::client::WorkerClient;
+use crate::error::{ApiError, check_label};
+use crate::worker::actor::ActorStatus;
+use crate::worker::{Location, WorkerApi};
+
+/// Lifecycle of a worker as the control plane sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WorkerState {
+    /// Takes new actors.
+    Ready,
+    /// Its actors are being moved off.
+    Draining,
+    /// Holds no actors and takes none.
+    Drained,
+    /// Missed heartbeats for twice the timeout; its actors were re-placed.
+    Lost,
+}
+
+impl WorkerState {
+    /// The lower-case name.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorkerState::Ready => "ready",
+            WorkerState::Draining => "draining",
+            WorkerState::Drained => "drained",
+            WorkerState::Lost => "lost",
+        }
+    }
+}
+
+/// A worker as a member of this control plane's cluster.
+pub struct Member {
+    /// The worker's name.
+    pub name: String,
+    /// The worker itself.
+    pub api: Arc<dyn WorkerApi>,
+    /// Which admission this is (0 for in-process workers; each join of a
+    /// remote worker gets a new number).
+    pub incarnation: u64,
+    address: Location,
+    state: Mutex<WorkerState>,
+    last_heartbeat: Mutex<Instant>,
+    /// Moves under way to this worker (see [`Member::expect_move`]).
+    incoming_moves: AtomicUsize,
+}
+
+/// A move to a member, counted from before the move checks that the member
+/// is `ready` until the move ends (switched or rolled back).
+#[must_use = "the move is counted only while the guard lives"]
+pub(super) struct IncomingMove<'a>(&'a AtomicUsize);
+
+impl Drop for IncomingMove<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl Member {
+    /// A `ready` member for `api`, admitted as `incarnation`.
+    #[must_use]
+    pub fn new(api: Arc<dyn WorkerApi>, incarnation: u64) -> Self {
+        Self {
+            name: api.name().to_owned(),
+            address: api.location(),
+            api,
+            incarnation,
+            state: Mutex::new(WorkerState::Ready),
+            last_heartbeat: Mutex::new(Instant::now()),
+            incoming_moves: AtomicUsize::new(0),
+        }
+    }
+
+    /// Its state.
+    #[must_use]
+    pub fn state(&self) -> WorkerState {
+        *self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Sets its state.
+    pub fn set_state(&self, state: WorkerState) {
+        *self.state.lock().unwrap_or_else(|p| p.into_inner()) = state;
+    }
+
+    /// Sets its state to `to` if it is `from`; whether it was.
+    #[must_use]
+    pub fn swap_state(&self, from: WorkerState, to: WorkerState) -> bool {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let swapped = *state == from;
+        if swapped {
+            *state = to;
+        }
+        swapped
+    }
+
+    /// Counts a move to this worker until the guard is dropped. A move
+    /// takes it *before* checking that the worker is `ready`, and a drain
+    /// sets `draining` *before* checking that no move is under way, so one
+    /// of the two always sees the other: a drain never declares a worker
+    /// `drained` while a move can still land on it.
+    pub(super) fn expect_move(&self) -> IncomingMove<'_> {
+        self.incoming_moves.fetch_add(1, Ordering::SeqCst);
+        IncomingMove(&self.incoming_moves)
+    }
+
+    /// Moves under way to this worker.
+    #[must_use]
+    pub(super) fn incoming_moves(&self) -> usize {
+        self.incoming_moves.load(Ordering::SeqCst)
+    }
+
+    /// Whether it runs in this process.
+    #[must_use]
+    pub fn is_in_process(&self) -> bool {
+        self.address == Location::InProcess
+    }
+
+    /// Records a heartbeat now.
+    pub fn heartbeat(&self) {
+        *self
+            .last_heartbeat
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Instant::now();
+    }
+
+    /// Time since the last heartbeat (zero for in-process workers).
+    #[must_use]
+    pub fn silence(&self) -> Duration {
+        if self.is_in_process() {
+            return Duration::ZERO;
+        }
+        self.last_heartbeat
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .elapsed()
+    }
+
+    /// `in-process`, or the remote `host:port`.
+    #[must_use]
+    pub fn address(&self) -> String {
+        match &self.address {
+            Location::InProcess => "in-process".to_owned(),
+            Location::Remote(address) => address.clone(),
+        }
+    }
+
+    /// `actor`'s status on this worker.
+    ///
+    /// # Errors
+    /// 404 if it does not host the actor; 503 if lost or unreachable.
+    pub async fn status(&self, actor: &str) -> Result<ActorStatus, ApiError> {
+        if self.state() == WorkerState::Lost {
+            return Err(ApiError::unavailable(format!(
+                "worker {} is lost",
+                self.name
+            )));
+        }
+        self.api.status(actor).await
+    }
+
+    /// Statuses of every actor it hosts.
+    ///
+    /// # Errors
+    /// 503 if it is lost; as [`WorkerApi::statuses`] if it cannot be reached.
+    pub async fn statuses(&self) -> Result<Vec<(String, ActorStatus)>, ApiError> {
+        if self.state() == WorkerState::Lost {
+            return Err(ApiError::unavailable(format!(
+                "worker {} is lost",
+                self.name
+            )));
+        }
+        self.api.statuses().await
+    }
+}
+
+impl ControlPlane {
+    /// Every member, in admission order.
+    pub(super) fn members(&self) -> Vec<Arc<Member>> {
+        self.members
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Member `name`.
+    pub(super) fn member(&self, name: &str) -> Option<Arc<Member>> {
+        self.members
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .find(|w| w.name == name)
+            .cloned()
+    }
+
+    /// Admits remote worker `name` at `address` (`host:port`), or re-admits
+    /// it as a new, empty worker; then rebalances in the background.
+    ///
+    /// # Errors
+    /// 400 bad name; 409 the name is an in-process worker's.
+    pub fn join(self: &Arc<Self>, name: &str, address: &str) -> Result<(), ApiError> {
+        check_label("worker", name)?;
+        let client = WorkerClient::new(name, address, self.config.admin_token.as_deref())?;
+        let mut members = self.members.write().unwrap_or_else(|p| p.into_inner());
+        if let Some(existing) = members.iter().find(|w| w.name == name)
+            && existing.is_in_process()
+        {
+            return Err(ApiError::conflict(format!(
+                "worker name {name} is taken by an in-process worker"
+            )));
+        }
+        // A worker always joins empty (a new process, or one that dropped
+        // its actors): its earlier incarnation's actors are re-placed.
+        members.retain(|w| w.name != name);
+        let incarnation = self.incarnations.fetch_add(1, Ordering::Relaxed);
+        members.push(Arc::new(Member::new(Arc::new(client), incarnation)));
+        drop(members);
+        tracing::info!(worker = name, address, "worker joined");
+        let control = self.clone();
+        tokio::spawn(async move {
+            control.place_waiting().await;
+            let report = control.rebalance().await;
+            tracing::info!(moves = report.moves.len(), "rebalanced after a join");
+        });
+        Ok(())
+    }
+
+    /// Records a heartbeat of remote worker `name`.
+    ///
+    /// # Errors
+    /// 404 if unknown (it must join again); 410 if it was declared lost
+    /// (it must drop its actors and join again).
+    pub fn heartbeat(&self, name: &str) -> Result<(), ApiError> {
+        let member = self
+            .member(name)
+            .ok_or_else(|| ApiError::not_found(format!("no worker named {name:?}; join again")))?;
+        if member.state() == WorkerState::Lost {
+            return Err(ApiError::new(
+                410,
+                format!("worker {name} was declared lost; drop every actor and join again"),
+            ));
+        }
+        member.heartbeat();
+        Ok(())
+    }
+
+    /// Declares remote workers silent for twice the heartbeat timeout lost
+    /// and re-places their actors from their newest snapshots.
+    pub async fn run_failure_detector(self: Arc<Self>) {
+        let timeout = self.config.heartbeat_timeout;
+        loop {
+            tokio::time::sleep(timeout / 4).await;
+            for member in self.members() {
+                if member.is_in_process()
+                    || member.state() == WorkerState::Lost
+                    || member.silence() < timeout * 2
+                {
+                    continue;
+                }
+                if member.state() == WorkerState::Drained {
+                    // It left cleanly (SIGTERM drains first) and holds nothing.
+                    tracing::info!(worker = %member.name, "drained worker gone; forgetting it");
+                    self.members
+                        .write()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .retain(|w| {
+                            !(w.name == member.name && w.incarnation == member.incarnation)
+                        });
+                    continue;
+                }
+                tracing::warn!(worker = %member.name, "no heartbeat for {:?}; declaring it lost", member.silence());
+                member.set_state(WorkerState::Lost);
+                let control = self.clone();
+                tokio::spawn(async move { control.place_waiting().await });
+            }
+        }
+    }
+
+    pub(super) async fn worker_info(&self, member: &Member) -> Result<WorkerInfo, ApiError> {
+        let statuses = member.statuses().await.unwrap_or_default();
+        let actors = self
+            .placements()
+            .values()
+            .filter(|p| p.worker == member.name)
+            .count();
+        Ok(WorkerInfo {
+            name: member.name.clone(),
+            address: member.address(),
+            state: member.state(),
+            actors,
+            memory_bytes: statuses.iter().map(|(_, s)| s.memory_bytes).sum(),
+        })
+    }
+
+    /// Every worker.
+    pub async fn workers(&self) -> Vec<WorkerInfo> {
+        let mut out = Vec::new();
+        for member in self.members() {
+            if let Ok(info) = self.worker_info(&member).await {
+                out.push(info);
+            }
+        }
+        out
+    }
+}

@@ -1,0 +1,140 @@
+//! Bringing actors back: at start-up every actor of the directory is
+//! re-placed on an in-process worker (`paused`, resumed by its next
+//! request, or `failed` with the reason); later, actors that wait for a
+//! worker (none at start-up, or theirs was lost) are re-placed from their
+//! newest snapshot when one is ready.
+
+use std::sync::Arc;
+
+use anyhow::Context as _;
+
+use super::ControlPlane;
+use super::placement::Placement;
+use crate::error::ApiError;
+use crate::worker::{ActorSpec, Worker};
+
+impl ControlPlane {
+    /// Re-places every actor of the directory on `locals` (the in-process
+    /// workers of this run): on its recorded worker if that is one of them,
+    /// else on the least-loaded one. Actors recorded on remote workers come
+    /// back here too: a restarted control plane re-admits remote workers
+    /// only as new, empty ones.
+    ///
+    /// # Errors
+    /// If the directory cannot be read or names a missing template.
+    pub(super) fn recover(&self, locals: &[Arc<Worker>]) -> anyhow::Result<()> {
+        for row in self.directory.actors()? {
+            let template = self.directory.template(&row.template)?.with_context(|| {
+                format!("actor {} names missing template {}", row.name, row.template)
+            })?;
+            let mut placement = Placement::new("", 0, &row.template, row.epoch);
+            let Some(member) = self.member(&row.worker).or_else(|| self.least_loaded()) else {
+                tracing::warn!(actor = %row.name, "no worker can host it (--workers 0); it waits for one to join");
+                self.placement_mut().insert(row.name.clone(), placement);
+                continue;
+            };
+            let Some(worker) = locals.iter().find(|w| w.name() == member.name) else {
+                continue;
+            };
+            let compiled = match self.templates.load_local(&template.digest) {
+                Ok(compiled) => compiled,
+                Err(e) => {
+                    // One broken template must not keep the other actors down.
+                    tracing::error!(actor = %row.name, "cannot load its template: {e}");
+                    placement.failure_reason = Some(format!("template {}: {e}", row.template));
+                    self.placement_mut().insert(row.name.clone(), placement);
+                    continue;
+                }
+            };
+            let spec = ActorSpec {
+                name: row.name.clone(),
+                template: compiled,
+                env: template.env.clone(),
+            };
+            let moved = member.name != row.worker;
+            let epoch = if moved { row.epoch + 1 } else { row.epoch };
+            let status = worker.adopt(&spec, epoch);
+            placement.worker = member.name.clone();
+            placement.incarnation = member.incarnation;
+            self.placement_mut().insert(row.name.clone(), placement);
+            if moved {
+                self.switch_placement(&row.name, &member, epoch)?;
+            }
+            tracing::info!(actor = %row.name, worker = %member.name, state = status.state.as_str(), "actor recovered");
+        }
+        Ok(())
+    }
+
+    /// Places actors that wait for a worker (e.g. after a restart with
+    /// `--workers 0`, or when theirs was lost) on the least-loaded ready
+    /// workers, paused.
+    pub(super) async fn place_waiting(self: &Arc<Self>) {
+        let waiting: Vec<String> = self
+            .placements()
+            .iter()
+            .filter(|(a, p)| self.needs_a_host(p, a))
+            .map(|(a, _)| a.clone())
+            .collect();
+        // Each in its own task: one actor stuck behind its gate (a call to a
+        // frozen worker) must not hold up the others.
+        let mut tasks = tokio::task::JoinSet::new();
+        for actor in waiting {
+            let control = self.clone();
+            tasks.spawn(async move {
+                if let Err(e) = control.re_place(&actor).await {
+                    tracing::error!(actor, "could not place: {e}");
+                }
+            });
+        }
+        while tasks.join_next().await.is_some() {}
+    }
+
+    /// Whether `actor`, placed as `placement`, waits for a worker: not
+    /// failed, and no live member hosts it.
+    fn needs_a_host(&self, placement: &Placement, actor: &str) -> bool {
+        placement.failure_reason.is_none() && self.host_of(placement, actor).is_err()
+    }
+
+    /// Puts `actor` on the least-loaded ready worker, paused at its newest
+    /// snapshot in this control plane's store, with epoch + 1 — if it still
+    /// waits for a worker once its gate is held. Re-placements race (each
+    /// worker that joins, and each loss, starts one for every waiting
+    /// actor): deciding on the placement as it is under the gate, not as it
+    /// was when the re-placement was planned, makes it one decision per
+    /// actor, and the directory's compare-and-set on the epoch makes that
+    /// decision durable once. A copy installed for a decision that lost is
+    /// removed again.
+    async fn re_place(&self, actor: &str) -> Result<(), ApiError> {
+        let gate = self.placement_of(actor)?.gate;
+        let _gate = gate.write().await;
+        let placement = self.placement_of(actor)?;
+        if !self.needs_a_host(&placement, actor) {
+            return Ok(());
+        }
+        let target = self
+            .least_loaded()
+            .ok_or_else(|| ApiError::unavailable("no ready worker"))?;
+        let row = self.template_row(&placement.template)?;
+        let epoch = placement.epoch + 1;
+        let newest = self
+            .store
+            .list(actor)?
+            .last()
+            .copied()
+            .ok_or_else(|| ApiError::unavailable(format!("actor {actor} has no snapshot")))?;
+        self.ship(
+            &target,
+            actor,
+            &Self::host_spec(&row, epoch),
+            newest.seq,
+            false,
+        )
+        .await?;
+        if let Err(e) = self.switch_placement(actor, &target, epoch) {
+            target.api.remove(actor).await;
+            return Err(e);
+        }
+        tracing::info!(actor, worker = %target.name, seq = newest.seq, "actor re-placed from its newest snapshot");
+        Ok(())
+    }
+}

@@ -1,0 +1,86 @@
+//! Snapshots between the control plane's store and the workers: the one
+//! "install from snapshot on the target" ([`ControlPlane::ship`]), and the
+//! snapshots remote workers replicate into the store.
+
+use bytes::Bytes;
+
+use super::ControlPlane;
+use super::membership::Member;
+use crate::error::ApiError;
+use crate::worker::HostSpec;
+
+impl ControlPlane {
+    /// Installs `actor` on `target` from snapshot `seq` of the control
+    /// plane's store, under `spec`; with `resume` it is restored at once,
+    /// else it is `paused`. A worker that shares this store reads the
+    /// snapshot there; any other gets the bytes.
+    ///
+    /// # Errors
+    /// 500 if the snapshot cannot be read; the target's failure (422 the
+    /// snapshot does not verify, 503 unreachable or the restore failed).
+    pub(super) async fn ship(
+        &self,
+        target: &Member,
+        actor: &str,
+        spec: &HostSpec,
+        seq: u64,
+        resume: bool,
+    ) -> Result<(), ApiError> {
+        let bytes = if target.is_in_process() {
+            None
+        } else {
+            Some(self.read_snapshot(actor, seq).await?)
+        };
+        target.api.install(actor, spec, seq, bytes, resume).await
+    }
+
+    async fn read_snapshot(&self, actor: &str, seq: u64) -> Result<Bytes, ApiError> {
+        let store = self.store.clone();
+        let actor = actor.to_owned();
+        tokio::task::spawn_blocking(move || {
+            // Sent straight from the mapped file (snapshot files are only
+            // ever replaced by rename, never rewritten in place).
+            store.open_snapshot(&actor, seq).map(Bytes::from_owner)
+        })
+        .await
+        .map_err(ApiError::internal)?
+        .map_err(ApiError::from)
+    }
+
+    /// Stores snapshot `seq` of `actor` streamed by a remote worker, after
+    /// verifying it (length, magic, version, checksum, header). Durable on
+    /// return; retention applies.
+    ///
+    /// # Errors
+    /// 404 unknown actor; 422 it does not verify; 507 quota; 500.
+    pub async fn receive_snapshot(
+        &self,
+        actor: &str,
+        seq: u64,
+        bytes: Bytes,
+    ) -> Result<(), ApiError> {
+        if !self.has_actor(actor) && !self.lock_pending().contains(actor) {
+            return Err(ApiError::not_found(format!("no actor named {actor:?}")));
+        }
+        stasis_core::snapshot::verify_header(&bytes)
+            .map_err(|e| ApiError::new(422, format!("snapshot {seq} of {actor}: {e}")))?;
+        let store = self.store.clone();
+        let keep = self.config.worker.actor.keep_snapshots;
+        let actor = actor.to_owned();
+        tokio::task::spawn_blocking(move || {
+            store.write(&actor, seq, &bytes)?;
+            store.retain(&actor, keep)
+        })
+        .await
+        .map_err(ApiError::internal)??;
+        Ok(())
+    }
+
+    /// Actors being created: not placed yet, but a remote worker already
+    /// streams their seq-0 snapshot.
+    pub(super) fn lock_pending(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashSet<String>> {
+        self.pending.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
