@@ -211,9 +211,7 @@ impl WorkerApi for WorkerClient {
         // Dropped when the client leaves: the worker's serving loop then
         // sees its connection close and gives the request up unless the
         // guest runs it.
-        let forward = self
-            .peer
-            .send(Method::POST, &path, &headers, body.into());
+        let forward = self.peer.send(Method::POST, &path, &headers, body.into());
         let answer = client_gone::unless_gone(gone, actor, forward).await?;
         stasis_host_api::decode_response(&answer.body)
             .map_err(|e| ApiError::new(502, format!("worker {}: {e}", self.name)))

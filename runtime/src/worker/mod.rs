@@ -9,6 +9,7 @@ pub mod api;
 mod clock;
 pub mod live;
 mod mailbox;
+mod restore;
 mod status;
 pub mod templates;
 
