@@ -29,6 +29,7 @@ use stasis_core::engine::Limits;
 use stasis_core::snapshot_files::LocalSnapshotStore;
 use stasis_core::snapshot_store::SnapshotStore as _;
 use stasis_host_api::Request;
+use stasis_runtime::client_gone::ClientGone;
 use stasis_runtime::metrics::Metrics;
 use stasis_runtime::worker::templates::TemplateDir;
 use stasis_runtime::worker::{ActorSpec, Worker, WorkerSettings};
@@ -506,7 +507,7 @@ fn bench_throughput(c: &mut Criterion, ctx: &Ctx) {
                     let worker = worker.clone();
                     async move {
                         let response = worker
-                            .call("counter", EPOCH, post_request())
+                            .call("counter", EPOCH, post_request(), &ClientGone::new())
                             .await
                             .expect("call");
                         assert_eq!(response.status, 200);

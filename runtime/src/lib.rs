@@ -3,7 +3,8 @@
 //! actors over HTTP.
 //!
 //! Modules, following a request: [`server`] (the listeners) → [`router`]
-//! (ingress → actor; [`api`] is the admin API) → [`control`] (the control
+//! (ingress → actor, after [`ingress`]'s strict checks of the request;
+//! [`api`] is the admin API) → [`control`] (the control
 //! plane: placement and the request gate, templates, moves, membership,
 //! the directory) → [`worker::WorkerApi`] (the one interface of every
 //! worker: the in-process [`worker::Worker`], or [`cluster`]'s client of a
@@ -13,17 +14,20 @@
 //! paths, headers and types, client and server), [`auth`] (the bearer
 //! check), [`error`] (the one error shape), [`http`] (HTTP serving helpers),
 //! [`http_client`] (the one HTTP client core, also under the CLI),
-//! [`metrics`].
+//! [`client_gone`] (the token that says a routed request's client left, so
+//! a request not yet started is dropped), [`metrics`].
 
 #![warn(missing_docs)]
 
 pub mod api;
 pub mod auth;
+pub mod client_gone;
 pub mod cluster;
 pub mod control;
 pub mod error;
 pub mod http;
 pub mod http_client;
+pub mod ingress;
 pub mod metrics;
 pub mod router;
 pub mod server;

@@ -67,6 +67,9 @@ pub struct Metrics {
     registry: Registry,
     /// `stasis_requests_total{template,status}`: requests answered.
     requests: Family<RequestLabels, Counter>,
+    /// `stasis_requests_abandoned_total`: requests given up, never
+    /// executed, because their client left first (see [`crate::client_gone`]).
+    abandoned: Counter,
     /// `stasis_resumes_total{worker}`: snapshots restored into fresh instances.
     resumes: Family<WorkerLabel, Counter>,
     /// `stasis_checkpoints_total{worker}`: checkpoints written.
@@ -230,6 +233,7 @@ impl Metrics {
     pub fn new(per_actor: bool) -> Self {
         let mut registry = Registry::default();
         let requests = Family::<RequestLabels, Counter>::default();
+        let abandoned = Counter::default();
         let resumes = Family::<WorkerLabel, Counter>::default();
         let checkpoints = Family::<WorkerLabel, Counter>::default();
         let traps = Family::<WorkerLabel, Counter>::default();
@@ -243,6 +247,11 @@ impl Metrics {
             "stasis_requests",
             "Requests answered, by template and status",
             requests.clone(),
+        );
+        registry.register(
+            "stasis_requests_abandoned",
+            "Requests never executed because their client left first",
+            abandoned.clone(),
         );
         registry.register(
             "stasis_resumes",
@@ -289,6 +298,7 @@ impl Metrics {
         Self {
             registry,
             requests,
+            abandoned,
             resumes,
             checkpoints,
             traps,
@@ -322,6 +332,12 @@ impl Metrics {
             })
             .inc();
         self.per_actor(actor, Event::Request(status));
+    }
+
+    /// Counts one request given up, never executed, because its client
+    /// left first.
+    pub fn abandoned(&self) {
+        self.abandoned.inc();
     }
 
     /// Counts one restore of `actor` into a fresh instance on `worker`.

@@ -6,7 +6,10 @@
 //! Host names are normalised as RFC 9110 §4.2.3 / §7.2 say: compared
 //! case-insensitively, port ignored, one trailing dot allowed. The name must
 //! end in `.actors.<domain>` at a label boundary, and what is left must be
-//! exactly one RFC 1123 label: the actor's name.
+//! exactly one RFC 1123 label: the actor's name. Before any of this, the
+//! request passes the strict checks of [`crate::ingress`] (ports, HTTP/2
+//! `Host` against `:authority`, `Transfer-Encoding`), so a malformed
+//! request is a 400 even when `stasis-actor` names the actor.
 
 use std::sync::Arc;
 
@@ -17,9 +20,11 @@ use hyper::header::{HeaderName, HeaderValue};
 use hyper::http::request::Parts;
 use hyper::{Request, Response, StatusCode};
 
+use crate::client_gone::{self, ClientGone};
 use crate::control::ControlPlane;
 use crate::error::{ApiError, echo_cut, echo_name, is_label};
 use crate::http::{Body, collect_body, text_error};
+use crate::ingress;
 
 /// Header that names the actor directly, overriding the host name.
 pub const ACTOR_HEADER: &str = "stasis-actor";
@@ -99,28 +104,10 @@ pub fn actor_of(parts: &Parts, domain: &str) -> Result<String, ApiError> {
     if let Some(authority) = parts.uri.authority() {
         return actor_from_host(authority.host(), domain);
     }
-    let hosts: Vec<&HeaderValue> = parts.headers.get_all(hyper::header::HOST).iter().collect();
-    let value = match hosts.as_slice() {
-        [] => return Err(ApiError::bad_request("missing Host header")),
-        [value] => value,
-        _ => return Err(ApiError::bad_request("repeated Host header")),
-    };
-    let text = value
-        .to_str()
-        .map_err(|_| ApiError::bad_request("Host header is not ASCII"))?
-        .trim();
-    if text.is_empty() {
-        return Err(ApiError::bad_request("empty Host header"));
+    match ingress::host_header(parts)? {
+        Some(authority) => actor_from_host(authority.host(), domain),
+        None => Err(ApiError::bad_request("missing Host header")),
     }
-    let authority: hyper::http::uri::Authority = text
-        .parse()
-        .map_err(|_| ApiError::bad_request(format!("unparsable Host header {text:?}")))?;
-    if authority.as_str().contains('@') {
-        return Err(ApiError::bad_request(format!(
-            "unparsable Host header {text:?}"
-        )));
-    }
-    actor_from_host(authority.host(), domain)
 }
 
 /// Converts the HTTP request into the guest's request, dropping hop-by-hop
@@ -176,7 +163,7 @@ fn http_response(actor: &str, response: stasis_host_api::Response) -> Response<B
 /// The ingress router of one `stasis serve`.
 pub struct Router {
     control: Arc<ControlPlane>,
-    domain: String,
+    domain: Arc<str>,
 }
 
 impl Router {
@@ -185,34 +172,70 @@ impl Router {
     pub fn new(control: Arc<ControlPlane>, domain: &str) -> Self {
         Self {
             control,
-            domain: domain.to_owned(),
+            domain: Arc::from(domain),
         }
     }
 
-    /// Routes one request and answers it.
+    /// Routes one request and answers it. The request runs in a task of
+    /// its own, so that when hyper drops this future (the client left) the
+    /// request is given up unless the guest runs it, and one that ran is
+    /// still counted (see [`crate::client_gone`]).
     pub async fn handle(&self, request: Request<Incoming>) -> Response<Body> {
-        let (parts, body) = request.into_parts();
-        let actor = match actor_of(&parts, &self.domain) {
-            Ok(actor) => actor,
-            Err(e) => return text_error(&e),
-        };
-        let route = match self.control.route(&actor) {
-            Ok(route) => route,
-            Err(e) => return text_error(&e),
-        };
-        let max_body = self.control.engine().limits().max_body;
-        let answer = match collect_body(&parts, body, max_body, "--max-body").await {
-            Ok(body) => self
-                .control
-                .call(route, guest_request(&parts, body))
-                .await
-                .map(|r| http_response(&actor, r)),
-            Err(e) => Err(e),
-        };
-        let response = answer.unwrap_or_else(|e| text_error(&e));
-        self.control
-            .count_request(&actor, response.status().as_u16());
-        response
+        let gone = ClientGone::new();
+        let _left = gone.clone().drop_guard();
+        let routed = tokio::spawn(route(
+            self.control.clone(),
+            self.domain.clone(),
+            request,
+            gone,
+        ));
+        routed.await.unwrap_or_else(|e| {
+            tracing::error!("routing a request: {e}");
+            text_error(&ApiError::internal(
+                "internal error while routing the request",
+            ))
+        })
+    }
+}
+
+/// Routes one request to its actor and answers it; counts it under its
+/// status, or as abandoned when its client left before it ran.
+async fn route(
+    control: Arc<ControlPlane>,
+    domain: Arc<str>,
+    request: Request<Incoming>,
+    gone: ClientGone,
+) -> Response<Body> {
+    let (parts, body) = request.into_parts();
+    let actor = match ingress::check(&parts).and_then(|()| actor_of(&parts, &domain)) {
+        Ok(actor) => actor,
+        Err(e) => return text_error(&e),
+    };
+    let route = match control.route(&actor) {
+        Ok(route) => route,
+        Err(e) => return text_error(&e),
+    };
+    let max_body = control.engine().limits().max_body;
+    let answer = match collect_body(&parts, body, max_body, "--max-body").await {
+        Ok(body) => control
+            .call(route, guest_request(&parts, body), &gone)
+            .await
+            .map(|r| http_response(&actor, r)),
+        Err(e) => Err(e),
+    };
+    match answer {
+        Ok(response) => {
+            control.count_request(&actor, response.status().as_u16());
+            response
+        }
+        Err(e) if e.status == client_gone::ABANDONED => {
+            control.metrics().abandoned();
+            text_error(&e)
+        }
+        Err(e) => {
+            control.count_request(&actor, e.status);
+            text_error(&e)
+        }
     }
 }
 

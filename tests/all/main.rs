@@ -3,6 +3,9 @@
 //! through the snapshot core in process.
 //!
 //! * `http`: serve, routing, pause/resume, restarts, bad input;
+//! * `ingress`: malformed requests (ports, h2 `Host`, `Transfer-Encoding`)
+//!   are 400 and never routed;
+//! * `abandoned`: requests whose clients left are never executed;
 //! * `cluster`: remote worker processes, migration, drain, scale out/in;
 //! * `reliability`: limits, runaway guests, crash recovery, retention,
 //!   failed snapshots, idle pause, admin token, `--max-live`;
@@ -23,11 +26,13 @@
 
 mod support;
 
+mod abandoned;
 mod cluster;
 mod demos;
 mod errors;
 mod hardening;
 mod http;
+mod ingress;
 mod reliability;
 mod restart;
 mod retention;

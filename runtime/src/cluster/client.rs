@@ -15,6 +15,7 @@ use super::proto::{
     CONNECT_TIMEOUT, EPOCH_HEADER, InstallSpec, LIVE_HEADER, Op, PEER_TIMEOUT, ResumeRequest,
     SEQ_HEADER, SPEC_HEADER, STATUS_TIMEOUT, WorkerPath,
 };
+use crate::client_gone::{self, ClientGone};
 use crate::error::ApiError;
 use crate::http_client::{Answer, HttpClient};
 use crate::worker::actor::{ActorStatus, Captured, ResumeFrom, SnapshotReport};
@@ -200,19 +201,18 @@ impl WorkerApi for WorkerClient {
         actor: &str,
         epoch: u64,
         request: Arc<Request>,
+        gone: &ClientGone,
     ) -> Result<Response, ApiError> {
         let body = stasis_host_api::encode_request(&request)
             .map_err(|e| ApiError::bad_request(e.to_string()))?;
         let path = WorkerPath::Op(actor, Ok(Op::Call)).to_path();
-        let answer = self
-            .peer
-            .send(
-                Method::POST,
-                &path,
-                &[(EPOCH_HEADER, &epoch.to_string())],
-                body.into(),
-            )
-            .await?;
+        let epoch = epoch.to_string();
+        let headers = [(EPOCH_HEADER, epoch.as_str())];
+        // Dropped when the client leaves: the worker's serving loop then
+        // sees its connection close and gives the request up unless the
+        // guest runs it.
+        let forward = self.peer.send(Method::POST, &path, &headers, body.into());
+        let answer = client_gone::unless_gone(gone, actor, forward).await?;
         stasis_host_api::decode_response(&answer.body)
             .map_err(|e| ApiError::new(502, format!("worker {}: {e}", self.name)))
     }

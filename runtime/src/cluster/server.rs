@@ -29,6 +29,7 @@ use super::proto::{
     ResumeRequest, SEQ_HEADER, SPEC_HEADER, WorkerPath,
 };
 use crate::auth::authorize;
+use crate::client_gone::ClientGone;
 use crate::error::ApiError;
 use crate::http::{Body, collect_body, json, json_error};
 use crate::metrics::Metrics;
@@ -423,7 +424,11 @@ impl RemoteWorker {
                     .ok_or_else(|| ApiError::bad_request(format!("missing {EPOCH_HEADER}")))?;
                 let request = stasis_host_api::decode_request(&body)
                     .map_err(|e| ApiError::bad_request(e.to_string()))?;
-                let response = w.call(name, epoch, Arc::new(request)).await?;
+                // Never cancelled: when the router's forward is dropped, this
+                // serving loop drops the call, which gives the request up.
+                let response = w
+                    .call(name, epoch, Arc::new(request), &ClientGone::new())
+                    .await?;
                 let bytes =
                     stasis_host_api::encode_response(&response).map_err(ApiError::internal)?;
                 Ok(Response::new(Full::new(Bytes::from(bytes))))

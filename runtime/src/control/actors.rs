@@ -12,6 +12,7 @@ use super::directory::ActorRow;
 use super::membership::Member;
 use super::placement::{HeldAtGate, Placement};
 use super::views::{ActorInfo, PauseInfo};
+use crate::client_gone::{self, ClientGone};
 use crate::error::{ApiError, check_label};
 use crate::worker::actor::{ActorState, ActorStatus, ResumeFrom, SnapshotReport};
 
@@ -298,10 +299,18 @@ impl ControlPlane {
     /// Hands an HTTP request to the actor of `route`, through its gate:
     /// while the actor moves, the request waits; a call refused for a stale
     /// epoch is sent again to the current owner with the same request.
+    /// When `gone` is cancelled first, the request is given up unless the
+    /// guest runs it (see [`crate::client_gone`]).
     ///
     /// # Errors
-    /// 404 actor deleted meanwhile; the worker's or guest's failure.
-    pub async fn call(&self, route: Route, request: Request) -> Result<Response, ApiError> {
+    /// 404 actor deleted meanwhile; the worker's or guest's failure;
+    /// [`crate::client_gone::ABANDONED`] when the client left first.
+    pub async fn call(
+        &self,
+        route: Route,
+        request: Request,
+        gone: &ClientGone,
+    ) -> Result<Response, ApiError> {
         let Route {
             actor,
             mut gate,
@@ -316,17 +325,20 @@ impl ControlPlane {
                 Ok(open) => open,
                 Err(_) => {
                     let _held = HeldAtGate::enter(&held, self.config.worker.max_held, name)?;
-                    tokio::time::timeout(hold, gate.read()).await.map_err(|_| {
-                        ApiError::unavailable(format!(
-                            "actor {name} is moving and did not take the request within the hold timeout of {hold:?}"
-                        ))
-                    })?
+                    let open = async {
+                        tokio::time::timeout(hold, gate.read()).await.map_err(|_| {
+                            ApiError::unavailable(format!(
+                                "actor {name} is moving and did not take the request within the hold timeout of {hold:?}"
+                            ))
+                        })
+                    };
+                    client_gone::unless_gone(gone, name, open).await?
                 }
             };
             // Read under the gate: a move switches the placement only
             // while it holds the gate closed.
             let (member, epoch) = self.current_host(name)?;
-            match member.api.call(name, epoch, request.clone()).await {
+            match member.api.call(name, epoch, request.clone(), gone).await {
                 Err(e) if e.status == 421 && attempts < 3 => {
                     attempts += 1;
                     tracing::debug!(actor = name, "retrying on the current owner: {e}");

@@ -12,6 +12,7 @@ use stasis_host_api::{Request, Response};
 
 use super::Worker;
 use super::actor::{ActorStatus, Captured, ResumeFrom, SnapshotReport};
+use crate::client_gone::ClientGone;
 use crate::error::ApiError;
 
 /// What a worker needs to host an actor, in a form every worker
@@ -75,15 +76,21 @@ pub trait WorkerApi: Send + Sync {
 
     /// Hands `request` to `actor` under placement `epoch`. The request is
     /// shared, not copied: a caller told the epoch is stale (421) sends the
-    /// same request to the new owner.
+    /// same request to the new owner. When `gone` is cancelled before the
+    /// guest runs the request, the request is given up (see
+    /// [`crate::client_gone`]): an in-process worker decides through the
+    /// request's ticket; the forward to a remote worker is dropped, so that
+    /// worker's serving loop sees its client leave and decides the same way.
     ///
     /// # Errors
-    /// 421 stale epoch; 503 full mailbox or hold timeout; the guest's failure.
+    /// 421 stale epoch; 503 full mailbox or hold timeout; the guest's
+    /// failure; [`crate::client_gone::ABANDONED`] when the client left first.
     async fn call(
         &self,
         actor: &str,
         epoch: u64,
         request: Arc<Request>,
+        gone: &ClientGone,
     ) -> Result<Response, ApiError>;
 
     /// Pauses `actor` (idempotent).
@@ -174,8 +181,9 @@ impl WorkerApi for Worker {
         actor: &str,
         epoch: u64,
         request: Arc<Request>,
+        gone: &ClientGone,
     ) -> Result<Response, ApiError> {
-        Worker::call(self, actor, epoch, request).await
+        Worker::call(self, actor, epoch, request, gone).await
     }
 
     async fn pause(&self, actor: &str) -> Result<SnapshotReport, ApiError> {

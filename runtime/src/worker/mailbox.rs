@@ -1,37 +1,86 @@
 //! An actor's mailbox entries ([`Command`]) and the [`Ticket`] that
-//! settles, exactly once, whether a held request runs or times out.
+//! settles, exactly once, whether a held request runs, times out, or is
+//! given up because its client left.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 
 use stasis_host_api::{Request, Response};
-use tokio::sync::oneshot;
+use tokio::sync::{Notify, oneshot};
 
 use super::status::{Captured, ResumeFrom, SnapshotReport};
 use crate::error::ApiError;
 
+/// In the mailbox.
 const WAITING: u8 = 0;
+/// Taken by the actor task, before the guest runs it (e.g. waiting for a
+/// `--max-live` slot).
 const STARTED: u8 = 1;
-const CANCELLED: u8 = 2;
+/// The guest runs (or ran) it.
+const RUNNING: u8 = 2;
+/// Given up at the hold timeout.
+const CANCELLED: u8 = 3;
+/// Given up because its client left.
+const ABANDONED: u8 = 4;
 
 /// Decides, exactly once, whether a held request runs or is given up
-/// (hold timeout): whichever side claims it first wins.
+/// (hold timeout, or its client left): whichever side claims it first wins.
+/// The hold timeout can give a request up only while it is in the mailbox;
+/// a client that leaves can also while the actor prepares to run it (waits
+/// for a live-instance slot), never once the guest runs it.
 #[derive(Debug, Default)]
-pub struct Ticket(AtomicU8);
+pub struct Ticket {
+    state: AtomicU8,
+    /// Woken when the client leaves.
+    left: Notify,
+}
 
 impl Ticket {
-    /// Claims the request for running it; false if it was given up.
-    pub(super) fn start(&self) -> bool {
-        self.0
-            .compare_exchange(WAITING, STARTED, Ordering::AcqRel, Ordering::Acquire)
+    fn claim(&self, from: u8, to: u8) -> bool {
+        self.state
+            .compare_exchange(from, to, Ordering::AcqRel, Ordering::Acquire)
             .is_ok()
     }
 
-    /// Gives the request up; false if the actor already started it.
+    /// The actor takes the request; false if it was given up.
+    pub(super) fn start(&self) -> bool {
+        self.claim(WAITING, STARTED)
+    }
+
+    /// The guest is about to run the request; false if its client left.
+    pub(super) fn run(&self) -> bool {
+        self.claim(STARTED, RUNNING)
+    }
+
+    /// Resolves once the client has left (or at once if it has).
+    pub(super) async fn abandoned(&self) {
+        loop {
+            let left = self.left.notified();
+            tokio::pin!(left);
+            left.as_mut().enable();
+            if self.state.load(Ordering::Acquire) == ABANDONED {
+                return;
+            }
+            left.await;
+        }
+    }
+
+    /// Gives the request up at the hold timeout; false if the actor
+    /// already took it.
+    #[must_use]
     pub fn cancel(&self) -> bool {
-        self.0
-            .compare_exchange(WAITING, CANCELLED, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
+        self.claim(WAITING, CANCELLED)
+    }
+
+    /// Gives the request up because its client left; false if the guest
+    /// already runs it (or it was given up before).
+    #[must_use]
+    pub fn abandon(&self) -> bool {
+        let abandoned = self.claim(WAITING, ABANDONED) || self.claim(STARTED, ABANDONED);
+        if abandoned {
+            self.left.notify_waiters();
+        }
+        abandoned
     }
 }
 
@@ -45,7 +94,8 @@ pub enum Command {
         /// room for its commands up front, so the command is kept small;
         /// shared, so a caller that must retry elsewhere keeps it).
         request: Arc<Request>,
-        /// Decides between running it and the hold timeout.
+        /// Decides between running it and giving it up (hold timeout, or
+        /// its client left).
         ticket: Arc<Ticket>,
         /// Where the answer goes.
         reply: oneshot::Sender<Result<Response, ApiError>>,

@@ -9,6 +9,7 @@ pub mod api;
 mod clock;
 pub mod live;
 mod mailbox;
+mod restore;
 mod status;
 pub mod templates;
 
@@ -26,6 +27,7 @@ use stasis_host_api::{Request, Response};
 use tokio::sync::{mpsc, oneshot};
 
 use self::clock::ActorClock;
+use crate::client_gone::{self, ClientGone};
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 use actor::{
@@ -62,6 +64,24 @@ impl Default for WorkerSettings {
                 checkpoint_every: 0,
             },
             max_live: None,
+        }
+    }
+}
+
+/// Gives a request up if [`Worker::call`] is dropped before its answer
+/// (the remote worker's serving loop dropped it: the router's connection
+/// closed), and counts it when it was never started.
+struct AbandonOnDrop<'a> {
+    ticket: Option<Arc<Ticket>>,
+    metrics: &'a Metrics,
+}
+
+impl Drop for AbandonOnDrop<'_> {
+    fn drop(&mut self) {
+        if let Some(ticket) = self.ticket.take()
+            && ticket.abandon()
+        {
+            self.metrics.abandoned();
         }
     }
 }
@@ -335,15 +355,19 @@ impl Worker {
     /// Hands `request` to `actor`'s mailbox and waits for the answer. A full
     /// mailbox (`--max-held`) or a wait past `--hold-timeout` before the
     /// actor starts the request is 503 with `Retry-After`; a request is never
-    /// both given up and executed.
+    /// both given up and executed. When `gone` is cancelled (or this future
+    /// is dropped) before the guest runs the request, the request is given
+    /// up (see [`crate::client_gone`]); one the guest runs is waited for.
     ///
     /// # Errors
-    /// The actor's or guest's failure as an [`ApiError`].
+    /// The actor's or guest's failure as an [`ApiError`];
+    /// [`crate::client_gone::ABANDONED`] when the client left first.
     pub async fn call(
         &self,
         actor: &str,
         epoch: u64,
         request: impl Into<Arc<Request>>,
+        gone: &ClientGone,
     ) -> Result<Response, ApiError> {
         if !self.is_serving() {
             return Err(ApiError::unavailable(format!(
@@ -369,16 +393,36 @@ impl Worker {
                 ApiError::unavailable(format!("actor {actor} is stopping"))
             }
         })?;
+        let mut waiting = AbandonOnDrop {
+            ticket: Some(ticket.clone()),
+            metrics: &self.metrics,
+        };
         let stopped = || ApiError::unavailable(format!("actor {actor} stopped"));
-        tokio::pin!(answer);
-        match tokio::time::timeout(self.settings.hold_timeout, &mut answer).await {
-            Ok(result) => result.map_err(|_| stopped())?,
-            Err(_) if ticket.cancel() => Err(ApiError::unavailable(format!(
-                "actor {actor} did not take the request within the hold timeout of {:?}",
-                self.settings.hold_timeout
-            ))),
-            Err(_) => answer.await.map_err(|_| stopped())?,
-        }
+        let hold = tokio::time::sleep(self.settings.hold_timeout);
+        tokio::pin!(answer, hold);
+        let (mut holding, mut listening) = (true, true);
+        let result = loop {
+            tokio::select! {
+                result = &mut answer => break result.map_err(|_| stopped()).and_then(|r| r),
+                () = &mut hold, if holding => {
+                    holding = false;
+                    if ticket.cancel() {
+                        break Err(ApiError::unavailable(format!(
+                            "actor {actor} did not take the request within the hold timeout of {:?}",
+                            self.settings.hold_timeout
+                        )));
+                    }
+                }
+                () = gone.cancelled(), if listening => {
+                    listening = false;
+                    if ticket.abandon() {
+                        break Err(client_gone::abandoned(actor));
+                    }
+                }
+            }
+        };
+        waiting.ticket = None;
+        result
     }
 
     async fn command<T>(

@@ -1,0 +1,248 @@
+//! The restore path of an actor task: resume from the newest snapshot, a
+//! named one or the template (a repair), reading and verifying the
+//! snapshot, and deciding whether a failure leaves the actor `failed` or
+//! just busy.
+
+use std::time::Instant;
+
+use stasis_core::instance::{ActorInstance, CallError};
+use stasis_core::snapshot::{self, VerifiedSnapshot};
+use stasis_core::snapshot_store::{SnapshotBytes, StoreError, remove_corrupt};
+
+use super::actor::{ActorState, ActorTask, ResumeFrom, ms};
+use crate::error::ApiError;
+
+impl ActorTask {
+    /// Restores the actor from `from` into a fresh instance (a repair when
+    /// it runs: the new instance is built next to the old one, which keeps
+    /// running if the repair fails); the state becomes `running`, or
+    /// `failed` with the reason when `from` cannot give a working instance.
+    ///
+    /// # Errors
+    /// 409 repair of a running actor with `--max-live` 1; 503 no live
+    /// instance now, or the restore failed (with the reason).
+    pub(super) async fn resume(&mut self, from: ResumeFrom) -> Result<(), ApiError> {
+        self.take_slot().await?;
+        // A repair of a running actor builds the new instance next to the
+        // old one (which keeps running if the repair fails): a second slot.
+        let second_slot = match (&self.live, &self.instance, from) {
+            (Some(live), Some(_), ResumeFrom::Snapshot(_) | ResumeFrom::Template) => {
+                if live.max() == 1 {
+                    return Err(ApiError::conflict(format!(
+                        "actor {} is running and --max-live is 1: resuming it from a snapshot or \
+                         the template needs a second live instance; pause it first",
+                        self.name
+                    )));
+                }
+                Some(live.acquire(&self.name).await?)
+            }
+            _ => None,
+        };
+        // Timed from here: the wait for a slot is not part of the resume.
+        let started = Instant::now();
+        if let Some(live) = &self.instance {
+            self.clock.replaced(live.clock_ns());
+        }
+        self.set_state(ActorState::Resuming);
+        let result = match from {
+            ResumeFrom::Template => self.fresh_from_template().await,
+            ResumeFrom::Newest => match self.newest_seq() {
+                Some(seq) => self.restore(seq).await,
+                None => Err(Unrestorable::Broken(format!(
+                    "actor {} has no snapshot",
+                    self.name
+                ))),
+            },
+            ResumeFrom::Snapshot(seq) => self.restore(seq).await,
+        };
+        match result {
+            Ok(instance) => {
+                let memory_bytes = instance.memory_bytes();
+                self.instance = Some(instance);
+                if second_slot.is_some() {
+                    // The old instance is gone: keep one slot.
+                    self.slot = second_slot;
+                }
+                let elapsed = started.elapsed();
+                self.metrics.resume_seconds.observe(elapsed.as_secs_f64());
+                self.metrics.resumed(&self.worker, &self.name);
+                {
+                    let mut status = self.status();
+                    status.state = ActorState::Running;
+                    status.resumes += 1;
+                    status.last_resume_ms = Some(ms(elapsed));
+                    status.last_active = Some(Instant::now());
+                    status.memory_bytes = memory_bytes;
+                    if from != ResumeFrom::Newest {
+                        status.error = None;
+                    }
+                }
+                if from != ResumeFrom::Newest {
+                    // Make the repaired state the newest snapshot, so a later
+                    // rollback does not land on the bad one again; corrupt
+                    // snapshots go first, so retention keeps good ones.
+                    self.remove_corrupt_snapshots(from).await;
+                    self.snapshot(started).await?;
+                }
+                Ok(())
+            }
+            Err(Unrestorable::Busy(e)) => {
+                // Out of instance capacity for now: nothing is wrong with
+                // the actor, which stays as it was.
+                let state = if self.instance.is_some() {
+                    ActorState::Running
+                } else {
+                    ActorState::Paused
+                };
+                self.set_state(state);
+                Err(ApiError::unavailable(format!(
+                    "actor {} cannot get a live instance now: {e}",
+                    self.name
+                )))
+            }
+            Err(Unrestorable::Broken(reason)) if self.instance.is_some() => {
+                // A repair attempt on a live actor failed: it keeps running
+                // as it was.
+                self.set_state(ActorState::Running);
+                Err(ApiError::failed(format!(
+                    "actor {} keeps running; resume failed: {reason}",
+                    self.name
+                )))
+            }
+            Err(Unrestorable::Broken(reason)) => {
+                tracing::error!(actor = %self.name, "resume failed: {reason}");
+                let mut status = self.status();
+                status.state = ActorState::Failed;
+                status.error = Some(reason.clone());
+                Err(ApiError::failed(format!(
+                    "actor {} failed: {reason}",
+                    self.name
+                )))
+            }
+        }
+    }
+
+    /// Deletes, for a repair from `from`, every snapshot but the repair's
+    /// source that does not verify (known corrupt), so retention keeps the
+    /// source and good snapshots instead (docs/operations.md, "Retention
+    /// and repairs"). Failures are logged: the repair itself succeeded.
+    async fn remove_corrupt_snapshots(&mut self, from: ResumeFrom) {
+        let source = match from {
+            ResumeFrom::Snapshot(seq) => Some(seq),
+            ResumeFrom::Template | ResumeFrom::Newest => None,
+        };
+        let (store, actor) = (self.store.clone(), self.name.clone());
+        let (template, max_memory) = (self.template.clone(), self.engine.limits().max_memory);
+        let removed = tokio::task::spawn_blocking(move || {
+            remove_corrupt(store.as_ref(), &actor, &template, max_memory, source)
+        })
+        .await;
+        match removed {
+            Ok(Ok(removed)) => {
+                for (seq, problem) in removed {
+                    tracing::warn!(actor = %self.name, seq, "repair deleted corrupt snapshot: {problem}");
+                }
+            }
+            Ok(Err(e)) => tracing::warn!(actor = %self.name, "removing corrupt snapshots: {e}"),
+            Err(e) => tracing::warn!(actor = %self.name, "removing corrupt snapshots: {e}"),
+        }
+    }
+
+    /// The newest snapshot this actor acknowledged. Known in memory from
+    /// the write (or from the folder and its acknowledgement marker when
+    /// the actor was adopted), so a newest file deleted behind the actor's
+    /// back makes the resume fail instead of silently rolling back.
+    pub(super) fn newest_seq(&self) -> Option<u64> {
+        let known = self.status().snapshot.map(|s| s.seq).or_else(|| {
+            self.store
+                .list(&self.name)
+                .ok()
+                .and_then(|list| list.last().map(|e| e.seq))
+        });
+        // An acknowledged snapshot missing from the folder at adoption left
+        // `next_seq` past every file there: a plain resume names it (and
+        // fails) instead of rolling back to an older file.
+        known.max(self.next_seq.checked_sub(1))
+    }
+
+    /// Restores snapshot `seq` and runs `on_resume`.
+    async fn restore(&mut self, seq: u64) -> Result<ActorInstance, Unrestorable> {
+        let broken = |what: &str, e: &dyn std::fmt::Display| {
+            Unrestorable::Broken(format!("{what} {seq}: {e}"))
+        };
+        self.clock.load(self.store.as_ref(), &self.name);
+        let verified = match self.primed.take() {
+            Some((primed, verified)) if primed == seq => verified,
+            _ => self.open_verified(seq)?,
+        };
+        let restored = snapshot::restore(
+            &self.engine,
+            self.template.clone(),
+            self.config(),
+            &verified,
+        )
+        .await;
+        let mut instance = match restored {
+            Ok(instance) => instance,
+            Err(snapshot::RestoreError::Call(e @ CallError::Capacity(_))) => {
+                return Err(Unrestorable::Busy(e.to_string()));
+            }
+            Err(e) => return Err(broken("restoring snapshot", &e)),
+        };
+        self.lease_clock(instance.clock_ns());
+        instance.on_resume().await.map_err(|e| match e {
+            CallError::Capacity(_) => Unrestorable::Busy(e.to_string()),
+            _ => broken("on_resume hook after snapshot", &e),
+        })?;
+        self.status().memory_bytes = instance.memory_bytes();
+        Ok(instance)
+    }
+
+    /// Reads snapshot `seq` from the store and verifies it against the
+    /// template.
+    fn open_verified(&self, seq: u64) -> Result<VerifiedSnapshot<SnapshotBytes>, Unrestorable> {
+        let broken = |what: &str, e: &dyn std::fmt::Display| {
+            Unrestorable::Broken(format!("{what} {seq}: {e}"))
+        };
+        let map = self
+            .store
+            .open_snapshot(&self.name, seq)
+            .inspect_err(|e| {
+                tracing::warn!(actor = %self.name, "opening snapshot {seq}: {}", e.detail());
+            })
+            .map_err(|e| match &e {
+                StoreError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+                    Unrestorable::Broken(format!(
+                        "snapshot {seq} was acknowledged but is missing: {e}"
+                    ))
+                }
+                // Mapping the file failed for want of mappings or memory:
+                // the snapshot is fine, the host is full.
+                StoreError::Io { source, .. } if source.raw_os_error() == Some(libc::ENOMEM) => {
+                    Unrestorable::Busy(format!("snapshot {seq}: {e}"))
+                }
+                _ => broken("snapshot", &e),
+            })?;
+        let max_memory = self.engine.limits().max_memory;
+        snapshot::verify(map, &self.template, max_memory).map_err(|e| broken("snapshot", &e))
+    }
+
+    async fn fresh_from_template(&mut self) -> Result<ActorInstance, Unrestorable> {
+        match ActorInstance::spawn(&self.engine, self.template.clone(), self.config()).await {
+            Ok(instance) => Ok(instance),
+            Err(e @ CallError::Capacity(_)) => Err(Unrestorable::Busy(e.to_string())),
+            Err(e) => Err(Unrestorable::Broken(format!(
+                "creating a fresh instance: {e}"
+            ))),
+        }
+    }
+}
+
+/// Why a resume did not produce an instance.
+enum Unrestorable {
+    /// The snapshot (or template) cannot give a working instance: the actor
+    /// becomes `failed` with this reason.
+    Broken(String),
+    /// No instance can be allocated right now (503); the actor is unharmed.
+    Busy(String),
+}
