@@ -301,6 +301,16 @@ async fn read_module(path: &PathBuf) -> anyhow::Result<Bytes> {
     if bytes.is_empty() {
         bail!("{} is empty, not a .wasm module", path.display());
     }
+    // Refused here rather than by the server mid-upload, which the client
+    // would only see as a broken pipe.
+    let limit = stasis_runtime::control::MAX_TEMPLATE_BYTES;
+    if bytes.len() > limit {
+        bail!(
+            "{} is {} bytes, larger than the module size limit ({limit} bytes)",
+            path.display(),
+            bytes.len()
+        );
+    }
     Ok(Bytes::from(bytes))
 }
 

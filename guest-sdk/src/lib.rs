@@ -61,6 +61,8 @@
 //! A panic traps the instance: the host answers 500 with the trap message and
 //! the actor continues from its newest snapshot.
 
+#![warn(missing_docs)]
+
 pub use stasis_host_api::{ABI_VERSION, Context, Request, Response};
 
 /// A stateful actor. One value per actor, created once (by [`Default`]) when

@@ -23,6 +23,8 @@
 //! * Imports are WASI preview 1 ([`WASI_MODULE`]) and nothing else.
 //! * Exports starting with [`exports::RESERVED_PREFIX`] belong to the host.
 
+#![warn(missing_docs)]
+
 use serde::{Deserialize, Serialize};
 
 /// Version of the guest ABI described in the crate docs.

@@ -24,6 +24,8 @@
 //! Helpers panic with a message instead of returning errors: a failed step
 //! is a failed test.
 
+#![warn(missing_docs)]
+
 pub mod admin;
 pub mod artifacts;
 pub mod bench;

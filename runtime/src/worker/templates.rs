@@ -99,7 +99,13 @@ impl TemplateDir {
     pub fn read(&self, digest: &str) -> Result<Vec<u8>, ApiError> {
         let path = self.path(digest);
         std::fs::read(&path).map_err(|e| {
-            tracing::error!(path = %path.display(), "reading a template module: {e}");
+            // A template not yet here is normal on a remote worker (it is
+            // fetched next); anything else is worth an operator's look.
+            if e.kind() == std::io::ErrorKind::NotFound {
+                tracing::debug!(path = %path.display(), "template module not here yet");
+            } else {
+                tracing::error!(path = %path.display(), "reading a template module: {e}");
+            }
             ApiError::internal(format!("reading template {digest}: {e}"))
         })
     }
