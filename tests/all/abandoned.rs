@@ -30,14 +30,7 @@ async fn leave_after(addr: SocketAddr, actor: &str, method: &str, path: &str, pa
 /// The same over HTTP/2 (h2c): the client gives the stream up after
 /// `patience` (`RST_STREAM`) and then closes the connection.
 async fn leave_after_h2(addr: SocketAddr, actor: &str, path: &str, patience: Duration) {
-    let stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    let (mut sender, conn) = hyper::client::conn::http2::handshake(
-        hyper_util::rt::TokioExecutor::new(),
-        hyper_util::rt::TokioIo::new(stream),
-    )
-    .await
-    .expect("h2c handshake");
-    let conn = tokio::spawn(conn);
+    let (mut sender, conn) = crate::support::h2c(addr).await;
     let req = hyper::Request::post(format!("http://{}{path}", actor_host(actor)))
         .body(Full::new(Bytes::new()))
         .expect("request");

@@ -222,14 +222,7 @@ async fn routing_over_real_http() {
     assert_eq!(raw_status(&by_header), 200, "{by_header}");
 
     // h2c with prior knowledge: the :authority names the actor.
-    let stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    let (mut sender, conn) = hyper::client::conn::http2::handshake(
-        hyper_util::rt::TokioExecutor::new(),
-        hyper_util::rt::TokioIo::new(stream),
-    )
-    .await
-    .expect("h2c handshake");
-    tokio::spawn(conn);
+    let (mut sender, _conn) = crate::support::h2c(addr).await;
     let req = hyper::Request::post("http://r1.actors.example.test/")
         .body(http_body_util::Full::new(bytes::Bytes::new()))
         .expect("request");

@@ -56,14 +56,7 @@ async fn malformed_requests_are_400_and_never_routed() {
     );
 
     // h2c: a Host header naming another actor (or port) than :authority.
-    let stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    let (mut sender, conn) = hyper::client::conn::http2::handshake(
-        hyper_util::rt::TokioExecutor::new(),
-        hyper_util::rt::TokioIo::new(stream),
-    )
-    .await
-    .expect("h2c handshake");
-    tokio::spawn(conn);
+    let (mut sender, _conn) = crate::support::h2c(addr).await;
     for (host, expected) in [
         ("other.actors.localhost", 400),
         ("s1.actors.localhost:81", 400),

@@ -292,3 +292,22 @@ impl Server {
             .to_owned()
     }
 }
+
+/// An HTTP/2 connection with prior knowledge (h2c) to `addr`: the request
+/// sender and the task driving the connection (it ends when the connection
+/// closes).
+pub async fn h2c(
+    addr: SocketAddr,
+) -> (
+    hyper::client::conn::http2::SendRequest<http_body_util::Full<bytes::Bytes>>,
+    tokio::task::JoinHandle<Result<(), hyper::Error>>,
+) {
+    let stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let (sender, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(stream),
+    )
+    .await
+    .expect("h2c handshake");
+    (sender, tokio::spawn(conn))
+}
