@@ -228,8 +228,10 @@ async fn max_concurrent_moves_bounds_the_moves_of_a_drain() {
 /// docs/api.md: a heartbeat answered `410` means "declared lost (drop every
 /// actor, join again)"; docs/operations.md: after 2 × `--heartbeat-timeout`
 /// a frozen worker is `lost` and its actors are re-placed. A worker frozen
-/// (SIGSTOP) past that and thawed (SIGCONT) joins again with no actors,
-/// and its actor serves from worker-1 with its paused state.
+/// (SIGSTOP) past that and thawed (SIGCONT) hears `410` on its next
+/// heartbeat (its log says so), joins again with no actors (`GET
+/// /internal/v1/actors` is empty), and its actor serves from worker-1 with
+/// its paused state.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_declared_lost_drops_its_actors_and_joins_again() {
     let server = Server::start(&["--workers", "1", "--heartbeat-timeout", "500ms"]);
@@ -279,6 +281,12 @@ async fn a_worker_declared_lost_drops_its_actors_and_joins_again() {
         _ => false,
     };
     assert!(empty, "w-frozen kept actors after joining again: {after}");
+    // It was the heartbeat's 410 that made it drop and join again.
+    wait_until(Duration::from_secs(5), "the worker to log the 410", || {
+        let log = frozen.log();
+        log.contains("was declared lost") && log.matches("joined").count() >= 2
+    })
+    .await;
     assert_eq!(server.worker_of("thawed"), "worker-1");
     let answer = post(&server, "thawed").await;
     assert_eq!(

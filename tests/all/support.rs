@@ -262,6 +262,11 @@ impl RemoteWorker {
         self.process.kill();
     }
 
+    /// Everything the worker wrote to stderr so far (its log).
+    pub fn log(&self) -> String {
+        self.process.log()
+    }
+
     /// The worker process's id (to send it signals, e.g. SIGSTOP/SIGCONT).
     pub fn pid(&self) -> u32 {
         self.process.pid()
