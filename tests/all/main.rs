@@ -16,6 +16,9 @@
 //! * `demos`: the demo actors survive capture and restore in a new engine;
 //! * `errors`: error hygiene (limits named, no server paths, `Retry-After`
 //!   only where a retry helps) and documented behaviours;
+//! * `documented`: behaviours the docs promise and nothing else tested
+//!   (template env, `--rebalance-by memory`, `--max-concurrent-moves`, a
+//!   worker told 410 by its heartbeat drops its actors and joins again);
 //! * `hardening`: faults found by trying Stasis as new users and attackers
 //!   would (static constructors, the bearer scheme, metric series, the
 //!   guest clock).
@@ -29,6 +32,7 @@ mod support;
 mod abandoned;
 mod cluster;
 mod demos;
+mod documented;
 mod errors;
 mod hardening;
 mod http;

@@ -85,7 +85,13 @@ impl Server {
     /// Runs `stasis actor migrate ACTOR --to TO -o json` on a blocking
     /// thread, so the test can act while the move runs.
     pub fn migrate_in_background(&self, actor: &str, to: &str) -> tokio::task::JoinHandle<Output> {
-        let mut command = self.cli_command(&["actor", "migrate", actor, "--to", to, "-o", "json"]);
+        self.cli_in_background(&["actor", "migrate", actor, "--to", to, "-o", "json"])
+    }
+
+    /// Runs `stasis ARGS` against this server on a blocking thread, so the
+    /// test can act (or watch) while the verb runs.
+    pub fn cli_in_background(&self, args: &[&str]) -> tokio::task::JoinHandle<Output> {
+        let mut command = self.cli_command(args);
         tokio::task::spawn_blocking(move || command.output().expect("run stasis"))
     }
 
@@ -254,6 +260,16 @@ impl RemoteWorker {
     /// SIGKILL.
     pub fn kill(&mut self) {
         self.process.kill();
+    }
+
+    /// Everything the worker wrote to stderr so far (its log).
+    pub fn log(&self) -> String {
+        self.process.log()
+    }
+
+    /// The worker process's id (to send it signals, e.g. SIGSTOP/SIGCONT).
+    pub fn pid(&self) -> u32 {
+        self.process.pid()
     }
 
     /// SIGTERM, and wait for the exit (30 s at most).

@@ -1,0 +1,296 @@
+//! Behaviours the docs promise (docs/api.md, docs/operations.md,
+//! docs/architecture.md and the `serve` flag help) that no other test
+//! pinned: a template's environment reaches the guest, `--rebalance-by
+//! memory` evens out memory rather than count, `--max-concurrent-moves`
+//! bounds the moves under way, and a remote worker told `410` by its
+//! heartbeat drops every actor and joins again. Real processes on loopback.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::support::{RemoteWorker, STASIS, Server, client, count, post, send, to_actor};
+
+/// Polls `done` every 50 ms until it holds; panics with `what` after
+/// `limit`.
+async fn wait_until(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// `GET /v1/actors` on the admin API, as a JSON array of Actor.
+async fn actors(server: &Server) -> Vec<Value> {
+    let answer = send(
+        &client(),
+        server.admin,
+        "GET",
+        "localhost",
+        "/v1/actors",
+        Vec::new(),
+    )
+    .await;
+    assert_eq!(answer.status, 200, "{answer:?}");
+    let list: Value = serde_json::from_str(&answer.body).expect("actor list is JSON");
+    list.as_array().cloned().expect("actor list is an array")
+}
+
+/// Sends `signal` (e.g. `STOP`, `CONT`) to process `pid` with kill(1).
+fn signal(pid: u32, signal: &str) {
+    let status = Command::new("kill")
+        .args([format!("-{signal}"), pid.to_string()])
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill -{signal} {pid}: {status}");
+}
+
+/// docs/api.md: a template has "a fixed WASI environment" set with
+/// `?env=K%3DV` (the CLI's `template push --env K=V`), shown as `"env"` in
+/// the Template. The kv demo reads `KV_PRELOAD=N` and starts with keys
+/// `k0..k{N-1}`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_template_env_reaches_the_guest() {
+    let server = Server::start(&["--workers", "1"]);
+    let kv = crate::support::demo("kv");
+    let pushed = server.cli_json(&[
+        "template",
+        "push",
+        "kv-cli",
+        kv.to_str().expect("utf-8 path"),
+        "--env",
+        "KV_PRELOAD=3",
+    ]);
+    assert_eq!(pushed["env"], serde_json::json!({"KV_PRELOAD": "3"}));
+    // The same through the HTTP route's `?env=`.
+    let answer = send(
+        &client(),
+        server.admin,
+        "PUT",
+        "localhost",
+        "/v1/templates/kv-http?env=KV_PRELOAD%3D2",
+        STASIS.demo_wasm("kv"),
+    )
+    .await;
+    assert_eq!(answer.status, 201, "{answer:?}");
+    let template: Value = serde_json::from_str(&answer.body).expect("Template JSON");
+    assert_eq!(template["env"], serde_json::json!({"KV_PRELOAD": "2"}));
+
+    let http = client();
+    for (actor, template, keys) in [
+        ("env-cli", "kv-cli", "k0\nk1\nk2\n"),
+        ("env-http", "kv-http", "k0\nk1\n"),
+    ] {
+        server.create(actor, template);
+        let listed = to_actor(&http, server.ingress, actor, "GET", "/").await;
+        assert_eq!(
+            (listed.status, listed.body.as_str()),
+            (200, keys),
+            "{actor}"
+        );
+    }
+    // Without an env the guest sees none: no preloaded keys.
+    server.push("kv");
+    server.create("env-none", "kv");
+    let listed = to_actor(&http, server.ingress, "env-none", "GET", "/").await;
+    assert_eq!((listed.status, listed.body.as_str()), (200, ""));
+}
+
+/// docs/architecture.md: "Rebalance evens out actor count (or memory,
+/// `--rebalance-by memory`) ...; a join triggers one." One large kv actor
+/// and four small counters on worker-1: by memory the large one alone
+/// moves to the joining worker (by count two actors would move).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rebalance_by_memory_evens_out_memory_not_count() {
+    let server = Server::start(&["--workers", "1", "--rebalance-by", "memory"]);
+    server.push("kv");
+    server.push("counter");
+    let http = client();
+    server.create("big", "kv");
+    let value = vec![b'x'; 1 << 20];
+    for i in 0..12 {
+        let put = send(
+            &http,
+            server.ingress,
+            "PUT",
+            &crate::support::actor_host("big"),
+            &format!("/key-{i}"),
+            value.clone(),
+        )
+        .await;
+        assert_eq!(put.status, 201, "{put:?}");
+    }
+    let small: Vec<String> = (0..4).map(|i| format!("small-{i}")).collect();
+    for name in &small {
+        server.create(name, "counter");
+        assert_eq!(count(&post(&server, name).await), 1);
+    }
+    let memory = |actor: &str| {
+        server.cli_json(&["actor", "get", actor])["memory_bytes"]
+            .as_u64()
+            .expect("memory_bytes")
+    };
+    let small_total: u64 = small.iter().map(|a| memory(a)).sum();
+    let big = memory("big");
+    assert!(
+        big > small_total + (4 << 20),
+        "precondition: big ({big} B) outweighs the counters ({small_total} B)"
+    );
+
+    let _joined = RemoteWorker::start(&server, "w-mem", &[]);
+    // The join's rebalance moves the large actor; wait for it to land.
+    wait_until(Duration::from_secs(15), "big to move to w-mem", || {
+        server.worker_of("big") == "w-mem"
+    })
+    .await;
+    let report = server.cli_json(&["rebalance"]);
+    assert_eq!(
+        report["moves"],
+        serde_json::json!([]),
+        "memory is already as even as a move can make it"
+    );
+    assert_eq!(server.worker_of("big"), "w-mem");
+    for name in &small {
+        assert_eq!(server.worker_of(name), "worker-1", "{name} stayed");
+        assert_eq!(
+            count(&post(&server, name).await),
+            2,
+            "{name} kept its state"
+        );
+    }
+    let got = to_actor(&http, server.ingress, "big", "GET", "/key-11").await;
+    assert_eq!((got.status, got.body.len()), (200, 1 << 20));
+}
+
+/// `serve --max-concurrent-moves N` ("Moves a rebalance or drain runs at
+/// once"; docs/architecture.md: "at most `--max-concurrent-moves` moves at
+/// once"): with N = 1, sampling the actor list while worker-1 drains six
+/// actors never shows two of them `migrating` (the state an actor has
+/// between its capture and its switch to the target).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_concurrent_moves_bounds_the_moves_of_a_drain() {
+    let server = Server::start(&["--workers", "1", "--max-concurrent-moves", "1"]);
+    let _target = RemoteWorker::start(&server, "w-target", &[]);
+    server.push("kv");
+    let http = client();
+    let names: Vec<String> = (0..6).map(|i| format!("mv-{i}")).collect();
+    let value = vec![b'y'; 1 << 20];
+    for name in &names {
+        server.create(name, "kv");
+        if server.worker_of(name) != "worker-1" {
+            server.cli_ok(&["actor", "migrate", name, "--to", "worker-1"]);
+        }
+        let put = send(
+            &http,
+            server.ingress,
+            "PUT",
+            &crate::support::actor_host(name),
+            "/data",
+            value.clone(),
+        )
+        .await;
+        assert_eq!(put.status, 201, "{put:?}");
+    }
+    let drain = server.cli_in_background(&["worker", "drain", "worker-1", "-o", "json"]);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let (mut most, mut seen, mut samples) = (0, 0, 0);
+    while !drain.is_finished() {
+        assert!(Instant::now() < deadline, "drain did not finish in 20 s");
+        let migrating = actors(&server)
+            .await
+            .iter()
+            .filter(|a| a["state"] == "migrating")
+            .count();
+        most = most.max(migrating);
+        seen += usize::from(migrating > 0);
+        samples += 1;
+    }
+    let out = drain.await.expect("drain task");
+    assert!(
+        out.status.success(),
+        "drain failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        most <= 1,
+        "{most} actors were migrating at once with --max-concurrent-moves 1"
+    );
+    eprintln!("max-concurrent-moves: {samples} samples, {seen} saw a move under way");
+    for name in &names {
+        assert_eq!(server.worker_of(name), "w-target", "{name} moved");
+        let got = to_actor(&http, server.ingress, name, "GET", "/data").await;
+        assert_eq!((got.status, got.body.len()), (200, 1 << 20), "{name}");
+    }
+}
+
+/// docs/api.md: a heartbeat answered `410` means "declared lost (drop every
+/// actor, join again)"; docs/operations.md: after 2 × `--heartbeat-timeout`
+/// a frozen worker is `lost` and its actors are re-placed. A worker frozen
+/// (SIGSTOP) past that and thawed (SIGCONT) hears `410` on its next
+/// heartbeat (its log says so), joins again with no actors (`GET
+/// /internal/v1/actors` is empty), and its actor serves from worker-1 with
+/// its paused state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_declared_lost_drops_its_actors_and_joins_again() {
+    let server = Server::start(&["--workers", "1", "--heartbeat-timeout", "500ms"]);
+    let frozen = RemoteWorker::start(&server, "w-frozen", &[]);
+    server.push("counter");
+    server.create("thawed", "counter");
+    if server.worker_of("thawed") != "w-frozen" {
+        server.cli_ok(&["actor", "migrate", "thawed", "--to", "w-frozen"]);
+    }
+    assert_eq!(count(&post(&server, "thawed").await), 1);
+    assert_eq!(count(&post(&server, "thawed").await), 2);
+    server.cli_ok(&["actor", "pause", "thawed"]);
+    let internal = |worker: &RemoteWorker| {
+        let addr = worker.listen;
+        async move {
+            let answer = send(
+                &client(),
+                addr,
+                "GET",
+                "localhost",
+                "/internal/v1/actors",
+                Vec::new(),
+            )
+            .await;
+            assert_eq!(answer.status, 200, "{answer:?}");
+            serde_json::from_str::<Value>(&answer.body).expect("statuses are JSON")
+        }
+    };
+    let before = internal(&frozen).await;
+    assert!(
+        before.to_string().contains("thawed"),
+        "precondition: w-frozen hosts the actor: {before}"
+    );
+
+    signal(frozen.pid(), "STOP");
+    server.wait_for_worker("w-frozen", "lost");
+    wait_until(Duration::from_secs(10), "thawed to be re-placed", || {
+        server.worker_of("thawed") == "worker-1"
+    })
+    .await;
+    signal(frozen.pid(), "CONT");
+    server.wait_for_worker("w-frozen", "ready");
+    let after = internal(&frozen).await;
+    let empty = match &after {
+        Value::Array(list) => list.is_empty(),
+        Value::Object(map) => map.is_empty(),
+        _ => false,
+    };
+    assert!(empty, "w-frozen kept actors after joining again: {after}");
+    // It was the heartbeat's 410 that made it drop and join again.
+    wait_until(Duration::from_secs(5), "the worker to log the 410", || {
+        let log = frozen.log();
+        log.contains("was declared lost") && log.matches("joined").count() >= 2
+    })
+    .await;
+    assert_eq!(server.worker_of("thawed"), "worker-1");
+    let answer = post(&server, "thawed").await;
+    assert_eq!(
+        answer.body,
+        "hello from: worker-1 | preserved memory count: 3\n"
+    );
+}
