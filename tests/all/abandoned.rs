@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http_body_util::Full;
 
-use crate::support::{self, RemoteWorker, Server, actor_host, client, count, send};
+use crate::support::{self, RemoteWorker, Server, actor_host, client, count};
 
 /// Sends `method path` to `actor` over a raw HTTP/1.1 connection and closes
 /// the connection after `patience`, before any answer (as a client with a
@@ -43,18 +43,9 @@ async fn leave_after_h2(addr: SocketAddr, actor: &str, path: &str, patience: Dur
 /// The value of the metric line starting with `series ` in `server`'s
 /// `/metrics` (0 if absent).
 async fn metric(server: &Server, series: &str) -> u64 {
-    let answer = send(
-        &client(),
-        server.admin,
-        "GET",
-        "localhost",
-        "/metrics",
-        Vec::new(),
-    )
-    .await;
-    assert_eq!(answer.status, 200, "{answer:?}");
-    answer
-        .body
+    server
+        .metrics()
+        .await
         .lines()
         .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
         .map_or(0, |v| v.trim().parse().expect("metric value"))

@@ -38,16 +38,7 @@ async fn counter_migrates_between_two_worker_processes() {
         answer.body,
         format!("hello from: {first} | preserved memory count: 5\n")
     );
-    let text = send(
-        &client(),
-        server.admin,
-        "GET",
-        "localhost",
-        "/metrics",
-        Vec::new(),
-    )
-    .await
-    .body;
+    let text = server.metrics().await;
     assert!(
         text.contains("stasis_migration_downtime_seconds_count 2"),
         "{text}"

@@ -136,13 +136,6 @@ async fn admin(server: &Server, method: &str, path: &str, body: &str) -> Answer 
     .await
 }
 
-/// `GET /metrics` of `server`.
-async fn metrics(server: &Server) -> String {
-    let answer = admin(server, "GET", "/metrics", "").await;
-    assert_eq!(answer.status, 200, "{answer:?}");
-    answer.body
-}
-
 /// Creates `names` from template `template` and sends each one `POST /`.
 async fn create_and_call(server: &Server, template: &str, names: &[String]) {
     for name in names {
@@ -179,7 +172,7 @@ async fn by_default_no_metric_series_is_per_actor() {
     create_and_call(&server, "counter", &names).await;
     let unknown = support::to_actor(&client(), server.ingress, "nobody-here", "GET", "/").await;
     assert_eq!(unknown.status, 404);
-    let text = metrics(&server).await;
+    let text = server.metrics().await;
     assert!(
         text.contains("stasis_requests_total{template=\"counter\",status=\"200\"} 200"),
         "{text}"
@@ -188,7 +181,7 @@ async fn by_default_no_metric_series_is_per_actor() {
     assert!(!text.contains("nobody-here"), "{text}");
     let before = text.lines().count();
     delete_all(&server, &names).await;
-    let text = metrics(&server).await;
+    let text = server.metrics().await;
     assert!(!text.contains("actor=\""), "{text}");
     assert!(text.lines().count() <= before, "{text}");
 }
@@ -204,21 +197,21 @@ async fn per_actor_series_are_opt_in_and_go_with_their_actor() {
     create_and_call(&server, "counter", &names).await;
     let unknown = support::to_actor(&client(), server.ingress, "nobody-here", "POST", "/").await;
     assert_eq!(unknown.status, 404);
-    let text = metrics(&server).await;
+    let text = server.metrics().await;
     for name in &names {
         let line = format!("stasis_actor_requests_total{{actor=\"{name}\",status=\"200\"}} 1");
         assert!(text.lines().any(|l| l == line), "{line} missing:\n{text}");
     }
     assert!(series_of(&text, "nobody-here").is_empty(), "{text}");
     delete_all(&server, &names).await;
-    let text = metrics(&server).await;
+    let text = server.metrics().await;
     for name in &names {
         assert_eq!(series_of(&text, name), Vec::<&str>::new());
     }
     assert!(!text.contains("actor=\""), "{text}");
     // A name created again counts from zero.
     create_and_call(&server, "counter", &names[..1]).await;
-    let text = metrics(&server).await;
+    let text = server.metrics().await;
     assert_eq!(
         series_of(&text, "p-0"),
         ["stasis_actor_requests_total{actor=\"p-0\",status=\"200\"} 1"]

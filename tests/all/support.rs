@@ -279,6 +279,21 @@ impl RemoteWorker {
 }
 
 impl Server {
+    /// The text of `GET /metrics` on the admin port (asserts 200).
+    pub async fn metrics(&self) -> String {
+        let answer = send(
+            &client(),
+            self.admin,
+            "GET",
+            "localhost",
+            "/metrics",
+            Vec::new(),
+        )
+        .await;
+        assert_eq!(answer.status, 200, "{answer:?}");
+        answer.body
+    }
+
     /// Waits until `worker list` shows `name` in `state` (10 s at most).
     pub fn wait_for_worker(&self, name: &str, state: &str) {
         let deadline = Instant::now() + Duration::from_secs(10);
