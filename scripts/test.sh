@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Runs the whole test suite from a fresh clone: installs the wasm target the
-# demo actors need, then builds once in the release profile (tests, benches
-# in criterion's test mode) and runs everything.
+# Runs the whole test suite from a fresh clone: installs what the tests need
+# (the wasm target for the demo actors; etcd and an S3-compatible server for
+# cluster mode: scripts/install-test-deps.sh), then builds once in the release
+# profile (tests, benches in criterion's test mode) and runs everything.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-rustup target add wasm32-wasip1
+./scripts/install-test-deps.sh
 cargo test --release --workspace --all-targets "$@"
