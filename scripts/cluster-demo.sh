@@ -96,8 +96,8 @@ cleanup() {
     rm -rf "$WORK"
   else
     echo >&2
-    echo "cluster-demo failed (exit $status); logs kept in $WORK:" >&2
-    for log in "$WORK"/*.log; do
+    echo "cluster-demo failed (exit $status); every process's log is kept in $WORK" >&2
+    for log in "$WORK"/replica-*.log "$WORK"/w-*.log; do
       [ -s "$log" ] || continue
       echo "--- $(basename "$log") (last lines)" >&2
       tail -n 15 "$log" >&2
@@ -150,7 +150,7 @@ DIRECTORY="etcd://$ENDPOINTS$PREFIX"
 step "etcd x 3 (clients on ${ETCD_CLIENT[*]}, peers on ${ETCD_PEER[*]}) &"
 for i in 0 1 2; do
   name="etcd-$((i + 1))"
-  start "$name" "$ETCD" --name "$name" --data-dir "$WORK/$name" --logger zap \
+  start "$name" "$ETCD" --name "$name" --data-dir "$WORK/$name" --logger zap --log-level warn \
     --listen-client-urls "http://127.0.0.1:${ETCD_CLIENT[i]}" \
     --advertise-client-urls "http://127.0.0.1:${ETCD_CLIENT[i]}" \
     --listen-peer-urls "http://127.0.0.1:${ETCD_PEER[i]}" \
