@@ -3,6 +3,7 @@
 //! admin API (`template`, `actor`, `worker`, `rebalance`, `gc`).
 
 mod client;
+mod cluster_flags;
 mod commands;
 mod output;
 mod process;

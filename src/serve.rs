@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::Args;
 use stasis_core::engine::Limits;
-use stasis_runtime::control::{RebalanceBy, ServeConfig};
+use stasis_runtime::control::{ClusterConfig, RebalanceBy, ServeConfig};
 use stasis_runtime::server::{ServeOptions, serve};
 use stasis_runtime::worker::WorkerSettings;
 use stasis_runtime::worker::actor::ActorSettings;
@@ -18,11 +18,7 @@ fn parse_size(s: &str) -> Result<u64, String> {
         .map_err(|e| format!("invalid size {s:?} ({e}); use e.g. 8MiB or 1GiB"))
 }
 
-/// A duration with a unit: `250ms`, `30s`, `5m`.
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    humantime::parse_duration(s)
-        .map_err(|e| format!("invalid duration {s:?} ({e}); use e.g. 250ms or 30s"))
-}
+use crate::cluster_flags::{ClusterFlags, parse_duration};
 
 /// Flags of `stasis serve`.
 #[derive(Debug, Args)]
@@ -96,6 +92,12 @@ pub struct ServeArgs {
     /// actors at a time; an actor's series are removed with it.
     #[arg(long)]
     metrics_per_actor: bool,
+    #[command(flatten)]
+    cluster: ClusterFlags,
+    /// Cluster mode: the host other replicas reach this one's listeners at
+    /// (default: the listen address).
+    #[arg(long)]
+    advertise: Option<String>,
 }
 
 fn parse_rebalance_by(s: &str) -> Result<RebalanceBy, String> {
@@ -112,6 +114,11 @@ fn parse_rebalance_by(s: &str) -> Result<RebalanceBy, String> {
 /// Start-up failures (see [`stasis_runtime::server::serve`]).
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     crate::process::init_logging();
+    let cluster = args.cluster.etcd()?.map(|etcd| ClusterConfig {
+        etcd,
+        lease_ttl: args.cluster.lease_ttl,
+        advertise: args.advertise.clone(),
+    });
     let options = ServeOptions {
         config: ServeConfig {
             data_dir: args.data_dir,
@@ -140,6 +147,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             rebalance_by: args.rebalance_by,
             max_concurrent_moves: usize::try_from(args.max_concurrent_moves).unwrap_or(usize::MAX),
             admin_token: args.admin_token.clone(),
+            snapshot_store: args.cluster.snapshot_store.clone(),
+            cluster,
         },
         listen: args.listen,
         admin_listen: args.admin_listen,

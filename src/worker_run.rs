@@ -5,14 +5,20 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::Args;
-use stasis_runtime::cluster::server::{WorkerOptions, run as run_worker};
+use stasis_core::snapshot_objects::StoreUrl;
+use stasis_runtime::cluster::server::{
+    Membership, RegisteredOptions, WorkerOptions, run as run_worker,
+};
+
+use crate::cluster_flags::ClusterFlags;
 
 /// Flags of `stasis worker run`.
 #[derive(Debug, Args)]
 pub struct WorkerRunArgs {
-    /// The control plane's admin URL, e.g. http://127.0.0.1:7070.
+    /// The control plane's admin URL, e.g. http://127.0.0.1:7070 (embedded
+    /// mode; with --directory etcd:// the worker registers in etcd instead).
     #[arg(long, env = "STASIS_ADMIN")]
-    join: String,
+    join: Option<String>,
     /// Where this worker's internal API listens; port 0 picks a free port.
     #[arg(long, default_value = "127.0.0.1:0")]
     listen: SocketAddr,
@@ -25,6 +31,12 @@ pub struct WorkerRunArgs {
     /// Bearer token of the control plane (and of this worker's API).
     #[arg(long, env = "STASIS_ADMIN_TOKEN", hide_env_values = true)]
     admin_token: Option<String>,
+    #[command(flatten)]
+    cluster: ClusterFlags,
+    /// Cluster mode: the HOST:PORT others reach this worker's API at
+    /// (default: the listen address).
+    #[arg(long)]
+    advertise: Option<String>,
 }
 
 /// Runs the worker until SIGINT or SIGTERM (then drains it).
@@ -33,13 +45,33 @@ pub struct WorkerRunArgs {
 /// Start-up failures: a locked data dir, a port in use, a bad name.
 pub async fn run(args: WorkerRunArgs) -> anyhow::Result<()> {
     crate::process::init_logging();
-    let join = if args.join.contains("://") {
-        args.join
-    } else {
-        format!("http://{}", args.join)
+    let membership = match (args.cluster.etcd()?, args.join) {
+        (Some(etcd), None) => Membership::Registered(RegisteredOptions {
+            etcd,
+            store: args.cluster.snapshot_store.clone(),
+            lease_ttl: args.cluster.lease_ttl,
+            advertise: args.advertise,
+        }),
+        (Some(_), Some(_)) => anyhow::bail!(
+            "--join is for the embedded mode; with --directory etcd:// the worker registers in etcd (drop --join, or STASIS_ADMIN)"
+        ),
+        (None, Some(join)) => {
+            anyhow::ensure!(
+                args.cluster.snapshot_store == StoreUrl::Local && args.advertise.is_none(),
+                "--snapshot-store and --advertise need --directory etcd://... (a --join worker streams its snapshots to the control plane)"
+            );
+            Membership::Join(if join.contains("://") {
+                join
+            } else {
+                format!("http://{join}")
+            })
+        }
+        (None, None) => anyhow::bail!(
+            "give --join URL (the control plane's admin URL) or --directory etcd://HOST:PORT (cluster mode)"
+        ),
     };
     let options = WorkerOptions {
-        join,
+        membership,
         listen: args.listen,
         name: args.name.clone(),
         data_dir: args.data_dir,

@@ -10,8 +10,8 @@ use hyper::{Method, Request, Response, StatusCode};
 use serde::Serialize;
 
 use crate::auth::authorize;
-use crate::cluster::proto::{ControlPath, JoinAnswer, JoinRequest, ResumeRequest};
-use crate::control::{ControlPlane, MAX_TEMPLATE_BYTES, ServeConfig};
+use crate::cluster::proto::{ControlPath, JoinRequest, ResumeRequest};
+use crate::control::{ControlPlane, MAX_TEMPLATE_BYTES};
 use crate::error::ApiError;
 use crate::http::{Body, collect_body, json, json_error};
 
@@ -85,22 +85,6 @@ fn bytes_response(bytes: Vec<u8>) -> Response<Body> {
         hyper::header::HeaderValue::from_static("application/wasm"),
     );
     response
-}
-
-fn join_answer(config: &ServeConfig) -> JoinAnswer {
-    let ms = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
-    JoinAnswer {
-        heartbeat_timeout_ms: ms(config.heartbeat_timeout),
-        max_memory: config.limits.max_memory,
-        cpu_limit_ms: ms(config.limits.cpu_limit),
-        request_timeout_ms: ms(config.limits.request_timeout),
-        max_body: config.limits.max_body as u64,
-        max_held: config.worker.max_held,
-        hold_timeout_ms: ms(config.worker.hold_timeout),
-        keep_snapshots: config.worker.actor.keep_snapshots,
-        checkpoint_every: config.worker.actor.checkpoint_every,
-        max_live: config.worker.max_live,
-    }
 }
 
 impl AdminApi {
@@ -231,7 +215,7 @@ impl AdminApi {
             (&Method::POST, ControlPath::Join) => {
                 let req: JoinRequest = parse_json(&body)?;
                 c.join(&req.name, &req.address)?;
-                ok(&join_answer(c.config()))
+                ok(&c.config().cluster_settings())
             }
             (&Method::POST, ControlPath::Heartbeat(name)) => {
                 c.heartbeat(name)?;

@@ -17,7 +17,7 @@ use crate::metrics::Metrics;
 use crate::router::Router;
 
 /// How long open connections get to finish at shutdown.
-const DRAIN: Duration = Duration::from_secs(10);
+pub(crate) const DRAIN: Duration = Duration::from_secs(10);
 
 /// Everything `stasis serve` needs.
 #[derive(Debug, Clone)]
@@ -46,7 +46,8 @@ pub struct Bound {
 }
 
 /// Runs `stasis serve` until `shutdown` resolves. `ready` is called once
-/// both listeners are bound and every actor is recovered.
+/// both listeners are bound and every actor is recovered. In cluster mode
+/// (`config.cluster`) this is one replica (see [`crate::replica`]).
 ///
 /// # Errors
 /// If the admin API would be exposed beyond loopback without a token, a
@@ -62,6 +63,9 @@ pub async fn serve(
             "refusing to expose the admin API on {} without a token: set --admin-token or STASIS_ADMIN_TOKEN, or listen on loopback",
             options.admin_listen
         );
+    }
+    if let Some(cluster) = options.config.cluster.clone() {
+        return crate::replica::serve_replica(options, cluster, shutdown, ready).await;
     }
     let metrics = Arc::new(Metrics::new(options.metrics_per_actor));
     let config = options.config.clone();

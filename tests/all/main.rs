@@ -19,6 +19,8 @@
 //! * `documented`: behaviours the docs promise and nothing else tested
 //!   (template env, `--rebalance-by memory`, `--max-concurrent-moves`, a
 //!   worker told 410 by its heartbeat drops its actors and joins again);
+//! * `replicas`: cluster mode on a real etcd and a real S3-compatible
+//!   server: replicas, failover, fencing by lease, faults;
 //! * `hardening`: faults found by trying Stasis as new users and attackers
 //!   would (static constructors, the bearer scheme, metric series, the
 //!   guest clock).
@@ -38,5 +40,6 @@ mod hardening;
 mod http;
 mod ingress;
 mod reliability;
+mod replicas;
 mod restart;
 mod retention;

@@ -5,5 +5,7 @@
 //! its snapshots to the control plane).
 
 pub mod client;
+pub mod etcd;
 pub mod proto;
 pub mod server;
+pub mod shared;

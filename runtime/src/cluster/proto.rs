@@ -251,8 +251,10 @@ impl ResumeRequest {
 
 /// What the control plane tells a joining worker: the settings every worker
 /// of the cluster must share (the engine's limits in particular: a snapshot
-/// must restore on any worker).
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// must restore on any worker). In cluster mode the same record is the
+/// cluster-wide settings kept in the directory (`<prefix>/settings`),
+/// written by the first replica.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JoinAnswer {
     /// Heartbeat timeout T, ms: heartbeat every T/4; stop serving after T
     /// without an answer.
@@ -276,6 +278,34 @@ pub struct JoinAnswer {
     /// Live instances per worker (`--max-live`).
     #[serde(default)]
     pub max_live: Option<usize>,
+}
+
+impl JoinAnswer {
+    /// The first setting in which `self` (this process's flags) differs
+    /// from `stored` (the cluster's), as the flag that sets it, with both
+    /// values; `None` if they agree. A replica started with a conflicting
+    /// flag refuses to start and names it.
+    #[must_use]
+    pub fn conflict(&self, stored: &JoinAnswer) -> Option<String> {
+        let fields: [(&str, String, String); 10] = [
+            ("--heartbeat-timeout (ms)", self.heartbeat_timeout_ms.to_string(), stored.heartbeat_timeout_ms.to_string()),
+            ("--max-memory (bytes)", self.max_memory.to_string(), stored.max_memory.to_string()),
+            ("--cpu-limit (ms)", self.cpu_limit_ms.to_string(), stored.cpu_limit_ms.to_string()),
+            ("--request-timeout (ms)", self.request_timeout_ms.to_string(), stored.request_timeout_ms.to_string()),
+            ("--max-body (bytes)", self.max_body.to_string(), stored.max_body.to_string()),
+            ("--max-held", self.max_held.to_string(), stored.max_held.to_string()),
+            ("--hold-timeout (ms)", self.hold_timeout_ms.to_string(), stored.hold_timeout_ms.to_string()),
+            ("--keep-snapshots", self.keep_snapshots.to_string(), stored.keep_snapshots.to_string()),
+            ("--checkpoint-every", self.checkpoint_every.to_string(), stored.checkpoint_every.to_string()),
+            ("--max-live", format!("{:?}", self.max_live), format!("{:?}", stored.max_live)),
+        ];
+        fields
+            .into_iter()
+            .find(|(_, mine, theirs)| mine != theirs)
+            .map(|(flag, mine, theirs)| {
+                format!("{flag} is {mine} here but {theirs} in the cluster's settings")
+            })
+    }
 }
 
 /// What a worker sends to join.

@@ -39,12 +39,18 @@ use crate::worker::{HostSpec, Worker, WorkerSettings};
 use stasis_core::engine::{Limits, StasisEngine};
 use stasis_core::module::ModuleCache;
 use stasis_core::snapshot_files::LocalSnapshotStore;
+use stasis_core::snapshot_objects::{ObjectSnapshotStore, StoreUrl};
+use stasis_core::snapshot_store::SnapshotStore;
+
+use super::etcd::{Etcd, EtcdOptions, WorkerLease};
+use super::shared::StoreTemplates;
 
 /// Flags of `stasis worker run`.
 #[derive(Debug, Clone)]
 pub struct WorkerOptions {
-    /// The control plane's admin URL (`--join`).
-    pub join: String,
+    /// How the worker finds its cluster: the control plane's admin URL
+    /// (`--join`, embedded mode) or etcd (`--directory etcd://...`).
+    pub membership: Membership,
     /// Where the internal worker API listens (`--listen`).
     pub listen: SocketAddr,
     /// The worker's name (`--name`, an RFC 1123 label).
@@ -53,6 +59,30 @@ pub struct WorkerOptions {
     pub data_dir: PathBuf,
     /// Bearer token for the control plane and for this worker's API.
     pub token: Option<String>,
+}
+
+/// How a worker joins its cluster.
+#[derive(Debug, Clone)]
+pub enum Membership {
+    /// Embedded mode: join the control plane at this admin URL, heartbeat
+    /// to it, stream snapshots to its store.
+    Join(String),
+    /// Cluster mode: register in etcd under a lease and write snapshots to
+    /// the shared store.
+    Registered(RegisteredOptions),
+}
+
+/// Cluster-mode settings of a worker.
+#[derive(Debug, Clone)]
+pub struct RegisteredOptions {
+    /// The etcd cluster (`--directory etcd://...`, `--etcd-*`).
+    pub etcd: EtcdOptions,
+    /// The shared snapshot store (`--snapshot-store file://... | s3://...`).
+    pub store: StoreUrl,
+    /// TTL of the worker's lease (`--lease-ttl`).
+    pub lease_ttl: Duration,
+    /// Address others reach this worker's API at (`--advertise`).
+    pub advertise: Option<String>,
 }
 
 /// Streams snapshots to the control plane.
@@ -108,9 +138,23 @@ impl FetchTemplate for ControlTemplates {
 
 struct RemoteWorker {
     worker: Arc<Worker>,
-    control: Peer,
+    cluster: Cluster,
     token: Option<String>,
     install_delay: Option<Duration>,
+}
+
+/// The worker's tie to its cluster.
+enum Cluster {
+    /// Embedded mode: admitted by the control plane, kept by heartbeats.
+    Joined { control: Peer, join: JoinRequest },
+    /// Cluster mode: registered in etcd under `lease` (none between an
+    /// expiry and the next registration).
+    Registered {
+        etcd: Etcd,
+        address: String,
+        lease_ttl: Duration,
+        lease: std::sync::RwLock<Option<Arc<WorkerLease>>>,
+    },
 }
 
 /// Runs a remote worker until `shutdown` resolves; then, unless the control
@@ -139,13 +183,6 @@ pub async fn run(
         );
     }
     let _lock = stasis_core::durable::lock_data_dir(&options.data_dir)?;
-    let snapshots = options.data_dir.join("snapshots");
-    // The control plane's store is authoritative: local copies from an
-    // earlier run are stale.
-    if snapshots.exists() {
-        std::fs::remove_dir_all(&snapshots)
-            .with_context(|| format!("clearing {}", snapshots.display()))?;
-    }
     let templates = options.data_dir.join("templates");
     std::fs::create_dir_all(&templates)?;
     std::fs::create_dir_all(options.data_dir.join("cache"))?;
@@ -153,18 +190,59 @@ pub async fn run(
         .await
         .with_context(|| format!("binding --listen {}", options.listen))?;
     let local = listener.local_addr()?;
-    let advertised = if local.ip().is_unspecified() {
+    let bound = if local.ip().is_unspecified() {
         SocketAddr::new([127, 0, 0, 1].into(), local.port())
     } else {
         local
     };
-    let control = Peer::new(&options.join, options.token.as_deref(), "control plane")
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let join = JoinRequest {
-        name: options.name.clone(),
-        address: advertised.to_string(),
-    };
-    let answer = join_until_admitted(&control, &join).await;
+    let (cluster, answer, store, fetch): (Cluster, JoinAnswer, Arc<dyn SnapshotStore>, Box<dyn FetchTemplate>) =
+        match &options.membership {
+            Membership::Join(url) => {
+                let snapshots = options.data_dir.join("snapshots");
+                // The control plane's store is authoritative: local copies
+                // from an earlier run are stale.
+                if snapshots.exists() {
+                    std::fs::remove_dir_all(&snapshots)
+                        .with_context(|| format!("clearing {}", snapshots.display()))?;
+                }
+                let control = Peer::new(url, options.token.as_deref(), "control plane")
+                    .map_err(|e| anyhow::anyhow!("{e}"))?;
+                let join = JoinRequest {
+                    name: options.name.clone(),
+                    address: bound.to_string(),
+                };
+                let answer = join_until_admitted(&control, &join).await;
+                let store = Arc::new(LocalSnapshotStore::open(&snapshots, None)?);
+                let fetch = Box::new(ControlTemplates {
+                    control: control.clone(),
+                });
+                (Cluster::Joined { control, join }, answer, store, fetch)
+            }
+            Membership::Registered(registered) => {
+                let etcd = Etcd::connect(&registered.etcd).await?;
+                let answer = settings_when_written(&etcd).await;
+                let cache = options.data_dir.join("snapshot-cache");
+                let url = registered.store.clone();
+                let shared = tokio::task::spawn_blocking(move || {
+                    ObjectSnapshotStore::open(&url, &cache, None)
+                })
+                .await?
+                .map_err(|e| anyhow::anyhow!("--snapshot-store {}: {}", registered.store, e.detail()))?;
+                let shared = Arc::new(shared);
+                let address = match &registered.advertise {
+                    Some(address) => address.clone(),
+                    None => bound.to_string(),
+                };
+                let cluster = Cluster::Registered {
+                    etcd,
+                    address,
+                    lease_ttl: registered.lease_ttl,
+                    lease: std::sync::RwLock::new(None),
+                };
+                let fetch = Box::new(StoreTemplates::new(shared.clone()));
+                (cluster, answer, shared, fetch)
+            }
+        };
     let ms = Duration::from_millis;
     let limits = Limits {
         max_memory: answer.max_memory,
@@ -176,7 +254,6 @@ pub async fn run(
         Some(slots) => StasisEngine::pooled(limits, slots)?,
         None => StasisEngine::new(limits)?,
     };
-    let store = Arc::new(LocalSnapshotStore::open(&snapshots, None)?);
     let template_dir = TemplateDir::new(
         ModuleCache::new(
             engine.engine().clone(),
@@ -184,10 +261,14 @@ pub async fn run(
             Some(options.data_dir.join("cache")),
         ),
         templates,
-        Some(Box::new(ControlTemplates {
+        Some(fetch),
+    );
+    let replicator: Option<Arc<dyn Replicator>> = match &cluster {
+        Cluster::Joined { control, .. } => Some(Arc::new(ControlReplicator {
             control: control.clone(),
         })),
-    );
+        Cluster::Registered { .. } => None,
+    };
     let worker = Worker::new(
         &options.name,
         engine.clone(),
@@ -202,24 +283,22 @@ pub async fn run(
             },
             max_live: answer.max_live,
         },
-        Some(Arc::new(ControlReplicator {
-            control: control.clone(),
-        })),
+        replicator,
         Arc::new(template_dir),
     );
     let remote = Arc::new(RemoteWorker {
         worker,
-        control: control.clone(),
+        cluster,
         token: options.token.clone(),
         install_delay: std::env::var("STASIS_FAILPOINT_INSTALL_DELAY_MS")
             .ok()
             .and_then(|v| v.parse().ok())
             .map(Duration::from_millis),
     });
-    let heartbeat = tokio::spawn(
+    let membership = tokio::spawn(
         remote
             .clone()
-            .heartbeat(join, ms(answer.heartbeat_timeout_ms)),
+            .keep_membership(ms(answer.heartbeat_timeout_ms)),
     );
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let api = remote.clone();
@@ -235,21 +314,39 @@ pub async fn run(
         },
         Duration::from_secs(10),
     ));
-    ready(advertised);
+    ready(bound);
     shutdown.await;
     tracing::info!("shutting down: asking the control plane to drain this worker");
-    let drain_path = ControlPath::Drain(&options.name).to_path();
-    match control
-        .send(Method::POST, &drain_path, &[], Bytes::new())
-        .await
-    {
-        Ok(_) => tracing::info!("drained"),
+    match remote.drain_me(&options.name).await {
+        Ok(()) => tracing::info!("drained"),
         Err(e) => tracing::warn!("drain failed ({e}); exiting anyway"),
     }
-    heartbeat.abort();
+    membership.abort();
+    remote.leave().await;
     let _ = stop_tx.send(true);
     let _ = server.await;
     Ok(())
+}
+
+/// Waits until the first replica has written the cluster's settings.
+async fn settings_when_written(etcd: &Etcd) -> JoinAnswer {
+    let mut wait = Duration::from_millis(100);
+    loop {
+        match etcd.settings::<JoinAnswer>().await {
+            Ok(Some(answer)) => return answer,
+            Ok(None) => tracing::info!("no cluster settings in etcd yet (no replica has started); waiting"),
+            Err(e) => tracing::warn!("reading the cluster settings from etcd: {e:#}; retrying"),
+        }
+        tokio::time::sleep(wait).await;
+        wait = (wait * 2).min(Duration::from_secs(2));
+    }
+}
+
+/// 503: this worker holds no valid lease (cluster mode).
+fn lease_lost(worker: &str) -> ApiError {
+    ApiError::unavailable(format!(
+        "worker {worker} holds no valid lease in etcd; it serves nothing until it registers again"
+    ))
 }
 
 async fn join_until_admitted(control: &Peer, join: &JoinRequest) -> JoinAnswer {
@@ -276,15 +373,118 @@ async fn join_until_admitted(control: &Peer, join: &JoinRequest) -> JoinAnswer {
 }
 
 impl RemoteWorker {
+    /// Keeps this worker a member: heartbeats (embedded mode) or its lease
+    /// (cluster mode). Runs until aborted.
+    async fn keep_membership(self: Arc<Self>, heartbeat_timeout: Duration) {
+        match &self.cluster {
+            Cluster::Joined { control, join } => {
+                let (control, join) = (control.clone(), join.clone());
+                self.heartbeat(control, join, heartbeat_timeout).await;
+            }
+            Cluster::Registered { .. } => self.keep_lease().await,
+        }
+    }
+
+    /// Cluster mode: registers under a lease and serves while the lease is
+    /// valid. When it is not (keep-alives unanswered until the deadline,
+    /// see [`WorkerLease::is_valid`]) the worker stops serving and drops
+    /// every instance before etcd expires the lease, that is before the
+    /// leader can re-place its actors; then it registers again as a new,
+    /// empty incarnation.
+    async fn keep_lease(&self) {
+        let Cluster::Registered {
+            etcd,
+            address,
+            lease_ttl,
+            lease,
+        } = &self.cluster
+        else {
+            return;
+        };
+        let name = self.worker.name().to_owned();
+        loop {
+            let mut wait = Duration::from_millis(100);
+            let granted = loop {
+                match etcd.register_worker(&name, address, *lease_ttl).await {
+                    Ok(granted) => break Arc::new(granted),
+                    Err(e) => {
+                        tracing::warn!("registering in etcd failed: {e:#}; retrying in {wait:?}");
+                        tokio::time::sleep(wait).await;
+                        wait = (wait * 2).min(Duration::from_secs(2));
+                    }
+                }
+            };
+            tracing::info!(lease = granted.id(), %address, "registered in etcd; serving");
+            *lease.write().unwrap_or_else(|p| p.into_inner()) = Some(granted.clone());
+            self.worker.set_serving(true);
+            granted.expired().await;
+            tracing::error!(
+                lease = granted.id(),
+                "the lease could not be renewed in time; stopping to serve and dropping every instance"
+            );
+            self.worker.set_serving(false);
+            *lease.write().unwrap_or_else(|p| p.into_inner()) = None;
+            self.drop_all().await;
+        }
+    }
+
+    /// Whether this worker may serve now: always in embedded mode (the
+    /// heartbeat task fences it), only under a valid lease in cluster mode.
+    fn may_serve(&self) -> bool {
+        match &self.cluster {
+            Cluster::Joined { .. } => true,
+            Cluster::Registered { lease, .. } => lease
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .as_ref()
+                .is_some_and(|l| l.is_valid()),
+        }
+    }
+
+    /// Asks the control plane (in cluster mode: the leader replica) to
+    /// drain worker `name`.
+    async fn drain_me(&self, name: &str) -> Result<(), ApiError> {
+        let drain_path = ControlPath::Drain(name).to_path();
+        let control = match &self.cluster {
+            Cluster::Joined { control, .. } => control.clone(),
+            Cluster::Registered { etcd, .. } => {
+                let leader = etcd
+                    .leader()
+                    .await
+                    .map_err(|e| ApiError::unavailable(format!("finding the leader: {e:#}")))?
+                    .ok_or_else(|| ApiError::unavailable("no leader replica"))?;
+                Peer::new(
+                    &format!("http://{}", leader.admin),
+                    self.token.as_deref(),
+                    "leader replica",
+                )?
+            }
+        };
+        control
+            .send(Method::POST, &drain_path, &[], Bytes::new())
+            .await
+            .map(|_| ())
+    }
+
+    /// Cluster mode: gives the lease back, so the registration goes at
+    /// once rather than after the TTL.
+    async fn leave(&self) {
+        if let Cluster::Registered { lease, .. } = &self.cluster {
+            let held = lease.write().unwrap_or_else(|p| p.into_inner()).take();
+            if let Some(held) = held.and_then(|l| Arc::try_unwrap(l).ok()) {
+                held.revoke().await;
+            }
+        }
+    }
+
     /// Heartbeats every T/4. Unanswered for T: stop serving and drop every
     /// instance. Told it is unknown or lost: drop every actor and join again.
-    async fn heartbeat(self: Arc<Self>, join: JoinRequest, timeout: Duration) {
+    async fn heartbeat(&self, control: Peer, join: JoinRequest, timeout: Duration) {
         let path = ControlPath::Heartbeat(&join.name).to_path();
         let mut last_ok = Instant::now();
         loop {
             tokio::time::sleep(timeout / 4).await;
-            match self
-                .control
+            match control
                 .send(Method::POST, &path, &[], Bytes::new())
                 .await
             {
@@ -298,7 +498,7 @@ impl RemoteWorker {
                 Err(e) if e.status == 404 || e.status == 410 => {
                     tracing::warn!("control plane: {e}; dropping every actor and joining again");
                     self.drop_all().await;
-                    join_until_admitted(&self.control, &join).await;
+                    join_until_admitted(&control, &join).await;
                     last_ok = Instant::now();
                     self.worker.set_serving(true);
                 }
@@ -316,10 +516,19 @@ impl RemoteWorker {
         }
     }
 
+    /// Drops every actor (and, in embedded mode, its local snapshot
+    /// copies; a shared store is the cluster's, never this worker's to
+    /// delete from).
     async fn drop_all(&self) {
         for name in self.worker.actor_names() {
-            self.worker.remove(&name).await;
-            let _ = self.worker.store().remove_actor(&name);
+            self.remove_actor(&name).await;
+        }
+    }
+
+    async fn remove_actor(&self, name: &str) {
+        self.worker.remove(name).await;
+        if matches!(self.cluster, Cluster::Joined { .. }) {
+            let _ = self.worker.store().remove_actor(name);
         }
     }
 
@@ -333,7 +542,16 @@ impl RemoteWorker {
         if let Err(refused) = authorize(&request, self.token.as_deref()) {
             return *refused;
         }
-        match self.route(request).await {
+        if !self.may_serve() {
+            return json_error(&lease_lost(self.worker.name()));
+        }
+        let answer = self.route(request).await;
+        // An answer computed while the lease ran out is not given: the
+        // actor may already be re-placed elsewhere.
+        if !self.may_serve() {
+            return json_error(&lease_lost(self.worker.name()));
+        }
+        match answer {
             Ok(response) => response,
             Err(e) => json_error(&e),
         }
@@ -374,8 +592,7 @@ impl RemoteWorker {
                 Ok(json(StatusCode::OK, &status))
             }
             (&Method::DELETE, Some(WorkerPath::Actor(name))) => {
-                w.remove(name).await;
-                w.store().remove_actor(name)?;
+                self.remove_actor(name).await;
                 Ok(json(StatusCode::OK, &serde_json::json!({})))
             }
             (&Method::POST, Some(WorkerPath::Op(name, Ok(op)))) => {

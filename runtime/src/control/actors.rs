@@ -339,16 +339,36 @@ impl ControlPlane {
             // while it holds the gate closed.
             let (member, epoch) = self.current_host(name)?;
             match member.api.call(name, epoch, request.clone(), gone).await {
-                Err(e) if e.status == 421 && attempts < 3 => {
+                Err(e) if e.status == 421 && attempts < self.misdirected_retries() => {
                     attempts += 1;
                     tracing::debug!(actor = name, "retrying on the current owner: {e}");
                     drop(open);
+                    if self.role() == super::Role::Follower {
+                        // A follower learns of the new placement from its
+                        // watch of etcd, a moment after the move.
+                        let pause_ms = 25 * u64::from(attempts);
+                        tokio::time::sleep(std::time::Duration::from_millis(pause_ms)).await;
+                    }
                     let again = self.route(name)?;
                     gate = again.gate;
                     held = again.held;
                 }
                 other => return other,
             }
+        }
+    }
+}
+
+impl ControlPlane {
+    /// How often a call refused as misdirected (421) is sent again by the
+    /// refreshed placement: a leader's placement is current after one
+    /// retry; a follower's follows the watch, so it tries for about 2 s
+    /// (25 ms, 50 ms, ... between attempts).
+    fn misdirected_retries(&self) -> u32 {
+        if self.role() == super::Role::Follower {
+            12
+        } else {
+            3
         }
     }
 }

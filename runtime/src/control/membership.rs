@@ -2,6 +2,7 @@
 //! control plane's bookkeeping of it: state, incarnation, last heartbeat),
 //! remote workers joining and heartbeating, and failure detection.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -11,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use super::ControlPlane;
 use super::views::WorkerInfo;
 use crate::cluster::client::WorkerClient;
+use crate::cluster::etcd::WorkerRecord;
 use crate::error::{ApiError, check_label};
 use crate::worker::actor::ActorStatus;
 use crate::worker::{Location, WorkerApi};
@@ -209,8 +211,37 @@ impl ControlPlane {
     /// it as a new, empty worker; then rebalances in the background.
     ///
     /// # Errors
-    /// 400 bad name; 409 the name is an in-process worker's.
+    /// 400 bad name; 409 the name is an in-process worker's, or this is a
+    /// cluster (its workers register in etcd).
     pub fn join(self: &Arc<Self>, name: &str, address: &str) -> Result<(), ApiError> {
+        if self.is_clustered() {
+            return Err(ApiError::conflict(
+                "this cluster's workers register in etcd: start the worker with --directory etcd://... and --snapshot-store instead of --join",
+            ));
+        }
+        let incarnation = self.incarnations.fetch_add(1, Ordering::Relaxed);
+        self.admit(name, address, incarnation)?;
+        let control = self.clone();
+        tokio::spawn(async move {
+            control.place_waiting().await;
+            let report = control.rebalance().await;
+            tracing::info!(moves = report.moves.len(), "rebalanced after a join");
+        });
+        Ok(())
+    }
+
+    /// Makes remote worker `name` at `address` a member as `incarnation`,
+    /// replacing any earlier incarnation of it (whose actors then wait for
+    /// re-placement).
+    ///
+    /// # Errors
+    /// 400 bad name or address; 409 the name is an in-process worker's.
+    pub(super) fn admit(
+        &self,
+        name: &str,
+        address: &str,
+        incarnation: u64,
+    ) -> Result<Arc<Member>, ApiError> {
         check_label("worker", name)?;
         let client = WorkerClient::new(name, address, self.config.admin_token.as_deref())?;
         let mut members = self.members.write().unwrap_or_else(|p| p.into_inner());
@@ -224,17 +255,82 @@ impl ControlPlane {
         // A worker always joins empty (a new process, or one that dropped
         // its actors): its earlier incarnation's actors are re-placed.
         members.retain(|w| w.name != name);
-        let incarnation = self.incarnations.fetch_add(1, Ordering::Relaxed);
-        members.push(Arc::new(Member::new(Arc::new(client), incarnation)));
+        let member = Arc::new(Member::new(Arc::new(client), incarnation));
+        members.push(member.clone());
         drop(members);
-        tracing::info!(worker = name, address, "worker joined");
-        let control = self.clone();
-        tokio::spawn(async move {
-            control.place_waiting().await;
-            let report = control.rebalance().await;
-            tracing::info!(moves = report.moves.len(), "rebalanced after a join");
-        });
-        Ok(())
+        tracing::info!(worker = name, address, incarnation, "worker admitted");
+        Ok(member)
+    }
+
+    /// Cluster mode: keeps the members in step with the workers registered
+    /// in etcd (`workers`: name to record, updated by a watch). A new
+    /// registration, or one under a new lease, is a new, empty incarnation
+    /// (the lease id is the incarnation); a registration that is gone (its
+    /// lease expired or was revoked) is a lost worker, whose actors are
+    /// re-placed. Runs until the watch ends.
+    pub async fn follow_registrations(
+        self: Arc<Self>,
+        mut workers: tokio::sync::watch::Receiver<BTreeMap<String, WorkerRecord>>,
+    ) {
+        loop {
+            let current = workers.borrow_and_update().clone();
+            self.apply_registrations(&current);
+            if workers.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+
+    fn apply_registrations(self: &Arc<Self>, current: &BTreeMap<String, WorkerRecord>) {
+        let mut changed = false;
+        for member in self.members() {
+            let registered = current
+                .get(&member.name)
+                .is_some_and(|r| u64::try_from(r.lease).ok() == Some(member.incarnation));
+            if registered || member.state() == WorkerState::Lost {
+                continue;
+            }
+            if member.state() == WorkerState::Drained {
+                tracing::info!(worker = %member.name, "drained worker gone; forgetting it");
+                self.forget(&member);
+                continue;
+            }
+            tracing::warn!(worker = %member.name, "its lease is gone; declaring it lost");
+            member.set_state(WorkerState::Lost);
+            changed = true;
+        }
+        for (name, record) in current {
+            let Ok(incarnation) = u64::try_from(record.lease) else {
+                continue;
+            };
+            if self
+                .member(name)
+                .is_some_and(|m| m.incarnation == incarnation)
+            {
+                continue;
+            }
+            match self.admit(name, &record.address, incarnation) {
+                Ok(_) => changed = true,
+                Err(e) => tracing::error!(worker = %name, "cannot admit a registered worker: {e}"),
+            }
+        }
+        // Only the leader acts on a membership change.
+        if changed && self.role == super::Role::Leader {
+            let control = self.clone();
+            tokio::spawn(async move {
+                control.place_waiting().await;
+                let report = control.rebalance().await;
+                tracing::info!(moves = report.moves.len(), "rebalanced after a membership change");
+            });
+        }
+    }
+
+    /// Removes `member` (that incarnation only) from the members.
+    fn forget(&self, member: &Member) {
+        self.members
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|w| !(w.name == member.name && w.incarnation == member.incarnation));
     }
 
     /// Records a heartbeat of remote worker `name`.
@@ -257,8 +353,13 @@ impl ControlPlane {
     }
 
     /// Declares remote workers silent for twice the heartbeat timeout lost
-    /// and re-places their actors from their newest snapshots.
+    /// and re-places their actors from their newest snapshots. (In cluster
+    /// mode workers do not heartbeat: their leases in etcd tell, see
+    /// [`ControlPlane::follow_registrations`].)
     pub async fn run_failure_detector(self: Arc<Self>) {
+        if self.is_clustered() {
+            return;
+        }
         let timeout = self.config.heartbeat_timeout;
         loop {
             tokio::time::sleep(timeout / 4).await;
@@ -272,12 +373,7 @@ impl ControlPlane {
                 if member.state() == WorkerState::Drained {
                     // It left cleanly (SIGTERM drains first) and holds nothing.
                     tracing::info!(worker = %member.name, "drained worker gone; forgetting it");
-                    self.members
-                        .write()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .retain(|w| {
-                            !(w.name == member.name && w.incarnation == member.incarnation)
-                        });
+                    self.forget(&member);
                     continue;
                 }
                 tracing::warn!(worker = %member.name, "no heartbeat for {:?}; declaring it lost", member.silence());

@@ -15,6 +15,7 @@
 //! - [`recover`]: bringing actors back at start-up and after a loss;
 //! - [`housekeeping`]: idle pauses, checkpoints, shutdown, gc;
 //! - [`directory`]: the durable record behind a [`directory::Directory`];
+//! - [`follow`]: a follower replica's placements, kept in step with etcd;
 //! - [`views`]: what the API shows.
 //!
 //! Data dir layout (DESIGN.md): `stasis.db`, `LOCK`,
@@ -24,6 +25,7 @@
 pub mod actors;
 pub mod balance;
 pub mod directory;
+pub mod follow;
 pub mod housekeeping;
 pub mod membership;
 pub mod migrate;
@@ -42,6 +44,9 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 
+use crate::cluster::etcd::{EtcdOptions, WorkerRecord};
+use crate::cluster::proto::JoinAnswer;
+use crate::cluster::shared::StoreTemplates;
 use crate::metrics::{Metrics, StateLabel};
 use crate::worker::actor::ActorState;
 use crate::worker::templates::TemplateDir;
@@ -54,6 +59,7 @@ use placement::Placement;
 use stasis_core::engine::{Limits, StasisEngine};
 use stasis_core::module::ModuleCache;
 use stasis_core::snapshot_files::LocalSnapshotStore;
+use stasis_core::snapshot_objects::{ObjectSnapshotStore, StoreUrl};
 use stasis_core::snapshot_store::SnapshotStore;
 pub use templates::MAX_TEMPLATE_BYTES;
 pub use views::{
@@ -86,6 +92,23 @@ pub struct ServeConfig {
     pub max_concurrent_moves: usize,
     /// Bearer token for the admin API and for talking to remote workers.
     pub admin_token: Option<String>,
+    /// Where snapshots and template modules are kept (`--snapshot-store`):
+    /// the data dir (`local`), a shared volume or an object store.
+    pub snapshot_store: StoreUrl,
+    /// Cluster mode (`--directory etcd://...`); `None` for the embedded
+    /// directory (`stasis.db` in the data dir).
+    pub cluster: Option<ClusterConfig>,
+}
+
+/// Cluster mode: the directory, membership and leadership in etcd.
+#[derive(Debug, Clone)]
+pub struct ClusterConfig {
+    /// The etcd cluster (`--directory etcd://...`, `--etcd-*`).
+    pub etcd: EtcdOptions,
+    /// TTL of the leases of workers and of the leader (`--lease-ttl`).
+    pub lease_ttl: Duration,
+    /// Host other replicas reach this one's listeners at (`--advertise`).
+    pub advertise: Option<String>,
 }
 
 /// What rebalancing evens out.
@@ -113,16 +136,44 @@ impl Default for ServeConfig {
             rebalance_by: RebalanceBy::Count,
             max_concurrent_moves: 4,
             admin_token: None,
+            snapshot_store: StoreUrl::Local,
+            cluster: None,
         }
     }
 }
 
-/// The control plane of one `stasis serve` process.
+impl ServeConfig {
+    /// The settings every worker of the cluster shares (what a joining
+    /// worker is told; in cluster mode, the record in the directory).
+    #[must_use]
+    pub fn cluster_settings(&self) -> JoinAnswer {
+        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        JoinAnswer {
+            heartbeat_timeout_ms: ms(self.heartbeat_timeout),
+            max_memory: self.limits.max_memory,
+            cpu_limit_ms: ms(self.limits.cpu_limit),
+            request_timeout_ms: ms(self.limits.request_timeout),
+            max_body: self.limits.max_body as u64,
+            max_held: self.worker.max_held,
+            hold_timeout_ms: ms(self.worker.hold_timeout),
+            keep_snapshots: self.worker.actor.keep_snapshots,
+            checkpoint_every: self.worker.actor.checkpoint_every,
+            max_live: self.worker.max_live,
+        }
+    }
+}
+
+/// The control plane of one `stasis serve` process (in cluster mode: of
+/// the leader replica).
 pub struct ControlPlane {
     directory: Arc<dyn Directory>,
     engine: Arc<StasisEngine>,
     templates: Arc<TemplateDir>,
     store: Arc<dyn SnapshotStore>,
+    /// The store when it is shared with every worker (`file://`, `s3://`):
+    /// template modules are kept there too, and workers read snapshots
+    /// there instead of being sent them.
+    shared: Option<Arc<ObjectSnapshotStore>>,
     members: RwLock<Vec<Arc<Member>>>,
     placements: RwLock<HashMap<String, Placement>>,
     metrics: Arc<Metrics>,
@@ -131,7 +182,52 @@ pub struct ControlPlane {
     ops: tokio::sync::Mutex<()>,
     pending: std::sync::Mutex<std::collections::HashSet<String>>,
     incarnations: AtomicU64,
-    _lock: File,
+    role: Role,
+    _lock: Option<File>,
+}
+
+/// What a control plane does in its process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// `stasis serve` alone: the directory in `stasis.db`, every decision
+    /// here.
+    Embedded,
+    /// The elected replica of a cluster: it places and moves actors,
+    /// follows the workers' leases, rebalances and collects garbage.
+    Leader,
+    /// Another replica of a cluster: it routes requests by the placements
+    /// it watches in etcd and never changes them (its admin API forwards
+    /// to the leader).
+    Follower,
+}
+
+/// What a control plane keeps its state in.
+struct Backend {
+    directory: Arc<dyn Directory>,
+    store: Arc<dyn SnapshotStore>,
+    shared: Option<Arc<ObjectSnapshotStore>>,
+    lock: Option<File>,
+}
+
+/// Opens the snapshot store `config.snapshot_store` names: the data dir's
+/// `snapshots/`, or a shared store cached in `<data dir>/snapshot-cache/`.
+///
+/// # Errors
+/// If the folder or store cannot be opened or reached.
+pub fn open_snapshot_store(
+    url: &StoreUrl,
+    data_dir: &std::path::Path,
+    quota: Option<u64>,
+) -> anyhow::Result<(Arc<dyn SnapshotStore>, Option<Arc<ObjectSnapshotStore>>)> {
+    if *url == StoreUrl::Local {
+        let local = LocalSnapshotStore::open(data_dir.join("snapshots"), quota)?;
+        return Ok((Arc::new(local), None));
+    }
+    let shared = Arc::new(
+        ObjectSnapshotStore::open(url, &data_dir.join("snapshot-cache"), quota)
+            .map_err(|e| anyhow::anyhow!("--snapshot-store {url}: {}", e.detail()))?,
+    );
+    Ok((shared.clone(), Some(shared)))
 }
 
 impl ControlPlane {
@@ -149,6 +245,74 @@ impl ControlPlane {
         let lock = stasis_core::durable::lock_data_dir(dir)?;
         let directory =
             SqliteDirectory::open(&dir.join("stasis.db")).context("opening stasis.db")?;
+        let (store, shared) = open_snapshot_store(&config.snapshot_store, dir, config.snapshot_quota)?;
+        let backend = Backend {
+            directory: Arc::new(directory),
+            store,
+            shared,
+            lock: Some(lock),
+        };
+        let (control, locals) = Self::assemble(config, metrics, backend, Role::Embedded)?;
+        control.recover(&locals)?;
+        Ok(control)
+    }
+
+    /// Opens the control plane of a cluster's replica, in `role`: the
+    /// directory in etcd (`directory`), snapshots and template modules in
+    /// the shared store, the workers registered in etcd (`workers`, name to
+    /// record) and no in-process worker.
+    ///
+    /// A leader takes the actors where they are: each registered worker is
+    /// asked what it hosts, and actors whose worker is gone (or no longer
+    /// hosts them) are re-placed. A follower only loads the placements, to
+    /// route by them.
+    ///
+    /// # Errors
+    /// If the data dir (this replica's caches) cannot be opened, the store
+    /// is not shared, or the directory cannot be read.
+    pub async fn open_replica(
+        config: ServeConfig,
+        metrics: Arc<Metrics>,
+        directory: Arc<dyn Directory>,
+        workers: std::collections::BTreeMap<String, WorkerRecord>,
+        role: Role,
+    ) -> anyhow::Result<Arc<Self>> {
+        let dir = config.data_dir.clone();
+        let url = config.snapshot_store.clone();
+        let quota = config.snapshot_quota;
+        let control = tokio::task::spawn_blocking(move || -> anyhow::Result<Arc<Self>> {
+            std::fs::create_dir_all(dir.join("templates"))
+                .with_context(|| format!("creating data dir {}", dir.display()))?;
+            std::fs::create_dir_all(dir.join("cache"))?;
+            let (store, shared) = open_snapshot_store(&url, &dir, quota)?;
+            anyhow::ensure!(
+                shared.is_some(),
+                "--directory etcd:// needs a shared --snapshot-store (file:///PATH or s3://BUCKET)"
+            );
+            let backend = Backend {
+                directory,
+                store,
+                shared,
+                lock: None,
+            };
+            Ok(Self::assemble(config, metrics, backend, role)?.0)
+        })
+        .await
+        .context("opening the control plane")??;
+        match role {
+            Role::Leader => control.recover_cluster(workers).await?,
+            Role::Follower | Role::Embedded => control.load_placements(&workers).await?,
+        }
+        Ok(control)
+    }
+
+    fn assemble(
+        config: ServeConfig,
+        metrics: Arc<Metrics>,
+        backend: Backend,
+        role: Role,
+    ) -> anyhow::Result<(Arc<Self>, Vec<Arc<Worker>>)> {
+        let dir = &config.data_dir;
         // With --max-live, the in-process workers share one pool of
         // exactly their live-instance slots.
         let engine = match config.worker.max_live {
@@ -171,6 +335,9 @@ impl ControlPlane {
             }
             None => StasisEngine::new(config.limits)?,
         };
+        let fetch = backend.shared.as_ref().map(|shared| {
+            Box::new(StoreTemplates::new(shared.clone())) as Box<dyn crate::worker::templates::FetchTemplate>
+        });
         let templates = Arc::new(TemplateDir::new(
             ModuleCache::new(
                 engine.engine().clone(),
@@ -178,12 +345,9 @@ impl ControlPlane {
                 Some(dir.join("cache")),
             ),
             dir.join("templates"),
-            None,
+            fetch,
         ));
-        let store: Arc<dyn SnapshotStore> = Arc::new(LocalSnapshotStore::open(
-            dir.join("snapshots"),
-            config.snapshot_quota,
-        )?);
+        let store = backend.store;
         let locals: Vec<Arc<Worker>> = (1..=config.workers)
             .map(|i| {
                 Worker::new(
@@ -202,10 +366,11 @@ impl ControlPlane {
             .map(|w| Arc::new(Member::new(w.clone() as Arc<dyn WorkerApi>, 0)))
             .collect();
         let control = Arc::new(Self {
-            directory: Arc::new(directory),
+            directory: backend.directory,
             engine,
             templates,
             store,
+            shared: backend.shared,
             members: RwLock::new(members),
             placements: RwLock::new(HashMap::new()),
             metrics,
@@ -213,10 +378,22 @@ impl ControlPlane {
             ops: tokio::sync::Mutex::new(()),
             pending: std::sync::Mutex::default(),
             incarnations: AtomicU64::new(1),
-            _lock: lock,
+            role,
+            _lock: backend.lock,
         });
-        control.recover(&locals)?;
-        Ok(control)
+        Ok((control, locals))
+    }
+
+    /// Whether this is a cluster's replica (membership comes from etcd).
+    #[must_use]
+    pub fn is_clustered(&self) -> bool {
+        self.role != Role::Embedded
+    }
+
+    /// What this control plane does.
+    #[must_use]
+    pub fn role(&self) -> Role {
+        self.role
     }
 
     /// The metrics registry.

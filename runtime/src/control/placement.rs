@@ -16,6 +16,12 @@ use super::ControlPlane;
 use super::membership::{Member, WorkerState};
 use crate::error::ApiError;
 
+/// The incarnation of a follower replica's placements: whichever
+/// incarnation of the worker is registered (a follower does not know which
+/// one the leader placed the actor on; the worker refuses a call at another
+/// epoch, 421).
+pub(super) const ANY_INCARNATION: u64 = u64::MAX;
+
 /// Where an actor lives, and the gate its requests pass.
 #[derive(Debug, Clone)]
 pub(super) struct Placement {
@@ -138,7 +144,11 @@ impl ControlPlane {
             return Err(ApiError::failed(format!("actor {actor} failed: {reason}")));
         }
         self.member(&placement.worker)
-            .filter(|w| w.incarnation == placement.incarnation && w.state() != WorkerState::Lost)
+            .filter(|w| {
+                (w.incarnation == placement.incarnation
+                    || placement.incarnation == ANY_INCARNATION)
+                    && w.state() != WorkerState::Lost
+            })
             .ok_or_else(|| {
                 ApiError::unavailable(format!("actor {actor} waits for a worker to host it"))
             })

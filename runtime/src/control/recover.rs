@@ -10,6 +10,9 @@ use anyhow::Context as _;
 
 use super::ControlPlane;
 use super::placement::Placement;
+use crate::cluster::etcd::WorkerRecord;
+use crate::worker::actor::ActorState;
+use std::collections::HashMap;
 use crate::error::ApiError;
 use crate::worker::{ActorSpec, Worker};
 
@@ -62,6 +65,78 @@ impl ControlPlane {
             }
             tracing::info!(actor = %row.name, worker = %member.name, state = status.state.as_str(), "actor recovered");
         }
+        Ok(())
+    }
+
+    /// Cluster mode, when this replica becomes the leader: admits every
+    /// worker registered in etcd (`workers`; the lease id is the
+    /// incarnation) and takes the placements of the directory as they are,
+    /// checked against what each worker says it hosts. An actor whose
+    /// worker is not registered, or does not host it, waits for
+    /// re-placement; one left `migrating` by a leader that died mid-move
+    /// is given back to its owner (the move is cancelled); a copy on a
+    /// worker that does not own it (a move's target that was never
+    /// switched to) is removed. A worker that cannot be asked is trusted:
+    /// if it is really gone, its lease expires and it is declared lost.
+    ///
+    /// # Errors
+    /// If the directory cannot be read.
+    pub(super) async fn recover_cluster(
+        self: &Arc<Self>,
+        workers: std::collections::BTreeMap<String, WorkerRecord>,
+    ) -> anyhow::Result<()> {
+        for (name, record) in &workers {
+            let Ok(incarnation) = u64::try_from(record.lease) else {
+                continue;
+            };
+            if let Err(e) = self.admit(name, &record.address, incarnation) {
+                tracing::error!(worker = %name, "cannot admit a registered worker: {e}");
+            }
+        }
+        let mut hosted = HashMap::new();
+        for member in self.members() {
+            match member.statuses().await {
+                Ok(statuses) => {
+                    hosted.insert(member.name.clone(), statuses.into_iter().collect::<HashMap<_, _>>());
+                }
+                Err(e) => tracing::warn!(worker = %member.name, "cannot list its actors ({e}); trusting the directory"),
+            }
+        }
+        let directory = self.directory.clone();
+        let rows = tokio::task::spawn_blocking(move || directory.actors())
+            .await
+            .context("reading the directory")??;
+        for row in rows {
+            let member = self.member(&row.worker);
+            let status = hosted.get(&row.worker).map(|h| h.get(&row.name));
+            let placement = match (&member, status) {
+                (Some(member), None | Some(Some(_))) => {
+                    Placement::new(&member.name, member.incarnation, &row.template, row.epoch)
+                }
+                _ => Placement::new("", 0, &row.template, row.epoch),
+            };
+            if let (Some(member), Some(Some(status))) = (&member, status)
+                && status.state == ActorState::Migrating
+            {
+                tracing::warn!(actor = %row.name, worker = %member.name, "left migrating by the previous leader; cancelling the move");
+                member.api.cancel_move(&row.name).await;
+            }
+            self.placement_mut().insert(row.name.clone(), placement);
+        }
+        for (worker, statuses) in &hosted {
+            let Some(member) = self.member(worker) else {
+                continue;
+            };
+            for actor in statuses.keys() {
+                let owner = self.placements().get(actor).map(|p| p.worker.clone());
+                if owner.as_deref() != Some(worker.as_str()) {
+                    tracing::warn!(actor, worker, "removing a copy its worker does not own");
+                    member.api.remove(actor).await;
+                }
+            }
+        }
+        let control = self.clone();
+        tokio::spawn(async move { control.place_waiting().await });
         Ok(())
     }
 

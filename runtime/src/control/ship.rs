@@ -13,7 +13,8 @@ impl ControlPlane {
     /// Installs `actor` on `target` from snapshot `seq` of the control
     /// plane's store, under `spec`; with `resume` it is restored at once,
     /// else it is `paused`. A worker that shares this store reads the
-    /// snapshot there; any other gets the bytes.
+    /// snapshot there (so do all workers in cluster mode); any other gets
+    /// the bytes.
     ///
     /// # Errors
     /// 500 if the snapshot cannot be read; the target's failure (422 the
@@ -26,7 +27,8 @@ impl ControlPlane {
         seq: u64,
         resume: bool,
     ) -> Result<(), ApiError> {
-        let bytes = if target.is_in_process() {
+        // In cluster mode every worker reads the shared store itself.
+        let bytes = if target.is_in_process() || self.is_clustered() {
             None
         } else {
             Some(self.read_snapshot(actor, seq).await?)

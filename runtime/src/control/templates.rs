@@ -92,6 +92,13 @@ impl ControlPlane {
             },
         )?;
         self.templates.keep(&digest, &bytes)?;
+        if let Some(shared) = &self.shared {
+            // Workers and other replicas fetch the module from the store.
+            tokio::task::block_in_place(|| shared.put_template(&digest, &bytes)).map_err(|e| {
+                tracing::error!("storing template {name}: {}", e.detail());
+                ApiError::internal(format!("storing template {name} in the snapshot store: {e}"))
+            })?;
+        }
         let row = TemplateRow {
             name: name.to_owned(),
             digest,

@@ -80,7 +80,19 @@ pub(crate) struct ActorTask {
     pub primed: Option<(u64, VerifiedSnapshot<SnapshotBytes>)>,
     /// The clock floor and mark across instances.
     pub clock: ActorClock,
+    /// Calls that came while a move had captured the actor (`migrating`):
+    /// they wait for the move's end (see [`ActorTask::hold_for_move`]).
+    pub held_by_move: Vec<HeldCall>,
 }
+
+/// A call held while the actor moves: its epoch, request, ticket and
+/// where its answer goes.
+pub(crate) type HeldCall = (
+    u64,
+    Arc<Request>,
+    Arc<Ticket>,
+    tokio::sync::oneshot::Sender<Result<Response, ApiError>>,
+);
 
 pub(crate) fn new_status(state: ActorState) -> Arc<Mutex<ActorStatus>> {
     Arc::new(Mutex::new(ActorStatus::new(state)))
@@ -208,21 +220,11 @@ impl ActorTask {
                 ticket,
                 reply,
             } => {
-                if !ticket.start() {
-                    return true;
-                }
-                let result = if epoch == self.epoch {
-                    self.call(&request, &ticket).await
+                if self.status().state == ActorState::Migrating {
+                    self.hold_for_move((epoch, request, ticket, reply));
                 } else {
-                    Err(ApiError::new(
-                        421,
-                        format!(
-                            "stale placement epoch {epoch} for actor {} (now {})",
-                            self.name, self.epoch
-                        ),
-                    ))
-                };
-                let _ = reply.send(result);
+                    self.answer_call(epoch, &request, &ticket, reply).await;
+                }
             }
             Command::Capture(reply) => {
                 let _ = reply.send(self.capture().await);
@@ -235,6 +237,10 @@ impl ActorTask {
                 };
                 self.set_state(state);
                 let _ = reply.send(());
+                // The actor stays here: the calls held meanwhile run now.
+                for (epoch, request, ticket, reply) in std::mem::take(&mut self.held_by_move) {
+                    self.answer_call(epoch, &request, &ticket, reply).await;
+                }
             }
             Command::Pause(reply) => {
                 let _ = reply.send(self.pause().await);
@@ -270,11 +276,52 @@ impl ActorTask {
             }
             Command::Stop(reply) => {
                 self.instance = None;
+                for (_, _, _, reply) in std::mem::take(&mut self.held_by_move) {
+                    let _ = reply.send(Err(ApiError::new(
+                        421,
+                        format!("actor {} moved to another worker", self.name),
+                    )));
+                }
                 let _ = reply.send(());
                 return false;
             }
         }
         true
+    }
+
+    /// Holds `call`, which came while a move had captured the actor: run
+    /// now, its effect would be lost with this copy (the target restores
+    /// the captured snapshot). A request reaches a moving actor only from a
+    /// router that does not hold the actor's gate (a follower replica); it
+    /// runs here if the move is cancelled, and is refused as misdirected
+    /// (421, so the router asks the new owner) once the actor has left.
+    fn hold_for_move(&mut self, call: HeldCall) {
+        self.held_by_move.push(call);
+    }
+
+    /// Runs one call unless its ticket was given up, and sends the answer.
+    async fn answer_call(
+        &mut self,
+        epoch: u64,
+        request: &Request,
+        ticket: &Ticket,
+        reply: tokio::sync::oneshot::Sender<Result<Response, ApiError>>,
+    ) {
+        if !ticket.start() {
+            return;
+        }
+        let result = if epoch == self.epoch {
+            self.call(request, ticket).await
+        } else {
+            Err(ApiError::new(
+                421,
+                format!(
+                    "stale placement epoch {epoch} for actor {} (now {})",
+                    self.name, self.epoch
+                ),
+            ))
+        };
+        let _ = reply.send(result);
     }
 
     async fn call(&mut self, request: &Request, ticket: &Ticket) -> Result<Response, ApiError> {

@@ -225,6 +225,7 @@ impl Worker {
             slot: None,
             primed: None,
             clock: ActorClock::default(),
+            held_by_move: Vec::new(),
         }
     }
 
@@ -360,7 +361,8 @@ impl Worker {
     /// up (see [`crate::client_gone`]); one the guest runs is waited for.
     ///
     /// # Errors
-    /// The actor's or guest's failure as an [`ApiError`];
+    /// 421 if the actor is not on this worker (or at another epoch); the
+    /// actor's or guest's failure as an [`ApiError`];
     /// [`crate::client_gone::ABANDONED`] when the client left first.
     pub async fn call(
         &self,
@@ -375,7 +377,11 @@ impl Worker {
                 self.name
             )));
         }
-        let mailbox = self.mailbox(actor)?;
+        // Not here (moved away, or never here): misdirected, so the router
+        // asks the current owner (421, as for a stale epoch).
+        let mailbox = self
+            .mailbox(actor)
+            .map_err(|e| ApiError::new(421, e.message))?;
         let ticket = Arc::new(Ticket::default());
         let (reply, answer) = oneshot::channel();
         let command = Command::Call {

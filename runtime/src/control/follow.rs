@@ -1,0 +1,87 @@
+//! A follower replica's view of the cluster (cluster mode): the placements
+//! of the directory, loaded once and then kept in step with etcd by a
+//! watch, so that the follower routes every request itself (one lookup in
+//! memory per request, no etcd round trip). It never changes a placement:
+//! when it routes by one that is stale, the worker refuses the call (421)
+//! and the request is sent again by the refreshed placement.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+
+use super::ControlPlane;
+use super::directory::ActorRow;
+use super::placement::{ANY_INCARNATION, Placement};
+use crate::cluster::etcd::WorkerRecord;
+
+impl ControlPlane {
+    /// Admits the registered `workers` and loads every placement of the
+    /// directory, to route by (a follower's start).
+    ///
+    /// # Errors
+    /// If the directory cannot be read.
+    pub(super) async fn load_placements(
+        &self,
+        workers: &BTreeMap<String, WorkerRecord>,
+    ) -> anyhow::Result<()> {
+        for (name, record) in workers {
+            let Ok(incarnation) = u64::try_from(record.lease) else {
+                continue;
+            };
+            if let Err(e) = self.admit(name, &record.address, incarnation) {
+                tracing::error!(worker = %name, "cannot admit a registered worker: {e}");
+            }
+        }
+        let directory = self.directory.clone();
+        let rows = tokio::task::spawn_blocking(move || directory.actors())
+            .await
+            .context("reading the directory")??;
+        let mut placements = self.placement_mut();
+        for row in rows {
+            placements.insert(row.name.clone(), follower_placement(&row));
+        }
+        Ok(())
+    }
+
+    /// Keeps the placements in step with the directory's actors
+    /// (`actors`: name to row, updated by a watch of etcd) until the watch
+    /// ends: new actors appear, moved ones point at their new worker and
+    /// epoch (never back to an older epoch), deleted ones go.
+    pub async fn follow_placements(
+        self: Arc<Self>,
+        mut actors: tokio::sync::watch::Receiver<BTreeMap<String, ActorRow>>,
+    ) {
+        loop {
+            let current = actors.borrow_and_update().clone();
+            self.apply_placements(&current);
+            if actors.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+
+    fn apply_placements(&self, current: &BTreeMap<String, ActorRow>) {
+        let mut placements = self.placement_mut();
+        placements.retain(|name, _| current.contains_key(name));
+        for (name, row) in current {
+            match placements.get_mut(name) {
+                Some(p) if p.epoch > row.epoch => {}
+                Some(p) => {
+                    p.worker.clone_from(&row.worker);
+                    p.epoch = row.epoch;
+                    p.incarnation = ANY_INCARNATION;
+                }
+                None => {
+                    placements.insert(name.clone(), follower_placement(row));
+                }
+            }
+        }
+    }
+}
+
+/// A follower's placement for `row`: on whichever incarnation of its worker
+/// is registered (the worker checks the epoch).
+fn follower_placement(row: &ActorRow) -> Placement {
+    Placement::new(&row.worker, ANY_INCARNATION, &row.template, row.epoch)
+}

@@ -1,0 +1,115 @@
+//! Forwarding a request, as it came, to the leader replica (cluster mode):
+//! a replica that is not the leader answers its ingress and admin API by
+//! passing each request to the leader's matching listener and the answer
+//! back. Hop-by-hop headers are dropped; `Host`, `Authorization` and the
+//! body travel unchanged, so the leader routes and authorizes as if it had
+//! been asked directly. A forwarded request carries [`FORWARDED_HEADER`],
+//! and a replica never forwards such a request again (no loops while the
+//! leadership changes hands).
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::{Request, Response};
+
+use crate::error::ApiError;
+use crate::http::{Body, collect_body};
+use crate::http_client::{HttpClient, Unanswered};
+
+/// Marks a request one replica forwarded to another; its value is the
+/// forwarding replica's name.
+pub const FORWARDED_HEADER: &str = "stasis-forwarded-by";
+
+/// Headers that belong to one connection, never forwarded (RFC 9110 §7.6.1).
+const HOP_BY_HOP: [&str; 8] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "content-length",
+];
+
+/// How long connecting to the leader may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Forwards requests to a leader's listener.
+#[derive(Debug)]
+pub struct Forwarder {
+    me: String,
+    max_body: usize,
+    timeout: Duration,
+}
+
+impl Forwarder {
+    /// Forwards for replica `me`: bodies up to `max_body` bytes (the
+    /// `--max-body` limit the leader applies too), answers awaited at most
+    /// `timeout`.
+    #[must_use]
+    pub fn new(me: &str, max_body: usize, timeout: Duration) -> Self {
+        Self {
+            me: me.to_owned(),
+            max_body,
+            timeout,
+        }
+    }
+
+    /// Sends `request` to the listener at `target` (`host:port`) and gives
+    /// back its answer.
+    ///
+    /// # Errors
+    /// 503 (with `Retry-After`) if the request was already forwarded once
+    /// or the leader cannot be reached or gives no answer in time; 413 if
+    /// the body is over `--max-body`.
+    pub async fn forward(
+        &self,
+        target: &str,
+        request: Request<Incoming>,
+    ) -> Result<Response<Body>, ApiError> {
+        if request.headers().contains_key(FORWARDED_HEADER) {
+            return Err(ApiError::unavailable(
+                "the leadership is changing hands; retry",
+            ));
+        }
+        let (parts, body) = request.into_parts();
+        let body = collect_body(&parts, body, self.max_body, "--max-body").await?;
+        let client = HttpClient::new(&format!("http://{target}"), None, CONNECT_TIMEOUT)?;
+        let mut headers: Vec<(&str, &str)> = parts
+            .headers
+            .iter()
+            .filter(|(name, _)| !HOP_BY_HOP.contains(&name.as_str()))
+            .filter_map(|(name, value)| Some((name.as_str(), value.to_str().ok()?)))
+            .collect();
+        headers.push((FORWARDED_HEADER, &self.me));
+        let path = parts
+            .uri
+            .path_and_query()
+            .map_or("/", hyper::http::uri::PathAndQuery::as_str);
+        let answer = client
+            .exchange(parts.method.clone(), path, &headers, body, Some(self.timeout))
+            .await
+            .map_err(|e| match e {
+                Unanswered::Connect(e) => {
+                    ApiError::unavailable(format!("the leader replica cannot be reached: {e}"))
+                }
+                Unanswered::Failed(e) => {
+                    ApiError::unavailable(format!("the leader replica failed to answer: {e}"))
+                }
+                Unanswered::Timeout(limit) => ApiError::unavailable(format!(
+                    "the leader replica gave no answer within {limit:?}"
+                )),
+            })?;
+        let mut response = Response::new(Full::new(Bytes::from(answer.body)));
+        *response.status_mut() = answer.status;
+        for (name, value) in &answer.headers {
+            if !HOP_BY_HOP.contains(&name.as_str()) {
+                response.headers_mut().append(name.clone(), value.clone());
+            }
+        }
+        Ok(response)
+    }
+}
