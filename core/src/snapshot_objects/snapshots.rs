@@ -113,8 +113,7 @@ impl ObjectSnapshotStore {
         *used = used.saturating_sub(len);
     }
 
-    /// Uploads snapshot `seq` of `actor` at `epoch` from its cache copy
-    /// (`len` bytes).
+    /// Uploads the cache copy `cached` (`len` bytes) as object `key`.
     fn upload_snapshot(&self, key: &str, cached: PathBuf, len: u64) -> Result<(), StoreError> {
         let source = Source::File {
             path: cached,

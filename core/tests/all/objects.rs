@@ -35,6 +35,15 @@ impl Shared {
         }
     }
 
+    /// The local folder holding the objects under the store's prefix.
+    fn objects_dir(&self) -> std::path::PathBuf {
+        match (&self.url, &self.server) {
+            (StoreUrl::File(root), _) => root.clone(),
+            (StoreUrl::S3 { prefix, .. }, Some(server)) => server.bucket_dir().join(prefix),
+            _ => unreachable!("a shared store is a folder or S3"),
+        }
+    }
+
     fn s3() -> Self {
         let server = S3Server::start();
         let dir = tempfile::tempdir().unwrap();
@@ -124,6 +133,40 @@ fn objects_round_trip() {
         let again = shared.open(cache.path(), None);
         assert_eq!(again.used_bytes(), 27);
         assert_eq!(seqs(&again, "a"), [0, 1]);
+    });
+}
+
+#[test]
+fn objects_layout_under_the_prefix() {
+    each_backend(|shared| {
+        let cache = tempfile::tempdir().unwrap();
+        let store = shared.open(cache.path(), None);
+        store.write("a", 3, 7, b"three at seven").unwrap();
+        store.write_clock_mark("a", 42).unwrap();
+        store.put_template("d1g", b"\0asm").unwrap();
+        let dir = shared.objects_dir();
+        let read = |rel: &str| {
+            std::fs::read(dir.join(rel)).unwrap_or_else(|e| panic!("{rel} in {dir:?}: {e}"))
+        };
+        assert_eq!(
+            read("snapshots/a/00000000000000000003-00000000000000000007.snap"),
+            b"three at seven"
+        );
+        let pointer: serde_json::Value =
+            serde_json::from_slice(&read("snapshots/a/acknowledged")).unwrap();
+        assert_eq!(pointer, serde_json::json!({"seq": 3, "epoch": 7}));
+        assert_eq!(read("snapshots/a/clock.mark"), b"42\n");
+        assert_eq!(read("templates/d1g.wasm"), b"\0asm");
+        assert_eq!(
+            std::fs::read(
+                cache
+                    .path()
+                    .join("snapshots/a/00000000000000000003-00000000000000000007.snap")
+            )
+            .unwrap(),
+            b"three at seven",
+            "the cache copy is named like the object"
+        );
     });
 }
 
