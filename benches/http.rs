@@ -376,7 +376,7 @@ fn bench_resume(c: &mut Criterion, ctx: &Ctx) {
             for _ in 0..iters {
                 seq += 1;
                 let start = Instant::now();
-                store.write("probe", seq, &bytes).expect("write");
+                store.write("probe", seq, 0, &bytes).expect("write");
                 let d = start.elapsed();
                 lat.add(d);
                 total += d;

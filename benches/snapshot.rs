@@ -476,7 +476,7 @@ fn bench_persist(c: &mut Criterion, ctx: &Ctx) {
                     std::fs::remove_file(&path).expect("remove");
                     seq += 1;
                     let start = Instant::now();
-                    ctx.store.write(&actor, seq, &f.snapshot).expect("write");
+                    ctx.store.write(&actor, seq, 0, &f.snapshot).expect("write");
                     let d = start.elapsed();
                     total += d;
                     ratios.push(d.as_secs_f64() / plain.as_secs_f64());
@@ -529,7 +529,7 @@ fn bench_load(c: &mut Criterion, ctx: &Ctx) {
         group.bench_function(BenchmarkId::new("map_and_verify", &case), |b| {
             let f = ctx.fixture(density, mib);
             let f = f.borrow();
-            ctx.store.write(&actor, 1, &f.snapshot).expect("write");
+            ctx.store.write(&actor, 1, 0, &f.snapshot).expect("write");
             b.iter_custom(|iters| {
                 timed(
                     iters,
@@ -547,7 +547,7 @@ fn bench_load(c: &mut Criterion, ctx: &Ctx) {
         group.bench_function(BenchmarkId::new("fs_read_touched_dst", &case), |b| {
             let f = ctx.fixture(density, mib);
             let f = f.borrow();
-            ctx.store.write(&actor, 1, &f.snapshot).expect("write");
+            ctx.store.write(&actor, 1, 0, &f.snapshot).expect("write");
             let path = ctx.store.path(&actor, 1);
             let mut dst = vec![1u8; f.snapshot.len()];
             b.iter_custom(|iters| {
@@ -585,7 +585,7 @@ fn bench_cold_start(c: &mut Criterion, ctx: &Ctx) {
     let answer = ctx.rt.block_on(restored.call(&get)).expect("call");
     assert_eq!(answer.status, 200);
     drop((instance, restored));
-    ctx.store.write("kv-cold", 0, &bytes).expect("write");
+    ctx.store.write("kv-cold", 0, 0, &bytes).expect("write");
 
     let mut group = c.benchmark_group("cold_start");
     group.sampling_mode(SamplingMode::Flat);

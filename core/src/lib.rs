@@ -23,6 +23,9 @@
 //!   workers and the control plane keep snapshots through.
 //! * [`snapshot_files`]: its embedded implementation, snapshot files in the
 //!   data dir ([`snapshot_files::LocalSnapshotStore`]).
+//! * [`snapshot_objects`]: the implementation a cluster shares, snapshots
+//!   and templates in an object store (a folder or S3) with a local cache
+//!   ([`snapshot_objects::ObjectSnapshotStore`], [`snapshot_objects::StoreUrl`]).
 
 #![warn(missing_docs)]
 
@@ -33,4 +36,5 @@ pub mod instance;
 pub mod module;
 pub mod snapshot;
 pub mod snapshot_files;
+pub mod snapshot_objects;
 pub mod snapshot_store;

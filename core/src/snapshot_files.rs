@@ -162,7 +162,9 @@ impl LocalSnapshotStore {
 }
 
 impl SnapshotStore for LocalSnapshotStore {
-    fn write(&self, actor: &str, seq: u64, bytes: &[u8]) -> Result<(), StoreError> {
+    /// `epoch` is ignored: one process writes the folder (the data dir's
+    /// `LOCK` fences the others).
+    fn write(&self, actor: &str, seq: u64, _epoch: u64, bytes: &[u8]) -> Result<(), StoreError> {
         let len = bytes.len() as u64;
         let path = self.path(actor, seq);
         // Rewriting a sequence number replaces its file: count the difference.
@@ -320,7 +322,7 @@ mod tests {
     fn only_canonical_names_are_snapshots() {
         let tmp = tempfile::tempdir().expect("tmp");
         let store = LocalSnapshotStore::open(tmp.path(), None).expect("open");
-        store.write("a", 7, b"seven").expect("write");
+        store.write("a", 7, 0, b"seven").expect("write");
         let dir = store.actor_dir("a");
         for stray in [
             "5.snap",
@@ -333,7 +335,7 @@ mod tests {
         }
         let list = store.list("a").expect("list");
         assert_eq!(list, [SnapshotEntry { seq: 7, bytes: 5 }]);
-        store.write("a", 8, b"eight").expect("write");
+        store.write("a", 8, 0, b"eight").expect("write");
         assert_eq!(store.retain("a", 1).expect("retain"), [7]);
         assert!(dir.join("5.snap").exists(), "strays are left alone");
     }
@@ -343,8 +345,8 @@ mod tests {
         let tmp = tempfile::tempdir().expect("tmp");
         let store = LocalSnapshotStore::open(tmp.path(), None).expect("open");
         assert_eq!(store.list_acknowledged("a").expect("list"), (vec![], None));
-        store.write("a", 3, b"three").expect("write");
-        store.write("a", 4, b"four").expect("write");
+        store.write("a", 3, 0, b"three").expect("write");
+        store.write("a", 4, 0, b"four").expect("write");
         let (list, acked) = store.list_acknowledged("a").expect("list");
         assert_eq!(list.len(), 2);
         assert_eq!(acked, Some(4));

@@ -3,7 +3,9 @@
 //! ([`SnapshotBytes`]), what it lists ([`SnapshotEntry`]) and how it fails
 //! ([`StoreError`]). The embedded implementation is
 //! [`LocalSnapshotStore`](crate::snapshot_files::LocalSnapshotStore), the
-//! data dir's `snapshots/` folder.
+//! data dir's `snapshots/` folder; a cluster shares an
+//! [`ObjectSnapshotStore`](crate::snapshot_objects::ObjectSnapshotStore)
+//! (a folder or an S3 bucket).
 
 use std::io;
 use std::ops::Deref;
@@ -122,11 +124,13 @@ impl std::fmt::Debug for SnapshotBytes {
 /// (`open_snapshot`). Writes, retention and whole-file reads are called
 /// from blocking threads (`tokio::task::spawn_blocking`); listing and
 /// opening (a map, which reads lazily) are also called from async tasks,
-/// since a local file system answers them in microseconds. A store over
-/// a remote object store (the `object_store` crate is async) answers those
-/// two from a local cache it keeps (e.g. a [`LocalSnapshotStore`]), and runs
-/// its uploads and downloads on a runtime handle of its own from the
-/// blocking calls.
+/// since a local file system answers them in microseconds. The store over
+/// an object store ([`ObjectSnapshotStore`]) asks the object store for
+/// every listing (one request, bounded by a timeout), maps snapshots from
+/// a local cache it keeps, and runs its requests on a runtime of its own
+/// while the calling thread waits.
+///
+/// [`ObjectSnapshotStore`]: crate::snapshot_objects::ObjectSnapshotStore
 ///
 /// [`LocalSnapshotStore`]: crate::snapshot_files::LocalSnapshotStore
 pub trait SnapshotStore: Send + Sync + std::fmt::Debug {
@@ -134,10 +138,19 @@ pub trait SnapshotStore: Send + Sync + std::fmt::Debug {
     /// same number) and records it as the actor's newest acknowledged
     /// snapshot. On return it survives a crash of this process.
     ///
+    /// `epoch` is the actor's placement epoch on the writing worker. A
+    /// store shared by several workers names the snapshot by it, so that
+    /// when one sequence number is written at two epochs the higher epoch
+    /// wins and a late write by a fenced worker never shadows the new
+    /// owner's snapshot ([`ObjectSnapshotStore`]). A store of one process
+    /// ([`LocalSnapshotStore`], fenced by the data dir's `LOCK`) ignores it.
+    ///
     /// # Errors
     /// [`StoreError::Quota`] (nothing written) or [`StoreError::Io`]
     /// (earlier snapshots untouched).
-    fn write(&self, actor: &str, seq: u64, bytes: &[u8]) -> Result<(), StoreError>;
+    ///
+    /// [`ObjectSnapshotStore`]: crate::snapshot_objects::ObjectSnapshotStore
+    fn write(&self, actor: &str, seq: u64, epoch: u64, bytes: &[u8]) -> Result<(), StoreError>;
 
     /// `actor`'s snapshots, oldest first, and the newest sequence number
     /// whose [`SnapshotStore::write`] was acknowledged (`None` if unknown).

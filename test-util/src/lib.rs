@@ -19,7 +19,9 @@
 //! * [`data`]: deterministic test data and durable writes;
 //! * [`engine`]: an engine, templates, requests and restores for tests of
 //!   the snapshot core;
-//! * [`bench`]: criterion's test mode and quiet `stasis` processes.
+//! * [`bench`]: criterion's test mode and quiet `stasis` processes;
+//! * [`s3`]: a real S3-compatible server (`s3s-fs`) on loopback, with its
+//!   URL and the `AWS_*` settings to reach it.
 //!
 //! Helpers panic with a message instead of returning errors: a failed step
 //! is a failed test.
@@ -34,6 +36,7 @@ pub mod demos;
 pub mod engine;
 pub mod http;
 pub mod process;
+pub mod s3;
 pub mod stats;
 
 pub use artifacts::Artifacts;

@@ -8,6 +8,8 @@
 //! * [`fuzz`]: property-based fuzzing of the snapshot loader and module
 //!   validation and rewriting.
 //! * [`store`]: the snapshot files: retention, temp files, quota, mapping.
+//! * [`objects`]: the snapshot store over an object store (a folder and a
+//!   real S3 server): sharing, epochs, retention, quota, errors, templates.
 //! * [`pooling`]: the pooling allocator's slots.
 //! * [`support`]: the helpers they share.
 
@@ -15,6 +17,7 @@ mod capture_restore;
 mod format;
 mod fuzz;
 mod module;
+mod objects;
 mod pooling;
 mod store;
 mod support;

@@ -29,7 +29,7 @@ fn store_retains_the_newest() {
     let dir = tempfile::tempdir().unwrap();
     let store = LocalSnapshotStore::open(dir.path(), None).unwrap();
     for seq in 0..=5u64 {
-        store.write("a", seq, &[seq as u8 + 1; 100]).unwrap();
+        store.write("a", seq, 0, &[seq as u8 + 1; 100]).unwrap();
         let path = store.path("a", seq);
         assert_eq!(std::fs::read(&path).unwrap(), vec![seq as u8 + 1; 100]);
         store.retain("a", 2).unwrap();
@@ -53,7 +53,7 @@ fn store_retains_the_newest() {
 
     // Retaining from many at once.
     for seq in 6..=9u64 {
-        store.write("a", seq, b"x").unwrap();
+        store.write("a", seq, 0, b"x").unwrap();
     }
     assert_eq!(store.retain("a", 2).unwrap(), [4, 5, 6, 7]);
     assert_eq!(store.list("a").unwrap().len(), 2);
@@ -65,7 +65,7 @@ fn store_open_removes_temp_files() {
     let dir = tempfile::tempdir().unwrap();
     {
         let store = LocalSnapshotStore::open(dir.path(), None).unwrap();
-        store.write("a", 0, b"snapshot zero").unwrap();
+        store.write("a", 0, 0, b"snapshot zero").unwrap();
     }
     let actor = dir.path().join("a");
     std::fs::write(actor.join("00000000000000000001.snap.tmp"), b"torn").unwrap();
@@ -81,8 +81,8 @@ fn store_open_removes_temp_files() {
 fn store_quota_writes_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let store = LocalSnapshotStore::open(dir.path(), Some(100)).unwrap();
-    store.write("a", 0, &[1; 60]).unwrap();
-    let err = store.write("a", 1, &[2; 60]).unwrap_err();
+    store.write("a", 0, 0, &[1; 60]).unwrap();
+    let err = store.write("a", 1, 0, &[2; 60]).unwrap_err();
     assert!(
         matches!(
             err,
@@ -100,9 +100,9 @@ fn store_quota_writes_nothing() {
     );
     assert_eq!(store.used_bytes(), 60);
     // Exactly filling the quota is allowed; one byte more is not.
-    store.write("b", 0, &[3; 40]).unwrap();
+    store.write("b", 0, 0, &[3; 40]).unwrap();
     assert!(matches!(
-        store.write("b", 1, &[4; 1]),
+        store.write("b", 1, 0, &[4; 1]),
         Err(StoreError::Quota { .. })
     ));
     assert_eq!(
@@ -111,7 +111,7 @@ fn store_quota_writes_nothing() {
     );
     // Freeing space lets writes through again.
     store.remove("a", 0).unwrap();
-    store.write("a", 1, &[2; 60]).unwrap();
+    store.write("a", 1, 0, &[2; 60]).unwrap();
     assert_eq!(store.used_bytes(), 100);
 }
 
@@ -121,7 +121,7 @@ async fn stored_snapshot_restores_from_the_mapped_file() {
     let (_engine, _template, bytes) = small_snapshot(&wasm).await;
     let dir = tempfile::tempdir().unwrap();
     let store = LocalSnapshotStore::open(dir.path(), None).unwrap();
-    store.write("a", 0, &bytes).unwrap();
+    store.write("a", 0, 0, &bytes).unwrap();
     let mapped = store.open_snapshot("a", 0).unwrap();
     assert_eq!(&mapped[..], &bytes[..]);
     let (_engine, mut inst) = restore_fresh(&wasm, &mapped, config()).await;
@@ -140,8 +140,8 @@ fn the_files_serve_as_a_shared_snapshot_store() {
     let dir = tempfile::tempdir().unwrap();
     let store: Arc<dyn SnapshotStore> =
         Arc::new(LocalSnapshotStore::open(dir.path(), None).unwrap());
-    store.write("a", 0, b"zero").unwrap();
-    store.write("b", 3, b"three").unwrap();
+    store.write("a", 0, 0, b"zero").unwrap();
+    store.write("b", 3, 0, b"three").unwrap();
     let mut actors = store.actors().unwrap();
     actors.sort();
     assert_eq!(actors, ["a", "b"]);

@@ -70,7 +70,9 @@ impl ControlPlane {
         let keep = self.config.worker.actor.keep_snapshots;
         let actor = actor.to_owned();
         tokio::task::spawn_blocking(move || {
-            store.write(&actor, seq, &bytes)?;
+            // Epoch 0: a shipped snapshot lands in this control plane's own
+            // (local) store, which ignores epochs.
+            store.write(&actor, seq, 0, &bytes)?;
             store.retain(&actor, keep)
         })
         .await

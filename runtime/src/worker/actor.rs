@@ -527,11 +527,12 @@ impl ActorTask {
         let seq = self.next_seq;
         let store = self.store.clone();
         let actor = self.name.clone();
+        let epoch = self.epoch;
         let keep = self.settings.keep_snapshots;
         let len = bytes.len() as u64;
         let local = bytes.clone();
         tokio::task::spawn_blocking(move || -> Result<(), StoreError> {
-            store.write(&actor, seq, &local)?;
+            store.write(&actor, seq, epoch, &local)?;
             store.retain(&actor, keep)?;
             Ok(())
         })

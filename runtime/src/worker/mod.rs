@@ -509,7 +509,7 @@ impl Worker {
                     if store.list(&name)?.iter().any(|e| e.seq == seq) {
                         return Ok(None);
                     }
-                    store.write(&name, seq, verified.bytes())?;
+                    store.write(&name, seq, epoch, verified.bytes())?;
                     verified
                 }
                 None => {

@@ -1,0 +1,372 @@
+//! The [`SnapshotStore`] methods of an [`ObjectSnapshotStore`]: writes
+//! (cache copy, upload, acknowledged pointer), listings from the store,
+//! opening through the cache, retention and removal, clock marks.
+
+use std::fs::{self, File};
+use std::io;
+use std::path::{Path as FsPath, PathBuf};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use memmap2::Mmap;
+use object_store::{ObjectStoreExt as _, PutPayload};
+
+use super::names::{Acknowledged, Folder};
+use super::remote::{Failure, OP_TIMEOUT, timeout_for};
+use super::transfer::Source;
+use super::{ObjectSnapshotStore, names, transfer};
+use crate::durable::replace_atomically;
+use crate::snapshot_store::{SnapshotBytes, SnapshotEntry, SnapshotStore, StoreError};
+
+impl ObjectSnapshotStore {
+    /// What `actor`'s folder holds now, from the store.
+    fn folder(&self, actor: &str) -> Result<Folder, StoreError> {
+        let key = names::actor_key(actor);
+        self.check("list", &key, "actor name", actor)?;
+        let listed = self
+            .run(
+                OP_TIMEOUT,
+                transfer::list(self.objects.clone(), self.path(&key)),
+            )
+            .map_err(|e| e.named("list", &key, &self.location))?;
+        Ok(Folder::from_names(listed.into_iter().filter_map(|meta| {
+            let name = meta.location.filename()?.to_owned();
+            Some((name, meta.size))
+        })))
+    }
+
+    /// The acknowledged pointer of `actor` (`None` if absent or unreadable,
+    /// logged).
+    fn acknowledged(&self, actor: &str) -> Result<Option<Acknowledged>, StoreError> {
+        let key = names::actor_object_key(actor, names::ACKNOWLEDGED);
+        match self.run(
+            OP_TIMEOUT,
+            transfer::read_small(self.objects.clone(), self.path(&key)),
+        ) {
+            Ok(bytes) => Ok(serde_json::from_slice(&bytes)
+                .inspect_err(|e| tracing::warn!(actor, "ignoring unreadable {key}: {e}"))
+                .ok()),
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(e.named("get", &key, &self.location)),
+        }
+    }
+
+    /// Moves `actor`'s acknowledged pointer to (`seq`, `epoch`) unless it
+    /// already names a later one (module docs).
+    fn acknowledge(&self, actor: &str, seq: u64, epoch: u64) -> Result<(), StoreError> {
+        let now = Acknowledged { seq, epoch };
+        if let Some(old) = self.acknowledged(actor)?
+            && (old.epoch, old.seq) > (now.epoch, now.seq)
+        {
+            tracing::info!(
+                actor,
+                seq,
+                epoch,
+                ?old,
+                "not moving the acknowledged pointer back"
+            );
+            return Ok(());
+        }
+        let key = names::actor_object_key(actor, names::ACKNOWLEDGED);
+        let body = serde_json::to_vec(&now).map_err(|e| Failure::Io(io::Error::other(e)));
+        let objects = self.objects.clone();
+        let path = self.path(&key);
+        self.run(OP_TIMEOUT, async move {
+            objects.put(&path, PutPayload::from(body?)).await?;
+            Ok(())
+        })
+        .map_err(|e| e.named("put", &key, &self.location))
+    }
+
+    /// Deletes the objects and cache copies of `found` (snapshots of
+    /// `actor`), releasing their bytes from the count.
+    fn delete_snapshots(&self, actor: &str, found: &[names::Found]) -> Result<(), StoreError> {
+        if found.is_empty() {
+            return Ok(());
+        }
+        let key = names::actor_key(actor);
+        let paths = found
+            .iter()
+            .map(|f| {
+                self.path(&names::actor_object_key(
+                    actor,
+                    &names::snapshot_name(f.seq, f.epoch),
+                ))
+            })
+            .collect();
+        let limit = OP_TIMEOUT + Duration::from_secs(found.len() as u64);
+        let result = self
+            .run(limit, transfer::delete(self.objects.clone(), paths))
+            .map_err(|e| e.named("remove", &key, &self.location));
+        // Some may be gone even on failure: count from the store next open.
+        if result.is_ok() {
+            self.release(found.iter().map(|f| f.bytes).sum());
+        }
+        for f in found {
+            remove_cached(&self.cache_path(actor, f.seq, f.epoch));
+        }
+        result
+    }
+
+    fn release(&self, len: u64) {
+        let mut used = self.used.lock().unwrap_or_else(|p| p.into_inner());
+        *used = used.saturating_sub(len);
+    }
+
+    /// Uploads the cache copy `cached` (`len` bytes) as object `key`.
+    fn upload_snapshot(&self, key: &str, cached: PathBuf, len: u64) -> Result<(), StoreError> {
+        let source = Source::File {
+            path: cached,
+            len_bytes: len,
+        };
+        self.run(
+            timeout_for(len),
+            transfer::upload(self.objects.clone(), self.path(key), source),
+        )
+        .map_err(|e| e.named("put", key, &self.location))
+    }
+}
+
+/// Removes a cache file; a missing one is fine, another failure is logged.
+fn remove_cached(path: &FsPath) {
+    match fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => tracing::warn!("cannot remove cached {}: {e}", path.display()),
+    }
+}
+
+/// Maps the cache file at `path` read-only.
+fn map(path: &FsPath) -> io::Result<SnapshotBytes> {
+    let file = File::open(path)?;
+    // SAFETY: cache files are written under a temp name and renamed into
+    // place, never modified in place; the objects they copy are immutable
+    // and a removal leaves an existing map valid.
+    unsafe { Mmap::map(&file) }.map(SnapshotBytes::from)
+}
+
+impl SnapshotStore for ObjectSnapshotStore {
+    /// Keeps a copy in the cache, uploads the object (multipart above
+    /// 8 MiB, aborted on error), then moves the acknowledged pointer;
+    /// returns once both are in the store. `epoch` names the object (module
+    /// docs).
+    fn write(&self, actor: &str, seq: u64, epoch: u64, bytes: &[u8]) -> Result<(), StoreError> {
+        let key = names::actor_object_key(actor, &names::snapshot_name(seq, epoch));
+        self.check("put", &key, "actor name", actor)?;
+        let len = bytes.len() as u64;
+        let cached = self.cache_path(actor, seq, epoch);
+        // The same name written again replaces its object (this store
+        // knows its size if it holds a copy).
+        let replaced = cached.metadata().map(|m| m.len()).unwrap_or(0);
+        {
+            let mut used = self.used.lock().unwrap_or_else(|p| p.into_inner());
+            let after = used.saturating_sub(replaced).saturating_add(len);
+            if let Some(quota) = self.quota
+                && after > quota
+            {
+                return Err(StoreError::Quota {
+                    needed: len,
+                    used: *used,
+                    quota,
+                });
+            }
+            *used = after;
+        }
+        let uploaded = cached
+            .parent()
+            .map_or(Ok(()), fs::create_dir_all)
+            .and_then(|()| replace_atomically(&cached, bytes))
+            .map_err(|e| Failure::Io(e).named("cache", &key, &self.location))
+            .and_then(|()| self.upload_snapshot(&key, cached.clone(), len));
+        if let Err(e) = uploaded {
+            remove_cached(&cached);
+            let mut used = self.used.lock().unwrap_or_else(|p| p.into_inner());
+            *used = used.saturating_sub(len).saturating_add(replaced);
+            return Err(e);
+        }
+        self.acknowledge(actor, seq, epoch)
+    }
+
+    fn list_acknowledged(
+        &self,
+        actor: &str,
+    ) -> Result<(Vec<SnapshotEntry>, Option<u64>), StoreError> {
+        let folder = self.folder(actor)?;
+        let list = folder
+            .effective()
+            .into_iter()
+            .map(|f| SnapshotEntry {
+                seq: f.seq,
+                bytes: f.bytes,
+            })
+            .collect();
+        let acked = if folder.acknowledged {
+            self.acknowledged(actor)?.map(|a| a.seq)
+        } else {
+            None
+        };
+        Ok((list, acked))
+    }
+
+    fn actors(&self) -> Result<Vec<String>, StoreError> {
+        let root = self.path(names::SNAPSHOTS);
+        let listed = self
+            .run(
+                OP_TIMEOUT,
+                transfer::list(self.objects.clone(), root.clone()),
+            )
+            .map_err(|e| e.named("list", names::SNAPSHOTS, &self.location))?;
+        let mut names: Vec<String> = listed
+            .iter()
+            .filter_map(|meta| {
+                let mut rest = meta.location.prefix_match(&root)?;
+                let actor = rest.next()?;
+                // Only objects inside an actor's folder.
+                rest.next().map(|_| actor.as_ref().to_owned())
+            })
+            .collect();
+        names.sort();
+        names.dedup();
+        Ok(names)
+    }
+
+    /// From the cache when this store holds a copy (same name and size),
+    /// else downloaded into the cache first. The store's listing decides
+    /// which epoch stands for `seq` (module docs).
+    fn open_snapshot(&self, actor: &str, seq: u64) -> Result<SnapshotBytes, StoreError> {
+        let Some(found) = self.folder(actor)?.find(seq) else {
+            let key = names::actor_object_key(actor, &format!("{seq:020}-*.snap"));
+            return Err(Failure::Io(io::ErrorKind::NotFound.into()).named(
+                "open",
+                &key,
+                &self.location,
+            ));
+        };
+        let key = names::actor_object_key(actor, &names::snapshot_name(seq, found.epoch));
+        let cached = self.cache_path(actor, seq, found.epoch);
+        let have = cached.metadata().is_ok_and(|m| m.len() == found.bytes);
+        if !have {
+            self.run(
+                timeout_for(found.bytes),
+                transfer::download(self.objects.clone(), self.path(&key), cached.clone()),
+            )
+            .map_err(|e| e.named("get", &key, &self.location))?;
+            self.downloads.fetch_add(1, Ordering::Relaxed);
+        }
+        map(&cached).map_err(|e| Failure::Io(e).named("map", &key, &self.location))
+    }
+
+    /// Deletes every object (all epochs) of the oldest sequence numbers
+    /// beyond `keep`, and the shadowed lower-epoch objects of the kept ones.
+    fn retain(&self, actor: &str, keep: usize) -> Result<Vec<u64>, StoreError> {
+        let folder = self.folder(actor)?;
+        let effective = folder.effective();
+        let excess = effective.len().saturating_sub(keep.max(1));
+        let removed: Vec<u64> = effective[..excess].iter().map(|f| f.seq).collect();
+        let doomed: Vec<names::Found> = folder
+            .snapshots
+            .iter()
+            .filter(|f| removed.contains(&f.seq) || !effective.contains(f))
+            .copied()
+            .collect();
+        self.delete_snapshots(actor, &doomed)?;
+        Ok(removed)
+    }
+
+    fn remove(&self, actor: &str, seq: u64) -> Result<(), StoreError> {
+        let folder = self.folder(actor)?;
+        let doomed: Vec<names::Found> = folder
+            .snapshots
+            .iter()
+            .filter(|f| f.seq == seq)
+            .copied()
+            .collect();
+        self.delete_snapshots(actor, &doomed)
+    }
+
+    /// Deletes every object of the actor's folder (snapshots, pointer,
+    /// clock mark) and its cache folder.
+    fn remove_actor(&self, actor: &str) -> Result<(), StoreError> {
+        let key = names::actor_key(actor);
+        self.check("remove", &key, "actor name", actor)?;
+        let dir = self.path(&key);
+        let objects = self.objects.clone();
+        let listed = self
+            .run(OP_TIMEOUT, transfer::list(objects.clone(), dir))
+            .map_err(|e| e.named("list", &key, &self.location))?;
+        let snapshot_bytes: u64 = listed
+            .iter()
+            .filter(|m| {
+                m.location
+                    .filename()
+                    .and_then(names::parse_snapshot_name)
+                    .is_some()
+            })
+            .map(|m| m.size)
+            .sum();
+        let limit = OP_TIMEOUT + Duration::from_secs(listed.len() as u64);
+        let paths = listed.into_iter().map(|m| m.location).collect();
+        self.run(limit, transfer::delete(objects, paths))
+            .map_err(|e| e.named("remove", &key, &self.location))?;
+        self.release(snapshot_bytes);
+        let cache_dir = self.cache.join(names::SNAPSHOTS).join(actor);
+        match fs::remove_dir_all(&cache_dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => tracing::warn!(actor, "cannot remove cache {}: {e}", cache_dir.display()),
+        }
+        Ok(())
+    }
+
+    /// Bytes of snapshot objects in the store: counted at open, then
+    /// updated by this store's writes and deletions.
+    fn used_bytes(&self) -> u64 {
+        *self.used.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// `<url>/snapshots/<actor>` (no credentials: they are never in the URL).
+    fn location(&self, actor: &str) -> String {
+        format!("{}/{}", self.location, names::actor_key(actor))
+    }
+
+    /// A small object, `snapshots/<actor>/clock.mark`: decimal nanoseconds
+    /// and a newline.
+    fn write_clock_mark(&self, actor: &str, clock_ns: u64) -> Result<(), StoreError> {
+        let key = names::actor_object_key(actor, names::CLOCK_MARK);
+        self.check("put", &key, "actor name", actor)?;
+        let objects = self.objects.clone();
+        let path = self.path(&key);
+        self.run(OP_TIMEOUT, async move {
+            let body = PutPayload::from(format!("{clock_ns}\n").into_bytes());
+            objects.put(&path, body).await?;
+            Ok(())
+        })
+        .map_err(|e| e.named("put", &key, &self.location))
+    }
+
+    fn clock_mark(&self, actor: &str) -> u64 {
+        let key = names::actor_object_key(actor, names::CLOCK_MARK);
+        if names::check_segment("actor name", actor).is_err() {
+            return 0;
+        }
+        let read = self.run(
+            OP_TIMEOUT,
+            transfer::read_small(self.objects.clone(), self.path(&key)),
+        );
+        match read {
+            Ok(bytes) => std::str::from_utf8(&bytes)
+                .ok()
+                .and_then(|text| text.trim().parse().ok())
+                .unwrap_or_else(|| {
+                    tracing::warn!(actor, "ignoring unreadable clock mark");
+                    0
+                }),
+            Err(e) if e.is_not_found() => 0,
+            Err(e) => {
+                let e = e.named("get", &key, &self.location);
+                tracing::warn!(actor, "ignoring unreadable clock mark: {}", e.detail());
+                0
+            }
+        }
+    }
+}

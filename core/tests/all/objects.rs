@@ -1,0 +1,492 @@
+//! The snapshot store over an object store, each check run against a
+//! `file://` folder and a real S3 server (`s3s-fs` on loopback): round
+//! trips, a store shared by two caches, epochs, the acknowledged pointer,
+//! retention and removal, multipart uploads, the quota, errors, templates,
+//! clock marks, a dead server, and calls from async code.
+
+use std::io::ErrorKind;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use stasis_core::snapshot_objects::{ObjectSnapshotStore, StoreUrl};
+use stasis_core::snapshot_store::{SnapshotEntry, SnapshotStore, StoreError};
+use stasis_test_util::s3::S3Server;
+
+/// One shared store location: a folder or an S3 server.
+struct Shared {
+    url: StoreUrl,
+    env: Vec<(String, String)>,
+    /// Local paths that must never appear in a client-facing message.
+    secret_paths: Vec<String>,
+    _dir: tempfile::TempDir,
+    server: Option<S3Server>,
+}
+
+impl Shared {
+    fn file() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("store");
+        Self {
+            url: format!("file://{}", root.display()).parse().unwrap(),
+            env: Vec::new(),
+            secret_paths: vec![dir.path().display().to_string()],
+            _dir: dir,
+            server: None,
+        }
+    }
+
+    /// The local folder holding the objects under the store's prefix.
+    fn objects_dir(&self) -> std::path::PathBuf {
+        match (&self.url, &self.server) {
+            (StoreUrl::File(root), _) => root.clone(),
+            (StoreUrl::S3 { prefix, .. }, Some(server)) => server.bucket_dir().join(prefix),
+            _ => unreachable!("a shared store is a folder or S3"),
+        }
+    }
+
+    fn s3() -> Self {
+        let server = S3Server::start();
+        let dir = tempfile::tempdir().unwrap();
+        Self {
+            url: server.url("cluster/one").parse().unwrap(),
+            env: server.env(),
+            secret_paths: vec![
+                dir.path().display().to_string(),
+                server.endpoint(),
+                "stasis-test-secret".to_owned(),
+            ],
+            _dir: dir,
+            server: Some(server),
+        }
+    }
+
+    /// A store on this location with its own cache in `cache`.
+    fn open(&self, cache: &Path, quota: Option<u64>) -> ObjectSnapshotStore {
+        ObjectSnapshotStore::open_with_s3_env(&self.url, cache, quota, &self.env)
+            .unwrap_or_else(|e| panic!("open {}: {}", self.url, e.detail()))
+    }
+
+    /// Asserts `err`'s message names no local path, endpoint or secret.
+    fn assert_clean(&self, err: &StoreError) {
+        let shown = err.to_string();
+        for secret in &self.secret_paths {
+            assert!(
+                !shown.contains(secret.as_str()),
+                "{shown:?} shows {secret:?}"
+            );
+        }
+    }
+}
+
+/// Runs `check` against a `file://` store, then an S3 one.
+fn each_backend(check: impl Fn(&Shared)) {
+    check(&Shared::file());
+    check(&Shared::s3());
+}
+
+fn seqs(store: &ObjectSnapshotStore, actor: &str) -> Vec<u64> {
+    store.list(actor).unwrap().iter().map(|e| e.seq).collect()
+}
+
+fn kind(err: &StoreError) -> ErrorKind {
+    match err {
+        StoreError::Io { source, .. } => source.kind(),
+        StoreError::Quota { .. } => panic!("unexpected quota error: {err}"),
+    }
+}
+
+/// Deterministic, position-dependent bytes.
+fn pattern(len: usize, salt: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(salt) ^ (i >> 8) as u8)
+        .collect()
+}
+
+#[test]
+fn objects_round_trip() {
+    each_backend(|shared| {
+        let cache = tempfile::tempdir().unwrap();
+        let store = shared.open(cache.path(), None);
+        assert_eq!(store.list_acknowledged("a").unwrap(), (vec![], None));
+        assert_eq!(store.actors().unwrap(), Vec::<String>::new());
+        store.write("a", 0, 1, b"snapshot zero").unwrap();
+        store.write("a", 1, 1, b"snapshot one!!").unwrap();
+        assert_eq!(
+            store.list_acknowledged("a").unwrap(),
+            (
+                vec![
+                    SnapshotEntry { seq: 0, bytes: 13 },
+                    SnapshotEntry { seq: 1, bytes: 14 }
+                ],
+                Some(1)
+            )
+        );
+        assert_eq!(&store.open_snapshot("a", 0).unwrap()[..], b"snapshot zero");
+        assert_eq!(&store.open_snapshot("a", 1).unwrap()[..], b"snapshot one!!");
+        assert_eq!(store.downloads(), 0, "the writer reads its cache");
+        assert!(store.cache_path("a", 1, 1).is_file());
+        assert_eq!(store.actors().unwrap(), ["a"]);
+        assert_eq!(store.used_bytes(), 27);
+        assert_eq!(store.location("a"), format!("{}/snapshots/a", shared.url));
+        // Reopened: the count comes from the store.
+        drop(store);
+        let again = shared.open(cache.path(), None);
+        assert_eq!(again.used_bytes(), 27);
+        assert_eq!(seqs(&again, "a"), [0, 1]);
+    });
+}
+
+#[test]
+fn objects_layout_under_the_prefix() {
+    each_backend(|shared| {
+        let cache = tempfile::tempdir().unwrap();
+        let store = shared.open(cache.path(), None);
+        store.write("a", 3, 7, b"three at seven").unwrap();
+        store.write_clock_mark("a", 42).unwrap();
+        store.put_template("d1g", b"\0asm").unwrap();
+        let dir = shared.objects_dir();
+        let read = |rel: &str| {
+            std::fs::read(dir.join(rel)).unwrap_or_else(|e| panic!("{rel} in {dir:?}: {e}"))
+        };
+        assert_eq!(
+            read("snapshots/a/00000000000000000003-00000000000000000007.snap"),
+            b"three at seven"
+        );
+        let pointer: serde_json::Value =
+            serde_json::from_slice(&read("snapshots/a/acknowledged")).unwrap();
+        assert_eq!(pointer, serde_json::json!({"seq": 3, "epoch": 7}));
+        assert_eq!(read("snapshots/a/clock.mark"), b"42\n");
+        assert_eq!(read("templates/d1g.wasm"), b"\0asm");
+        assert_eq!(
+            std::fs::read(
+                cache
+                    .path()
+                    .join("snapshots/a/00000000000000000003-00000000000000000007.snap")
+            )
+            .unwrap(),
+            b"three at seven",
+            "the cache copy is named like the object"
+        );
+    });
+}
+
+#[test]
+fn objects_are_shared_and_downloaded_once() {
+    each_backend(|shared| {
+        let (cache_a, cache_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let a = shared.open(cache_a.path(), None);
+        let b = shared.open(cache_b.path(), None);
+        a.write("counter", 3, 7, b"three at seven").unwrap();
+        assert_eq!(b.list_acknowledged("counter").unwrap().1, Some(3));
+        assert_eq!(b.actors().unwrap(), ["counter"]);
+        assert_eq!(
+            &b.open_snapshot("counter", 3).unwrap()[..],
+            b"three at seven"
+        );
+        assert_eq!(b.downloads(), 1);
+        assert!(b.cache_path("counter", 3, 7).is_file());
+        // Served from the cache from now on: a cache copy of the same size
+        // but other bytes is what comes back (nothing downloaded).
+        std::fs::write(b.cache_path("counter", 3, 7), b"THREE AT SEVEN").unwrap();
+        assert_eq!(
+            &b.open_snapshot("counter", 3).unwrap()[..],
+            b"THREE AT SEVEN"
+        );
+        assert_eq!(b.downloads(), 1);
+        assert_eq!(a.downloads(), 0);
+        // A third store opened now counts A's bytes.
+        let cache_c = tempfile::tempdir().unwrap();
+        assert_eq!(shared.open(cache_c.path(), None).used_bytes(), 14);
+    });
+}
+
+#[test]
+fn objects_the_highest_epoch_wins() {
+    each_backend(|shared| {
+        let cache = tempfile::tempdir().unwrap();
+        let store = shared.open(cache.path(), None);
+        // New owner first, then a late write by a fenced worker.
+        store.write("x", 5, 3, b"owner at epoch 3").unwrap();
+        store.write("x", 5, 2, b"fenced").unwrap();
+        // Old epoch first, then the new owner.
+        store.write("y", 5, 2, b"fenced").unwrap();
+        store.write("y", 5, 3, b"owner at epoch 3").unwrap();
+        let cache_b = tempfile::tempdir().unwrap();
+        let other = shared.open(cache_b.path(), None);
+        for s in [&store, &other] {
+            for actor in ["x", "y"] {
+                assert_eq!(
+                    s.list(actor).unwrap(),
+                    [SnapshotEntry { seq: 5, bytes: 16 }]
+                );
+                assert_eq!(&s.open_snapshot(actor, 5).unwrap()[..], b"owner at epoch 3");
+            }
+        }
+        // The pointer never moves back to an older epoch.
+        store.write("x", 6, 3, b"six").unwrap();
+        store.write("x", 7, 2, b"fenced seven").unwrap();
+        assert_eq!(other.list_acknowledged("x").unwrap().1, Some(6));
+        // Both epochs' objects count; retention drops the shadowed one.
+        assert_eq!(store.used_bytes(), 16 + 6 + 16 + 6 + 3 + 12);
+        assert_eq!(store.retain("x", 10).unwrap(), Vec::<u64>::new());
+        assert_eq!(store.used_bytes(), 16 + 6 + 16 + 3 + 12);
+        let cache_c = tempfile::tempdir().unwrap();
+        assert_eq!(
+            shared.open(cache_c.path(), None).used_bytes(),
+            16 + 6 + 16 + 3 + 12
+        );
+        assert!(!store.cache_path("x", 5, 2).exists());
+        assert_eq!(
+            &store.open_snapshot("x", 5).unwrap()[..],
+            b"owner at epoch 3"
+        );
+    });
+}
+
+#[test]
+fn objects_acknowledged_pointer() {
+    each_backend(|shared| {
+        let cache = tempfile::tempdir().unwrap();
+        let store = shared.open(cache.path(), None);
+        store.write("a", 3, 1, b"three").unwrap();
+        store.write("a", 4, 1, b"four").unwrap();
+        assert_eq!(store.list_acknowledged("a").unwrap().1, Some(4));
+        // The newest deleted behind the pointer's back: the pointer still
+        // says 4, the listing ends at 3.
+        store.remove("a", 4).unwrap();
+        let (list, acked) = store.list_acknowledged("a").unwrap();
+        assert_eq!(list, [SnapshotEntry { seq: 3, bytes: 5 }]);
+        assert_eq!(acked, Some(4));
+    });
+}
+
+#[test]
+fn objects_retain_and_remove_delete_objects_and_cache_copies() {
+    each_backend(|shared| {
+        let (cache_a, cache_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let a = shared.open(cache_a.path(), None);
+        let b = shared.open(cache_b.path(), None);
+        for seq in 0..=4u64 {
+            a.write("a", seq, 1, &[seq as u8; 10]).unwrap();
+        }
+        a.write("keep", 0, 1, b"other actor").unwrap();
+        assert_eq!(a.used_bytes(), 61);
+        assert_eq!(a.retain("a", 2).unwrap(), [0, 1, 2]);
+        assert_eq!(seqs(&b, "a"), [3, 4]);
+        assert_eq!(a.used_bytes(), 31);
+        for seq in 0..=2 {
+            assert!(!a.cache_path("a", seq, 1).exists(), "cache copy of {seq}");
+        }
+        assert!(a.cache_path("a", 3, 1).exists());
+        assert_eq!(
+            kind(&b.open_snapshot("a", 1).unwrap_err()),
+            ErrorKind::NotFound
+        );
+
+        a.remove("a", 3).unwrap();
+        a.remove("a", 3).unwrap(); // gone already: fine
+        assert_eq!(seqs(&b, "a"), [4]);
+        assert!(!a.cache_path("a", 3, 1).exists());
+        assert_eq!(a.used_bytes(), 21);
+
+        // B holds a cache copy of 4; once the actor is removed the store
+        // (the truth) says it is gone.
+        assert_eq!(&b.open_snapshot("a", 4).unwrap()[..], &[4u8; 10]);
+        a.write_clock_mark("a", 99).unwrap();
+        a.remove_actor("a").unwrap();
+        a.remove_actor("a").unwrap(); // none left: fine
+        assert_eq!(b.list_acknowledged("a").unwrap(), (vec![], None));
+        assert_eq!(b.clock_mark("a"), 0);
+        assert_eq!(b.actors().unwrap(), ["keep"]);
+        assert_eq!(
+            kind(&b.open_snapshot("a", 4).unwrap_err()),
+            ErrorKind::NotFound
+        );
+        assert!(!cache_a.path().join("snapshots/a").exists());
+        assert_eq!(a.used_bytes(), 11);
+        let cache_c = tempfile::tempdir().unwrap();
+        assert_eq!(shared.open(cache_c.path(), None).used_bytes(), 11);
+    });
+}
+
+#[test]
+fn objects_big_snapshot_round_trips_in_parts() {
+    each_backend(|shared| {
+        let (cache_a, cache_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let a = shared.open(cache_a.path(), None);
+        let big = pattern((20 << 20) + 123, 7);
+        a.write("big", 1, 4, &big).unwrap();
+        let b = shared.open(cache_b.path(), None);
+        assert_eq!(
+            b.list("big").unwrap(),
+            [SnapshotEntry {
+                seq: 1,
+                bytes: big.len() as u64
+            }]
+        );
+        assert!(
+            b.open_snapshot("big", 1).unwrap()[..] == big[..],
+            "bytes differ"
+        );
+        assert_eq!(b.downloads(), 1);
+        assert_eq!(b.used_bytes(), big.len() as u64);
+        // Templates of that size too.
+        a.put_template("bigtemplate", &big).unwrap();
+        assert!(
+            b.get_template("bigtemplate").unwrap() == big,
+            "template differs"
+        );
+    });
+}
+
+#[test]
+fn objects_quota_refusal_writes_nothing() {
+    each_backend(|shared| {
+        let cache = tempfile::tempdir().unwrap();
+        let store = shared.open(cache.path(), Some(100));
+        store.write("a", 0, 1, &[1; 60]).unwrap();
+        let err = store.write("a", 1, 1, &[2; 60]).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                StoreError::Quota {
+                    needed: 60,
+                    used: 60,
+                    quota: 100
+                }
+            ),
+            "{err:?}"
+        );
+        assert_eq!(store.list_acknowledged("a").unwrap().1, Some(0));
+        assert_eq!(seqs(&store, "a"), [0]);
+        assert!(!store.cache_path("a", 1, 1).exists());
+        assert_eq!(store.used_bytes(), 60);
+        // The quota counts what is in the store, also for a new store.
+        let cache_b = tempfile::tempdir().unwrap();
+        let other = shared.open(cache_b.path(), Some(100));
+        assert!(matches!(
+            other.write("b", 0, 1, &[3; 41]),
+            Err(StoreError::Quota { used: 60, .. })
+        ));
+        other.write("b", 0, 1, &[3; 40]).unwrap();
+        assert_eq!(other.used_bytes(), 100);
+    });
+}
+
+#[test]
+fn objects_missing_is_not_found_and_errors_name_keys_only() {
+    each_backend(|shared| {
+        let cache = tempfile::tempdir().unwrap();
+        let store = shared.open(cache.path(), None);
+        let err = store.open_snapshot("nobody", 3).unwrap_err();
+        assert_eq!(kind(&err), ErrorKind::NotFound);
+        assert_eq!(
+            err.to_string(),
+            "open snapshots/nobody/00000000000000000003-*.snap: not found"
+        );
+        shared.assert_clean(&err);
+        assert!(
+            err.detail().contains(&shared.url.to_string()),
+            "{}",
+            err.detail()
+        );
+
+        let err = store.get_template("0123abcd").unwrap_err();
+        assert_eq!(kind(&err), ErrorKind::NotFound);
+        assert_eq!(err.to_string(), "get templates/0123abcd.wasm: not found");
+        shared.assert_clean(&err);
+        assert!(
+            err.detail().contains(&shared.url.to_string()),
+            "{}",
+            err.detail()
+        );
+
+        let err = store.write("a/b", 0, 1, b"x").unwrap_err();
+        assert_eq!(kind(&err), ErrorKind::InvalidInput);
+        assert!(store.put_template("../x", b"x").is_err());
+        assert_eq!(store.clock_mark("nobody"), 0);
+    });
+}
+
+#[test]
+fn objects_templates_and_clock_marks_round_trip() {
+    each_backend(|shared| {
+        let (cache_a, cache_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let a = shared.open(cache_a.path(), None);
+        let b = shared.open(cache_b.path(), None);
+        let module = pattern(4096, 3);
+        a.put_template("d1g3st", &module).unwrap();
+        assert_eq!(b.get_template("d1g3st").unwrap(), module);
+        a.put_template("d1g3st", b"replaced").unwrap();
+        assert_eq!(b.get_template("d1g3st").unwrap(), b"replaced");
+        // Templates are neither actors nor snapshot bytes.
+        assert_eq!(b.actors().unwrap(), Vec::<String>::new());
+        assert_eq!(a.used_bytes(), 0);
+
+        a.write_clock_mark("c", 1_234_567_890_123).unwrap();
+        assert_eq!(b.clock_mark("c"), 1_234_567_890_123);
+        a.write_clock_mark("c", 5).unwrap();
+        assert_eq!(b.clock_mark("c"), 5);
+        // A clock mark is outside the snapshot list and the count.
+        assert_eq!(b.list_acknowledged("c").unwrap(), (vec![], None));
+        assert_eq!(a.used_bytes(), 0);
+    });
+}
+
+#[test]
+fn objects_local_url_is_not_an_object_store() {
+    let cache = tempfile::tempdir().unwrap();
+    let err = ObjectSnapshotStore::open(&StoreUrl::Local, cache.path(), None).unwrap_err();
+    assert_eq!(kind(&err), ErrorKind::InvalidInput);
+}
+
+#[test]
+fn objects_dead_server_answers_an_error_in_bounded_time() {
+    let shared = Shared::s3();
+    let cache = tempfile::tempdir().unwrap();
+    let store = shared.open(cache.path(), None);
+    store.write("a", 0, 1, b"zero").unwrap();
+    let Shared {
+        server, url, env, ..
+    } = shared;
+    drop(server);
+    let started = Instant::now();
+    let err = store.write("a", 1, 1, b"one").unwrap_err();
+    assert!(matches!(err, StoreError::Io { .. }), "{err:?}");
+    assert!(store.list("a").is_err());
+    assert!(
+        store.open_snapshot("a", 0).is_err(),
+        "the store is the truth"
+    );
+    assert_eq!(store.clock_mark("a"), 0);
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(40), "took {took:?}");
+    assert!(!store.cache_path("a", 1, 1).exists());
+    // Opening against a dead server fails with a clear message.
+    let started = Instant::now();
+    let err = ObjectSnapshotStore::open_with_s3_env(&url, cache.path(), None, &env).unwrap_err();
+    assert!(started.elapsed() < Duration::from_secs(40));
+    let shown = err.to_string();
+    assert!(
+        shown.starts_with(&format!("open {url}: cannot list the store: ")),
+        "{shown}"
+    );
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn objects_can_be_called_and_dropped_in_async_code() {
+    let shared = Shared::s3();
+    let cache = tempfile::tempdir().unwrap();
+    let store = shared.open(cache.path(), None);
+    // Straight from an async task of another (single-threaded) runtime.
+    store.write("a", 0, 1, b"zero").unwrap();
+    assert_eq!(&store.open_snapshot("a", 0).unwrap()[..], b"zero");
+    let store = std::sync::Arc::new(store);
+    let blocking = store.clone();
+    let listed = tokio::task::spawn_blocking(move || blocking.list("a").unwrap())
+        .await
+        .unwrap();
+    assert_eq!(listed, [SnapshotEntry { seq: 0, bytes: 4 }]);
+    // Dropped inside the async task: no panic.
+    drop(store);
+}
