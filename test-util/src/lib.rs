@@ -19,7 +19,9 @@
 //! * [`data`]: deterministic test data and durable writes;
 //! * [`engine`]: an engine, templates, requests and restores for tests of
 //!   the snapshot core;
-//! * [`bench`]: criterion's test mode and quiet `stasis` processes.
+//! * [`bench`]: criterion's test mode and quiet `stasis` processes;
+//! * [`etcd`]: a real etcd cluster of N members on loopback (kill and
+//!   restart members).
 //!
 //! Helpers panic with a message instead of returning errors: a failed step
 //! is a failed test.
@@ -32,6 +34,7 @@ pub mod bench;
 pub mod data;
 pub mod demos;
 pub mod engine;
+pub mod etcd;
 pub mod http;
 pub mod process;
 pub mod stats;
