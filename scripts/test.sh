@@ -5,4 +5,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rustup target add wasm32-wasip1
+# etcd-client's build script runs protoc; the cluster tests start real etcd
+# members (Debian's protobuf-compiler and etcd-server).
+if ! command -v protoc >/dev/null || [ ! -x "${ETCD_BIN:-/usr/bin/etcd}" ]; then
+    apt-get update && apt-get install -y protobuf-compiler etcd-server
+fi
 cargo test --release --workspace --all-targets "$@"

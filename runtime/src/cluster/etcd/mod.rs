@@ -36,7 +36,7 @@ mod tests;
 
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -70,6 +70,8 @@ struct Inner {
     prefix: String,
     endpoints: String,
     page_keys: AtomicI64,
+    /// [`BLOCKING_TIMEOUT`] in ms (tests shorten it).
+    blocking_timeout_ms: AtomicU64,
     background: Background,
 }
 
@@ -96,7 +98,7 @@ impl Drop for Background {
 
 impl Etcd {
     /// Connects to the cluster in `opts` and checks that it answers a
-    /// linearizable read (so a quorum is up) within about 5 s.
+    /// linearizable read (so a quorum is up) within 6 s.
     ///
     /// # Errors
     /// Naming the endpoints: a PEM file that cannot be read, a malformed
@@ -126,9 +128,10 @@ impl Etcd {
                 .await?;
             Ok::<_, etcd_client::Error>(client)
         });
-        let client = tokio::time::timeout(options::CONNECT_TIMEOUT * 2, connecting)
+        let within = options::CONNECT_TIMEOUT + Duration::from_secs(1);
+        let client = tokio::time::timeout(within, connecting)
             .await
-            .map_err(|_| anyhow::anyhow!("etcd at {endpoints} did not answer within 10 s"))?
+            .map_err(|_| anyhow::anyhow!("etcd at {endpoints} did not answer within {within:?}"))?
             .context("the etcd connection task failed")?
             .with_context(|| format!("connecting to etcd at {endpoints}"))?;
         Ok(Etcd {
@@ -137,6 +140,9 @@ impl Etcd {
                 prefix: opts.prefix.clone(),
                 endpoints,
                 page_keys: AtomicI64::new(PAGE_KEYS),
+                blocking_timeout_ms: AtomicU64::new(
+                    u64::try_from(BLOCKING_TIMEOUT.as_millis()).unwrap_or(u64::MAX),
+                ),
                 background,
             }),
         })
@@ -168,6 +174,13 @@ impl Etcd {
         self.inner.page_keys.store(keys.max(1), Ordering::Relaxed);
     }
 
+    /// Sets how long sync directory calls wait (tests of the time-out).
+    #[cfg(test)]
+    pub(crate) fn set_blocking_timeout(&self, timeout: Duration) {
+        let ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+        self.inner.blocking_timeout_ms.store(ms, Ordering::Relaxed);
+    }
+
     /// Spawns `fut` on the background runtime.
     pub(crate) fn spawn<F>(&self, fut: F) -> tokio::task::JoinHandle<F::Output>
     where
@@ -178,7 +191,7 @@ impl Etcd {
     }
 
     /// Runs `fut` on the background runtime and blocks the calling thread
-    /// until it answers, at most [`BLOCKING_TIMEOUT`]: the bridge from the
+    /// until it answers, at most [`BLOCKING_TIMEOUT`] (12 s): the bridge from the
     /// sync directory trait. It never enters a runtime on the calling
     /// thread (no `block_on`), so it cannot panic inside an async context;
     /// like any sync I/O it blocks that thread for the call.
@@ -191,19 +204,19 @@ impl Etcd {
         T: Send + 'static,
         F: Future<Output = Result<T, ApiError>> + Send + 'static,
     {
+        let limit = Duration::from_millis(self.inner.blocking_timeout_ms.load(Ordering::Relaxed));
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
         self.spawn(async move {
-            let answer = tokio::time::timeout(BLOCKING_TIMEOUT, fut).await;
+            let answer = tokio::time::timeout(limit, fut).await;
             let _ = tx.send(answer);
         });
         let late = || {
             ApiError::internal(format!(
-                "directory: etcd at {} did not answer {what} within {} s",
+                "directory: etcd at {} did not answer {what} within {limit:?}",
                 self.endpoints(),
-                BLOCKING_TIMEOUT.as_secs()
             ))
         };
-        match rx.recv_timeout(BLOCKING_TIMEOUT + Duration::from_secs(1)) {
+        match rx.recv_timeout(limit + Duration::from_secs(1)) {
             Ok(Ok(answer)) => answer,
             Ok(Err(_)) | Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Err(late()),
             Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {

@@ -168,4 +168,17 @@ mod tests {
             assert!(e.contains("--directory") && e.contains(FORM), "{e}");
         }
     }
+
+    #[test]
+    fn tls_files_are_read_on_connect_and_named_when_missing() {
+        let mut o = EtcdOptions::parse("etcd://h:1").expect("valid");
+        assert!(o.connect_options().is_ok(), "plain connection");
+        o.ca = Some(PathBuf::from("/nonexistent/ca.pem"));
+        let e = o.connect_options().expect_err("no CA file");
+        assert!(format!("{e:#}").contains("/nonexistent/ca.pem"), "{e:#}");
+        o.ca = None;
+        o.cert = Some(PathBuf::from("/nonexistent/cert.pem"));
+        let e = o.connect_options().expect_err("cert without key");
+        assert!(format!("{e:#}").contains("give both"), "{e:#}");
+    }
 }

@@ -279,6 +279,21 @@ fn a_lease_without_answers_expires_in_process_before_etcd_drops_it() {
         assert!(!lease.is_valid());
         assert!(at >= deadline, "expired only at the deadline");
         assert!(at - frozen <= ttl, "{:?}", at - frozen);
+        // A directory call meanwhile times out with a clear 500.
+        etcd.set_blocking_timeout(Duration::from_secs(2));
+        let dir = etcd.directory();
+        let asked = Instant::now();
+        let e = tokio::task::spawn_blocking(move || dir.actors())
+            .await
+            .expect("spawn_blocking")
+            .expect_err("etcd is frozen");
+        assert_eq!(e.status, 500);
+        assert!(e.message.contains("did not answer"), "{e:?}");
+        assert!(
+            asked.elapsed() < Duration::from_secs(4),
+            "{:?}",
+            asked.elapsed()
+        );
         signal_all(&cluster, libc::SIGCONT);
         // No keep-alive follows: etcd drops the registration by itself.
         let mut client = etcd.client();
