@@ -14,8 +14,9 @@
 //!          + (TTL that answer granted) − margin,   margin = max(T/10, 100 ms)
 //! ```
 //!
-//! etcd restarts a lease's TTL when it *receives* a keep-alive (its leader
-//! applies it), which is after the worker sent it; so etcd's expiry of the
+//! etcd restarts a lease's TTL when its leader *receives* the keep-alive
+//! (directly or forwarded by a follower), which is after this process sent
+//! it; so etcd's expiry of the
 //! lease is at the earliest `receive + T ≥ send + T`, and the process's
 //! deadline comes at least `margin` earlier. The margin covers the drift
 //! between the two machines' monotonic clock rates over one TTL (far
@@ -30,10 +31,11 @@
 //! expired at once. The check is against the monotonic clock of this
 //! process ([`tokio::time::Instant`]), never wall time.
 //!
-//! So a worker that stops serving when `expired()` resolves has stopped
-//! before its registration disappears from etcd, and before any control
-//! plane watching `<prefix>/workers/` can see it gone and place its actors
-//! elsewhere.
+//! So a worker that stops serving when `expired()` resolves (and checks
+//! `is_valid()` before acting, since the keeper task notices the deadline
+//! only when the runtime schedules it) has stopped before its registration
+//! disappears from etcd, and before any control plane watching
+//! `<prefix>/workers/` can see it gone and place its actors elsewhere.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
