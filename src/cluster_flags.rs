@@ -38,7 +38,7 @@ fn parse_directory(s: &str) -> Result<DirectoryFlag, String> {
 }
 
 fn parse_store(s: &str) -> Result<StoreUrl, String> {
-    s.parse()
+    s.parse().map_err(|e: stasis_core::snapshot_objects::StoreUrlError| e.to_string())
 }
 
 /// Flags choosing the directory and the snapshot store.

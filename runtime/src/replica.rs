@@ -207,9 +207,23 @@ pub async fn serve_replica(
     let admin_task = listen(admin, Listener::Admin, stop_rx);
     ready(bound);
     tracing::info!(replica = %replica.me.name, "replica ready as a follower; campaigning for the leadership");
+    let (quit_tx, quit_rx) = watch::channel(false);
+    let mut leading = tokio::spawn(lead(
+        etcd.clone(),
+        replica.clone(),
+        options.clone(),
+        cluster.clone(),
+        quit_rx,
+    ));
     let result = tokio::select! {
-        led = lead(&etcd, &replica, &options, &cluster) => led,
-        () = shutdown => Ok(()),
+        led = &mut leading => led.unwrap_or_else(|e| Err(anyhow::anyhow!("the leadership task failed: {e}"))),
+        () = shutdown => {
+            // Resign, so that another replica leads at once rather than
+            // after the lease TTL.
+            let _ = quit_tx.send(true);
+            let _ = tokio::time::timeout(Duration::from_secs(3), leading).await;
+            Ok(())
+        }
     };
     let _ = stop_tx.send(true);
     let _ = ingress_task.await;
@@ -222,7 +236,7 @@ pub async fn serve_replica(
 /// leader's housekeeping or a follower's placements.
 async fn open(etcd: &Etcd, options: &ServeOptions, role: Role) -> anyhow::Result<Serving> {
     let metrics = Arc::new(Metrics::new(options.metrics_per_actor));
-    let workers = etcd.watch_workers().await?;
+    let workers = etcd.watch_workers_listed().await?;
     let registered = workers.borrow().clone();
     let control = ControlPlane::open_replica(
         options.config.clone(),
@@ -248,21 +262,39 @@ async fn open(etcd: &Etcd, options: &ServeOptions, role: Role) -> anyhow::Result
     })
 }
 
-/// Campaigns; once elected, opens the leader's control plane, serves with
-/// it until the leadership is lost (an error: the caller exits).
+/// Campaigns; once elected, opens the leader's control plane and serves
+/// with it until the leadership is lost (an error: the caller exits) or
+/// `quit` turns true (then it resigns).
 async fn lead(
-    etcd: &Etcd,
-    replica: &Arc<Replica>,
-    options: &ServeOptions,
-    cluster: &ClusterConfig,
+    etcd: Etcd,
+    replica: Arc<Replica>,
+    options: ServeOptions,
+    cluster: ClusterConfig,
+    mut quit: watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
-    let leadership = etcd.campaign(&replica.me, cluster.lease_ttl).await?;
+    let leadership = tokio::select! {
+        won = etcd.campaign(&replica.me, cluster.lease_ttl) => won?,
+        () = quitting(&mut quit) => return Ok(()),
+    };
     tracing::info!(replica = %replica.me.name, "elected leader; opening the control plane");
-    replica.serve_with(open(etcd, options, Role::Leader).await?);
+    replica.serve_with(open(&etcd, &options, Role::Leader).await?);
     tracing::info!(replica = %replica.me.name, "serving as the leader");
-    leadership.lost().await;
-    anyhow::bail!(
-        "lost the leadership: its lease could not be renewed within --lease-ttl {:?}; exiting so that one replica at a time leads",
-        cluster.lease_ttl
-    )
+    tokio::select! {
+        () = leadership.lost() => anyhow::bail!(
+            "lost the leadership: its lease could not be renewed within --lease-ttl {:?}; exiting so that one replica at a time leads",
+            cluster.lease_ttl
+        ),
+        () = quitting(&mut quit) => {
+            tracing::info!("resigning the leadership");
+            if let Err(e) = leadership.resign().await {
+                tracing::warn!("resigning: {e:#}; another replica leads after the lease TTL");
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Resolves once `quit` turns true (or its sender is gone).
+async fn quitting(quit: &mut watch::Receiver<bool>) {
+    let _ = quit.wait_for(|q| *q).await;
 }

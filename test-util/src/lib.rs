@@ -22,6 +22,8 @@
 //! * [`bench`]: criterion's test mode and quiet `stasis` processes;
 //! * [`s3`]: a real S3-compatible server (`s3s-fs`) on loopback, with its
 //!   URL and the `AWS_*` settings to reach it.
+//! * [`etcd`]: a real etcd cluster of N members on loopback (kill and
+//!   restart members).
 //!
 //! Helpers panic with a message instead of returning errors: a failed step
 //! is a failed test.
@@ -34,6 +36,7 @@ pub mod bench;
 pub mod data;
 pub mod demos;
 pub mod engine;
+pub mod etcd;
 pub mod http;
 pub mod process;
 pub mod s3;

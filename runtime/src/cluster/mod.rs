@@ -2,7 +2,8 @@
 //! request and answer types shared by both ends), [`client`] (the control
 //! plane's [`client::WorkerClient`], a `WorkerApi` over HTTP) and
 //! [`server`] (`stasis worker run`, which serves that API and replicates
-//! its snapshots to the control plane).
+//! its snapshots to the control plane); and [`etcd`], cluster mode's
+//! shared state (directory, settings, worker leases, leader election).
 
 pub mod client;
 pub mod etcd;

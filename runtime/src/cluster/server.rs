@@ -471,8 +471,10 @@ impl RemoteWorker {
     async fn leave(&self) {
         if let Cluster::Registered { lease, .. } = &self.cluster {
             let held = lease.write().unwrap_or_else(|p| p.into_inner()).take();
-            if let Some(held) = held.and_then(|l| Arc::try_unwrap(l).ok()) {
-                held.revoke().await;
+            if let Some(held) = held.and_then(|l| Arc::try_unwrap(l).ok())
+                && let Err(e) = held.revoke().await
+            {
+                tracing::warn!("revoking the lease: {e:#}; it expires after its TTL");
             }
         }
     }

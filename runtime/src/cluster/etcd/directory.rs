@@ -1,0 +1,304 @@
+//! [`EtcdDirectory`]: the [`Directory`] in etcd, one small JSON value per
+//! template (`<prefix>/templates/<name>`) and per actor
+//! (`<prefix>/actors/<name>`). Inserts are put-if-absent transactions,
+//! placements compare-and-set on the key's `mod_revision`, listings go page
+//! by page. The trait is sync; every call runs through
+//! [`Etcd::run_blocking`].
+
+use std::sync::Arc;
+
+use etcd_client::{
+    Compare, CompareOp, DeleteOptions, KeyValue, KvClient, Txn, TxnOp, TxnOpResponse,
+};
+use serde::{Deserialize, Serialize};
+
+use super::{Etcd, retry, retryable};
+use crate::control::directory::{ActorRow, Directory, TemplateRow};
+use crate::error::ApiError;
+
+/// How many times a placement re-reads and retries after losing a race to
+/// another writer of the same actor or an etcd error (each retry re-checks
+/// the epoch).
+const PLACE_ATTEMPTS: usize = 8;
+
+/// Pause before re-reading after a placement transaction failed in transit.
+const RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// The directory in etcd. Build it with [`Etcd::directory`].
+pub struct EtcdDirectory {
+    etcd: Etcd,
+}
+
+impl Etcd {
+    /// The [`Directory`] on this connection.
+    pub fn directory(&self) -> Arc<EtcdDirectory> {
+        Arc::new(EtcdDirectory { etcd: self.clone() })
+    }
+}
+
+/// `<prefix>/templates/<name>`'s value.
+#[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
+struct TemplateValue {
+    digest: String,
+    bytes: u64,
+    env: Vec<(String, String)>,
+}
+
+/// `<prefix>/actors/<name>`'s value.
+#[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub(super) struct ActorValue {
+    template: String,
+    worker: String,
+    epoch: u64,
+}
+
+impl ActorValue {
+    /// The directory row of actor `name` holding this value.
+    pub(super) fn row(&self, name: &str) -> ActorRow {
+        ActorRow {
+            name: name.to_owned(),
+            template: self.template.clone(),
+            worker: self.worker.clone(),
+            epoch: self.epoch,
+        }
+    }
+}
+
+/// A 500 naming the directory and etcd.
+fn failed(e: impl std::fmt::Display) -> ApiError {
+    ApiError::internal(format!("directory (etcd): {e}"))
+}
+
+fn decode<T: for<'de> Deserialize<'de>>(key: &[u8], value: &[u8]) -> Result<T, ApiError> {
+    serde_json::from_slice(value).map_err(|e| {
+        failed(format!(
+            "key {} holds no valid record: {e}",
+            String::from_utf8_lossy(key)
+        ))
+    })
+}
+
+/// Puts `value` at `key` only if the key does not exist. A key already
+/// holding exactly `value` counts as success: a retried write of ours
+/// whose first answer was lost (or an identical one, which is harmless).
+///
+/// # Errors
+/// 409 naming `what` if the key holds something else; 500 if etcd fails.
+async fn put_if_absent(
+    kv: KvClient,
+    key: String,
+    value: Vec<u8>,
+    what: String,
+) -> Result<(), ApiError> {
+    let txn = Txn::new()
+        .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+        .and_then([TxnOp::put(key.clone(), value.clone(), None)])
+        .or_else([TxnOp::get(key.clone(), None)]);
+    let resp = retry(|| {
+        let (mut kv, txn) = (kv.clone(), txn.clone());
+        async move { kv.txn(txn).await }
+    })
+    .await
+    .map_err(failed)?;
+    if resp.succeeded() {
+        return Ok(());
+    }
+    let same = resp.op_responses().iter().any(|op| match op {
+        TxnOpResponse::Get(got) => got.kvs().first().is_some_and(|kv| kv.value() == value),
+        _ => false,
+    });
+    if same {
+        return Ok(());
+    }
+    Err(ApiError::conflict(format!("{what} is taken")))
+}
+
+impl EtcdDirectory {
+    fn kv(&self) -> KvClient {
+        self.etcd.client().kv_client()
+    }
+
+    fn template_key(&self, name: &str) -> String {
+        self.etcd.key(&format!("templates/{name}"))
+    }
+
+    fn actor_key(&self, name: &str) -> String {
+        self.etcd.key(&format!("actors/{name}"))
+    }
+
+    fn delete(&self, key: String) -> Result<bool, ApiError> {
+        let kv = self.kv();
+        self.etcd.run_blocking("a delete", async move {
+            let resp = retry(|| {
+                let (mut kv, key) = (kv.clone(), key.clone());
+                async move { kv.delete(key, None::<DeleteOptions>).await }
+            })
+            .await
+            .map_err(failed)?;
+            Ok(resp.deleted() > 0)
+        })
+    }
+
+    /// Reads `key`, retrying.
+    async fn get(kv: KvClient, key: String) -> Result<Option<KeyValue>, ApiError> {
+        let mut resp = retry(|| {
+            let (mut kv, key) = (kv.clone(), key.clone());
+            async move { kv.get(key, None).await }
+        })
+        .await
+        .map_err(failed)?;
+        Ok(resp.take_kvs().into_iter().next())
+    }
+}
+
+impl Directory for EtcdDirectory {
+    fn insert_template(&self, row: &TemplateRow) -> Result<(), ApiError> {
+        let value = serde_json::to_vec(&TemplateValue {
+            digest: row.digest.clone(),
+            bytes: row.bytes,
+            env: row.env.clone(),
+        })
+        .map_err(failed)?;
+        let fut = put_if_absent(
+            self.kv(),
+            self.template_key(&row.name),
+            value,
+            format!("template name {}", row.name),
+        );
+        self.etcd.run_blocking("a template insert", fut)
+    }
+
+    fn template(&self, name: &str) -> Result<Option<TemplateRow>, ApiError> {
+        let kv = self.kv();
+        let key = self.template_key(name);
+        let name = name.to_string();
+        self.etcd.run_blocking("a template read", async move {
+            let Some(found) = Self::get(kv, key).await? else {
+                return Ok(None);
+            };
+            let v: TemplateValue = decode(found.key(), found.value())?;
+            Ok(Some(TemplateRow {
+                name,
+                digest: v.digest,
+                bytes: v.bytes,
+                env: v.env,
+            }))
+        })
+    }
+
+    fn templates(&self) -> Result<Vec<TemplateRow>, ApiError> {
+        let etcd = self.etcd.clone();
+        let dir = self.etcd.key("templates/");
+        self.etcd.run_blocking("the template listing", async move {
+            let (kvs, _) = retry(|| etcd.list(&dir)).await.map_err(failed)?;
+            kvs.iter()
+                .map(|kv| {
+                    let v: TemplateValue = decode(kv.key(), kv.value())?;
+                    Ok(TemplateRow {
+                        name: String::from_utf8_lossy(&kv.key()[dir.len()..]).into_owned(),
+                        digest: v.digest,
+                        bytes: v.bytes,
+                        env: v.env,
+                    })
+                })
+                .collect()
+        })
+    }
+
+    fn delete_template(&self, name: &str) -> Result<bool, ApiError> {
+        self.delete(self.template_key(name))
+    }
+
+    fn insert_actor(&self, row: &ActorRow) -> Result<(), ApiError> {
+        let value = serde_json::to_vec(&ActorValue {
+            template: row.template.clone(),
+            worker: row.worker.clone(),
+            epoch: row.epoch,
+        })
+        .map_err(failed)?;
+        let fut = put_if_absent(
+            self.kv(),
+            self.actor_key(&row.name),
+            value,
+            format!("actor name {}", row.name),
+        );
+        self.etcd.run_blocking("an actor insert", fut)
+    }
+
+    fn place_actor(&self, name: &str, worker: &str, epoch: u64) -> Result<(), ApiError> {
+        let kv = self.kv();
+        let key = self.actor_key(name);
+        let (name, worker) = (name.to_string(), worker.to_string());
+        self.etcd.run_blocking("a placement", async move {
+            let gone = || {
+                ApiError::conflict(format!(
+                    "actor {name} was deleted or placed at epoch {epoch} or later meanwhile"
+                ))
+            };
+            // Whether a transaction of ours may have been applied although
+            // its answer was lost (then finding our own placement is success).
+            let mut maybe_applied = false;
+            let mut last_error = None;
+            for _ in 0..PLACE_ATTEMPTS {
+                let Some(found) = Self::get(kv.clone(), key.clone()).await? else {
+                    return Err(gone());
+                };
+                let mut v: ActorValue = decode(found.key(), found.value())?;
+                if maybe_applied && v.epoch == epoch && v.worker == worker {
+                    return Ok(());
+                }
+                if v.epoch >= epoch {
+                    return Err(gone());
+                }
+                let seen = found.mod_revision();
+                v.worker.clone_from(&worker);
+                v.epoch = epoch;
+                let value = serde_json::to_vec(&v).map_err(failed)?;
+                let txn = Txn::new()
+                    .when([Compare::mod_revision(key.clone(), CompareOp::Equal, seen)])
+                    .and_then([TxnOp::put(key.clone(), value, None)]);
+                match kv.clone().txn(txn).await {
+                    Ok(resp) if resp.succeeded() => return Ok(()),
+                    // Someone wrote the actor between our read and our
+                    // write: read again, re-checking the epoch.
+                    Ok(_) => last_error = None,
+                    Err(e) if retryable(&e) => {
+                        maybe_applied = true;
+                        last_error = Some(e);
+                        tokio::time::sleep(RETRY_PAUSE).await;
+                    }
+                    Err(e) => return Err(failed(e)),
+                }
+            }
+            Err(match last_error {
+                Some(e) => failed(format!("placing actor {name} at epoch {epoch}: {e}")),
+                None => ApiError::conflict(format!(
+                    "actor {name}: placement at epoch {epoch} lost {PLACE_ATTEMPTS} races to other writers"
+                )),
+            })
+        })
+    }
+
+    fn actors(&self) -> Result<Vec<ActorRow>, ApiError> {
+        let etcd = self.etcd.clone();
+        let dir = self.etcd.key("actors/");
+        self.etcd.run_blocking("the actor listing", async move {
+            let (kvs, _) = retry(|| etcd.list(&dir)).await.map_err(failed)?;
+            kvs.iter()
+                .map(|kv| {
+                    let v: ActorValue = decode(kv.key(), kv.value())?;
+                    Ok(ActorRow {
+                        name: String::from_utf8_lossy(&kv.key()[dir.len()..]).into_owned(),
+                        template: v.template,
+                        worker: v.worker,
+                        epoch: v.epoch,
+                    })
+                })
+                .collect()
+        })
+    }
+
+    fn delete_actor(&self, name: &str) -> Result<(), ApiError> {
+        self.delete(self.actor_key(name)).map(|_| ())
+    }
+}

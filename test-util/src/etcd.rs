@@ -1,0 +1,201 @@
+//! A real etcd cluster for tests: N members of `/usr/bin/etcd` (or
+//! `$ETCD_BIN`) on free loopback ports, data in a temporary directory,
+//! short heartbeat and election timeouts (50 ms / 500 ms) so failovers
+//! take well under a second; killed on drop.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long a member may take to report itself healthy.
+const HEALTHY_WITHIN: Duration = Duration::from_secs(30);
+
+/// Started etcd members forming one cluster.
+pub struct EtcdCluster {
+    bin: PathBuf,
+    dir: tempfile::TempDir,
+    members: Vec<Member>,
+    initial_cluster: String,
+}
+
+struct Member {
+    client_port: u16,
+    peer_port: u16,
+    child: Option<Child>,
+}
+
+fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind a free loopback port");
+    listener.local_addr().expect("local addr").port()
+}
+
+/// True if `GET /health` on `port` answers `"health":"true"`.
+fn healthy(port: u16) -> bool {
+    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+    if stream
+        .write_all(b"GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+        .is_err()
+    {
+        return false;
+    }
+    let mut answer = String::new();
+    let _ = stream.read_to_string(&mut answer);
+    answer.contains("\"health\":\"true\"")
+}
+
+impl EtcdCluster {
+    /// Starts `members` members and waits until each answers `GET /health`
+    /// with `"health":"true"`.
+    ///
+    /// # Panics
+    /// If etcd is not installed (naming the install command), or a member
+    /// is not healthy within 30 s (with the tail of its log).
+    pub fn start(members: usize) -> EtcdCluster {
+        let bin = std::env::var_os("ETCD_BIN")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from("/usr/bin/etcd"));
+        assert!(
+            bin.exists(),
+            "etcd not found at {} (set $ETCD_BIN, or install it: apt-get install -y etcd-server)",
+            bin.display()
+        );
+        let dir = tempfile::tempdir().expect("tempdir for etcd");
+        let members: Vec<Member> = (0..members)
+            .map(|_| Member {
+                client_port: free_port(),
+                peer_port: free_port(),
+                child: None,
+            })
+            .collect();
+        let initial_cluster = members
+            .iter()
+            .enumerate()
+            .map(|(i, m)| format!("m{i}=http://127.0.0.1:{}", m.peer_port))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut cluster = EtcdCluster {
+            bin,
+            dir,
+            members,
+            initial_cluster,
+        };
+        for i in 0..cluster.members.len() {
+            cluster.spawn(i);
+        }
+        for i in 0..cluster.members.len() {
+            cluster.wait_healthy(i);
+        }
+        cluster
+    }
+
+    fn log_path(&self, i: usize) -> PathBuf {
+        self.dir.path().join(format!("m{i}.log"))
+    }
+
+    fn spawn(&mut self, i: usize) {
+        let (client, peer) = (self.members[i].client_port, self.members[i].peer_port);
+        let data: &Path = &self.dir.path().join(format!("m{i}"));
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path(i))
+            .expect("etcd log file");
+        let child = Command::new(&self.bin)
+            .arg(format!("--name=m{i}"))
+            .arg(format!("--data-dir={}", data.display()))
+            .arg(format!("--listen-client-urls=http://127.0.0.1:{client}"))
+            .arg(format!("--advertise-client-urls=http://127.0.0.1:{client}"))
+            .arg(format!("--listen-peer-urls=http://127.0.0.1:{peer}"))
+            .arg(format!(
+                "--initial-advertise-peer-urls=http://127.0.0.1:{peer}"
+            ))
+            .arg(format!("--initial-cluster={}", self.initial_cluster))
+            .arg("--initial-cluster-state=new")
+            .arg("--initial-cluster-token=stasis-test")
+            .arg("--heartbeat-interval=50")
+            .arg("--election-timeout=500")
+            .arg("--logger=zap")
+            .arg("--log-outputs=stderr")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("clone log handle"))
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {}: {e}", self.bin.display()));
+        self.members[i].child = Some(child);
+    }
+
+    fn wait_healthy(&mut self, i: usize) {
+        let start = Instant::now();
+        while !healthy(self.members[i].client_port) {
+            let exited = self.members[i]
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten());
+            if exited.is_some() || start.elapsed() > HEALTHY_WITHIN {
+                let log = std::fs::read_to_string(self.log_path(i)).unwrap_or_default();
+                let tail: String = log.lines().rev().take(20).collect::<Vec<_>>().join("\n");
+                panic!(
+                    "etcd member {i} not healthy ({exited:?}); last log lines, newest first:\n{tail}"
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The client endpoints: `127.0.0.1:p1,127.0.0.1:p2,...`.
+    pub fn endpoints(&self) -> String {
+        self.members
+            .iter()
+            .map(|m| format!("127.0.0.1:{}", m.client_port))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// The `--directory` URL for `prefix` (e.g. `/t1`):
+    /// `etcd://127.0.0.1:p1,...` followed by `prefix`.
+    pub fn url(&self, prefix: &str) -> String {
+        format!("etcd://{}{prefix}", self.endpoints())
+    }
+
+    /// The process ID of member `i`.
+    ///
+    /// # Panics
+    /// If member `i` is not running (killed).
+    pub fn pid(&self, i: usize) -> u32 {
+        self.members[i]
+            .child
+            .as_ref()
+            .map(Child::id)
+            .unwrap_or_else(|| panic!("etcd member {i} is not running"))
+    }
+
+    /// SIGKILLs member `i` and reaps it.
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut child) = self.members[i].child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts member `i` again on the same ports and data directory, and
+    /// waits until it is healthy.
+    pub fn restart(&mut self, i: usize) {
+        self.kill(i);
+        self.spawn(i);
+        self.wait_healthy(i);
+    }
+}
+
+impl Drop for EtcdCluster {
+    fn drop(&mut self) {
+        // SIGKILL also ends a stopped (SIGSTOP) member.
+        for i in 0..self.members.len() {
+            self.kill(i);
+        }
+    }
+}
