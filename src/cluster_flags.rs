@@ -72,7 +72,7 @@ pub struct ClusterFlags {
     /// TTL of the leases in etcd (workers' registrations, the leader's):
     /// a worker or leader cut off from etcd stops within it, and is
     /// replaced after it.
-    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    #[arg(long, default_value = "3s", value_parser = parse_duration)]
     pub lease_ttl: Duration,
 }
 

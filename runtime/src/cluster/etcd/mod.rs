@@ -119,13 +119,18 @@ impl Etcd {
         // The client spawns its connection tasks where it is created: on
         // the background runtime.
         let connecting = background.handle().spawn(async move {
-            let mut client = Client::connect(&members, Some(options)).await?;
-            client
-                .get(
-                    probe_key,
-                    Some(GetOptions::new().with_prefix().with_count_only()),
-                )
-                .await?;
+            let client = Client::connect(&members, Some(options)).await?;
+            // A member that is down fails the requests sent its way until
+            // the balancer has seen it refuse: retried, they reach another.
+            retry(|| {
+                let (mut client, key) = (client.clone(), probe_key.clone());
+                async move {
+                    client
+                        .get(key, Some(GetOptions::new().with_prefix().with_count_only()))
+                        .await
+                }
+            })
+            .await?;
             Ok::<_, etcd_client::Error>(client)
         });
         let within = options::CONNECT_TIMEOUT + Duration::from_secs(1);
