@@ -19,6 +19,15 @@ step() { printf '\n\033[1m$ %s\033[0m\n' "$*"; }
 if command -v rustup >/dev/null; then
   rustup target add wasm32-wasip1 >/dev/null 2>&1 || rustup target add wasm32-wasip1
 fi
+# The etcd client (cluster mode) is generated from etcd's .proto files at
+# build time: the build needs protoc (Debian's protobuf-compiler).
+if ! command -v protoc >/dev/null; then
+  step apt-get install -y protobuf-compiler
+  if [ "$(id -u)" -eq 0 ]; then apt=(apt-get); else apt=(sudo apt-get); fi
+  DEBIAN_FRONTEND=noninteractive "${apt[@]}" install -y -qq protobuf-compiler >/dev/null ||
+    { DEBIAN_FRONTEND=noninteractive "${apt[@]}" update -qq &&
+      DEBIAN_FRONTEND=noninteractive "${apt[@]}" install -y -qq protobuf-compiler >/dev/null; }
+fi
 step cargo build --release
 cargo build --release
 STASIS=./target/release/stasis

@@ -38,7 +38,8 @@ fn parse_directory(s: &str) -> Result<DirectoryFlag, String> {
 }
 
 fn parse_store(s: &str) -> Result<StoreUrl, String> {
-    s.parse().map_err(|e: stasis_core::snapshot_objects::StoreUrlError| e.to_string())
+    s.parse()
+        .map_err(|e: stasis_core::snapshot_objects::StoreUrlError| e.to_string())
 }
 
 /// Flags choosing the directory and the snapshot store.
@@ -67,7 +68,12 @@ pub struct ClusterFlags {
     #[arg(long, env = "STASIS_ETCD_USER", requires = "etcd_password")]
     pub etcd_user: Option<String>,
     /// etcd password of --etcd-user.
-    #[arg(long, env = "STASIS_ETCD_PASSWORD", hide_env_values = true, requires = "etcd_user")]
+    #[arg(
+        long,
+        env = "STASIS_ETCD_PASSWORD",
+        hide_env_values = true,
+        requires = "etcd_user"
+    )]
     pub etcd_password: Option<String>,
     /// TTL of the leases in etcd (workers' registrations, the leader's):
     /// a worker or leader cut off from etcd stops within it, and is

@@ -383,7 +383,7 @@ fn print(text: &str) -> anyhow::Result<()> {
 /// unreachable admin URL, or an unreadable module file.
 pub async fn run(command: ClientCommand) -> anyhow::Result<()> {
     if let ClientCommand::Worker(WorkerCommand::Run(args)) = command {
-        return crate::worker_run::run(args).await;
+        return crate::worker_run::run(*args).await;
     }
     let call = plan(command)?;
     let what = call.what.clone();

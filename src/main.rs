@@ -27,7 +27,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run the control plane, the router and in-process workers.
-    Serve(serve::ServeArgs),
+    Serve(Box<serve::ServeArgs>),
     #[command(flatten)]
     Client(commands::ClientCommand),
 }
@@ -46,7 +46,7 @@ fn main() -> ExitCode {
     };
     let result = runtime.block_on(async {
         match cli.command {
-            Command::Serve(args) => serve::run(args).await,
+            Command::Serve(args) => serve::run(*args).await,
             Command::Client(command) => commands::run(command).await,
         }
     });

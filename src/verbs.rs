@@ -211,7 +211,7 @@ pub enum WorkerCommand {
     /// Run a remote worker: join the control plane at --join and host the
     /// actors it places here (a server; runs until SIGINT/SIGTERM, which
     /// drains it first).
-    Run(crate::worker_run::WorkerRunArgs),
+    Run(Box<crate::worker_run::WorkerRunArgs>),
 }
 
 /// A `--env K=V` value: split at the first `=`; the key must not be empty.

@@ -46,12 +46,12 @@ pub struct WorkerRunArgs {
 pub async fn run(args: WorkerRunArgs) -> anyhow::Result<()> {
     crate::process::init_logging();
     let membership = match (args.cluster.etcd()?, args.join) {
-        (Some(etcd), None) => Membership::Registered(RegisteredOptions {
+        (Some(etcd), None) => Membership::Registered(Box::new(RegisteredOptions {
             etcd,
             store: args.cluster.snapshot_store.clone(),
             lease_ttl: args.cluster.lease_ttl,
             advertise: args.advertise,
-        }),
+        })),
         (Some(_), Some(_)) => anyhow::bail!(
             "--join is for the embedded mode; with --directory etcd:// the worker registers in etcd (drop --join, or STASIS_ADMIN)"
         ),

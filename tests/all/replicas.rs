@@ -10,7 +10,6 @@
 use std::collections::{BTreeMap, HashSet};
 use std::net::SocketAddr;
 use std::process::{Command, Output};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -23,7 +22,7 @@ use stasis_test_util::s3::S3Server;
 use crate::support::{STASIS, actor_host, client, count, demo, to_actor};
 
 /// One cluster test at a time (see the module doc).
-static ONE_CLUSTER: Mutex<()> = Mutex::new(());
+static ONE_CLUSTER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Lease TTL of the test clusters: short, so failover is quick.
 const LEASE_TTL: &str = "2s";
@@ -293,7 +292,7 @@ async fn served(d: &Deployment, i: usize, actor: &str) -> u64 {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn every_replica_serves_and_a_follower_takes_over_from_a_killed_leader() {
-    let _one = ONE_CLUSTER.lock().unwrap_or_else(|p| p.into_inner());
+    let _one = ONE_CLUSTER.lock().await;
     let mut d = Deployment::start(1, 2, 2, &[]);
     d.push_counter(1);
     d.cli_json(0, &["actor", "create", "c1", "--template", "counter"]);
@@ -333,13 +332,14 @@ async fn every_replica_serves_and_a_follower_takes_over_from_a_killed_leader() {
     let late = d.start_replica(&[]).expect("a third replica starts");
     let answer = to_actor(&c, late.ingress, "c1", "POST", "/").await;
     assert_eq!(count(&answer), 7);
-    let healthz = crate::support::send(&c, late.admin, "GET", "localhost", "/healthz", Vec::new()).await;
+    let healthz =
+        crate::support::send(&c, late.admin, "GET", "localhost", "/healthz", Vec::new()).await;
     assert!(healthz.body.contains("follower"), "{healthz:?}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_replica_with_conflicting_settings_refuses_to_start_and_names_the_flag() {
-    let _one = ONE_CLUSTER.lock().unwrap_or_else(|p| p.into_inner());
+    let _one = ONE_CLUSTER.lock().await;
     let d = Deployment::start(1, 0, 0, &[]);
     let _first = d
         .start_replica(&["--checkpoint-every", "1"])
@@ -356,15 +356,31 @@ async fn a_replica_with_conflicting_settings_refuses_to_start_and_names_the_flag
     // Workers need --directory or --join, and --join is not for etcd mode.
     let out = STASIS
         .command()
-        .args(["worker", "run", "--name", "x", "--data-dir", "/nonexistent/x"])
+        .args([
+            "worker",
+            "run",
+            "--name",
+            "x",
+            "--data-dir",
+            "/nonexistent/x",
+        ])
         .output()
         .expect("run stasis");
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("--join") && stderr.contains("--directory"), "{stderr}");
+    assert!(
+        stderr.contains("--join") && stderr.contains("--directory"),
+        "{stderr}"
+    );
     let out = STASIS
         .command()
-        .args(["serve", "--directory", "etcd://127.0.0.1:1", "--snapshot-store", "local"])
+        .args([
+            "serve",
+            "--directory",
+            "etcd://127.0.0.1:1",
+            "--snapshot-store",
+            "local",
+        ])
         .output()
         .expect("run stasis");
     assert!(!out.status.success());
@@ -383,13 +399,16 @@ fn signal(pid: u32, signal: &str) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_worker_cut_off_from_etcd_past_its_lease_never_serves_its_old_actors() {
-    let _one = ONE_CLUSTER.lock().unwrap_or_else(|p| p.into_inner());
+    let _one = ONE_CLUSTER.lock().await;
     let d = Deployment::start(1, 1, 2, &["--checkpoint-every", "1"]);
     d.push_counter(0);
     d.cli_json(0, &["actor", "create", "p1", "--template", "counter"]);
     let c = client();
     for expected in 1..=3 {
-        assert_eq!(count(&to_actor(&c, d.replica(0).ingress, "p1", "POST", "/").await), expected);
+        assert_eq!(
+            count(&to_actor(&c, d.replica(0).ingress, "p1", "POST", "/").await),
+            expected
+        );
     }
     let info = d.cli_json(0, &["actor", "get", "p1"]);
     let owner = info["worker"].as_str().expect("worker").to_owned();
@@ -400,13 +419,19 @@ async fn a_worker_cut_off_from_etcd_past_its_lease_never_serves_its_old_actors()
     signal(frozen.process.pid(), "STOP");
     let stopped = Instant::now();
     let next = served(&d, 0, "p1").await;
-    assert_eq!(next, 4, "every acknowledged request survives the frozen worker");
+    assert_eq!(
+        next, 4,
+        "every acknowledged request survives the frozen worker"
+    );
     let now_on = d.cli_json(0, &["actor", "get", "p1"])["worker"]
         .as_str()
         .expect("worker")
         .to_owned();
     assert_ne!(now_on, owner, "re-placed");
-    assert!(stopped.elapsed() >= Duration::from_secs(2), "re-placed before the lease ran out");
+    assert!(
+        stopped.elapsed() >= Duration::from_secs(2),
+        "re-placed before the lease ran out"
+    );
     signal(frozen.process.pid(), "CONT");
     // Woken, the old worker does not serve the actor at its old epoch:
     // asked directly, with the old epoch, it refuses.
@@ -426,7 +451,12 @@ async fn a_worker_cut_off_from_etcd_past_its_lease_never_serves_its_old_actors()
         Bytes::from(body),
     )
     .await;
-    assert_ne!(answer.status, 200, "a fenced worker served: {}", answer.text());
+    assert_ne!(
+        answer.status,
+        200,
+        "a fenced worker served: {}",
+        answer.text()
+    );
     // Its log says it stopped serving when the lease could not be renewed.
     let deadline = Instant::now() + Duration::from_secs(10);
     while !frozen.process.log().contains("stopping to serve") {
@@ -434,12 +464,15 @@ async fn a_worker_cut_off_from_etcd_past_its_lease_never_serves_its_old_actors()
         std::thread::sleep(Duration::from_millis(50));
     }
     // And the count goes on where it was, on the new owner.
-    assert_eq!(count(&to_actor(&c, d.replica(0).ingress, "p1", "POST", "/").await), 5);
+    assert_eq!(
+        count(&to_actor(&c, d.replica(0).ingress, "p1", "POST", "/").await),
+        5
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn every_verb_works_through_a_follower() {
-    let _one = ONE_CLUSTER.lock().unwrap_or_else(|p| p.into_inner());
+    let _one = ONE_CLUSTER.lock().await;
     let d = Deployment::start(1, 2, 2, &[]);
     let leader = d.leader();
     let f = 1 - leader;
@@ -451,7 +484,10 @@ async fn every_verb_works_through_a_follower() {
     }
     let c = client();
     for name in ["v1", "v2", "v3", "v4"] {
-        assert_eq!(count(&to_actor(&c, d.replica(f).ingress, name, "POST", "/").await), 1);
+        assert_eq!(
+            count(&to_actor(&c, d.replica(f).ingress, name, "POST", "/").await),
+            1
+        );
     }
     let listed = d.cli_json(f, &["actor", "list"]);
     assert_eq!(listed.as_array().map(Vec::len), Some(4), "{listed}");
@@ -465,31 +501,59 @@ async fn every_verb_works_through_a_follower() {
     let to = if from == "w1" { "w2" } else { "w1" };
     d.cli_json(f, &["actor", "migrate", "v1", "--to", to]);
     assert_eq!(d.cli_json(f, &["actor", "get", "v1"])["worker"], to);
-    assert_eq!(count(&to_actor(&c, d.replica(leader).ingress, "v1", "POST", "/").await), 2);
+    assert_eq!(
+        count(&to_actor(&c, d.replica(leader).ingress, "v1", "POST", "/").await),
+        2
+    );
     // Drain w1: everything lands on w2 and keeps its count.
     d.cli_json(f, &["worker", "drain", "w1"]);
     for name in ["v1", "v2", "v3", "v4"] {
-        assert_eq!(d.cli_json(f, &["actor", "get", name])["worker"], "w2", "{name}");
+        assert_eq!(
+            d.cli_json(f, &["actor", "get", name])["worker"],
+            "w2",
+            "{name}"
+        );
     }
-    assert_eq!(count(&to_actor(&c, d.replica(f).ingress, "v1", "POST", "/").await), 3);
-    assert_eq!(count(&to_actor(&c, d.replica(f).ingress, "v4", "POST", "/").await), 2);
+    assert_eq!(
+        count(&to_actor(&c, d.replica(f).ingress, "v1", "POST", "/").await),
+        3
+    );
+    assert_eq!(
+        count(&to_actor(&c, d.replica(f).ingress, "v4", "POST", "/").await),
+        2
+    );
     d.cli_ok(f, &["rebalance"]);
     d.cli_ok(f, &["gc"]);
     let paused = d.cli_json(f, &["actor", "pause", "v2"]);
     assert_eq!(paused["state"], "paused", "{paused}");
     d.cli_ok(f, &["actor", "resume", "v2"]);
-    assert_eq!(count(&to_actor(&c, d.replica(f).ingress, "v2", "POST", "/").await), 2);
+    assert_eq!(
+        count(&to_actor(&c, d.replica(f).ingress, "v2", "POST", "/").await),
+        2
+    );
     d.cli_ok(f, &["actor", "delete", "v3"]);
     let gone = to_actor(&c, d.replica(f).ingress, "v3", "POST", "/").await;
     assert_eq!(gone.status, 404, "{gone:?}");
-    let metrics = crate::support::send(&c, d.replica(f).admin, "GET", "localhost", "/metrics", Vec::new()).await;
+    let metrics = crate::support::send(
+        &c,
+        d.replica(f).admin,
+        "GET",
+        "localhost",
+        "/metrics",
+        Vec::new(),
+    )
+    .await;
     assert_eq!(metrics.status, 200);
-    assert!(metrics.body.contains("stasis_requests_total"), "{}", metrics.body);
+    assert!(
+        metrics.body.contains("stasis_requests_total"),
+        "{}",
+        metrics.body
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn no_split_brain_and_no_lost_acknowledged_request_under_faults() {
-    let _one = ONE_CLUSTER.lock().unwrap_or_else(|p| p.into_inner());
+    let _one = ONE_CLUSTER.lock().await;
     const ACTORS: usize = 12;
     const CLIENTS: usize = 8;
     const POSTS: usize = 100;
@@ -559,11 +623,22 @@ async fn no_split_brain_and_no_lost_acknowledged_request_under_faults() {
     for name in &names {
         let counts = acked.get(name).cloned().unwrap_or_default();
         let distinct: HashSet<u64> = counts.iter().copied().collect();
-        assert_eq!(distinct.len(), counts.len(), "{name} acknowledged a count twice: {counts:?}");
+        assert_eq!(
+            distinct.len(),
+            counts.len(),
+            "{name} acknowledged a count twice: {counts:?}"
+        );
         let now = served(&d, survivor, name).await;
         let highest = counts.iter().copied().max().unwrap_or(0);
-        assert!(now > highest, "{name}: now {now}, but {highest} was acknowledged");
-        assert!(now as usize > counts.len(), "{name}: now {now}, {} acknowledged", counts.len());
+        assert!(
+            now > highest,
+            "{name}: now {now}, but {highest} was acknowledged"
+        );
+        assert!(
+            now as usize > counts.len(),
+            "{name}: now {now}, {} acknowledged",
+            counts.len()
+        );
     }
     // The new worker took actors, the dead one holds none.
     let workers = d.wait_for_workers(3);
@@ -573,4 +648,3 @@ async fn no_split_brain_and_no_lost_acknowledged_request_under_faults() {
         assert_ne!(actor["worker"], "w1", "{actor}");
     }
 }
-

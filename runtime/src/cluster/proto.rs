@@ -278,6 +278,17 @@ pub struct JoinAnswer {
     /// Live instances per worker (`--max-live`).
     #[serde(default)]
     pub max_live: Option<usize>,
+    /// Checkpoint running actors this often, ms (`--checkpoint-interval`;
+    /// run by the control plane, or a cluster's leader).
+    #[serde(default)]
+    pub checkpoint_interval_ms: Option<u64>,
+    /// Pause actors idle this long, ms (`--idle-timeout`; run by the
+    /// control plane, or a cluster's leader).
+    #[serde(default)]
+    pub idle_timeout_ms: Option<u64>,
+    /// Cap on the snapshot store, bytes (`--snapshot-quota`).
+    #[serde(default)]
+    pub snapshot_quota: Option<u64>,
 }
 
 impl JoinAnswer {
@@ -287,17 +298,72 @@ impl JoinAnswer {
     /// flag refuses to start and names it.
     #[must_use]
     pub fn conflict(&self, stored: &JoinAnswer) -> Option<String> {
-        let fields: [(&str, String, String); 10] = [
-            ("--heartbeat-timeout (ms)", self.heartbeat_timeout_ms.to_string(), stored.heartbeat_timeout_ms.to_string()),
-            ("--max-memory (bytes)", self.max_memory.to_string(), stored.max_memory.to_string()),
-            ("--cpu-limit (ms)", self.cpu_limit_ms.to_string(), stored.cpu_limit_ms.to_string()),
-            ("--request-timeout (ms)", self.request_timeout_ms.to_string(), stored.request_timeout_ms.to_string()),
-            ("--max-body (bytes)", self.max_body.to_string(), stored.max_body.to_string()),
-            ("--max-held", self.max_held.to_string(), stored.max_held.to_string()),
-            ("--hold-timeout (ms)", self.hold_timeout_ms.to_string(), stored.hold_timeout_ms.to_string()),
-            ("--keep-snapshots", self.keep_snapshots.to_string(), stored.keep_snapshots.to_string()),
-            ("--checkpoint-every", self.checkpoint_every.to_string(), stored.checkpoint_every.to_string()),
-            ("--max-live", format!("{:?}", self.max_live), format!("{:?}", stored.max_live)),
+        let fields: [(&str, String, String); 13] = [
+            (
+                "--heartbeat-timeout (ms)",
+                self.heartbeat_timeout_ms.to_string(),
+                stored.heartbeat_timeout_ms.to_string(),
+            ),
+            (
+                "--max-memory (bytes)",
+                self.max_memory.to_string(),
+                stored.max_memory.to_string(),
+            ),
+            (
+                "--cpu-limit (ms)",
+                self.cpu_limit_ms.to_string(),
+                stored.cpu_limit_ms.to_string(),
+            ),
+            (
+                "--request-timeout (ms)",
+                self.request_timeout_ms.to_string(),
+                stored.request_timeout_ms.to_string(),
+            ),
+            (
+                "--max-body (bytes)",
+                self.max_body.to_string(),
+                stored.max_body.to_string(),
+            ),
+            (
+                "--max-held",
+                self.max_held.to_string(),
+                stored.max_held.to_string(),
+            ),
+            (
+                "--hold-timeout (ms)",
+                self.hold_timeout_ms.to_string(),
+                stored.hold_timeout_ms.to_string(),
+            ),
+            (
+                "--keep-snapshots",
+                self.keep_snapshots.to_string(),
+                stored.keep_snapshots.to_string(),
+            ),
+            (
+                "--checkpoint-every",
+                self.checkpoint_every.to_string(),
+                stored.checkpoint_every.to_string(),
+            ),
+            (
+                "--max-live",
+                unset_or(self.max_live),
+                unset_or(stored.max_live),
+            ),
+            (
+                "--checkpoint-interval (ms)",
+                unset_or(self.checkpoint_interval_ms),
+                unset_or(stored.checkpoint_interval_ms),
+            ),
+            (
+                "--idle-timeout (ms)",
+                unset_or(self.idle_timeout_ms),
+                unset_or(stored.idle_timeout_ms),
+            ),
+            (
+                "--snapshot-quota (bytes)",
+                unset_or(self.snapshot_quota),
+                unset_or(stored.snapshot_quota),
+            ),
         ];
         fields
             .into_iter()
@@ -306,6 +372,11 @@ impl JoinAnswer {
                 format!("{flag} is {mine} here but {theirs} in the cluster's settings")
             })
     }
+}
+
+/// An optional setting as a flag value: the number, or `unset`.
+fn unset_or<T: std::fmt::Display>(value: Option<T>) -> String {
+    value.map_or_else(|| "unset".to_owned(), |v| v.to_string())
 }
 
 /// What a worker sends to join.
@@ -320,6 +391,53 @@ pub struct JoinRequest {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn settings() -> JoinAnswer {
+        JoinAnswer {
+            heartbeat_timeout_ms: 2000,
+            max_memory: 1 << 28,
+            cpu_limit_ms: 1000,
+            request_timeout_ms: 30_000,
+            max_body: 8 << 20,
+            max_held: 1024,
+            hold_timeout_ms: 30_000,
+            keep_snapshots: 2,
+            checkpoint_every: 0,
+            max_live: None,
+            checkpoint_interval_ms: None,
+            idle_timeout_ms: None,
+            snapshot_quota: None,
+        }
+    }
+
+    #[test]
+    fn a_conflicting_setting_is_named_by_its_flag() {
+        let stored = settings();
+        assert_eq!(settings().conflict(&stored), None);
+        let mut mine = settings();
+        mine.checkpoint_every = 1;
+        let conflict = mine.conflict(&stored).expect("a conflict");
+        assert!(
+            conflict.starts_with("--checkpoint-every is 1 here but 0"),
+            "{conflict}"
+        );
+        let mut mine = settings();
+        mine.idle_timeout_ms = Some(5000);
+        let conflict = mine.conflict(&stored).expect("a conflict");
+        assert_eq!(
+            conflict,
+            "--idle-timeout (ms) is 5000 here but unset in the cluster's settings"
+        );
+    }
+
+    #[test]
+    fn settings_written_before_the_newer_fields_still_read() {
+        let old = r#"{"heartbeat_timeout_ms":2000,"max_memory":268435456,"cpu_limit_ms":1000,
+            "request_timeout_ms":30000,"max_body":8388608,"max_held":1024,"hold_timeout_ms":30000,
+            "keep_snapshots":2,"checkpoint_every":0}"#;
+        let read: JoinAnswer = serde_json::from_str(old).expect("old settings");
+        assert_eq!(read, settings());
+    }
 
     #[test]
     fn worker_paths_round_trip() {

@@ -69,7 +69,7 @@ pub enum Membership {
     Join(String),
     /// Cluster mode: register in etcd under a lease and write snapshots to
     /// the shared store.
-    Registered(RegisteredOptions),
+    Registered(Box<RegisteredOptions>),
 }
 
 /// Cluster-mode settings of a worker.
@@ -146,7 +146,10 @@ struct RemoteWorker {
 /// The worker's tie to its cluster.
 enum Cluster {
     /// Embedded mode: admitted by the control plane, kept by heartbeats.
-    Joined { control: Peer, join: JoinRequest },
+    Joined {
+        control: Box<Peer>,
+        join: JoinRequest,
+    },
     /// Cluster mode: registered in etcd under `lease` (none between an
     /// expiry and the next registration).
     Registered {
@@ -195,54 +198,67 @@ pub async fn run(
     } else {
         local
     };
-    let (cluster, answer, store, fetch): (Cluster, JoinAnswer, Arc<dyn SnapshotStore>, Box<dyn FetchTemplate>) =
-        match &options.membership {
-            Membership::Join(url) => {
-                let snapshots = options.data_dir.join("snapshots");
-                // The control plane's store is authoritative: local copies
-                // from an earlier run are stale.
-                if snapshots.exists() {
-                    std::fs::remove_dir_all(&snapshots)
-                        .with_context(|| format!("clearing {}", snapshots.display()))?;
-                }
-                let control = Peer::new(url, options.token.as_deref(), "control plane")
-                    .map_err(|e| anyhow::anyhow!("{e}"))?;
-                let join = JoinRequest {
-                    name: options.name.clone(),
-                    address: bound.to_string(),
-                };
-                let answer = join_until_admitted(&control, &join).await;
-                let store = Arc::new(LocalSnapshotStore::open(&snapshots, None)?);
-                let fetch = Box::new(ControlTemplates {
-                    control: control.clone(),
-                });
-                (Cluster::Joined { control, join }, answer, store, fetch)
+    let (cluster, answer, store, fetch): (
+        Cluster,
+        JoinAnswer,
+        Arc<dyn SnapshotStore>,
+        Box<dyn FetchTemplate>,
+    ) = match &options.membership {
+        Membership::Join(url) => {
+            let snapshots = options.data_dir.join("snapshots");
+            // The control plane's store is authoritative: local copies
+            // from an earlier run are stale.
+            if snapshots.exists() {
+                std::fs::remove_dir_all(&snapshots)
+                    .with_context(|| format!("clearing {}", snapshots.display()))?;
             }
-            Membership::Registered(registered) => {
-                let etcd = Etcd::connect(&registered.etcd).await?;
-                let answer = settings_when_written(&etcd).await;
-                let cache = options.data_dir.join("snapshot-cache");
-                let url = registered.store.clone();
-                let shared = tokio::task::spawn_blocking(move || {
-                    ObjectSnapshotStore::open(&url, &cache, None)
-                })
-                .await?
-                .map_err(|e| anyhow::anyhow!("--snapshot-store {}: {}", registered.store, e.detail()))?;
-                let shared = Arc::new(shared);
-                let address = match &registered.advertise {
-                    Some(address) => address.clone(),
-                    None => bound.to_string(),
-                };
-                let cluster = Cluster::Registered {
-                    etcd,
-                    address,
-                    lease_ttl: registered.lease_ttl,
-                    lease: std::sync::RwLock::new(None),
-                };
-                let fetch = Box::new(StoreTemplates::new(shared.clone()));
-                (cluster, answer, shared, fetch)
-            }
-        };
+            let control = Peer::new(url, options.token.as_deref(), "control plane")
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            let join = JoinRequest {
+                name: options.name.clone(),
+                address: bound.to_string(),
+            };
+            let answer = join_until_admitted(&control, &join).await;
+            let store = Arc::new(LocalSnapshotStore::open(&snapshots, None)?);
+            let fetch = Box::new(ControlTemplates {
+                control: control.clone(),
+            });
+            (
+                Cluster::Joined {
+                    control: Box::new(control),
+                    join,
+                },
+                answer,
+                store,
+                fetch,
+            )
+        }
+        Membership::Registered(registered) => {
+            let etcd = Etcd::connect(&registered.etcd).await?;
+            let answer = settings_when_written(&etcd).await;
+            let cache = options.data_dir.join("snapshot-cache");
+            let url = registered.store.clone();
+            let shared =
+                tokio::task::spawn_blocking(move || ObjectSnapshotStore::open(&url, &cache, None))
+                    .await?
+                    .map_err(|e| {
+                        anyhow::anyhow!("--snapshot-store {}: {}", registered.store, e.detail())
+                    })?;
+            let shared = Arc::new(shared);
+            let address = match &registered.advertise {
+                Some(address) => address.clone(),
+                None => bound.to_string(),
+            };
+            let cluster = Cluster::Registered {
+                etcd,
+                address,
+                lease_ttl: registered.lease_ttl,
+                lease: std::sync::RwLock::new(None),
+            };
+            let fetch = Box::new(StoreTemplates::new(shared.clone()));
+            (cluster, answer, shared, fetch)
+        }
+    };
     let ms = Duration::from_millis;
     let limits = Limits {
         max_memory: answer.max_memory,
@@ -265,7 +281,7 @@ pub async fn run(
     );
     let replicator: Option<Arc<dyn Replicator>> = match &cluster {
         Cluster::Joined { control, .. } => Some(Arc::new(ControlReplicator {
-            control: control.clone(),
+            control: Peer::clone(control),
         })),
         Cluster::Registered { .. } => None,
     };
@@ -334,7 +350,9 @@ async fn settings_when_written(etcd: &Etcd) -> JoinAnswer {
     loop {
         match etcd.settings::<JoinAnswer>().await {
             Ok(Some(answer)) => return answer,
-            Ok(None) => tracing::info!("no cluster settings in etcd yet (no replica has started); waiting"),
+            Ok(None) => {
+                tracing::info!("no cluster settings in etcd yet (no replica has started); waiting")
+            }
             Err(e) => tracing::warn!("reading the cluster settings from etcd: {e:#}; retrying"),
         }
         tokio::time::sleep(wait).await;
@@ -378,7 +396,7 @@ impl RemoteWorker {
     async fn keep_membership(self: Arc<Self>, heartbeat_timeout: Duration) {
         match &self.cluster {
             Cluster::Joined { control, join } => {
-                let (control, join) = (control.clone(), join.clone());
+                let (control, join) = (Peer::clone(control), join.clone());
                 self.heartbeat(control, join, heartbeat_timeout).await;
             }
             Cluster::Registered { .. } => self.keep_lease().await,
@@ -446,7 +464,7 @@ impl RemoteWorker {
     async fn drain_me(&self, name: &str) -> Result<(), ApiError> {
         let drain_path = ControlPath::Drain(name).to_path();
         let control = match &self.cluster {
-            Cluster::Joined { control, .. } => control.clone(),
+            Cluster::Joined { control, .. } => Peer::clone(control),
             Cluster::Registered { etcd, .. } => {
                 let leader = etcd
                     .leader()
@@ -486,10 +504,7 @@ impl RemoteWorker {
         let mut last_ok = Instant::now();
         loop {
             tokio::time::sleep(timeout / 4).await;
-            match control
-                .send(Method::POST, &path, &[], Bytes::new())
-                .await
-            {
+            match control.send(Method::POST, &path, &[], Bytes::new()).await {
                 Ok(_) => {
                     last_ok = Instant::now();
                     if !self.worker.is_serving() {

@@ -159,6 +159,9 @@ impl ServeConfig {
             keep_snapshots: self.worker.actor.keep_snapshots,
             checkpoint_every: self.worker.actor.checkpoint_every,
             max_live: self.worker.max_live,
+            checkpoint_interval_ms: self.checkpoint_interval.map(ms),
+            idle_timeout_ms: self.idle_timeout.map(ms),
+            snapshot_quota: self.snapshot_quota,
         }
     }
 }
@@ -209,6 +212,10 @@ struct Backend {
     lock: Option<File>,
 }
 
+/// A snapshot store as the control plane and workers use it, and the same
+/// store as a shared object store when it is one.
+pub type OpenedStore = (Arc<dyn SnapshotStore>, Option<Arc<ObjectSnapshotStore>>);
+
 /// Opens the snapshot store `config.snapshot_store` names: the data dir's
 /// `snapshots/`, or a shared store cached in `<data dir>/snapshot-cache/`.
 ///
@@ -218,7 +225,7 @@ pub fn open_snapshot_store(
     url: &StoreUrl,
     data_dir: &std::path::Path,
     quota: Option<u64>,
-) -> anyhow::Result<(Arc<dyn SnapshotStore>, Option<Arc<ObjectSnapshotStore>>)> {
+) -> anyhow::Result<OpenedStore> {
     if *url == StoreUrl::Local {
         let local = LocalSnapshotStore::open(data_dir.join("snapshots"), quota)?;
         return Ok((Arc::new(local), None));
@@ -245,7 +252,8 @@ impl ControlPlane {
         let lock = stasis_core::durable::lock_data_dir(dir)?;
         let directory =
             SqliteDirectory::open(&dir.join("stasis.db")).context("opening stasis.db")?;
-        let (store, shared) = open_snapshot_store(&config.snapshot_store, dir, config.snapshot_quota)?;
+        let (store, shared) =
+            open_snapshot_store(&config.snapshot_store, dir, config.snapshot_quota)?;
         let backend = Backend {
             directory: Arc::new(directory),
             store,
@@ -336,7 +344,8 @@ impl ControlPlane {
             None => StasisEngine::new(config.limits)?,
         };
         let fetch = backend.shared.as_ref().map(|shared| {
-            Box::new(StoreTemplates::new(shared.clone())) as Box<dyn crate::worker::templates::FetchTemplate>
+            Box::new(StoreTemplates::new(shared.clone()))
+                as Box<dyn crate::worker::templates::FetchTemplate>
         });
         let templates = Arc::new(TemplateDir::new(
             ModuleCache::new(
