@@ -288,16 +288,12 @@ step stasis actor get "$ACTOR" --admin "$R2"
 
 # --- kill -9 the leader -------------------------------------------------------
 
-# leader_index: 0 or 1, the replica whose address the election key in etcd
-# holds (the oldest key under the prefix naming a leader or an election);
-# empty when none is found or it names neither.
+# leader_index: 0 or 1, the replica whose /healthz says it leads
+# (`ok (leader NAME)`); empty when none does.
 leader_index() {
-  command -v jq >/dev/null || return 0
-  local value i
-  value=$(etcd_kvs | jq -r '[.kvs // [] | .[] | select(.key | @base64d | test("leader|elect"))]
-      | sort_by(.create_revision | tonumber) | .[0].value // "" | @base64d' 2>/dev/null) || return 0
+  local i
   for i in 0 1; do
-    if [[ "$value" == *":${ADMIN[i]}"* || "$value" == *":${INGRESS[i]}"* || "$value" == *"replica-$((i + 1))"* ]]; then
+    if curl -fsS "http://127.0.0.1:${ADMIN[i]}/healthz" 2>/dev/null | grep -q '(leader '; then
       echo "$i"
       return 0
     fi
@@ -306,10 +302,10 @@ leader_index() {
 
 LEADER=$(leader_index)
 if [ -n "$LEADER" ]; then
-  echo "the election key in etcd names replica $((LEADER + 1)) as the leader"
+  echo "replica $((LEADER + 1))'s /healthz says it leads"
 else
   LEADER=0
-  note "no election key names a replica's address; replica 1 started first, so it won the election"
+  note "no replica says it leads yet; replica 1 started first, so it wins the election"
 fi
 OTHER=$((1 - LEADER))
 LEADER_ROLE="replica-$((LEADER + 1))"
@@ -331,7 +327,7 @@ done
 if [ "$(leader_index)" = "$OTHER" ]; then
   echo "replica $((OTHER + 1)) leads, $((($(date +%s%N) - killed_at) / 1000000)) ms after the kill"
 else
-  note "the election key was not recognized; continuing after the lease TTL"
+  note "replica $((OTHER + 1)) does not say it leads yet; continuing after the lease TTL"
   sleep "${LEASE_TTL%s}"
 fi
 

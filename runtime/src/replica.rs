@@ -31,7 +31,7 @@ use crate::cluster::etcd::{Etcd, LeaderRecord};
 use crate::control::{ClusterConfig, ControlPlane, Role};
 use crate::error::ApiError;
 use crate::forward::Forwarder;
-use crate::http::{Body, json, json_error, text_error};
+use crate::http::{Body, json_error, text_error};
 use crate::metrics::Metrics;
 use crate::router::Router;
 use crate::server::{Bound, DRAIN, ServeOptions};
@@ -83,6 +83,7 @@ impl Replica {
     /// Ingress: routed here, by the placements (a follower's are watched).
     /// Admin API: answered here by the leader; a follower answers
     /// `/healthz` and `/metrics` (its own) and forwards the rest.
+    /// `/healthz` says `ok (leader NAME)` or `ok (follower NAME)`.
     async fn handle(&self, listener: Listener, request: Request<Incoming>) -> Response<Body> {
         let Some(serving) = self.serving() else {
             let e = ApiError::unavailable("the replica is starting; retry");
@@ -94,10 +95,17 @@ impl Replica {
         let follower = serving.control.role() == Role::Follower;
         match listener {
             Listener::Ingress => serving.router.handle(request).await,
-            Listener::Admin if follower && request.uri().path() == "/healthz" => json(
-                hyper::StatusCode::OK,
-                &serde_json::json!({"status": "ok", "role": "follower", "replica": self.me.name}),
-            ),
+            Listener::Admin if request.uri().path() == "/healthz" => {
+                let role = if follower { "follower" } else { "leader" };
+                let mut answer = Response::new(http_body_util::Full::new(bytes::Bytes::from(
+                    format!("ok ({role} {})\n", self.me.name),
+                )));
+                answer.headers_mut().insert(
+                    hyper::header::CONTENT_TYPE,
+                    hyper::header::HeaderValue::from_static("text/plain; charset=utf-8"),
+                );
+                answer
+            }
             Listener::Admin if !follower || request.uri().path() == "/metrics" => {
                 serving.api.handle(request).await
             }

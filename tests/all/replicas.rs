@@ -328,6 +328,16 @@ async fn every_replica_serves_and_a_follower_takes_over_from_a_killed_leader() {
         killed.elapsed()
     );
     assert_eq!(d.leader(), survivor);
+    let healthz = crate::support::send(
+        &c,
+        d.replica(survivor).admin,
+        "GET",
+        "localhost",
+        "/healthz",
+        Vec::new(),
+    )
+    .await;
+    assert!(healthz.body.starts_with("ok (leader "), "{healthz:?}");
     // A new replica joins as a follower and forwards to the new leader.
     let late = d.start_replica(&[]).expect("a third replica starts");
     let answer = to_actor(&c, late.ingress, "c1", "POST", "/").await;
