@@ -36,8 +36,10 @@ pub struct ServeArgs {
     #[arg(long, default_value = "localhost")]
     domain: String,
     /// In-process workers, named worker-1..N (0 = control plane only).
-    #[arg(long, default_value_t = 2)]
-    workers: usize,
+    /// Default 2; with --directory etcd:// 0, the only value allowed there
+    /// (workers join as `stasis worker run`).
+    #[arg(long)]
+    workers: Option<usize>,
     /// Bearer token the admin API requires.
     #[arg(long, env = "STASIS_ADMIN_TOKEN", hide_env_values = true)]
     admin_token: Option<String>,
@@ -122,7 +124,9 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let options = ServeOptions {
         config: ServeConfig {
             data_dir: args.data_dir,
-            workers: args.workers,
+            workers: args
+                .workers
+                .unwrap_or(if cluster.is_some() { 0 } else { 2 }),
             limits: Limits {
                 max_memory: args.max_memory,
                 cpu_limit: args.cpu_limit,
