@@ -4,7 +4,7 @@
 #   - the wasm32-wasip1 target (the demo actors are built for it);
 #   - `protoc` from Debian's `protobuf-compiler` (etcd-client's build script
 #     runs it) and etcd 3.4 from Debian's `etcd-server` (/usr/bin/etcd), for
-#     cluster mode;
+#     cluster mode, and `openssl` (the TLS etcd test makes its certificates);
 #   - `s3s-fs` 0.14.1, an S3-compatible server on a local folder (newer
 #     releases need a newer rustc); a fresh `cargo install` takes minutes;
 #   - `kubernetes-validate` (PyPI), which checks deploy/kubernetes offline.
@@ -24,14 +24,14 @@ if ! rustup target list --installed | grep -qx wasm32-wasip1; then
   rustup target add wasm32-wasip1
 fi
 
-if [ ! -x /usr/bin/etcd ] || ! command -v protoc >/dev/null; then
-  say "apt-get install etcd-server protobuf-compiler"
+if [ ! -x /usr/bin/etcd ] || ! command -v protoc >/dev/null || ! command -v openssl >/dev/null; then
+  say "apt-get install etcd-server protobuf-compiler openssl"
   export DEBIAN_FRONTEND=noninteractive
   # Refresh the package lists only when they do not know the packages yet.
-  if ! apt-cache show etcd-server protobuf-compiler >/dev/null 2>&1; then
+  if ! apt-cache show etcd-server protobuf-compiler openssl >/dev/null 2>&1; then
     as_root apt-get update -qq
   fi
-  as_root apt-get install -y -qq etcd-server protobuf-compiler >/dev/null
+  as_root apt-get install -y -qq etcd-server protobuf-compiler openssl >/dev/null
 fi
 
 if ! command -v s3s-fs >/dev/null && [ ! -x "${CARGO_HOME:-$HOME/.cargo}/bin/s3s-fs" ]; then

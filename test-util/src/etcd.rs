@@ -1,7 +1,10 @@
 //! A real etcd cluster for tests: N members of `/usr/bin/etcd` (or
 //! `$ETCD_BIN`) on free loopback ports, data in a temporary directory,
 //! short heartbeat and election timeouts (50 ms / 500 ms) so failovers
-//! take well under a second; killed on drop.
+//! take well under a second; killed on drop. [`EtcdCluster::start_tls`]
+//! serves clients over TLS only and requires client certificates (made
+//! with the `openssl` command: a CA, and one certificate for
+//! `127.0.0.1` that both the members and the clients present).
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -18,11 +21,25 @@ pub struct EtcdCluster {
     dir: tempfile::TempDir,
     members: Vec<Member>,
     initial_cluster: String,
+    tls: Option<TlsFiles>,
+}
+
+/// PEM files of a TLS cluster ([`EtcdCluster::start_tls`]).
+#[derive(Debug, Clone)]
+pub struct TlsFiles {
+    /// The CA that signed every certificate (for `--etcd-ca`).
+    pub ca: PathBuf,
+    /// A client certificate for `127.0.0.1` (for `--etcd-cert`).
+    pub cert: PathBuf,
+    /// Its key (for `--etcd-key`).
+    pub key: PathBuf,
 }
 
 struct Member {
     client_port: u16,
     peer_port: u16,
+    /// Plain-HTTP `/health` (`--listen-metrics-urls`), also with TLS.
+    metrics_port: u16,
     child: Option<Child>,
 }
 
@@ -56,6 +73,26 @@ impl EtcdCluster {
     /// If etcd is not installed (naming the install command), or a member
     /// is not healthy within 30 s (with the tail of its log).
     pub fn start(members: usize) -> EtcdCluster {
+        Self::start_with(members, false)
+    }
+
+    /// As [`EtcdCluster::start`], but clients must speak TLS and present a
+    /// certificate signed by the cluster's CA ([`EtcdCluster::tls`]).
+    ///
+    /// # Panics
+    /// As [`EtcdCluster::start`], or if `openssl` cannot make the
+    /// certificates.
+    pub fn start_tls(members: usize) -> EtcdCluster {
+        Self::start_with(members, true)
+    }
+
+    /// The PEM files of a TLS cluster; `None` for a plain one.
+    #[must_use]
+    pub fn tls(&self) -> Option<&TlsFiles> {
+        self.tls.as_ref()
+    }
+
+    fn start_with(members: usize, tls: bool) -> EtcdCluster {
         let bin = std::env::var_os("ETCD_BIN")
             .map(PathBuf::from)
             .unwrap_or_else(|| PathBuf::from("/usr/bin/etcd"));
@@ -69,6 +106,7 @@ impl EtcdCluster {
             .map(|_| Member {
                 client_port: free_port(),
                 peer_port: free_port(),
+                metrics_port: free_port(),
                 child: None,
             })
             .collect();
@@ -78,11 +116,13 @@ impl EtcdCluster {
             .map(|(i, m)| format!("m{i}=http://127.0.0.1:{}", m.peer_port))
             .collect::<Vec<_>>()
             .join(",");
+        let tls = tls.then(|| make_certificates(dir.path()));
         let mut cluster = EtcdCluster {
             bin,
             dir,
             members,
             initial_cluster,
+            tls,
         };
         for i in 0..cluster.members.len() {
             cluster.spawn(i);
@@ -99,17 +139,32 @@ impl EtcdCluster {
 
     fn spawn(&mut self, i: usize) {
         let (client, peer) = (self.members[i].client_port, self.members[i].peer_port);
+        let metrics = self.members[i].metrics_port;
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
         let data: &Path = &self.dir.path().join(format!("m{i}"));
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(self.log_path(i))
             .expect("etcd log file");
-        let child = Command::new(&self.bin)
+        let mut command = Command::new(&self.bin);
+        if let Some(tls) = &self.tls {
+            command
+                .arg(format!("--cert-file={}", tls.cert.display()))
+                .arg(format!("--key-file={}", tls.key.display()))
+                .arg(format!("--trusted-ca-file={}", tls.ca.display()))
+                .arg("--client-cert-auth");
+        }
+        let child = command
             .arg(format!("--name=m{i}"))
             .arg(format!("--data-dir={}", data.display()))
-            .arg(format!("--listen-client-urls=http://127.0.0.1:{client}"))
-            .arg(format!("--advertise-client-urls=http://127.0.0.1:{client}"))
+            .arg(format!(
+                "--listen-client-urls={scheme}://127.0.0.1:{client}"
+            ))
+            .arg(format!(
+                "--advertise-client-urls={scheme}://127.0.0.1:{client}"
+            ))
+            .arg(format!("--listen-metrics-urls=http://127.0.0.1:{metrics}"))
             .arg(format!("--listen-peer-urls=http://127.0.0.1:{peer}"))
             .arg(format!(
                 "--initial-advertise-peer-urls=http://127.0.0.1:{peer}"
@@ -131,7 +186,7 @@ impl EtcdCluster {
 
     fn wait_healthy(&mut self, i: usize) {
         let start = Instant::now();
-        while !healthy(self.members[i].client_port) {
+        while !healthy(self.members[i].metrics_port) {
             let exited = self.members[i]
                 .child
                 .as_mut()
@@ -188,6 +243,77 @@ impl EtcdCluster {
         self.kill(i);
         self.spawn(i);
         self.wait_healthy(i);
+    }
+}
+
+/// Makes a CA and one certificate for `127.0.0.1` (server and client use)
+/// in `dir`, with the `openssl` command.
+fn make_certificates(dir: &Path) -> TlsFiles {
+    let run = |args: &[&str]| {
+        let out = Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .unwrap_or_else(|e| panic!("running openssl (apt-get install -y openssl): {e}"));
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    run(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=stasis-test-ca",
+    ]);
+    run(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "node.key",
+        "-out",
+        "node.csr",
+        "-subj",
+        "/CN=127.0.0.1",
+    ]);
+    std::fs::write(
+        dir.join("node.ext"),
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth\n",
+    )
+    .expect("write the certificate extensions");
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        "node.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "node.pem",
+        "-days",
+        "2",
+        "-extfile",
+        "node.ext",
+    ]);
+    TlsFiles {
+        ca: dir.join("ca.pem"),
+        cert: dir.join("node.pem"),
+        key: dir.join("node.key"),
     }
 }
 

@@ -61,8 +61,13 @@ impl Deployment {
     /// workers `w1..=workers`, every `stasis` process started with `flags`
     /// too (replicas only take the serve flags).
     fn start(members: usize, replicas: usize, workers: usize, flags: &[&str]) -> Deployment {
+        Self::start_on(EtcdCluster::start(members), replicas, workers, flags)
+    }
+
+    /// As [`Deployment::start`], on `etcd` (e.g. a TLS cluster).
+    fn start_on(etcd: EtcdCluster, replicas: usize, workers: usize, flags: &[&str]) -> Deployment {
         let mut deployment = Deployment {
-            etcd: EtcdCluster::start(members),
+            etcd,
             s3: S3Server::start(),
             replicas: Vec::new(),
             workers: Vec::new(),
@@ -82,14 +87,25 @@ impl Deployment {
     }
 
     fn cluster_args(&self) -> Vec<String> {
-        vec![
+        let mut args: Vec<String> = vec![
             "--directory".into(),
             self.etcd.url("/stasis-test"),
             "--snapshot-store".into(),
             self.s3.url("cluster"),
             "--lease-ttl".into(),
             LEASE_TTL.into(),
-        ]
+        ];
+        if let Some(tls) = self.etcd.tls() {
+            for (flag, file) in [
+                ("--etcd-ca", &tls.ca),
+                ("--etcd-cert", &tls.cert),
+                ("--etcd-key", &tls.key),
+            ] {
+                args.push(flag.into());
+                args.push(file.display().to_string());
+            }
+        }
+        args
     }
 
     /// Starts one more replica with `extra` flags; Err(its stderr) if it
@@ -657,4 +673,42 @@ async fn no_split_brain_and_no_lost_acknowledged_request_under_faults() {
     for actor in list.as_array().expect("list") {
         assert_ne!(actor["worker"], "w1", "{actor}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cluster_on_an_etcd_that_requires_tls_client_certificates() {
+    let _one = ONE_CLUSTER.lock().await;
+    let d = Deployment::start_on(EtcdCluster::start_tls(1), 1, 1, &[]);
+    d.push_counter(0);
+    d.cli_json(0, &["actor", "create", "t1", "--template", "counter"]);
+    let c = client();
+    for expected in 1..=2 {
+        assert_eq!(
+            count(&to_actor(&c, d.replica(0).ingress, "t1", "POST", "/").await),
+            expected
+        );
+    }
+    // Without the TLS flags a replica cannot connect, and says which flags
+    // would help.
+    let mut command = STASIS.command();
+    command
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "127.0.0.1:0",
+        ])
+        .args(["--directory", &d.etcd.url("/stasis-test")])
+        .args(["--snapshot-store", &d.s3.url("cluster")])
+        .envs(d.s3.env());
+    let dir = tempfile::tempdir().expect("tempdir");
+    command.arg("--data-dir").arg(dir.path());
+    let out = command.output().expect("run stasis");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("connecting to etcd at") && stderr.contains("--etcd-ca"),
+        "{stderr}"
+    );
 }

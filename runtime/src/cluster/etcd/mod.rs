@@ -138,7 +138,14 @@ impl Etcd {
             .await
             .map_err(|_| anyhow::anyhow!("etcd at {endpoints} did not answer within {within:?}"))?
             .context("the etcd connection task failed")?
-            .with_context(|| format!("connecting to etcd at {endpoints}"))?;
+            .with_context(|| {
+                let hint = if opts.ca.is_none() {
+                    " (is etcd up there? if it serves TLS, give --etcd-ca, and --etcd-cert with --etcd-key if it asks for client certificates)"
+                } else {
+                    ""
+                };
+                format!("connecting to etcd at {endpoints}{hint}")
+            })?;
         Ok(Etcd {
             inner: Arc::new(Inner {
                 client,
