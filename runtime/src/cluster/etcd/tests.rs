@@ -438,3 +438,41 @@ fn one_candidate_leads_and_the_next_takes_over() {
         seen.wait_for(Option::is_none).await.expect("watch");
     });
 }
+
+#[test]
+fn user_and_password_auth_is_applied_and_a_refusal_is_named() {
+    etcd_test(Duration::from_secs(60), |cluster| async move {
+        // Enable auth through a plain connection: a root user, then auth.
+        let admin = connect(&cluster, "/auth").await;
+        let mut client = admin.client();
+        client
+            .user_add("root", "r00t-pw", None)
+            .await
+            .expect("add root");
+        client
+            .user_grant_role("root", "root")
+            .await
+            .expect("grant root");
+        client.auth_enable().await.expect("enable auth");
+        let mut opts = EtcdOptions::parse(&cluster.url("/auth")).expect("url");
+        opts.user = Some(("root".into(), "r00t-pw".into()));
+        let etcd = Etcd::connect(&opts).await.expect("connect with the password");
+        let directory = etcd.directory();
+        let inserted = tokio::task::spawn_blocking(move || {
+            directory.insert_template(&template("t", "00"))?;
+            directory.template("t")
+        })
+        .await
+        .expect("join")
+        .expect("directory works under auth");
+        assert_eq!(inserted.map(|t| t.digest), Some("00".to_owned()));
+        opts.user = Some(("root".into(), "wrong".into()));
+        let refused = Etcd::connect(&opts)
+            .await
+            .err()
+            .expect("a wrong password is refused");
+        let text = format!("{refused:#}");
+        assert!(text.contains("connecting to etcd at"), "{text}");
+        assert!(!text.contains("wrong"), "the password is never shown: {text}");
+    });
+}
