@@ -216,11 +216,16 @@ impl Samples {
     fn report(&self, kind: &str, prefix: &str) {
         let names: Vec<String> = {
             let all = self.0.lock().unwrap_or_else(|p| p.into_inner());
-            all.keys().filter(|n| n.starts_with(prefix)).cloned().collect()
+            all.keys()
+                .filter(|n| n.starts_with(prefix))
+                .cloned()
+                .collect()
         };
         for name in names {
             let samples = self.get(&name);
-            let what = name.split_once(':').map_or(String::new(), |(_, w)| format!(":{w}"));
+            let what = name
+                .split_once(':')
+                .map_or(String::new(), |(_, w)| format!(":{w}"));
             let baseline = percentile(&self.get(&format!("{prefix}embedded{what}")), 50.0);
             let p50 = percentile(&samples, 50.0);
             println!(
@@ -281,7 +286,11 @@ fn bench_first_request(
                     assert_eq!(status, 200, "first POST to {actor} after its pause");
                     if let Some(folder) = &cache {
                         // The resume downloaded the snapshot into it again.
-                        assert!(folder.is_dir(), "resume did not download into {}", folder.display());
+                        assert!(
+                            folder.is_dir(),
+                            "resume did not download into {}",
+                            folder.display()
+                        );
                     }
                     total += elapsed;
                     samples.add(&name, ms(elapsed));
@@ -309,9 +318,21 @@ fn first_request(c: &mut Criterion, rt: &Runtime, client: &Http, envs: &Envs) {
     let s3_target = cluster_target(s3);
     let (hit, miss) = ("fr-hit", "fr-miss");
     rt.block_on(async {
-        admin::push_template(client, embedded.admin, "counter", STASIS.demo_wasm("counter")).await;
+        admin::push_template(
+            client,
+            embedded.admin,
+            "counter",
+            STASIS.demo_wasm("counter"),
+        )
+        .await;
         admin::push_template(client, file.admin, "counter", STASIS.demo_wasm("counter")).await;
-        admin::push_template(client, s3_target.admin, "counter", STASIS.demo_wasm("counter")).await;
+        admin::push_template(
+            client,
+            s3_target.admin,
+            "counter",
+            STASIS.demo_wasm("counter"),
+        )
+        .await;
         create(client, &embedded, "fr").await;
         create(client, &file, "fr").await;
         create(client, &s3_target, hit).await;
@@ -344,7 +365,11 @@ fn first_request(c: &mut Criterion, rt: &Runtime, client: &Http, envs: &Envs) {
     }
     group.finish();
     // Each actor stayed where it was paused: no cache hit came from a move.
-    assert_eq!(worker_of(miss), miss_worker, "{miss} moved during the bench");
+    assert_eq!(
+        worker_of(miss),
+        miss_worker,
+        "{miss} moved during the bench"
+    );
     samples.report("first-request", "first_request_after_pause/");
 }
 
@@ -363,7 +388,12 @@ fn creates(c: &mut Criterion, rt: &Runtime, client: &Http, envs: &Envs) {
         ("embedded", envs.embedded.target()),
         ("etcd3", cluster_target(s3)),
     ] {
-        rt.block_on(admin::push_template(client, t.admin, "counter", STASIS.demo_wasm("counter")));
+        rt.block_on(admin::push_template(
+            client,
+            t.admin,
+            "counter",
+            STASIS.demo_wasm("counter"),
+        ));
         let next = Arc::new(Mutex::new(0u64));
         let name = format!("creates/{mode}");
         let t = &t;
@@ -430,8 +460,12 @@ fn placements(c: &mut Criterion, rt: &Runtime, client: &Http, envs: &Envs) {
         let downtime_name = format!("{name}:server_downtime");
         group.bench_function(mode, |b| {
             b.to_async(rt).iter_custom(|iters| {
-                let (client, samples, movers, turn) =
-                    (client.clone(), samples.clone(), movers.clone(), turn.clone());
+                let (client, samples, movers, turn) = (
+                    client.clone(),
+                    samples.clone(),
+                    movers.clone(),
+                    turn.clone(),
+                );
                 let (name, downtime_name) = (name.clone(), downtime_name.clone());
                 async move {
                     let mut total = Duration::ZERO;
@@ -442,7 +476,11 @@ fn placements(c: &mut Criterion, rt: &Runtime, client: &Http, envs: &Envs) {
                             let index = *turn % movers.len();
                             *turn += 1;
                             let (actor, at) = &mut movers[index];
-                            let to = if at == t.workers[0] { t.workers[1] } else { t.workers[0] };
+                            let to = if at == t.workers[0] {
+                                t.workers[1]
+                            } else {
+                                t.workers[0]
+                            };
                             *at = to.to_owned();
                             (actor.clone(), to)
                         };
@@ -464,7 +502,15 @@ fn placements(c: &mut Criterion, rt: &Runtime, client: &Http, envs: &Envs) {
                 let info = actor_info(client, t, actor).await;
                 assert_eq!(info["state"], "paused", "{actor} after the moves: {info}");
             }
-            let reply = send(client, t.ingress, "POST", &actor_host("mv-0"), "/", Bytes::new()).await;
+            let reply = send(
+                client,
+                t.ingress,
+                "POST",
+                &actor_host("mv-0"),
+                "/",
+                Bytes::new(),
+            )
+            .await;
             assert_eq!(reply.status, 200);
             let count = stasis_test_util::demos::count_in(&reply.text());
             assert_eq!(count, Some(2), "mv-0 lost its state: {}", reply.text());
@@ -479,7 +525,14 @@ fn placements(c: &mut Criterion, rt: &Runtime, client: &Http, envs: &Envs) {
 /// One kill: `n` paused counters on worker `victim`, `kill -9`, then every
 /// one asked until it answers. (ms until the first answered, ms until all
 /// had.)
-fn one_kill(rt: &Runtime, client: &Http, d: &mut Deployment, victim: &str, round: usize, n: usize) -> (f64, f64) {
+fn one_kill(
+    rt: &Runtime,
+    client: &Http,
+    d: &mut Deployment,
+    victim: &str,
+    round: usize,
+    n: usize,
+) -> (f64, f64) {
     let t = cluster_target(d);
     let actors: Vec<String> = (0..n).map(|i| format!("rk{round}-{i}")).collect();
     rt.block_on(async {
@@ -503,7 +556,9 @@ fn one_kill(rt: &Runtime, client: &Http, d: &mut Deployment, victim: &str, round
                     "{actor} did not answer within {REPLACEMENT_TIMEOUT:?} of the kill"
                 );
                 let attempt = tokio::time::timeout(ATTEMPT_TIMEOUT, post(client, &t, actor));
-                let status = attempt.await.unwrap_or_else(|_| panic!("POST to {actor} hung"));
+                let status = attempt
+                    .await
+                    .unwrap_or_else(|_| panic!("POST to {actor} hung"));
                 if status == 200 {
                     first.get_or_insert_with(|| killed.elapsed());
                     break;
@@ -517,7 +572,14 @@ fn one_kill(rt: &Runtime, client: &Http, d: &mut Deployment, victim: &str, round
         for actor in &actors {
             let info = actor_info(client, &t, actor).await;
             assert_ne!(info["worker"], victim, "{actor} still on the killed worker");
-            call_ok(client, t.admin, "DELETE", &format!("/v1/actors/{actor}"), None).await;
+            call_ok(
+                client,
+                t.admin,
+                "DELETE",
+                &format!("/v1/actors/{actor}"),
+                None,
+            )
+            .await;
         }
     });
     (ms(first), ms(all))
