@@ -498,7 +498,8 @@ fn placements(c: &mut Criterion, rt: &Runtime, client: &Http, envs: &Envs) {
         // The moves kept every actor paused and its state: one more POST
         // counts 2.
         rt.block_on(async {
-            for (actor, _) in movers.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+            let movers = movers.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            for (actor, _) in &movers {
                 let info = actor_info(client, t, actor).await;
                 assert_eq!(info["state"], "paused", "{actor} after the moves: {info}");
             }

@@ -277,7 +277,6 @@ impl Deployment {
     }
 
     /// `stasis ARGS` against replica `i`'s admin API.
-    #[must_use]
     pub fn cli(&self, i: usize, args: &[&str]) -> Output {
         self.stasis
             .command()
@@ -291,7 +290,6 @@ impl Deployment {
     ///
     /// # Panics
     /// If the command fails (with its stderr).
-    #[must_use]
     pub fn cli_ok(&self, i: usize, args: &[&str]) -> String {
         let out = self.cli(i, args);
         assert!(
@@ -306,7 +304,6 @@ impl Deployment {
     ///
     /// # Panics
     /// If the command fails or does not print JSON.
-    #[must_use]
     pub fn cli_json(&self, i: usize, args: &[&str]) -> serde_json::Value {
         let mut args = args.to_vec();
         args.extend(["-o", "json"]);
@@ -386,7 +383,7 @@ impl Deployment {
     /// If the push fails.
     pub fn push_counter(&self, via: usize) {
         let path = self.stasis.demo("counter");
-        let _ = self.cli_ok(
+        self.cli_ok(
             via,
             &[
                 "template",
