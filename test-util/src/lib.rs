@@ -24,6 +24,9 @@
 //!   URL and the `AWS_*` settings to reach it.
 //! * [`etcd`]: a real etcd cluster of N members on loopback (kill and
 //!   restart members).
+//! * [`cluster`]: a cluster-mode deployment on loopback (etcd members, an
+//!   S3 or `file://` snapshot store, replicas and workers of the real
+//!   binary).
 //!
 //! Helpers panic with a message instead of returning errors: a failed step
 //! is a failed test.
@@ -33,6 +36,7 @@
 pub mod admin;
 pub mod artifacts;
 pub mod bench;
+pub mod cluster;
 pub mod data;
 pub mod demos;
 pub mod engine;

@@ -9,17 +9,15 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::net::SocketAddr;
-use std::process::{Command, Output};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
-use stasis_test_util::Proc;
-use stasis_test_util::etcd::EtcdCluster;
+use stasis_test_util::cluster::{Deployment, Setup};
 use stasis_test_util::http::Http;
-use stasis_test_util::s3::S3Server;
 
-use crate::support::{STASIS, actor_host, client, count, demo, to_actor};
+use crate::support::{STASIS, actor_host, client, count, to_actor};
 
 /// One cluster test at a time (see the module doc).
 static ONE_CLUSTER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -27,232 +25,19 @@ static ONE_CLUSTER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 /// Lease TTL of the test clusters: short, so failover is quick.
 const LEASE_TTL: &str = "2s";
 
-/// A `stasis serve` replica.
-struct Replica {
-    process: Proc,
-    ingress: SocketAddr,
-    admin: SocketAddr,
-    _dir: tempfile::TempDir,
-}
-
-/// A `stasis worker run` in cluster mode.
-struct ClusterWorker {
-    process: Proc,
-    name: String,
-    listen: SocketAddr,
-    _dir: tempfile::TempDir,
-}
-
-/// etcd, the object store, replicas and workers of one test.
-struct Deployment {
-    etcd: EtcdCluster,
-    s3: S3Server,
-    replicas: Vec<Option<Replica>>,
-    workers: Vec<Option<ClusterWorker>>,
-    flags: Vec<String>,
-}
-
 fn echo() -> bool {
     std::env::var_os("STASIS_TEST_LOG").is_some()
 }
 
-impl Deployment {
-    /// `members` etcd members, an S3 server, `replicas` replicas and
-    /// workers `w1..=workers`, every `stasis` process started with `flags`
-    /// too (replicas only take the serve flags).
-    fn start(members: usize, replicas: usize, workers: usize, flags: &[&str]) -> Deployment {
-        Self::start_on(EtcdCluster::start(members), replicas, workers, flags)
-    }
-
-    /// As [`Deployment::start`], on `etcd` (e.g. a TLS cluster).
-    fn start_on(etcd: EtcdCluster, replicas: usize, workers: usize, flags: &[&str]) -> Deployment {
-        let mut deployment = Deployment {
-            etcd,
-            s3: S3Server::start(),
-            replicas: Vec::new(),
-            workers: Vec::new(),
-            flags: flags.iter().map(|f| (*f).to_owned()).collect(),
-        };
-        for _ in 0..replicas {
-            let replica = deployment.start_replica(&[]).expect("replica starts");
-            deployment.replicas.push(Some(replica));
-        }
-        for i in 1..=workers {
-            deployment.add_worker(&format!("w{i}"));
-        }
-        if workers > 0 {
-            deployment.wait_for_workers(workers);
-        }
-        deployment
-    }
-
-    fn cluster_args(&self) -> Vec<String> {
-        let mut args: Vec<String> = vec![
-            "--directory".into(),
-            self.etcd.url("/stasis-test"),
-            "--snapshot-store".into(),
-            self.s3.url("cluster"),
-            "--lease-ttl".into(),
-            LEASE_TTL.into(),
-        ];
-        if let Some(tls) = self.etcd.tls() {
-            for (flag, file) in [
-                ("--etcd-ca", &tls.ca),
-                ("--etcd-cert", &tls.cert),
-                ("--etcd-key", &tls.key),
-            ] {
-                args.push(flag.into());
-                args.push(file.display().to_string());
-            }
-        }
-        args
-    }
-
-    /// Starts one more replica with `extra` flags; Err(its stderr) if it
-    /// exits instead.
-    fn start_replica(&self, extra: &[&str]) -> Result<Replica, String> {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let mut args: Vec<String> = vec!["--workers".into(), "0".into()];
-        args.extend(self.cluster_args());
-        args.extend(self.flags.iter().cloned());
-        args.extend(extra.iter().map(|e| (*e).to_owned()));
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let mut command = STASIS.serve(&dir.path().join("data"), &args);
-        command.env("STASIS_LOG", "info").envs(self.s3.env());
-        let process = Proc::start(command, "stasis ready", "replica", echo())?;
-        Ok(Replica {
-            ingress: process.addr("ingress="),
-            admin: process.addr("admin="),
-            process,
-            _dir: dir,
-        })
-    }
-
-    /// Starts worker `name` and adds it to the deployment.
-    fn add_worker(&mut self, name: &str) {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let mut command = STASIS.command();
-        command
-            .args(["worker", "run", "--name", name, "--listen", "127.0.0.1:0"])
-            .arg("--data-dir")
-            .arg(dir.path().join("data"))
-            .args(self.cluster_args())
-            .env("STASIS_LOG", "info")
-            .envs(self.s3.env());
-        let process = Proc::start(command, "stasis worker ready", name, echo())
-            .unwrap_or_else(|stderr| panic!("worker {name} exited: {stderr}"));
-        self.workers.push(Some(ClusterWorker {
-            listen: process.addr("listen="),
-            process,
-            name: name.to_owned(),
-            _dir: dir,
-        }));
-    }
-
-    fn replica(&self, i: usize) -> &Replica {
-        self.replicas[i].as_ref().expect("replica running")
-    }
-
-    fn worker(&self, name: &str) -> &ClusterWorker {
-        self.workers
-            .iter()
-            .flatten()
-            .find(|w| w.name == name)
-            .unwrap_or_else(|| panic!("no worker {name}"))
-    }
-
-    /// `stasis ARGS` against replica `i`'s admin API.
-    fn cli(&self, i: usize, args: &[&str]) -> Output {
-        STASIS
-            .command()
-            .args(args)
-            .env("STASIS_ADMIN", format!("http://{}", self.replica(i).admin))
-            .output()
-            .expect("run stasis")
-    }
-
-    fn cli_ok(&self, i: usize, args: &[&str]) -> String {
-        let out = self.cli(i, args);
-        assert!(
-            out.status.success(),
-            "stasis {args:?} via replica {i} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    fn cli_json(&self, i: usize, args: &[&str]) -> serde_json::Value {
-        let mut args = args.to_vec();
-        args.extend(["-o", "json"]);
-        let out = self.cli_ok(i, &args);
-        serde_json::from_str(&out).unwrap_or_else(|e| panic!("{args:?}: not JSON ({e}): {out}"))
-    }
-
-    /// The first running replica.
-    fn any_replica(&self) -> usize {
-        self.replicas
-            .iter()
-            .position(Option::is_some)
-            .expect("a replica runs")
-    }
-
-    /// Waits (30 s at most) until `worker list`, asked through a running
-    /// replica, shows `n` ready workers; returns their names.
-    fn wait_for_workers(&self, n: usize) -> Vec<String> {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let out = self.cli(self.any_replica(), &["worker", "list", "-o", "json"]);
-            if out.status.success()
-                && let Ok(list) = serde_json::from_slice::<serde_json::Value>(&out.stdout)
-            {
-                let ready: Vec<String> = list
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter(|w| w["state"] == "ready")
-                    .filter_map(|w| w["name"].as_str().map(str::to_owned))
-                    .collect();
-                if ready.len() == n {
-                    return ready;
-                }
-            }
-            assert!(
-                Instant::now() < deadline,
-                "never {n} ready workers: {}",
-                String::from_utf8_lossy(&out.stdout)
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    /// The index of the replica whose log says it leads.
-    fn leader(&self) -> usize {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let leading = self.replicas.iter().enumerate().find(|(_, r)| {
-                r.as_ref()
-                    .is_some_and(|r| r.process.log().contains("serving as the leader"))
-            });
-            if let Some((i, _)) = leading {
-                return i;
-            }
-            assert!(Instant::now() < deadline, "no replica became the leader");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    fn push_counter(&self, via: usize) {
-        let path = demo("counter");
-        self.cli_ok(
-            via,
-            &[
-                "template",
-                "push",
-                "counter",
-                path.to_str().expect("utf-8 path"),
-            ],
-        );
-    }
+/// `members` etcd members, an S3 server, `replicas` replicas and workers
+/// `w1..=workers`, every `stasis` process started with `flags` too
+/// (replicas only take the serve flags), leases of [`LEASE_TTL`].
+fn deployment(members: usize, replicas: usize, workers: usize, flags: &[&str]) -> Deployment {
+    let mut setup = Setup::new(members, replicas, workers);
+    setup.lease_ttl = Some(LEASE_TTL.to_owned());
+    setup.flags = flags.iter().map(|f| (*f).to_owned()).collect();
+    setup.echo = echo();
+    Deployment::start(STASIS, setup)
 }
 
 /// A POST to actor `actor` at `addr` that never panics: `Some((status,
@@ -309,7 +94,7 @@ async fn served(d: &Deployment, i: usize, actor: &str) -> u64 {
 #[tokio::test(flavor = "multi_thread")]
 async fn every_replica_serves_and_a_follower_takes_over_from_a_killed_leader() {
     let _one = ONE_CLUSTER.lock().await;
-    let mut d = Deployment::start(1, 2, 2, &[]);
+    let mut d = deployment(1, 2, 2, &[]);
     d.push_counter(1);
     d.cli_json(0, &["actor", "create", "c1", "--template", "counter"]);
     let c = client();
@@ -366,7 +151,7 @@ async fn every_replica_serves_and_a_follower_takes_over_from_a_killed_leader() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_replica_with_conflicting_settings_refuses_to_start_and_names_the_flag() {
     let _one = ONE_CLUSTER.lock().await;
-    let d = Deployment::start(1, 0, 0, &[]);
+    let d = deployment(1, 0, 0, &[]);
     let _first = d
         .start_replica(&["--checkpoint-every", "1"])
         .expect("the first replica starts");
@@ -426,7 +211,7 @@ fn signal(pid: u32, signal: &str) {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_worker_cut_off_from_etcd_past_its_lease_never_serves_its_old_actors() {
     let _one = ONE_CLUSTER.lock().await;
-    let d = Deployment::start(1, 1, 2, &["--checkpoint-every", "1"]);
+    let d = deployment(1, 1, 2, &["--checkpoint-every", "1"]);
     d.push_counter(0);
     d.cli_json(0, &["actor", "create", "p1", "--template", "counter"]);
     let c = client();
@@ -499,7 +284,7 @@ async fn a_worker_cut_off_from_etcd_past_its_lease_never_serves_its_old_actors()
 #[tokio::test(flavor = "multi_thread")]
 async fn every_verb_works_through_a_follower() {
     let _one = ONE_CLUSTER.lock().await;
-    let d = Deployment::start(1, 2, 2, &[]);
+    let d = deployment(1, 2, 2, &[]);
     let leader = d.leader();
     let f = 1 - leader;
     d.push_counter(f);
@@ -583,7 +368,7 @@ async fn no_split_brain_and_no_lost_acknowledged_request_under_faults() {
     const ACTORS: usize = 12;
     const CLIENTS: usize = 8;
     const POSTS: usize = 100;
-    let mut d = Deployment::start(3, 2, 3, &["--checkpoint-every", "1"]);
+    let mut d = deployment(3, 2, 3, &["--checkpoint-every", "1"]);
     d.push_counter(0);
     let names: Vec<String> = (0..ACTORS).map(|i| format!("k{i}")).collect();
     for (i, name) in names.iter().enumerate() {
@@ -678,7 +463,11 @@ async fn no_split_brain_and_no_lost_acknowledged_request_under_faults() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_cluster_on_an_etcd_that_requires_tls_client_certificates() {
     let _one = ONE_CLUSTER.lock().await;
-    let d = Deployment::start_on(EtcdCluster::start_tls(1), 1, 1, &[]);
+    let mut setup = Setup::new(1, 1, 1);
+    setup.lease_ttl = Some(LEASE_TTL.to_owned());
+    setup.tls = true;
+    setup.echo = echo();
+    let d = Deployment::start(STASIS, setup);
     d.push_counter(0);
     d.cli_json(0, &["actor", "create", "t1", "--template", "counter"]);
     let c = client();
@@ -690,8 +479,9 @@ async fn a_cluster_on_an_etcd_that_requires_tls_client_certificates() {
     }
     // Without the TLS flags a replica cannot connect, and says which flags
     // would help.
-    let mut command = STASIS.command();
-    command
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = STASIS
+        .command()
         .args([
             "serve",
             "--listen",
@@ -700,11 +490,12 @@ async fn a_cluster_on_an_etcd_that_requires_tls_client_certificates() {
             "127.0.0.1:0",
         ])
         .args(["--directory", &d.etcd.url("/stasis-test")])
-        .args(["--snapshot-store", &d.s3.url("cluster")])
-        .envs(d.s3.env());
-    let dir = tempfile::tempdir().expect("tempdir");
-    command.arg("--data-dir").arg(dir.path());
-    let out = command.output().expect("run stasis");
+        .args(["--snapshot-store", &d.store_url])
+        .arg("--data-dir")
+        .arg(dir.path())
+        .envs(d.env())
+        .output()
+        .expect("run stasis");
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(

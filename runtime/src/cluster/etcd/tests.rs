@@ -456,7 +456,9 @@ fn user_and_password_auth_is_applied_and_a_refusal_is_named() {
         client.auth_enable().await.expect("enable auth");
         let mut opts = EtcdOptions::parse(&cluster.url("/auth")).expect("url");
         opts.user = Some(("root".into(), "r00t-pw".into()));
-        let etcd = Etcd::connect(&opts).await.expect("connect with the password");
+        let etcd = Etcd::connect(&opts)
+            .await
+            .expect("connect with the password");
         let directory = etcd.directory();
         let inserted = tokio::task::spawn_blocking(move || {
             directory.insert_template(&template("t", "00"))?;
@@ -473,6 +475,9 @@ fn user_and_password_auth_is_applied_and_a_refusal_is_named() {
             .expect("a wrong password is refused");
         let text = format!("{refused:#}");
         assert!(text.contains("connecting to etcd at"), "{text}");
-        assert!(!text.contains("wrong"), "the password is never shown: {text}");
+        assert!(
+            !text.contains("wrong"),
+            "the password is never shown: {text}"
+        );
     });
 }
