@@ -16,8 +16,9 @@ use crate::cluster_flags::ClusterFlags;
 #[derive(Debug, Args)]
 pub struct WorkerRunArgs {
     /// The control plane's admin URL, e.g. http://127.0.0.1:7070 (embedded
-    /// mode; with --directory etcd:// the worker registers in etcd instead).
-    #[arg(long, env = "STASIS_ADMIN")]
+    /// mode; default: $STASIS_ADMIN). With --directory etcd:// the worker
+    /// registers in etcd instead (and $STASIS_ADMIN is ignored).
+    #[arg(long)]
     join: Option<String>,
     /// Where this worker's internal API listens; port 0 picks a free port.
     #[arg(long, default_value = "127.0.0.1:0")]
@@ -45,7 +46,14 @@ pub struct WorkerRunArgs {
 /// Start-up failures: a locked data dir, a port in use, a bad name.
 pub async fn run(args: WorkerRunArgs) -> anyhow::Result<()> {
     crate::process::init_logging();
-    let membership = match (args.cluster.etcd()?, args.join) {
+    let etcd = args.cluster.etcd()?;
+    // $STASIS_ADMIN is where client verbs send their calls: a cluster
+    // worker started in the same shell must not take it for --join.
+    let join = match (&etcd, args.join) {
+        (None, None) => std::env::var("STASIS_ADMIN").ok().filter(|v| !v.is_empty()),
+        (_, join) => join,
+    };
+    let membership = match (etcd, join) {
         (Some(etcd), None) => Membership::Registered(Box::new(RegisteredOptions {
             etcd,
             store: args.cluster.snapshot_store.clone(),
@@ -53,7 +61,7 @@ pub async fn run(args: WorkerRunArgs) -> anyhow::Result<()> {
             advertise: args.advertise,
         })),
         (Some(_), Some(_)) => anyhow::bail!(
-            "--join is for the embedded mode; with --directory etcd:// the worker registers in etcd (drop --join, or STASIS_ADMIN)"
+            "--join is for the embedded mode; with --directory etcd:// the worker registers in etcd (drop --join)"
         ),
         (None, Some(join)) => {
             anyhow::ensure!(
@@ -67,7 +75,7 @@ pub async fn run(args: WorkerRunArgs) -> anyhow::Result<()> {
             })
         }
         (None, None) => anyhow::bail!(
-            "give --join URL (the control plane's admin URL) or --directory etcd://HOST:PORT (cluster mode)"
+            "give --join URL (the control plane's admin URL, or $STASIS_ADMIN) or --directory etcd://HOST:PORT (cluster mode)"
         ),
     };
     let options = WorkerOptions {

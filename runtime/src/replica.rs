@@ -11,9 +11,11 @@
 //! and serves with it; requests to actors keep flowing through the
 //! followers meanwhile.
 //!
-//! A leader that cannot renew its lease in time stops (the process exits
-//! with an error): it cannot know whether another replica leads already,
-//! and a supervisor (systemd, Kubernetes) starts it again as a follower.
+//! A leader that cannot renew its lease in time steps down at once: its
+//! control plane (and every task it runs) is dropped, it serves as a
+//! follower, and campaigns again. Whatever it still had under way can no
+//! longer change a placement another leader made: each placement change is
+//! a compare-and-set on the actor's key in etcd.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -155,6 +157,12 @@ pub async fn serve_replica(
         options.config.workers == 0,
         "--workers must be 0 with --directory etcd://: workers join the cluster as `stasis worker run --directory ...`"
     );
+    // The data dir holds this replica's caches only, but two processes
+    // must not share it.
+    std::fs::create_dir_all(&options.config.data_dir).with_context(|| {
+        format!("creating data dir {}", options.config.data_dir.display())
+    })?;
+    let _lock = stasis_core::durable::lock_data_dir(&options.config.data_dir)?;
     let etcd = Etcd::connect(&cluster.etcd).await?;
     let mine = options.config.cluster_settings();
     let stored = etcd
@@ -271,8 +279,12 @@ async fn open(etcd: &Etcd, options: &ServeOptions, role: Role) -> anyhow::Result
 }
 
 /// Campaigns; once elected, opens the leader's control plane and serves
-/// with it until the leadership is lost (an error: the caller exits) or
-/// `quit` turns true (then it resigns).
+/// with it until the leadership is lost, then steps down to a follower and
+/// campaigns again; until `quit` turns true (then it resigns, if it leads).
+///
+/// # Errors
+/// Only if this replica cannot serve even as a follower (its control plane
+/// cannot be opened).
 async fn lead(
     etcd: Etcd,
     replica: Arc<Replica>,
@@ -280,24 +292,53 @@ async fn lead(
     cluster: ClusterConfig,
     mut quit: watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
-    let leadership = tokio::select! {
-        won = etcd.campaign(&replica.me, cluster.lease_ttl) => won?,
-        () = quitting(&mut quit) => return Ok(()),
-    };
-    tracing::info!(replica = %replica.me.name, "elected leader; opening the control plane");
-    replica.serve_with(open(&etcd, &options, Role::Leader).await?);
-    tracing::info!(replica = %replica.me.name, "serving as the leader");
-    tokio::select! {
-        () = leadership.lost() => anyhow::bail!(
-            "lost the leadership: its lease could not be renewed within --lease-ttl {:?}; exiting so that one replica at a time leads",
-            cluster.lease_ttl
-        ),
-        () = quitting(&mut quit) => {
-            tracing::info!("resigning the leadership");
-            if let Err(e) = leadership.resign().await {
-                tracing::warn!("resigning: {e:#}; another replica leads after the lease TTL");
+    let mut backoff = Duration::from_millis(200);
+    loop {
+        let leadership = tokio::select! {
+            won = etcd.campaign(&replica.me, cluster.lease_ttl) => match won {
+                Ok(won) => won,
+                Err(e) => {
+                    tracing::warn!("campaigning for the leadership: {e:#}; again in {backoff:?}");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                    continue;
+                }
+            },
+            () = quitting(&mut quit) => return Ok(()),
+        };
+        tracing::info!(replica = %replica.me.name, "elected leader; opening the control plane");
+        match open(&etcd, &options, Role::Leader).await {
+            Ok(serving) => replica.serve_with(serving),
+            Err(e) => {
+                tracing::error!("opening the leader's control plane: {e:#}; resigning");
+                if let Err(e) = leadership.resign().await {
+                    tracing::warn!("resigning: {e:#}");
+                }
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+                continue;
             }
-            Ok(())
+        }
+        backoff = Duration::from_millis(200);
+        tracing::info!(replica = %replica.me.name, "serving as the leader");
+        tokio::select! {
+            () = leadership.lost() => {
+                // Another replica may lead by now: stop deciding at once
+                // (the leader's tasks end with its control plane), serve
+                // as a follower, and campaign again.
+                tracing::error!(
+                    "lost the leadership: its lease could not be renewed within --lease-ttl {:?}; stepping down to a follower",
+                    cluster.lease_ttl
+                );
+                replica.serve_with(open(&etcd, &options, Role::Follower).await?);
+            }
+            () = quitting(&mut quit) => {
+                tracing::info!("resigning the leadership");
+                if let Err(e) = leadership.resign().await {
+                    tracing::warn!("resigning: {e:#}; another replica leads after the lease TTL");
+                }
+                return Ok(());
+            }
         }
     }
 }

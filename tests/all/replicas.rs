@@ -503,3 +503,89 @@ async fn a_cluster_on_an_etcd_that_requires_tls_client_certificates() {
         "{stderr}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_live_workers_never_share_a_name_and_a_worker_must_share_the_store() {
+    let _one = ONE_CLUSTER.lock().await;
+    let mut d = deployment(1, 1, 1, &[]);
+    d.push_counter(0);
+    d.cli_json(0, &["actor", "create", "n1", "--template", "counter"]);
+    let c = client();
+    for expected in 1..=3 {
+        assert_eq!(
+            count(&to_actor(&c, d.replica(0).ingress, "n1", "POST", "/").await),
+            expected
+        );
+    }
+    // A second process under the live worker's name does not take over
+    // its registration: the actor keeps its worker and its unsaved state.
+    d.add_worker("w1");
+    let impostor = d
+        .workers
+        .last()
+        .and_then(Option::as_ref)
+        .expect("second w1");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !impostor
+        .process
+        .log()
+        .contains("registered by another live process")
+    {
+        assert!(Instant::now() < deadline, "{}", impostor.process.log());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Past the lease TTL: nothing was re-placed.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        count(&to_actor(&c, d.replica(0).ingress, "n1", "POST", "/").await),
+        4
+    );
+    assert_eq!(d.wait_for_workers(1), vec!["w1".to_owned()]);
+    // A worker on another store than the cluster's refuses to start.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = STASIS
+        .command()
+        .args(["worker", "run", "--name", "w9", "--listen", "127.0.0.1:0"])
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .args(["--directory", &d.etcd.url("/stasis-test")])
+        .arg("--snapshot-store")
+        .arg(format!("file://{}", dir.path().display()))
+        .output()
+        .expect("run stasis");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--snapshot-store") && stderr.contains("cluster's settings"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_last_worker_stopped_with_sigterm_pauses_its_actors_first() {
+    let _one = ONE_CLUSTER.lock().await;
+    let mut d = deployment(1, 1, 1, &[]);
+    d.push_counter(0);
+    d.cli_json(0, &["actor", "create", "s1", "--template", "counter"]);
+    let c = client();
+    for expected in 1..=3 {
+        assert_eq!(
+            count(&to_actor(&c, d.replica(0).ingress, "s1", "POST", "/").await),
+            expected
+        );
+    }
+    // No other worker to drain to: the worker pauses its actors (their
+    // snapshots go to the shared store) before it exits.
+    let last = d.workers[0].as_mut().expect("w1");
+    let status = last.process.terminate(Duration::from_secs(30));
+    assert!(status.success(), "{status:?}");
+    let log = last.process.log();
+    assert!(log.contains("paused for shutdown"), "{log}");
+    d.workers[0] = None;
+    d.add_worker("w2");
+    assert_eq!(
+        served(&d, 0, "s1").await,
+        4,
+        "the count survives the last worker's SIGTERM"
+    );
+}

@@ -289,6 +289,10 @@ pub struct JoinAnswer {
     /// Cap on the snapshot store, bytes (`--snapshot-quota`).
     #[serde(default)]
     pub snapshot_quota: Option<u64>,
+    /// The shared snapshot store every process of a cluster uses
+    /// (`--snapshot-store`; cluster mode only).
+    #[serde(default)]
+    pub snapshot_store: Option<String>,
 }
 
 impl JoinAnswer {
@@ -298,7 +302,7 @@ impl JoinAnswer {
     /// flag refuses to start and names it.
     #[must_use]
     pub fn conflict(&self, stored: &JoinAnswer) -> Option<String> {
-        let fields: [(&str, String, String); 13] = [
+        let fields: [(&str, String, String); 14] = [
             (
                 "--heartbeat-timeout (ms)",
                 self.heartbeat_timeout_ms.to_string(),
@@ -364,6 +368,11 @@ impl JoinAnswer {
                 unset_or(self.snapshot_quota),
                 unset_or(stored.snapshot_quota),
             ),
+            (
+                "--snapshot-store",
+                unset_or(self.snapshot_store.as_deref()),
+                unset_or(stored.snapshot_store.as_deref()),
+            ),
         ];
         fields
             .into_iter()
@@ -407,6 +416,7 @@ mod tests {
             checkpoint_interval_ms: None,
             idle_timeout_ms: None,
             snapshot_quota: None,
+            snapshot_store: None,
         }
     }
 

@@ -218,7 +218,9 @@ pub async fn run(
                 name: options.name.clone(),
                 address: bound.to_string(),
             };
-            let answer = join_until_admitted(&control, &join).await;
+            let answer = join_until_admitted(&control, &join)
+                .await
+                .map_err(|e| anyhow::anyhow!("the control plane refused this worker: {e}"))?;
             let store = Arc::new(LocalSnapshotStore::open(&snapshots, None)?);
             let fetch = Box::new(ControlTemplates {
                 control: control.clone(),
@@ -236,6 +238,12 @@ pub async fn run(
         Membership::Registered(registered) => {
             let etcd = Etcd::connect(&registered.etcd).await?;
             let answer = settings_when_written(&etcd).await;
+            let mine = registered.store.to_string();
+            if let Some(theirs) = answer.snapshot_store.as_ref().filter(|s| **s != mine) {
+                anyhow::bail!(
+                    "refusing to start: --snapshot-store is {mine} here but {theirs} in the cluster's settings; every process of a cluster shares one store"
+                );
+            }
             let cache = options.data_dir.join("snapshot-cache");
             let url = registered.store.clone();
             let shared =
@@ -335,7 +343,16 @@ pub async fn run(
     tracing::info!("shutting down: asking the control plane to drain this worker");
     match remote.drain_me(&options.name).await {
         Ok(()) => tracing::info!("drained"),
-        Err(e) => tracing::warn!("drain failed ({e}); exiting anyway"),
+        Err(e) => {
+            // Not moved: keep what was acknowledged by pausing every actor
+            // here (its snapshot goes to the store, or to the control
+            // plane), so that it comes back from that snapshot wherever it
+            // is placed next.
+            tracing::warn!(
+                "drain refused or failed ({e}); pausing every actor here before exiting"
+            );
+            remote.pause_all().await;
+        }
     }
     membership.abort();
     remote.leave().await;
@@ -367,7 +384,13 @@ fn lease_lost(worker: &str) -> ApiError {
     ))
 }
 
-async fn join_until_admitted(control: &Peer, join: &JoinRequest) -> JoinAnswer {
+/// Joins the control plane, retrying while it cannot be reached or is not
+/// ready.
+///
+/// # Errors
+/// The control plane's refusal for good (400 bad name, 401/403 token, 409
+/// the name is taken or the cluster takes no `--join` workers).
+async fn join_until_admitted(control: &Peer, join: &JoinRequest) -> Result<JoinAnswer, ApiError> {
     let mut wait = Duration::from_millis(100);
     loop {
         match control
@@ -376,8 +399,9 @@ async fn join_until_admitted(control: &Peer, join: &JoinRequest) -> JoinAnswer {
         {
             Ok(answer) => {
                 tracing::info!(control = control.base(), name = %join.name, "joined");
-                return answer;
+                return Ok(answer);
             }
+            Err(e) if matches!(e.status, 400 | 401 | 403 | 409) => return Err(e),
             Err(e) => {
                 tracing::warn!(
                     "joining {} failed: {e}; retrying in {wait:?}",
@@ -515,9 +539,13 @@ impl RemoteWorker {
                 Err(e) if e.status == 404 || e.status == 410 => {
                     tracing::warn!("control plane: {e}; dropping every actor and joining again");
                     self.drop_all().await;
-                    join_until_admitted(&control, &join).await;
-                    last_ok = Instant::now();
-                    self.worker.set_serving(true);
+                    match join_until_admitted(&control, &join).await {
+                        Ok(_) => {
+                            last_ok = Instant::now();
+                            self.worker.set_serving(true);
+                        }
+                        Err(e) => tracing::error!("the control plane refused this worker: {e}"),
+                    }
                 }
                 Err(e) => {
                     if last_ok.elapsed() >= timeout && self.worker.is_serving() {
@@ -529,6 +557,19 @@ impl RemoteWorker {
                         self.drop_all().await;
                     }
                 }
+            }
+        }
+    }
+
+    /// Pauses every actor this worker hosts (at shutdown, when no drain
+    /// took them), logging each outcome.
+    async fn pause_all(&self) {
+        for name in self.worker.actor_names() {
+            match self.worker.pause(&name).await {
+                Ok(report) => {
+                    tracing::info!(actor = %name, seq = report.seq, "paused for shutdown")
+                }
+                Err(e) => tracing::error!(actor = %name, "pausing for shutdown failed: {e}"),
             }
         }
     }

@@ -290,8 +290,10 @@ impl ControlPlane {
             if registered || member.state() == WorkerState::Lost {
                 continue;
             }
-            if member.state() == WorkerState::Drained {
-                tracing::info!(worker = %member.name, "drained worker gone; forgetting it");
+            if member.state() == WorkerState::Drained || self.role == super::Role::Follower {
+                // A follower does not decide losses (nor see drains): the
+                // leader re-places whatever the worker held.
+                tracing::info!(worker = %member.name, "worker gone; forgetting it");
                 self.forget(&member);
                 continue;
             }

@@ -162,6 +162,10 @@ impl ServeConfig {
             checkpoint_interval_ms: self.checkpoint_interval.map(ms),
             idle_timeout_ms: self.idle_timeout.map(ms),
             snapshot_quota: self.snapshot_quota,
+            snapshot_store: self
+                .cluster
+                .as_ref()
+                .map(|_| self.snapshot_store.to_string()),
         }
     }
 }

@@ -41,7 +41,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Context as _;
-use etcd_client::{LeaseKeepAliveStream, LeaseKeeper, PutOptions};
+use etcd_client::{
+    Compare, CompareOp, LeaseKeepAliveStream, LeaseKeeper, PutOptions, Txn, TxnOp, TxnOpResponse,
+};
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -321,7 +323,9 @@ impl Etcd {
     /// it, and keeps it alive every TTL/3 in the background.
     ///
     /// # Errors
-    /// If etcd does not grant the lease or take the record.
+    /// If etcd does not grant the lease or take the record, or another
+    /// live process holds the name (its registration's lease has not
+    /// expired).
     pub async fn register_worker(
         &self,
         name: &str,
@@ -336,13 +340,42 @@ impl Etcd {
         let value = serde_json::to_vec(&record).context("encoding the worker record")?;
         let key = self.key(&format!("workers/{name}"));
         let options = PutOptions::new().with_lease(lease.id());
-        retry(|| {
-            let (mut client, key, value) = (self.client(), key.clone(), value.clone());
-            let options = options.clone();
-            async move { client.put(key, value, Some(options)).await }
+        // Only while no live process holds the name: a second worker with
+        // the same name (or this one restarted before its old lease ran
+        // out) must not take over the registration of a worker that still
+        // serves.
+        let txn = Txn::new()
+            .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(key.clone(), value.clone(), Some(options))])
+            .or_else([TxnOp::get(key.clone(), None)]);
+        let answer = retry(|| {
+            let (mut client, txn) = (self.client(), txn.clone());
+            async move { client.txn(txn).await }
         })
         .await
         .with_context(|| format!("registering {key} in etcd at {}", self.endpoints()))?;
+        let ours = answer.succeeded()
+            || answer.op_responses().iter().any(|op| match op {
+                // A retry of ours whose first answer was lost.
+                TxnOpResponse::Get(got) => got.kvs().first().is_some_and(|kv| kv.value() == value),
+                _ => false,
+            });
+        if !ours {
+            let held_by = answer
+                .op_responses()
+                .iter()
+                .find_map(|op| match op {
+                    TxnOpResponse::Get(got) => got.kvs().first().map(|kv| kv.lease()),
+                    _ => None,
+                })
+                .unwrap_or(0);
+            if let Err(e) = lease.revoke().await {
+                tracing::debug!("revoking an unused lease: {e:#}");
+            }
+            anyhow::bail!(
+                "worker name {name} is registered by another live process (lease {held_by:x}); a worker restarted under its old name waits until the old lease expires (--lease-ttl), two live workers cannot share a name"
+            );
+        }
         Ok(WorkerLease { lease })
     }
 }
