@@ -37,6 +37,15 @@ fn parse_directory(s: &str) -> Result<DirectoryFlag, String> {
     ))
 }
 
+/// A lease TTL: a duration of at least 1 s (etcd grants whole seconds).
+fn parse_lease_ttl(s: &str) -> Result<Duration, String> {
+    let ttl = parse_duration(s)?;
+    if ttl < Duration::from_secs(1) {
+        return Err(format!("{s:?} is below 1s, the shortest lease etcd grants"));
+    }
+    Ok(ttl)
+}
+
 fn parse_store(s: &str) -> Result<StoreUrl, String> {
     s.parse()
         .map_err(|e: stasis_core::snapshot_objects::StoreUrlError| e.to_string())
@@ -78,7 +87,7 @@ pub struct ClusterFlags {
     /// TTL of the leases in etcd (workers' registrations, the leader's):
     /// a worker or leader cut off from etcd stops within it, and is
     /// replaced after it.
-    #[arg(long, default_value = "3s", value_parser = parse_duration)]
+    #[arg(long, default_value = "10s", value_parser = parse_lease_ttl)]
     pub lease_ttl: Duration,
 }
 
