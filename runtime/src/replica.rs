@@ -159,9 +159,8 @@ pub async fn serve_replica(
     );
     // The data dir holds this replica's caches only, but two processes
     // must not share it.
-    std::fs::create_dir_all(&options.config.data_dir).with_context(|| {
-        format!("creating data dir {}", options.config.data_dir.display())
-    })?;
+    std::fs::create_dir_all(&options.config.data_dir)
+        .with_context(|| format!("creating data dir {}", options.config.data_dir.display()))?;
     let _lock = stasis_core::durable::lock_data_dir(&options.config.data_dir)?;
     let etcd = Etcd::connect(&cluster.etcd).await?;
     let mine = options.config.cluster_settings();
