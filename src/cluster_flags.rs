@@ -37,8 +37,25 @@ fn parse_directory(s: &str) -> Result<DirectoryFlag, String> {
     ))
 }
 
+/// Shortest and longest `--lease-ttl`: etcd counts leases in whole
+/// seconds, and a worker or leader that dies is replaced only after it.
+const LEASE_TTL_RANGE: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(3600));
+
+/// `--lease-ttl`: a duration from 1 s to 1 h.
+fn parse_lease_ttl(s: &str) -> Result<Duration, String> {
+    let ttl = parse_duration(s)?;
+    let (min, max) = LEASE_TTL_RANGE;
+    if ttl < min || ttl > max {
+        return Err(format!(
+            "{s:?} is out of range: from 1s (etcd counts leases in whole seconds) to 1h (a dead worker's actors wait that long)"
+        ));
+    }
+    Ok(ttl)
+}
+
 fn parse_store(s: &str) -> Result<StoreUrl, String> {
-    s.parse().map_err(|e: stasis_core::snapshot_objects::StoreUrlError| e.to_string())
+    s.parse()
+        .map_err(|e: stasis_core::snapshot_objects::StoreUrlError| e.to_string())
 }
 
 /// Flags choosing the directory and the snapshot store.
@@ -67,12 +84,17 @@ pub struct ClusterFlags {
     #[arg(long, env = "STASIS_ETCD_USER", requires = "etcd_password")]
     pub etcd_user: Option<String>,
     /// etcd password of --etcd-user.
-    #[arg(long, env = "STASIS_ETCD_PASSWORD", hide_env_values = true, requires = "etcd_user")]
+    #[arg(
+        long,
+        env = "STASIS_ETCD_PASSWORD",
+        hide_env_values = true,
+        requires = "etcd_user"
+    )]
     pub etcd_password: Option<String>,
     /// TTL of the leases in etcd (workers' registrations, the leader's):
     /// a worker or leader cut off from etcd stops within it, and is
     /// replaced after it.
-    #[arg(long, default_value = "3s", value_parser = parse_duration)]
+    #[arg(long, default_value = "3s", value_parser = parse_lease_ttl)]
     pub lease_ttl: Duration,
 }
 

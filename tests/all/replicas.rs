@@ -23,37 +23,37 @@ use stasis_test_util::s3::S3Server;
 use crate::support::{STASIS, actor_host, client, count, demo, to_actor};
 
 /// One cluster test at a time (see the module doc).
-static ONE_CLUSTER: Mutex<()> = Mutex::new(());
+pub(crate) static ONE_CLUSTER: Mutex<()> = Mutex::new(());
 
 /// Lease TTL of the test clusters: short, so failover is quick.
-const LEASE_TTL: &str = "2s";
+pub(crate) const LEASE_TTL: &str = "2s";
 
 /// A `stasis serve` replica.
-struct Replica {
-    process: Proc,
-    ingress: SocketAddr,
-    admin: SocketAddr,
+pub(crate) struct Replica {
+    pub(crate) process: Proc,
+    pub(crate) ingress: SocketAddr,
+    pub(crate) admin: SocketAddr,
     _dir: tempfile::TempDir,
 }
 
 /// A `stasis worker run` in cluster mode.
-struct ClusterWorker {
-    process: Proc,
-    name: String,
-    listen: SocketAddr,
+pub(crate) struct ClusterWorker {
+    pub(crate) process: Proc,
+    pub(crate) name: String,
+    pub(crate) listen: SocketAddr,
     _dir: tempfile::TempDir,
 }
 
 /// etcd, the object store, replicas and workers of one test.
-struct Deployment {
-    etcd: EtcdCluster,
-    s3: S3Server,
-    replicas: Vec<Option<Replica>>,
-    workers: Vec<Option<ClusterWorker>>,
+pub(crate) struct Deployment {
+    pub(crate) etcd: EtcdCluster,
+    pub(crate) s3: S3Server,
+    pub(crate) replicas: Vec<Option<Replica>>,
+    pub(crate) workers: Vec<Option<ClusterWorker>>,
     flags: Vec<String>,
 }
 
-fn echo() -> bool {
+pub(crate) fn echo() -> bool {
     std::env::var_os("STASIS_TEST_LOG").is_some()
 }
 
@@ -61,7 +61,12 @@ impl Deployment {
     /// `members` etcd members, an S3 server, `replicas` replicas and
     /// workers `w1..=workers`, every `stasis` process started with `flags`
     /// too (replicas only take the serve flags).
-    fn start(members: usize, replicas: usize, workers: usize, flags: &[&str]) -> Deployment {
+    pub(crate) fn start(
+        members: usize,
+        replicas: usize,
+        workers: usize,
+        flags: &[&str],
+    ) -> Deployment {
         let mut deployment = Deployment {
             etcd: EtcdCluster::start(members),
             s3: S3Server::start(),
@@ -82,7 +87,7 @@ impl Deployment {
         deployment
     }
 
-    fn cluster_args(&self) -> Vec<String> {
+    pub(crate) fn cluster_args(&self) -> Vec<String> {
         vec![
             "--directory".into(),
             self.etcd.url("/stasis-test"),
@@ -95,7 +100,7 @@ impl Deployment {
 
     /// Starts one more replica with `extra` flags; Err(its stderr) if it
     /// exits instead.
-    fn start_replica(&self, extra: &[&str]) -> Result<Replica, String> {
+    pub(crate) fn start_replica(&self, extra: &[&str]) -> Result<Replica, String> {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut args: Vec<String> = vec!["--workers".into(), "0".into()];
         args.extend(self.cluster_args());
@@ -114,7 +119,7 @@ impl Deployment {
     }
 
     /// Starts worker `name` and adds it to the deployment.
-    fn add_worker(&mut self, name: &str) {
+    pub(crate) fn add_worker(&mut self, name: &str) {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut command = STASIS.command();
         command
@@ -134,7 +139,7 @@ impl Deployment {
         }));
     }
 
-    fn replica(&self, i: usize) -> &Replica {
+    pub(crate) fn replica(&self, i: usize) -> &Replica {
         self.replicas[i].as_ref().expect("replica running")
     }
 
@@ -147,7 +152,7 @@ impl Deployment {
     }
 
     /// `stasis ARGS` against replica `i`'s admin API.
-    fn cli(&self, i: usize, args: &[&str]) -> Output {
+    pub(crate) fn cli(&self, i: usize, args: &[&str]) -> Output {
         STASIS
             .command()
             .args(args)
@@ -156,7 +161,7 @@ impl Deployment {
             .expect("run stasis")
     }
 
-    fn cli_ok(&self, i: usize, args: &[&str]) -> String {
+    pub(crate) fn cli_ok(&self, i: usize, args: &[&str]) -> String {
         let out = self.cli(i, args);
         assert!(
             out.status.success(),
@@ -166,7 +171,7 @@ impl Deployment {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
-    fn cli_json(&self, i: usize, args: &[&str]) -> serde_json::Value {
+    pub(crate) fn cli_json(&self, i: usize, args: &[&str]) -> serde_json::Value {
         let mut args = args.to_vec();
         args.extend(["-o", "json"]);
         let out = self.cli_ok(i, &args);
@@ -183,7 +188,7 @@ impl Deployment {
 
     /// Waits (30 s at most) until `worker list`, asked through a running
     /// replica, shows `n` ready workers; returns their names.
-    fn wait_for_workers(&self, n: usize) -> Vec<String> {
+    pub(crate) fn wait_for_workers(&self, n: usize) -> Vec<String> {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let out = self.cli(self.any_replica(), &["worker", "list", "-o", "json"]);
@@ -211,7 +216,7 @@ impl Deployment {
     }
 
     /// The index of the replica whose log says it leads.
-    fn leader(&self) -> usize {
+    pub(crate) fn leader(&self) -> usize {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             let leading = self.replicas.iter().enumerate().find(|(_, r)| {
@@ -226,7 +231,7 @@ impl Deployment {
         }
     }
 
-    fn push_counter(&self, via: usize) {
+    pub(crate) fn push_counter(&self, via: usize) {
         let path = demo("counter");
         self.cli_ok(
             via,
@@ -242,7 +247,11 @@ impl Deployment {
 
 /// A POST to actor `actor` at `addr` that never panics: `Some((status,
 /// body))`, or `None` if no answer came (refused, reset, timed out).
-async fn try_post(client: &Http, addr: SocketAddr, actor: &str) -> Option<(u16, String)> {
+pub(crate) async fn try_post(
+    client: &Http,
+    addr: SocketAddr,
+    actor: &str,
+) -> Option<(u16, String)> {
     let request = hyper::Request::builder()
         .method("POST")
         .uri(format!("http://{addr}/"))
@@ -265,7 +274,11 @@ async fn try_post(client: &Http, addr: SocketAddr, actor: &str) -> Option<(u16, 
 /// a load balancer would: a replica that refuses connections is left for
 /// the next; a 503 (which says when to retry) is retried after a short
 /// pause; at most 40 attempts or 20 s. The count acknowledged, or `None`.
-async fn post_retrying(client: &Http, ingresses: &[SocketAddr], actor: &str) -> Option<u64> {
+pub(crate) async fn post_retrying(
+    client: &Http,
+    ingresses: &[SocketAddr],
+    actor: &str,
+) -> Option<u64> {
     let started = Instant::now();
     let mut next = 0;
     for _ in 0..40 {
@@ -285,7 +298,7 @@ async fn post_retrying(client: &Http, ingresses: &[SocketAddr], actor: &str) -> 
 
 /// Waits until `actor` answers a POST through replica `i`, and returns
 /// the count.
-async fn served(d: &Deployment, i: usize, actor: &str) -> u64 {
+pub(crate) async fn served(d: &Deployment, i: usize, actor: &str) -> u64 {
     post_retrying(&client(), &[d.replica(i).ingress], actor)
         .await
         .unwrap_or_else(|| panic!("{actor} is not served through replica {i}"))
@@ -333,7 +346,8 @@ async fn every_replica_serves_and_a_follower_takes_over_from_a_killed_leader() {
     let late = d.start_replica(&[]).expect("a third replica starts");
     let answer = to_actor(&c, late.ingress, "c1", "POST", "/").await;
     assert_eq!(count(&answer), 7);
-    let healthz = crate::support::send(&c, late.admin, "GET", "localhost", "/healthz", Vec::new()).await;
+    let healthz =
+        crate::support::send(&c, late.admin, "GET", "localhost", "/healthz", Vec::new()).await;
     assert!(healthz.body.contains("follower"), "{healthz:?}");
 }
 
@@ -356,15 +370,31 @@ async fn a_replica_with_conflicting_settings_refuses_to_start_and_names_the_flag
     // Workers need --directory or --join, and --join is not for etcd mode.
     let out = STASIS
         .command()
-        .args(["worker", "run", "--name", "x", "--data-dir", "/nonexistent/x"])
+        .args([
+            "worker",
+            "run",
+            "--name",
+            "x",
+            "--data-dir",
+            "/nonexistent/x",
+        ])
         .output()
         .expect("run stasis");
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("--join") && stderr.contains("--directory"), "{stderr}");
+    assert!(
+        stderr.contains("--join") && stderr.contains("--directory"),
+        "{stderr}"
+    );
     let out = STASIS
         .command()
-        .args(["serve", "--directory", "etcd://127.0.0.1:1", "--snapshot-store", "local"])
+        .args([
+            "serve",
+            "--directory",
+            "etcd://127.0.0.1:1",
+            "--snapshot-store",
+            "local",
+        ])
         .output()
         .expect("run stasis");
     assert!(!out.status.success());
@@ -373,7 +403,7 @@ async fn a_replica_with_conflicting_settings_refuses_to_start_and_names_the_flag
 }
 
 /// Sends `signal` to process `pid`.
-fn signal(pid: u32, signal: &str) {
+pub(crate) fn signal(pid: u32, signal: &str) {
     let status = Command::new("kill")
         .args([&format!("-{signal}"), &pid.to_string()])
         .status()
@@ -389,7 +419,10 @@ async fn a_worker_cut_off_from_etcd_past_its_lease_never_serves_its_old_actors()
     d.cli_json(0, &["actor", "create", "p1", "--template", "counter"]);
     let c = client();
     for expected in 1..=3 {
-        assert_eq!(count(&to_actor(&c, d.replica(0).ingress, "p1", "POST", "/").await), expected);
+        assert_eq!(
+            count(&to_actor(&c, d.replica(0).ingress, "p1", "POST", "/").await),
+            expected
+        );
     }
     let info = d.cli_json(0, &["actor", "get", "p1"]);
     let owner = info["worker"].as_str().expect("worker").to_owned();
@@ -400,13 +433,19 @@ async fn a_worker_cut_off_from_etcd_past_its_lease_never_serves_its_old_actors()
     signal(frozen.process.pid(), "STOP");
     let stopped = Instant::now();
     let next = served(&d, 0, "p1").await;
-    assert_eq!(next, 4, "every acknowledged request survives the frozen worker");
+    assert_eq!(
+        next, 4,
+        "every acknowledged request survives the frozen worker"
+    );
     let now_on = d.cli_json(0, &["actor", "get", "p1"])["worker"]
         .as_str()
         .expect("worker")
         .to_owned();
     assert_ne!(now_on, owner, "re-placed");
-    assert!(stopped.elapsed() >= Duration::from_secs(2), "re-placed before the lease ran out");
+    assert!(
+        stopped.elapsed() >= Duration::from_secs(2),
+        "re-placed before the lease ran out"
+    );
     signal(frozen.process.pid(), "CONT");
     // Woken, the old worker does not serve the actor at its old epoch:
     // asked directly, with the old epoch, it refuses.
@@ -426,7 +465,12 @@ async fn a_worker_cut_off_from_etcd_past_its_lease_never_serves_its_old_actors()
         Bytes::from(body),
     )
     .await;
-    assert_ne!(answer.status, 200, "a fenced worker served: {}", answer.text());
+    assert_ne!(
+        answer.status,
+        200,
+        "a fenced worker served: {}",
+        answer.text()
+    );
     // Its log says it stopped serving when the lease could not be renewed.
     let deadline = Instant::now() + Duration::from_secs(10);
     while !frozen.process.log().contains("stopping to serve") {
@@ -434,7 +478,10 @@ async fn a_worker_cut_off_from_etcd_past_its_lease_never_serves_its_old_actors()
         std::thread::sleep(Duration::from_millis(50));
     }
     // And the count goes on where it was, on the new owner.
-    assert_eq!(count(&to_actor(&c, d.replica(0).ingress, "p1", "POST", "/").await), 5);
+    assert_eq!(
+        count(&to_actor(&c, d.replica(0).ingress, "p1", "POST", "/").await),
+        5
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -451,7 +498,10 @@ async fn every_verb_works_through_a_follower() {
     }
     let c = client();
     for name in ["v1", "v2", "v3", "v4"] {
-        assert_eq!(count(&to_actor(&c, d.replica(f).ingress, name, "POST", "/").await), 1);
+        assert_eq!(
+            count(&to_actor(&c, d.replica(f).ingress, name, "POST", "/").await),
+            1
+        );
     }
     let listed = d.cli_json(f, &["actor", "list"]);
     assert_eq!(listed.as_array().map(Vec::len), Some(4), "{listed}");
@@ -465,26 +515,54 @@ async fn every_verb_works_through_a_follower() {
     let to = if from == "w1" { "w2" } else { "w1" };
     d.cli_json(f, &["actor", "migrate", "v1", "--to", to]);
     assert_eq!(d.cli_json(f, &["actor", "get", "v1"])["worker"], to);
-    assert_eq!(count(&to_actor(&c, d.replica(leader).ingress, "v1", "POST", "/").await), 2);
+    assert_eq!(
+        count(&to_actor(&c, d.replica(leader).ingress, "v1", "POST", "/").await),
+        2
+    );
     // Drain w1: everything lands on w2 and keeps its count.
     d.cli_json(f, &["worker", "drain", "w1"]);
     for name in ["v1", "v2", "v3", "v4"] {
-        assert_eq!(d.cli_json(f, &["actor", "get", name])["worker"], "w2", "{name}");
+        assert_eq!(
+            d.cli_json(f, &["actor", "get", name])["worker"],
+            "w2",
+            "{name}"
+        );
     }
-    assert_eq!(count(&to_actor(&c, d.replica(f).ingress, "v1", "POST", "/").await), 3);
-    assert_eq!(count(&to_actor(&c, d.replica(f).ingress, "v4", "POST", "/").await), 2);
+    assert_eq!(
+        count(&to_actor(&c, d.replica(f).ingress, "v1", "POST", "/").await),
+        3
+    );
+    assert_eq!(
+        count(&to_actor(&c, d.replica(f).ingress, "v4", "POST", "/").await),
+        2
+    );
     d.cli_ok(f, &["rebalance"]);
     d.cli_ok(f, &["gc"]);
     let paused = d.cli_json(f, &["actor", "pause", "v2"]);
     assert_eq!(paused["state"], "paused", "{paused}");
     d.cli_ok(f, &["actor", "resume", "v2"]);
-    assert_eq!(count(&to_actor(&c, d.replica(f).ingress, "v2", "POST", "/").await), 2);
+    assert_eq!(
+        count(&to_actor(&c, d.replica(f).ingress, "v2", "POST", "/").await),
+        2
+    );
     d.cli_ok(f, &["actor", "delete", "v3"]);
     let gone = to_actor(&c, d.replica(f).ingress, "v3", "POST", "/").await;
     assert_eq!(gone.status, 404, "{gone:?}");
-    let metrics = crate::support::send(&c, d.replica(f).admin, "GET", "localhost", "/metrics", Vec::new()).await;
+    let metrics = crate::support::send(
+        &c,
+        d.replica(f).admin,
+        "GET",
+        "localhost",
+        "/metrics",
+        Vec::new(),
+    )
+    .await;
     assert_eq!(metrics.status, 200);
-    assert!(metrics.body.contains("stasis_requests_total"), "{}", metrics.body);
+    assert!(
+        metrics.body.contains("stasis_requests_total"),
+        "{}",
+        metrics.body
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -559,11 +637,22 @@ async fn no_split_brain_and_no_lost_acknowledged_request_under_faults() {
     for name in &names {
         let counts = acked.get(name).cloned().unwrap_or_default();
         let distinct: HashSet<u64> = counts.iter().copied().collect();
-        assert_eq!(distinct.len(), counts.len(), "{name} acknowledged a count twice: {counts:?}");
+        assert_eq!(
+            distinct.len(),
+            counts.len(),
+            "{name} acknowledged a count twice: {counts:?}"
+        );
         let now = served(&d, survivor, name).await;
         let highest = counts.iter().copied().max().unwrap_or(0);
-        assert!(now > highest, "{name}: now {now}, but {highest} was acknowledged");
-        assert!(now as usize > counts.len(), "{name}: now {now}, {} acknowledged", counts.len());
+        assert!(
+            now > highest,
+            "{name}: now {now}, but {highest} was acknowledged"
+        );
+        assert!(
+            now as usize > counts.len(),
+            "{name}: now {now}, {} acknowledged",
+            counts.len()
+        );
     }
     // The new worker took actors, the dead one holds none.
     let workers = d.wait_for_workers(3);
@@ -573,4 +662,3 @@ async fn no_split_brain_and_no_lost_acknowledged_request_under_faults() {
         assert_ne!(actor["worker"], "w1", "{actor}");
     }
 }
-

@@ -288,16 +288,56 @@ impl JoinAnswer {
     #[must_use]
     pub fn conflict(&self, stored: &JoinAnswer) -> Option<String> {
         let fields: [(&str, String, String); 10] = [
-            ("--heartbeat-timeout (ms)", self.heartbeat_timeout_ms.to_string(), stored.heartbeat_timeout_ms.to_string()),
-            ("--max-memory (bytes)", self.max_memory.to_string(), stored.max_memory.to_string()),
-            ("--cpu-limit (ms)", self.cpu_limit_ms.to_string(), stored.cpu_limit_ms.to_string()),
-            ("--request-timeout (ms)", self.request_timeout_ms.to_string(), stored.request_timeout_ms.to_string()),
-            ("--max-body (bytes)", self.max_body.to_string(), stored.max_body.to_string()),
-            ("--max-held", self.max_held.to_string(), stored.max_held.to_string()),
-            ("--hold-timeout (ms)", self.hold_timeout_ms.to_string(), stored.hold_timeout_ms.to_string()),
-            ("--keep-snapshots", self.keep_snapshots.to_string(), stored.keep_snapshots.to_string()),
-            ("--checkpoint-every", self.checkpoint_every.to_string(), stored.checkpoint_every.to_string()),
-            ("--max-live", format!("{:?}", self.max_live), format!("{:?}", stored.max_live)),
+            (
+                "--heartbeat-timeout (ms)",
+                self.heartbeat_timeout_ms.to_string(),
+                stored.heartbeat_timeout_ms.to_string(),
+            ),
+            (
+                "--max-memory (bytes)",
+                self.max_memory.to_string(),
+                stored.max_memory.to_string(),
+            ),
+            (
+                "--cpu-limit (ms)",
+                self.cpu_limit_ms.to_string(),
+                stored.cpu_limit_ms.to_string(),
+            ),
+            (
+                "--request-timeout (ms)",
+                self.request_timeout_ms.to_string(),
+                stored.request_timeout_ms.to_string(),
+            ),
+            (
+                "--max-body (bytes)",
+                self.max_body.to_string(),
+                stored.max_body.to_string(),
+            ),
+            (
+                "--max-held",
+                self.max_held.to_string(),
+                stored.max_held.to_string(),
+            ),
+            (
+                "--hold-timeout (ms)",
+                self.hold_timeout_ms.to_string(),
+                stored.hold_timeout_ms.to_string(),
+            ),
+            (
+                "--keep-snapshots",
+                self.keep_snapshots.to_string(),
+                stored.keep_snapshots.to_string(),
+            ),
+            (
+                "--checkpoint-every",
+                self.checkpoint_every.to_string(),
+                stored.checkpoint_every.to_string(),
+            ),
+            (
+                "--max-live",
+                format!("{:?}", self.max_live),
+                format!("{:?}", stored.max_live),
+            ),
         ];
         fields
             .into_iter()

@@ -320,7 +320,10 @@ impl ControlPlane {
             tokio::spawn(async move {
                 control.place_waiting().await;
                 let report = control.rebalance().await;
-                tracing::info!(moves = report.moves.len(), "rebalanced after a membership change");
+                tracing::info!(
+                    moves = report.moves.len(),
+                    "rebalanced after a membership change"
+                );
             });
         }
     }

@@ -245,7 +245,8 @@ impl ControlPlane {
         let lock = stasis_core::durable::lock_data_dir(dir)?;
         let directory =
             SqliteDirectory::open(&dir.join("stasis.db")).context("opening stasis.db")?;
-        let (store, shared) = open_snapshot_store(&config.snapshot_store, dir, config.snapshot_quota)?;
+        let (store, shared) =
+            open_snapshot_store(&config.snapshot_store, dir, config.snapshot_quota)?;
         let backend = Backend {
             directory: Arc::new(directory),
             store,
@@ -336,7 +337,8 @@ impl ControlPlane {
             None => StasisEngine::new(config.limits)?,
         };
         let fetch = backend.shared.as_ref().map(|shared| {
-            Box::new(StoreTemplates::new(shared.clone())) as Box<dyn crate::worker::templates::FetchTemplate>
+            Box::new(StoreTemplates::new(shared.clone()))
+                as Box<dyn crate::worker::templates::FetchTemplate>
         });
         let templates = Arc::new(TemplateDir::new(
             ModuleCache::new(

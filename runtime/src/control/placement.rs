@@ -145,8 +145,7 @@ impl ControlPlane {
         }
         self.member(&placement.worker)
             .filter(|w| {
-                (w.incarnation == placement.incarnation
-                    || placement.incarnation == ANY_INCARNATION)
+                (w.incarnation == placement.incarnation || placement.incarnation == ANY_INCARNATION)
                     && w.state() != WorkerState::Lost
             })
             .ok_or_else(|| {

@@ -11,10 +11,10 @@ use anyhow::Context as _;
 use super::ControlPlane;
 use super::placement::Placement;
 use crate::cluster::etcd::WorkerRecord;
-use crate::worker::actor::ActorState;
-use std::collections::HashMap;
 use crate::error::ApiError;
+use crate::worker::actor::ActorState;
 use crate::worker::{ActorSpec, Worker};
+use std::collections::HashMap;
 
 impl ControlPlane {
     /// Re-places every actor of the directory on `locals` (the in-process
@@ -97,9 +97,14 @@ impl ControlPlane {
         for member in self.members() {
             match member.statuses().await {
                 Ok(statuses) => {
-                    hosted.insert(member.name.clone(), statuses.into_iter().collect::<HashMap<_, _>>());
+                    hosted.insert(
+                        member.name.clone(),
+                        statuses.into_iter().collect::<HashMap<_, _>>(),
+                    );
                 }
-                Err(e) => tracing::warn!(worker = %member.name, "cannot list its actors ({e}); trusting the directory"),
+                Err(e) => {
+                    tracing::warn!(worker = %member.name, "cannot list its actors ({e}); trusting the directory")
+                }
             }
         }
         let directory = self.directory.clone();

@@ -96,7 +96,9 @@ impl ControlPlane {
             // Workers and other replicas fetch the module from the store.
             tokio::task::block_in_place(|| shared.put_template(&digest, &bytes)).map_err(|e| {
                 tracing::error!("storing template {name}: {}", e.detail());
-                ApiError::internal(format!("storing template {name} in the snapshot store: {e}"))
+                ApiError::internal(format!(
+                    "storing template {name} in the snapshot store: {e}"
+                ))
             })?;
         }
         let row = TemplateRow {

@@ -86,7 +86,9 @@ impl Etcd {
     ///
     /// # Errors
     /// If the follower task ended before its first listing.
-    pub async fn watch_actors(&self) -> anyhow::Result<watch::Receiver<BTreeMap<String, ActorRow>>> {
+    pub async fn watch_actors(
+        &self,
+    ) -> anyhow::Result<watch::Receiver<BTreeMap<String, ActorRow>>> {
         let (listed, first) = tokio::sync::oneshot::channel();
         let rx = self.follow(
             Range::Under(self.key("actors/")),
