@@ -9,7 +9,6 @@
 
 use std::time::Duration;
 
-use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::{Request, Response};
@@ -110,7 +109,7 @@ impl Forwarder {
                     "the leader replica gave no answer within {limit:?}"
                 )),
             })?;
-        let mut response = Response::new(Full::new(Bytes::from(answer.body)));
+        let mut response = Response::new(Full::new(answer.body));
         *response.status_mut() = answer.status;
         for (name, value) in &answer.headers {
             if !HOP_BY_HOP.contains(&name.as_str()) {

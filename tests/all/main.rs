@@ -43,7 +43,11 @@ mod hardening;
 mod http;
 mod ingress;
 mod reliability;
+// One cluster at a time: each test holds `ONE_CLUSTER` (a std mutex) for
+// its whole run, across awaits, on a multi-thread runtime.
+#[allow(clippy::await_holding_lock)]
 mod replicas;
+#[allow(clippy::await_holding_lock)]
 mod replicas_faults;
 mod restart;
 mod retention;

@@ -63,6 +63,7 @@ pub struct WorkerOptions {
 
 /// How a worker joins its cluster.
 #[derive(Debug, Clone)]
+#[allow(clippy::large_enum_variant, reason = "one value per process")]
 pub enum Membership {
     /// Embedded mode: join the control plane at this admin URL, heartbeat
     /// to it, stream snapshots to its store.
@@ -144,6 +145,7 @@ struct RemoteWorker {
 }
 
 /// The worker's tie to its cluster.
+#[allow(clippy::large_enum_variant, reason = "one value per process")]
 enum Cluster {
     /// Embedded mode: admitted by the control plane, kept by heartbeats.
     Joined { control: Peer, join: JoinRequest },

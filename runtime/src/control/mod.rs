@@ -209,6 +209,10 @@ struct Backend {
     lock: Option<File>,
 }
 
+/// A snapshot store, and the same store as a shared object store if it is
+/// one.
+pub type OpenedStore = (Arc<dyn SnapshotStore>, Option<Arc<ObjectSnapshotStore>>);
+
 /// Opens the snapshot store `config.snapshot_store` names: the data dir's
 /// `snapshots/`, or a shared store cached in `<data dir>/snapshot-cache/`.
 ///
@@ -218,7 +222,7 @@ pub fn open_snapshot_store(
     url: &StoreUrl,
     data_dir: &std::path::Path,
     quota: Option<u64>,
-) -> anyhow::Result<(Arc<dyn SnapshotStore>, Option<Arc<ObjectSnapshotStore>>)> {
+) -> anyhow::Result<OpenedStore> {
     if *url == StoreUrl::Local {
         let local = LocalSnapshotStore::open(data_dir.join("snapshots"), quota)?;
         return Ok((Arc::new(local), None));
