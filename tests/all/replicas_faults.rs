@@ -402,3 +402,72 @@ fn alive(pid: u32) -> bool {
             .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
     })
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn racing_creates_and_a_delete_through_a_follower_under_load_stay_consistent() {
+    let _one = ONE_CLUSTER.lock().unwrap_or_else(|p| p.into_inner());
+    let d = Deployment::start(1, 2, 2, &["--checkpoint-every", "1"]);
+    d.push_counter(0);
+    // The same actor created through both replicas at once: one wins.
+    let admins = [d.replica(0).admin, d.replica(1).admin];
+    let creators: Vec<_> = admins
+        .iter()
+        .map(|admin| {
+            let admin = format!("http://{admin}");
+            std::thread::spawn(move || {
+                STASIS
+                    .command()
+                    .args(["actor", "create", "dup", "--template", "counter"])
+                    .env("STASIS_ADMIN", admin)
+                    .output()
+                    .expect("run stasis")
+            })
+        })
+        .collect();
+    let outcomes: Vec<_> = creators
+        .into_iter()
+        .map(|t| t.join().expect("creator"))
+        .collect();
+    let won = outcomes.iter().filter(|o| o.status.success()).count();
+    assert_eq!(won, 1, "{outcomes:?}");
+    let listed = d.cli_json(1, &["actor", "list"]);
+    assert_eq!(listed.as_array().map(Vec::len), Some(1), "{listed}");
+    // Deleted through the follower while clients post to it through both
+    // replicas: every answer is a count in order or a 404, never a 5xx
+    // that stays, and the actor is gone everywhere afterwards.
+    let follower = 1 - d.leader();
+    let ingresses = [d.replica(0).ingress, d.replica(1).ingress];
+    let posting = tokio::spawn(async move {
+        let c = client();
+        let mut counts = Vec::new();
+        for i in 0..60 {
+            match crate::replicas::try_post(&c, ingresses[i % 2], "dup").await {
+                Some((200, body)) => counts.push(stasis_test_util::demos::count_in(&body)),
+                Some((404, _)) => return (counts, true),
+                Some((503, _)) | None => {}
+                Some((status, body)) => panic!("POST during the delete: {status} {body}"),
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        (counts, false)
+    });
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    d.cli_ok(follower, &["actor", "delete", "dup"]);
+    let (counts, gone) = posting.await.expect("poster");
+    assert!(
+        gone,
+        "the actor still answered after its delete: {counts:?}"
+    );
+    let counts: Vec<u64> = counts.into_iter().map(|c| c.expect("a count")).collect();
+    assert!(counts.windows(2).all(|w| w[1] == w[0] + 1), "{counts:?}");
+    for i in 0..2 {
+        let gone = to_actor(&client(), d.replica(i).ingress, "dup", "POST", "/").await;
+        assert_eq!(gone.status, 404, "via replica {i}: {gone:?}");
+    }
+    // And the name can be taken again, from a fresh count.
+    d.cli_json(
+        follower,
+        &["actor", "create", "dup", "--template", "counter"],
+    );
+    assert_eq!(served(&d, follower, "dup").await, 1);
+}
