@@ -292,11 +292,22 @@ async fn every_process_outlives_etcd_quorum_frozen_past_the_lease() {
     }
     // Nothing was restarted: every replica and worker still runs, and every
     // actor serves through both replicas with its count intact.
+    // etcd elects a leader, the workers register again (each waits for its
+    // old registration to expire), a replica leads and re-places every
+    // actor from its newest snapshot: give it 40 s on two busy cores.
     let ingresses = [d.replica(0).ingress, d.replica(1).ingress];
+    let deadline = Instant::now() + Duration::from_secs(40);
     for name in names {
-        let now = post_retrying(&c, &ingresses, name)
-            .await
-            .unwrap_or_else(|| panic!("{name} is not served after etcd came back"));
+        let now = loop {
+            if let Some(now) = post_retrying(&c, &ingresses, name).await {
+                break now;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{name} is not served after etcd came back: {}",
+                d.replica(d.leader()).process.log()
+            );
+        };
         assert_eq!(now, 3, "{name}");
         let other = served(&d, 1, name).await;
         assert_eq!(other, 4, "{name} via replica 1");
