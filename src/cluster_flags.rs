@@ -37,11 +37,18 @@ fn parse_directory(s: &str) -> Result<DirectoryFlag, String> {
     ))
 }
 
-/// A lease TTL: a duration of at least 1 s (etcd grants whole seconds).
+/// Shortest and longest `--lease-ttl`: etcd counts leases in whole
+/// seconds, and a worker or leader that dies is replaced only after it.
+const LEASE_TTL_RANGE: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(3600));
+
+/// `--lease-ttl`: a duration from 1 s to 1 h.
 fn parse_lease_ttl(s: &str) -> Result<Duration, String> {
     let ttl = parse_duration(s)?;
-    if ttl < Duration::from_secs(1) {
-        return Err(format!("{s:?} is below 1s, the shortest lease etcd grants"));
+    let (min, max) = LEASE_TTL_RANGE;
+    if ttl < min || ttl > max {
+        return Err(format!(
+            "{s:?} is out of range: from 1s (etcd counts leases in whole seconds) to 1h (a dead worker's actors wait that long)"
+        ));
     }
     Ok(ttl)
 }

@@ -25,6 +25,7 @@ struct Cli {
 }
 
 #[derive(Debug, Subcommand)]
+#[allow(clippy::large_enum_variant, reason = "parsed once per process")]
 enum Command {
     /// Run the control plane, the router and in-process workers.
     Serve(Box<serve::ServeArgs>),

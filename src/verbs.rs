@@ -53,6 +53,7 @@ pub struct ClientArgs {
 
 /// Client verbs: they drive a running `stasis serve` through its admin API.
 #[derive(Debug, Subcommand)]
+#[allow(clippy::large_enum_variant, reason = "parsed once per process")]
 pub enum ClientCommand {
     /// Push, list, show and delete templates (guest modules).
     #[command(subcommand)]
@@ -186,6 +187,7 @@ pub enum ActorCommand {
 
 /// `stasis worker ...`.
 #[derive(Debug, Subcommand)]
+#[allow(clippy::large_enum_variant, reason = "parsed once per process")]
 pub enum WorkerCommand {
     /// List workers.
     List {

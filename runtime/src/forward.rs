@@ -46,7 +46,8 @@ pub struct Forwarder {
 
 impl Forwarder {
     /// Forwards for replica `me`: bodies up to `max_body` bytes (the
-    /// `--max-body` limit the leader applies too), answers awaited at most
+    /// largest body the leader's admin API takes, a template module; the
+    /// leader applies each route's own limit), answers awaited at most
     /// `timeout`.
     #[must_use]
     pub fn new(me: &str, max_body: usize, timeout: Duration) -> Self {
@@ -63,7 +64,7 @@ impl Forwarder {
     /// # Errors
     /// 503 (with `Retry-After`) if the request was already forwarded once
     /// or the leader cannot be reached or gives no answer in time; 413 if
-    /// the body is over `--max-body`.
+    /// the body is over `max_body`.
     pub async fn forward(
         &self,
         target: &str,
@@ -75,7 +76,7 @@ impl Forwarder {
             ));
         }
         let (parts, body) = request.into_parts();
-        let body = collect_body(&parts, body, self.max_body, "--max-body").await?;
+        let body = collect_body(&parts, body, self.max_body, "the admin API's body limit").await?;
         let client = HttpClient::new(&format!("http://{target}"), None, CONNECT_TIMEOUT)?;
         let mut headers: Vec<(&str, &str)> = parts
             .headers

@@ -11,11 +11,13 @@
 //! and serves with it; requests to actors keep flowing through the
 //! followers meanwhile.
 //!
-//! A leader that cannot renew its lease in time steps down at once: its
-//! control plane (and every task it runs) is dropped, it serves as a
-//! follower, and campaigns again. Whatever it still had under way can no
-//! longer change a placement another leader made: each placement change is
-//! a compare-and-set on the actor's key in etcd.
+//! A leader that cannot renew its lease in time steps down: it drops its
+//! control plane (its background tasks end with it), serves as a follower
+//! again once etcd answers, and campaigns again. A write its control plane
+//! still had in flight is refused by etcd (the leader's directory is
+//! fenced by its lease, see [`crate::cluster::etcd::EtcdDirectory`]), so
+//! a woken leader cannot undo a newer leader's decisions. A replica cut
+//! off from etcd keeps running and comes back by itself when etcd does.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -29,7 +31,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::api::AdminApi;
-use crate::cluster::etcd::{Etcd, LeaderRecord};
+use crate::cluster::etcd::{Etcd, LeaderRecord, Leadership};
 use crate::control::{ClusterConfig, ControlPlane, Role};
 use crate::error::ApiError;
 use crate::forward::Forwarder;
@@ -80,6 +82,15 @@ impl Replica {
 
     fn serve_with(&self, serving: Serving) {
         *self.serving.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(serving));
+    }
+
+    /// Drops the control plane served with (a leader that lost its
+    /// leadership): until the next one opens, requests get 503.
+    fn step_down(&self) {
+        self.serving
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
     }
 
     /// Ingress: routed here, by the placements (a follower's are watched).
@@ -141,12 +152,13 @@ fn advertised(bound: SocketAddr, advertise: Option<&str>) -> String {
 }
 
 /// Runs a replica until `shutdown` resolves (then it resigns the
-/// leadership if it held it; actors stay on their workers).
+/// leadership if it held it; actors stay on their workers). Once started,
+/// it outlives etcd outages and lost leaderships (see the module doc).
 ///
 /// # Errors
-/// If `--workers` is not 0, etcd cannot be reached, this replica's flags
-/// conflict with the cluster's settings (the message names the flag), a
-/// listener cannot be bound, or the leadership was lost.
+/// If `--workers` is not 0, etcd cannot be reached at start, this
+/// replica's flags conflict with the cluster's settings (the message names
+/// the flag), or a listener cannot be bound.
 pub async fn serve_replica(
     options: ServeOptions,
     cluster: ClusterConfig,
@@ -192,9 +204,10 @@ pub async fn serve_replica(
     };
     let limits = options.config.limits;
     let replica = Arc::new(Replica {
+        // Only the admin API is forwarded: its largest body is a module.
         forwarder: Forwarder::new(
             &me.name,
-            limits.max_body,
+            crate::control::MAX_TEMPLATE_BYTES,
             limits.request_timeout + Duration::from_secs(5),
         ),
         me,
@@ -217,7 +230,7 @@ pub async fn serve_replica(
             DRAIN,
         ))
     };
-    replica.serve_with(open(&etcd, &options, Role::Follower).await?);
+    replica.serve_with(open(&etcd, &options, None).await?);
     let ingress_task = listen(ingress, Listener::Ingress, stop_rx.clone());
     let admin_task = listen(admin, Listener::Admin, stop_rx);
     ready(bound);
@@ -231,7 +244,10 @@ pub async fn serve_replica(
         quit_rx,
     ));
     let result = tokio::select! {
-        led = &mut leading => led.unwrap_or_else(|e| Err(anyhow::anyhow!("the leadership task failed: {e}"))),
+        led = &mut leading => Err(match led {
+            Ok(()) => anyhow::anyhow!("the leadership task ended"),
+            Err(e) => anyhow::anyhow!("the leadership task failed: {e}"),
+        }),
         () = shutdown => {
             // Resign, so that another replica leads at once rather than
             // after the lease TTL.
@@ -248,19 +264,24 @@ pub async fn serve_replica(
 
 /// Opens a control plane in `role` from etcd and the shared store, with
 /// the tasks that keep it in step: the workers' registrations, and a
-/// leader's housekeeping or a follower's placements.
-async fn open(etcd: &Etcd, options: &ServeOptions, role: Role) -> anyhow::Result<Serving> {
+/// leader's housekeeping or a follower's placements. A leader's directory
+/// writes are fenced by `leadership`'s lease.
+async fn open(
+    etcd: &Etcd,
+    options: &ServeOptions,
+    leadership: Option<&Leadership>,
+) -> anyhow::Result<Serving> {
     let metrics = Arc::new(Metrics::new(options.metrics_per_actor));
     let workers = etcd.watch_workers_listed().await?;
     let registered = workers.borrow().clone();
-    let control = ControlPlane::open_replica(
-        options.config.clone(),
-        metrics,
-        etcd.directory(),
-        registered,
-        role,
-    )
-    .await?;
+    let (role, directory): (Role, Arc<dyn crate::control::directory::Directory>) = match leadership
+    {
+        Some(leadership) => (Role::Leader, etcd.leader_directory(leadership)),
+        None => (Role::Follower, etcd.directory()),
+    };
+    let control =
+        ControlPlane::open_replica(options.config.clone(), metrics, directory, registered, role)
+            .await?;
     let mut tasks = vec![tokio::spawn(control.clone().follow_registrations(workers))];
     match role {
         Role::Leader => tasks.push(tokio::spawn(control.clone().run_housekeeping())),
@@ -277,69 +298,118 @@ async fn open(etcd: &Etcd, options: &ServeOptions, role: Role) -> anyhow::Result
     })
 }
 
+/// First pause before campaigning or opening again after a failure (it
+/// doubles up to [`MAX_RETRY_PAUSE`]).
+const FIRST_RETRY_PAUSE: Duration = Duration::from_millis(200);
+
+/// Longest pause between two attempts to campaign or open.
+const MAX_RETRY_PAUSE: Duration = Duration::from_secs(2);
+
 /// Campaigns; once elected, opens the leader's control plane and serves
-/// with it until the leadership is lost, then steps down to a follower and
-/// campaigns again; until `quit` turns true (then it resigns, if it leads).
-///
-/// # Errors
-/// Only if this replica cannot serve even as a follower (its control plane
-/// cannot be opened).
+/// with it until the leadership is lost (then it steps down: serves as a
+/// follower again and campaigns again) or `quit` turns true (then it
+/// resigns). Failures to campaign or to open (etcd unreachable) are
+/// retried until `quit`.
 async fn lead(
     etcd: Etcd,
     replica: Arc<Replica>,
     options: ServeOptions,
     cluster: ClusterConfig,
     mut quit: watch::Receiver<bool>,
-) -> anyhow::Result<()> {
-    let mut backoff = Duration::from_millis(200);
+) {
+    let mut pause = FIRST_RETRY_PAUSE;
     loop {
         let leadership = tokio::select! {
             won = etcd.campaign(&replica.me, cluster.lease_ttl) => match won {
-                Ok(won) => won,
+                Ok(leadership) => leadership,
                 Err(e) => {
-                    tracing::warn!("campaigning for the leadership: {e:#}; again in {backoff:?}");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                    tracing::warn!("campaigning failed: {e:#}; campaigning again in {pause:?}");
+                    if !pause_unless_quitting(&mut pause, &mut quit).await {
+                        return;
+                    }
                     continue;
                 }
             },
-            () = quitting(&mut quit) => return Ok(()),
+            () = quitting(&mut quit) => return,
         };
         tracing::info!(replica = %replica.me.name, "elected leader; opening the control plane");
-        match open(&etcd, &options, Role::Leader).await {
-            Ok(serving) => replica.serve_with(serving),
+        let opened = tokio::select! {
+            opened = open(&etcd, &options, Some(&leadership)) => opened,
+            () = leadership.lost() => Err(anyhow::anyhow!("the leadership was lost while opening")),
+            () = quitting(&mut quit) => {
+                resign(leadership).await;
+                return;
+            }
+        };
+        match opened {
+            Ok(serving) => {
+                replica.serve_with(serving);
+                pause = FIRST_RETRY_PAUSE;
+                tracing::info!(replica = %replica.me.name, "serving as the leader");
+            }
             Err(e) => {
-                tracing::error!("opening the leader's control plane: {e:#}; resigning");
-                if let Err(e) = leadership.resign().await {
-                    tracing::warn!("resigning: {e:#}");
+                tracing::error!("opening the leader's control plane failed: {e:#}; resigning");
+                resign(leadership).await;
+                if !pause_unless_quitting(&mut pause, &mut quit).await {
+                    return;
                 }
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(5));
                 continue;
             }
         }
-        backoff = Duration::from_millis(200);
-        tracing::info!(replica = %replica.me.name, "serving as the leader");
         tokio::select! {
-            () = leadership.lost() => {
-                // Another replica may lead by now: stop deciding at once
-                // (the leader's tasks end with its control plane), serve
-                // as a follower, and campaign again.
-                tracing::error!(
-                    "lost the leadership: its lease could not be renewed within --lease-ttl {:?}; stepping down to a follower",
-                    cluster.lease_ttl
-                );
-                replica.serve_with(open(&etcd, &options, Role::Follower).await?);
-            }
+            () = leadership.lost() => {}
             () = quitting(&mut quit) => {
                 tracing::info!("resigning the leadership");
-                if let Err(e) = leadership.resign().await {
-                    tracing::warn!("resigning: {e:#}; another replica leads after the lease TTL");
+                resign(leadership).await;
+                return;
+            }
+        }
+        tracing::error!(
+            "lost the leadership: its lease could not be renewed within --lease-ttl {:?}; stepping down to a follower",
+            cluster.lease_ttl
+        );
+        // Dropping the leader's control plane ends its tasks; what it still
+        // had in flight can no longer write (the directory is fenced).
+        replica.step_down();
+        drop(leadership);
+        loop {
+            let opened = tokio::select! {
+                opened = open(&etcd, &options, None) => opened,
+                () = quitting(&mut quit) => return,
+            };
+            match opened {
+                Ok(serving) => {
+                    replica.serve_with(serving);
+                    tracing::info!(replica = %replica.me.name, "serving as a follower; campaigning again");
+                    break;
                 }
-                return Ok(());
+                Err(e) => {
+                    tracing::warn!("opening as a follower failed: {e:#}; retrying in {pause:?}");
+                    if !pause_unless_quitting(&mut pause, &mut quit).await {
+                        return;
+                    }
+                }
             }
         }
     }
+}
+
+/// Revokes `leadership`'s lease so another replica can lead at once.
+async fn resign(leadership: Leadership) {
+    if let Err(e) = leadership.resign().await {
+        tracing::warn!("resigning: {e:#}; another replica leads after the lease TTL");
+    }
+}
+
+/// Sleeps `pause` (then doubles it, up to [`MAX_RETRY_PAUSE`]); false if
+/// `quit` turned true meanwhile.
+async fn pause_unless_quitting(pause: &mut Duration, quit: &mut watch::Receiver<bool>) -> bool {
+    let slept = tokio::select! {
+        () = tokio::time::sleep(*pause) => true,
+        () = quitting(quit) => false,
+    };
+    *pause = (*pause * 2).min(MAX_RETRY_PAUSE);
+    slept
 }
 
 /// Resolves once `quit` turns true (or its sender is gone).

@@ -21,6 +21,9 @@
 //!   worker told 410 by its heartbeat drops its actors and joins again);
 //! * `replicas`: cluster mode on a real etcd and a real S3-compatible
 //!   server: replicas, failover, fencing by lease, faults;
+//! * `replicas_faults`: cluster mode broken as an attacker or an unlucky
+//!   operator would (bad flags, a leader frozen mid-move, etcd's quorum
+//!   frozen, two workers of one name, a large module through a follower);
 //! * `hardening`: faults found by trying Stasis as new users and attackers
 //!   would (static constructors, the bearer scheme, metric series, the
 //!   guest clock).
@@ -41,5 +44,6 @@ mod http;
 mod ingress;
 mod reliability;
 mod replicas;
+mod replicas_faults;
 mod restart;
 mod retention;

@@ -20,19 +20,24 @@ use stasis_test_util::http::Http;
 use crate::support::{STASIS, actor_host, client, count, to_actor};
 
 /// One cluster test at a time (see the module doc).
-static ONE_CLUSTER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+pub(crate) static ONE_CLUSTER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Lease TTL of the test clusters: short, so failover is quick.
-const LEASE_TTL: &str = "2s";
+pub(crate) const LEASE_TTL: &str = "2s";
 
-fn echo() -> bool {
+pub(crate) fn echo() -> bool {
     std::env::var_os("STASIS_TEST_LOG").is_some()
 }
 
 /// `members` etcd members, an S3 server, `replicas` replicas and workers
 /// `w1..=workers`, every `stasis` process started with `flags` too
 /// (replicas only take the serve flags), leases of [`LEASE_TTL`].
-fn deployment(members: usize, replicas: usize, workers: usize, flags: &[&str]) -> Deployment {
+pub(crate) fn deployment(
+    members: usize,
+    replicas: usize,
+    workers: usize,
+    flags: &[&str],
+) -> Deployment {
     let mut setup = Setup::new(members, replicas, workers);
     setup.lease_ttl = Some(LEASE_TTL.to_owned());
     setup.flags = flags.iter().map(|f| (*f).to_owned()).collect();
@@ -42,7 +47,11 @@ fn deployment(members: usize, replicas: usize, workers: usize, flags: &[&str]) -
 
 /// A POST to actor `actor` at `addr` that never panics: `Some((status,
 /// body))`, or `None` if no answer came (refused, reset, timed out).
-async fn try_post(client: &Http, addr: SocketAddr, actor: &str) -> Option<(u16, String)> {
+pub(crate) async fn try_post(
+    client: &Http,
+    addr: SocketAddr,
+    actor: &str,
+) -> Option<(u16, String)> {
     let request = hyper::Request::builder()
         .method("POST")
         .uri(format!("http://{addr}/"))
@@ -65,7 +74,11 @@ async fn try_post(client: &Http, addr: SocketAddr, actor: &str) -> Option<(u16, 
 /// a load balancer would: a replica that refuses connections is left for
 /// the next; a 503 (which says when to retry) is retried after a short
 /// pause; at most 40 attempts or 20 s. The count acknowledged, or `None`.
-async fn post_retrying(client: &Http, ingresses: &[SocketAddr], actor: &str) -> Option<u64> {
+pub(crate) async fn post_retrying(
+    client: &Http,
+    ingresses: &[SocketAddr],
+    actor: &str,
+) -> Option<u64> {
     let started = Instant::now();
     let mut next = 0;
     for _ in 0..40 {
@@ -85,7 +98,7 @@ async fn post_retrying(client: &Http, ingresses: &[SocketAddr], actor: &str) -> 
 
 /// Waits until `actor` answers a POST through replica `i`, and returns
 /// the count.
-async fn served(d: &Deployment, i: usize, actor: &str) -> u64 {
+pub(crate) async fn served(d: &Deployment, i: usize, actor: &str) -> u64 {
     post_retrying(&client(), &[d.replica(i).ingress], actor)
         .await
         .unwrap_or_else(|| panic!("{actor} is not served through replica {i}"))
@@ -200,7 +213,7 @@ async fn a_replica_with_conflicting_settings_refuses_to_start_and_names_the_flag
 }
 
 /// Sends `signal` to process `pid`.
-fn signal(pid: u32, signal: &str) {
+pub(crate) fn signal(pid: u32, signal: &str) {
     let status = Command::new("kill")
         .args([&format!("-{signal}"), &pid.to_string()])
         .status()
@@ -505,42 +518,9 @@ async fn a_cluster_on_an_etcd_that_requires_tls_client_certificates() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn two_live_workers_never_share_a_name_and_a_worker_must_share_the_store() {
+async fn a_worker_on_another_store_than_the_clusters_refuses_to_start() {
     let _one = ONE_CLUSTER.lock().await;
-    let mut d = deployment(1, 1, 1, &[]);
-    d.push_counter(0);
-    d.cli_json(0, &["actor", "create", "n1", "--template", "counter"]);
-    let c = client();
-    for expected in 1..=3 {
-        assert_eq!(
-            count(&to_actor(&c, d.replica(0).ingress, "n1", "POST", "/").await),
-            expected
-        );
-    }
-    // A second process under the live worker's name does not take over
-    // its registration: the actor keeps its worker and its unsaved state.
-    d.add_worker("w1");
-    let impostor = d
-        .workers
-        .last()
-        .and_then(Option::as_ref)
-        .expect("second w1");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !impostor
-        .process
-        .log()
-        .contains("registered by another live process")
-    {
-        assert!(Instant::now() < deadline, "{}", impostor.process.log());
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    // Past the lease TTL: nothing was re-placed.
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(
-        count(&to_actor(&c, d.replica(0).ingress, "n1", "POST", "/").await),
-        4
-    );
-    assert_eq!(d.wait_for_workers(1), vec!["w1".to_owned()]);
+    let d = deployment(1, 1, 0, &[]);
     // A worker on another store than the cluster's refuses to start.
     let dir = tempfile::tempdir().expect("tempdir");
     let out = STASIS

@@ -66,6 +66,13 @@ impl FromStr for StoreUrl {
         }
         if let Some(rest) = value.strip_prefix("s3://") {
             let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+            if bucket.contains('@') {
+                // Not echoed: what precedes the @ may be a secret key.
+                return Err(StoreUrlError {
+                    value: "s3://...@...".to_owned(),
+                    problem: "credentials do not go in the URL (they would show in logs); give them as AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY",
+                });
+            }
             if bucket.is_empty() {
                 return Err(refuse("an s3:// store needs a bucket name"));
             }
@@ -152,12 +159,14 @@ mod tests {
             "s3://b/a//c",
             "s3://b/./c",
             "s3://bad bucket",
+            "s3://AKID:hunter2@bucket/p",
             "http://x",
         ] {
             let err = bad.parse::<StoreUrl>().expect_err(bad).to_string();
             assert!(err.starts_with("--snapshot-store "), "{err}");
             assert!(err.ends_with(FORMS), "{err}");
             assert!(!err.contains('\n'), "{err}");
+            assert!(!err.contains("hunter2"), "{err}");
         }
     }
 }

@@ -42,7 +42,7 @@ use stasis_core::snapshot_files::LocalSnapshotStore;
 use stasis_core::snapshot_objects::{ObjectSnapshotStore, StoreUrl};
 use stasis_core::snapshot_store::SnapshotStore;
 
-use super::etcd::{Etcd, EtcdOptions, WorkerLease};
+use super::etcd::{Etcd, EtcdOptions, NameTaken, WorkerLease};
 use super::shared::StoreTemplates;
 
 /// Flags of `stasis worker run`.
@@ -63,6 +63,7 @@ pub struct WorkerOptions {
 
 /// How a worker joins its cluster.
 #[derive(Debug, Clone)]
+#[allow(clippy::large_enum_variant, reason = "one value per process")]
 pub enum Membership {
     /// Embedded mode: join the control plane at this admin URL, heartbeat
     /// to it, stream snapshots to its store.
@@ -144,6 +145,7 @@ struct RemoteWorker {
 }
 
 /// The worker's tie to its cluster.
+#[allow(clippy::large_enum_variant, reason = "one value per process")]
 enum Cluster {
     /// Embedded mode: admitted by the control plane, kept by heartbeats.
     Joined {
@@ -319,6 +321,9 @@ pub async fn run(
             .and_then(|v| v.parse().ok())
             .map(Duration::from_millis),
     });
+    // Cluster mode: registered before it says it is ready, so that a
+    // second worker of the same name refuses to start.
+    remote.register_at_start().await?;
     let membership = tokio::spawn(
         remote
             .clone()
@@ -434,29 +439,21 @@ impl RemoteWorker {
     /// leader can re-place its actors; then it registers again as a new,
     /// empty incarnation.
     async fn keep_lease(&self) {
-        let Cluster::Registered {
-            etcd,
-            address,
-            lease_ttl,
-            lease,
-        } = &self.cluster
-        else {
+        let Cluster::Registered { lease, .. } = &self.cluster else {
             return;
         };
-        let name = self.worker.name().to_owned();
+        let mut held = lease.read().unwrap_or_else(|p| p.into_inner()).clone();
         loop {
-            let mut wait = Duration::from_millis(100);
-            let granted = loop {
-                match etcd.register_worker(&name, address, *lease_ttl).await {
-                    Ok(granted) => break Arc::new(granted),
+            let granted = match held.take() {
+                Some(granted) => granted,
+                None => match self.register(false).await {
+                    Ok(granted) => granted,
                     Err(e) => {
-                        tracing::warn!("registering in etcd failed: {e:#}; retrying in {wait:?}");
-                        tokio::time::sleep(wait).await;
-                        wait = (wait * 2).min(Duration::from_secs(2));
+                        tracing::error!("registering in etcd: {e:#}");
+                        return;
                     }
-                }
+                },
             };
-            tracing::info!(lease = granted.id(), %address, "registered in etcd; serving");
             *lease.write().unwrap_or_else(|p| p.into_inner()) = Some(granted.clone());
             self.worker.set_serving(true);
             granted.expired().await;
@@ -467,6 +464,82 @@ impl RemoteWorker {
             self.worker.set_serving(false);
             *lease.write().unwrap_or_else(|p| p.into_inner()) = None;
             self.drop_all().await;
+        }
+    }
+
+    /// Cluster mode: the first registration, before the worker says it is
+    /// ready (a no-op in embedded mode).
+    ///
+    /// # Errors
+    /// If another live worker holds the name (see [`RemoteWorker::register`]).
+    async fn register_at_start(&self) -> anyhow::Result<()> {
+        let Cluster::Registered { lease, .. } = &self.cluster else {
+            return Ok(());
+        };
+        let granted = self.register(true).await?;
+        *lease.write().unwrap_or_else(|p| p.into_inner()) = Some(granted);
+        Ok(())
+    }
+
+    /// Registers this worker in etcd, retrying etcd failures. While another
+    /// lease holds the name it waits for that lease to end (an earlier run
+    /// of this worker, killed, leaves its registration until its TTL).
+    /// `give_up`: if the holder's registration outlives its lease's TTL
+    /// (it is renewed: a live worker of the same name), fail rather than
+    /// wait on.
+    ///
+    /// # Errors
+    /// Only with `give_up`: the name is held by a live worker.
+    async fn register(&self, give_up: bool) -> anyhow::Result<Arc<WorkerLease>> {
+        let Cluster::Registered {
+            etcd,
+            address,
+            lease_ttl,
+            ..
+        } = &self.cluster
+        else {
+            anyhow::bail!("not a cluster-mode worker");
+        };
+        let name = self.worker.name().to_owned();
+        let mut wait = Duration::from_millis(100);
+        // The holder seen first, and when.
+        let mut holder: Option<(i64, Instant)> = None;
+        loop {
+            match etcd.register_worker(&name, address, *lease_ttl).await {
+                Ok(granted) => {
+                    tracing::info!(lease = granted.id(), %address, "registered in etcd; serving");
+                    return Ok(Arc::new(granted));
+                }
+                Err(e) => match e.downcast_ref::<NameTaken>() {
+                    Some(taken) => {
+                        let since = match holder {
+                            Some((lease, since)) if lease == taken.record.lease => since,
+                            _ => {
+                                let now = Instant::now();
+                                holder = Some((taken.record.lease, now));
+                                now
+                            }
+                        };
+                        // Its lease would have expired by now unless renewed.
+                        let patience = taken.granted_ttl + Duration::from_secs(2);
+                        if give_up && since.elapsed() > patience {
+                            anyhow::bail!(
+                                "refusing to start: --name {name} is taken: another live worker at {} keeps its registration in etcd (lease {:x}); stop it, or give this worker another --name",
+                                taken.record.address,
+                                taken.record.lease
+                            );
+                        }
+                        tracing::warn!(
+                            "{taken}; waiting for that lease to end (an earlier run of this worker?)"
+                        );
+                    }
+                    None => {
+                        tracing::warn!("registering in etcd failed: {e:#}; retrying in {wait:?}")
+                    }
+                },
+            }
+            tokio::time::sleep(wait).await;
+            wait = (wait * 2).min(Duration::from_secs(1));
         }
     }
 

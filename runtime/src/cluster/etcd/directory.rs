@@ -4,6 +4,14 @@
 //! placements compare-and-set on the key's `mod_revision`, listings go page
 //! by page. The trait is sync; every call runs through
 //! [`Etcd::run_blocking`].
+//!
+//! # Fencing the leader's writes
+//! The leader replica writes through [`Etcd::leader_directory`]: every
+//! write is a transaction that also compares `<prefix>/leader`'s lease with
+//! the leader's own, so etcd itself refuses a write from a replica whose
+//! leadership ended (a leader frozen past its lease, then woken with a
+//! move or a placement half done) once another replica may lead. Such a
+//! write fails with a 503 and changes nothing.
 
 use std::sync::Arc;
 
@@ -24,15 +32,60 @@ const PLACE_ATTEMPTS: usize = 8;
 /// Pause before re-reading after a placement transaction failed in transit.
 const RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(100);
 
-/// The directory in etcd. Build it with [`Etcd::directory`].
+/// The directory in etcd. Build it with [`Etcd::directory`] (reads, and
+/// tests) or [`Etcd::leader_directory`] (a leader's fenced writes).
 pub struct EtcdDirectory {
     etcd: Etcd,
+    /// The leader's lease its writes are fenced by (see the module doc).
+    fence: Option<Fence>,
+}
+
+/// A leader's fence: `key` (`<prefix>/leader`) must be under `lease`.
+#[derive(Clone)]
+struct Fence {
+    key: String,
+    lease: i64,
+}
+
+impl Fence {
+    fn compare(&self) -> Compare {
+        Compare::lease(self.key.clone(), CompareOp::Equal, self.lease)
+    }
+
+    /// After a write's transaction failed its compares: a 503 if the
+    /// fence is what failed (the leader key is gone or under another
+    /// lease), else `Ok`.
+    async fn check(&self, kv: KvClient) -> Result<(), ApiError> {
+        let found = EtcdDirectory::get(kv, self.key.clone()).await?;
+        if found.is_some_and(|kv| kv.lease() == self.lease) {
+            return Ok(());
+        }
+        Err(ApiError::unavailable(
+            "this replica no longer leads the cluster (its leader lease ended); nothing was written; retry",
+        ))
+    }
 }
 
 impl Etcd {
-    /// The [`Directory`] on this connection.
+    /// The [`Directory`] on this connection, its writes unfenced.
     pub fn directory(&self) -> Arc<EtcdDirectory> {
-        Arc::new(EtcdDirectory { etcd: self.clone() })
+        Arc::new(EtcdDirectory {
+            etcd: self.clone(),
+            fence: None,
+        })
+    }
+
+    /// The [`Directory`] of the leader holding `leadership`: each write
+    /// applies only while `<prefix>/leader` is under its lease, and fails
+    /// with a 503 otherwise (see the module doc).
+    pub fn leader_directory(&self, leadership: &super::Leadership) -> Arc<EtcdDirectory> {
+        Arc::new(EtcdDirectory {
+            etcd: self.clone(),
+            fence: Some(Fence {
+                key: self.leader_key(),
+                lease: leadership.lease_id(),
+            }),
+        })
     }
 }
 
@@ -78,20 +131,25 @@ fn decode<T: for<'de> Deserialize<'de>>(key: &[u8], value: &[u8]) -> Result<T, A
     })
 }
 
-/// Puts `value` at `key` only if the key does not exist. A key already
-/// holding exactly `value` counts as success: a retried write of ours
-/// whose first answer was lost (or an identical one, which is harmless).
+/// Puts `value` at `key` only if the key does not exist (and `fence`
+/// holds). A key already holding exactly `value` counts as success: a
+/// retried write of ours whose first answer was lost (or an identical one,
+/// which is harmless).
 ///
 /// # Errors
-/// 409 naming `what` if the key holds something else; 500 if etcd fails.
+/// 409 naming `what` if the key holds something else; 503 if `fence` no
+/// longer holds; 500 if etcd fails.
 async fn put_if_absent(
     kv: KvClient,
+    fence: Option<Fence>,
     key: String,
     value: Vec<u8>,
     what: String,
 ) -> Result<(), ApiError> {
+    let mut compares = vec![Compare::create_revision(key.clone(), CompareOp::Equal, 0)];
+    compares.extend(fence.as_ref().map(Fence::compare));
     let txn = Txn::new()
-        .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+        .when(compares)
         .and_then([TxnOp::put(key.clone(), value.clone(), None)])
         .or_else([TxnOp::get(key.clone(), None)]);
     let resp = retry(|| {
@@ -109,6 +167,9 @@ async fn put_if_absent(
     });
     if same {
         return Ok(());
+    }
+    if let Some(fence) = &fence {
+        fence.check(kv).await?;
     }
     Err(ApiError::conflict(format!("{what} is taken")))
 }
@@ -128,14 +189,37 @@ impl EtcdDirectory {
 
     fn delete(&self, key: String) -> Result<bool, ApiError> {
         let kv = self.kv();
+        let Some(fence) = self.fence.clone() else {
+            return self.etcd.run_blocking("a delete", async move {
+                let resp = retry(|| {
+                    let (mut kv, key) = (kv.clone(), key.clone());
+                    async move { kv.delete(key, None::<DeleteOptions>).await }
+                })
+                .await
+                .map_err(failed)?;
+                Ok(resp.deleted() > 0)
+            });
+        };
         self.etcd.run_blocking("a delete", async move {
+            let txn = Txn::new()
+                .when([fence.compare()])
+                .and_then([TxnOp::delete(key.clone(), None)]);
             let resp = retry(|| {
-                let (mut kv, key) = (kv.clone(), key.clone());
-                async move { kv.delete(key, None::<DeleteOptions>).await }
+                let (mut kv, txn) = (kv.clone(), txn.clone());
+                async move { kv.txn(txn).await }
             })
             .await
             .map_err(failed)?;
-            Ok(resp.deleted() > 0)
+            if !resp.succeeded() {
+                fence.check(kv).await?;
+                return Err(failed(format!(
+                    "deleting {key}: the transaction failed although this replica leads"
+                )));
+            }
+            Ok(resp.op_responses().iter().any(|op| match op {
+                TxnOpResponse::Delete(deleted) => deleted.deleted() > 0,
+                _ => false,
+            }))
         })
     }
 
@@ -161,6 +245,7 @@ impl Directory for EtcdDirectory {
         .map_err(failed)?;
         let fut = put_if_absent(
             self.kv(),
+            self.fence.clone(),
             self.template_key(&row.name),
             value,
             format!("template name {}", row.name),
@@ -218,6 +303,7 @@ impl Directory for EtcdDirectory {
         .map_err(failed)?;
         let fut = put_if_absent(
             self.kv(),
+            self.fence.clone(),
             self.actor_key(&row.name),
             value,
             format!("actor name {}", row.name),
@@ -229,6 +315,7 @@ impl Directory for EtcdDirectory {
         let kv = self.kv();
         let key = self.actor_key(name);
         let (name, worker) = (name.to_string(), worker.to_string());
+        let fence = self.fence.clone();
         self.etcd.run_blocking("a placement", async move {
             let gone = || {
                 ApiError::conflict(format!(
@@ -254,14 +341,22 @@ impl Directory for EtcdDirectory {
                 v.worker.clone_from(&worker);
                 v.epoch = epoch;
                 let value = serde_json::to_vec(&v).map_err(failed)?;
+                let mut compares = vec![Compare::mod_revision(key.clone(), CompareOp::Equal, seen)];
+                compares.extend(fence.as_ref().map(Fence::compare));
                 let txn = Txn::new()
-                    .when([Compare::mod_revision(key.clone(), CompareOp::Equal, seen)])
+                    .when(compares)
                     .and_then([TxnOp::put(key.clone(), value, None)]);
                 match kv.clone().txn(txn).await {
                     Ok(resp) if resp.succeeded() => return Ok(()),
-                    // Someone wrote the actor between our read and our
-                    // write: read again, re-checking the epoch.
-                    Ok(_) => last_error = None,
+                    // This replica no longer leads: stop here. Else someone
+                    // wrote the actor between our read and our write: read
+                    // again, re-checking the epoch.
+                    Ok(_) => {
+                        if let Some(fence) = &fence {
+                            fence.check(kv.clone()).await?;
+                        }
+                        last_error = None;
+                    }
                     Err(e) if retryable(&e) => {
                         maybe_applied = true;
                         last_error = Some(e);

@@ -67,7 +67,8 @@ impl Leadership {
 }
 
 impl Etcd {
-    fn leader_key(&self) -> String {
+    /// `<prefix>/leader`.
+    pub(super) fn leader_key(&self) -> String {
         self.key("leader")
     }
 

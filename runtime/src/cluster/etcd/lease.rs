@@ -316,16 +316,36 @@ impl WorkerLease {
     }
 }
 
+/// Why [`Etcd::register_worker`] did not register: another lease holds
+/// the name (a live worker of the same name, or an earlier run of this one
+/// whose lease has not expired yet).
+#[derive(Debug, Clone, thiserror::Error)]
+#[error(
+    "worker name {name} is registered in etcd by the worker at {} (lease {:x}, TTL {granted_ttl:?})",
+    record.address,
+    record.lease
+)]
+pub struct NameTaken {
+    /// The worker name.
+    pub name: String,
+    /// The registration that holds it.
+    pub record: WorkerRecord,
+    /// The TTL its lease was granted (zero if the lease is already gone):
+    /// a registration still there this long after it was first seen is
+    /// being renewed, by a live process.
+    pub granted_ttl: Duration,
+}
+
 impl Etcd {
     /// Registers worker `name` at `address` (`host:port`): grants a lease
     /// of `ttl` (whole seconds, rounded up; etcd may raise it to its
-    /// minimum), puts `<prefix>/workers/<name>` = [`WorkerRecord`] under
-    /// it, and keeps it alive every TTL/3 in the background.
+    /// minimum), creates `<prefix>/workers/<name>` = [`WorkerRecord`] under
+    /// it if no other lease holds the name, and keeps it alive every
+    /// TTL/3 in the background.
     ///
     /// # Errors
-    /// If etcd does not grant the lease or take the record, or another
-    /// live process holds the name (its registration's lease has not
-    /// expired).
+    /// [`NameTaken`] (downcast the error) if another lease holds the name;
+    /// otherwise if etcd does not grant the lease or take the record.
     pub async fn register_worker(
         &self,
         name: &str,
@@ -339,43 +359,61 @@ impl Etcd {
         };
         let value = serde_json::to_vec(&record).context("encoding the worker record")?;
         let key = self.key(&format!("workers/{name}"));
-        let options = PutOptions::new().with_lease(lease.id());
-        // Only while no live process holds the name: a second worker with
-        // the same name (or this one restarted before its old lease ran
-        // out) must not take over the registration of a worker that still
-        // serves.
         let txn = Txn::new()
             .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
-            .and_then([TxnOp::put(key.clone(), value.clone(), Some(options))])
+            .and_then([TxnOp::put(
+                key.clone(),
+                value,
+                Some(PutOptions::new().with_lease(lease.id())),
+            )])
             .or_else([TxnOp::get(key.clone(), None)]);
-        let answer = retry(|| {
+        let resp = retry(|| {
             let (mut client, txn) = (self.client(), txn.clone());
             async move { client.txn(txn).await }
         })
         .await
         .with_context(|| format!("registering {key} in etcd at {}", self.endpoints()))?;
-        let ours = answer.succeeded()
-            || answer.op_responses().iter().any(|op| match op {
-                // A retry of ours whose first answer was lost.
-                TxnOpResponse::Get(got) => got.kvs().first().is_some_and(|kv| kv.value() == value),
-                _ => false,
-            });
-        if !ours {
-            let held_by = answer
-                .op_responses()
-                .iter()
-                .find_map(|op| match op {
-                    TxnOpResponse::Get(got) => got.kvs().first().map(|kv| kv.lease()),
-                    _ => None,
-                })
-                .unwrap_or(0);
-            if let Err(e) = lease.revoke().await {
-                tracing::debug!("revoking an unused lease: {e:#}");
-            }
-            anyhow::bail!(
-                "worker name {name} is registered by another live process (lease {held_by:x}); a worker restarted under its old name waits until the old lease expires (--lease-ttl), two live workers cannot share a name"
-            );
+        let holder = resp.op_responses().into_iter().find_map(|op| match op {
+            TxnOpResponse::Get(got) => got
+                .kvs()
+                .first()
+                .and_then(|kv| serde_json::from_slice::<WorkerRecord>(kv.value()).ok()),
+            _ => None,
+        });
+        if resp.succeeded() {
+            return Ok(WorkerLease { lease });
         }
-        Ok(WorkerLease { lease })
+        match holder {
+            // Ours: an earlier attempt was applied but its answer lost.
+            Some(holder) if holder.lease == lease.id() => Ok(WorkerLease { lease }),
+            Some(holder) => {
+                if let Err(e) = lease.revoke().await {
+                    tracing::debug!("revoking an unused lease: {e:#}");
+                }
+                let granted_ttl = self.granted_ttl(holder.lease).await;
+                Err(anyhow::Error::new(NameTaken {
+                    name: name.to_owned(),
+                    record: holder,
+                    granted_ttl,
+                }))
+            }
+            None => anyhow::bail!("{key} in etcd holds no valid worker record; delete it"),
+        }
+    }
+
+    /// The TTL lease `id` was granted; zero if it is gone or etcd does not
+    /// answer.
+    async fn granted_ttl(&self, id: i64) -> Duration {
+        let answer = retry(|| {
+            let mut client = self.client();
+            async move { client.lease_time_to_live(id, None).await }
+        })
+        .await;
+        match answer {
+            Ok(info) if info.ttl() > 0 => {
+                Duration::from_secs(u64::try_from(info.granted_ttl()).unwrap_or(0))
+            }
+            _ => Duration::ZERO,
+        }
     }
 }

@@ -46,7 +46,7 @@ use crate::error::ApiError;
 
 pub use directory::EtcdDirectory;
 pub use election::{LeaderRecord, Leadership};
-pub use lease::{WorkerLease, WorkerRecord};
+pub use lease::{NameTaken, WorkerLease, WorkerRecord};
 pub use options::{DEFAULT_PREFIX, EtcdOptions};
 
 /// Keys per range request when listing a directory (etcd answers at most

@@ -62,6 +62,12 @@ impl EtcdOptions {
             Some(i) => (&rest[..i], &rest[i..]),
             None => (rest, ""),
         };
+        if hosts.contains('@') {
+            // Not echoed: what precedes the @ may be a password.
+            return Err(format!(
+                "--directory: credentials do not go in the URL (they would show in logs and process lists); give them as STASIS_ETCD_USER and STASIS_ETCD_PASSWORD; expected {FORM}"
+            ));
+        }
         let mut endpoints = Vec::new();
         for endpoint in hosts.split(',') {
             let Some((host, port)) = endpoint.rsplit_once(':') else {
@@ -110,17 +116,15 @@ impl EtcdOptions {
             let mut tls = TlsOptions::new();
             if let Some(ca) = &self.ca {
                 let pem = std::fs::read(ca)
-                    .with_context(|| format!("reading the etcd CA {}", ca.display()))?;
+                    .with_context(|| format!("reading --etcd-ca {}", ca.display()))?;
                 tls = tls.ca_certificate(Certificate::from_pem(pem));
             }
             match (&self.cert, &self.key) {
                 (Some(cert), Some(key)) => {
-                    let cert_pem = std::fs::read(cert).with_context(|| {
-                        format!("reading the etcd client certificate {}", cert.display())
-                    })?;
-                    let key_pem = std::fs::read(key).with_context(|| {
-                        format!("reading the etcd client key {}", key.display())
-                    })?;
+                    let cert_pem = std::fs::read(cert)
+                        .with_context(|| format!("reading --etcd-cert {}", cert.display()))?;
+                    let key_pem = std::fs::read(key)
+                        .with_context(|| format!("reading --etcd-key {}", key.display()))?;
                     tls = tls.identity(Identity::from_pem(cert_pem, key_pem));
                 }
                 (None, None) => {}
@@ -163,9 +167,11 @@ mod tests {
             "etcd://h:x",
             "etcd://:1",
             "etcd://h:1,",
+            "etcd://user:secret@h:1",
         ] {
             let e = EtcdOptions::parse(url).expect_err(url);
             assert!(e.contains("--directory") && e.contains(FORM), "{e}");
+            assert!(!e.contains("secret"), "{e}");
         }
     }
 

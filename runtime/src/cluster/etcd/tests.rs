@@ -481,3 +481,69 @@ fn user_and_password_auth_is_applied_and_a_refusal_is_named() {
         );
     });
 }
+
+#[test]
+fn a_former_leaders_directory_writes_nothing_once_another_leads() {
+    etcd_test(Duration::from_secs(30), |cluster| async move {
+        let ttl = Duration::from_secs(2);
+        let record = |name: &str| LeaderRecord {
+            name: name.into(),
+            ingress: format!("{name}:80"),
+            admin: format!("{name}:81"),
+        };
+        let a = connect(&cluster, "/f").await;
+        let b = connect(&cluster, "/f").await;
+        let lead_a = a.campaign(&record("a"), ttl).await.expect("a campaigns");
+        let dir_a = a.leader_directory(&lead_a);
+        dir_a.insert_template(&template("t", "aa")).expect("insert");
+        dir_a.insert_actor(&actor("x", "w1")).expect("insert");
+        dir_a.place_actor("x", "w2", 2).expect("a leads: placed");
+        lead_a.resign().await.expect("resign");
+        let lead_b = b.campaign(&record("b"), ttl).await.expect("b campaigns");
+        // Every write of a's directory is refused (503), nothing changes.
+        let refused = dir_a
+            .place_actor("x", "w3", 3)
+            .expect_err("a no longer leads");
+        assert_eq!(refused.status, 503, "{}", refused.message);
+        let refused = dir_a.insert_actor(&actor("y", "w1")).expect_err("insert");
+        assert_eq!(refused.status, 503, "{}", refused.message);
+        let refused = dir_a.delete_actor("x").expect_err("delete");
+        assert_eq!(refused.status, 503, "{}", refused.message);
+        let rows = b.directory().actors().expect("actors");
+        assert_eq!(rows.len(), 1);
+        assert_eq!((rows[0].worker.as_str(), rows[0].epoch), ("w2", 2));
+        // b's directory writes.
+        let dir_b = b.leader_directory(&lead_b);
+        dir_b.place_actor("x", "w3", 3).expect("b leads: placed");
+        dir_b.delete_actor("x").expect("b deletes");
+        assert!(b.directory().actors().expect("actors").is_empty());
+        lead_b.resign().await.expect("resign");
+    });
+}
+
+#[test]
+fn a_worker_name_held_by_a_live_lease_is_not_taken_over() {
+    etcd_test(Duration::from_secs(30), |cluster| async move {
+        let etcd = connect(&cluster, "/n").await;
+        let ttl = Duration::from_secs(2);
+        let first = etcd
+            .register_worker("w1", "127.0.0.1:7001", ttl)
+            .await
+            .expect("register");
+        let taken = etcd
+            .register_worker("w1", "127.0.0.1:7002", ttl)
+            .await
+            .err()
+            .expect("the name is held");
+        let taken = taken.downcast_ref::<NameTaken>().expect("NameTaken");
+        assert_eq!(taken.record.lease, first.id());
+        assert_eq!(taken.record.address, "127.0.0.1:7001");
+        assert!(taken.granted_ttl >= ttl, "{:?}", taken.granted_ttl);
+        first.revoke().await.expect("revoke");
+        let second = etcd
+            .register_worker("w1", "127.0.0.1:7002", ttl)
+            .await
+            .expect("free again");
+        second.revoke().await.expect("revoke");
+    });
+}
