@@ -16,22 +16,11 @@ use hyper::{Request, Response};
 use crate::error::ApiError;
 use crate::http::{Body, collect_body};
 use crate::http_client::{HttpClient, Unanswered};
+use crate::router::not_passed_on;
 
 /// Marks a request one replica forwarded to another; its value is the
 /// forwarding replica's name.
 pub const FORWARDED_HEADER: &str = "stasis-forwarded-by";
-
-/// Headers that belong to one connection, never forwarded (RFC 9110 §7.6.1).
-const HOP_BY_HOP: [&str; 8] = [
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
-    "content-length",
-];
 
 /// How long connecting to the leader may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -81,7 +70,7 @@ impl Forwarder {
         let mut headers: Vec<(&str, &str)> = parts
             .headers
             .iter()
-            .filter(|(name, _)| !HOP_BY_HOP.contains(&name.as_str()))
+            .filter(|(name, _)| !not_passed_on(name.as_str()))
             .filter_map(|(name, value)| Some((name.as_str(), value.to_str().ok()?)))
             .collect();
         headers.push((FORWARDED_HEADER, &self.me));
@@ -112,7 +101,7 @@ impl Forwarder {
         let mut response = Response::new(Full::new(answer.body));
         *response.status_mut() = answer.status;
         for (name, value) in &answer.headers {
-            if !HOP_BY_HOP.contains(&name.as_str()) {
+            if !not_passed_on(name.as_str()) {
                 response.headers_mut().append(name.clone(), value.clone());
             }
         }

@@ -185,16 +185,7 @@ pub async fn serve_replica(
             "refusing to start: {conflict}; start with the cluster's value (or use another --directory prefix for another cluster)"
         );
     }
-    let ingress = TcpListener::bind(options.listen)
-        .await
-        .with_context(|| format!("binding --listen {}", options.listen))?;
-    let admin = TcpListener::bind(options.admin_listen)
-        .await
-        .with_context(|| format!("binding --admin-listen {}", options.admin_listen))?;
-    let bound = Bound {
-        ingress: ingress.local_addr()?,
-        admin: admin.local_addr()?,
-    };
+    let (ingress, admin, bound) = crate::server::bind(&options).await?;
     let advertise = cluster.advertise.as_deref();
     let admin_address = advertised(bound.admin, advertise);
     let me = LeaderRecord {

@@ -29,6 +29,14 @@ use crate::ingress;
 /// Header that names the actor directly, overriding the host name.
 pub const ACTOR_HEADER: &str = "stasis-actor";
 
+/// Whether header `name` (lower case) of an answer is not passed on: a
+/// hop-by-hop header, or the length (set anew for the body sent). Used for
+/// a guest's answer here and by a follower replica forwarding (see
+/// [`crate::forward`]).
+pub(crate) fn not_passed_on(name: &str) -> bool {
+    HOP_BY_HOP.contains(&name) || name == "content-length"
+}
+
 /// Hop-by-hop headers (RFC 9110 §7.6.1), never forwarded either way.
 const HOP_BY_HOP: [&str; 7] = [
     "connection",
@@ -142,7 +150,7 @@ fn http_response(actor: &str, response: stasis_host_api::Response) -> Response<B
     *out.status_mut() = StatusCode::from_u16(response.status).unwrap_or(StatusCode::BAD_GATEWAY);
     for (name, value) in response.headers {
         let lower = name.to_ascii_lowercase();
-        if HOP_BY_HOP.contains(&lower.as_str()) || lower == "content-length" {
+        if not_passed_on(&lower) {
             continue;
         }
         match (

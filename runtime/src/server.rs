@@ -45,6 +45,26 @@ pub struct Bound {
     pub admin: SocketAddr,
 }
 
+/// Binds the ingress (`--listen`) and admin (`--admin-listen`) listeners.
+///
+/// # Errors
+/// Naming the flag whose address cannot be bound.
+pub(crate) async fn bind(
+    options: &ServeOptions,
+) -> anyhow::Result<(TcpListener, TcpListener, Bound)> {
+    let ingress = TcpListener::bind(options.listen)
+        .await
+        .with_context(|| format!("binding --listen {}", options.listen))?;
+    let admin = TcpListener::bind(options.admin_listen)
+        .await
+        .with_context(|| format!("binding --admin-listen {}", options.admin_listen))?;
+    let bound = Bound {
+        ingress: ingress.local_addr()?,
+        admin: admin.local_addr()?,
+    };
+    Ok((ingress, admin, bound))
+}
+
 /// Runs `stasis serve` until `shutdown` resolves. `ready` is called once
 /// both listeners are bound and every actor is recovered. In cluster mode
 /// (`config.cluster`) this is one replica (see [`crate::replica`]).
@@ -72,16 +92,7 @@ pub async fn serve(
     let control = tokio::task::spawn_blocking(move || ControlPlane::open(config, metrics))
         .await
         .context("opening the control plane")??;
-    let ingress = TcpListener::bind(options.listen)
-        .await
-        .with_context(|| format!("binding --listen {}", options.listen))?;
-    let admin = TcpListener::bind(options.admin_listen)
-        .await
-        .with_context(|| format!("binding --admin-listen {}", options.admin_listen))?;
-    let bound = Bound {
-        ingress: ingress.local_addr()?,
-        admin: admin.local_addr()?,
-    };
+    let (ingress, admin, bound) = bind(&options).await?;
     let housekeeping = tokio::spawn(control.clone().run_housekeeping());
     let detector = tokio::spawn(control.clone().run_failure_detector());
     let (stop_tx, stop_rx) = watch::channel(false);
