@@ -2,8 +2,10 @@
 //! docs/architecture.md and the `serve` flag help) that no other test
 //! pinned: a template's environment reaches the guest, `--rebalance-by
 //! memory` evens out memory rather than count, `--max-concurrent-moves`
-//! bounds the moves under way, and a remote worker told `410` by its
-//! heartbeat drops every actor and joins again. Real processes on loopback.
+//! bounds the moves under way, a remote worker told `410` by its heartbeat
+//! drops every actor and joins again, `cache/` is safe to delete,
+//! `STASIS_LOG` filters the log, and deleting `clock.mark` loses nothing
+//! but the clock guarantee. Real processes on loopback.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -292,5 +294,103 @@ async fn a_worker_declared_lost_drops_its_actors_and_joins_again() {
     assert_eq!(
         answer.body,
         "hello from: worker-1 | preserved memory count: 3\n"
+    );
+}
+
+/// docs/operations.md, data dir: `cache/` holds compiled code behind a
+/// digest and is safe to delete: a restart recompiles and every actor
+/// keeps its state.
+#[tokio::test(flavor = "multi_thread")]
+async fn deleting_the_compiled_cache_costs_only_a_recompile() {
+    let server = Server::start(&["--workers", "1"]);
+    server.push("counter");
+    server.create("cc", "counter");
+    assert_eq!(count(&post(&server, "cc").await), 1);
+    let mut server = server;
+    let dir = server.stop();
+    let cache = dir.join("cache");
+    assert!(
+        std::fs::read_dir(&cache).expect("cache/").next().is_some(),
+        "compiled code was cached"
+    );
+    std::fs::remove_dir_all(&cache).expect("delete cache/");
+    let server = Server::start_in(&dir, &["--workers", "1"]).expect("restart without cache/");
+    assert_eq!(count(&post(&server, "cc").await), 2);
+    assert!(
+        std::fs::read_dir(&cache)
+            .expect("cache/ again")
+            .next()
+            .is_some(),
+        "recompiled code is cached again"
+    );
+}
+
+/// docs/operations.md, logs: `STASIS_LOG` filters what goes to stderr.
+#[tokio::test(flavor = "multi_thread")]
+async fn stasis_log_filters_the_log() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let start = |level: &str, dir: &str| {
+        let mut command = STASIS.serve(&tmp.path().join(dir), &["--workers", "1"]);
+        command.env("STASIS_LOG", level);
+        stasis_test_util::Proc::start(command, "stasis ready", "serve", false).expect("serve")
+    };
+    let quiet = start("warn", "quiet");
+    let chatty = start("stasis_runtime=debug", "chatty");
+    for process in [&quiet, &chatty] {
+        let admin = process.addr("admin=");
+        stasis_test_util::admin::push_template(
+            &client(),
+            admin,
+            "counter",
+            std::fs::read(crate::support::demo("counter")).expect("counter module"),
+        )
+        .await;
+    }
+    // Give the log threads a moment to drain.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let (quiet, chatty) = (quiet.log(), chatty.log());
+    assert!(!quiet.contains("INFO"), "warn hides info lines: {quiet}");
+    assert!(!quiet.contains("template pushed"), "{quiet}");
+    assert!(chatty.contains("template pushed"), "{chatty}");
+    assert!(
+        chatty.contains("DEBUG") || chatty.contains("INFO"),
+        "{chatty}"
+    );
+}
+
+/// docs/operations.md: deleting `clock.mark` drops the clock guarantee for
+/// the actor's next restore and nothing else: a paused actor restarts from
+/// its snapshot's exact reading and keeps its state.
+#[tokio::test(flavor = "multi_thread")]
+async fn deleting_the_clock_mark_of_a_paused_actor_loses_nothing_else() {
+    let server = Server::start(&["--workers", "1"]);
+    server.push("faulty");
+    server.create("cm", "faulty");
+    let c = client();
+    assert_eq!(
+        count(&to_actor(&c, server.ingress, "cm", "POST", "/").await),
+        1
+    );
+    let clock = |answer: &crate::support::Answer| -> u64 {
+        answer
+            .body
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("monotonic="))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no clock in {answer:?}"))
+    };
+    let before = clock(&to_actor(&c, server.ingress, "cm", "GET", "/clock").await);
+    server.cli_ok(&["actor", "pause", "cm"]);
+    let mark = server.data_dir.join("snapshots/cm/clock.mark");
+    assert!(mark.exists(), "a pause writes the mark");
+    std::fs::remove_file(&mark).expect("delete clock.mark");
+    let after = clock(&to_actor(&c, server.ingress, "cm", "GET", "/clock").await);
+    assert!(
+        after >= before,
+        "the clock went back: {before} then {after}"
+    );
+    assert_eq!(
+        count(&to_actor(&c, server.ingress, "cm", "POST", "/").await),
+        2
     );
 }
