@@ -8,40 +8,18 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use anyhow::Context as _;
-
 use super::ControlPlane;
 use super::directory::ActorRow;
 use super::placement::{ANY_INCARNATION, Placement};
-use crate::cluster::etcd::WorkerRecord;
 
 impl ControlPlane {
-    /// Admits the registered `workers` and loads every placement of the
-    /// directory, to route by (a follower's start).
-    ///
-    /// # Errors
-    /// If the directory cannot be read.
-    pub(super) async fn load_placements(
-        &self,
-        workers: &BTreeMap<String, WorkerRecord>,
-    ) -> anyhow::Result<()> {
-        for (name, record) in workers {
-            let Ok(incarnation) = u64::try_from(record.lease) else {
-                continue;
-            };
-            if let Err(e) = self.admit(name, &record.address, incarnation) {
-                tracing::error!(worker = %name, "cannot admit a registered worker: {e}");
-            }
-        }
-        let directory = self.directory.clone();
-        let rows = tokio::task::spawn_blocking(move || directory.actors())
-            .await
-            .context("reading the directory")??;
+    /// Loads every placement of the directory (`rows`), to route by (a
+    /// follower's start).
+    pub(super) fn load_placements(&self, rows: &[ActorRow]) {
         let mut placements = self.placement_mut();
         for row in rows {
-            placements.insert(row.name.clone(), follower_placement(&row));
+            placements.insert(row.name.clone(), follower_placement(row));
         }
-        Ok(())
     }
 
     /// Keeps the placements in step with the directory's actors

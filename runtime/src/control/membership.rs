@@ -286,7 +286,7 @@ impl ControlPlane {
         for member in self.members() {
             let registered = current
                 .get(&member.name)
-                .is_some_and(|r| u64::try_from(r.lease).ok() == Some(member.incarnation));
+                .is_some_and(|r| r.incarnation() == Some(member.incarnation));
             if registered || member.state() == WorkerState::Lost {
                 continue;
             }
@@ -301,21 +301,7 @@ impl ControlPlane {
             member.set_state(WorkerState::Lost);
             changed = true;
         }
-        for (name, record) in current {
-            let Ok(incarnation) = u64::try_from(record.lease) else {
-                continue;
-            };
-            if self
-                .member(name)
-                .is_some_and(|m| m.incarnation == incarnation)
-            {
-                continue;
-            }
-            match self.admit(name, &record.address, incarnation) {
-                Ok(_) => changed = true,
-                Err(e) => tracing::error!(worker = %name, "cannot admit a registered worker: {e}"),
-            }
-        }
+        changed |= self.admit_registered(current);
         // Only the leader acts on a membership change.
         if changed && self.role == super::Role::Leader {
             let control = self.clone();
@@ -328,6 +314,28 @@ impl ControlPlane {
                 );
             });
         }
+    }
+
+    /// Admits every worker of `registered` (name to record) that is not a
+    /// member under that registration's lease yet; whether any was.
+    pub(super) fn admit_registered(&self, registered: &BTreeMap<String, WorkerRecord>) -> bool {
+        let mut admitted = false;
+        for (name, record) in registered {
+            let Some(incarnation) = record.incarnation() else {
+                continue;
+            };
+            if self
+                .member(name)
+                .is_some_and(|m| m.incarnation == incarnation)
+            {
+                continue;
+            }
+            match self.admit(name, &record.address, incarnation) {
+                Ok(_) => admitted = true,
+                Err(e) => tracing::error!(worker = %name, "cannot admit a registered worker: {e}"),
+            }
+        }
+        admitted
     }
 
     /// Removes `member` (that incarnation only) from the members.

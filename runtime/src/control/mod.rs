@@ -311,9 +311,14 @@ impl ControlPlane {
         })
         .await
         .context("opening the control plane")??;
+        control.admit_registered(&workers);
+        let directory = control.directory.clone();
+        let rows = tokio::task::spawn_blocking(move || directory.actors())
+            .await
+            .context("reading the directory")??;
         match role {
-            Role::Leader => control.recover_cluster(workers).await?,
-            Role::Follower | Role::Embedded => control.load_placements(&workers).await?,
+            Role::Leader => control.recover_cluster(rows).await,
+            Role::Follower | Role::Embedded => control.load_placements(&rows),
         }
         Ok(control)
     }

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use anyhow::Context as _;
 
 use super::ControlPlane;
+use super::directory::ActorRow;
 use super::placement::Placement;
-use crate::cluster::etcd::WorkerRecord;
 use crate::error::ApiError;
 use crate::worker::actor::ActorState;
 use crate::worker::{ActorSpec, Worker};
@@ -68,9 +68,9 @@ impl ControlPlane {
         Ok(())
     }
 
-    /// Cluster mode, when this replica becomes the leader: admits every
-    /// worker registered in etcd (`workers`; the lease id is the
-    /// incarnation) and takes the placements of the directory as they are,
+    /// Cluster mode, when this replica becomes the leader, its members
+    /// admitted from etcd: takes the placements of the directory (`rows`)
+    /// as they are,
     /// checked against what each worker says it hosts. An actor whose
     /// worker is not registered, or does not host it, waits for
     /// re-placement; one left `migrating` by a leader that died mid-move
@@ -78,21 +78,7 @@ impl ControlPlane {
     /// worker that does not own it (a move's target that was never
     /// switched to) is removed. A worker that cannot be asked is trusted:
     /// if it is really gone, its lease expires and it is declared lost.
-    ///
-    /// # Errors
-    /// If the directory cannot be read.
-    pub(super) async fn recover_cluster(
-        self: &Arc<Self>,
-        workers: std::collections::BTreeMap<String, WorkerRecord>,
-    ) -> anyhow::Result<()> {
-        for (name, record) in &workers {
-            let Ok(incarnation) = u64::try_from(record.lease) else {
-                continue;
-            };
-            if let Err(e) = self.admit(name, &record.address, incarnation) {
-                tracing::error!(worker = %name, "cannot admit a registered worker: {e}");
-            }
-        }
+    pub(super) async fn recover_cluster(self: &Arc<Self>, rows: Vec<ActorRow>) {
         let mut hosted = HashMap::new();
         for member in self.members() {
             match member.statuses().await {
@@ -107,10 +93,6 @@ impl ControlPlane {
                 }
             }
         }
-        let directory = self.directory.clone();
-        let rows = tokio::task::spawn_blocking(move || directory.actors())
-            .await
-            .context("reading the directory")??;
         for row in rows {
             let member = self.member(&row.worker);
             let status = hosted.get(&row.worker).map(|h| h.get(&row.name));
@@ -142,7 +124,6 @@ impl ControlPlane {
         }
         let control = self.clone();
         tokio::spawn(async move { control.place_waiting().await });
-        Ok(())
     }
 
     /// Places actors that wait for a worker (e.g. after a restart with

@@ -62,6 +62,15 @@ pub struct WorkerRecord {
     pub lease: i64,
 }
 
+impl WorkerRecord {
+    /// The worker's incarnation as members count it: its lease id (`None`
+    /// for a negative id, which etcd never grants).
+    #[must_use]
+    pub fn incarnation(&self) -> Option<u64> {
+        u64::try_from(self.lease).ok()
+    }
+}
+
 /// The safety margin for a lease of `ttl`: a tenth, at least 100 ms.
 pub(crate) fn margin(ttl: Duration) -> Duration {
     (ttl / 10).max(Duration::from_millis(100))
