@@ -24,6 +24,8 @@
 //! * `replicas_faults`: cluster mode broken as an attacker or an unlucky
 //!   operator would (bad flags, a leader frozen mid-move, etcd's quorum
 //!   frozen, two workers of one name, a large module through a follower);
+//! * `host_calls`: the ABI 2 host functions (call, send) through the
+//!   `caller` demo, across processes, paused, and loops answered 508;
 //! * `hardening`: faults found by trying Stasis as new users and attackers
 //!   would (static constructors, the bearer scheme, metric series, the
 //!   guest clock).
@@ -40,6 +42,7 @@ mod demos;
 mod documented;
 mod errors;
 mod hardening;
+mod host_calls;
 mod http;
 mod ingress;
 mod reliability;
