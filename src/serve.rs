@@ -7,6 +7,7 @@ use std::time::Duration;
 use clap::Args;
 use stasis_core::engine::Limits;
 use stasis_runtime::control::{ClusterConfig, RebalanceBy, ServeConfig};
+use stasis_runtime::host_calls::outbound::AllowList;
 use stasis_runtime::server::{ServeOptions, serve};
 use stasis_runtime::worker::WorkerSettings;
 use stasis_runtime::worker::actor::ActorSettings;
@@ -94,6 +95,10 @@ pub struct ServeArgs {
     /// actors at a time; an actor's series are removed with it.
     #[arg(long)]
     metrics_per_actor: bool,
+    /// Hosts actors may fetch from (HOST[:PORT] or *.DOMAIN[:PORT];
+    /// repeatable; without a port only 80/443).
+    #[arg(long = "allow-outbound", value_name = "HOST[:PORT]")]
+    allow_outbound: Vec<String>,
     #[command(flatten)]
     cluster: ClusterFlags,
     /// Cluster mode: the host other replicas reach this one's listeners at
@@ -143,6 +148,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
                 max_live: args
                     .max_live
                     .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
+                allow_outbound: AllowList::parse(&args.allow_outbound)
+                    .map_err(anyhow::Error::msg)?,
             },
             snapshot_quota: args.snapshot_quota,
             idle_timeout: args.idle_timeout,

@@ -32,6 +32,10 @@ pub struct WorkerRunArgs {
     /// Bearer token of the control plane (and of this worker's API).
     #[arg(long, env = "STASIS_ADMIN_TOKEN", hide_env_values = true)]
     admin_token: Option<String>,
+    /// Hosts actors may fetch from (HOST[:PORT] or *.DOMAIN[:PORT];
+    /// repeatable; without a port only 80/443).
+    #[arg(long = "allow-outbound", value_name = "HOST[:PORT]")]
+    allow_outbound: Vec<String>,
     #[command(flatten)]
     cluster: ClusterFlags,
     /// Cluster mode: the HOST:PORT others reach this worker's API at
@@ -84,6 +88,10 @@ pub async fn run(args: WorkerRunArgs) -> anyhow::Result<()> {
         name: args.name.clone(),
         data_dir: args.data_dir,
         token: args.admin_token,
+        allow_outbound: stasis_runtime::host_calls::outbound::AllowList::parse(
+            &args.allow_outbound,
+        )
+        .map_err(anyhow::Error::msg)?,
     };
     let name = args.name;
     run_worker(options, crate::process::shutdown_signal(), move |addr| {

@@ -171,3 +171,126 @@ async fn call_cycles_answer_508_within_a_second() {
         "{text}"
     );
 }
+
+/// A loopback HTTP server answering every request with `body` after
+/// `delay`; returns its address. Serves until the test ends.
+async fn origin(body: &'static str, delay: Duration) -> std::net::SocketAddr {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind origin");
+    let addr = listener.local_addr().expect("origin address");
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                tokio::time::sleep(delay).await;
+                let answer = format!(
+                    "HTTP/1.1 203 Non-Authoritative Information\r\ncontent-type: text/plain\r\n\
+                     content-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = stream.write_all(answer.as_bytes()).await;
+            });
+        }
+    });
+    addr
+}
+
+async fn fetch(server: &Server, url: &str) -> crate::support::Answer {
+    to_actor(
+        &client(),
+        server.ingress,
+        "getter",
+        "GET",
+        &format!("/?url={url}"),
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fetch_reaches_listed_hosts_only() {
+    let listed = origin("from the listed origin\n", Duration::ZERO).await;
+    let unlisted = origin("never seen\n", Duration::ZERO).await;
+    let allow = listed.to_string();
+    let server = Server::start(&[
+        "--workers",
+        "1",
+        "--allow-outbound",
+        &allow,
+        "--allow-outbound",
+        "*.example.invalid",
+    ]);
+    server.push("fetch");
+    server.create("getter", "fetch");
+    let answer = fetch(&server, &format!("http://{listed}/x")).await;
+    assert_eq!(answer.status, 203, "{answer:?}");
+    assert_eq!(answer.body, "from the listed origin\n");
+    let answer = fetch(&server, &format!("http://{unlisted}/x")).await;
+    assert_eq!(answer.status, 502, "{answer:?}");
+    assert!(
+        answer.body.contains("not allowed by --allow-outbound"),
+        "{answer:?}"
+    );
+    assert!(!answer.body.contains("never seen"), "{answer:?}");
+    let answer = fetch(&server, "ftp://example.com/").await;
+    assert_eq!(answer.status, 502, "{answer:?}");
+    assert!(answer.body.contains("http"), "{answer:?}");
+    let text = server.metrics().await;
+    assert!(
+        text.contains(r#"stasis_fetches_total{outcome="ok"} 1"#),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"stasis_fetches_total{outcome="refused"} 1"#),
+        "{text}"
+    );
+    // A bad rule is refused at start-up, naming it.
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let refused = Server::start_in(&tmp.path().join("d"), &["--allow-outbound", "bad host"]);
+    let stderr = refused.err().expect("serve refuses a bad --allow-outbound");
+    assert!(stderr.contains("--allow-outbound"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pause_waits_for_an_in_flight_fetch() {
+    let slow = origin("slow answer\n", Duration::from_millis(1500)).await;
+    let allow = slow.to_string();
+    let server = Server::start(&["--workers", "1", "--allow-outbound", &allow]);
+    server.push("fetch");
+    server.create("getter", "fetch");
+    let url = format!("http://{slow}/");
+    let addr = server.ingress;
+    let started = Instant::now();
+    let request = tokio::spawn(async move {
+        let answer = to_actor(&client(), addr, "getter", "GET", &format!("/?url={url}")).await;
+        (answer, started.elapsed())
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let pause = server.cli_in_background(&["actor", "pause", "getter", "-o", "json"]);
+    let paused = pause.await.expect("pause verb");
+    let pause_done = started.elapsed();
+    assert!(
+        paused.status.success(),
+        "{}",
+        String::from_utf8_lossy(&paused.stderr)
+    );
+    let (answer, answered) = request.await.expect("fetch request");
+    assert_eq!(answer.status, 203, "{answer:?}");
+    assert_eq!(answer.body, "slow answer\n");
+    // The pause completed only after the fetch did: the origin answers
+    // 1.5 s after the request, the pause was asked for 0.3 s in.
+    assert!(answered >= Duration::from_millis(1500), "{answered:?}");
+    assert!(
+        pause_done >= Duration::from_millis(1500),
+        "the pause finished at {pause_done:?}, before the fetch could"
+    );
+    assert_eq!(state(&server, "getter"), "paused");
+}

@@ -7,18 +7,25 @@
 //! the [`stasis_core::host::ActorServices`] its instance calls, with the
 //! chain of callers and the deadline of its current request); [`route`]
 //! (the two ways a call travels: through the in-process control plane, or
-//! from a remote worker through the control plane's internal API).
+//! from a remote worker through the control plane's internal API);
+//! [`outbound`] (`fetch`: the `--allow-outbound` list and the HTTP(S)
+//! client).
 //!
 //! # The chain of callers
 //!
-//! Every request an actor's `call` or `send` makes carries the header
+//! Every request an actor's `call` makes carries the header
 //! [`CALL_CHAIN_HEADER`]: the comma-separated names of the actors waiting
 //! on it, outermost first, ending with the caller. The host sets it (a
-//! guest's own value is replaced), the ingress router strips it from
-//! requests from outside, and a call to an actor already in the chain is
-//! refused at once with `LoopDetected` (HTTP 508): a call cycle would
-//! otherwise wait on a mailbox that never opens until the deadline.
+//! guest's own value is replaced; a `send` carries none, as nobody waits
+//! on a message), the ingress router strips it from requests from
+//! outside, and a call to an actor already in the chain is refused at once
+//! with `LoopDetected` (HTTP 508): a call cycle would otherwise wait on a
+//! mailbox that never opens until the deadline. Two independent requests
+//! that call each other's actors at the same moment (A's request calls B
+//! while B's calls A) are not one chain: they wait until the first
+//! deadline, which answers `Deadline` to that caller.
 
+pub mod outbound;
 pub mod route;
 pub mod services;
 
@@ -119,6 +126,7 @@ pub(crate) fn count(family: &Family<OutcomeLabel, Counter>, outcome: &str) {
 /// What every actor of one worker shares for its host functions.
 pub struct HostCalls {
     router: OnceLock<Arc<dyn CallRouter>>,
+    outbound: Arc<outbound::Outbound>,
     metrics: HostCallMetrics,
     request_timeout: Duration,
     max_body: usize,
@@ -127,12 +135,18 @@ pub struct HostCalls {
 impl HostCalls {
     /// Host calls under `request_timeout` (the deadline of a request that
     /// did not come with one) and `max_body` (bytes of a request body),
-    /// counted in `metrics`. Calls fail as unavailable until
-    /// [`HostCalls::set_router`].
+    /// fetching from the hosts of `allow`, counted in `metrics`. Calls fail
+    /// as unavailable until [`HostCalls::set_router`].
     #[must_use]
-    pub fn new(metrics: HostCallMetrics, request_timeout: Duration, max_body: usize) -> Self {
+    pub fn new(
+        metrics: HostCallMetrics,
+        request_timeout: Duration,
+        max_body: usize,
+        allow: outbound::AllowList,
+    ) -> Self {
         Self {
             router: OnceLock::new(),
+            outbound: outbound::Outbound::new(allow, max_body),
             metrics,
             request_timeout,
             max_body,

@@ -88,7 +88,8 @@ impl ActorHostServices {
     }
 
     /// Checks the target and body, and gives the request to send with the
-    /// chain set, the router, and the deadline.
+    /// chain set (for a call; none for a message), the router, and the
+    /// deadline.
     fn prepare(
         &self,
         actor: &str,
@@ -132,10 +133,14 @@ impl ActorHostServices {
         request
             .headers
             .retain(|(name, _)| !name.eq_ignore_ascii_case(CALL_CHAIN_HEADER));
-        request.headers.push((
-            CALL_CHAIN_HEADER.to_owned(),
-            scope.chain.join(",").into_bytes(),
-        ));
+        // A message's handler has no caller waiting on it: it starts a
+        // chain of its own.
+        if check_loop {
+            request.headers.push((
+                CALL_CHAIN_HEADER.to_owned(),
+                scope.chain.join(",").into_bytes(),
+            ));
+        }
         Ok((request, router, scope.deadline))
     }
 }
@@ -238,12 +243,14 @@ impl ActorServices for ActorHostServices {
         ready(Err(alarms_not_enabled()))
     }
 
-    fn fetch(&self, _request: Request) -> ServiceFuture<Response> {
-        count(&self.calls.metrics.fetches, "refused");
-        ready(Err(ServiceError::new(
-            HostError::Refused,
-            "outbound requests are not enabled on this host (no --allow-outbound)",
-        )))
+    fn fetch(&self, request: Request) -> ServiceFuture<Response> {
+        let (outbound, metrics) = (self.calls.outbound.clone(), self.calls.metrics.clone());
+        let deadline = self.scope().deadline;
+        Box::pin(async move {
+            let result = outbound.fetch(request, deadline).await;
+            count(&metrics.fetches, &outcome(&result));
+            result
+        })
     }
 }
 

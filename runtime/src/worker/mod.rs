@@ -54,6 +54,8 @@ pub struct WorkerSettings {
     /// actor is paused and the new one waits (up to `hold_timeout`) for its
     /// slot, so the cap is never exceeded (see [`live`]).
     pub max_live: Option<usize>,
+    /// Hosts the actors' `fetch` may reach (`--allow-outbound`).
+    pub allow_outbound: crate::host_calls::outbound::AllowList,
 }
 
 impl Default for WorkerSettings {
@@ -66,6 +68,7 @@ impl Default for WorkerSettings {
                 checkpoint_every: 0,
             },
             max_live: None,
+            allow_outbound: crate::host_calls::outbound::AllowList::default(),
         }
     }
 }
@@ -167,6 +170,7 @@ impl Worker {
                 metrics.host_calls.clone(),
                 engine.limits().request_timeout,
                 engine.limits().max_body,
+                settings.allow_outbound.clone(),
             )),
             engine,
             store,

@@ -57,6 +57,8 @@ pub struct WorkerOptions {
     pub data_dir: PathBuf,
     /// Bearer token for the control plane and for this worker's API.
     pub token: Option<String>,
+    /// Hosts its actors' `fetch` may reach (`--allow-outbound`).
+    pub allow_outbound: crate::host_calls::outbound::AllowList,
 }
 
 /// How a worker joins its cluster.
@@ -306,6 +308,7 @@ pub async fn run(
                 checkpoint_every: answer.checkpoint_every,
             },
             max_live: answer.max_live,
+            allow_outbound: options.allow_outbound.clone(),
         },
         replicator,
         Arc::new(template_dir),

@@ -1,0 +1,312 @@
+//! Outbound HTTP for the `fetch` host function: the allow-list of
+//! `--allow-outbound HOST[:PORT]` ([`AllowList`]) and the client
+//! ([`Outbound`]): HTTP/1.1, and HTTPS with rustls (ring) trusting the
+//! system's root certificates (`rustls-native-certs`).
+//!
+//! A rule is a host name or IP literal, or `*.` and a domain (any name
+//! under that domain, not the domain itself), optionally with `:PORT`.
+//! Without a port only the scheme's default port (80, 443) is allowed.
+//! Names compare case-insensitively; nothing else reaches the network.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::Uri;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use stasis_core::host::ServiceError;
+use stasis_host_api::imports::HostError;
+use stasis_host_api::{Request, Response};
+
+/// One `--allow-outbound` rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Rule {
+    /// Lower-case host, without the `*.` of a wildcard.
+    host: String,
+    wildcard: bool,
+    port: Option<u16>,
+}
+
+/// The hosts `fetch` may reach (module docs). Empty: none.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AllowList {
+    rules: Vec<Rule>,
+}
+
+/// Splits `host[:port]` (an IPv6 literal in brackets) into its parts.
+fn split_host_port(text: &str) -> Result<(String, Option<u16>), String> {
+    let (host, port) = if let Some(rest) = text.strip_prefix('[') {
+        let (host, after) = rest
+            .split_once(']')
+            .ok_or_else(|| format!("{text:?}: unclosed '['"))?;
+        (host, after.strip_prefix(':'))
+    } else {
+        match text.rsplit_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (text, None),
+        }
+    };
+    let port = port
+        .map(|p| {
+            p.parse::<u16>()
+                .map_err(|_| format!("{text:?}: port {p:?} is not a number up to 65535"))
+        })
+        .transpose()?;
+    Ok((host.to_ascii_lowercase(), port))
+}
+
+impl AllowList {
+    /// Parses the `--allow-outbound` values.
+    ///
+    /// # Errors
+    /// Naming the first value that is not `HOST[:PORT]` or `*.DOMAIN[:PORT]`.
+    pub fn parse<S: AsRef<str>>(values: &[S]) -> Result<Self, String> {
+        let rules = values
+            .iter()
+            .map(|v| {
+                let text = v.as_ref().trim();
+                let (host, port) = split_host_port(text)?;
+                let (host, wildcard) = match host.strip_prefix("*.") {
+                    Some(domain) => (domain.to_owned(), true),
+                    None => (host, false),
+                };
+                let valid = !host.is_empty()
+                    && !host.contains('*')
+                    && host
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':'));
+                if !valid {
+                    return Err(format!(
+                        "--allow-outbound {text:?}: want HOST[:PORT] or *.DOMAIN[:PORT]"
+                    ));
+                }
+                Ok(Rule {
+                    host,
+                    wildcard,
+                    port,
+                })
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Self { rules })
+    }
+
+    /// Whether no host is allowed.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.rules.is_empty()
+    }
+
+    /// Whether `host` (lower case) on `port` (`default_port` when the URL
+    /// names none) is allowed.
+    #[must_use]
+    pub fn allows(&self, host: &str, port: u16, default_port: u16) -> bool {
+        let host = host.trim_end_matches('.');
+        self.rules.iter().any(|rule| {
+            let name = if rule.wildcard {
+                host.strip_suffix(&rule.host)
+                    .is_some_and(|head| head.len() > 1 && head.ends_with('.'))
+            } else {
+                host == rule.host
+            };
+            name && port == rule.port.unwrap_or(default_port)
+        })
+    }
+}
+
+type HttpsClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
+
+/// The outbound client of one worker.
+pub struct Outbound {
+    allow: AllowList,
+    client: Result<HttpsClient, String>,
+    max_body: usize,
+}
+
+impl std::fmt::Debug for Outbound {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Outbound")
+            .field("allow", &self.allow)
+            .finish_non_exhaustive()
+    }
+}
+
+fn error(kind: HostError, message: impl Into<String>) -> ServiceError {
+    ServiceError::new(kind, message)
+}
+
+impl Outbound {
+    /// A client for the hosts of `allow`, with bodies up to `max_body`
+    /// bytes each way. The system's root certificates are loaded now; if
+    /// they cannot be, HTTPS fetches fail as unavailable with the reason.
+    #[must_use]
+    pub fn new(allow: AllowList, max_body: usize) -> Arc<Self> {
+        let client = if allow.is_empty() {
+            Err("no --allow-outbound".to_owned())
+        } else {
+            hyper_rustls::HttpsConnectorBuilder::new()
+                .with_provider_and_native_roots(rustls::crypto::ring::default_provider())
+                .map(|b| {
+                    let connector = b.https_or_http().enable_http1().build();
+                    Client::builder(TokioExecutor::new()).build(connector)
+                })
+                .map_err(|e| format!("loading the system's root certificates: {e}"))
+        };
+        Arc::new(Self {
+            allow,
+            client,
+            max_body,
+        })
+    }
+
+    /// Sends `request` (its `uri` an absolute http(s) URL) and reads the
+    /// answer, all before `deadline`.
+    ///
+    /// # Errors
+    /// [`HostError::Refused`] (host not allowed), [`HostError::BadInput`]
+    /// (no absolute http(s) URL, a bad method or header),
+    /// [`HostError::TooLarge`] (a body over `--max-body`),
+    /// [`HostError::Unavailable`] (connection, TLS, protocol),
+    /// [`HostError::Deadline`].
+    pub async fn fetch(
+        &self,
+        request: Request,
+        deadline: Instant,
+    ) -> Result<Response, ServiceError> {
+        let uri: Uri = request
+            .uri
+            .parse()
+            .map_err(|e| error(HostError::BadInput, format!("URL {:?}: {e}", request.uri)))?;
+        let default_port = match uri.scheme_str() {
+            Some("http") => 80,
+            Some("https") => 443,
+            _ => {
+                return Err(error(
+                    HostError::BadInput,
+                    format!(
+                        "URL {:?} is not an absolute http:// or https:// URL",
+                        request.uri
+                    ),
+                ));
+            }
+        };
+        let host = uri
+            .host()
+            .ok_or_else(|| {
+                error(
+                    HostError::BadInput,
+                    format!("URL {:?} has no host", request.uri),
+                )
+            })?
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_ascii_lowercase();
+        let port = uri.port_u16().unwrap_or(default_port);
+        if !self.allow.allows(&host, port, default_port) {
+            return Err(error(
+                HostError::Refused,
+                format!("{host}:{port} is not allowed by --allow-outbound"),
+            ));
+        }
+        if request.body.len() > self.max_body {
+            return Err(error(
+                HostError::TooLarge,
+                format!(
+                    "request body of {} bytes exceeds --max-body ({} bytes)",
+                    request.body.len(),
+                    self.max_body
+                ),
+            ));
+        }
+        let client = self
+            .client
+            .as_ref()
+            .map_err(|e| error(HostError::Unavailable, e.clone()))?;
+        let mut builder = hyper::Request::builder()
+            .method(request.method.as_str())
+            .uri(uri);
+        for (name, value) in &request.headers {
+            if crate::router::not_passed_on(&name.to_ascii_lowercase())
+                || name.eq_ignore_ascii_case("host")
+            {
+                continue;
+            }
+            builder = builder.header(name.as_str(), value.as_slice());
+        }
+        let outgoing = builder
+            .body(Full::new(Bytes::from(request.body)))
+            .map_err(|e| error(HostError::BadInput, format!("the request: {e}")))?;
+        let max_body = self.max_body;
+        let exchange = async {
+            let answer = client
+                .request(outgoing)
+                .await
+                .map_err(|e| error(HostError::Unavailable, format!("{host}:{port}: {e:#}")))?;
+            let (parts, body) = answer.into_parts();
+            let body = Limited::new(body, max_body)
+                .collect()
+                .await
+                .map_err(|e| {
+                    if e.is::<http_body_util::LengthLimitError>() {
+                        error(
+                            HostError::TooLarge,
+                            format!("the answer's body exceeds --max-body ({max_body} bytes)"),
+                        )
+                    } else {
+                        error(HostError::Unavailable, format!("reading the answer: {e}"))
+                    }
+                })?
+                .to_bytes();
+            Ok(Response {
+                status: parts.status.as_u16(),
+                headers: parts
+                    .headers
+                    .iter()
+                    .map(|(n, v)| (n.as_str().to_owned(), v.as_bytes().to_vec()))
+                    .collect(),
+                body: body.to_vec(),
+            })
+        };
+        match tokio::time::timeout_at(deadline.into(), exchange).await {
+            Ok(result) => result,
+            Err(_) => Err(error(
+                HostError::Deadline,
+                format!("fetch {host}:{port}: the request's time ran out first"),
+            )),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rules_match_hosts_ports_and_wildcards() {
+        let list = AllowList::parse(&[
+            "api.example.com",
+            "*.svc.test:8443",
+            "127.0.0.1:9000",
+            "[::1]:81",
+        ])
+        .expect("valid");
+        assert!(list.allows("api.example.com", 443, 443));
+        assert!(list.allows("api.example.com", 80, 80));
+        assert!(!list.allows("api.example.com", 8080, 80));
+        assert!(!list.allows("x.api.example.com", 443, 443));
+        assert!(list.allows("a.svc.test", 8443, 443));
+        assert!(list.allows("a.b.svc.test", 8443, 443));
+        assert!(!list.allows("svc.test", 8443, 443));
+        assert!(!list.allows("evilsvc.test", 8443, 443));
+        assert!(!list.allows("a.svc.test", 443, 443));
+        assert!(list.allows("127.0.0.1", 9000, 80));
+        assert!(!list.allows("127.0.0.1", 9001, 80));
+        assert!(list.allows("::1", 81, 80));
+        assert!(AllowList::parse(&["a b"]).is_err());
+        assert!(AllowList::parse(&["host:99999"]).is_err());
+        assert!(AllowList::parse(&["*.*.x"]).is_err());
+        assert!(AllowList::default().is_empty());
+    }
+}
