@@ -46,14 +46,18 @@
 //!   once, HTTP 508), [`HostError::Deadline`] (the caller's own request
 //!   time ran out first), [`HostError::TooLarge`] (a request or response
 //!   body over `--max-body`), [`HostError::BadInput`], [`HostError::Unavailable`]
-//!   (the callee's worker cannot be reached), [`HostError::Internal`].
-//! * **`send`** hands the request to actor `actor`'s mailbox and returns
-//!   once it is enqueued there (`0`), without waiting for the handler.
-//!   Delivery is at most once: a message lost with a crashing worker, or
-//!   refused by a full mailbox, is not retried (failures are counted in
-//!   the `stasis_sends_failed_total` metric). Loops are not checked (a send
-//!   never waits). Errors: [`HostError::NotFound`], [`HostError::Unavailable`]
-//!   (mailbox full, worker unreachable), [`HostError::TooLarge`],
+//!   (this worker has no route to other actors), [`HostError::Internal`].
+//!   A callee that cannot be reached (its worker, or the control plane for
+//!   a remote worker) is a 503 response.
+//! * **`send`** hands the request to actor `actor`'s mailbox without
+//!   waiting for the handler: `0` means the target exists and the message
+//!   was accepted for delivery to its mailbox. Delivery is at most once: a
+//!   message lost with a crashing worker, or refused by a full mailbox, is
+//!   not retried (failures are counted in the `stasis_sends_failed_total`
+//!   metric). A message carries no chain of callers (nobody waits on it),
+//!   so loops are not checked. Errors: [`HostError::NotFound`],
+//!   [`HostError::Unavailable`] (no route, or the control plane cannot be
+//!   reached from a remote worker), [`HostError::TooLarge`],
 //!   [`HostError::BadInput`], [`HostError::Deadline`], [`HostError::Internal`].
 //! * **`set_alarm`** sets the actor's one alarm to `at_unix_ms` (replacing
 //!   any other; a time in the past fires as soon as possible). At that
