@@ -25,6 +25,8 @@
 
 #![warn(missing_docs)]
 
+pub mod wire;
+
 use serde::{Deserialize, Serialize};
 
 /// Version of the guest ABI described in the crate docs.
