@@ -24,6 +24,8 @@
 //! * `replicas_faults`: cluster mode broken as an attacker or an unlucky
 //!   operator would (bad flags, a leader frozen mid-move, etcd's quorum
 //!   frozen, two workers of one name, a large module through a follower);
+//! * `c_sdk`: the C guest SDK's counter answers as the Rust one, keeps its
+//!   count across pause and restart, and answers malformed bytes with 400;
 //! * `hardening`: faults found by trying Stasis as new users and attackers
 //!   would (static constructors, the bearer scheme, metric series, the
 //!   guest clock).
@@ -35,6 +37,7 @@
 mod support;
 
 mod abandoned;
+mod c_sdk;
 mod cluster;
 mod demos;
 mod documented;
