@@ -80,7 +80,11 @@ const C_DEMOS: [(&str, &str); 1] = [("counter-c", "demos-c/counter.c")];
 
 /// Sysroots tried, in order, when `WASI_SYSROOT` is unset: Debian's
 /// `wasi-libc` package (`/usr/lib/wasm32-wasi`), then the wasi-sdk layouts.
-const SYSROOTS: [&str; 3] = ["/usr", "/usr/share/wasi-sysroot", "/opt/wasi-sdk/share/wasi-sysroot"];
+const SYSROOTS: [&str; 3] = [
+    "/usr",
+    "/usr/share/wasi-sysroot",
+    "/opt/wasi-sdk/share/wasi-sysroot",
+];
 
 /// Builds [`C_DEMOS`] with clang (`STASIS_CLANG`, default `clang`) for
 /// `wasm32-wasi` as WASI reactors, against the wasi-libc sysroot
@@ -166,7 +170,12 @@ fn c_toolchain(clang: &str) -> Result<PathBuf, String> {
 /// command); panics with clang's output if it fails, passes its warnings on.
 fn compile_c_demo(clang: &str, sysroot: &Path, root: &Path, source: &Path, wasm: &Path) {
     let output = Command::new(clang)
-        .args(["--target=wasm32-wasi", "-mexec-model=reactor", "-std=c11", "-O2"])
+        .args([
+            "--target=wasm32-wasi",
+            "-mexec-model=reactor",
+            "-std=c11",
+            "-O2",
+        ])
         .args(["-Wall", "-Wextra", "-Wpedantic", "-Wl,--strip-debug"])
         .arg(format!("--sysroot={}", sysroot.display()))
         .arg("-I")

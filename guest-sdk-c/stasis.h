@@ -478,20 +478,10 @@ STASIS__FN uint64_t stasis__pack(const uint8_t *ptr, size_t len) {
     return ((uint64_t)(uintptr_t)ptr << 32) | (uint64_t)len;
 }
 
-/* Encodes `res` (freeing its buffers) into stasis__last; returns the
- * (ptr << 32) | len the host expects. */
-STASIS__FN uint64_t stasis__finish(stasis_response *res) {
-    /* The encoded last response; the host reads it after stasis_handle returns,
-     * and it stays alive until the next call. */
-    static stasis__buf stasis__last;
-
-    /* Sent when even the response could not be encoded: 500, no headers, body
-     * "guest out of memory\n" (status 500 is fb f4 01). */
-    static const uint8_t stasis__oom[] = {0xfb, 0xf4, 0x01, 0x00, 20,  'g', 'u', 'e', 's', 't', ' ',
-                                          'o',  'u',  't',  ' ',  'o', 'f', ' ', 'm', 'e', 'm', 'o',
-                                          'r',  'y',  '\n'};
-    stasis__buf_free(&stasis__last);
-    stasis__buf *out = &stasis__last;
+/* Appends the encoded `res` to `out` (host-api's Response layout) and frees
+ * the buffers of `res`. Returns 0, or -1 if `res` had failed or memory ran
+ * out (`out` then holds a partial encoding). */
+STASIS__FN int stasis__encode_response(stasis_response *res, stasis__buf *out) {
     int rc = res->stasis__failed || stasis__buf_varint(out, res->stasis__status) ||
              stasis__buf_varint(out, res->stasis__header_count) ||
              stasis__buf_put(out, res->stasis__headers.data, res->stasis__headers.len) ||
@@ -499,11 +489,25 @@ STASIS__FN uint64_t stasis__finish(stasis_response *res) {
              stasis__buf_put(out, res->stasis__body.data, res->stasis__body.len);
     stasis__buf_free(&res->stasis__headers);
     stasis__buf_free(&res->stasis__body);
-    if (rc) {
-        stasis__buf_free(&stasis__last);
-        return stasis__pack(stasis__oom, sizeof stasis__oom);
+    return rc ? -1 : 0;
+}
+
+/* Encodes `res` (freeing its buffers) into the last-response buffer and
+ * returns the (ptr << 32) | len the host expects (wasm32 pointers). */
+STASIS__FN uint64_t stasis__finish(stasis_response *res) {
+    /* The host reads the encoded response after stasis_handle returns; it
+     * stays alive until the next call. */
+    static stasis__buf last;
+    /* Sent when even the response could not be encoded: 500, no headers,
+     * body "guest out of memory\n" (status 500 is fb f4 01). */
+    static const uint8_t oom[] = {0xfb, 0xf4, 0x01, 0x00, 20,  'g', 'u', 'e', 's', 't', ' ', 'o', 'u',
+                                  't',  ' ',  'o',  'f',  ' ', 'm', 'e', 'm', 'o', 'r', 'y', '\n'};
+    stasis__buf_free(&last);
+    if (stasis__encode_response(res, &last)) {
+        stasis__buf_free(&last);
+        return stasis__pack(oom, sizeof oom);
     }
-    return stasis__pack(stasis__last.data, stasis__last.len);
+    return stasis__pack(last.data, last.len);
 }
 
 /* The body of the `stasis_alloc` export: a buffer of `len` bytes (0 if

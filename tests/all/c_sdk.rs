@@ -72,7 +72,8 @@ async fn c_counter_answers_as_the_rust_counter() {
     if skipped().is_some() {
         return;
     }
-    let server = Server::start(&[]);
+    // One worker, so both actors answer `hello from: worker-1`.
+    let server = Server::start(&["--workers", "1"]);
     server.push("counter");
     server.push("counter-c");
     server.create("rust", "counter");
@@ -83,7 +84,12 @@ async fn c_counter_answers_as_the_rust_counter() {
         ("POST", "/", vec![], vec![]),
         ("GET", "/", vec![], vec![]),
         ("HEAD", "/", vec![], vec![]),
-        ("POST", "/any/path?x=1&flag", vec![("x-a", "1"), ("x-b", "")], vec![7; 300]),
+        (
+            "POST",
+            "/any/path?x=1&flag",
+            vec![("x-a", "1"), ("x-b", "")],
+            vec![7; 300],
+        ),
         ("PUT", "/", vec![], b"body".to_vec()),
         ("DELETE", "/k", vec![], vec![]),
         ("PATCH", "/", vec![("content-type", "text/plain")], vec![]),
@@ -143,7 +149,9 @@ impl Guest {
             .define_unknown_imports_as_traps(&module)
             .expect("trap imports");
         let mut store = Store::new(&engine, ());
-        let instance: Instance = linker.instantiate(&mut store, &module).expect("instantiate");
+        let instance: Instance = linker
+            .instantiate(&mut store, &module)
+            .expect("instantiate");
         instance
             .get_typed_func::<(), ()>(&mut store, "_initialize")
             .expect("a reactor exports _initialize")
@@ -268,5 +276,64 @@ fn malformed_requests_get_400_and_the_count_survives() {
     assert_eq!(
         (status, body.as_str()),
         (405, "method PUT not allowed; use GET or POST\n")
+    );
+}
+
+/// `guest-sdk-c/test_stasis.c`: the header's decoder, encoder and request
+/// helpers against the byte examples of `host-api/src/wire.rs`, plus
+/// 200,000 mutated requests, compiled for this machine with the sanitizers
+/// (address, undefined) where clang has their runtime.
+#[test]
+fn header_passes_its_native_c_tests() {
+    if skipped().is_some() {
+        return;
+    }
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let exe = tmp.path().join("test_stasis");
+    let compile = |sanitize: bool| {
+        let mut command = std::process::Command::new(
+            std::env::var("STASIS_CLANG").unwrap_or_else(|_| "clang".to_owned()),
+        );
+        command
+            .args([
+                "-std=c11",
+                "-O1",
+                "-Wall",
+                "-Wextra",
+                "-Wpedantic",
+                "-Werror",
+            ])
+            .arg("-I")
+            .arg(root.join("guest-sdk-c"))
+            .arg("-o")
+            .arg(&exe)
+            .arg(root.join("guest-sdk-c/test_stasis.c"));
+        if sanitize {
+            command.args(["-fsanitize=address,undefined", "-fno-sanitize-recover=all"]);
+        }
+        command.output().expect("run clang")
+    };
+    let mut built = compile(true);
+    if !built.status.success() {
+        eprintln!(
+            "no sanitizer runtime, testing without: {}",
+            String::from_utf8_lossy(&built.stderr)
+        );
+        built = compile(false);
+    }
+    assert!(
+        built.status.success(),
+        "test_stasis.c does not compile: {}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let run = std::process::Command::new(&exe)
+        .output()
+        .expect("run test_stasis");
+    assert!(
+        run.status.success(),
+        "test_stasis failed: {}{}",
+        String::from_utf8_lossy(&run.stdout),
+        String::from_utf8_lossy(&run.stderr)
     );
 }
