@@ -65,6 +65,9 @@ async fn c_counter_passes_the_reference_session() {
     assert_eq!(count(&post(&server, "c-counter-1").await), 6);
 }
 
+/// One request of a session: method, path, headers, body.
+type Exchange<'a> = (&'a str, &'a str, Vec<(&'a str, &'a str)>, Vec<u8>);
+
 /// The same requests to the Rust counter and the C counter get the same
 /// status, content type and body, byte for byte.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -80,7 +83,7 @@ async fn c_counter_answers_as_the_rust_counter() {
     server.create("c", "counter-c");
     let big = vec![b'x'; 70_000];
     let long = "v".repeat(5000);
-    let session: Vec<(&str, &str, Vec<(&str, &str)>, Vec<u8>)> = vec![
+    let session: Vec<Exchange> = vec![
         ("POST", "/", vec![], vec![]),
         ("GET", "/", vec![], vec![]),
         ("HEAD", "/", vec![], vec![]),
