@@ -11,7 +11,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const DEMOS: [&str; 4] = ["counter", "kv", "echo", "faulty"];
+const DEMOS: [&str; 5] = ["counter", "kv", "echo", "faulty", "caller"];
 
 fn main() {
     let root = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("set by cargo"));

@@ -220,6 +220,8 @@ impl StasisEngine {
         wasmtime_wasi::p1::add_to_linker_async(&mut linker, |host: &mut Host| host.wasi())
             .map_err(anyhow::Error::from)
             .context("linking WASI preview 1")?;
+        crate::host_functions::add_to_linker(&mut linker)
+            .context("linking the stasis host functions")?;
         let stop = Arc::new(AtomicBool::new(false));
         let ticker_engine = engine.clone();
         let ticker_stop = stop.clone();
@@ -247,7 +249,7 @@ impl StasisEngine {
         &self.engine
     }
 
-    /// The linker holding WASI preview 1.
+    /// The linker holding WASI preview 1 and the `stasis` host functions.
     #[must_use]
     pub fn linker(&self) -> &Arc<Linker<Host>> {
         &self.linker

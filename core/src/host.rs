@@ -1,12 +1,18 @@
 //! The store data of an actor instance ([`Host`]) and the WASI wiring it
 //! carries: the per-actor [`VirtualClock`] and [`GuestOutput`], where guest
-//! stdout and stderr go. The engine's linker and the module cache are typed
+//! stdout and stderr go; and [`ActorServices`], what the host functions of
+//! ABI 2 (`stasis_host_api::imports`) ask of the runtime. The engine's linker and the module cache are typed
 //! over [`Host`]; this module depends on neither, so engine, module and
 //! instance import it without a circle.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::Poll;
 use std::time::Instant;
+
+use stasis_host_api::imports::HostError;
+use stasis_host_api::{Request, Response};
 
 use wasmtime::{StoreLimits, StoreLimitsBuilder};
 use wasmtime_wasi::WasiCtxBuilder;
@@ -14,11 +20,126 @@ use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p1::WasiP1Ctx;
 
 /// The store data of one actor instance: its WASI preview 1 context, its
-/// memory limit and the CPU ticks left to the current guest call.
+/// memory limit, the CPU ticks left to the current guest call, and what
+/// its host functions use (the services, the held result, the last error).
 pub struct Host {
     wasi: WasiP1Ctx,
     pub(crate) limits: StoreLimits,
     pub(crate) cpu_ticks_left: u64,
+    pub(crate) actor: Arc<str>,
+    pub(crate) services: Arc<dyn ActorServices>,
+    /// The result a buffer-returning host function left for `take_result`.
+    pub(crate) held_result: Option<Vec<u8>>,
+    /// Why the last failing host function failed (for `last_error`).
+    pub(crate) last_error: Option<String>,
+}
+
+/// A host function's failure: the code the guest receives and the reason
+/// `last_error` gives it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{kind}: {message}")]
+pub struct ServiceError {
+    /// The error code's meaning.
+    pub kind: HostError,
+    /// A human-readable reason.
+    pub message: String,
+}
+
+impl ServiceError {
+    /// A failure of `kind` because of `message`.
+    #[must_use]
+    pub fn new(kind: HostError, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+        }
+    }
+}
+
+/// The future a service method returns: `Send`, owning what it needs.
+pub type ServiceFuture<T> = Pin<Box<dyn Future<Output = Result<T, ServiceError>> + Send>>;
+
+/// What the host functions of ABI 2 ask of the runtime, for one actor
+/// (the runtime gives each instance its own value, which knows the actor's
+/// name, its current request's chain of callers and deadline). Each method
+/// runs while the guest waits in the host function; the guest's CPU limit
+/// does not run meanwhile, its wall-clock request timeout does.
+pub trait ActorServices: Send + Sync {
+    /// `call`: `request` to actor `actor`, answered with its response.
+    ///
+    /// # Errors
+    /// [`HostError::NotFound`], [`HostError::LoopDetected`],
+    /// [`HostError::Deadline`], [`HostError::TooLarge`],
+    /// [`HostError::Unavailable`], [`HostError::Internal`].
+    fn call(&self, actor: String, request: Request) -> ServiceFuture<Response>;
+
+    /// `send`: enqueues `request` at actor `actor` (one-way).
+    ///
+    /// # Errors
+    /// As [`ActorServices::call`], without loops.
+    fn send(&self, actor: String, request: Request) -> ServiceFuture<()>;
+
+    /// `set_alarm`: the actor's one alarm, at `at_unix_ms` (Unix ms).
+    ///
+    /// # Errors
+    /// [`HostError::NotEnabled`], [`HostError::Unavailable`].
+    fn set_alarm(&self, at_unix_ms: u64) -> ServiceFuture<()>;
+
+    /// `cancel_alarm`: removes the alarm (fine when none is set).
+    ///
+    /// # Errors
+    /// [`HostError::NotEnabled`], [`HostError::Unavailable`].
+    fn cancel_alarm(&self) -> ServiceFuture<()>;
+
+    /// `alarm`: the pending alarm (Unix ms), if any.
+    ///
+    /// # Errors
+    /// [`HostError::NotEnabled`], [`HostError::Unavailable`].
+    fn alarm(&self) -> ServiceFuture<Option<u64>>;
+
+    /// `fetch`: `request` (an absolute http(s) URL in `uri`) to the
+    /// outside world.
+    ///
+    /// # Errors
+    /// [`HostError::Refused`], [`HostError::BadInput`],
+    /// [`HostError::Unavailable`], [`HostError::Deadline`],
+    /// [`HostError::TooLarge`].
+    fn fetch(&self, request: Request) -> ServiceFuture<Response>;
+}
+
+/// The services of a host that offers none: every method fails with
+/// [`HostError::NotEnabled`] (tests, tools, and instances created outside
+/// a worker).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoServices;
+
+fn not_enabled<T: Send + 'static>(what: &str) -> ServiceFuture<T> {
+    let error = ServiceError::new(
+        HostError::NotEnabled,
+        format!("{what} is not enabled on this host"),
+    );
+    Box::pin(std::future::ready(Err(error)))
+}
+
+impl ActorServices for NoServices {
+    fn call(&self, _: String, _: Request) -> ServiceFuture<Response> {
+        not_enabled("call")
+    }
+    fn send(&self, _: String, _: Request) -> ServiceFuture<()> {
+        not_enabled("send")
+    }
+    fn set_alarm(&self, _: u64) -> ServiceFuture<()> {
+        not_enabled("set_alarm")
+    }
+    fn cancel_alarm(&self) -> ServiceFuture<()> {
+        not_enabled("cancel_alarm")
+    }
+    fn alarm(&self) -> ServiceFuture<Option<u64>> {
+        not_enabled("alarm")
+    }
+    fn fetch(&self, _: Request) -> ServiceFuture<Response> {
+        not_enabled("fetch")
+    }
 }
 
 /// What a [`Host`] gives the guest through WASI.
@@ -33,6 +154,8 @@ pub struct WasiSetup<'a> {
     pub stderr: GuestOutput,
     /// The guest's monotonic clock.
     pub clock: VirtualClock,
+    /// What the `stasis` host functions call.
+    pub services: Arc<dyn ActorServices>,
 }
 
 impl Host {
@@ -49,11 +172,16 @@ impl Host {
             .stderr(setup.stderr)
             .monotonic_clock(setup.clock)
             .build_p1();
+        let services = setup.services;
         let max_memory = usize::try_from(max_memory_bytes).unwrap_or(usize::MAX);
         Self {
             wasi,
             limits: StoreLimitsBuilder::new().memory_size(max_memory).build(),
             cpu_ticks_left: cpu_ticks,
+            actor: Arc::from(setup.actor),
+            services,
+            held_result: None,
+            last_error: None,
         }
     }
 

@@ -16,7 +16,7 @@ use stasis_host_api::{Context, Request, Response, exports};
 use wasmtime::{Global, Instance, Memory, Store, Trap, TypedFunc, UpdateDeadline};
 
 use crate::engine::{Limits, StasisEngine};
-use crate::host::{GuestOutput, Host, VirtualClock, WasiSetup};
+use crate::host::{ActorServices, GuestOutput, Host, NoServices, VirtualClock, WasiSetup};
 use crate::module::{GLOBAL_EXPORT_PREFIX, MEMORY_EXPORT_PREFIX, Template};
 
 /// What an instance is created with. The template fixes the environment
@@ -36,6 +36,9 @@ pub struct InstanceConfig {
     /// reading the actor may have seen before, so the clock never goes back
     /// across a trap rollback or a crash. 0 from [`InstanceConfig::new`].
     pub clock_floor_ns: u64,
+    /// What the `stasis` host functions call ([`NoServices`] from
+    /// [`InstanceConfig::new`]).
+    pub services: Arc<dyn ActorServices>,
 }
 
 impl InstanceConfig {
@@ -51,6 +54,7 @@ impl InstanceConfig {
             stdout: GuestOutput::new(actor, "stdout"),
             stderr: GuestOutput::new(actor, "stderr"),
             clock_floor_ns: 0,
+            services: Arc::new(NoServices),
         }
     }
 }
@@ -121,6 +125,7 @@ struct Hooks {
     init: Option<TypedFunc<(), ()>>,
     on_pause: Option<TypedFunc<(), ()>>,
     on_resume: Option<TypedFunc<(), ()>>,
+    on_alarm: Option<TypedFunc<(), ()>>,
 }
 
 /// Which variant to instantiate.
@@ -172,6 +177,7 @@ impl ActorInstance {
             stdout: config.stdout.clone(),
             stderr: config.stderr.clone(),
             clock: clock.clone(),
+            services: config.services.clone(),
         };
         let host = Host::new(setup, limits.max_memory, limits.cpu_ticks());
         let mut store = Store::new(engine.engine(), host);
@@ -235,6 +241,7 @@ impl ActorInstance {
             init: typed(&mut store, exports::INIT),
             on_pause: typed(&mut store, exports::ON_PAUSE),
             on_resume: typed(&mut store, exports::ON_RESUME),
+            on_alarm: typed(&mut store, exports::ON_ALARM),
         };
         let alloc = instance
             .get_typed_func(&mut store, exports::ALLOC)
@@ -373,6 +380,25 @@ impl ActorInstance {
     /// A [`CallError`] if the hook traps or times out.
     pub async fn on_resume(&mut self) -> Result<(), CallError> {
         match self.hooks.on_resume.clone() {
+            Some(f) => self.run_hook(f).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Whether the guest exports the alarm hook `stasis_on_alarm`.
+    #[must_use]
+    pub fn has_alarm_hook(&self) -> bool {
+        self.hooks.on_alarm.is_some()
+    }
+
+    /// Calls the guest's `stasis_on_alarm` hook (ABI 2), if it has one,
+    /// under the CPU limit and request timeout of a request.
+    ///
+    /// # Errors
+    /// A [`CallError`] if the hook traps or times out (drop the instance as
+    /// for a failed request).
+    pub async fn on_alarm(&mut self) -> Result<(), CallError> {
+        match self.hooks.on_alarm.clone() {
             Some(f) => self.run_hook(f).await,
             None => Ok(()),
         }

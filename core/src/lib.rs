@@ -8,6 +8,9 @@
 //! * [`durable`]: the one atomic-write routine and the data dir's `LOCK`.
 //! * [`host`]: the store data of an instance ([`host::Host`]) and its WASI
 //!   wiring (virtual clock, guest output).
+//! * [`host_functions`]: the `stasis` host functions of ABI 2 in the
+//!   linker, over [`host::ActorServices`] (it names memory 0 by the
+//!   rewrite's export prefix, a constant of [`module`]).
 //! * [`engine`]: the shared wasmtime engine, its linker, the epoch ticker
 //!   that enforces CPU limits, per-actor [`engine::Limits`].
 //! * [`module`]: templates: validate ([`module::validate`]), rewrite into
@@ -32,6 +35,7 @@
 pub mod durable;
 pub mod engine;
 pub mod host;
+pub mod host_functions;
 pub mod instance;
 pub mod module;
 pub mod snapshot;

@@ -56,6 +56,36 @@
 //! every call. Do not define `_initialize` yourself in a crate using
 //! [`export_actor!`].
 //!
+//! # Host functions (ABI 2)
+//!
+//! [`host`] calls other actors ([`host::call`], [`host::send`]), sets the
+//! actor's alarm ([`host::set_alarm`], [`host::cancel_alarm`],
+//! [`host::alarm`]; it fires [`Actor::alarm`]), reaches outside through the
+//! host's allow-list ([`host::fetch`]) and names the actor
+//! ([`host::self_name`]):
+//!
+//! ```no_run
+//! use stasis_guest_sdk::{export_actor, host, Actor, Request, Response};
+//!
+//! #[derive(Default)]
+//! struct Caller;
+//!
+//! impl Actor for Caller {
+//!     fn handle(&mut self, _req: Request) -> Response {
+//!         match host::call("counter", &Request::new("POST", "/")) {
+//!             Ok(answer) => Response::bytes(answer.status, answer.body),
+//!             Err(e) => Response::text(e.status(), format!("{e}\n")),
+//!         }
+//!     }
+//! }
+//!
+//! export_actor!(Caller);
+//! ```
+//!
+//! [`export_actor!`] always writes ABI version 2 (hosts accept 1 and 2; a
+//! module that uses no host function imports nothing more than before) and
+//! exports the alarm hook `stasis_on_alarm`.
+//!
 //! # Errors and panics
 //!
 //! A panic traps the instance: the host answers 500 with the trap message and
@@ -63,6 +93,9 @@
 
 #![warn(missing_docs)]
 
+pub mod host;
+
+pub use host::HostError;
 pub use stasis_host_api::{ABI_VERSION, Context, Request, Response};
 
 /// A stateful actor. One value per actor, created once (by [`Default`]) when
@@ -77,6 +110,30 @@ pub trait Actor: Default + 'static {
     /// Called after a fresh instance got this actor's snapshot back (a resume,
     /// a migration, or a rollback after a trap).
     fn on_resume(&mut self) {}
+
+    /// Called when the alarm set by [`host::set_alarm`] fires (the actor is
+    /// resumed first if paused). The alarm is cleared before the call; set
+    /// it again here for a periodic one. A panic here is retried with
+    /// backoff, so the hook runs at least once per alarm.
+    ///
+    /// ```no_run
+    /// use stasis_guest_sdk::{host, Actor, Request, Response};
+    ///
+    /// #[derive(Default)]
+    /// struct Ticker {
+    ///     ticks: u64,
+    /// }
+    ///
+    /// impl Actor for Ticker {
+    ///     fn handle(&mut self, _req: Request) -> Response {
+    ///         Response::text(200, format!("ticks: {}\n", self.ticks))
+    ///     }
+    ///     fn alarm(&mut self) {
+    ///         self.ticks += 1;
+    ///     }
+    /// }
+    /// ```
+    fn alarm(&mut self) {}
 }
 
 /// Glue used by [`export_actor!`]; not part of the public API.
@@ -126,6 +183,10 @@ pub mod __rt {
 
         pub fn on_resume(&self) {
             self.actor().on_resume();
+        }
+
+        pub fn on_alarm(&self) {
+            self.actor().alarm();
         }
 
         pub fn handle(&self, ptr: u32, len: u32) -> u64 {
@@ -186,7 +247,8 @@ pub mod __rt {
     }
 }
 
-/// Exports `$actor` (a type implementing [`Actor`]) under the Stasis ABI,
+/// Exports `$actor` (a type implementing [`Actor`]) under the Stasis ABI
+/// (version 2, with the alarm hook),
 /// exports `_initialize` (static constructors, once; see the crate docs), and
 /// writes the ABI version custom section. Use it once per crate.
 #[macro_export]
@@ -226,6 +288,11 @@ macro_rules! export_actor {
         #[unsafe(no_mangle)]
         pub extern "C" fn stasis_on_resume() {
             __STASIS_SLOT.on_resume()
+        }
+
+        #[unsafe(no_mangle)]
+        pub extern "C" fn stasis_on_alarm() {
+            __STASIS_SLOT.on_alarm()
         }
     };
 }

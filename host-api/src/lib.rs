@@ -7,7 +7,8 @@
 //! # The ABI (version [`ABI_VERSION`])
 //!
 //! * The module carries a custom section named [`ABI_SECTION`] whose payload
-//!   is the ABI version as a little-endian `u32`. The host reads it at
+//!   is the ABI version as a little-endian `u32`: 1 or 2 ([`MIN_ABI_VERSION`]
+//!   to [`ABI_VERSION`]; the host accepts both). The host reads it at
 //!   `template push` without running guest code.
 //! * The module exports:
 //!   * [`exports::ALLOC`]`(len: i32) -> i32`: a guest buffer of `len` bytes
@@ -19,9 +20,20 @@
 //!   * optionally [`exports::INIT`]`()`, called exactly once when the actor is
 //!     created (after the start function and `_initialize`), and the hooks
 //!     [`exports::ON_PAUSE`]`()` / [`exports::ON_RESUME`]`()`, called when an
-//!     actor is paused or continues from a snapshot (never for checkpoints).
-//! * Imports are WASI preview 1 ([`WASI_MODULE`]) and nothing else.
+//!     actor is paused or continues from a snapshot (never for checkpoints);
+//!   * optionally (version 2) [`exports::ON_ALARM`]`()`, called when the
+//!     actor's alarm fires (see [`imports`]).
+//! * Imports: a version-1 module imports WASI preview 1 ([`WASI_MODULE`])
+//!   and nothing else. A version-2 module may also import the host
+//!   functions of module [`imports::MODULE`] (`stasis`), each with exactly
+//!   the signature [`imports::FUNCTIONS`] gives (the host refuses any other
+//!   name or signature at `template push`); their conventions and errors
+//!   are in [`imports`].
 //! * Exports starting with [`exports::RESERVED_PREFIX`] belong to the host.
+//!
+//! Version 2 changes nothing else: a version-1 module behaves exactly as
+//! before, and a version-2 module that imports no host function is a
+//! version-1 module with another number.
 
 #![warn(missing_docs)]
 
@@ -29,13 +41,20 @@ pub mod wire;
 
 use serde::{Deserialize, Serialize};
 
-/// Version of the guest ABI described in the crate docs.
-pub const ABI_VERSION: u32 = 1;
+pub mod imports;
+
+/// Version of the guest ABI described in the crate docs: the newest this
+/// crate speaks, and the one the guest SDK writes.
+pub const ABI_VERSION: u32 = 2;
+
+/// The oldest ABI version the host still accepts (WASI imports only).
+pub const MIN_ABI_VERSION: u32 = 1;
 
 /// Name of the custom section holding the ABI version (`u32`, little-endian).
 pub const ABI_SECTION: &str = "stasis-abi";
 
-/// The only import module a guest may use: WASI preview 1.
+/// The import module every guest may use: WASI preview 1 (a version-2
+/// guest may also use [`imports::MODULE`]).
 pub const WASI_MODULE: &str = "wasi_snapshot_preview1";
 
 /// Upper bound, in bytes, on one encoded [`Request`] or [`Response`] that
@@ -55,6 +74,9 @@ pub mod exports {
     pub const ON_PAUSE: &str = "stasis_on_pause";
     /// `()`: optional, after a fresh instance got a snapshot back.
     pub const ON_RESUME: &str = "stasis_on_resume";
+    /// `()`: optional (ABI 2), when the actor's alarm fires; a trap is
+    /// retried with backoff.
+    pub const ON_ALARM: &str = "stasis_on_alarm";
     /// The WASI reactor initialiser; called once at creation, never after a restore.
     pub const INITIALIZE: &str = "_initialize";
     /// Exports with this prefix are added by the host's instrumentation and
@@ -87,6 +109,31 @@ pub struct Request {
 }
 
 impl Request {
+    /// A request with `method` (upper case, e.g. `POST`) and `uri` (path
+    /// and query, or an absolute URL for `fetch`), no headers, no body.
+    #[must_use]
+    pub fn new(method: &str, uri: &str) -> Self {
+        Self {
+            method: method.to_owned(),
+            uri: uri.to_owned(),
+            ..Self::default()
+        }
+    }
+
+    /// This request with `body`.
+    #[must_use]
+    pub fn with_body(mut self, body: impl Into<Vec<u8>>) -> Self {
+        self.body = body.into();
+        self
+    }
+
+    /// This request with header `name` (lower case) set to `value` (added).
+    #[must_use]
+    pub fn with_header(mut self, name: &str, value: impl Into<Vec<u8>>) -> Self {
+        self.headers.push((name.to_ascii_lowercase(), value.into()));
+        self
+    }
+
     /// The path without the query string.
     #[must_use]
     pub fn path(&self) -> &str {

@@ -128,6 +128,10 @@ impl AdminApi {
                     .saturating_add(16 << 20),
                 "the snapshot size limit (--max-memory plus 16 MiB)",
             ),
+            (_, Some(ControlPath::Call(_) | ControlPath::Send(_))) => (
+                c.engine().limits().max_body.saturating_add(64 << 10),
+                "--max-body (plus 64 KiB for the request's head)",
+            ),
             _ => (MAX_JSON, "the JSON body limit"),
         };
         let (parts, body) = request.into_parts();
@@ -235,12 +239,34 @@ impl AdminApi {
                 c.receive_snapshot(actor, seq, body).await?;
                 Ok(no_content())
             }
+            (&Method::POST, ControlPath::Call(actor)) => {
+                let request = decode_host_request(&body)?;
+                let response = crate::host_calls::route::call_via(c, actor, request).await?;
+                let bytes = stasis_host_api::encode_response(&response)
+                    .map_err(|e| ApiError::internal(e.to_string()))?;
+                Ok(bytes_response(bytes))
+            }
+            (&Method::POST, ControlPath::Send(actor)) => {
+                let request = decode_host_request(&body)?;
+                crate::host_calls::route::send_via(c, actor, request)?;
+                Ok(text(
+                    StatusCode::ACCEPTED,
+                    String::new(),
+                    "text/plain; charset=utf-8",
+                ))
+            }
             _ => Err(ApiError::new(
                 405,
                 format!("method {method} not allowed on {path}"),
             )),
         }
     }
+}
+
+/// A request a remote worker's actor calls or sends (host-API encoding).
+fn decode_host_request(body: &[u8]) -> Result<stasis_host_api::Request, ApiError> {
+    stasis_host_api::decode_request(body)
+        .map_err(|e| ApiError::bad_request(format!("the encoded request: {e}")))
 }
 
 /// `env=K=V` query parameters (percent-encoded), in order.

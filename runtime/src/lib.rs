@@ -14,7 +14,8 @@
 //! paths, headers and types, client and server), [`auth`] (the bearer
 //! check), [`error`] (the one error shape), [`http`] (HTTP serving helpers),
 //! [`http_client`] (the one HTTP client core, also under the CLI),
-//! [`client_gone`] (the token that says a routed request's client left, so
+//! [`host_calls`] (what the ABI 2 host functions do: calls between
+//! actors, messages, outbound requests), [`client_gone`] (the token that says a routed request's client left, so
 //! a request not yet started is dropped), [`metrics`].
 
 #![warn(missing_docs)]
@@ -26,6 +27,7 @@ pub mod cluster;
 pub mod control;
 pub mod error;
 pub mod forward;
+pub mod host_calls;
 pub mod http;
 pub mod http_client;
 pub mod ingress;

@@ -90,6 +90,8 @@ pub struct Metrics {
     pub held_requests: Gauge,
     /// `stasis_snapshot_bytes`: bytes in the snapshot folder (set at scrape time).
     pub snapshot_bytes: Gauge,
+    /// Calls, messages and outbound requests of the host functions.
+    pub host_calls: crate::host_calls::HostCallMetrics,
 }
 
 /// Per-actor series and the index that bounds and removes them.
@@ -295,6 +297,7 @@ impl Metrics {
             snapshot_bytes.clone(),
         );
         let per_actor = per_actor.then(|| PerActor::new(&mut registry));
+        let host_calls = crate::host_calls::HostCallMetrics::register(&mut registry);
         Self {
             registry,
             requests,
@@ -309,6 +312,7 @@ impl Metrics {
             actors,
             held_requests,
             snapshot_bytes,
+            host_calls,
         }
     }
 

@@ -26,6 +26,8 @@
 //!   frozen, two workers of one name, a large module through a follower);
 //! * `c_sdk`: the C guest SDK's counter answers as the Rust one, keeps its
 //!   count across pause and restart, and answers malformed bytes with 400;
+//! * `host_calls`: the ABI 2 host functions (call, send) through the
+//!   `caller` demo, across processes, paused, and loops answered 508;
 //! * `hardening`: faults found by trying Stasis as new users and attackers
 //!   would (static constructors, the bearer scheme, metric series, the
 //!   guest clock).
@@ -43,6 +45,7 @@ mod demos;
 mod documented;
 mod errors;
 mod hardening;
+mod host_calls;
 mod http;
 mod ingress;
 mod reliability;

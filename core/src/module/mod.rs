@@ -18,7 +18,7 @@
 //! holds the types they share and the compiled [`Template`].
 
 use sha2::{Digest as _, Sha256};
-use stasis_host_api::{ABI_SECTION, ABI_VERSION};
+use stasis_host_api::{ABI_SECTION, ABI_VERSION, MIN_ABI_VERSION};
 use wasmtime::InstancePre;
 
 use crate::host::Host;
@@ -68,7 +68,7 @@ pub enum ModuleError {
     MissingAbi,
     /// The ABI version is not the one this host speaks.
     #[error(
-        "module refused: ABI version {found} is not supported (this host speaks {ABI_VERSION})"
+        "module refused: ABI version {found} is not supported (this host speaks {MIN_ABI_VERSION} to {ABI_VERSION})"
     )]
     AbiVersion {
         /// The version found in the module.

@@ -1,8 +1,11 @@
 //! Validation: [`analyze`] checks a guest module against every rule of the
 //! snapshot design and reports what a snapshot of it holds ([`ModuleInfo`]).
 
-use stasis_host_api::{ABI_SECTION, ABI_VERSION, WASI_MODULE, exports};
-use wasmparser::{ExternalKind, Operator, Parser, Payload, TypeRef, ValType, Validator};
+use stasis_host_api::{ABI_SECTION, ABI_VERSION, MIN_ABI_VERSION, WASI_MODULE, exports, imports};
+use wasmparser::{
+    CompositeInnerType, ExternalKind, FuncType, Operator, Parser, Payload, TypeRef, ValType,
+    Validator,
+};
 
 use super::{GlobalInfo, GlobalKind, MemoryInfo, ModuleError, ModuleInfo, digest};
 
@@ -45,8 +48,47 @@ fn check_preamble(bytes: &[u8]) -> Result<(), ModuleError> {
     Err(ModuleError::NotWasm(reason))
 }
 
+/// Checks one import of the `stasis` module: a host function of ABI 2
+/// with exactly its signature.
+///
+/// # Errors
+/// [`ModuleError::Refused`] naming the function and the expected signature.
+fn check_host_import(name: &str, ty: Option<&FuncType>) -> Result<(), ModuleError> {
+    let module = imports::MODULE;
+    let Some(expected) = imports::signature(name) else {
+        let known: Vec<&str> = imports::FUNCTIONS.iter().map(|s| s.name).collect();
+        return Err(refused(format!(
+            "import `{module}`.`{name}`: no such host function (ABI {ABI_VERSION} has {})",
+            known.join(", ")
+        )));
+    };
+    let wasm = |t: imports::ValType| match t {
+        imports::ValType::I32 => ValType::I32,
+        imports::ValType::I64 => ValType::I64,
+    };
+    let matches = ty.is_some_and(|ty| {
+        ty.params()
+            .iter()
+            .copied()
+            .eq(expected.params.iter().map(|&t| wasm(t)))
+            && ty
+                .results()
+                .iter()
+                .copied()
+                .eq(expected.results.iter().map(|&t| wasm(t)))
+    });
+    if !matches {
+        let found = ty.map_or_else(|| "not a function type".to_owned(), ToString::to_string);
+        return Err(refused(format!(
+            "import `{module}`.`{name}` must be a function `{expected}`, found `{found}`"
+        )));
+    }
+    Ok(())
+}
+
 /// Validates `bytes` and checks every rule of the snapshot design: only WASI
-/// preview 1 imports, no imported memory/table/global, no shared memory, no
+/// preview 1 imports (and, for ABI 2, the `stasis` host functions with
+/// their exact signatures), no imported memory/table/global, no shared memory, no
 /// memory64, no custom page sizes, no mutable reference-typed globals, no
 /// `table.set/grow/fill/copy/init`, `elem.drop` or `data.drop`, no export in
 /// the reserved `__stasis_` prefix, and an ABI custom section this host
@@ -68,12 +110,26 @@ pub fn analyze(bytes: &[u8]) -> Result<ModuleInfo, ModuleError> {
     };
     let mut abi = None;
     let mut imports_wasi = false;
+    // Host-function imports (name), checked against the ABI version once
+    // the custom section (which may come last) has been read.
+    let mut host_imports: Vec<String> = Vec::new();
+    let mut func_types: Vec<Option<FuncType>> = Vec::new();
     let mut exports_memory = false;
     let mut imported_funcs = 0u32;
     let mut func_index = 0u32;
     let malformed = |e: wasmparser::BinaryReaderError| ModuleError::malformed(&e);
     for payload in Parser::new(0).parse_all(bytes) {
         match payload.map_err(malformed)? {
+            Payload::TypeSection(reader) => {
+                for group in reader {
+                    for sub in group.map_err(malformed)?.into_types() {
+                        func_types.push(match sub.composite_type.inner {
+                            CompositeInnerType::Func(f) => Some(f),
+                            _ => None,
+                        });
+                    }
+                }
+            }
             Payload::ImportSection(reader) => {
                 for import in reader.into_imports() {
                     let import = import.map_err(malformed)?;
@@ -90,9 +146,20 @@ pub fn analyze(bytes: &[u8]) -> Result<ModuleInfo, ModuleError> {
                         TypeRef::Tag(_) => return Err(refused(format!("imported tag {what}"))),
                     }
                     imports_wasi |= import.module == WASI_MODULE;
-                    if import.module != WASI_MODULE {
+                    if import.module == imports::MODULE {
+                        let ty = match import.ty {
+                            TypeRef::Func(i) | TypeRef::FuncExact(i) => {
+                                func_types.get(i as usize).and_then(Option::as_ref)
+                            }
+                            _ => None,
+                        };
+                        check_host_import(import.name, ty)?;
+                        host_imports.push(import.name.to_owned());
+                    } else if import.module != WASI_MODULE {
                         return Err(refused(format!(
-                            "import {what}: only WASI preview 1 (`{WASI_MODULE}`) may be imported"
+                            "import {what}: only WASI preview 1 (`{WASI_MODULE}`) and, from ABI \
+                             version 2, the host functions of `{}` may be imported",
+                            imports::MODULE
                         )));
                     }
                 }
@@ -193,10 +260,20 @@ pub fn analyze(bytes: &[u8]) -> Result<ModuleInfo, ModuleError> {
         ));
     }
     info.abi_version = abi.ok_or(ModuleError::MissingAbi)?;
-    if info.abi_version != ABI_VERSION {
+    if !(MIN_ABI_VERSION..=ABI_VERSION).contains(&info.abi_version) {
         return Err(ModuleError::AbiVersion {
             found: info.abi_version,
         });
+    }
+    if info.abi_version < 2
+        && let Some(name) = host_imports.first()
+    {
+        return Err(refused(format!(
+            "import `{}`.`{name}`: host functions need ABI version 2, the module's \
+             `{ABI_SECTION}` section says {}",
+            imports::MODULE,
+            info.abi_version
+        )));
     }
     Ok(info)
 }

@@ -134,13 +134,13 @@ fn abi_and_malformed_errors() {
     assert!(matches!(err, ModuleError::MissingAbi), "{err:?}");
     assert!(err.to_string().contains("stasis-abi"), "{err}");
 
-    let v2 = format!(r#"(@custom "stasis-abi" "\02\00\00\00") {resp}"#);
-    let err = load_err(&engine, &guest(&v2, ""));
+    let v3 = format!(r#"(@custom "stasis-abi" "\03\00\00\00") {resp}"#);
+    let err = load_err(&engine, &guest(&v3, ""));
     assert!(
-        matches!(err, ModuleError::AbiVersion { found: 2 }),
+        matches!(err, ModuleError::AbiVersion { found: 3 }),
         "{err:?}"
     );
-    assert!(err.to_string().contains("ABI version 2"), "{err}");
+    assert!(err.to_string().contains("ABI version 3"), "{err}");
 
     let no_handle = wat::parse_str(format!("(module {BASE} {ALLOC})")).unwrap();
     let err = load_err(&engine, &no_handle);
@@ -222,4 +222,123 @@ fn abi_and_malformed_errors() {
     }
     // The base module itself is accepted: the failures above are real.
     load(&engine, &valid);
+}
+
+// ---------------------------------------------------------------------------
+// ABI 2: the `stasis` host functions
+// ---------------------------------------------------------------------------
+
+const ABI2: &str = r#"
+  (@custom "stasis-abi" "\02\00\00\00")
+  (memory 1)
+  (data (i32.const 16) "\c8\00\00")
+"#;
+
+#[test]
+fn host_function_imports_need_abi_2_and_their_exact_signatures() {
+    let engine = new_engine();
+    let self_name = r#"(import "stasis" "self_name" (func (result i64)))"#;
+    load(&engine, &guest(&format!("{self_name} {ABI2}"), ""));
+    // Every function of the ABI links with its declared signature.
+    let all = stasis_host_api::imports::FUNCTIONS
+        .iter()
+        .map(|s| {
+            let ty = |types: &[stasis_host_api::imports::ValType]| {
+                types
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            };
+            format!(
+                r#"(import "stasis" "{}" (func (param {}) (result {})))"#,
+                s.name,
+                ty(s.params),
+                ty(s.results)
+            )
+        })
+        .collect::<String>();
+    load(&engine, &guest(&format!("{all} {ABI2}"), ""));
+
+    let cases = [
+        (
+            "version 1 importing a host function",
+            format!("{self_name} {BASE}"),
+            vec!["`stasis`.`self_name`", "ABI version 2"],
+        ),
+        (
+            "unknown host function",
+            format!(r#"(import "stasis" "launch" (func)) {ABI2}"#),
+            vec!["`stasis`.`launch`", "no such host function", "call"],
+        ),
+        (
+            "wrong signature",
+            format!(r#"(import "stasis" "call" (func (param i32 i32) (result i64))) {ABI2}"#),
+            vec!["`stasis`.`call`", "call(i32, i32, i32, i32) -> i64"],
+        ),
+        (
+            "other modules stay refused",
+            format!(r#"(import "env" "log" (func)) {ABI2}"#),
+            vec!["`env`.`log`", "only WASI"],
+        ),
+    ];
+    for (name, fields, needles) in cases {
+        assert_refused(&engine, name, &guest(&fields, ""), &needles);
+    }
+}
+
+#[tokio::test]
+async fn host_functions_hold_results_and_report_errors() {
+    let engine = new_engine();
+    // self_name's length, then its bytes at 2048 (the config's actor name
+    // starts with its first byte there); call without services fails with
+    // NotEnabled (-8) and last_error explains it.
+    let fields = format!(
+        r#"(import "stasis" "self_name" (func $self_name (result i64)))
+           (import "stasis" "take_result" (func $take (param i32 i32) (result i32)))
+           (import "stasis" "call" (func $call (param i32 i32 i32 i32) (result i64)))
+           (import "stasis" "last_error" (func $last_error (result i64)))
+           {ABI2}
+           (global $len (mut i32) (i32.const 0))"#
+    );
+    let handler = r#"
+        (global.set $len (i32.wrap_i64 (call $self_name)))
+        (if (i32.ne (call $take (i32.const 2048) (global.get $len)) (i32.const 0)) (then unreachable))
+        (if (i32.ne (call $take (i32.const 2048) (global.get $len)) (i32.const -1)) (then unreachable))
+        (if (i64.ne (call $call (i32.const 0) (i32.const 1) (i32.const 16) (i32.const 3)) (i64.const -6)) (then unreachable))
+        (if (i64.ne (call $call (i32.const 0) (i32.const 0) (i32.const 0) (i32.const 0)) (i64.const -6)) (then unreachable))
+        (if (i64.le_s (call $last_error) (i64.const 0)) (then unreachable))
+        (if (i64.ne (call $call (i32.const 0) (i32.const 70000) (i32.const 0) (i32.const 1)) (i64.const -6)) (then unreachable))
+    "#;
+    let template = load(&engine, &guest(&fields, handler));
+    let cfg = config();
+    let name = cfg.context.actor.clone();
+    let mut actor = stasis_core::instance::ActorInstance::spawn(&engine, template, cfg)
+        .await
+        .expect("spawn");
+    let response = actor.call(&post()).await.expect("handled");
+    assert_eq!(response.status, 200);
+    let memory = actor.memory_data(0).expect("memory 0");
+    assert_eq!(&memory[2048..2048 + name.len()], name.as_bytes());
+}
+
+#[tokio::test]
+async fn calls_without_services_are_not_enabled() {
+    let engine = new_engine();
+    // A valid encoded request at 32: method "GET", uri "/", no headers, no
+    // body, empty context; a call to actor "x" (at 0) answers NotEnabled.
+    let fields = format!(
+        r#"(import "stasis" "call" (func $call (param i32 i32 i32 i32) (result i64)))
+           {ABI2}
+           (data (i32.const 0) "x")
+           (data (i32.const 32) "\03GET\01/\00\00\00\00")"#
+    );
+    let handler = r#"
+        (if (i64.ne (call $call (i32.const 0) (i32.const 1) (i32.const 32) (i32.const 10)) (i64.const -8)) (then unreachable))
+    "#;
+    let template = load(&engine, &guest(&fields, handler));
+    let mut actor = stasis_core::instance::ActorInstance::spawn(&engine, template, config())
+        .await
+        .expect("spawn");
+    assert_eq!(actor.call(&post()).await.expect("handled").status, 200);
 }

@@ -152,6 +152,12 @@ pub enum ControlPath<'a> {
     Template(&'a str),
     /// `PUT`: snapshot `seq` (as given) of `actor`, replicated.
     Snapshot(&'a str, &'a str),
+    /// `POST`: an actor's `call` to actor `name` (body and answer: the
+    /// host-API encoding of the request and the response).
+    Call(&'a str),
+    /// `POST`: an actor's `send` to actor `name` (body: the encoded
+    /// request; answer 202 once accepted).
+    Send(&'a str),
 }
 
 impl<'a> ControlPath<'a> {
@@ -164,6 +170,8 @@ impl<'a> ControlPath<'a> {
             ControlPath::Drain(name) => format!("{PREFIX}/workers/{name}/drain"),
             ControlPath::Template(digest) => format!("{PREFIX}/templates/{digest}"),
             ControlPath::Snapshot(actor, seq) => format!("{PREFIX}/snapshots/{actor}/{seq}"),
+            ControlPath::Call(actor) => format!("{PREFIX}/calls/{actor}"),
+            ControlPath::Send(actor) => format!("{PREFIX}/sends/{actor}"),
         }
     }
 
@@ -178,6 +186,8 @@ impl<'a> ControlPath<'a> {
             ["workers", name, "drain"] => Some(ControlPath::Drain(name)),
             ["templates", digest] => Some(ControlPath::Template(digest)),
             ["snapshots", actor, seq] => Some(ControlPath::Snapshot(actor, seq)),
+            ["calls", actor] => Some(ControlPath::Call(actor)),
+            ["sends", actor] => Some(ControlPath::Send(actor)),
             _ => None,
         }
     }

@@ -399,6 +399,11 @@ impl ControlPlane {
             role,
             _lock: backend.lock,
         });
+        for worker in &locals {
+            worker.set_router(Arc::new(crate::host_calls::route::ControlRouter::new(
+                &control,
+            )));
+        }
         Ok((control, locals))
     }
 

@@ -29,6 +29,7 @@ pub use super::mailbox::{Command, Ticket};
 pub use super::status::{ActorState, ActorStatus, Captured, ResumeFrom, SnapshotReport};
 use crate::client_gone;
 use crate::error::ApiError;
+use crate::host_calls::services::ActorHostServices;
 use crate::metrics::Metrics;
 
 /// Copies every acknowledged snapshot somewhere durable before the pause
@@ -83,6 +84,9 @@ pub(crate) struct ActorTask {
     /// Calls that came while a move had captured the actor (`migrating`):
     /// they wait for the move's end (see [`ActorTask::hold_for_move`]).
     pub held_by_move: Vec<HeldCall>,
+    /// What the instance's host functions call; told the chain and
+    /// deadline of each request before the guest runs it.
+    pub services: Arc<ActorHostServices>,
 }
 
 /// A call held while the actor moves: its epoch, request, ticket and
@@ -110,6 +114,7 @@ impl ActorTask {
     pub(super) fn config(&self) -> InstanceConfig {
         let mut config = InstanceConfig::new(&self.name, &self.worker, self.env.clone());
         config.clock_floor_ns = self.clock.floor_ns();
+        config.services = self.services.clone();
         config
     }
 
@@ -353,6 +358,7 @@ impl ActorTask {
             .instance
             .as_mut()
             .ok_or_else(|| ApiError::new(500, "no instance"))?;
+        self.services.begin(Some(request));
         let result = instance.call(request).await;
         let memory_bytes = instance.memory_bytes();
         {

@@ -29,6 +29,8 @@ use tokio::sync::{mpsc, oneshot};
 use self::clock::ActorClock;
 use crate::client_gone::{self, ClientGone};
 use crate::error::ApiError;
+use crate::host_calls::services::ActorHostServices;
+use crate::host_calls::{CallRouter, HostCalls};
 use crate::metrics::Metrics;
 use actor::{
     ActorSettings, ActorState, ActorStatus, ActorTask, Captured, Command, Replicator, ResumeFrom,
@@ -103,6 +105,8 @@ pub struct Worker {
     templates: Arc<dyn Templates>,
     live: Option<Arc<LiveSlots>>,
     serving: AtomicBool,
+    /// What the actors' host functions share (see [`crate::host_calls`]).
+    host_calls: Arc<HostCalls>,
 }
 
 impl std::fmt::Debug for Worker {
@@ -159,6 +163,11 @@ impl Worker {
                 Arc::new(LiveSlots::new(max, settings.hold_timeout, Box::new(evict)))
             }),
             name: name.to_owned(),
+            host_calls: Arc::new(HostCalls::new(
+                metrics.host_calls.clone(),
+                engine.limits().request_timeout,
+                engine.limits().max_body,
+            )),
             engine,
             store,
             metrics,
@@ -175,6 +184,11 @@ impl Worker {
     /// resumed elsewhere without two instances running at once.
     pub fn set_serving(&self, serving: bool) {
         self.serving.store(serving, Ordering::SeqCst);
+    }
+
+    /// Sets how its actors' `call` and `send` reach other actors (once).
+    pub fn set_router(&self, router: Arc<dyn CallRouter>) {
+        self.host_calls.set_router(router);
     }
 
     /// Whether the worker serves calls.
@@ -226,6 +240,7 @@ impl Worker {
             primed: None,
             clock: ActorClock::default(),
             held_by_move: Vec::new(),
+            services: ActorHostServices::new(&spec.name, self.host_calls.clone()),
         }
     }
 

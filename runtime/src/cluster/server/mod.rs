@@ -310,6 +310,12 @@ pub async fn run(
         replicator,
         Arc::new(template_dir),
     );
+    // Its actors' calls go through the control plane (embedded mode).
+    if let Cluster::Joined { control, .. } = &cluster {
+        worker.set_router(Arc::new(crate::host_calls::route::PeerRouter::new(
+            (**control).clone(),
+        )));
+    }
     let remote = Arc::new(RemoteWorker {
         worker,
         cluster,
