@@ -76,7 +76,10 @@ fn copy_if_changed(from: &Path, to: &Path) {
 }
 
 /// The C demo actors: output name in `<target>/demos/` and source file.
-const C_DEMOS: [(&str, &str); 1] = [("counter-c", "demos-c/counter.c")];
+const C_DEMOS: [(&str, &str); 2] = [
+    ("counter-c", "demos-c/counter.c"),
+    ("caller-c", "demos-c/caller.c"),
+];
 
 /// Sysroots tried, in order, when `WASI_SYSROOT` is unset: Debian's
 /// `wasi-libc` package (`/usr/lib/wasm32-wasi`), then the wasi-sdk layouts.

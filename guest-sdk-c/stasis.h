@@ -4,11 +4,19 @@
  *
  * An actor is one function that turns a request into a response;
  * STASIS_EXPORT_ACTOR makes it the module's `stasis_handle` export, adds
- * `stasis_alloc` and writes the `stasis-abi` custom section (ABI version 1:
- * the module imports WASI preview 1 and nothing else). The ABI and the byte
- * layout of requests and responses are documented in the `stasis-host-api`
- * crate (host-api/src/lib.rs and host-api/src/wire.rs); this header is a
- * second implementation of that layout.
+ * `stasis_alloc` and writes the `stasis-abi` custom section. The ABI and
+ * the byte layout of requests and responses are documented in the
+ * `stasis-host-api` crate (host-api/src/lib.rs, host-api/src/wire.rs and,
+ * for the host functions, host-api/src/imports.rs); this header is a
+ * second implementation of them. Copy the folder: stasis.h includes
+ * stasis_wire.h (the wire format) and, for ABI 2, stasis_host.h.
+ *
+ * ABI version: 2 by default (STASIS_ABI_VERSION). A module imports WASI
+ * preview 1 and, when it calls them, the host functions of stasis_host.h
+ * (stasis_call, stasis_send, stasis_fetch, stasis_set_alarm,
+ * stasis_cancel_alarm, stasis_alarm, stasis_self_name, stasis_last_error).
+ * `#define STASIS_ABI_VERSION 1` before the include for hosts older than
+ * ABI 2: WASI only, no host functions.
  *
  *     #include <inttypes.h>
  *     #include "stasis.h"
@@ -38,7 +46,8 @@
  * Optional hooks, each a `void fn(void)`, exported by their own macros:
  *   STASIS_EXPORT_INIT(fn)       once, when the actor is created;
  *   STASIS_EXPORT_ON_PAUSE(fn)   before the snapshot of a pause;
- *   STASIS_EXPORT_ON_RESUME(fn)  after a fresh instance got a snapshot back.
+ *   STASIS_EXPORT_ON_RESUME(fn)  after a fresh instance got a snapshot back;
+ *   STASIS_EXPORT_ON_ALARM(fn)   (ABI 2) when the actor's alarm fires.
  *
  * Use each STASIS_EXPORT_* macro at most once per module, at file scope.
  *
@@ -68,8 +77,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The guest ABI version this header speaks (host-api's ABI_VERSION). */
-#define STASIS_ABI_VERSION 1
+/* The guest ABI version written into the module: 2 (host-api's
+ * ABI_VERSION; the host functions below) unless defined as 1 before the
+ * include (WASI imports only, for hosts that predate ABI 2). A version-2
+ * module that calls no host function imports only WASI, like version 1. */
+#ifndef STASIS_ABI_VERSION
+#define STASIS_ABI_VERSION 2
+#endif
+#if STASIS_ABI_VERSION != 1 && STASIS_ABI_VERSION != 2
+#error "STASIS_ABI_VERSION must be 1 or 2"
+#endif
 
 /* One header: name (lower case in requests) and raw value, with lengths. */
 typedef struct stasis_header {
@@ -142,12 +159,13 @@ STASIS__FN int stasis_path_is(const stasis_request *req, const char *path) {
     return stasis_path_len(req) == n && memcmp(req->uri, path, n) == 0;
 }
 
-/* The first header named `name` (ASCII case-insensitive), or NULL. */
-STASIS__FN const stasis_header *stasis_request_header(const stasis_request *req,
-                                                                 const char *name) {
+/* The first of `headers[0..count)` named `name` (ASCII case-insensitive),
+ * or NULL. */
+STASIS__FN const stasis_header *stasis_find_header(const stasis_header *headers, size_t count,
+                                                   const char *name) {
     size_t n = strlen(name);
-    for (size_t i = 0; i < req->header_count; i++) {
-        const stasis_header *h = &req->headers[i];
+    for (size_t i = 0; i < count; i++) {
+        const stasis_header *h = &headers[i];
         if (h->name_len != n) continue;
         size_t k = 0;
         for (; k < n; k++) {
@@ -159,6 +177,12 @@ STASIS__FN const stasis_header *stasis_request_header(const stasis_request *req,
         if (k == n) return h;
     }
     return NULL;
+}
+
+/* The request's first header named `name` (case-insensitive), or NULL. */
+STASIS__FN const stasis_header *stasis_request_header(const stasis_request *req,
+                                                      const char *name) {
+    return stasis_find_header(req->headers, req->header_count, name);
 }
 
 /* The raw value of query parameter `name` (no percent-decoding): sets
@@ -186,199 +210,9 @@ STASIS__FN int stasis_query(const stasis_request *req, const char *name,
     return 0;
 }
 
-/* ---- the wire format (host-api/src/wire.rs) ----------------------------- */
-
-typedef struct stasis__reader {
-    const uint8_t *p;
-    const uint8_t *end;
-} stasis__reader;
-
-/* Reads a bincode varint whose widest accepted form is `widest` (0xfb for a
- * u16, 0xfd for a u64). Returns NULL or the reason it is malformed. */
-STASIS__FN const char *stasis__read_varint(stasis__reader *r, uint8_t widest, uint64_t *out) {
-    if (r->p >= r->end) return "the message ends inside an integer";
-    uint8_t first = *r->p++;
-    if (first <= 250) {
-        *out = first;
-        return NULL;
-    }
-    if (first > widest) return "an integer in a form too wide for its field";
-    size_t n = first == 251 ? 2 : first == 252 ? 4 : 8;
-    if ((size_t)(r->end - r->p) < n) return "the message ends inside an integer";
-    uint64_t v = 0;
-    for (size_t i = 0; i < n; i++) v |= (uint64_t)r->p[i] << (8 * i);
-    r->p += n;
-    *out = v;
-    return NULL;
-}
-
-/* Whether s[0..n) is well-formed UTF-8 (no overlongs, no surrogates). */
-STASIS__FN int stasis__utf8_ok(const uint8_t *s, size_t n) {
-    size_t i = 0;
-    while (i < n) {
-        uint8_t c = s[i];
-        size_t more;
-        uint32_t cp;
-        if (c < 0x80) {
-            i++;
-            continue;
-        } else if (c >= 0xc2 && c <= 0xdf) {
-            more = 1, cp = c & 0x1f;
-        } else if (c >= 0xe0 && c <= 0xef) {
-            more = 2, cp = c & 0x0f;
-        } else if (c >= 0xf0 && c <= 0xf4) {
-            more = 3, cp = c & 0x07;
-        } else {
-            return 0;
-        }
-        if (n - i - 1 < more) return 0;
-        for (size_t k = 1; k <= more; k++) {
-            if ((s[i + k] & 0xc0) != 0x80) return 0;
-            cp = (cp << 6) | (s[i + k] & 0x3f);
-        }
-        if ((more == 2 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) ||
-            (more == 3 && (cp < 0x10000 || cp > 0x10ffff)))
-            return 0;
-        i += more + 1;
-    }
-    return 1;
-}
-
-/* Reads a length-prefixed field; `utf8` demands valid UTF-8 (a string). */
-STASIS__FN const char *stasis__read_field(stasis__reader *r, int utf8, const uint8_t **ptr,
-                                      size_t *len) {
-    uint64_t n;
-    const char *err = stasis__read_varint(r, 253, &n);
-    if (err) return err;
-    if (n > (uint64_t)(r->end - r->p)) return "a length beyond the end of the message";
-    *ptr = r->p;
-    *len = (size_t)n;
-    r->p += n;
-    if (utf8 && !stasis__utf8_ok(*ptr, *len)) return "a string that is not UTF-8";
-    return NULL;
-}
-
-/* Where decoded strings go: NULL `text` only counts what they need. */
-typedef struct stasis__sink {
-    char *text;
-    size_t used;
-} stasis__sink;
-
-STASIS__FN const char *stasis__take(stasis__reader *r, stasis__sink *sink, int utf8,
-                                const char **out, size_t *out_len) {
-    const uint8_t *p;
-    size_t n;
-    const char *err = stasis__read_field(r, utf8, &p, &n);
-    if (err) return err;
-    if (sink->text) {
-        char *dst = sink->text + sink->used;
-        if (n) memcpy(dst, p, n);
-        dst[n] = '\0';
-        *out = dst;
-    }
-    *out_len = n;
-    sink->used += n + 1;
-    return NULL;
-}
-
-/* One pass over a request. With `headers` and `sink->text` NULL it only
- * validates and counts (*header_count, sink->used); with them it fills
- * `req`. Returns NULL or the reason the bytes are malformed. */
-STASIS__FN const char *stasis__parse_request(const uint8_t *buf, size_t len, stasis_request *req,
-                                         stasis_header *headers, size_t *header_count,
-                                         stasis__sink *sink) {
-    stasis__reader r = {buf, buf + len};
-    const char *err;
-    uint64_t count;
-    if ((err = stasis__take(&r, sink, 1, &req->method, &req->method_len))) return err;
-    if ((err = stasis__take(&r, sink, 1, &req->uri, &req->uri_len))) return err;
-    if ((err = stasis__read_varint(&r, 253, &count))) return err;
-    /* Each header takes at least two bytes (two empty lengths). */
-    if (count > (uint64_t)(r.end - r.p) / 2) return "a header count beyond the end of the message";
-    for (uint64_t i = 0; i < count; i++) {
-        stasis_header scratch, *h = headers ? &headers[i] : &scratch;
-        if ((err = stasis__take(&r, sink, 1, &h->name, &h->name_len))) return err;
-        if ((err = stasis__take(&r, sink, 0, &h->value, &h->value_len))) return err;
-    }
-    *header_count = (size_t)count;
-    if ((err = stasis__read_field(&r, 0, &req->body, &req->body_len))) return err;
-    if ((err = stasis__take(&r, sink, 1, &req->actor, &req->actor_len))) return err;
-    if ((err = stasis__take(&r, sink, 1, &req->worker, &req->worker_len))) return err;
-    if (r.p != r.end) return "bytes left over after the request";
-    return NULL;
-}
-
-/* Decodes exactly one request from buf[0..len). On success returns NULL and
- * sets *arena to one malloc'd block holding the headers and the strings
- * (free it when done; req->body points into buf). Otherwise returns the
- * reason (a static string) and leaves *arena NULL. */
-STASIS__FN const char *stasis_decode_request(const uint8_t *buf, size_t len,
-                                                        stasis_request *req, void **arena) {
-    stasis_request scratch;
-    size_t count = 0;
-    stasis__sink sink = {NULL, 0};
-    *arena = NULL;
-    memset(req, 0, sizeof *req);
-    const char *err = stasis__parse_request(buf, len, &scratch, NULL, &count, &sink);
-    if (err) return err;
-    size_t header_bytes = count * sizeof(stasis_header); /* count <= len / 2: no overflow */
-    if (sink.used > SIZE_MAX - header_bytes) return "the request does not fit in memory";
-    void *block = malloc(header_bytes + sink.used);
-    if (!block) return "the request does not fit in memory";
-    stasis__sink fill = {(char *)block + header_bytes, 0};
-    err = stasis__parse_request(buf, len, req, (stasis_header *)block, &count, &fill);
-    if (err) { /* cannot happen: the same bytes passed above */
-        free(block);
-        return err;
-    }
-    req->headers = (const stasis_header *)block;
-    req->header_count = count;
-    *arena = block;
-    return NULL;
-}
+#include "stasis_wire.h"
 
 /* ---- responses ---------------------------------------------------------- */
-
-STASIS__FN int stasis__buf_reserve(stasis__buf *b, size_t extra) {
-    if (extra > SIZE_MAX - b->len) return -1;
-    size_t need = b->len + extra;
-    if (need <= b->cap) return 0;
-    size_t cap = b->cap ? b->cap : 64;
-    while (cap < need) cap = cap > SIZE_MAX / 2 ? need : cap * 2;
-    uint8_t *data = realloc(b->data, cap);
-    if (!data) return -1;
-    b->data = data;
-    b->cap = cap;
-    return 0;
-}
-
-STASIS__FN int stasis__buf_put(stasis__buf *b, const void *data, size_t len) {
-    if (stasis__buf_reserve(b, len)) return -1;
-    if (len) memcpy(b->data + b->len, data, len);
-    b->len += len;
-    return 0;
-}
-
-/* Appends `v` as a varint in its shortest form. */
-STASIS__FN int stasis__buf_varint(stasis__buf *b, uint64_t v) {
-    uint8_t out[9];
-    size_t n;
-    if (v <= 250) {
-        out[0] = (uint8_t)v, n = 1;
-    } else {
-        size_t width = v <= 0xffff ? 2 : v <= 0xffffffffu ? 4 : 8;
-        out[0] = width == 2 ? 251 : width == 4 ? 252 : 253;
-        for (size_t i = 0; i < width; i++) out[1 + i] = (uint8_t)(v >> (8 * i));
-        n = 1 + width;
-    }
-    return stasis__buf_put(b, out, n);
-}
-
-STASIS__FN void stasis__buf_free(stasis__buf *b) {
-    free(b->data);
-    b->data = NULL;
-    b->len = b->cap = 0;
-}
 
 /* Marks the response failed when `rc` is an out-of-memory failure. */
 STASIS__FN int stasis__check(stasis_response *res, int rc) {
@@ -472,6 +306,11 @@ STASIS__FN int stasis_response_text(stasis_response *res, uint16_t status,
     return rc;
 }
 
+#if STASIS_ABI_VERSION >= 2
+#include "stasis_host.h"
+#endif
+
+
 /* ---- the exports -------------------------------------------------------- */
 
 STASIS__FN uint64_t stasis__pack(const uint8_t *ptr, size_t len) {
@@ -563,5 +402,10 @@ STASIS__FN uint64_t stasis__handle(uint32_t ptr, uint32_t len, stasis_handler ha
 #define STASIS_EXPORT_ON_PAUSE(fn) STASIS__EXPORT_HOOK(stasis_on_pause, fn)
 /* Exports `fn` as `stasis_on_resume`: after a snapshot was restored. */
 #define STASIS_EXPORT_ON_RESUME(fn) STASIS__EXPORT_HOOK(stasis_on_resume, fn)
+#if STASIS_ABI_VERSION >= 2
+/* Exports `fn` as `stasis_on_alarm` (ABI 2): when the actor's alarm fires;
+ * a trap is retried with backoff. */
+#define STASIS_EXPORT_ON_ALARM(fn) STASIS__EXPORT_HOOK(stasis_on_alarm, fn)
+#endif
 
 #endif /* STASIS_H */

@@ -175,7 +175,64 @@ static void survives_mutations(void) {
     }
 }
 
+#if STASIS_ABI_VERSION >= 2
+/* stasis_host.h off wasm: messages encode as the host's Request layout,
+ * responses decode into replies, every host function is NOT_ENABLED. */
+static void host_functions_encode_decode_and_stand_in(void) {
+    stasis_header host = {"host", 4, "a", 1};
+    stasis_message message = {"GET", "/", &host, 1, NULL, 0};
+    stasis__buf out = {NULL, 0, 0};
+    CHECK(stasis__encode_message(&message, &out) == 0);
+    /* request_get with an empty context (actor "", worker ""). */
+    uint8_t expected[sizeof request_get - 3];
+    memcpy(expected, request_get, sizeof request_get - 5);
+    expected[sizeof expected - 2] = 0;
+    expected[sizeof expected - 1] = 0;
+    CHECK(same(out.data, out.len, expected, sizeof expected));
+    stasis__buf_free(&out);
+
+    stasis_reply reply;
+    memset(&reply, 0, sizeof reply);
+    void *arena;
+    CHECK(stasis__decode(stasis__parse_response, response_text, sizeof response_text, &reply,
+                         &reply.headers, &reply.header_count, &arena) == NULL);
+    CHECK(reply.status == 200 && reply.header_count == 1);
+    CHECK(stasis_reply_header(&reply, "Content-Type") != NULL);
+    CHECK(SAME_STR(reply.body, reply.body_len, "ok\n"));
+    free(arena);
+    CHECK(stasis__decode(stasis__parse_response, response_404, sizeof response_404, &reply,
+                         &reply.headers, &reply.header_count, &arena) == NULL);
+    CHECK(reply.status == 404 && reply.header_count == 0 && SAME_STR(reply.body, reply.body_len, "x"));
+    free(arena);
+    /* A status in the fc form does not fit a u16, as in wire.rs. */
+    static const uint8_t wide[] = {0xfc, 0xc8, 0, 0, 0, 0, 0};
+    CHECK(stasis__decode(stasis__parse_response, wide, sizeof wide, &reply, &reply.headers,
+                         &reply.header_count, &arena) != NULL);
+
+    CHECK(stasis_call("x", &message, &reply) == STASIS_ERR_NOT_ENABLED && reply.body == NULL);
+    CHECK(stasis_send("x", &message) == STASIS_ERR_NOT_ENABLED);
+    CHECK(stasis_fetch(&message, &reply) == STASIS_ERR_NOT_ENABLED);
+    CHECK(stasis_set_alarm(1) == STASIS_ERR_NOT_ENABLED);
+    CHECK(stasis_cancel_alarm() == STASIS_ERR_NOT_ENABLED);
+    CHECK(stasis_alarm() == STASIS_ERR_NOT_ENABLED);
+    char *text;
+    size_t len;
+    CHECK(stasis_self_name(&text, &len) == STASIS_ERR_NOT_ENABLED && text == NULL);
+    CHECK(stasis_last_error(&text, &len) == STASIS_ERR_NOT_ENABLED);
+    stasis_reply_free(&reply);
+
+    CHECK(stasis_error_status(STASIS_ERR_LOOP_DETECTED) == 508);
+    CHECK(stasis_error_status(STASIS_ERR_NOT_FOUND) == 404);
+    CHECK(stasis_error_status(-100) == 500);
+    CHECK(strcmp(stasis_error_text(STASIS_ERR_DEADLINE), "deadline exceeded") == 0);
+    CHECK(strcmp(stasis_error_text(-100), "internal host error") == 0);
+}
+#endif
+
 int main(void) {
+#if STASIS_ABI_VERSION >= 2
+    host_functions_encode_decode_and_stand_in();
+#endif
     survives_mutations();
     decodes_the_documented_request();
     refuses_every_truncation_and_extra_byte();

@@ -1,7 +1,9 @@
-//! The C guest SDK (`guest-sdk-c/stasis.h`) through its demo, `counter-c`
-//! (`demos-c/counter.c`): it answers byte for byte as the Rust counter, its
-//! count survives pause, resume and a restart of the real `stasis` binary,
-//! and malformed request bytes get a 400 from the guest, never a trap.
+//! The C guest SDK (`guest-sdk-c/stasis.h`) through its demos, `counter-c`
+//! (`demos-c/counter.c`) and `caller-c` (`demos-c/caller.c`): they answer
+//! byte for byte as the Rust demos, the count survives pause, resume and a
+//! restart of the real `stasis` binary, malformed request bytes get a 400
+//! from the guest, never a trap, and every ABI 2 host function links and
+//! runs.
 //!
 //! The C demo is built only where clang, lld and wasi-libc are installed
 //! (`scripts/install-test-deps.sh` installs them); elsewhere these tests
@@ -11,7 +13,21 @@ use stasis_host_api::{Context, Request, Response, decode_response, encode_reques
 use stasis_test_util::http::send_with;
 use wasmtime::{Engine, Instance, Linker, Memory, Module, Store, TypedFunc};
 
-use crate::support::{STASIS, Server, actor_host, client, count, post};
+use std::time::{Duration, Instant};
+
+use crate::support::{Answer, STASIS, Server, actor_host, client, count, post, to_actor};
+
+/// The clang that built the C demos (`STASIS_CLANG`, default `clang`).
+fn clang() -> std::process::Command {
+    std::process::Command::new(std::env::var("STASIS_CLANG").unwrap_or_else(|_| "clang".to_owned()))
+}
+
+/// `guest-sdk-c/<file>` in this repository.
+fn sdk_file(file: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("guest-sdk-c")
+        .join(file)
+}
 
 /// Why the C demos were not built (set by build.rs), or `None` if they were.
 fn skipped() -> Option<&'static str> {
@@ -339,4 +355,189 @@ fn header_passes_its_native_c_tests() {
         String::from_utf8_lossy(&run.stdout),
         String::from_utf8_lossy(&run.stderr)
     );
+}
+
+/// One caller-and-counter pair: the caller actor and its counter.
+struct Pair {
+    caller: &'static str,
+    counter: &'static str,
+}
+
+impl Pair {
+    /// `POST path` to the caller, `{counter}` in `path` replaced.
+    async fn post(&self, server: &Server, path: &str) -> Answer {
+        let path = path.replace("{counter}", self.counter);
+        to_actor(&client(), server.ingress, self.caller, "POST", &path).await
+    }
+}
+
+/// The Rust caller (`demos/caller`) and the C caller (`demos-c/caller.c`)
+/// give the same answers, byte for byte once the actor names are swapped:
+/// calls counting on a running and a paused counter, a longer path passed
+/// on, a send delivered, an unknown actor (404), a call to oneself (508),
+/// wrong method and route.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c_caller_answers_as_the_rust_caller() {
+    if skipped().is_some() {
+        return;
+    }
+    let server = Server::start(&["--workers", "1"]);
+    for template in ["caller", "caller-c", "counter"] {
+        server.push(template);
+    }
+    let rust = Pair {
+        caller: "rc",
+        counter: "rk",
+    };
+    let c = Pair {
+        caller: "cc",
+        counter: "ck",
+    };
+    server.create(rust.caller, "caller");
+    server.create(c.caller, "caller-c");
+    server.create(rust.counter, "counter");
+    server.create(c.counter, "counter");
+    let paths = [
+        "/call/{counter}",
+        "/call/{counter}",
+        "pause",
+        "/call/{counter}",
+        "/call/{counter}/deeper?x=1",
+        "/send/{counter}",
+        "wait 5",
+        "/call/nobody",
+        "/call/{caller}",
+        "/call/",
+        "/elsewhere",
+        "GET /call/{counter}",
+    ];
+    for step in paths {
+        if step == "pause" {
+            server.cli_ok(&["actor", "pause", rust.counter]);
+            server.cli_ok(&["actor", "pause", c.counter]);
+            continue;
+        }
+        if let Some(n) = step.strip_prefix("wait ") {
+            // The send is one-way: read the counter (GET does not count)
+            // until it landed.
+            let n: u64 = n.parse().expect("count");
+            for pair in [&rust, &c] {
+                let deadline = Instant::now() + Duration::from_secs(10);
+                loop {
+                    let answer =
+                        to_actor(&client(), server.ingress, pair.counter, "GET", "/").await;
+                    if count(&answer) == n {
+                        break;
+                    }
+                    assert!(
+                        Instant::now() < deadline,
+                        "the send never landed: {answer:?}"
+                    );
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+            continue;
+        }
+        let mut answers = Vec::new();
+        for pair in [&rust, &c] {
+            let answer = match step.strip_prefix("GET ") {
+                Some(path) => {
+                    let path = path.replace("{counter}", pair.counter);
+                    to_actor(&client(), server.ingress, pair.caller, "GET", &path).await
+                }
+                None => {
+                    let path = step.replace("{caller}", pair.caller);
+                    pair.post(&server, &path).await
+                }
+            };
+            answers.push(answer);
+        }
+        let c_body = answers[1]
+            .body
+            .replace(c.caller, rust.caller)
+            .replace(c.counter, rust.counter);
+        assert_eq!(answers[0].status, answers[1].status, "{step}: {answers:?}");
+        assert_eq!(answers[0].body, c_body, "{step}");
+        assert_eq!(
+            answers[0].headers.get("content-type"),
+            answers[1].headers.get("content-type"),
+            "{step}"
+        );
+        if step == "/call/{caller}" {
+            assert_eq!(answers[1].status, 508, "{answers:?}");
+        }
+        if step == "/call/nobody" {
+            assert_eq!(answers[1].status, 404, "{answers:?}");
+        }
+    }
+    assert_eq!(count(&post(&server, c.counter).await), 6);
+}
+
+/// `guest-sdk-c/test_host_abi.c` uses every ABI 2 wrapper and export macro:
+/// it builds, imports exactly the nine host functions, is accepted by
+/// `template push` (which checks each import's signature), and its calls
+/// and hooks run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_c_host_function_links_and_runs() {
+    if skipped().is_some() {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let wasm = tmp.path().join("abi.wasm");
+    let built = clang()
+        .args([
+            "--target=wasm32-wasi",
+            "-mexec-model=reactor",
+            "-std=c11",
+            "-O2",
+        ])
+        .args(["-Wall", "-Wextra", "-Wpedantic", "-Werror"])
+        .arg("-I")
+        .arg(sdk_file(""))
+        .arg("-o")
+        .arg(&wasm)
+        .arg(sdk_file("test_host_abi.c"))
+        .output()
+        .expect("run clang");
+    assert!(
+        built.status.success(),
+        "test_host_abi.c does not build: {}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let module = Module::from_file(&Engine::default(), &wasm).expect("compile");
+    let mut imported: Vec<&str> = module
+        .imports()
+        .filter(|i| i.module() == stasis_host_api::imports::MODULE)
+        .map(|i| i.name())
+        .collect();
+    imported.sort_unstable();
+    let mut all: Vec<&str> = stasis_host_api::imports::FUNCTIONS
+        .iter()
+        .map(|f| f.name)
+        .collect();
+    all.sort_unstable();
+    assert_eq!(imported, all);
+
+    let server = Server::start(&["--workers", "1"]);
+    server.cli_ok(&["template", "push", "abi-c", wasm.to_str().expect("utf-8")]);
+    server.create("abi", "abi-c");
+    let ask = |method: &'static str, path: &'static str| {
+        let server = &server;
+        async move { to_actor(&client(), server.ingress, "abi", method, path).await }
+    };
+    let own = ask("GET", "/self").await;
+    assert_eq!((own.status, own.body.as_str()), (200, "abi\n"));
+    // `stasis_init` ran once; an unknown actor is NOT_FOUND (-1).
+    let first = ask("POST", "/").await;
+    assert_eq!(first.body, "call -1 send -1 hooks 1\n");
+    server.cli_ok(&["actor", "pause", "abi"]);
+    // `stasis_on_pause` and `stasis_on_resume` ran.
+    assert_eq!(ask("POST", "/").await.body, "call -1 send -1 hooks 3\n");
+    // Alarms and fetch answer codes, whatever this host enables.
+    let alarm = ask("POST", "/alarm").await;
+    assert_eq!(alarm.status, 200, "{alarm:?}");
+    assert!(alarm.body.starts_with("set "), "{alarm:?}");
+    let fetched = ask("POST", "/fetch").await;
+    assert_eq!(fetched.status, 200, "{fetched:?}");
+    assert!(fetched.body.starts_with("fetch -"), "{fetched:?}");
 }
