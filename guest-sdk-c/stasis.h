@@ -78,9 +78,10 @@
 #include <string.h>
 
 /* The guest ABI version written into the module: 2 (host-api's
- * ABI_VERSION; the host functions of stasis_host.h) unless defined as 1 before the
- * include (WASI imports only, for hosts that predate ABI 2). A version-2
- * module that calls no host function imports only WASI, like version 1. */
+ * ABI_VERSION; the host functions of stasis_host.h) unless defined as 1
+ * before the include (WASI imports only, for hosts that predate ABI 2). A
+ * version-2 module that calls no host function imports only WASI, like
+ * version 1. */
 #ifndef STASIS_ABI_VERSION
 #define STASIS_ABI_VERSION 2
 #endif
