@@ -1,5 +1,7 @@
 //! Builds the demo actors (`demos/`) for `wasm32-wasip1` into
-//! `<target>/demos/<name>.wasm`, once per change of their sources.
+//! `<target>/demos/<name>.wasm`, once per change of their sources, and the C
+//! demo actors (`demos-c/`, see [`build_c_demos`]) with clang and wasi-libc
+//! where those are installed.
 //!
 //! The nested cargo call gets its own target folder (the outer build holds
 //! the lock on ours) and a clean environment: host `RUSTFLAGS` must not leak
@@ -17,7 +19,7 @@ fn main() {
         .map(PathBuf::from)
         .map(|t| if t.is_absolute() { t } else { root.join(t) })
         .unwrap_or_else(|| root.join("target"));
-    for dir in ["demos", "guest-sdk", "host-api"] {
+    for dir in ["demos", "guest-sdk", "host-api", "demos-c", "guest-sdk-c"] {
         println!("cargo:rerun-if-changed={}", root.join(dir).display());
     }
     println!("cargo:rerun-if-env-changed=CARGO_TARGET_DIR");
@@ -63,11 +65,134 @@ fn main() {
             &out.join(format!("{demo}.wasm")),
         );
     }
+    build_c_demos(&root, &target, &out);
 }
 
 fn copy_if_changed(from: &Path, to: &Path) {
     let new = std::fs::read(from).unwrap_or_else(|e| panic!("read {}: {e}", from.display()));
     if std::fs::read(to).ok().as_deref() != Some(&new[..]) {
         std::fs::write(to, &new).unwrap_or_else(|e| panic!("write {}: {e}", to.display()));
+    }
+}
+
+/// The C demo actors: output name in `<target>/demos/` and source file.
+const C_DEMOS: [(&str, &str); 2] = [
+    ("counter-c", "demos-c/counter.c"),
+    ("caller-c", "demos-c/caller.c"),
+];
+
+/// Sysroots tried, in order, when `WASI_SYSROOT` is unset: Debian's
+/// `wasi-libc` package (`/usr/lib/wasm32-wasi`), then the wasi-sdk layouts.
+const SYSROOTS: [&str; 3] = [
+    "/usr",
+    "/usr/share/wasi-sysroot",
+    "/opt/wasi-sdk/share/wasi-sysroot",
+];
+
+/// Builds [`C_DEMOS`] with clang (`STASIS_CLANG`, default `clang`) for
+/// `wasm32-wasi` as WASI reactors, against the wasi-libc sysroot
+/// (`WASI_SYSROOT` or the first of [`SYSROOTS`] holding
+/// `lib/wasm32-wasi/libc.a`). If clang, `wasm-ld`, the sysroot or the
+/// wasm32 compiler-rt builtins are missing, the C demos are skipped with a
+/// `cargo:warning` and their old outputs removed; the reason reaches the
+/// crate as `STASIS_C_DEMOS_SKIPPED` (empty when they were built), so tests
+/// can say why they skip. A compiler error with the tools present fails the
+/// build.
+fn build_c_demos(root: &Path, target: &Path, out: &Path) {
+    for var in ["STASIS_CLANG", "WASI_SYSROOT"] {
+        println!("cargo:rerun-if-env-changed={var}");
+    }
+    let clang = std::env::var("STASIS_CLANG").unwrap_or_else(|_| "clang".to_owned());
+    let skipped = match c_toolchain(&clang) {
+        Ok(sysroot) => {
+            let build = target.join("demos-build/c");
+            std::fs::create_dir_all(&build).expect("create target/demos-build/c");
+            for (name, source) in C_DEMOS {
+                let wasm = build.join(format!("{name}.wasm"));
+                compile_c_demo(&clang, &sysroot, root, &root.join(source), &wasm);
+                copy_if_changed(&wasm, &out.join(format!("{name}.wasm")));
+            }
+            String::new()
+        }
+        Err(reason) => {
+            println!(
+                "cargo:warning=C demo actors ({}) not built: {reason}; install clang, lld, \
+                 wasi-libc and libclang-rt-dev-wasm32 (scripts/install-test-deps.sh does), \
+                 then touch demos-c/counter.c",
+                C_DEMOS.map(|(name, _)| name).join(", ")
+            );
+            for (name, _) in C_DEMOS {
+                let _ = std::fs::remove_file(out.join(format!("{name}.wasm")));
+            }
+            reason
+        }
+    };
+    println!("cargo:rustc-env=STASIS_C_DEMOS_SKIPPED={skipped}");
+}
+
+/// Checks that `clang` can build a wasm32-wasi reactor; returns the sysroot
+/// or why not.
+fn c_toolchain(clang: &str) -> Result<PathBuf, String> {
+    let query = |arg: &str| -> Result<String, String> {
+        let output = Command::new(clang)
+            .args(["--target=wasm32-wasi", arg])
+            .output()
+            .map_err(|e| format!("`{clang}` does not run ({e})"))?;
+        if !output.status.success() {
+            return Err(format!("`{clang} {arg}` failed"));
+        }
+        Ok(String::from_utf8_lossy(&output.stdout).trim().to_owned())
+    };
+    let linker = query("-print-prog-name=wasm-ld")?;
+    if Command::new(&linker).arg("--version").output().is_err() {
+        return Err(format!("the wasm linker `{linker}` (lld) is missing"));
+    }
+    let builtins = PathBuf::from(query("-print-libgcc-file-name")?);
+    if !builtins.is_file() {
+        return Err(format!(
+            "the wasm32 compiler-rt builtins ({}) are missing",
+            builtins.display()
+        ));
+    }
+    let has_libc = |dir: &Path| dir.join("lib/wasm32-wasi/libc.a").is_file();
+    match std::env::var_os("WASI_SYSROOT") {
+        Some(dir) if has_libc(Path::new(&dir)) => Ok(PathBuf::from(dir)),
+        Some(dir) => Err(format!(
+            "WASI_SYSROOT={} holds no lib/wasm32-wasi/libc.a",
+            Path::new(&dir).display()
+        )),
+        None => SYSROOTS
+            .iter()
+            .map(PathBuf::from)
+            .find(|dir| has_libc(dir))
+            .ok_or_else(|| format!("no wasi-libc sysroot in {}", SYSROOTS.join(", "))),
+    }
+}
+
+/// Compiles one C actor into `wasm` (see `guest-sdk-c/stasis.h` for the
+/// command); panics with clang's output if it fails, passes its warnings on.
+fn compile_c_demo(clang: &str, sysroot: &Path, root: &Path, source: &Path, wasm: &Path) {
+    let output = Command::new(clang)
+        .args([
+            "--target=wasm32-wasi",
+            "-mexec-model=reactor",
+            "-std=c11",
+            "-O2",
+        ])
+        .args(["-Wall", "-Wextra", "-Wpedantic", "-Wl,--strip-debug"])
+        .arg(format!("--sysroot={}", sysroot.display()))
+        .arg("-I")
+        .arg(root.join("guest-sdk-c"))
+        .arg("-o")
+        .arg(wasm)
+        .arg(source)
+        .output()
+        .unwrap_or_else(|e| panic!("run {clang}: {e}"));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    if !output.status.success() {
+        panic!("building {} failed: {stderr}", source.display());
+    }
+    for line in stderr.lines() {
+        println!("cargo:warning={line}");
     }
 }

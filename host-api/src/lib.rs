@@ -37,6 +37,8 @@
 
 #![warn(missing_docs)]
 
+pub mod wire;
+
 use serde::{Deserialize, Serialize};
 
 pub mod imports;

@@ -24,6 +24,8 @@
 //! * `replicas_faults`: cluster mode broken as an attacker or an unlucky
 //!   operator would (bad flags, a leader frozen mid-move, etcd's quorum
 //!   frozen, two workers of one name, a large module through a follower);
+//! * `c_sdk`: the C guest SDK's counter answers as the Rust one, keeps its
+//!   count across pause and restart, and answers malformed bytes with 400;
 //! * `host_calls`: the ABI 2 host functions (call, send) through the
 //!   `caller` demo, across processes, paused, and loops answered 508;
 //! * `hardening`: faults found by trying Stasis as new users and attackers
@@ -37,6 +39,7 @@
 mod support;
 
 mod abandoned;
+mod c_sdk;
 mod cluster;
 mod demos;
 mod documented;
