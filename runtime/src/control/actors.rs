@@ -27,18 +27,16 @@ impl ControlPlane {
     /// 500/504 if the guest fails during creation.
     pub async fn create_actor(&self, name: &str, template: &str) -> Result<ActorInfo, ApiError> {
         check_label("actor", name)?;
-        let _guard = self.ops.lock().await;
-        if self.has_actor(name) {
-            return Err(ApiError::conflict(format!("actor {name} already exists")));
-        }
+        // Creates run together; each holds its name in `pending` until it
+        // is placed (or failed).
+        let _guard = self.ops.read().await;
+        let _reserved = Reserved::take(self, name)?;
         let row = self.template_row(template)?;
         let member = self.least_loaded().ok_or_else(|| {
             ApiError::unavailable("no worker can host actors (serve --workers 0 and none joined)")
         })?;
         let epoch = 1;
-        self.lock_pending().insert(name.to_owned());
         let created = member.api.create(name, &Self::host_spec(&row, epoch)).await;
-        self.lock_pending().remove(name);
         if let Err(e) = created {
             let _ = self.store.remove_actor(name);
             return Err(e);
@@ -68,7 +66,13 @@ impl ControlPlane {
             worker: member.name.clone(),
             epoch,
         };
-        if let Err(e) = self.directory.insert_actor(&actor_row) {
+        let directory = self.directory.clone();
+        // Blocking: the directory may wait for a group commit.
+        let inserted = tokio::task::spawn_blocking(move || directory.insert_actor(&actor_row))
+            .await
+            .map_err(ApiError::internal)
+            .and_then(|r| r);
+        if let Err(e) = inserted {
             member.api.remove(name).await;
             let _ = self.store.remove_actor(name);
             return Err(e);
@@ -103,7 +107,7 @@ impl ControlPlane {
         from: Option<u64>,
     ) -> Result<ActorInfo, ApiError> {
         check_label("actor", new)?;
-        let _guard = self.ops.lock().await;
+        let _guard = self.ops.write().await;
         if self.has_actor(new) {
             return Err(ApiError::conflict(format!("actor {new} already exists")));
         }
@@ -361,7 +365,7 @@ impl ControlPlane {
     /// # Errors
     /// 404 if unknown; 500 if its files cannot be removed.
     pub async fn delete_actor(&self, name: &str) -> Result<(), ApiError> {
-        let _guard = self.ops.lock().await;
+        let _guard = self.ops.write().await;
         let gate = self.placement_of(name)?.gate;
         let _gate = gate.write().await;
         // Re-read under the gate: a move may have finished meanwhile.
@@ -482,6 +486,37 @@ impl ControlPlane {
         } else {
             3
         }
+    }
+}
+
+/// A name held in the control plane's `pending` set while its create
+/// runs; released on drop.
+struct Reserved<'a> {
+    control: &'a ControlPlane,
+    name: String,
+}
+
+impl<'a> Reserved<'a> {
+    /// Reserves `name`.
+    ///
+    /// # Errors
+    /// 409 if an actor or a create in flight has it.
+    fn take(control: &'a ControlPlane, name: &str) -> Result<Self, ApiError> {
+        // A name is placed only by a create holding it here, or under the
+        // write side of `ops` (which no create holds then).
+        if control.has_actor(name) || !control.lock_pending().insert(name.to_owned()) {
+            return Err(ApiError::conflict(format!("actor {name} already exists")));
+        }
+        Ok(Self {
+            control,
+            name: name.to_owned(),
+        })
+    }
+}
+
+impl Drop for Reserved<'_> {
+    fn drop(&mut self) {
+        self.control.lock_pending().remove(&self.name);
     }
 }
 
