@@ -109,6 +109,22 @@ fn actor_path(name: &str, action: &str) -> String {
     }
 }
 
+/// `actor fork SRC NEW [--from-snapshot SEQ]`: `POST /v1/actors/SRC/fork`.
+fn fork_call(client: ClientArgs, src: &str, new: &str, from_snapshot: Option<u64>) -> Call {
+    let mut body = serde_json::json!({ "name": new });
+    if let Some(seq) = from_snapshot {
+        body["from_snapshot"] = seq.into();
+    }
+    Call::new(
+        client,
+        format!("actor fork {src} {new}"),
+        Method::POST,
+        actor_path(src, "fork"),
+        View::Details,
+    )
+    .with_body(Body::Json(body))
+}
+
 /// Turns a parsed command into its request.
 ///
 /// # Errors
@@ -181,6 +197,12 @@ fn plan(command: ClientCommand) -> anyhow::Result<Call> {
         .with_body(Body::Json(
             serde_json::json!({ "name": name, "template": template }),
         )),
+        C::Actor(ActorCommand::Fork {
+            src,
+            new,
+            from_snapshot,
+            client,
+        }) => fork_call(client, &src, &new, from_snapshot),
         C::Actor(ActorCommand::List { client }) => Call::new(
             client,
             "actor list".into(),
@@ -471,6 +493,19 @@ mod tests {
         .expect("parses");
         let e = plan(twice).expect_err("duplicate env");
         assert_eq!(e.to_string(), "template push c: --env K given twice");
+    }
+
+    #[test]
+    fn fork_posts_the_new_name_and_the_snapshot() {
+        let plain = call(&["actor", "fork", "c1", "c2"]);
+        assert_eq!(plain.path, "/v1/actors/c1/fork");
+        assert_eq!(plain.method, Method::POST);
+        assert_eq!(plain.body, Body::Json(serde_json::json!({"name": "c2"})));
+        assert_eq!(
+            call(&["actor", "fork", "c1", "c2", "--from-snapshot", "4"]).body,
+            Body::Json(serde_json::json!({"name": "c2", "from_snapshot": 4}))
+        );
+        parse(&["actor", "fork", "c1"]).expect_err("NEW is required");
     }
 
     #[test]

@@ -126,6 +126,20 @@ pub enum ActorCommand {
         #[command(flatten)]
         client: ClientArgs,
     },
+    /// Create an actor from another's snapshot (its newest; a running actor
+    /// is checkpointed first), sharing the snapshot's bytes; the two then
+    /// diverge. The new actor starts paused.
+    Fork {
+        /// The actor to fork.
+        src: String,
+        /// Name of the new actor (1-63 of a-z, 0-9 and -).
+        new: String,
+        /// Fork this snapshot of SRC (see `actor get`) instead of its newest.
+        #[arg(long, value_name = "SEQ")]
+        from_snapshot: Option<u64>,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
     /// List actors, sorted by name.
     List {
         #[command(flatten)]

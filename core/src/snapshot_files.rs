@@ -119,16 +119,55 @@ impl LocalSnapshotStore {
     }
 
     fn write_file(&self, actor: &str, seq: u64, bytes: &[u8]) -> Result<(), StoreError> {
+        self.create_actor_dir(actor)?;
+        let path = self.path(actor, seq);
+        write_atomically(&path, bytes).map_err(io_err(&self.root, "write", &path))?;
+        self.mark_acknowledged(actor, seq);
+        Ok(())
+    }
+
+    /// Counts `len` new bytes replacing `replaced` ones against the quota.
+    fn reserve(&self, len: u64, replaced: u64) -> Result<(), StoreError> {
+        let mut used = self.used.lock().unwrap_or_else(|p| p.into_inner());
+        let after = used.saturating_sub(replaced).saturating_add(len);
+        if let Some(quota) = self.quota
+            && after > quota
+        {
+            return Err(StoreError::Quota {
+                needed: len,
+                used: *used,
+                quota,
+            });
+        }
+        *used = after;
+        Ok(())
+    }
+
+    /// After a failed write of `len` bytes at `path`: counts what is on
+    /// disk under that name now (old file, new file if the rename happened
+    /// before the failure, or nothing) instead.
+    fn recount(&self, path: &Path, len: u64) {
+        let now = path.metadata().map(|m| m.len()).unwrap_or(0);
+        let mut used = self.used.lock().unwrap_or_else(|p| p.into_inner());
+        *used = used.saturating_sub(len).saturating_add(now);
+    }
+
+    /// Creates `actor`'s folder if missing, its entry durable.
+    fn create_actor_dir(&self, actor: &str) -> Result<PathBuf, StoreError> {
         let dir = self.actor_dir(actor);
         if !dir.is_dir() {
             fs::create_dir_all(&dir).map_err(io_err(&self.root, "create", &dir))?;
             // The new folder's entry must be durable too.
             durable::sync_dir(&self.root).map_err(io_err(&self.root, "fsync", &self.root))?;
         }
-        let path = self.path(actor, seq);
-        write_atomically(&path, bytes).map_err(io_err(&self.root, "write", &path))?;
-        self.mark_acknowledged(actor, seq);
-        Ok(())
+        Ok(dir)
+    }
+
+    /// Hard-links `from` at `to` (a snapshot of `actor`), durably.
+    fn link_file(&self, from: &Path, actor: &str, to: &Path) -> Result<(), StoreError> {
+        let dir = self.create_actor_dir(actor)?;
+        fs::hard_link(from, to).map_err(io_err(&self.root, "link", to))?;
+        durable::sync_dir(&dir).map_err(io_err(&self.root, "fsync", &dir))
     }
 
     fn release(&self, len: u64) {
@@ -169,29 +208,42 @@ impl SnapshotStore for LocalSnapshotStore {
         let path = self.path(actor, seq);
         // Rewriting a sequence number replaces its file: count the difference.
         let replaced = path.metadata().map(|m| m.len()).unwrap_or(0);
-        {
-            let mut used = self.used.lock().unwrap_or_else(|p| p.into_inner());
-            let after = used.saturating_sub(replaced).saturating_add(len);
-            if let Some(quota) = self.quota
-                && after > quota
-            {
-                return Err(StoreError::Quota {
-                    needed: len,
-                    used: *used,
-                    quota,
-                });
-            }
-            *used = after;
-        }
+        self.reserve(len, replaced)?;
         let result = self.write_file(actor, seq, bytes);
         if result.is_err() {
-            // Count what is on disk under that name now (old file, new file
-            // if the rename happened before the failure, or nothing).
-            let now = path.metadata().map(|m| m.len()).unwrap_or(0);
-            let mut used = self.used.lock().unwrap_or_else(|p| p.into_inner());
-            *used = used.saturating_sub(len).saturating_add(now);
+            self.recount(&path, len);
         }
         result
+    }
+
+    /// A hard link `snapshots/<new>/<seq>.snap` to `src`'s file, its folder
+    /// entry fsynced, then the acknowledged marker. Counted in the quota by
+    /// its length, as every file is when the store is opened.
+    fn fork(&self, src: &str, seq: u64, new: &str, _epoch: u64) -> Result<u64, StoreError> {
+        let from = self.path(src, seq);
+        let len = from
+            .metadata()
+            .map_err(io_err(&self.root, "open", &from))?
+            .len();
+        let to = self.path(new, seq);
+        if to.exists() {
+            return Err(io_err(&self.root, "link", &to)(
+                io::ErrorKind::AlreadyExists.into(),
+            ));
+        }
+        self.reserve(len, 0)?;
+        if let Err(e) = self.link_file(&from, new, &to) {
+            // Linked but not fsynced: the file is there and counted.
+            let linked = !matches!(&e, StoreError::Io { source, .. }
+                if source.kind() == io::ErrorKind::AlreadyExists)
+                && to.exists();
+            if !linked {
+                self.release(len);
+            }
+            return Err(e);
+        }
+        self.mark_acknowledged(new, seq);
+        Ok(len)
     }
 
     fn list_acknowledged(

@@ -187,6 +187,25 @@ pub trait SnapshotStore: Send + Sync + std::fmt::Debug {
     /// another I/O error (`ENOMEM` when it cannot be mapped).
     fn open_snapshot(&self, actor: &str, seq: u64) -> Result<SnapshotBytes, StoreError>;
 
+    /// Makes snapshot `seq` of `src` also snapshot `seq` of `new`, and
+    /// `new`'s newest acknowledged one, sharing the bytes instead of
+    /// copying them through this process: the local store hard-links the
+    /// file (one inode, whichever of the two is deleted first), the object
+    /// store copies the object inside the store (a server-side copy) and
+    /// hard-links its cache copy. Durable on return, as a
+    /// [`SnapshotStore::write`]. `epoch` is `new`'s placement epoch (as for
+    /// `write`). Returns the snapshot's size in bytes. Snapshot files do
+    /// not name their actor (the header names the module), so the shared
+    /// bytes serve `new` as they are. The quota counts the new name's bytes
+    /// as a write of them would.
+    ///
+    /// # Errors
+    /// [`StoreError::Io`]: `NotFound` if `src` has no snapshot `seq`,
+    /// `AlreadyExists` if `new` has one already, `InvalidInput` for a name
+    /// the store cannot hold, or another I/O failure (nothing of `new`
+    /// acknowledged); [`StoreError::Quota`] (nothing written).
+    fn fork(&self, src: &str, seq: u64, new: &str, epoch: u64) -> Result<u64, StoreError>;
+
     /// Deletes all but the newest `keep` snapshots of `actor` (at least one
     /// is always kept: the newest is the actor's state); returns the deleted
     /// sequence numbers.

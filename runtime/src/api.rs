@@ -74,6 +74,13 @@ struct CreateActor {
 
 #[derive(serde::Deserialize)]
 #[serde(deny_unknown_fields)]
+struct ForkActor {
+    name: String,
+    from_snapshot: Option<u64>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 struct MigrateBody {
     to: String,
 }
@@ -171,6 +178,15 @@ impl AdminApi {
             (&Method::DELETE, ["v1", "actors", name]) => {
                 c.delete_actor(name).await?;
                 Ok(no_content())
+            }
+            (&Method::POST, ["v1", "actors", src, "fork"]) => {
+                let req: ForkActor = parse_json(&body)?;
+                // Detached: a client that leaves never stops a fork half-way.
+                let (c, src) = (c.clone(), (*src).to_owned());
+                let info =
+                    detached(async move { c.fork_actor(&src, &req.name, req.from_snapshot).await })
+                        .await?;
+                Ok(json(StatusCode::CREATED, &info))
             }
             (&Method::POST, ["v1", "actors", name, "pause"]) => ok(&c.pause(name).await?),
             (&Method::POST, ["v1", "actors", name, "checkpoint"]) => {

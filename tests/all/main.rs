@@ -14,6 +14,9 @@
 //! * `retention`: `--keep-snapshots` and repairs: corrupt snapshots go
 //!   first, every kept snapshot restores;
 //! * `demos`: the demo actors survive capture and restore in a new engine;
+//! * `fork`: `actor fork`: divergence, `--from-snapshot`, one shared
+//!   snapshot inode, deletion of either side, host randomness, error
+//!   codes, cluster mode;
 //! * `errors`: error hygiene (limits named, no server paths, `Retry-After`
 //!   only where a retry helps) and documented behaviours;
 //! * `documented`: behaviours the docs promise and nothing else tested
@@ -44,6 +47,7 @@ mod cluster;
 mod demos;
 mod documented;
 mod errors;
+mod fork;
 mod hardening;
 mod host_calls;
 mod http;

@@ -108,6 +108,41 @@ impl ObjectSnapshotStore {
         result
     }
 
+    /// Counts `len` new bytes replacing `replaced` ones against the quota.
+    fn reserve(&self, len: u64, replaced: u64) -> Result<(), StoreError> {
+        let mut used = self.used.lock().unwrap_or_else(|p| p.into_inner());
+        let after = used.saturating_sub(replaced).saturating_add(len);
+        if let Some(quota) = self.quota
+            && after > quota
+        {
+            return Err(StoreError::Quota {
+                needed: len,
+                used: *used,
+                quota,
+            });
+        }
+        *used = after;
+        Ok(())
+    }
+
+    /// Hard-links the cache copy of `found` (of `src`) as `new`'s copy of
+    /// it at `epoch`, when this store holds one whole; best effort (a
+    /// missing copy is downloaded when first opened).
+    fn link_cached(&self, src: &str, found: names::Found, new: &str, epoch: u64) {
+        let from = self.cache_path(src, found.seq, found.epoch);
+        if !from.metadata().is_ok_and(|m| m.len() == found.bytes) {
+            return;
+        }
+        let to = self.cache_path(new, found.seq, epoch);
+        let linked = to
+            .parent()
+            .map_or(Ok(()), fs::create_dir_all)
+            .and_then(|()| fs::hard_link(&from, &to));
+        if let Err(e) = linked {
+            tracing::warn!(src, new, "cannot link the cached snapshot: {e}");
+        }
+    }
+
     fn release(&self, len: u64) {
         let mut used = self.used.lock().unwrap_or_else(|p| p.into_inner());
         *used = used.saturating_sub(len);
@@ -158,20 +193,7 @@ impl SnapshotStore for ObjectSnapshotStore {
         // The same name written again replaces its object (this store
         // knows its size if it holds a copy).
         let replaced = cached.metadata().map(|m| m.len()).unwrap_or(0);
-        {
-            let mut used = self.used.lock().unwrap_or_else(|p| p.into_inner());
-            let after = used.saturating_sub(replaced).saturating_add(len);
-            if let Some(quota) = self.quota
-                && after > quota
-            {
-                return Err(StoreError::Quota {
-                    needed: len,
-                    used: *used,
-                    quota,
-                });
-            }
-            *used = after;
-        }
+        self.reserve(len, replaced)?;
         let uploaded = cached
             .parent()
             .map_or(Ok(()), fs::create_dir_all)
@@ -185,6 +207,45 @@ impl SnapshotStore for ObjectSnapshotStore {
             return Err(e);
         }
         self.acknowledge(actor, seq, epoch)
+    }
+
+    /// A server-side copy of the object standing for `seq` (the highest
+    /// epoch) to `snapshots/<new>/<seq>-<epoch>.snap`, a hard link of this
+    /// store's cache copy if it holds one, then `new`'s acknowledged
+    /// pointer.
+    fn fork(&self, src: &str, seq: u64, new: &str, epoch: u64) -> Result<u64, StoreError> {
+        let key = names::actor_object_key(new, &names::snapshot_name(seq, epoch));
+        self.check("copy", &key, "actor name", new)?;
+        let Some(found) = self.folder(src)?.find(seq) else {
+            let key = names::actor_object_key(src, &format!("{seq:020}-*.snap"));
+            return Err(Failure::Io(io::ErrorKind::NotFound.into()).named(
+                "open",
+                &key,
+                &self.location,
+            ));
+        };
+        if self.folder(new)?.find(seq).is_some() {
+            return Err(Failure::Io(io::ErrorKind::AlreadyExists.into()).named(
+                "copy",
+                &key,
+                &self.location,
+            ));
+        }
+        self.reserve(found.bytes, 0)?;
+        let from = names::actor_object_key(src, &names::snapshot_name(seq, found.epoch));
+        let copied = self
+            .run(
+                timeout_for(found.bytes),
+                transfer::copy(self.objects.clone(), self.path(&from), self.path(&key)),
+            )
+            .map_err(|e| e.named("copy", &key, &self.location));
+        if let Err(e) = copied {
+            self.release(found.bytes);
+            return Err(e);
+        }
+        self.link_cached(src, found, new, epoch);
+        self.acknowledge(new, seq, epoch)?;
+        Ok(found.bytes)
     }
 
     fn list_acknowledged(

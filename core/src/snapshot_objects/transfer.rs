@@ -1,8 +1,8 @@
 //! The async object operations an [`ObjectSnapshotStore`](super::ObjectSnapshotStore)
 //! runs on its own runtime: uploads (one request up to
 //! [`MULTIPART_THRESHOLD_BYTES`], multipart above, aborted on error),
-//! streamed downloads into a cache file (temp file + rename), small reads,
-//! listings and deletions.
+//! streamed downloads into a cache file (temp file + rename), server-side
+//! copies, small reads, listings and deletions.
 
 use std::fs::File;
 use std::io::{Read as _, Write as _};
@@ -120,6 +120,14 @@ pub(super) async fn download(
         tmp.write_all(&chunk?)?;
     }
     tmp.persist(&dest).map_err(|e| e.error)?;
+    Ok(())
+}
+
+/// Copies object `from` to `to` inside the store, replacing `to`: no byte
+/// passes through this process (S3 `CopyObject`; a hard link for a
+/// `file://` store, as `object_store`'s `LocalFileSystem` does it).
+pub(super) async fn copy(store: Arc<dyn ObjectStore>, from: Path, to: Path) -> Result<(), Failure> {
+    store.copy(&from, &to).await?;
     Ok(())
 }
 

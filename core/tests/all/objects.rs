@@ -490,3 +490,54 @@ async fn objects_can_be_called_and_dropped_in_async_code() {
     // Dropped inside the async task: no panic.
     drop(store);
 }
+
+#[test]
+fn objects_fork_copies_in_the_store_and_links_the_cache() {
+    use std::os::unix::fs::MetadataExt as _;
+    each_backend(|shared| {
+        let (cache_a, cache_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let a = shared.open(cache_a.path(), Some(40));
+        let b = shared.open(cache_b.path(), None);
+        a.write("src", 2, 5, b"two at five").unwrap();
+        a.write("src", 3, 5, b"three at five").unwrap();
+        // The writer holds a cache copy: the fork's copy is a link to it.
+        assert_eq!(a.fork("src", 2, "new", 1).unwrap(), 11);
+        let (from, to) = (a.cache_path("src", 2, 5), a.cache_path("new", 2, 1));
+        assert_eq!(from.metadata().unwrap().ino(), to.metadata().unwrap().ino());
+        assert_eq!(&a.open_snapshot("new", 2).unwrap()[..], b"two at five");
+        assert_eq!(a.downloads(), 0, "served from the linked cache copy");
+        assert_eq!(a.list_acknowledged("new").unwrap().1, Some(2));
+        assert!(
+            shared
+                .objects_dir()
+                .join("snapshots/new")
+                .join("00000000000000000002-00000000000000000001.snap")
+                .is_file()
+        );
+        // Another store without a copy forks too, and sees both.
+        b.fork("src", 3, "other", 1).unwrap();
+        assert_eq!(&b.open_snapshot("other", 3).unwrap()[..], b"three at five");
+        assert_eq!(&b.open_snapshot("new", 2).unwrap()[..], b"two at five");
+        // Refusals.
+        assert_eq!(
+            kind(&a.fork("src", 9, "x", 1).unwrap_err()),
+            ErrorKind::NotFound
+        );
+        assert_eq!(
+            kind(&a.fork("src", 2, "new", 1).unwrap_err()),
+            ErrorKind::AlreadyExists
+        );
+        assert_eq!(
+            kind(&a.fork("src", 2, "a/b", 1).unwrap_err()),
+            ErrorKind::InvalidInput
+        );
+        assert!(matches!(
+            a.fork("src", 3, "big", 1),
+            Err(StoreError::Quota { .. })
+        ));
+        // Deleting the source keeps the fork.
+        a.remove_actor("src").unwrap();
+        assert_eq!(&b.open_snapshot("new", 2).unwrap()[..], b"two at five");
+        assert_eq!(&a.open_snapshot("new", 2).unwrap()[..], b"two at five");
+    });
+}

@@ -164,3 +164,48 @@ fn the_files_serve_as_a_shared_snapshot_store() {
     assert_eq!(store.actors().unwrap(), ["b"]);
     assert_eq!(store.used_bytes(), 5);
 }
+
+#[test]
+fn store_fork_links_the_file_and_survives_either_deletion() {
+    use std::os::unix::fs::MetadataExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let store = LocalSnapshotStore::open(dir.path(), Some(1000)).unwrap();
+    store.write("src", 3, 1, &[7; 300]).unwrap();
+    store.write("src", 4, 1, &[8; 300]).unwrap();
+    assert_eq!(store.fork("src", 3, "new", 1).unwrap(), 300);
+    let (from, to) = (store.path("src", 3), store.path("new", 3));
+    let (a, b) = (from.metadata().unwrap(), to.metadata().unwrap());
+    assert_eq!((a.ino(), a.nlink()), (b.ino(), 2), "one inode, two names");
+    assert_eq!(
+        store.list_acknowledged("new").unwrap(),
+        (vec![SnapshotEntry { seq: 3, bytes: 300 }], Some(3))
+    );
+    assert_eq!(store.used_bytes(), 900, "counted by name, as at open");
+    // Refusals: no such snapshot, a name taken, the quota.
+    let kind = |e: StoreError| match e {
+        StoreError::Io { source, .. } => source.kind(),
+        StoreError::Quota { .. } => panic!("unexpected quota error"),
+    };
+    assert_eq!(
+        kind(store.fork("src", 9, "other", 1).unwrap_err()),
+        std::io::ErrorKind::NotFound
+    );
+    assert_eq!(
+        kind(store.fork("src", 3, "new", 1).unwrap_err()),
+        std::io::ErrorKind::AlreadyExists
+    );
+    assert!(matches!(
+        store.fork("src", 4, "third", 1),
+        Err(StoreError::Quota { .. })
+    ));
+    assert!(!store.actor_dir("third").exists() || store.list("third").unwrap().is_empty());
+    assert_eq!(store.used_bytes(), 900, "refusals count nothing");
+    // Either name outlives the other.
+    store.remove_actor("src").unwrap();
+    assert_eq!(&store.open_snapshot("new", 3).unwrap()[..], &[7; 300][..]);
+    assert_eq!(to.metadata().unwrap().nlink(), 1);
+    store.fork("new", 3, "src", 1).unwrap();
+    store.remove_actor("new").unwrap();
+    assert_eq!(&store.open_snapshot("src", 3).unwrap()[..], &[7; 300][..]);
+    assert_eq!(store.used_bytes(), 300);
+}

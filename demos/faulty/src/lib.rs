@@ -9,7 +9,9 @@
 //! * `GET /clock`: `monotonic=<ns> wall=<ns since epoch>\n`;
 //! * `POST /print?text=T`: writes T and a newline to stdout and stderr;
 //! * `GET /constructors`: `constructors: <n>\n`, how often the module's
-//!   static constructor ran (1 for the actor's whole life).
+//!   static constructor ran (1 for the actor's whole life);
+//! * `GET /random`: 16 bytes from WASI `random_get`, hex, and a newline
+//!   (two forks of one actor answer different bytes).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -24,6 +26,7 @@ struct Faulty {
 #[link(wasm_import_module = "wasi_snapshot_preview1")]
 unsafe extern "C" {
     fn clock_time_get(id: u32, precision: u64, out: *mut u64) -> u16;
+    fn random_get(buf: *mut u8, len: usize) -> u16;
 }
 
 /// Bumped by the static constructor below.
@@ -43,6 +46,14 @@ fn monotonic_ns() -> u64 {
     // SAFETY: WASI clock id 1 is the monotonic clock; `out` is a valid u64.
     let errno = unsafe { clock_time_get(1, 1, &mut out) };
     if errno == 0 { out } else { 0 }
+}
+
+/// 16 bytes of host randomness, hex-encoded; `None` if WASI refused.
+fn random_hex() -> Option<String> {
+    let mut bytes = [0u8; 16];
+    // SAFETY: `bytes` is valid for writes of its length.
+    let errno = unsafe { random_get(bytes.as_mut_ptr(), bytes.len()) };
+    (errno == 0).then(|| bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 impl Actor for Faulty {
@@ -99,6 +110,10 @@ impl Actor for Faulty {
                 200,
                 format!("constructors: {}\n", CONSTRUCTED.load(Ordering::Relaxed)),
             ),
+            ("GET", "/random") => match random_hex() {
+                Some(hex) => Response::text(200, format!("{hex}\n")),
+                None => Response::text(500, "random_get failed\n"),
+            },
             (m, p) => Response::text(404, format!("no route {m} {p}\n")),
         }
     }

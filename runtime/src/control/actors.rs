@@ -1,9 +1,12 @@
-//! Actors: create, show, list, pause, checkpoint, resume, delete, and the
+//! Actors: create, fork, show, list, pause, checkpoint, resume, delete, and the
 //! request path (`route` once, then `call` through the actor's gate to its
 //! worker).
 
+use std::io;
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
+
+use stasis_core::snapshot_store::StoreError;
 
 use stasis_host_api::{Request, Response};
 
@@ -24,29 +27,52 @@ impl ControlPlane {
     /// 500/504 if the guest fails during creation.
     pub async fn create_actor(&self, name: &str, template: &str) -> Result<ActorInfo, ApiError> {
         check_label("actor", name)?;
-        let _guard = self.ops.lock().await;
-        if self.has_actor(name) {
-            return Err(ApiError::conflict(format!("actor {name} already exists")));
-        }
+        // Creates run together; each holds its name in `pending` until it
+        // is placed (or failed).
+        let _guard = self.ops.read().await;
+        let _reserved = Reserved::take(self, name)?;
         let row = self.template_row(template)?;
         let member = self.least_loaded().ok_or_else(|| {
             ApiError::unavailable("no worker can host actors (serve --workers 0 and none joined)")
         })?;
         let epoch = 1;
-        self.lock_pending().insert(name.to_owned());
         let created = member.api.create(name, &Self::host_spec(&row, epoch)).await;
-        self.lock_pending().remove(name);
         if let Err(e) = created {
             let _ = self.store.remove_actor(name);
             return Err(e);
         }
+        self.record_new(name, template, &member, epoch).await?;
+        tracing::info!(actor = name, template, worker = %member.name, "actor created");
+        self.actor(name).await
+    }
+
+    /// Records actor `name` of `template`, just hosted on `member` at
+    /// `epoch`, in the directory and the placement table. If the directory
+    /// refuses, the actor is removed from `member` and its snapshots
+    /// deleted.
+    ///
+    /// # Errors
+    /// The directory's failure.
+    async fn record_new(
+        &self,
+        name: &str,
+        template: &str,
+        member: &Member,
+        epoch: u64,
+    ) -> Result<(), ApiError> {
         let actor_row = ActorRow {
             name: name.to_owned(),
             template: template.to_owned(),
             worker: member.name.clone(),
             epoch,
         };
-        if let Err(e) = self.directory.insert_actor(&actor_row) {
+        let directory = self.directory.clone();
+        // Blocking: the directory may wait for a group commit.
+        let inserted = tokio::task::spawn_blocking(move || directory.insert_actor(&actor_row))
+            .await
+            .map_err(ApiError::internal)
+            .and_then(|r| r);
+        if let Err(e) = inserted {
             member.api.remove(name).await;
             let _ = self.store.remove_actor(name);
             return Err(e);
@@ -55,8 +81,98 @@ impl ControlPlane {
             name.to_owned(),
             Placement::new(&member.name, member.incarnation, template, epoch),
         );
-        tracing::info!(actor = name, template, worker = %member.name, "actor created");
-        self.actor(name).await
+        Ok(())
+    }
+
+    /// Creates actor `new` from snapshot `from` of actor `src` (by default
+    /// its newest; a running `src` is checkpointed first, through its
+    /// mailbox like any checkpoint, and forked from that). `new` gets
+    /// `src`'s template and the snapshot under the same sequence number,
+    /// shared rather than copied ([`SnapshotStore::fork`]), and is placed
+    /// `paused` on the least-loaded worker: its first request restores it.
+    /// The two diverge from there; each instance draws its own host
+    /// randomness (WASI `random_get` comes from the OS generator, never
+    /// from the snapshot). A fork inherits no alarms.
+    ///
+    /// [`SnapshotStore::fork`]: stasis_core::snapshot_store::SnapshotStore::fork
+    ///
+    /// # Errors
+    /// 400 bad name; 404 unknown `src` or no snapshot `from`; 409 `new`
+    /// exists; 503 no worker; 507 quota; 422/503 if the snapshot does not
+    /// restore on the chosen worker (nothing of `new` is left).
+    pub async fn fork_actor(
+        &self,
+        src: &str,
+        new: &str,
+        from: Option<u64>,
+    ) -> Result<ActorInfo, ApiError> {
+        check_label("actor", new)?;
+        let _guard = self.ops.write().await;
+        if self.has_actor(new) {
+            return Err(ApiError::conflict(format!("actor {new} already exists")));
+        }
+        let placement = self.placement_of(src)?;
+        let seq = {
+            // No move of `src` meanwhile.
+            let _gate = placement.gate.read().await;
+            self.fork_point(src, from).await?
+        };
+        let row = self.template_row(&placement.template)?;
+        let member = self.least_loaded().ok_or_else(|| {
+            ApiError::unavailable("no worker can host actors (serve --workers 0 and none joined)")
+        })?;
+        let epoch = 1;
+        let store = self.store.clone();
+        let (from_actor, to_actor) = (src.to_owned(), new.to_owned());
+        tokio::task::spawn_blocking(move || store.fork(&from_actor, seq, &to_actor, epoch))
+            .await
+            .map_err(ApiError::internal)?
+            .map_err(|e| match &e {
+                StoreError::Io { source, .. } if source.kind() == io::ErrorKind::NotFound => {
+                    ApiError::not_found(format!("actor {src} has no snapshot {seq} any more"))
+                }
+                _ => ApiError::from(e),
+            })?;
+        // Alarms: a fork starts with none of `src`'s (copy nothing here).
+        let spec = Self::host_spec(&row, epoch);
+        if let Err(e) = self.ship(&member, new, &spec, seq, false).await {
+            let _ = self.store.remove_actor(new);
+            return Err(e);
+        }
+        self.record_new(new, &placement.template, &member, epoch)
+            .await?;
+        tracing::info!(actor = new, src, seq, worker = %member.name, "actor forked");
+        self.actor(new).await
+    }
+
+    /// The snapshot of `src` a fork starts from: `from` if `src` has it;
+    /// else a checkpoint taken now if `src` is running; else its newest.
+    ///
+    /// # Errors
+    /// 404 no such snapshot (or none at all); the checkpoint's failure
+    /// (507 quota, 500).
+    async fn fork_point(&self, src: &str, from: Option<u64>) -> Result<u64, ApiError> {
+        if let Some(seq) = from {
+            if self.store.list(src)?.iter().any(|e| e.seq == seq) {
+                return Ok(seq);
+            }
+            return Err(ApiError::not_found(format!(
+                "actor {src} has no snapshot {seq}"
+            )));
+        }
+        if let Ok(member) = self.host_of(&self.placement_of(src)?, src) {
+            match member.api.checkpoint(src).await {
+                Ok(report) => return Ok(report.seq),
+                // Not running: its newest snapshot is its state.
+                Err(e) if e.status == 409 => {}
+                Err(e) => return Err(e),
+            }
+        }
+        self.store
+            .list(src)?
+            .last()
+            .map(|e| e.seq)
+            .ok_or_else(|| ApiError::not_found(format!("actor {src} has no snapshot")))
     }
 
     /// Actor `name`. An actor whose worker does not answer is shown in
@@ -249,7 +365,7 @@ impl ControlPlane {
     /// # Errors
     /// 404 if unknown; 500 if its files cannot be removed.
     pub async fn delete_actor(&self, name: &str) -> Result<(), ApiError> {
-        let _guard = self.ops.lock().await;
+        let _guard = self.ops.write().await;
         let gate = self.placement_of(name)?.gate;
         let _gate = gate.write().await;
         // Re-read under the gate: a move may have finished meanwhile.
@@ -370,6 +486,37 @@ impl ControlPlane {
         } else {
             3
         }
+    }
+}
+
+/// A name held in the control plane's `pending` set while its create
+/// runs; released on drop.
+struct Reserved<'a> {
+    control: &'a ControlPlane,
+    name: String,
+}
+
+impl<'a> Reserved<'a> {
+    /// Reserves `name`.
+    ///
+    /// # Errors
+    /// 409 if an actor or a create in flight has it.
+    fn take(control: &'a ControlPlane, name: &str) -> Result<Self, ApiError> {
+        // A name is placed only by a create holding it here, or under the
+        // write side of `ops` (which no create holds then).
+        if control.has_actor(name) || !control.lock_pending().insert(name.to_owned()) {
+            return Err(ApiError::conflict(format!("actor {name} already exists")));
+        }
+        Ok(Self {
+            control,
+            name: name.to_owned(),
+        })
+    }
+}
+
+impl Drop for Reserved<'_> {
+    fn drop(&mut self) {
+        self.control.lock_pending().remove(&self.name);
     }
 }
 

@@ -4,8 +4,9 @@
 //! in `stasis.db`. Snapshots are files (see
 //! [`stasis_core::snapshot_files`]).
 
+use std::collections::HashMap;
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::{Condvar, Mutex};
 
 use rusqlite::{Connection, OptionalExtension, params};
 
@@ -93,12 +94,35 @@ pub trait Directory: Send + Sync {
 }
 
 /// The embedded directory in one SQLite file. Every write is one
-/// transaction, durable on return (WAL, `synchronous=FULL`).
+/// transaction, durable on return (WAL, `synchronous=FULL`). Actor
+/// inserts are group-committed: the inserts that arrive while one commit
+/// is in flight share the next transaction, so concurrent creates pay one
+/// fsync between them instead of one each.
 pub struct SqliteDirectory {
     conn: Mutex<Connection>,
+    inserts: Mutex<Inserts>,
+    committed: Condvar,
+}
+
+/// Actor inserts waiting for their group commit, and the answers of the
+/// ones committed (each taken by its caller).
+#[derive(Default)]
+struct Inserts {
+    /// Rows not committed yet, by ticket.
+    queued: Vec<(u64, ActorRow)>,
+    /// Answers of committed rows, by ticket.
+    done: HashMap<u64, Result<(), ApiError>>,
+    /// A caller is committing a batch now.
+    committing: bool,
+    /// The next ticket.
+    next: u64,
 }
 
 fn db(e: rusqlite::Error) -> ApiError {
+    db_ref(&e)
+}
+
+fn db_ref(e: &rusqlite::Error) -> ApiError {
     ApiError::internal(format!("directory: {e}"))
 }
 
@@ -128,7 +152,35 @@ impl SqliteDirectory {
         )?;
         Ok(Self {
             conn: Mutex::new(conn),
+            inserts: Mutex::default(),
+            committed: Condvar::new(),
         })
+    }
+
+    /// Commits `rows` in one transaction; each row's answer, in order (a
+    /// refused row, e.g. a name taken, does not stop the others).
+    fn commit_inserts(&self, rows: &[(u64, ActorRow)]) -> Vec<Result<(), ApiError>> {
+        let mut conn = self.conn();
+        let all = |e: &rusqlite::Error| rows.iter().map(|_| Err(db_ref(e))).collect();
+        let tx = match conn.transaction() {
+            Ok(tx) => tx,
+            Err(e) => return all(&e),
+        };
+        let answers = rows
+            .iter()
+            .map(|(_, row)| {
+                tx.execute(
+                    "INSERT INTO actors (name, template, worker, epoch) VALUES (?1, ?2, ?3, ?4)",
+                    params![row.name, row.template, row.worker, row.epoch as i64],
+                )
+                .map(|_| ())
+                .map_err(db)
+            })
+            .collect();
+        match tx.commit() {
+            Ok(()) => answers,
+            Err(e) => all(&e),
+        }
     }
 
     fn conn(&self) -> std::sync::MutexGuard<'_, Connection> {
@@ -176,14 +228,38 @@ impl Directory for SqliteDirectory {
         Ok(n > 0)
     }
 
+    /// Group-committed (see [`SqliteDirectory`]): the row is queued; a
+    /// caller that finds no commit in flight commits everything queued in
+    /// one transaction, the others wait for it, and a waiter whose row
+    /// came after that batch commits the next one.
     fn insert_actor(&self, row: &ActorRow) -> Result<(), ApiError> {
-        self.conn()
-            .execute(
-                "INSERT INTO actors (name, template, worker, epoch) VALUES (?1, ?2, ?3, ?4)",
-                params![row.name, row.template, row.worker, row.epoch as i64],
-            )
-            .map_err(db)?;
-        Ok(())
+        let lock = || self.inserts.lock().unwrap_or_else(|p| p.into_inner());
+        let mut inserts = lock();
+        let ticket = inserts.next;
+        inserts.next += 1;
+        inserts.queued.push((ticket, row.clone()));
+        loop {
+            if let Some(answer) = inserts.done.remove(&ticket) {
+                return answer;
+            }
+            if inserts.committing {
+                inserts = self
+                    .committed
+                    .wait(inserts)
+                    .unwrap_or_else(|p| p.into_inner());
+                continue;
+            }
+            inserts.committing = true;
+            let batch = std::mem::take(&mut inserts.queued);
+            drop(inserts);
+            let answers = self.commit_inserts(&batch);
+            inserts = lock();
+            for ((ticket, _), answer) in batch.into_iter().zip(answers) {
+                inserts.done.insert(ticket, answer);
+            }
+            inserts.committing = false;
+            self.committed.notify_all();
+        }
     }
 
     fn place_actor(&self, name: &str, worker: &str, epoch: u64) -> Result<(), ApiError> {
@@ -241,6 +317,56 @@ fn template_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TemplateRow> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn concurrent_inserts_are_committed_together_and_refused_alone() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = SqliteDirectory::open(&tmp.path().join("stasis.db")).expect("open");
+        dir.insert_template(&TemplateRow {
+            name: "t".into(),
+            digest: "00".into(),
+            bytes: 0,
+            env: Vec::new(),
+        })
+        .expect("template");
+        let row = |name: String, template: &str| ActorRow {
+            name,
+            template: template.into(),
+            worker: "w1".into(),
+            epoch: 1,
+        };
+        // 8 threads × 50 inserts; every 10th of one thread names no
+        // template (refused by the foreign key), and one name is taken twice.
+        let refused = std::thread::scope(|scope| {
+            let threads: Vec<_> = (0..8)
+                .map(|t| {
+                    let dir = &dir;
+                    scope.spawn(move || {
+                        (0..50)
+                            .filter(|i| {
+                                let template = if t == 0 && i % 10 == 0 { "none" } else { "t" };
+                                let name = if t == 1 && *i == 49 {
+                                    "a-0-1".to_owned()
+                                } else {
+                                    format!("a-{t}-{i}")
+                                };
+                                dir.insert_actor(&row(name, template)).is_err()
+                            })
+                            .count()
+                    })
+                })
+                .collect();
+            threads
+                .into_iter()
+                .map(|t| t.join().expect("thread"))
+                .sum::<usize>()
+        });
+        assert_eq!(refused, 5 + 1);
+        assert_eq!(dir.actors().expect("actors").len(), 8 * 50 - 6);
+        let inserts = dir.inserts.lock().expect("inserts");
+        assert!(inserts.queued.is_empty() && inserts.done.is_empty());
+        assert!(!inserts.committing);
+    }
 
     #[test]
     fn a_placement_switch_takes_each_epoch_once() {

@@ -17,7 +17,7 @@ impl ControlPlane {
     /// # Errors
     /// 500 if the snapshot store cannot be read.
     pub async fn gc(&self) -> Result<GcReport, ApiError> {
-        let _guard = self.ops.lock().await;
+        let _guard = self.ops.write().await;
         let mut report = GcReport::default();
         let known: HashSet<String> = self.placements().keys().cloned().collect();
         let keep = self.config.worker.actor.keep_snapshots;

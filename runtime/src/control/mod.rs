@@ -185,8 +185,10 @@ pub struct ControlPlane {
     placements: RwLock<HashMap<String, Placement>>,
     metrics: Arc<Metrics>,
     config: ServeConfig,
-    /// Serialises operations that change the directory's set of names.
-    ops: tokio::sync::Mutex<()>,
+    /// Serialises operations that change the directory's set of names
+    /// (write), except creates, which run together (read) and reserve
+    /// their names in `pending`.
+    ops: tokio::sync::RwLock<()>,
     pending: std::sync::Mutex<std::collections::HashSet<String>>,
     incarnations: AtomicU64,
     role: Role,
@@ -393,7 +395,7 @@ impl ControlPlane {
             placements: RwLock::new(HashMap::new()),
             metrics,
             config,
-            ops: tokio::sync::Mutex::new(()),
+            ops: tokio::sync::RwLock::new(()),
             pending: std::sync::Mutex::default(),
             incarnations: AtomicU64::new(1),
             role,

@@ -67,7 +67,7 @@ impl ControlPlane {
         // The environment is a set of variables: order does not matter.
         let mut env = env;
         env.sort();
-        let _guard = self.ops.lock().await;
+        let _guard = self.ops.write().await;
         let digest = hex::encode(stasis_core::module::digest(&bytes));
         if let Some(existing) = self.directory.template(name)? {
             if existing.digest == digest && existing.env == env {
@@ -171,7 +171,7 @@ impl ControlPlane {
     /// # Errors
     /// 404 if unknown; 409 while actors use it.
     pub async fn delete_template(&self, name: &str) -> Result<(), ApiError> {
-        let _guard = self.ops.lock().await;
+        let _guard = self.ops.write().await;
         let row = self.template_row(name)?;
         let mut users: Vec<String> = self
             .placements()
