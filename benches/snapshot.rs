@@ -519,10 +519,26 @@ fn bench_restore_size(c: &mut Criterion, ctx: &Ctx) {
         let stored = ctx.store.open_snapshot(&actor, 1).expect("open");
         let from_file = snapshot::verify(&stored, &template, MAX_MEMORY).expect("verify");
         {
-            let copy = snapshot::verify(snapshot.as_slice(), &template, MAX_MEMORY)
-                .expect("verify");
-            let a = ctx.rt.block_on(snapshot::restore(&ctx.engine, template.clone(), config(), &copy)).expect("restore");
-            let b = ctx.rt.block_on(snapshot::restore(&ctx.engine, template.clone(), config(), &from_file)).expect("restore");
+            let copy =
+                snapshot::verify(snapshot.as_slice(), &template, MAX_MEMORY).expect("verify");
+            let a = ctx
+                .rt
+                .block_on(snapshot::restore(
+                    &ctx.engine,
+                    template.clone(),
+                    config(),
+                    &copy,
+                ))
+                .expect("restore");
+            let b = ctx
+                .rt
+                .block_on(snapshot::restore(
+                    &ctx.engine,
+                    template.clone(),
+                    config(),
+                    &from_file,
+                ))
+                .expect("restore");
             assert!(b.mapped_runs() > 0, "the file is mapped");
             assert!(a.memory_data(0) == b.memory_data(0), "CoW restore differs");
             println!(
@@ -535,13 +551,22 @@ fn bench_restore_size(c: &mut Criterion, ctx: &Ctx) {
         let iters_cap = |iters: u64| if mib >= 1024 { iters.min(3) } else { iters };
         group.throughput(Throughput::Bytes((mib * MIB) as u64));
         group.bench_function(BenchmarkId::new("copy", &case), |b| {
-            let copy = snapshot::verify(snapshot.as_slice(), &template, MAX_MEMORY)
-                .expect("verify");
+            let copy =
+                snapshot::verify(snapshot.as_slice(), &template, MAX_MEMORY).expect("verify");
             b.iter_custom(|iters| {
                 let n = iters_cap(iters);
                 let d = timed(
                     n,
-                    || ctx.rt.block_on(snapshot::restore(&ctx.engine, template.clone(), config(), &copy)).expect("restore"),
+                    || {
+                        ctx.rt
+                            .block_on(snapshot::restore(
+                                &ctx.engine,
+                                template.clone(),
+                                config(),
+                                &copy,
+                            ))
+                            .expect("restore")
+                    },
                     drop,
                 );
                 d.mul_f64(iters as f64 / n as f64)
@@ -551,13 +576,25 @@ fn bench_restore_size(c: &mut Criterion, ctx: &Ctx) {
             b.iter_custom(|iters| {
                 timed(
                     iters,
-                    || ctx.rt.block_on(snapshot::restore(&ctx.engine, template.clone(), config(), &from_file)).expect("restore"),
+                    || {
+                        ctx.rt
+                            .block_on(snapshot::restore(
+                                &ctx.engine,
+                                template.clone(),
+                                config(),
+                                &from_file,
+                            ))
+                            .expect("restore")
+                    },
                     drop,
                 )
             });
         });
         group.bench_function(BenchmarkId::new("memcpy_fresh_mmap", &case), |b| {
-            let src = aligned_copy(&snapshot[snapshot.len() - 4 - (stats.stored_pages as usize * PAGE_SIZE)..snapshot.len() - 4]);
+            let src = aligned_copy(
+                &snapshot[snapshot.len() - 4 - (stats.stored_pages as usize * PAGE_SIZE)
+                    ..snapshot.len() - 4],
+            );
             b.iter_custom(|iters| {
                 let n = iters_cap(iters);
                 let d = timed(
@@ -583,7 +620,10 @@ fn bench_restore_size(c: &mut Criterion, ctx: &Ctx) {
 /// read (from Rust) of every 4 KiB page right after a restore, per page.
 fn bench_first_touch(c: &mut Criterion, ctx: &Ctx) {
     let mib = 16;
-    let template = ctx.cache.load(&touch_module(mib)).expect("touch module loads");
+    let template = ctx
+        .cache
+        .load(&touch_module(mib))
+        .expect("touch module loads");
     let snapshot = {
         let mut instance = ctx.spawn(&template, config());
         snapshot::capture(&mut instance).expect("capture").0
@@ -595,9 +635,19 @@ fn bench_first_touch(c: &mut Criterion, ctx: &Ctx) {
     let pages = ((mib * MIB - 65536) / PAGE_SIZE) as u64;
     let restore = |cow: bool| {
         let restored = if cow {
-            ctx.rt.block_on(snapshot::restore(&ctx.engine, template.clone(), config(), &from_file))
+            ctx.rt.block_on(snapshot::restore(
+                &ctx.engine,
+                template.clone(),
+                config(),
+                &from_file,
+            ))
         } else {
-            ctx.rt.block_on(snapshot::restore(&ctx.engine, template.clone(), config(), &copy))
+            ctx.rt.block_on(snapshot::restore(
+                &ctx.engine,
+                template.clone(),
+                config(),
+                &copy,
+            ))
         };
         restored.expect("restore")
     };

@@ -149,9 +149,7 @@ impl CowMappings {
         file_offset: u64,
     ) -> io::Result<()> {
         let page = crate::snapshot::PAGE_SIZE;
-        let inside = offset
-            .checked_add(len)
-            .is_some_and(|end| end <= memory_len);
+        let inside = offset.checked_add(len).is_some_and(|end| end <= memory_len);
         let aligned = (base as usize).is_multiple_of(page)
             && offset.is_multiple_of(page)
             && len.is_multiple_of(page)

@@ -125,8 +125,14 @@ async fn cow_matches_copy(wasm: &[u8], expect_mapped: bool) {
         call_ok(inst).await;
         call_ok(inst).await;
     }
-    assert!(memory(&copied) == memory(&original), "copy differs after writes");
-    assert!(memory(&mapped) == memory(&original), "CoW differs after writes");
+    assert!(
+        memory(&copied) == memory(&original),
+        "copy differs after writes"
+    );
+    assert!(
+        memory(&mapped) == memory(&original),
+        "CoW differs after writes"
+    );
     let (after_copy, _) = snapshot::capture(&mut copied).unwrap();
     let (after_cow, _) = snapshot::capture(&mut mapped).unwrap();
     assert!(snapshot::same_state(&after_copy, &after_cow));
@@ -134,13 +140,20 @@ async fn cow_matches_copy(wasm: &[u8], expect_mapped: bool) {
     drop(mapped);
     let dir2 = tempfile::tempdir().unwrap();
     let again = restore_from(&engine, &template, stored(dir2.path(), &after_cow)).await;
-    assert!(memory(&again) == memory(&copied), "second CoW restore differs");
+    assert!(
+        memory(&again) == memory(&copied),
+        "second CoW restore differs"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cow_restore_of_a_dense_memory_is_byte_identical_to_a_copy() {
     let pages = 64;
-    let wasm = filler(pages, &[(WASM_PAGE, pages * WASM_PAGE)], &later_writes(pages));
+    let wasm = filler(
+        pages,
+        &[(WASM_PAGE, pages * WASM_PAGE)],
+        &later_writes(pages),
+    );
     cow_matches_copy(&wasm, true).await;
 }
 
@@ -222,7 +235,11 @@ async fn a_slot_reused_after_a_cow_instance_reads_zeros() {
     let mut mapped = restore_from(&engine, &template, stored(dir.path(), &bytes)).await;
     assert!(mapped.mapped_runs() > 0);
     let slot = extent(&mapped);
-    assert!(memory(&mapped)[WASM_PAGE as usize..].iter().any(|&b| b != 0));
+    assert!(
+        memory(&mapped)[WASM_PAGE as usize..]
+            .iter()
+            .any(|&b| b != 0)
+    );
     let trapped = mapped.call(&post()).await;
     assert!(trapped.is_err(), "the second call traps");
     drop(mapped);
@@ -230,14 +247,19 @@ async fn a_slot_reused_after_a_cow_instance_reads_zeros() {
     // old actor's pages: it must read zeros there, not the file.
     let grower = filler(pages, &[], "");
     let grower = load(&engine, &grower);
-    let mut next = ActorInstance::spawn(&engine, grower, config()).await.unwrap();
+    let mut next = ActorInstance::spawn(&engine, grower, config())
+        .await
+        .unwrap();
     call_ok(&mut next).await;
     assert_eq!(extent(&next).0, slot.0, "the same pooled slot");
     let leaked = memory(&next)[WASM_PAGE as usize..]
         .iter()
         .filter(|&&b| b != 0)
         .count();
-    assert_eq!(leaked, 0, "bytes of the previous actor leaked into the slot");
+    assert_eq!(
+        leaked, 0,
+        "bytes of the previous actor leaked into the slot"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -273,7 +295,10 @@ async fn many_cow_instances_stay_inside_the_mapping_budget() {
     for _ in 0..live {
         let inst = restore_from(&engine, &template, &source).await;
         assert_eq!(inst.mapped_runs(), cow::MAX_MAPPED_RUNS_PER_INSTANCE);
-        assert!(memory(&inst) == copy.as_slice(), "partly mapped restore differs");
+        assert!(
+            memory(&inst) == copy.as_slice(),
+            "partly mapped restore differs"
+        );
         let (start, end) = extent(&inst);
         let mappings = mappings_within(start, end);
         let most = 1 + cow::MAPPINGS_PER_MAPPED_RUN as usize * inst.mapped_runs();
@@ -283,7 +308,9 @@ async fn many_cow_instances_stay_inside_the_mapping_budget() {
     assert!(cow::mappings_in_use() <= budget);
     assert!(
         cow::mappings_in_use()
-            >= live as u64 * cow::MAX_MAPPED_RUNS_PER_INSTANCE as u64 * cow::MAPPINGS_PER_MAPPED_RUN
+            >= live as u64
+                * cow::MAX_MAPPED_RUNS_PER_INSTANCE as u64
+                * cow::MAPPINGS_PER_MAPPED_RUN
     );
     let extents: Vec<(usize, usize)> = instances.iter().map(extent).collect();
     drop(instances);
