@@ -517,7 +517,7 @@ fn bench_restore_size(c: &mut Criterion, ctx: &Ctx) {
         let actor = format!("size-{mib}");
         ctx.store.write(&actor, 1, 0, &snapshot).expect("write");
         let stored = ctx.store.open_snapshot(&actor, 1).expect("open");
-        let from_file = snapshot::verify(&stored, &template, MAX_MEMORY).expect("verify");
+        let from_file = snapshot::verify(stored, &template, MAX_MEMORY).expect("verify");
         {
             let copy =
                 snapshot::verify(snapshot.as_slice(), &template, MAX_MEMORY).expect("verify");
@@ -610,7 +610,6 @@ fn bench_restore_size(c: &mut Criterion, ctx: &Ctx) {
             });
         });
         drop(from_file);
-        drop(stored);
         ctx.store.remove_actor(&actor).expect("remove");
     }
     group.finish();
@@ -630,7 +629,7 @@ fn bench_first_touch(c: &mut Criterion, ctx: &Ctx) {
     };
     ctx.store.write("touch", 1, 0, &snapshot).expect("write");
     let stored = ctx.store.open_snapshot("touch", 1).expect("open");
-    let from_file = snapshot::verify(&stored, &template, MAX_MEMORY).expect("verify");
+    let from_file = snapshot::verify(stored, &template, MAX_MEMORY).expect("verify");
     let copy = snapshot::verify(snapshot.as_slice(), &template, MAX_MEMORY).expect("verify");
     let pages = ((mib * MIB - 65536) / PAGE_SIZE) as u64;
     let restore = |cow: bool| {
@@ -693,7 +692,7 @@ fn bench_first_touch(c: &mut Criterion, ctx: &Ctx) {
         });
     }
     group.finish();
-    drop((from_file, stored));
+    drop(from_file);
     ctx.store.remove_actor("touch").expect("remove");
 }
 
