@@ -1,7 +1,8 @@
 //! Copy-on-write restore from snapshot files: byte-identical to a copying
 //! restore (dense, sparse, grown memory, after writes), a pooled slot
-//! reused after a copy-on-write instance reads zeros, and the mappings stay
-//! inside their per-instance and process budgets.
+//! reused after a copy-on-write instance reads zeros, the mappings stay
+//! inside their per-instance and process budgets, and a mapped file
+//! replaced or deleted by the store leaves the instance intact.
 
 use std::sync::Arc;
 
@@ -11,6 +12,7 @@ use stasis_core::instance::ActorInstance;
 use stasis_core::module::Template;
 use stasis_core::snapshot::{self, SnapshotSource};
 use stasis_core::snapshot_files::LocalSnapshotStore;
+use stasis_core::snapshot_objects::{ObjectSnapshotStore, StoreUrl};
 use stasis_core::snapshot_store::{SnapshotBytes, SnapshotStore};
 
 use crate::support::*;
@@ -319,4 +321,60 @@ async fn many_cow_instances_stay_inside_the_mapping_budget() {
         let mappings = mappings_within(start, end);
         assert!(mappings <= 3, "{mappings} mappings left in a released slot");
     }
+}
+
+/// Restores `bytes` copy-on-write from snapshot 1 of actor "a" in `store`,
+/// then replaces that snapshot (same number, other bytes), writes a newer
+/// one, and deletes both (retention, removal): the live instance keeps the
+/// state it was restored from.
+async fn survives_replace_and_delete(store: &dyn SnapshotStore, wasm: &[u8]) {
+    let engine = new_engine();
+    let template = load(&engine, wasm);
+    let mut original = ActorInstance::spawn(&engine, template.clone(), config())
+        .await
+        .unwrap();
+    call_ok(&mut original).await;
+    let (bytes, _) = snapshot::capture(&mut original).unwrap();
+    call_ok(&mut original).await;
+    let (changed, _) = snapshot::capture(&mut original).unwrap();
+    store.write("a", 1, 0, &bytes).expect("write");
+    let opened = store.open_snapshot("a", 1).expect("open");
+    assert!(opened.file().is_some(), "a local file backs the snapshot");
+    let mut mapped = restore_from(&engine, &template, opened).await;
+    assert!(mapped.mapped_runs() > 0);
+    let before = memory(&mapped).to_vec();
+    store.write("a", 1, 0, &changed).expect("replace");
+    store.write("a", 2, 0, &changed).expect("newer");
+    assert_eq!(store.retain("a", 1).expect("retain"), [1]);
+    store.remove_actor("a").expect("remove");
+    assert!(
+        memory(&mapped) == before.as_slice(),
+        "the mapped state changed"
+    );
+    // The instance still works and writes only its own copy.
+    call_ok(&mut mapped).await;
+    let mut copied = restore_from(&engine, &template, bytes.as_slice()).await;
+    call_ok(&mut copied).await;
+    assert!(memory(&mapped) == memory(&copied));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mapped_snapshot_replaced_or_deleted_leaves_the_instance_intact() {
+    let pages = 16;
+    let wasm = filler(
+        pages,
+        &[(WASM_PAGE, pages * WASM_PAGE)],
+        &later_writes(pages),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let local = LocalSnapshotStore::open(dir.path(), None).expect("store");
+    survives_replace_and_delete(&local, &wasm).await;
+    // The object store's cache copy is a local file too.
+    let objects = tempfile::tempdir().unwrap();
+    let url: StoreUrl = format!("file://{}", objects.path().join("store").display())
+        .parse()
+        .expect("url");
+    let cache = tempfile::tempdir().unwrap();
+    let shared = ObjectSnapshotStore::open(&url, cache.path(), None).expect("object store");
+    survives_replace_and_delete(&shared, &wasm).await;
 }
