@@ -276,3 +276,38 @@ fn map_zero(base: *mut u8, len: usize) -> io::Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn charges_stop_at_the_instance_cap_and_the_process_budget() {
+        // Nothing else in this test binary maps runs, so the count is ours.
+        let used = mappings_in_use();
+        let mut one = CowMappings::default();
+        // Room for 5 runs in the process budget: 5 granted of 100.
+        assert_eq!(one.charge(100, used + 5 * MAPPINGS_PER_MAPPED_RUN + 1), 5);
+        assert_eq!(mappings_in_use(), used + 5 * MAPPINGS_PER_MAPPED_RUN);
+        let mut other = CowMappings::default();
+        assert_eq!(
+            other.charge(3, used + 5 * MAPPINGS_PER_MAPPED_RUN),
+            0,
+            "budget spent"
+        );
+        one.uncharge(2);
+        assert_eq!(other.charge(3, used + 5 * MAPPINGS_PER_MAPPED_RUN), 2);
+        drop(one);
+        drop(other);
+        assert_eq!(mappings_in_use(), used, "dropping gives every charge back");
+        // However large the budget, one instance maps at most its cap.
+        let mut big = CowMappings::default();
+        assert_eq!(big.charge(1000, u64::MAX / 2), MAX_MAPPED_RUNS_PER_INSTANCE);
+        drop(big);
+        assert_eq!(mappings_in_use(), used);
+        // The budget leaves the pooled slots their own mappings.
+        let fewer = mapping_budget(Some(1000));
+        assert!(fewer < mapping_budget(Some(10)));
+        assert_eq!(mapping_budget(Some(u32::MAX)), 0);
+    }
+}
