@@ -15,7 +15,7 @@
 //! memory, its snapshot's size and the snapshot file's link count after
 //! the forks. Knob: `STASIS_FORK_PRELOAD` (keys of the big actor; 1000000,
 //! or 10000 in criterion's test mode). The target is a fork of the
-//! 110 MiB actor in ≤ 50 ms. Results: BENCHMARKS.md, section 10.
+//! 110 MiB actor in ≤ 50 ms. Results: BENCHMARKS.md, section 11.
 
 use std::net::SocketAddr;
 use std::os::unix::fs::MetadataExt;

@@ -12,6 +12,13 @@
 //!   buffer;
 //! * `cold_start`: `kv` with 100 000 keys built at init: spawn + init against
 //!   restore of its post-init snapshot;
+//! * `restore_size/<copy|cow>/<N>MiB` (issue 13): restore of a dense N MiB
+//!   memory (1, 16, 128 and 1024 MiB) by copying from RAM and copy-on-write
+//!   from the stored file, against `memcpy` into fresh memory;
+//! * `first_touch/<case>` (issue 13): the guest writes one byte in every
+//!   4 KiB page of a dense 16 MiB memory right after a copying or a
+//!   copy-on-write restore (per page: the write fault a mapped page pays
+//!   against the prefaulted copy); also reads from Rust after each;
 //! * snapshot size per case against non-zero 4 KiB pages (printed as
 //!   `snapshot-size:` lines).
 //!
@@ -92,6 +99,26 @@ impl Density {
 /// 200, no headers, no body: bincode `c8 00 00`) and the request buffer. A
 /// mutable global carries the generator state, so globals are captured too.
 fn fill_module(mib: usize, stride: u32) -> Vec<u8> {
+    fill_module_with(mib, stride, "(i64.const 3)")
+}
+
+/// [`fill_module`] whose `stasis_handle` adds 1 to the first byte of every
+/// 4 KiB page from 64 KiB on (a write per page), then answers.
+fn touch_module(mib: usize) -> Vec<u8> {
+    let end = mib * MIB;
+    let handler = format!(
+        r#"(local $a i32)
+    (local.set $a (i32.const 65536))
+    (loop $l
+      (i32.store8 (local.get $a) (i32.add (i32.load8_u (local.get $a)) (i32.const 1)))
+      (local.set $a (i32.add (local.get $a) (i32.const 4096)))
+      (br_if $l (i32.lt_u (local.get $a) (i32.const {end}))))
+    (i64.const 3)"#
+    );
+    fill_module_with(mib, 1, &handler)
+}
+
+fn fill_module_with(mib: usize, stride: u32, handler: &str) -> Vec<u8> {
     let grow = mib * 16 - 1;
     let pages_4k = mib * 256;
     let wat = format!(
@@ -101,7 +128,7 @@ fn fill_module(mib: usize, stride: u32) -> Vec<u8> {
   (global $seed (mut i64) (i64.const 0x2545f4914f6cdd1d))
   (data (i32.const 0) "\c8\00\00")
   (func (export "stasis_alloc") (param i32) (result i32) (i32.const 64))
-  (func (export "stasis_handle") (param i32 i32) (result i64) (i64.const 3))
+  (func (export "stasis_handle") (param i32 i32) (result i64) {handler})
   (func (export "stasis_init")
     (local $page i32) (local $addr i32) (local $end i32) (local $x i64)
     (if (i32.lt_s (memory.grow (i32.const {grow})) (i32.const 0)) (then unreachable))
@@ -452,6 +479,223 @@ fn bench_restore(c: &mut Criterion, ctx: &Ctx) {
     group.finish();
 }
 
+/// Memory sizes of `restore_size` (MiB): 1 GiB only where it fits twice in
+/// the available RAM (a live fixture, its snapshot, a restored copy).
+fn scaling_sizes() -> Vec<usize> {
+    if test_mode() {
+        return vec![1, 16];
+    }
+    let available_mib = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|info| {
+            let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
+            line.split_whitespace().nth(1)?.parse::<usize>().ok()
+        })
+        .map_or(0, |kib| kib / 1024);
+    let mut sizes = vec![1, 16, 128];
+    if available_mib >= 5 * 1024 {
+        sizes.push(1024);
+    }
+    sizes
+}
+
+/// Issue 13: restore time against memory size, copying and copy-on-write,
+/// in one group (the copy-on-write line should be flat).
+fn bench_restore_size(c: &mut Criterion, ctx: &Ctx) {
+    let mut group = c.benchmark_group("restore_size");
+    group.sampling_mode(SamplingMode::Flat);
+    for mib in scaling_sizes() {
+        let case = format!("{mib}MiB");
+        let template = ctx
+            .cache
+            .load(&fill_module(mib, 1))
+            .expect("fill module loads");
+        let (snapshot, stats) = {
+            let mut instance = ctx.spawn(&template, config());
+            snapshot::capture(&mut instance).expect("capture")
+        };
+        let actor = format!("size-{mib}");
+        ctx.store.write(&actor, 1, 0, &snapshot).expect("write");
+        let stored = ctx.store.open_snapshot(&actor, 1).expect("open");
+        let from_file = snapshot::verify(stored, &template, MAX_MEMORY).expect("verify");
+        {
+            let copy =
+                snapshot::verify(snapshot.as_slice(), &template, MAX_MEMORY).expect("verify");
+            let a = ctx
+                .rt
+                .block_on(snapshot::restore(
+                    &ctx.engine,
+                    template.clone(),
+                    config(),
+                    &copy,
+                ))
+                .expect("restore");
+            let b = ctx
+                .rt
+                .block_on(snapshot::restore(
+                    &ctx.engine,
+                    template.clone(),
+                    config(),
+                    &from_file,
+                ))
+                .expect("restore");
+            assert!(b.mapped_runs() > 0, "the file is mapped");
+            assert!(a.memory_data(0) == b.memory_data(0), "CoW restore differs");
+            println!(
+                "restore-size: case={case} stored_bytes={} mapped_bytes={} mapped_runs={}",
+                stats.stored_pages * PAGE_SIZE as u64,
+                b.mapped_bytes(),
+                b.mapped_runs()
+            );
+        }
+        let iters_cap = |iters: u64| if mib >= 1024 { iters.min(3) } else { iters };
+        group.throughput(Throughput::Bytes((mib * MIB) as u64));
+        group.bench_function(BenchmarkId::new("copy", &case), |b| {
+            let copy =
+                snapshot::verify(snapshot.as_slice(), &template, MAX_MEMORY).expect("verify");
+            b.iter_custom(|iters| {
+                let n = iters_cap(iters);
+                let d = timed(
+                    n,
+                    || {
+                        ctx.rt
+                            .block_on(snapshot::restore(
+                                &ctx.engine,
+                                template.clone(),
+                                config(),
+                                &copy,
+                            ))
+                            .expect("restore")
+                    },
+                    drop,
+                );
+                d.mul_f64(iters as f64 / n as f64)
+            });
+        });
+        group.bench_function(BenchmarkId::new("cow", &case), |b| {
+            b.iter_custom(|iters| {
+                timed(
+                    iters,
+                    || {
+                        ctx.rt
+                            .block_on(snapshot::restore(
+                                &ctx.engine,
+                                template.clone(),
+                                config(),
+                                &from_file,
+                            ))
+                            .expect("restore")
+                    },
+                    drop,
+                )
+            });
+        });
+        group.bench_function(BenchmarkId::new("memcpy_fresh_mmap", &case), |b| {
+            let src = aligned_copy(
+                &snapshot[snapshot.len() - 4 - (stats.stored_pages as usize * PAGE_SIZE)
+                    ..snapshot.len() - 4],
+            );
+            b.iter_custom(|iters| {
+                let n = iters_cap(iters);
+                let d = timed(
+                    n,
+                    || {
+                        let mut map = MmapMut::map_anon(src.len()).expect("mmap");
+                        map.copy_from_slice(&src);
+                        map
+                    },
+                    drop,
+                );
+                d.mul_f64(iters as f64 / n as f64)
+            });
+        });
+        drop(from_file);
+        ctx.store.remove_actor(&actor).expect("remove");
+    }
+    group.finish();
+}
+
+/// Issue 13: the cost of the first write (through the guest) and the first
+/// read (from Rust) of every 4 KiB page right after a restore, per page.
+fn bench_first_touch(c: &mut Criterion, ctx: &Ctx) {
+    let mib = 16;
+    let template = ctx
+        .cache
+        .load(&touch_module(mib))
+        .expect("touch module loads");
+    let snapshot = {
+        let mut instance = ctx.spawn(&template, config());
+        snapshot::capture(&mut instance).expect("capture").0
+    };
+    ctx.store.write("touch", 1, 0, &snapshot).expect("write");
+    let stored = ctx.store.open_snapshot("touch", 1).expect("open");
+    let from_file = snapshot::verify(stored, &template, MAX_MEMORY).expect("verify");
+    let copy = snapshot::verify(snapshot.as_slice(), &template, MAX_MEMORY).expect("verify");
+    let pages = ((mib * MIB - 65536) / PAGE_SIZE) as u64;
+    let restore = |cow: bool| {
+        let restored = if cow {
+            ctx.rt.block_on(snapshot::restore(
+                &ctx.engine,
+                template.clone(),
+                config(),
+                &from_file,
+            ))
+        } else {
+            ctx.rt.block_on(snapshot::restore(
+                &ctx.engine,
+                template.clone(),
+                config(),
+                &copy,
+            ))
+        };
+        restored.expect("restore")
+    };
+    let mut group = c.benchmark_group("first_touch");
+    group.sampling_mode(SamplingMode::Flat);
+    group.throughput(Throughput::Elements(pages));
+    for (name, cow) in [("write_after_copy", false), ("write_after_cow", true)] {
+        group.bench_function(BenchmarkId::new(name, "dense-16MiB"), |b| {
+            b.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    let mut inst = restore(cow);
+                    assert_eq!(inst.mapped_runs() > 0, cow);
+                    let start = Instant::now();
+                    let answer = ctx.rt.block_on(inst.call(&probe())).expect("call");
+                    total += start.elapsed();
+                    assert_eq!(answer.status, 200);
+                    drop(inst);
+                }
+                total
+            });
+        });
+    }
+    for (name, cow) in [("read_after_copy", false), ("read_after_cow", true)] {
+        group.bench_function(BenchmarkId::new(name, "dense-16MiB"), |b| {
+            b.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    let inst = restore(cow);
+                    let memory = inst.memory_data(0).expect("memory 0");
+                    let start = Instant::now();
+                    let sum: u64 = memory[65536..]
+                        .iter()
+                        .step_by(PAGE_SIZE)
+                        .map(|&b| u64::from(b))
+                        .sum();
+                    total += start.elapsed();
+                    black_box(sum);
+                    drop(inst);
+                }
+                total
+            });
+        });
+    }
+    group.finish();
+    drop(from_file);
+    ctx.store.remove_actor("touch").expect("remove");
+}
+
 fn bench_persist(c: &mut Criterion, ctx: &Ctx) {
     let mut group = c.benchmark_group("persist");
     group.sampling_mode(SamplingMode::Flat);
@@ -648,6 +892,8 @@ fn main() {
     let ctx = Ctx::new();
     bench_capture(&mut c, &ctx);
     bench_restore(&mut c, &ctx);
+    bench_restore_size(&mut c, &ctx);
+    bench_first_touch(&mut c, &ctx);
     bench_persist(&mut c, &ctx);
     bench_load(&mut c, &ctx);
     ctx.fixtures.borrow_mut().clear();

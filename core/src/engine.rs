@@ -49,7 +49,7 @@ pub const MAPPINGS_PER_INSTANCE: u64 = 4;
 /// Mappings the process needs besides instances: code, heap arenas,
 /// thread stacks, the compile cache (about 80 at start, a few hundred under
 /// load; the rest is margin).
-const MAPPING_HEADROOM: u64 = 4096;
+pub(crate) const MAPPING_HEADROOM: u64 = 4096;
 
 /// The process's cap on memory mappings (`/proc/sys/vm/max_map_count`),
 /// if it can be read.

@@ -15,6 +15,7 @@ use std::time::Duration;
 use stasis_host_api::{Context, Request, Response, exports};
 use wasmtime::{Global, Instance, Memory, Store, Trap, TypedFunc, UpdateDeadline};
 
+use crate::cow::CowMappings;
 use crate::engine::{Limits, StasisEngine};
 use crate::host::{ActorServices, GuestOutput, Host, NoServices, VirtualClock, WasiSetup};
 use crate::module::{GLOBAL_EXPORT_PREFIX, MEMORY_EXPORT_PREFIX, Template};
@@ -106,6 +107,10 @@ impl CallError {
 
 /// A live actor instance (see the module docs).
 pub struct ActorInstance {
+    /// Snapshot runs mapped copy-on-write into the memories; released
+    /// (re-mapped as zeros) in `Drop`, before the store gives the memories
+    /// back to wasmtime.
+    pub(crate) cow: CowMappings,
     pub(crate) store: Store<Host>,
     pub(crate) template: Arc<Template>,
     pub(crate) clock: VirtualClock,
@@ -250,6 +255,7 @@ impl ActorInstance {
             .get_typed_func(&mut store, exports::HANDLE)
             .map_err(|e| CallError::Host(format!("{e:#}")))?;
         Ok(Self {
+            cow: CowMappings::default(),
             store,
             template,
             clock,
@@ -283,6 +289,28 @@ impl ActorInstance {
             .iter()
             .map(|m| m.data_size(&self.store) as u64)
             .sum()
+    }
+
+    /// Bytes of linear memory mapped copy-on-write from a snapshot file
+    /// by the restore that made this instance (0 after a copying restore).
+    #[must_use]
+    pub fn mapped_bytes(&self) -> u64 {
+        self.cow.mapped_bytes()
+    }
+
+    /// Number of snapshot page runs mapped copy-on-write into this
+    /// instance (each costs up to
+    /// [`MAPPINGS_PER_MAPPED_RUN`](crate::cow::MAPPINGS_PER_MAPPED_RUN)
+    /// process mappings).
+    #[must_use]
+    pub fn mapped_runs(&self) -> usize {
+        self.cow.mapped_runs()
+    }
+
+    /// Memory `index`'s base address and accessible length in bytes.
+    pub(crate) fn memory_extent(&self, index: usize) -> Option<(*mut u8, usize)> {
+        let memory = self.memories.get(index)?;
+        Some((memory.data_ptr(&self.store), memory.data_size(&self.store)))
     }
 
     /// A copy of memory `index` (for tests and digests).
@@ -416,6 +444,18 @@ impl ActorInstance {
     fn reset_cpu(&mut self) {
         self.store.data_mut().cpu_ticks_left = self.limits.cpu_ticks();
         self.store.set_epoch_deadline(1);
+    }
+}
+
+impl Drop for ActorInstance {
+    /// Re-maps every copy-on-write run as zeros before the store (declared
+    /// after `cow`) gives the memories back: a pooled slot reset by
+    /// `MADV_DONTNEED` would otherwise show the snapshot file to the next
+    /// instance ([`crate::cow`]). Runs on every path that drops an
+    /// instance: pause, eviction, traps and failed restores alike.
+    fn drop(&mut self) {
+        let mut cow = std::mem::take(&mut self.cow);
+        cow.release(|index| self.memory_extent(index));
     }
 }
 

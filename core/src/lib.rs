@@ -16,6 +16,8 @@
 //! * [`module`]: templates: validate ([`module::validate`]), rewrite into
 //!   the spawn and resume variants ([`module::rewrite`]), compile once and
 //!   cache ([`module::cache`]).
+//! * [`cow`]: copy-on-write restore's mappings of snapshot files into
+//!   linear memory, their budget, and the re-map that zeroes them.
 //! * [`instance`]: one live actor and the ABI calls into it.
 //! * [`snapshot`]: the file format and [`snapshot::verify`]
 //!   ([`snapshot::format`](mod@snapshot::format)), capture
@@ -32,6 +34,7 @@
 
 #![warn(missing_docs)]
 
+pub mod cow;
 pub mod durable;
 pub mod engine;
 pub mod host;

@@ -10,8 +10,6 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use memmap2::Mmap;
-
 use crate::durable::{self, TEMP_SUFFIX, write_atomically};
 use crate::snapshot_store::{SnapshotBytes, SnapshotEntry, SnapshotStore, StoreError};
 
@@ -276,12 +274,9 @@ impl SnapshotStore for LocalSnapshotStore {
     fn open_snapshot(&self, actor: &str, seq: u64) -> Result<SnapshotBytes, StoreError> {
         let path = self.path(actor, seq);
         let file = File::open(&path).map_err(io_err(&self.root, "open", &path))?;
-        // SAFETY: snapshot files are immutable once renamed into place, and
-        // only this process (holding the data dir's LOCK) writes or removes
-        // them.
-        unsafe { Mmap::map(&file) }
-            .map(SnapshotBytes::from)
-            .map_err(io_err(&self.root, "map", &path))
+        // Snapshot files are immutable once renamed into place, and only
+        // this process (holding the data dir's LOCK) writes or removes them.
+        SnapshotBytes::map_file(file).map_err(io_err(&self.root, "map", &path))
     }
 
     fn retain(&self, actor: &str, keep: usize) -> Result<Vec<u64>, StoreError> {

@@ -7,6 +7,7 @@
 //! [`ObjectSnapshotStore`](crate::snapshot_objects::ObjectSnapshotStore)
 //! (a folder or an S3 bucket).
 
+use std::fs::File;
 use std::io;
 use std::ops::Deref;
 
@@ -68,12 +69,41 @@ pub struct SnapshotEntry {
 }
 
 /// The bytes of one stored snapshot, read-only: a mapped file for the
-/// local store, or owned bytes (e.g. downloaded). Derefs to `[u8]`.
+/// local store, or owned bytes (e.g. downloaded). Derefs to `[u8]`. One
+/// made by [`SnapshotBytes::map_file`] also keeps the file, which a restore
+/// maps copy-on-write into the new instance ([`crate::cow`]).
 pub struct SnapshotBytes(Repr);
 
 enum Repr {
     Mapped(Mmap),
+    File(Mmap, File),
     Owned(Vec<u8>),
+}
+
+impl SnapshotBytes {
+    /// Maps the whole of `file` read-only and keeps the file, for a
+    /// copy-on-write restore. The file must never be written in place
+    /// while mapped (stores replace files by rename; unlinking is fine).
+    ///
+    /// # Errors
+    /// The OS error of `mmap` (`ENOMEM` when the process is out of
+    /// mappings).
+    pub fn map_file(file: File) -> io::Result<Self> {
+        // SAFETY: the caller's contract (above): nobody writes the file in
+        // place, so the mapped bytes never change under the map.
+        let map = unsafe { Mmap::map(&file) }?;
+        Ok(Self(Repr::File(map, file)))
+    }
+
+    /// The file these bytes map from its start, if they were made by
+    /// [`SnapshotBytes::map_file`].
+    #[must_use]
+    pub fn file(&self) -> Option<&File> {
+        match &self.0 {
+            Repr::File(_, file) => Some(file),
+            Repr::Mapped(_) | Repr::Owned(_) => None,
+        }
+    }
 }
 
 impl Deref for SnapshotBytes {
@@ -81,7 +111,7 @@ impl Deref for SnapshotBytes {
 
     fn deref(&self) -> &[u8] {
         match &self.0 {
-            Repr::Mapped(map) => map,
+            Repr::Mapped(map) | Repr::File(map, _) => map,
             Repr::Owned(bytes) => bytes,
         }
     }
@@ -109,6 +139,7 @@ impl std::fmt::Debug for SnapshotBytes {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let kind = match self.0 {
             Repr::Mapped(_) => "mapped",
+            Repr::File(..) => "mapped file",
             Repr::Owned(_) => "owned",
         };
         write!(f, "SnapshotBytes({kind}, {} bytes)", self.len())

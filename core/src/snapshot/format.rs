@@ -265,6 +265,13 @@ impl<B: AsRef<[u8]>> VerifiedSnapshot<B> {
         self.bytes.as_ref()
     }
 
+    /// What the verified bytes were read from (e.g. a mapped file,
+    /// which a restore may map copy-on-write).
+    #[must_use]
+    pub fn source(&self) -> &B {
+        &self.bytes
+    }
+
     /// The decoded header, dropping the bytes.
     #[must_use]
     pub fn into_header(self) -> Header {

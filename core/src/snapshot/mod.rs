@@ -19,4 +19,4 @@ pub use format::{
     SnapshotError, VerifiedSnapshot, same_state, verify, verify_header,
 };
 pub use memory::{PAGE_SIZE, page_is_zero};
-pub use restore::{RestoreError, restore};
+pub use restore::{RestoreError, SnapshotSource, restore};

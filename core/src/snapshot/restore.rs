@@ -1,12 +1,15 @@
 //! Restore: a [`VerifiedSnapshot`] written back into a fresh instance of
-//! its template's resume variant.
+//! its template's resume variant, copy-on-write where the snapshot is a
+//! file on local disk ([`crate::cow`]), by copying otherwise.
 
+use std::fs::File;
 use std::sync::Arc;
 
 use wasmtime::Val;
 
-use super::format::{GlobalValue, SnapshotError, VerifiedSnapshot};
+use super::format::{GlobalValue, PageRun, SnapshotError, VerifiedSnapshot};
 use super::memory::{PAGE_SIZE, copy, prepare_fresh};
+use crate::cow::{self, MIN_MAPPED_RUN_BYTES};
 use crate::engine::StasisEngine;
 use crate::instance::{ActorInstance, CallError, InstanceConfig, Start};
 use crate::module::{GlobalKind, Template};
@@ -23,17 +26,58 @@ pub enum RestoreError {
     Call(#[from] CallError),
 }
 
+/// What a snapshot's verified bytes can be held in: anything that gives
+/// the bytes, and, for a copy-on-write restore, the file they map from its
+/// first byte ([`SnapshotBytes::map_file`]).
+///
+/// [`SnapshotBytes::map_file`]: crate::snapshot_store::SnapshotBytes::map_file
+pub trait SnapshotSource: AsRef<[u8]> {
+    /// The file whose whole content these bytes are, if they come from one
+    /// on local disk that is never written in place. `None` (the default)
+    /// restores by copying.
+    fn file(&self) -> Option<&File> {
+        None
+    }
+}
+
+impl SnapshotSource for [u8] {}
+impl SnapshotSource for Vec<u8> {}
+impl<const N: usize> SnapshotSource for [u8; N] {}
+impl SnapshotSource for memmap2::Mmap {}
+impl SnapshotSource for bytes::Bytes {}
+impl<T: SnapshotSource + ?Sized> SnapshotSource for &T {
+    fn file(&self) -> Option<&File> {
+        (**self).file()
+    }
+}
+impl SnapshotSource for crate::snapshot_store::SnapshotBytes {
+    fn file(&self) -> Option<&File> {
+        crate::snapshot_store::SnapshotBytes::file(self)
+    }
+}
+
 /// Restores a [`VerifiedSnapshot`] (checked once by
 /// [`verify`](super::verify()), not again here) into a fresh instance of
-/// `template`'s resume variant: grows each memory to its recorded size, writes every stored page
-/// once, sets every global and starts the virtual clock where it stopped.
-/// Does not call `on_resume` (the caller decides).
+/// `template`'s resume variant: grows each memory to its recorded size, puts
+/// every stored page in place once, sets every global and starts the
+/// virtual clock where it stopped. Does not call `on_resume` (the caller
+/// decides).
+///
+/// When the snapshot is a file ([`SnapshotSource::file`]), its page runs of
+/// at least [`MIN_MAPPED_RUN_BYTES`] are mapped copy-on-write into the
+/// memory instead of copied (the largest
+/// [`MAX_MAPPED_RUNS_PER_INSTANCE`](cow::MAX_MAPPED_RUNS_PER_INSTANCE),
+/// within the process's [`mapping_budget`](cow::mapping_budget)): the
+/// restore's cost then does not grow with the memory, and a page is copied
+/// only when the guest first writes it. Other runs are copied. Pages not in
+/// the snapshot read zero either way (the resume variant has no data
+/// segments, research notes pitfall 1).
 ///
 /// # Errors
 /// [`RestoreError`] if the snapshot was verified against another template,
 /// instantiation traps, or a memory cannot grow to the recorded size under
 /// this engine's limits.
-pub async fn restore<B: AsRef<[u8]>>(
+pub async fn restore<B: SnapshotSource>(
     engine: &StasisEngine,
     template: Arc<Template>,
     config: InstanceConfig,
@@ -80,8 +124,17 @@ pub async fn restore<B: AsRef<[u8]>>(
                     ))
                 })?;
         }
+    }
+    let mapped = match snapshot.source().file() {
+        Some(file) => map_runs(engine, &mut instance, header, file),
+        None => Vec::new(),
+    };
+    for (index, (image, memory)) in header.memories.iter().zip(&memories).enumerate() {
         let data = memory.data_mut(&mut instance.store);
-        for run in &image.runs {
+        for (n, run) in image.runs.iter().enumerate() {
+            if mapped.contains(&(index, n)) {
+                continue;
+            }
             let src = run.file_offset as usize;
             let dst = run.first_page as usize * PAGE_SIZE;
             let len = run.pages as usize * PAGE_SIZE;
@@ -97,6 +150,50 @@ pub async fn restore<B: AsRef<[u8]>>(
             .map_err(|e| CallError::Host(format!("setting global {}: {e:#}", value.index)))?;
     }
     Ok(instance)
+}
+
+/// Maps the largest runs of at least [`MIN_MAPPED_RUN_BYTES`] of `file`
+/// copy-on-write into `instance`'s memories (already grown to their
+/// recorded sizes), as many as the mapping budget allows; returns the
+/// mapped runs as (memory index, run index in its image). A run whose
+/// mapping fails is left to be copied.
+fn map_runs(
+    engine: &StasisEngine,
+    instance: &mut ActorInstance,
+    header: &super::Header,
+    file: &File,
+) -> Vec<(usize, usize)> {
+    let mut eligible: Vec<(usize, usize, &PageRun)> = header
+        .memories
+        .iter()
+        .enumerate()
+        .flat_map(|(m, image)| image.runs.iter().enumerate().map(move |(n, r)| (m, n, r)))
+        .filter(|(_, _, run)| run.pages as usize * PAGE_SIZE >= MIN_MAPPED_RUN_BYTES)
+        .collect();
+    eligible.sort_by_key(|(_, _, run)| std::cmp::Reverse(run.pages));
+    let granted = instance
+        .cow
+        .charge(eligible.len(), cow::mapping_budget(engine.slots()));
+    let mut mapped = Vec::with_capacity(granted);
+    for &(m, n, run) in &eligible[..granted] {
+        let Some(extent) = instance.memory_extent(m) else {
+            instance.cow.uncharge(1);
+            continue;
+        };
+        let offset = run.first_page as usize * PAGE_SIZE;
+        let len = run.pages as usize * PAGE_SIZE;
+        match instance
+            .cow
+            .map(m, extent, offset, len, file, run.file_offset)
+        {
+            Ok(()) => mapped.push((m, n)),
+            Err(e) => {
+                tracing::debug!("mapping a snapshot run failed, copying it: {e}");
+                instance.cow.uncharge(1);
+            }
+        }
+    }
+    mapped
 }
 
 fn global_val(value: &GlobalValue) -> Val {

@@ -8,7 +8,6 @@ use std::path::{Path as FsPath, PathBuf};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use memmap2::Mmap;
 use object_store::{ObjectStoreExt as _, PutPayload};
 
 use super::names::{Acknowledged, Folder};
@@ -173,11 +172,10 @@ fn remove_cached(path: &FsPath) {
 
 /// Maps the cache file at `path` read-only.
 fn map(path: &FsPath) -> io::Result<SnapshotBytes> {
-    let file = File::open(path)?;
-    // SAFETY: cache files are written under a temp name and renamed into
-    // place, never modified in place; the objects they copy are immutable
-    // and a removal leaves an existing map valid.
-    unsafe { Mmap::map(&file) }.map(SnapshotBytes::from)
+    // Cache files are written under a temp name and renamed into place,
+    // never modified in place; the objects they copy are immutable and a
+    // removal leaves an existing map valid.
+    SnapshotBytes::map_file(File::open(path)?)
 }
 
 impl SnapshotStore for ObjectSnapshotStore {

@@ -4,6 +4,8 @@
 //! * [`capture_restore`]: exact global bits, run-once start/init code, data
 //!   segments, multi-memory and sparse large memories, the guest clock.
 //! * [`module`]: refused module features, ABI and malformed-module errors.
+//! * [`cow`]: copy-on-write restore from snapshot files: exactness, slot
+//!   reuse, mapping budget.
 //! * [`format`]: corrupt snapshot files, size limits, `same_state`.
 //! * [`fuzz`]: property-based fuzzing of the snapshot loader and module
 //!   validation and rewriting.
@@ -14,6 +16,7 @@
 //! * [`support`]: the helpers they share.
 
 mod capture_restore;
+mod cow;
 mod format;
 mod fuzz;
 mod module;
