@@ -403,7 +403,16 @@ pub async fn run(command: ClientCommand) -> anyhow::Result<()> {
         let reply = client
             .send(call.method.clone(), &call.path, payload, call.timeout)
             .await?;
-        print(&render(&call, &reply)?)
+        print(&render(&call, &reply)?)?;
+        if call.view == View::Moves {
+            let failed = Json::parse(&reply.body).map_or(0, |j| output::failed_moves(&j));
+            if failed > 0 {
+                bail!(
+                    "{failed} move(s) failed; the reason of each is printed with it (those actors stayed where they were)"
+                );
+            }
+        }
+        Ok(())
     }
     .await
     .map_err(|e| e.context(what))
