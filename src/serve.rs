@@ -194,15 +194,16 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         tracing::info!(ingress = %bound.ingress, admin = %bound.admin, "ready");
     })
     .await;
-    if result.is_err() && fresh && !started.load(std::sync::atomic::Ordering::SeqCst) {
-        if let Err(e) = std::fs::remove_dir_all(&data_dir)
-            && e.kind() != std::io::ErrorKind::NotFound
-        {
-            tracing::warn!(
-                "removing the data dir {} this failed start created: {e}",
-                data_dir.display()
-            );
-        }
+    if result.is_err()
+        && fresh
+        && !started.load(std::sync::atomic::Ordering::SeqCst)
+        && let Err(e) = std::fs::remove_dir_all(&data_dir)
+        && e.kind() != std::io::ErrorKind::NotFound
+    {
+        tracing::warn!(
+            "removing the data dir {} this failed start created: {e}",
+            data_dir.display()
+        );
     }
     result
 }
