@@ -395,6 +395,27 @@ async fn deleting_the_clock_mark_of_a_paused_actor_loses_nothing_else() {
     );
 }
 
+/// Waits (5 s at most) until every thread of process `pid` is stopped
+/// (`T` in `/proc/PID/task/*/stat`): a SIGSTOP takes effect as each thread
+/// is next scheduled, which on a loaded machine is not at once.
+async fn wait_until_stopped(pid: u32) {
+    let all_stopped = || {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+            return false;
+        };
+        tasks.flatten().all(|task| {
+            std::fs::read_to_string(task.path().join("stat"))
+                .ok()
+                .and_then(|stat| {
+                    let state = stat.rsplit_once(") ")?.1.chars().next()?;
+                    Some(state == 'T' || state == 't')
+                })
+                .unwrap_or(true)
+        })
+    };
+    wait_until(Duration::from_secs(5), "the worker to stop", all_stopped).await;
+}
+
 /// docs/operations.md, failures: "a remote worker stops answering (frozen,
 /// partitioned): status queries give up after 3 s, calls after 120 s". A
 /// worker frozen with SIGSTOP (and a heartbeat timeout long enough that it
@@ -413,6 +434,7 @@ async fn a_frozen_worker_costs_listings_three_seconds_and_calls_wait() {
     assert_eq!(count(&post(&server, "cold").await), 1);
 
     signal(frozen.pid(), "STOP");
+    wait_until_stopped(frozen.pid()).await;
     let started = Instant::now();
     let listed = actors(&server).await;
     let took = started.elapsed();

@@ -15,7 +15,7 @@ use super::proto::{
     CALL_HEADER, CONNECT_TIMEOUT, EPOCH_HEADER, InstallSpec, LIVE_HEADER, Op, PEER_TIMEOUT,
     ResumeRequest, SEQ_HEADER, SPEC_HEADER, STATUS_TIMEOUT, WorkerPath,
 };
-use crate::client_gone::ClientGone;
+use crate::client_gone::{self, ClientGone};
 use crate::error::ApiError;
 use crate::http_client::{Answer, HttpClient};
 use crate::worker::actor::{ActorStatus, Captured, ResumeFrom, SnapshotReport};
@@ -219,19 +219,27 @@ impl WorkerApi for WorkerClient {
                 // unless the guest already runs it, and the call's answer
                 // says which (ABANDONED, or the response, counted with its
                 // status), so that only requests that never ran count as
-                // abandoned. Told or not, the answer is awaited (bounded by
-                // PEER_TIMEOUT): a worker that cannot be told runs the call
-                // and says so.
+                // abandoned. A worker that cannot be told (frozen,
+                // unreachable) is not waited for: the forward is dropped
+                // (which gives the call up too, once the worker sees the
+                // connection close), releasing the actor's gate, and the
+                // outcome is unknown.
                 let abandon = WorkerPath::Op(actor, Ok(Op::Abandon)).to_path();
                 let notice = [(CALL_HEADER, call.as_str())];
-                if let Err(e) = self
+                match self
                     .peer
                     .send_within(STATUS_TIMEOUT, Method::POST, &abandon, &notice, Bytes::new())
                     .await
                 {
-                    tracing::debug!(worker = %self.name, actor, "telling the worker the client left: {e}");
+                    Ok(_) => forward.await,
+                    Err(e) => Err(ApiError::new(
+                        client_gone::OUTCOME_UNKNOWN,
+                        format!(
+                            "the client left and worker {} could not be told: {}",
+                            self.name, e.message
+                        ),
+                    )),
                 }
-                forward.await
             }
         }?;
         stasis_host_api::decode_response(&answer.body)

@@ -13,6 +13,7 @@ use super::directory::ActorRow;
 use super::placement::Placement;
 use crate::error::ApiError;
 use crate::worker::actor::ActorState;
+use crate::worker::templates::Templates as _;
 use crate::worker::{ActorSpec, Worker};
 use stasis_core::snapshot_store::{SnapshotEntry, remove_corrupt};
 use std::collections::HashMap;
@@ -174,22 +175,40 @@ impl ControlPlane {
         if !self.needs_a_host(&placement, actor) {
             return Ok(());
         }
+        // A control plane shutting down places nothing: the actor is
+        // re-placed at the next start.
+        self.refuse_if_shutting_down("re-placement")?;
         let target = self
             .least_loaded()
             .ok_or_else(|| ApiError::unavailable("no ready worker"))?;
         let row = self.template_row(&placement.template)?;
         let epoch = placement.epoch + 1;
-        let Some(newest) = self.newest_good_snapshot(actor, &row.digest).await? else {
-            return Ok(());
-        };
-        self.ship(
-            &target,
-            actor,
-            &Self::host_spec(&row, epoch),
-            newest.seq,
-            false,
-        )
-        .await?;
+        let spec = Self::host_spec(&row, epoch);
+        let mut newest = self
+            .store
+            .list(actor)?
+            .last()
+            .copied()
+            .ok_or_else(|| ApiError::unavailable(format!("actor {actor} has no snapshot")))?;
+        match self.ship(&target, actor, &spec, newest.seq, false).await {
+            Ok(()) => {}
+            // The target found the newest snapshot corrupt: come back from
+            // the newest one that verifies, or fail with the reasons.
+            Err(e) if e.status == 422 => {
+                tracing::warn!(
+                    actor,
+                    seq = newest.seq,
+                    "newest snapshot does not verify: {}",
+                    e.message
+                );
+                let Some(good) = self.newest_good_snapshot(actor, &row.digest).await? else {
+                    return Ok(());
+                };
+                newest = good;
+                self.ship(&target, actor, &spec, newest.seq, false).await?;
+            }
+            Err(e) => return Err(e),
+        }
         if let Err(e) = self.switch_placement(actor, &target, epoch) {
             target.api.remove(actor).await;
             return Err(e);
@@ -208,8 +227,9 @@ impl ControlPlane {
     /// repaired (`stasis actor resume --from-template`).
     ///
     /// # Errors
-    /// 503 if the actor has no snapshot at all (it waits); 500 if the store
-    /// or the template cannot be read.
+    /// 503 if the actor has no snapshot at all (it waits); the store's
+    /// error if a snapshot cannot be read (nothing is decided); the
+    /// template's if it cannot be loaded.
     async fn newest_good_snapshot(
         &self,
         actor: &str,
@@ -221,23 +241,17 @@ impl ControlPlane {
                 "actor {actor} has no snapshot"
             )));
         }
+        let template = self.templates.template(digest).await?;
         let store = self.store.clone();
-        let templates = self.templates.clone();
         let max_memory = self.config.limits.max_memory;
-        let (name, digest) = (actor.to_owned(), digest.to_owned());
+        let name = actor.to_owned();
         let checked = tokio::task::spawn_blocking(move || {
-            let template = templates.load_local(&digest)?;
             let mut problems = Vec::new();
             for entry in entries.iter().rev() {
-                // A snapshot that cannot be opened now is not known to be
-                // corrupt: skipped, never deleted.
-                let bytes = match store.open_snapshot(&name, entry.seq) {
-                    Ok(bytes) => bytes,
-                    Err(e) => {
-                        problems.push(format!("snapshot {}: {e}", entry.seq));
-                        continue;
-                    }
-                };
+                // A snapshot that cannot be read now (store unreachable,
+                // file gone) is not known to be corrupt: no going back past
+                // it; the re-placement is tried again later.
+                let bytes = store.open_snapshot(&name, entry.seq)?;
                 match stasis_core::snapshot::verify(bytes, &template, max_memory) {
                     Ok(_) => {
                         let removed = remove_corrupt(
