@@ -22,6 +22,10 @@ use clap::{Parser, Subcommand};
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Client options before the verb; clap passes them on to the verb's
+    /// own (see [`verbs::GlobalClientArgs`]).
+    #[command(flatten)]
+    _client: verbs::GlobalClientArgs,
 }
 
 #[derive(Debug, Subcommand)]

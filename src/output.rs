@@ -377,18 +377,38 @@ pub fn workers_table(list: &Json) -> String {
     table_or_none(&table, "workers")
 }
 
-/// Rebalance moves: ACTOR FROM TO, or `no moves`.
+/// Rebalance moves: ACTOR FROM TO RESULT, or `no moves`. RESULT is the
+/// downtime of a move done (`moved in 12.5 ms`) or why it failed
+/// (`failed: ...`; the actor stayed on FROM).
 #[must_use]
 pub fn moves_table(answer: &Json) -> String {
-    let mut table = Table::new(&["ACTOR", "FROM", "TO"]);
+    let mut table = Table::new(&["ACTOR", "FROM", "TO", "RESULT"]);
     for entry in answer.get("moves").map(items).unwrap_or_default() {
+        let result = match (entry.get("error"), entry.get("downtime_ms")) {
+            (Some(Json::String(e)), _) => format!("failed: {}", one_line(e)),
+            (_, Some(Json::Number(ms))) => format!("moved in {ms} ms"),
+            _ => "moved".to_owned(),
+        };
         table.push(vec![
             cell(entry.get("actor")),
             cell(entry.get("from")),
             cell(entry.get("to")),
+            result,
         ]);
     }
     table_or_none(&table, "moves")
+}
+
+/// How many of a rebalance's moves failed.
+#[must_use]
+pub fn failed_moves(answer: &Json) -> usize {
+    answer
+        .get("moves")
+        .map(items)
+        .unwrap_or_default()
+        .iter()
+        .filter(|m| matches!(m.get("error"), Some(Json::String(_))))
+        .count()
 }
 
 /// The value of one `key: value` line, formatted by what the key means.
@@ -533,9 +553,12 @@ mod tests {
         assert_eq!(moves_table(&parse(r#"{"moves":[]}"#)), "no moves\n");
         assert_eq!(
             moves_table(&parse(
-                r#"{"moves":[{"actor":"a","from":"worker-1","to":"worker-2"}]}"#
+                r#"{"moves":[{"actor":"a","from":"worker-1","to":"worker-2","downtime_ms":1.5,"error":null},
+                    {"actor":"b","from":"worker-1","to":"worker-2","downtime_ms":null,"error":"worker-2 is\nlost"}]}"#
             )),
-            "ACTOR   FROM       TO\na       worker-1   worker-2\n"
+            "ACTOR   FROM       TO         RESULT\n\
+             a       worker-1   worker-2   moved in 1.5 ms\n\
+             b       worker-1   worker-2   failed: worker-2 is lost\n"
         );
     }
 

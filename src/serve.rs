@@ -12,11 +12,31 @@ use stasis_runtime::server::{ServeOptions, serve};
 use stasis_runtime::worker::WorkerSettings;
 use stasis_runtime::worker::actor::ActorSettings;
 
-/// A size with an optional IEC or SI suffix: `8MiB`, `256MiB`, `1GiB`, `4096`.
+/// A size: a number of bytes, optionally with an IEC unit (powers of
+/// 1024, case-insensitive): `4096`, `512KiB`, `256MiB`, `1.5GiB`, `1TiB`.
+/// SI units (`MB`, powers of 1000) and bare letters (`M`) are refused, with
+/// the units that are accepted: `256MB` is easily meant as 256 MiB but is
+/// 4.6 % less (docs/operations.md, "Sizes").
+///
+/// # Errors
+/// The refused text, the accepted units and an example.
 fn parse_size(s: &str) -> Result<u64, String> {
-    s.parse::<bytesize::ByteSize>()
+    const UNITS: &str = "B, KiB, MiB, GiB or TiB (powers of 1024), e.g. 256MiB";
+    let text = s.trim();
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let unit = unit.trim();
+    let iec = ["", "b", "kib", "mib", "gib", "tib"];
+    if number.is_empty() || !iec.contains(&unit.to_ascii_lowercase().as_str()) {
+        return Err(format!(
+            "invalid size {s:?}: give a number of bytes, optionally with a unit: {UNITS}"
+        ));
+    }
+    text.parse::<bytesize::ByteSize>()
         .map(|b| b.as_u64())
-        .map_err(|e| format!("invalid size {s:?} ({e}); use e.g. 8MiB or 1GiB"))
+        .map_err(|e| format!("invalid size {s:?} ({e}); units: {UNITS}"))
 }
 
 use crate::cluster_flags::{ClusterFlags, parse_duration};
@@ -167,12 +187,49 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         admin_token: args.admin_token,
         metrics_per_actor: args.metrics_per_actor,
     };
-    serve(options, crate::process::shutdown_signal(), |bound| {
+    // A data dir this run creates is removed again if the start fails, so
+    // that a mistyped flag leaves no empty ./stasis-data behind.
+    let data_dir = options.config.data_dir.clone();
+    let fresh = !data_dir.exists();
+    let started = std::sync::atomic::AtomicBool::new(false);
+    let result = serve(options, crate::process::shutdown_signal(), |bound| {
+        started.store(true, std::sync::atomic::Ordering::SeqCst);
         println!(
             "stasis ready ingress={} admin={}",
             bound.ingress, bound.admin
         );
         tracing::info!(ingress = %bound.ingress, admin = %bound.admin, "ready");
     })
-    .await
+    .await;
+    if result.is_err()
+        && fresh
+        && !started.load(std::sync::atomic::Ordering::SeqCst)
+        && let Err(e) = std::fs::remove_dir_all(&data_dir)
+        && e.kind() != std::io::ErrorKind::NotFound
+    {
+        tracing::warn!(
+            "removing the data dir {} this failed start created: {e}",
+            data_dir.display()
+        );
+    }
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_size;
+
+    #[test]
+    fn sizes_take_bytes_or_iec_units_and_refuse_si_ones() {
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("256MiB"), Ok(256 << 20));
+        assert_eq!(parse_size("256mib"), Ok(256 << 20));
+        assert_eq!(parse_size("1GiB"), Ok(1 << 30));
+        assert_eq!(parse_size("8 KiB"), Ok(8 << 10));
+        assert_eq!(parse_size("10B"), Ok(10));
+        for refused in ["256MB", "256M", "1gb", "1kB", "MiB", "", "-1", "12 parsecs"] {
+            let e = parse_size(refused).expect_err(refused);
+            assert!(e.contains("KiB, MiB, GiB"), "{refused}: {e}");
+        }
+    }
 }

@@ -51,6 +51,41 @@ pub struct ClientArgs {
     pub output: OutputFormat,
 }
 
+/// The client options given before the verb (`stasis --admin URL actor
+/// list`). Each is `global` with the id of its [`ClientArgs`] twin, so clap
+/// hands a value given here to the verb's own [`ClientArgs`] (one given
+/// after the verb wins); nothing reads these fields directly. No default
+/// and no environment variable here: those are [`ClientArgs`]' own.
+#[derive(Debug, Clone, Args)]
+pub struct GlobalClientArgs {
+    /// Admin API of the `stasis serve` to talk to (also after the verb).
+    #[arg(
+        long,
+        global = true,
+        value_name = "URL",
+        help_heading = "Client options"
+    )]
+    pub admin: Option<String>,
+    /// Bearer token for the admin API (also after the verb).
+    #[arg(
+        long,
+        global = true,
+        value_name = "TOKEN",
+        help_heading = "Client options"
+    )]
+    pub admin_token: Option<String>,
+    /// Output format of a client verb (also after the verb).
+    #[arg(
+        short = 'o',
+        long,
+        global = true,
+        value_enum,
+        value_name = "FORMAT",
+        help_heading = "Client options"
+    )]
+    pub output: Option<OutputFormat>,
+}
+
 /// Client verbs: they drive a running `stasis serve` through its admin API.
 #[derive(Debug, Subcommand)]
 #[allow(clippy::large_enum_variant, reason = "parsed once per process")]

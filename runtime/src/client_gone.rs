@@ -20,6 +20,12 @@ use crate::error::ApiError;
 /// there is nobody to send it to).
 pub const ABANDONED: u16 = 499;
 
+/// The status of a request whose client left while it was forwarded to a
+/// remote worker that could not be told (frozen, unreachable): the forward
+/// is given up and whether the worker ran it is unknown, so it is counted
+/// neither as abandoned nor under a status (never sent either).
+pub const OUTCOME_UNKNOWN: u16 = 498;
+
 /// The error of a request given up because its client left.
 #[must_use]
 pub fn abandoned(actor: &str) -> ApiError {

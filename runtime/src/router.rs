@@ -243,6 +243,8 @@ async fn route(
             control.metrics().abandoned();
             text_error(&e)
         }
+        // Nobody to answer, and whether it ran is unknown: not counted.
+        Err(e) if e.status == client_gone::OUTCOME_UNKNOWN => text_error(&e),
         Err(e) => {
             control.count_request(&actor, e.status);
             text_error(&e)

@@ -95,7 +95,11 @@ pub async fn serve(
     let (ingress, admin, bound) = bind(&options).await?;
     let housekeeping = tokio::spawn(control.clone().run_housekeeping());
     let detector = tokio::spawn(control.clone().run_failure_detector());
+    // The ingress stops first; the admin API (with the worker API: drain
+    // requests, snapshots streamed by remote workers) keeps serving until
+    // every actor is paused.
     let (stop_tx, stop_rx) = watch::channel(false);
+    let (admin_stop_tx, admin_stop_rx) = watch::channel(false);
     let stopped = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
     };
@@ -116,17 +120,19 @@ pub async fn serve(
             let api = api.clone();
             async move { api.handle(req).await }
         },
-        stopped(stop_rx),
+        stopped(admin_stop_rx),
         DRAIN,
     ));
     ready(bound);
     shutdown.await;
     tracing::info!("shutting down: finishing open requests, then pausing every running actor");
+    control.begin_shutdown();
     let _ = stop_tx.send(true);
     let _ = ingress_task.await;
     housekeeping.abort();
     detector.abort();
     control.pause_all().await;
+    let _ = admin_stop_tx.send(true);
     let _ = admin_task.await;
     tracing::info!("stopped; every actor is paused");
     Ok(())

@@ -15,7 +15,13 @@ use crate::support::{self, RemoteWorker, Server, actor_host, client, count};
 /// Sends `method path` to `actor` over a raw HTTP/1.1 connection and closes
 /// the connection after `patience`, before any answer (as a client with a
 /// timeout does).
-async fn leave_after(addr: SocketAddr, actor: &str, method: &str, path: &str, patience: Duration) {
+pub(crate) async fn leave_after(
+    addr: SocketAddr,
+    actor: &str,
+    method: &str,
+    path: &str,
+    patience: Duration,
+) {
     use tokio::io::AsyncWriteExt;
     let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
     let request = format!(
@@ -42,7 +48,7 @@ async fn leave_after_h2(addr: SocketAddr, actor: &str, path: &str, patience: Dur
 
 /// The value of the metric line starting with `series ` in `server`'s
 /// `/metrics` (0 if absent).
-async fn metric(server: &Server, series: &str) -> u64 {
+pub(crate) async fn metric(server: &Server, series: &str) -> u64 {
     server
         .metrics()
         .await

@@ -394,3 +394,77 @@ async fn deleting_the_clock_mark_of_a_paused_actor_loses_nothing_else() {
         2
     );
 }
+
+/// Waits (5 s at most) until every thread of process `pid` is stopped
+/// (`T` in `/proc/PID/task/*/stat`): a SIGSTOP takes effect as each thread
+/// is next scheduled, which on a loaded machine is not at once.
+async fn wait_until_stopped(pid: u32) {
+    let all_stopped = || {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+            return false;
+        };
+        tasks.flatten().all(|task| {
+            std::fs::read_to_string(task.path().join("stat"))
+                .ok()
+                .and_then(|stat| {
+                    let state = stat.rsplit_once(") ")?.1.chars().next()?;
+                    Some(state == 'T' || state == 't')
+                })
+                .unwrap_or(true)
+        })
+    };
+    wait_until(Duration::from_secs(5), "the worker to stop", all_stopped).await;
+}
+
+/// docs/operations.md, failures: "a remote worker stops answering (frozen,
+/// partitioned): status queries give up after 3 s, calls after 120 s". A
+/// worker frozen with SIGSTOP (and a heartbeat timeout long enough that it
+/// is not declared lost meanwhile): a listing answers within the 3 s status
+/// bound (plus slack), showing its actor `unknown` with the reason; a
+/// request to that actor is not given up at the status bound but waits,
+/// and is answered once the worker thaws. The 120 s call bound itself is a
+/// constant (`PEER_TIMEOUT`, not configurable), so the test checks that
+/// calls outlive the status bound rather than waiting two minutes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_worker_costs_listings_three_seconds_and_calls_wait() {
+    let server = Server::start(&["--workers", "0", "--heartbeat-timeout", "60s"]);
+    let frozen = RemoteWorker::start(&server, "w-ice", &[]);
+    server.push("counter");
+    server.create("cold", "counter");
+    assert_eq!(count(&post(&server, "cold").await), 1);
+
+    signal(frozen.pid(), "STOP");
+    wait_until_stopped(frozen.pid()).await;
+    let started = Instant::now();
+    let listed = actors(&server).await;
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(2500) && took < Duration::from_secs(6),
+        "a listing with a frozen worker took {took:?}, expected about 3 s"
+    );
+    let cold = listed
+        .iter()
+        .find(|a| a["name"] == "cold")
+        .unwrap_or_else(|| panic!("the actor is still listed: {listed:?}"));
+    assert_eq!(cold["state"], "unknown", "{cold}");
+    assert_eq!(cold["worker"], "w-ice", "{cold}");
+    let reason = cold["error"].as_str().unwrap_or_default();
+    assert!(reason.contains("did not answer"), "{cold}");
+    // `worker list` is bounded the same way.
+    let started = Instant::now();
+    let workers = server.cli_json(&["worker", "list"]);
+    assert!(started.elapsed() < Duration::from_secs(6), "{workers}");
+    assert!(workers.to_string().contains("w-ice"), "{workers}");
+
+    // A call waits for the frozen worker rather than failing at 3 s.
+    let ingress = server.ingress;
+    let call = tokio::spawn(async move { to_actor(&client(), ingress, "cold", "POST", "/").await });
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(!call.is_finished(), "the call gave up at the status bound");
+    signal(frozen.pid(), "CONT");
+    let answer = tokio::time::timeout(Duration::from_secs(20), call)
+        .await
+        .expect("answered once the worker thawed")
+        .expect("join");
+    assert_eq!(count(&answer), 2, "{answer:?}");
+}

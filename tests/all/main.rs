@@ -6,6 +6,9 @@
 //! * `ingress`: malformed requests (ports, h2 `Host`, `Transfer-Encoding`)
 //!   are 400 and never routed;
 //! * `abandoned`: requests whose clients left are never executed;
+//! * `cli`: the command line as a new user meets it (options before the
+//!   verb, size units, failed starts, float noise, sorted lists, failed
+//!   moves);
 //! * `cluster`: remote worker processes, migration, drain, scale out/in;
 //! * `reliability`: limits, runaway guests, crash recovery, retention,
 //!   failed snapshots, idle pause, admin token, `--max-live`;
@@ -43,6 +46,7 @@ mod support;
 
 mod abandoned;
 mod c_sdk;
+mod cli;
 mod cluster;
 mod demos;
 mod documented;

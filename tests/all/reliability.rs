@@ -618,3 +618,306 @@ async fn soak_random_pauses_resumes_and_checkpoints_keep_exact_counts() {
         .sum();
     assert!(resumes > 10, "the soak exercised resumes ({resumes})");
 }
+
+/// The actors named in the lines of `log` that contain `phrase` (the
+/// `actor=NAME` field of each), after byte `from`; with `worker`, only
+/// lines that also carry `worker=WORKER` or `from=WORKER`.
+fn actors_logged(log: &str, from: usize, phrase: &str, worker: Option<&str>) -> Vec<String> {
+    let mut names: Vec<String> = log
+        .get(from..)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains(phrase))
+        .filter(|l| {
+            worker.is_none_or(|w| {
+                l.split_whitespace().any(|t| {
+                    let t = t.replace('"', "");
+                    t == format!("worker={w}") || t == format!("from={w}")
+                })
+            })
+        })
+        .filter_map(|l| {
+            l.split_whitespace()
+                .find_map(|t| t.strip_prefix("actor="))
+                .map(|a| a.trim_matches('"').to_owned())
+        })
+        .collect();
+    names.sort();
+    names
+}
+
+/// Issue 11 input 9, second half: SIGTERM to `serve --workers 0` and both
+/// its remote workers at once. The control plane keeps its worker API up
+/// until every actor is paused, refuses drains it can no longer honour with
+/// 503 "control plane shutting down", and both sides report each actor's
+/// outcome alike (moved, or stayed and paused). After a restart no actor is
+/// lost or doubled and every count carries on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_to_control_plane_and_workers_at_once_agrees_and_loses_nothing() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = tmp.path().join("data");
+    let mut server = Server::start_in(&data, &["--workers", "0"]).expect("serve");
+    let mut w1 = support::RemoteWorker::start(&server, "w1", &[]);
+    let mut w2 = support::RemoteWorker::start(&server, "w2", &[]);
+    server.push("counter");
+    let mut placed: HashMap<String, String> = HashMap::new();
+    for i in 0..6 {
+        let name = format!("t-{i}");
+        server.create(&name, "counter");
+        let to = if i % 2 == 0 { "w1" } else { "w2" };
+        if server.worker_of(&name) != to {
+            server.cli_ok(&["actor", "migrate", &name, "--to", to]);
+        }
+        for n in 1..=3 {
+            assert_eq!(count(&post(&server, &name).await), n, "{name}");
+        }
+        placed.insert(name, to.to_owned());
+    }
+    let server_from = server.log().len();
+    let (_, a, b) = std::thread::scope(|s| {
+        // `stop` asserts a clean exit.
+        let ts = s.spawn(|| server.stop());
+        let ta = s.spawn(|| w1.terminate());
+        let tb = s.spawn(|| w2.terminate());
+        (
+            ts.join().expect("join"),
+            ta.join().expect("join"),
+            tb.join().expect("join"),
+        )
+    });
+    assert!(a.success(), "w1 exit: {a}");
+    assert!(b.success(), "w2 exit: {b}");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let server_log = server.log();
+    for worker in [&w1, &w2] {
+        let log = worker.log();
+        let mine: Vec<String> = {
+            let mut v: Vec<String> = placed
+                .iter()
+                .filter(|(_, w)| **w == worker.name)
+                .map(|(a, _)| a.clone())
+                .collect();
+            v.sort();
+            v
+        };
+        let moved = actors_logged(&log, 0, "moved off this worker by the drain", None);
+        let stayed = actors_logged(&log, 0, "stayed on this worker; paused for shutdown", None);
+        let mut all = [moved.clone(), stayed.clone()].concat();
+        all.sort();
+        assert_eq!(
+            all, mine,
+            "{}: each actor moved or stayed, once:\n{log}",
+            worker.name
+        );
+        let cp_moved = actors_logged(&server_log, server_from, "actor moved", Some(&worker.name));
+        assert_eq!(
+            moved, cp_moved,
+            "{}: the moves both sides report:\n{log}\n---\n{server_log}",
+            worker.name
+        );
+        assert!(
+            !log.contains("drain refused or failed") || log.contains("status=503"),
+            "a refused drain is a clear 503, never a silent refusal:\n{log}"
+        );
+        let cp_paused = actors_logged(
+            &server_log,
+            server_from,
+            "paused for shutdown; stays on its worker",
+            Some(&worker.name),
+        );
+        assert!(
+            cp_paused.iter().all(|a| stayed.contains(a)),
+            "{}: the control plane paused {cp_paused:?} there, the worker says {stayed:?} stayed",
+            worker.name
+        );
+    }
+    assert!(
+        !server_log.contains("pause at shutdown failed"),
+        "{server_log}"
+    );
+    // Restart all three: every actor on exactly one worker, counts go on.
+    let server = Server::start_in(&data, &["--workers", "0"]).expect("serve again");
+    let w1 = support::RemoteWorker::start(&server, "w1", &[]);
+    let w2 = support::RemoteWorker::start(&server, "w2", &[]);
+    let listed = server.cli_json(&["actor", "list"]);
+    assert_eq!(listed.as_array().map(Vec::len), Some(6), "{listed}");
+    let mut names: Vec<&String> = placed.keys().collect();
+    names.sort();
+    for name in &names {
+        let answer = post(&server, name).await;
+        assert_eq!(count(&answer), 4, "{name} carries on");
+    }
+    // The join of the second worker rebalances; once its moves are done
+    // every actor is hosted by exactly one worker, and stays so.
+    let hosted = |worker: &support::RemoteWorker| {
+        let addr = worker.listen;
+        async move {
+            send(
+                &client(),
+                addr,
+                "GET",
+                "localhost",
+                "/internal/v1/actors",
+                Vec::new(),
+            )
+            .await
+            .body
+        }
+    };
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut settled_at = None;
+    loop {
+        let (on1, on2) = (hosted(&w1).await, hosted(&w2).await);
+        let once = names.iter().all(|name| {
+            let quoted = format!("\"{name}\"");
+            usize::from(on1.contains(&quoted)) + usize::from(on2.contains(&quoted)) == 1
+        });
+        match (once, settled_at) {
+            (true, None) => settled_at = Some(Instant::now()),
+            (true, Some(at)) if at.elapsed() > Duration::from_secs(1) => break,
+            (true, Some(_)) => {}
+            (false, _) => {
+                settled_at = None;
+                assert!(
+                    Instant::now() < deadline,
+                    "an actor is not hosted exactly once: w1 {on1}, w2 {on2}"
+                );
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for name in &names {
+        assert_eq!(count(&post(&server, name).await), 5, "{name} carries on");
+    }
+}
+
+/// Flips a byte in the middle of snapshot `seq` of `actor` in `server`'s
+/// store.
+fn corrupt_snapshot(server: &Server, actor: &str, seq: u64) {
+    let path = server
+        .data_dir
+        .join(format!("snapshots/{actor}/{seq:020}.snap"));
+    let mut bytes = std::fs::read(&path).expect("read");
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0x40;
+    std::fs::write(&path, bytes).expect("corrupt");
+}
+
+/// Issue 11 (regression): a lost worker's actor whose newest snapshot is
+/// corrupt comes back from its newest good snapshot, and the corrupt one
+/// is deleted (retention never keeps it, input 5); an actor with no good
+/// snapshot is `failed` with the reason. Neither waits forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_workers_actor_with_a_corrupt_newest_snapshot_is_not_stranded() {
+    let server = Server::start(&["--workers", "0", "--heartbeat-timeout", "500ms"]);
+    let mut w1 = support::RemoteWorker::start(&server, "w1", &[]);
+    server.push("counter");
+    server.create("mend", "counter");
+    server.create("doom", "counter");
+    let pause = |name: &str| {
+        server.cli_json(&["actor", "pause", name])["snapshot"]["seq"]
+            .as_u64()
+            .expect("seq")
+    };
+    assert_eq!(count(&post(&server, "mend").await), 1);
+    let good = pause("mend");
+    assert_eq!(count(&post(&server, "mend").await), 2);
+    let bad = pause("mend");
+    assert!(bad > good);
+    corrupt_snapshot(&server, "mend", bad);
+    assert_eq!(count(&post(&server, "doom").await), 1);
+    pause("doom");
+    let doom_seqs: Vec<u64> = server.cli_json(&["actor", "get", "doom"])["snapshots"]
+        .as_array()
+        .expect("snapshots")
+        .iter()
+        .filter_map(|s| s["seq"].as_u64())
+        .collect();
+    assert!(!doom_seqs.is_empty());
+    for seq in &doom_seqs {
+        corrupt_snapshot(&server, "doom", *seq);
+    }
+
+    w1.kill();
+    server.wait_for_worker("w1", "lost");
+    let _w2 = support::RemoteWorker::start(&server, "w2", &[]);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let answer = post(&server, "mend").await;
+        if answer.status == 200 {
+            assert_eq!(count(&answer), 2, "from the good snapshot (count 1)");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "mend never came back: {answer:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        !server
+            .data_dir
+            .join(format!("snapshots/mend/{bad:020}.snap"))
+            .exists(),
+        "the corrupt snapshot is kept out of retention"
+    );
+    let doom = loop {
+        let doom = server.cli_json(&["actor", "get", "doom"]);
+        if doom["state"] == "failed" {
+            break doom;
+        }
+        assert!(Instant::now() < deadline, "doom never failed: {doom}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let reason = doom["error"].as_str().unwrap_or_default();
+    assert!(reason.contains("no snapshot can be restored"), "{doom}");
+    let answer = post(&server, "doom").await;
+    assert_eq!(answer.status, 503, "{answer:?}");
+}
+
+/// Issue 11 input 1, through a remote worker: a request whose client
+/// leaves while the guest already runs it finishes on the worker and is
+/// counted with its status, never as abandoned; requests whose clients
+/// leave while they wait in the worker's mailbox are dropped unexecuted and
+/// are the only ones counted as abandoned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abandoned_counts_only_remote_requests_that_never_ran() {
+    use crate::abandoned::{leave_after, metric};
+    const ABANDONED: &str = "stasis_requests_abandoned_total";
+    const OK: &str = "stasis_requests_total{template=\"faulty\",status=\"200\"}";
+    let server = Server::start(&["--workers", "0"]);
+    let _worker = support::RemoteWorker::start(&server, "w1", &[]);
+    server.push("faulty");
+    server.create("r", "faulty");
+    let addr = server.ingress;
+    // Runs 1.5 s on the worker; its client leaves after 0.5 s.
+    leave_after(
+        addr,
+        "r",
+        "POST",
+        "/sleep?ms=1500",
+        Duration::from_millis(500),
+    )
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while metric(&server, OK).await < 1 {
+        assert!(
+            Instant::now() < deadline,
+            "the request that ran was not counted"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(metric(&server, ABANDONED).await, 0, "it ran: not abandoned");
+    // Two requests queued behind a running sleep; their clients leave.
+    let sleeper =
+        tokio::spawn(async move { to_actor(&client(), addr, "r", "POST", "/sleep?ms=2000").await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for _ in 0..2 {
+        leave_after(addr, "r", "POST", "/", Duration::from_millis(300)).await;
+    }
+    assert_eq!(sleeper.await.expect("sleeper").status, 200);
+    let after = to_actor(&client(), addr, "r", "GET", "/").await;
+    assert_eq!(count(&after), 0, "abandoned POSTs ran: {after:?}");
+    assert_eq!(metric(&server, ABANDONED).await, 2);
+    assert_eq!(metric(&server, OK).await, 3, "two sleeps and the GET");
+}

@@ -12,8 +12,8 @@ use serde::{Deserialize, Serialize};
 use stasis_host_api::{Request, Response};
 
 use super::proto::{
-    CONNECT_TIMEOUT, EPOCH_HEADER, InstallSpec, LIVE_HEADER, Op, PEER_TIMEOUT, ResumeRequest,
-    SEQ_HEADER, SPEC_HEADER, STATUS_TIMEOUT, WorkerPath,
+    CALL_HEADER, CONNECT_TIMEOUT, EPOCH_HEADER, InstallSpec, LIVE_HEADER, Op, PEER_TIMEOUT,
+    ResumeRequest, SEQ_HEADER, SPEC_HEADER, STATUS_TIMEOUT, WorkerPath,
 };
 use crate::client_gone::{self, ClientGone};
 use crate::error::ApiError;
@@ -207,12 +207,41 @@ impl WorkerApi for WorkerClient {
             .map_err(|e| ApiError::bad_request(e.to_string()))?;
         let path = WorkerPath::Op(actor, Ok(Op::Call)).to_path();
         let epoch = epoch.to_string();
-        let headers = [(EPOCH_HEADER, epoch.as_str())];
-        // Dropped when the client leaves: the worker's serving loop then
-        // sees its connection close and gives the request up unless the
-        // guest runs it.
+        let call = call_id();
+        let headers = [(EPOCH_HEADER, epoch.as_str()), (CALL_HEADER, call.as_str())];
         let forward = self.peer.send(Method::POST, &path, &headers, body.into());
-        let answer = client_gone::unless_gone(gone, actor, forward).await?;
+        tokio::pin!(forward);
+        let answer = tokio::select! {
+            biased;
+            answer = &mut forward => answer,
+            () = gone.cancelled() => {
+                // The client left. The worker decides: it drops the call
+                // unless the guest already runs it, and the call's answer
+                // says which (ABANDONED, or the response, counted with its
+                // status), so that only requests that never ran count as
+                // abandoned. A worker that cannot be told (frozen,
+                // unreachable) is not waited for: the forward is dropped
+                // (which gives the call up too, once the worker sees the
+                // connection close), releasing the actor's gate, and the
+                // outcome is unknown.
+                let abandon = WorkerPath::Op(actor, Ok(Op::Abandon)).to_path();
+                let notice = [(CALL_HEADER, call.as_str())];
+                match self
+                    .peer
+                    .send_within(STATUS_TIMEOUT, Method::POST, &abandon, &notice, Bytes::new())
+                    .await
+                {
+                    Ok(_) => forward.await,
+                    Err(e) => Err(ApiError::new(
+                        client_gone::OUTCOME_UNKNOWN,
+                        format!(
+                            "the client left and worker {} could not be told: {}",
+                            self.name, e.message
+                        ),
+                    )),
+                }
+            }
+        }?;
         stasis_host_api::decode_response(&answer.body)
             .map_err(|e| ApiError::new(502, format!("worker {}: {e}", self.name)))
     }
@@ -277,4 +306,16 @@ impl WorkerApi for WorkerClient {
         serde_json::from_slice(&answer.body)
             .map_err(|e| ApiError::new(502, format!("worker {}: bad actor list: {e}", self.name())))
     }
+}
+
+/// A call id unique among the calls any worker receives: this process's
+/// random key and a counter.
+fn call_id() -> String {
+    use std::hash::BuildHasher as _;
+    use std::sync::OnceLock;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static KEY: OnceLock<u64> = OnceLock::new();
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let key = KEY.get_or_init(|| std::collections::hash_map::RandomState::new().hash_one(0_u8));
+    format!("{key:016x}-{}", NEXT.fetch_add(1, Ordering::Relaxed))
 }

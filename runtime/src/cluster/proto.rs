@@ -18,6 +18,11 @@ use crate::worker::actor::ResumeFrom;
 
 /// Header carrying the placement epoch of a call.
 pub const EPOCH_HEADER: &str = "stasis-epoch";
+
+/// Header naming one call (unique among the calls a worker receives), so
+/// that [`Op::Abandon`] can name it.
+pub const CALL_HEADER: &str = "stasis-call";
+
 /// Header carrying an [`InstallSpec`] (JSON) on `install`.
 pub const SPEC_HEADER: &str = "stasis-spec";
 /// Header carrying a snapshot's sequence number.
@@ -61,10 +66,15 @@ pub enum Op {
     Capture,
     /// Ends a rolled-back move.
     CancelMove,
+    /// Header [`CALL_HEADER`]: the client of that call left. The worker
+    /// drops the call unless the guest already runs it; the call's own
+    /// answer then says which ([`crate::client_gone::ABANDONED`], or the
+    /// guest's response). Answer: empty JSON object.
+    Abandon,
 }
 
 impl Op {
-    const ALL: [Op; 8] = [
+    const ALL: [Op; 9] = [
         Op::Create,
         Op::Install,
         Op::Call,
@@ -73,6 +83,7 @@ impl Op {
         Op::Resume,
         Op::Capture,
         Op::CancelMove,
+        Op::Abandon,
     ];
 
     /// Its path segment.
@@ -87,6 +98,7 @@ impl Op {
             Op::Resume => "resume",
             Op::Capture => "capture",
             Op::CancelMove => "cancel-move",
+            Op::Abandon => "abandon",
         }
     }
 

@@ -3,6 +3,7 @@
 //! gc through the snapshot store.
 
 use std::collections::HashSet;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::ControlPlane;
@@ -39,17 +40,77 @@ impl ControlPlane {
         Ok(report)
     }
 
+    /// Begins graceful shutdown: from now on no move or drain starts (they
+    /// answer 503 "control plane shutting down"), so every actor stays on
+    /// the worker it is on and is paused there. Idempotent.
+    pub fn begin_shutdown(&self) {
+        if !self.shutting_down.swap(true, Ordering::SeqCst) {
+            tracing::info!("shutting down: no more moves or drains; actors are paused in place");
+        }
+    }
+
+    /// 503 "control plane shutting down" once [`ControlPlane::begin_shutdown`]
+    /// ran: what a move or drain answers then.
+    ///
+    /// # Errors
+    /// 503 while shutting down.
+    pub(super) fn refuse_if_shutting_down(&self, what: &str) -> Result<(), ApiError> {
+        if self.shutting_down.load(Ordering::SeqCst) {
+            return Err(ApiError::new(
+                503,
+                format!(
+                    "control plane shutting down: {what} refused; every actor is paused on the worker it is on"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// Pauses every running actor (graceful shutdown): afterwards every
-    /// actor's newest snapshot holds its latest state.
+    /// actor's newest snapshot holds its latest state. Begins shutdown
+    /// first (no new move or drain), waits for moves under way to end, and
+    /// logs each actor's outcome with its worker.
     pub async fn pause_all(&self) {
+        self.begin_shutdown();
+        // A move holds its actor's gate from start to end.
+        let gates: Vec<_> = self.placements().values().map(|p| p.gate.clone()).collect();
+        for gate in gates {
+            drop(gate.write().await);
+        }
         let mut tasks = tokio::task::JoinSet::new();
         for member in self.members() {
-            for (name, status) in member.statuses().await.unwrap_or_default() {
-                if status.state == ActorState::Running {
+            let statuses = match member.statuses().await {
+                Ok(statuses) => statuses,
+                Err(e) => {
+                    // A remote worker shutting down pauses its actors
+                    // itself (streaming their snapshots here) and exits.
+                    tracing::warn!(worker = %member.name, "cannot list its actors at shutdown: {e}");
+                    continue;
+                }
+            };
+            for (name, status) in statuses {
+                // One pausing or resuming (a remote worker pausing for its
+                // own shutdown) is paused too: the call waits behind that
+                // in the actor's mailbox, so every snapshot it streams here
+                // has arrived before the worker API stops.
+                if matches!(
+                    status.state,
+                    ActorState::Running | ActorState::Pausing | ActorState::Resuming
+                ) {
                     let member = member.clone();
                     tasks.spawn(async move {
-                        if let Err(e) = member.api.pause(&name).await {
-                            tracing::error!(actor = %name, "pause at shutdown failed: {e}");
+                        match member.api.pause(&name).await {
+                            Ok(report) => tracing::info!(
+                                actor = %name,
+                                worker = %member.name,
+                                seq = report.seq,
+                                "paused for shutdown; stays on its worker"
+                            ),
+                            Err(e) => tracing::error!(
+                                actor = %name,
+                                worker = %member.name,
+                                "pause at shutdown failed: {e}"
+                            ),
                         }
                     });
                 }

@@ -413,7 +413,7 @@ impl ControlPlane {
         })
     }
 
-    /// Every worker.
+    /// Every worker, sorted by name.
     pub async fn workers(&self) -> Vec<WorkerInfo> {
         let mut out = Vec::new();
         for member in self.members() {
@@ -421,6 +421,7 @@ impl ControlPlane {
                 out.push(info);
             }
         }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
         out
     }
 }

@@ -12,7 +12,7 @@ use super::placement::Placement;
 use super::views::{MigrateInfo, Move, RebalanceReport, WorkerInfo};
 use super::{ControlPlane, RebalanceBy};
 use crate::error::ApiError;
-use crate::worker::actor::ActorStatus;
+use crate::worker::actor::{ActorStatus, ms};
 
 impl ControlPlane {
     /// Moves actor `name` to worker `to`: gate closed at the router → capture
@@ -23,7 +23,8 @@ impl ControlPlane {
     ///
     /// # Errors
     /// 404 unknown actor or worker; 409 already there or target not ready;
-    /// the failure that caused a rollback (503 for an unreachable target).
+    /// the failure that caused a rollback (503 for an unreachable target);
+    /// 503 "control plane shutting down" once graceful shutdown began.
     pub async fn migrate(&self, name: &str, to: &str) -> Result<MigrateInfo, ApiError> {
         self.migrate_from(name, None, to)
             .await?
@@ -39,6 +40,7 @@ impl ControlPlane {
         from: Option<&str>,
         to: &str,
     ) -> Result<Option<MigrateInfo>, ApiError> {
+        self.refuse_if_shutting_down("move")?;
         let target = self
             .member(to)
             .ok_or_else(|| ApiError::not_found(format!("no worker named {to:?}")))?;
@@ -66,6 +68,8 @@ impl ControlPlane {
         if from.is_some_and(|f| f != placement.worker) {
             return Ok(None);
         }
+        // Shutdown began while this move waited for the gate.
+        self.refuse_if_shutting_down("move")?;
         // Counted before the check, so a drain of the target that begins now
         // waits for this move to end (see `Member::expect_move`).
         let _incoming = target.expect_move();
@@ -101,10 +105,10 @@ impl ControlPlane {
             .migration_downtime_seconds
             .observe(downtime.as_secs_f64());
         source.api.remove(name).await;
-        tracing::info!(actor = name, from = %source.name, to, downtime_ms = downtime.as_secs_f64() * 1e3, "actor moved");
+        tracing::info!(actor = name, from = %source.name, to, downtime_ms = ms(downtime), "actor moved");
         Ok(Some(MigrateInfo {
             actor: self.actor(name).await?,
-            downtime_ms: downtime.as_secs_f64() * 1e3,
+            downtime_ms: ms(downtime),
             from: source.name.clone(),
         }))
     }
@@ -132,8 +136,11 @@ impl ControlPlane {
         }
         // A drain of the target that began during the ship: roll back rather
         // than place on a worker that no longer takes actors.
+        // So does a shutdown that began meanwhile: every actor stays where
+        // it is and is paused there.
         let switched = if target.state() == WorkerState::Ready {
-            self.switch_placement(name, target, epoch)
+            self.refuse_if_shutting_down("move")
+                .and_then(|()| self.switch_placement(name, target, epoch))
         } else {
             Err(ApiError::conflict(format!(
                 "worker {} stopped taking actors",
@@ -178,7 +185,8 @@ impl ControlPlane {
                 list.push((actor.clone(), weight));
             }
         }
-        let moves = self.run_moves(plan_rebalance(&load)).await;
+        let mut moves = self.run_moves(plan_rebalance(&load)).await;
+        moves.sort_by(|a, b| a.actor.cmp(&b.actor));
         RebalanceReport { moves }
     }
 
@@ -229,7 +237,8 @@ impl ControlPlane {
     /// 404 unknown worker; 409 lost, or undrained while the drain ran (the
     /// drain stops; actors already moved stay where they went); 503 if some
     /// actor could not be moved (the worker stays `draining` and keeps those
-    /// actors).
+    /// actors), or "control plane shutting down" once graceful shutdown
+    /// began (the worker keeps its state and actors; they are paused there).
     pub async fn drain(self: &Arc<Self>, name: &str) -> Result<WorkerInfo, ApiError> {
         let entry = self
             .member(name)
@@ -237,6 +246,7 @@ impl ControlPlane {
         if entry.state() == WorkerState::Lost {
             return Err(ApiError::conflict(format!("worker {name} is lost")));
         }
+        self.refuse_if_shutting_down(&format!("drain of {name}"))?;
         entry.set_state(WorkerState::Draining);
         // Moves planned before the drain began may still land here: go
         // round until nothing is left and no move is under way to it.

@@ -38,7 +38,7 @@ pub mod views;
 use std::collections::HashMap;
 use std::fs::File;
 use std::path::PathBuf;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -191,6 +191,8 @@ pub struct ControlPlane {
     ops: tokio::sync::RwLock<()>,
     pending: std::sync::Mutex<std::collections::HashSet<String>>,
     incarnations: AtomicU64,
+    /// Set when graceful shutdown begins: no move or drain starts after it.
+    shutting_down: AtomicBool,
     role: Role,
     _lock: Option<File>,
 }
@@ -398,6 +400,7 @@ impl ControlPlane {
             ops: tokio::sync::RwLock::new(()),
             pending: std::sync::Mutex::default(),
             incarnations: AtomicU64::new(1),
+            shutting_down: AtomicBool::new(false),
             role,
             _lock: backend.lock,
         });

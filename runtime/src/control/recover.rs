@@ -13,7 +13,9 @@ use super::directory::ActorRow;
 use super::placement::Placement;
 use crate::error::ApiError;
 use crate::worker::actor::ActorState;
+use crate::worker::templates::Templates as _;
 use crate::worker::{ActorSpec, Worker};
+use stasis_core::snapshot_store::{SnapshotEntry, remove_corrupt};
 use std::collections::HashMap;
 
 impl ControlPlane {
@@ -157,7 +159,8 @@ impl ControlPlane {
     }
 
     /// Puts `actor` on the least-loaded ready worker, paused at its newest
-    /// snapshot in this control plane's store, with epoch + 1 — if it still
+    /// good snapshot in this control plane's store (see
+    /// [`ControlPlane::newest_good_snapshot`]), with epoch + 1 — if it still
     /// waits for a worker once its gate is held. Re-placements race (each
     /// worker that joins, and each loss, starts one for every waiting
     /// actor): deciding on the placement as it is under the gate, not as it
@@ -172,30 +175,116 @@ impl ControlPlane {
         if !self.needs_a_host(&placement, actor) {
             return Ok(());
         }
+        // A control plane shutting down places nothing: the actor is
+        // re-placed at the next start.
+        self.refuse_if_shutting_down("re-placement")?;
         let target = self
             .least_loaded()
             .ok_or_else(|| ApiError::unavailable("no ready worker"))?;
         let row = self.template_row(&placement.template)?;
         let epoch = placement.epoch + 1;
-        let newest = self
+        let spec = Self::host_spec(&row, epoch);
+        let mut newest = self
             .store
             .list(actor)?
             .last()
             .copied()
             .ok_or_else(|| ApiError::unavailable(format!("actor {actor} has no snapshot")))?;
-        self.ship(
-            &target,
-            actor,
-            &Self::host_spec(&row, epoch),
-            newest.seq,
-            false,
-        )
-        .await?;
+        match self.ship(&target, actor, &spec, newest.seq, false).await {
+            Ok(()) => {}
+            // The target found the newest snapshot corrupt: come back from
+            // the newest one that verifies, or fail with the reasons.
+            Err(e) if e.status == 422 => {
+                tracing::warn!(
+                    actor,
+                    seq = newest.seq,
+                    "newest snapshot does not verify: {}",
+                    e.message
+                );
+                let Some(good) = self.newest_good_snapshot(actor, &row.digest).await? else {
+                    return Ok(());
+                };
+                newest = good;
+                self.ship(&target, actor, &spec, newest.seq, false).await?;
+            }
+            Err(e) => return Err(e),
+        }
         if let Err(e) = self.switch_placement(actor, &target, epoch) {
             target.api.remove(actor).await;
             return Err(e);
         }
         tracing::info!(actor, worker = %target.name, seq = newest.seq, "actor re-placed from its newest snapshot");
         Ok(())
+    }
+
+    /// The newest snapshot of `actor` that verifies against its template
+    /// (module `digest`) under `--max-memory`, for a re-placement. Newer
+    /// snapshots that do not verify (known corrupt) are deleted, so that
+    /// retention never keeps them in place of the one the actor came back
+    /// from (issue 11 input 5), each with a warning naming the reason.
+    /// With no snapshot that verifies, nothing is deleted and the actor is
+    /// marked `failed` with the reasons (`Ok(None)`); it stays so until
+    /// repaired (`stasis actor resume --from-template`).
+    ///
+    /// # Errors
+    /// 503 if the actor has no snapshot at all (it waits); the store's
+    /// error if a snapshot cannot be read (nothing is decided); the
+    /// template's if it cannot be loaded.
+    async fn newest_good_snapshot(
+        &self,
+        actor: &str,
+        digest: &str,
+    ) -> Result<Option<SnapshotEntry>, ApiError> {
+        let entries = self.store.list(actor)?;
+        if entries.is_empty() {
+            return Err(ApiError::unavailable(format!(
+                "actor {actor} has no snapshot"
+            )));
+        }
+        let template = self.templates.template(digest).await?;
+        let store = self.store.clone();
+        let max_memory = self.config.limits.max_memory;
+        let name = actor.to_owned();
+        let checked = tokio::task::spawn_blocking(move || {
+            let mut problems = Vec::new();
+            for entry in entries.iter().rev() {
+                // A snapshot that cannot be read now (store unreachable,
+                // file gone) is not known to be corrupt: no going back past
+                // it; the re-placement is tried again later.
+                let bytes = store.open_snapshot(&name, entry.seq)?;
+                match stasis_core::snapshot::verify(bytes, &template, max_memory) {
+                    Ok(_) => {
+                        let removed = remove_corrupt(
+                            store.as_ref(),
+                            &name,
+                            &template,
+                            max_memory,
+                            Some(entry.seq),
+                        )?;
+                        return Ok::<_, ApiError>((Some(*entry), removed, problems));
+                    }
+                    Err(problem) => problems.push(format!("snapshot {}: {problem}", entry.seq)),
+                }
+            }
+            Ok((None, Vec::new(), problems))
+        })
+        .await
+        .map_err(ApiError::internal)??;
+        let (good, removed, problems) = checked;
+        for (seq, problem) in removed {
+            tracing::warn!(
+                actor,
+                seq,
+                "deleted corrupt snapshot before re-placing: {problem}"
+            );
+        }
+        if good.is_none() {
+            let reason = format!("no snapshot can be restored: {}", problems.join("; "));
+            tracing::error!(actor, "re-placement failed: {reason}");
+            if let Some(p) = self.placement_mut().get_mut(actor) {
+                p.failure_reason = Some(reason);
+            }
+        }
+        Ok(good)
     }
 }

@@ -559,7 +559,12 @@ impl ActorTask {
     }
 }
 
-/// A duration in milliseconds, for reports and statuses.
-pub(super) fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
+/// A duration in milliseconds rounded to the microsecond, for reports and
+/// statuses (JSON shows `28.248653`, never `28.248652999999997`: the
+/// quotient of a whole number of microseconds by 1000 is the double
+/// nearest to that decimal, which prints as it).
+#[must_use]
+pub fn ms(d: Duration) -> f64 {
+    // u128 microseconds fit an f64 exactly below 2^53 µs (285 years).
+    d.as_micros() as f64 / 1000.0
 }

@@ -12,9 +12,9 @@ use hyper::{Method, Request, Response, StatusCode};
 use super::RemoteWorker;
 use super::membership::lease_lost;
 use crate::auth::authorize;
-use crate::client_gone::ClientGone;
 use crate::cluster::proto::{
-    EPOCH_HEADER, InstallSpec, LIVE_HEADER, Op, ResumeRequest, SEQ_HEADER, SPEC_HEADER, WorkerPath,
+    CALL_HEADER, EPOCH_HEADER, InstallSpec, LIVE_HEADER, Op, ResumeRequest, SEQ_HEADER,
+    SPEC_HEADER, WorkerPath,
 };
 use crate::error::ApiError;
 use crate::http::{Body, collect_body, json, json_error};
@@ -104,6 +104,18 @@ impl RemoteWorker {
         body: Bytes,
     ) -> Result<Response<Body>, ApiError> {
         let w: &dyn crate::worker::WorkerApi = self.worker.as_ref();
+        if matches!(op, Op::Create | Op::Install)
+            && self.shutting_down.load(std::sync::atomic::Ordering::SeqCst)
+        {
+            // A move onto this worker rolls back; the actor stays put.
+            return Err(ApiError::new(
+                503,
+                format!(
+                    "worker {} shutting down: it takes no actors",
+                    self.worker.name()
+                ),
+            ));
+        }
         match op {
             Op::Create => {
                 let spec: HostSpec = serde_json::from_slice(&body)
@@ -130,14 +142,20 @@ impl RemoteWorker {
                     .ok_or_else(|| ApiError::bad_request(format!("missing {EPOCH_HEADER}")))?;
                 let request = stasis_host_api::decode_request(&body)
                     .map_err(|e| ApiError::bad_request(e.to_string()))?;
-                // Never cancelled: when the router's forward is dropped, this
-                // serving loop drops the call, which gives the request up.
-                let response = w
-                    .call(name, epoch, Arc::new(request), &ClientGone::new())
-                    .await?;
+                // Cancelled by `abandon` naming this call; and when the
+                // router's forward is dropped, this serving loop drops the
+                // call, which gives the request up too.
+                let call = self.calls.enter(header(CALL_HEADER));
+                let response = w.call(name, epoch, Arc::new(request), call.gone()).await?;
                 let bytes =
                     stasis_host_api::encode_response(&response).map_err(ApiError::internal)?;
                 Ok(Response::new(Full::new(Bytes::from(bytes))))
+            }
+            Op::Abandon => {
+                let id = header(CALL_HEADER)
+                    .ok_or_else(|| ApiError::bad_request(format!("missing {CALL_HEADER}")))?;
+                self.calls.abandon(&id);
+                Ok(json(StatusCode::OK, &serde_json::json!({})))
             }
             Op::Pause => Ok(json(StatusCode::OK, &w.pause(name).await?)),
             Op::Checkpoint => Ok(json(StatusCode::OK, &w.checkpoint(name).await?)),

@@ -291,9 +291,12 @@ impl RemoteWorker {
     pub(super) async fn pause_all(&self) {
         for name in self.worker.actor_names() {
             match self.worker.pause(&name).await {
-                Ok(report) => {
-                    tracing::info!(actor = %name, seq = report.seq, "paused for shutdown")
-                }
+                Ok(report) => tracing::info!(
+                    actor = %name,
+                    seq = report.seq,
+                    newly_written = report.changed,
+                    "stayed on this worker; paused for shutdown"
+                ),
                 Err(e) => tracing::error!(actor = %name, "pausing for shutdown failed: {e}"),
             }
         }

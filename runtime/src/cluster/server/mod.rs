@@ -12,6 +12,7 @@
 //! do two workers run the same actor.
 
 mod api;
+mod calls;
 mod membership;
 
 use std::future::Future;
@@ -139,6 +140,10 @@ impl FetchTemplate for ControlTemplates {
 
 struct RemoteWorker {
     worker: Arc<Worker>,
+    /// The calls under way, for `abandon`.
+    calls: calls::Calls,
+    /// Set at SIGTERM: no actor is created or installed here after it.
+    shutting_down: std::sync::atomic::AtomicBool,
     cluster: Cluster,
     token: Option<String>,
     install_delay: Option<Duration>,
@@ -321,6 +326,8 @@ pub async fn run(
     }
     let remote = Arc::new(RemoteWorker {
         worker,
+        calls: calls::Calls::default(),
+        shutting_down: std::sync::atomic::AtomicBool::new(false),
         cluster,
         token: options.token.clone(),
         install_delay: std::env::var("STASIS_FAILPOINT_INSTALL_DELAY_MS")
@@ -353,7 +360,18 @@ pub async fn run(
     ready(bound);
     shutdown.await;
     tracing::info!("shutting down: asking the control plane to drain this worker");
-    match remote.drain_me(&options.name).await {
+    remote
+        .shutting_down
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let hosted = remote.worker.actor_names();
+    let drained = remote.drain_me(&options.name).await;
+    // What the drain did, actor by actor, as the control plane decided it:
+    // an actor it moved was removed from here before it answered.
+    let left = remote.worker.actor_names();
+    for actor in hosted.iter().filter(|a| !left.contains(a)) {
+        tracing::info!(actor = %actor, "moved off this worker by the drain");
+    }
+    match drained {
         Ok(()) => tracing::info!("drained"),
         Err(e) => {
             // Not moved: keep what was acknowledged by pausing every actor
@@ -361,11 +379,15 @@ pub async fn run(
             // plane), so that it comes back from that snapshot wherever it
             // is placed next.
             tracing::warn!(
-                "drain refused or failed ({e}); pausing every actor here before exiting"
+                status = e.status,
+                "drain refused or failed ({}); pausing every actor here before exiting",
+                e.message
             );
-            remote.pause_all().await;
         }
     }
+    // Whatever stayed (all of them when the drain was refused) is paused
+    // here; each actor's outcome is logged.
+    remote.pause_all().await;
     membership.abort();
     remote.leave().await;
     let _ = stop_tx.send(true);

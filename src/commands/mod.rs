@@ -1,0 +1,64 @@
+//! The client verbs of `stasis`: each one is a single request to the admin
+//! API of a running `stasis serve` (`docs/api.md`), its answer printed as a
+//! table (default) or as the server's JSON (`-o json`). [`plan`] turns a
+//! verb into its request; [`render`] reads what it uploads and prints its
+//! answer; this module sends it.
+
+mod plan;
+mod render;
+#[cfg(test)]
+mod tests;
+
+use anyhow::bail;
+use bytes::Bytes;
+
+use crate::client::{AdminClient, Payload};
+use crate::output::{self, Json};
+pub use crate::verbs::ClientCommand;
+use crate::verbs::WorkerCommand;
+use plan::{Body, View, plan};
+use render::{print, read_module, render};
+
+/// Runs one client verb: sends its request to the admin API and prints the
+/// answer on stdout.
+///
+/// # Errors
+/// One line for stderr, starting with the verb and its target, e.g.
+/// `actor pause c9: 404 no actor named "c9"`: the server's refusal, an
+/// unreachable admin URL, or an unreadable module file.
+pub async fn run(command: ClientCommand) -> anyhow::Result<()> {
+    if let ClientCommand::Worker(WorkerCommand::Run(args)) = command {
+        return crate::worker_run::run(*args).await;
+    }
+    let call = plan(command)?;
+    let what = call.what.clone();
+    async {
+        let client = AdminClient::new(&call.client.admin, call.client.admin_token.as_deref())?;
+        let payload = match &call.body {
+            Body::Empty => None,
+            Body::Json(value) => Some(Payload {
+                bytes: Bytes::from(serde_json::to_vec(value)?),
+                content_type: "application/json",
+            }),
+            Body::Wasm(path) => Some(Payload {
+                bytes: read_module(path).await?,
+                content_type: "application/wasm",
+            }),
+        };
+        let reply = client
+            .send(call.method.clone(), &call.path, payload, call.timeout)
+            .await?;
+        print(&render(&call, &reply)?)?;
+        if call.view == View::Moves {
+            let failed = Json::parse(&reply.body).map_or(0, |j| output::failed_moves(&j));
+            if failed > 0 {
+                bail!(
+                    "{failed} move(s) failed; the reason of each is printed with it (those actors stayed where they were)"
+                );
+            }
+        }
+        Ok(())
+    }
+    .await
+    .map_err(|e| e.context(what))
+}

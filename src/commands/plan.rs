@@ -1,0 +1,302 @@
+//! Turning a parsed client verb into its request: the route, the body,
+//! the timeout and how its answer is shown.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::bail;
+use hyper::Method;
+
+use crate::client::encode_component;
+use crate::verbs::{ActorCommand, ClientArgs, ClientCommand, TemplateCommand, WorkerCommand};
+
+/// How long a read-only call (list, get) may take; calls that change state
+/// (pause, resume, migrate, drain, ...) wait as long as the server needs.
+pub(super) const READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What a call sends.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum Body {
+    /// Nothing.
+    Empty,
+    /// A JSON document.
+    Json(serde_json::Value),
+    /// The bytes of a file, read when the call runs.
+    Wasm(PathBuf),
+}
+
+/// How a successful answer is shown as a table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum View {
+    /// `key: value` lines.
+    Details,
+    /// `key: value` lines after "template NAME created/unchanged".
+    Pushed,
+    /// A confirmation line ("actor c1 deleted").
+    Deleted,
+    /// The actors table.
+    Actors,
+    /// The templates table.
+    Templates,
+    /// The workers table.
+    Workers,
+    /// The rebalance moves.
+    Moves,
+}
+
+/// One client verb as a request: the caller's options, what it is called in
+/// error messages, the route and body, and how to print the answer.
+#[derive(Debug, Clone)]
+pub(super) struct Call {
+    pub(super) client: ClientArgs,
+    pub(super) what: String,
+    pub(super) method: Method,
+    pub(super) path: String,
+    pub(super) body: Body,
+    pub(super) timeout: Option<Duration>,
+    pub(super) view: View,
+}
+
+/// Longest context (`template push NAME`) an error message starts with;
+/// the server's answer names an over-long name already, once.
+const MAX_WHAT_CHARS: usize = 80;
+
+/// `what`, cut to [`MAX_WHAT_CHARS`] with an ellipsis when longer.
+fn short_what(what: String) -> String {
+    if what.chars().count() <= MAX_WHAT_CHARS {
+        return what;
+    }
+    let mut short: String = what.chars().take(MAX_WHAT_CHARS - 1).collect();
+    short.push('…');
+    short
+}
+
+impl Call {
+    fn new(client: ClientArgs, what: String, method: Method, path: String, view: View) -> Self {
+        let timeout = (method == Method::GET).then_some(READ_TIMEOUT);
+        Self {
+            client,
+            what: short_what(what),
+            method,
+            path,
+            body: Body::Empty,
+            timeout,
+            view,
+        }
+    }
+
+    fn with_body(mut self, body: Body) -> Self {
+        self.body = body;
+        self
+    }
+}
+
+fn template_path(name: &str) -> String {
+    format!("/v1/templates/{}", encode_component(name))
+}
+
+fn actor_path(name: &str, action: &str) -> String {
+    let base = format!("/v1/actors/{}", encode_component(name));
+    if action.is_empty() {
+        base
+    } else {
+        format!("{base}/{action}")
+    }
+}
+
+/// `actor fork SRC NEW [--from-snapshot SEQ]`: `POST /v1/actors/SRC/fork`.
+fn fork_call(client: ClientArgs, src: &str, new: &str, from_snapshot: Option<u64>) -> Call {
+    let mut body = serde_json::json!({ "name": new });
+    if let Some(seq) = from_snapshot {
+        body["from_snapshot"] = seq.into();
+    }
+    Call::new(
+        client,
+        format!("actor fork {src} {new}"),
+        Method::POST,
+        actor_path(src, "fork"),
+        View::Details,
+    )
+    .with_body(Body::Json(body))
+}
+
+/// Turns a parsed command into its request.
+///
+/// # Errors
+/// A `--env` variable given twice.
+pub(super) fn plan(command: ClientCommand) -> anyhow::Result<Call> {
+    use ClientCommand as C;
+    let call = match command {
+        C::Template(TemplateCommand::Push {
+            name,
+            file,
+            env,
+            client,
+        }) => {
+            let mut query = Vec::with_capacity(env.len());
+            for (i, (key, value)) in env.iter().enumerate() {
+                if env[..i].iter().any(|(k, _)| k == key) {
+                    bail!("template push {name}: --env {key} given twice");
+                }
+                query.push(format!(
+                    "env={}",
+                    encode_component(&format!("{key}={value}"))
+                ));
+            }
+            let mut path = template_path(&name);
+            if !query.is_empty() {
+                path.push('?');
+                path.push_str(&query.join("&"));
+            }
+            Call::new(
+                client,
+                format!("template push {name}"),
+                Method::PUT,
+                path,
+                View::Pushed,
+            )
+            .with_body(Body::Wasm(file))
+        }
+        C::Template(TemplateCommand::List { client }) => Call::new(
+            client,
+            "template list".into(),
+            Method::GET,
+            "/v1/templates".into(),
+            View::Templates,
+        ),
+        C::Template(TemplateCommand::Get { name, client }) => Call::new(
+            client,
+            format!("template get {name}"),
+            Method::GET,
+            template_path(&name),
+            View::Details,
+        ),
+        C::Template(TemplateCommand::Delete { name, client }) => Call::new(
+            client,
+            format!("template delete {name}"),
+            Method::DELETE,
+            template_path(&name),
+            View::Deleted,
+        ),
+        C::Actor(ActorCommand::Create {
+            name,
+            template,
+            client,
+        }) => Call::new(
+            client,
+            format!("actor create {name}"),
+            Method::POST,
+            "/v1/actors".into(),
+            View::Details,
+        )
+        .with_body(Body::Json(
+            serde_json::json!({ "name": name, "template": template }),
+        )),
+        C::Actor(ActorCommand::Fork {
+            src,
+            new,
+            from_snapshot,
+            client,
+        }) => fork_call(client, &src, &new, from_snapshot),
+        C::Actor(ActorCommand::List { client }) => Call::new(
+            client,
+            "actor list".into(),
+            Method::GET,
+            "/v1/actors".into(),
+            View::Actors,
+        ),
+        C::Actor(ActorCommand::Get { name, client }) => Call::new(
+            client,
+            format!("actor get {name}"),
+            Method::GET,
+            actor_path(&name, ""),
+            View::Details,
+        ),
+        C::Actor(ActorCommand::Pause { name, client }) => Call::new(
+            client,
+            format!("actor pause {name}"),
+            Method::POST,
+            actor_path(&name, "pause"),
+            View::Details,
+        ),
+        C::Actor(ActorCommand::Resume {
+            name,
+            from_snapshot,
+            from_template,
+            client,
+        }) => {
+            let body = match (from_snapshot, from_template) {
+                (Some(seq), _) => Body::Json(serde_json::json!({ "from_snapshot": seq })),
+                (None, true) => Body::Json(serde_json::json!({ "from_template": true })),
+                (None, false) => Body::Empty,
+            };
+            Call::new(
+                client,
+                format!("actor resume {name}"),
+                Method::POST,
+                actor_path(&name, "resume"),
+                View::Details,
+            )
+            .with_body(body)
+        }
+        C::Actor(ActorCommand::Checkpoint { name, client }) => Call::new(
+            client,
+            format!("actor checkpoint {name}"),
+            Method::POST,
+            actor_path(&name, "checkpoint"),
+            View::Details,
+        ),
+        C::Actor(ActorCommand::Delete { name, client }) => Call::new(
+            client,
+            format!("actor delete {name}"),
+            Method::DELETE,
+            actor_path(&name, ""),
+            View::Deleted,
+        ),
+        C::Actor(ActorCommand::Migrate { name, to, client }) => Call::new(
+            client,
+            format!("actor migrate {name}"),
+            Method::POST,
+            actor_path(&name, "migrate"),
+            View::Details,
+        )
+        .with_body(Body::Json(serde_json::json!({ "to": to }))),
+        C::Worker(WorkerCommand::List { client }) => Call::new(
+            client,
+            "worker list".into(),
+            Method::GET,
+            "/v1/workers".into(),
+            View::Workers,
+        ),
+        C::Worker(WorkerCommand::Drain { name, client }) => Call::new(
+            client,
+            format!("worker drain {name}"),
+            Method::POST,
+            format!("/v1/workers/{}/drain", encode_component(&name)),
+            View::Details,
+        ),
+        C::Worker(WorkerCommand::Undrain { name, client }) => Call::new(
+            client,
+            format!("worker undrain {name}"),
+            Method::POST,
+            format!("/v1/workers/{}/undrain", encode_component(&name)),
+            View::Details,
+        ),
+        C::Worker(WorkerCommand::Run(_)) => bail!("worker run is a server, not a client verb"),
+        C::Rebalance { client } => Call::new(
+            client,
+            "rebalance".into(),
+            Method::POST,
+            "/v1/rebalance".into(),
+            View::Moves,
+        ),
+        C::Gc { client } => Call::new(
+            client,
+            "gc".into(),
+            Method::POST,
+            "/v1/gc".into(),
+            View::Details,
+        ),
+    };
+    Ok(call)
+}

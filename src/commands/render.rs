@@ -1,0 +1,104 @@
+//! What a call sends and prints: the module file it uploads, and its
+//! answer as a table or as the server's JSON.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::{Context, anyhow, bail};
+use bytes::Bytes;
+use hyper::StatusCode;
+
+use super::plan::{Call, View};
+use crate::client::Reply;
+use crate::output::{self, Json};
+use crate::verbs::OutputFormat;
+
+/// Reads the module to push, naming the path in any error.
+pub(super) async fn read_module(path: &PathBuf) -> anyhow::Result<Bytes> {
+    let metadata = tokio::fs::metadata(path)
+        .await
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    if metadata.is_dir() {
+        bail!(
+            "cannot read {}: it is a directory, not a .wasm file",
+            path.display()
+        );
+    }
+    let bytes = tokio::fs::read(path)
+        .await
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    if bytes.is_empty() {
+        bail!("{} is empty, not a .wasm module", path.display());
+    }
+    // Refused here rather than by the server mid-upload, which the client
+    // would only see as a broken pipe.
+    let limit = stasis_runtime::control::MAX_TEMPLATE_BYTES;
+    if bytes.len() > limit {
+        bail!(
+            "{} is {} bytes, larger than the module size limit ({limit} bytes)",
+            path.display(),
+            bytes.len()
+        );
+    }
+    Ok(Bytes::from(bytes))
+}
+
+/// The text printed for a successful answer.
+pub(super) fn render(call: &Call, reply: &Reply) -> anyhow::Result<String> {
+    let parsed = if reply.body.iter().all(u8::is_ascii_whitespace) {
+        None
+    } else {
+        let json = Json::parse(&reply.body).map_err(|e| {
+            anyhow!(
+                "the admin API at {} answered {} with a body that is not JSON ({e})",
+                call.client.admin,
+                reply.status.as_u16()
+            )
+        })?;
+        Some(json)
+    };
+    if call.client.output == OutputFormat::Json {
+        return Ok(match parsed {
+            Some(json) => format!("{}\n", json.to_pretty()),
+            None => "{}\n".to_owned(),
+        });
+    }
+    if call.view == View::Deleted {
+        // "template delete counter" -> "template counter deleted".
+        let mut words = call.what.splitn(3, ' ');
+        let kind = words.next().unwrap_or("");
+        let name = words.nth(1).unwrap_or("");
+        return Ok(format!("{kind} {name} deleted\n"));
+    }
+    let json = parsed.unwrap_or(Json::Null);
+    Ok(match call.view {
+        View::Actors => output::actors_table(&json),
+        View::Templates => output::templates_table(&json),
+        View::Workers => output::workers_table(&json),
+        View::Moves => output::moves_table(&json),
+        View::Pushed => {
+            let name = json.get("name").and_then(Json::as_str).unwrap_or("?");
+            let outcome = if reply.status == StatusCode::CREATED {
+                "created"
+            } else {
+                "unchanged (same bytes and env)"
+            };
+            format!("template {name} {outcome}\n{}", output::details(&json))
+        }
+        View::Details | View::Deleted => output::details(&json),
+    })
+}
+
+/// Writes to stdout; a closed pipe (`| head`) is not an error.
+pub(super) fn print(text: &str) -> anyhow::Result<()> {
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(anyhow!("cannot write to stdout: {e}"))
+        }
+        _ => Ok(()),
+    }
+}
