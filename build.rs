@@ -9,7 +9,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const DEMOS: [&str; 5] = ["counter", "kv", "echo", "faulty", "caller"];
+const DEMOS: [&str; 6] = ["counter", "kv", "echo", "faulty", "caller", "alarm"];
 
 fn main() {
     let root = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("set by cargo"));

@@ -24,6 +24,8 @@
 //! * `replicas_faults`: cluster mode broken as an attacker or an unlucky
 //!   operator would (bad flags, a leader frozen mid-move, etcd's quorum
 //!   frozen, two workers of one name, a large module through a follower);
+//! * `alarms`: the ABI 2 alarm functions through the `alarm` demo: a
+//!   paused actor woken, restarts, a migration, retries, cancel;
 //! * `host_calls`: the ABI 2 host functions (call, send) through the
 //!   `caller` demo, across processes, paused, and loops answered 508;
 //! * `hardening`: faults found by trying Stasis as new users and attackers
@@ -37,6 +39,7 @@
 mod support;
 
 mod abandoned;
+mod alarms;
 mod cluster;
 mod demos;
 mod documented;

@@ -315,6 +315,9 @@ pub async fn run(
         worker.set_router(Arc::new(crate::host_calls::route::PeerRouter::new(
             (**control).clone(),
         )));
+        worker.set_alarm_router(Arc::new(crate::alarms::route::PeerAlarms::new(
+            (**control).clone(),
+        )));
     }
     let remote = Arc::new(RemoteWorker {
         worker,

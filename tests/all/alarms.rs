@@ -1,0 +1,180 @@
+//! Alarms (ABI 2 `set_alarm`, `cancel_alarm`, `alarm`) through the real
+//! binary and the `alarm` demo: an alarm wakes a paused actor, survives a
+//! SIGTERM restart (also one it was due during), follows a migration
+//! across worker processes and fires once there, is retried while its
+//! handler traps, and can be cancelled. Alarms are a few hundred ms ahead,
+//! every wait is bounded.
+
+use std::time::{Duration, Instant};
+
+use crate::support::{RemoteWorker, Server, client, to_actor};
+
+/// `method path` to actor `actor`; the answer's status and body.
+async fn ask(server: &Server, actor: &str, method: &str, path: &str) -> (u16, String) {
+    let answer = to_actor(&client(), server.ingress, actor, method, path).await;
+    (answer.status, answer.body)
+}
+
+/// Sets `actor`'s alarm `in_ms` ahead (with `extra` query parameters).
+async fn set_alarm(server: &Server, actor: &str, in_ms: u64, extra: &str) {
+    let (status, body) = ask(server, actor, "POST", &format!("/?in_ms={in_ms}{extra}")).await;
+    assert_eq!(status, 202, "{body}");
+    assert!(body.starts_with("alarm at "), "{body}");
+}
+
+/// The demo's `fired: K`.
+async fn fired(server: &Server, actor: &str) -> u64 {
+    let (status, body) = ask(server, actor, "GET", "/").await;
+    assert_eq!(status, 200, "{body}");
+    body.trim()
+        .strip_prefix("fired: ")
+        .and_then(|k| k.parse().ok())
+        .unwrap_or_else(|| panic!("not a fired count: {body:?}"))
+}
+
+/// Waits until `actor` has fired `k` times (at most `within`).
+async fn wait_fired(server: &Server, actor: &str, k: u64, within: Duration) {
+    let deadline = Instant::now() + within;
+    loop {
+        let now = fired(server, actor).await;
+        if now == k {
+            return;
+        }
+        assert!(now < k, "{actor} fired {now} times, expected {k}");
+        assert!(
+            Instant::now() < deadline,
+            "{actor} fired {now} times, not {k}, within {within:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn state(server: &Server, actor: &str) -> String {
+    server.cli_json(&["actor", "get", actor])["state"]
+        .as_str()
+        .expect("state")
+        .to_owned()
+}
+
+/// The value of metric line `name` (no labels), 0 when absent.
+fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or(0.0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_alarm_wakes_a_paused_actor_and_a_cancelled_one_never_fires() {
+    let server = Server::start(&["--workers", "1"]);
+    server.push("alarm");
+    server.create("sleeper", "alarm");
+    assert_eq!(
+        ask(&server, "sleeper", "GET", "/alarm").await.1,
+        "alarm: none\n"
+    );
+    set_alarm(&server, "sleeper", 1_200, "").await;
+    let (_, pending) = ask(&server, "sleeper", "GET", "/alarm").await;
+    assert!(pending.starts_with("alarm: 1"), "{pending}");
+    assert_eq!(
+        metric(&server.metrics().await, "stasis_alarms_pending"),
+        1.0
+    );
+    server.cli_ok(&["actor", "pause", "sleeper"]);
+    assert_eq!(state(&server, "sleeper"), "paused");
+    // Nothing touches the actor until well after its alarm: the alarm
+    // alone resumes it.
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    assert_eq!(state(&server, "sleeper"), "running");
+    assert_eq!(fired(&server, "sleeper").await, 1);
+    assert_eq!(
+        ask(&server, "sleeper", "GET", "/alarm").await.1,
+        "alarm: none\n"
+    );
+    let text = server.metrics().await;
+    assert_eq!(metric(&text, "stasis_alarms_fired_total"), 1.0, "{text}");
+    assert_eq!(metric(&text, "stasis_alarms_pending"), 0.0, "{text}");
+
+    // Cancelled: never fires.
+    set_alarm(&server, "sleeper", 600, "").await;
+    let (status, body) = ask(&server, "sleeper", "DELETE", "/").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        ask(&server, "sleeper", "GET", "/alarm").await.1,
+        "alarm: none\n"
+    );
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    assert_eq!(fired(&server, "sleeper").await, 1);
+
+    // The actor's state continues: the next alarm is its second firing.
+    server.cli_ok(&["actor", "pause", "sleeper"]);
+    set_alarm(&server, "sleeper", 300, "").await;
+    wait_fired(&server, "sleeper", 2, Duration::from_secs(5)).await;
+    let text = server.metrics().await;
+    assert_eq!(metric(&text, "stasis_alarms_fired_total"), 2.0, "{text}");
+    assert_eq!(metric(&text, "stasis_alarm_failures_total"), 0.0, "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn alarms_survive_restarts_and_fire_once() {
+    let server = Server::start(&["--workers", "1"]);
+    server.push("alarm");
+    server.create("durable", "alarm");
+    // Due while the server is down: fires once, late, after the start.
+    set_alarm(&server, "durable", 500, "").await;
+    let mut server = server;
+    let dir = server.stop();
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    let server = Server::start_in(&dir, &["--workers", "1"]).expect("start again");
+    wait_fired(&server, "durable", 1, Duration::from_secs(5)).await;
+    // Due after a SIGTERM restart: fires once after it.
+    set_alarm(&server, "durable", 1_500, "").await;
+    let server = server.restart(&["--workers", "1"]);
+    wait_fired(&server, "durable", 2, Duration::from_secs(6)).await;
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert_eq!(fired(&server, "durable").await, 2, "fired once each");
+    assert_eq!(
+        metric(&server.metrics().await, "stasis_alarms_pending"),
+        0.0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_alarm_follows_a_migration_and_fires_once_on_the_new_worker() {
+    let server = Server::start(&["--workers", "0"]);
+    let a = RemoteWorker::start(&server, "w-a", &[]);
+    let b = RemoteWorker::start(&server, "w-b", &[]);
+    server.push("alarm");
+    server.create("rover", "alarm");
+    let first = server.worker_of("rover");
+    let to = if first == a.name { &b.name } else { &a.name };
+    // Set on a remote worker: through the control plane's internal API.
+    set_alarm(&server, "rover", 1_500, "").await;
+    let moved = server.cli_json(&["actor", "migrate", "rover", "--to", to]);
+    assert_eq!(moved["worker"], to.as_str());
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    wait_fired(&server, "rover", 1, Duration::from_secs(5)).await;
+    assert_eq!(server.worker_of("rover"), *to);
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert_eq!(fired(&server, "rover").await, 1, "fired once");
+    let text = server.metrics().await;
+    assert_eq!(metric(&text, "stasis_alarms_fired_total"), 1.0, "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trapping_alarm_handler_is_retried_until_it_succeeds() {
+    let server = Server::start(&["--workers", "1"]);
+    server.push("alarm");
+    server.create("flaky", "alarm");
+    // Firings before the alarm's time + 1.2 s trap: the first one and the
+    // retry 0.5 s later; the retry 1 s after that succeeds.
+    set_alarm(&server, "flaky", 300, "&fail_ms=1200").await;
+    // The pause's snapshot keeps the trap switch: a trap rolls back to it.
+    server.cli_ok(&["actor", "pause", "flaky"]);
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    wait_fired(&server, "flaky", 1, Duration::from_secs(8)).await;
+    let text = server.metrics().await;
+    assert_eq!(metric(&text, "stasis_alarm_failures_total"), 2.0, "{text}");
+    assert_eq!(metric(&text, "stasis_alarms_fired_total"), 1.0, "{text}");
+    assert_eq!(metric(&text, "stasis_alarms_pending"), 0.0, "{text}");
+    assert!(server.log().contains("retrying in"), "{}", server.log());
+}
