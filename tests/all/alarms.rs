@@ -112,6 +112,18 @@ async fn an_alarm_wakes_a_paused_actor_and_a_cancelled_one_never_fires() {
     let text = server.metrics().await;
     assert_eq!(metric(&text, "stasis_alarms_fired_total"), 2.0, "{text}");
     assert_eq!(metric(&text, "stasis_alarm_failures_total"), 0.0, "{text}");
+
+    // Deleting the actor deletes its alarm.
+    set_alarm(&server, "sleeper", 60_000, "").await;
+    assert_eq!(
+        metric(&server.metrics().await, "stasis_alarms_pending"),
+        1.0
+    );
+    server.cli_ok(&["actor", "delete", "sleeper"]);
+    assert_eq!(
+        metric(&server.metrics().await, "stasis_alarms_pending"),
+        0.0
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -177,4 +189,49 @@ async fn a_trapping_alarm_handler_is_retried_until_it_succeeds() {
     assert_eq!(metric(&text, "stasis_alarms_fired_total"), 1.0, "{text}");
     assert_eq!(metric(&text, "stasis_alarms_pending"), 0.0, "{text}");
     assert!(server.log().contains("retrying in"), "{}", server.log());
+}
+
+/// An ABI 2 module without `stasis_on_alarm`: `POST /` sets an alarm long
+/// past (due at once) and answers 200.
+const NO_HOOK_WAT: &str = r#"(module
+  (import "stasis" "set_alarm" (func $set_alarm (param i64) (result i32)))
+  (@custom "stasis-abi" "\02\00\00\00")
+  (memory 1)
+  (data (i32.const 16) "\c8\00\00")
+  (func (export "stasis_alloc") (param i32) (result i32) (i32.const 1024))
+  (func (export "stasis_handle") (param i32 i32) (result i64)
+    (drop (call $set_alarm (i64.const 1)))
+    (i64.const 0x1000000003)))"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_alarm_of_a_module_without_the_hook_is_removed_and_counted() {
+    let server = Server::start(&["--workers", "1"]);
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let path = tmp.path().join("no-hook.wasm");
+    std::fs::write(&path, wat::parse_str(NO_HOOK_WAT).expect("WAT")).expect("write module");
+    server.cli_ok(&[
+        "template",
+        "push",
+        "no-hook",
+        path.to_str().expect("utf-8 path"),
+    ]);
+    server.create("hookless", "no-hook");
+    let (status, body) = ask(&server, "hookless", "POST", "/").await;
+    assert_eq!(status, 200, "{body}");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let text = server.metrics().await;
+        if metric(&text, "stasis_alarms_without_hook_total") == 1.0 {
+            assert_eq!(metric(&text, "stasis_alarms_pending"), 0.0, "{text}");
+            assert_eq!(metric(&text, "stasis_alarms_fired_total"), 0.0, "{text}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "no warning counted: {text}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        server.log().contains("no stasis_on_alarm export"),
+        "{}",
+        server.log()
+    );
 }

@@ -19,7 +19,8 @@ use super::AlarmMetrics;
 use crate::control::directory::Directory;
 use crate::error::ApiError;
 
-/// Alarm deliveries in flight at once (more wait for a turn).
+/// Alarm deliveries (actor invocations) in flight at once; more wait for
+/// a turn. Recording the outcome (a directory write) is outside the turn.
 const MAX_IN_FLIGHT: usize = 64;
 
 /// What delivering one alarm came to.
@@ -366,10 +367,12 @@ async fn fire_loop(inner: Arc<Inner>, deliver: Arc<dyn Deliver>) {
         for (actor, generation) in due {
             let (inner, deliver) = (inner.clone(), deliver.clone());
             tokio::spawn(async move {
-                let Ok(_turn) = inner.turns.clone().acquire_owned().await else {
+                let Ok(turn) = inner.turns.clone().acquire_owned().await else {
                     return;
                 };
                 let delivery = deliver.deliver(&actor).await;
+                // The next delivery need not wait for this one's record.
+                drop(turn);
                 inner.finish(&actor, generation, delivery).await;
             });
         }
