@@ -5,26 +5,44 @@
 //! handler traps, and can be cancelled. Alarms are a few hundred ms ahead,
 //! every wait is bounded.
 
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use crate::support::{RemoteWorker, Server, client, to_actor};
 
-/// `method path` to actor `actor`; the answer's status and body.
-async fn ask(server: &Server, actor: &str, method: &str, path: &str) -> (u16, String) {
-    let answer = to_actor(&client(), server.ingress, actor, method, path).await;
+/// `method path` to actor `actor` through the ingress at `ingress`; the
+/// answer's status and body.
+async fn ask_at(ingress: SocketAddr, actor: &str, method: &str, path: &str) -> (u16, String) {
+    let answer = to_actor(&client(), ingress, actor, method, path).await;
     (answer.status, answer.body)
+}
+
+/// `method path` to actor `actor` on `server`.
+async fn ask(server: &Server, actor: &str, method: &str, path: &str) -> (u16, String) {
+    ask_at(server.ingress, actor, method, path).await
 }
 
 /// Sets `actor`'s alarm `in_ms` ahead (with `extra` query parameters).
 async fn set_alarm(server: &Server, actor: &str, in_ms: u64, extra: &str) {
-    let (status, body) = ask(server, actor, "POST", &format!("/?in_ms={in_ms}{extra}")).await;
+    set_alarm_at(server.ingress, actor, in_ms, extra).await;
+}
+
+/// [`set_alarm`] through the ingress at `ingress`.
+async fn set_alarm_at(ingress: SocketAddr, actor: &str, in_ms: u64, extra: &str) {
+    let path = format!("/?in_ms={in_ms}{extra}");
+    let (status, body) = ask_at(ingress, actor, "POST", &path).await;
     assert_eq!(status, 202, "{body}");
     assert!(body.starts_with("alarm at "), "{body}");
 }
 
 /// The demo's `fired: K`.
 async fn fired(server: &Server, actor: &str) -> u64 {
-    let (status, body) = ask(server, actor, "GET", "/").await;
+    fired_at(server.ingress, actor).await
+}
+
+/// [`fired`] through the ingress at `ingress`.
+async fn fired_at(ingress: SocketAddr, actor: &str) -> u64 {
+    let (status, body) = ask_at(ingress, actor, "GET", "/").await;
     assert_eq!(status, 200, "{body}");
     body.trim()
         .strip_prefix("fired: ")
@@ -34,9 +52,14 @@ async fn fired(server: &Server, actor: &str) -> u64 {
 
 /// Waits until `actor` has fired `k` times (at most `within`).
 async fn wait_fired(server: &Server, actor: &str, k: u64, within: Duration) {
+    wait_fired_at(server.ingress, actor, k, within).await;
+}
+
+/// [`wait_fired`] through the ingress at `ingress`.
+async fn wait_fired_at(ingress: SocketAddr, actor: &str, k: u64, within: Duration) {
     let deadline = Instant::now() + within;
     loop {
-        let now = fired(server, actor).await;
+        let now = fired_at(ingress, actor).await;
         if now == k {
             return;
         }
@@ -239,4 +262,36 @@ async fn an_alarm_of_a_module_without_the_hook_is_removed_and_counted() {
         "{}",
         server.log()
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_an_etcd_cluster_the_leader_fires_alarms_and_its_successor_takes_them_over() {
+    let _one = crate::replicas::ONE_CLUSTER.lock().await;
+    let mut d = crate::replicas::deployment(1, 2, 1, &[]);
+    let leader = d.leader();
+    let f = 1 - leader;
+    let path = crate::support::demo("alarm");
+    d.cli_ok(
+        f,
+        &[
+            "template",
+            "push",
+            "alarm",
+            path.to_str().expect("utf-8 path"),
+        ],
+    );
+    d.cli_json(f, &["actor", "create", "ring", "--template", "alarm"]);
+    let ingress = d.replica(f).ingress;
+    // Set on the cluster's worker (through the leader found in etcd),
+    // fired by the leader.
+    set_alarm_at(ingress, "ring", 300, "").await;
+    wait_fired_at(ingress, "ring", 1, Duration::from_secs(10)).await;
+    // Set, then the leader is killed: the next leader loads the alarm from
+    // etcd and fires it, once.
+    set_alarm_at(ingress, "ring", 1_500, "").await;
+    drop(d.replicas[leader].take());
+    wait_fired_at(ingress, "ring", 2, Duration::from_secs(20)).await;
+    assert_eq!(d.leader(), f);
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert_eq!(fired_at(ingress, "ring").await, 2, "fired once each");
 }

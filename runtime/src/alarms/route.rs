@@ -1,7 +1,8 @@
-//! The two ways an actor's alarm host functions reach the control plane's
-//! [`super::scheduler::Scheduler`]: [`ControlAlarms`], in this process,
-//! and [`PeerAlarms`], from a remote worker through the control plane's
-//! internal API ([`ControlPath::Alarm`]: `PUT` with the time in Unix ms as
+//! The ways an actor's alarm host functions reach the control plane's
+//! [`super::scheduler::Scheduler`]: [`ControlAlarms`], in this process;
+//! [`PeerAlarms`], from a remote worker joined to `stasis serve`; and
+//! [`PeerAlarms::leader`], from a worker of an etcd cluster to the leader replica
+//! it finds in etcd. The last two use the control plane's internal API ([`ControlPath::Alarm`]: `PUT` with the time in Unix ms as
 //! decimal text, `DELETE`, `GET` answering the time or 204 when none is
 //! set), which the admin API answers with the same scheduler.
 
@@ -13,6 +14,7 @@ use hyper::Method;
 
 use super::AlarmRouter;
 use crate::cluster::client::Peer;
+use crate::cluster::etcd::Etcd;
 use crate::cluster::proto::ControlPath;
 use crate::control::ControlPlane;
 use crate::error::ApiError;
@@ -54,21 +56,58 @@ impl AlarmRouter for ControlAlarms {
     }
 }
 
-/// Alarms from a remote worker through its control plane's internal API.
+/// Where a worker's alarm calls go: a fixed control plane, or the leader
+/// replica of an etcd cluster (looked up for each call).
+enum Target {
+    Control(Peer),
+    Leader { etcd: Etcd, token: Option<String> },
+}
+
+/// Alarms from a remote worker through the control plane's internal API
+/// (see the module docs).
 pub struct PeerAlarms {
-    control: Peer,
+    target: Target,
 }
 
 impl PeerAlarms {
-    /// Alarms through the control plane `control`.
+    /// Alarms through the control plane `control` (`worker run` joined to
+    /// `stasis serve`).
     #[must_use]
     pub fn new(control: Peer) -> Self {
-        Self { control }
+        Self {
+            target: Target::Control(control),
+        }
+    }
+
+    /// Alarms through the leader replica of the cluster in `etcd` (a
+    /// worker in cluster mode), sending `token` as its bearer token.
+    #[must_use]
+    pub fn leader(etcd: Etcd, token: Option<String>) -> Self {
+        Self {
+            target: Target::Leader { etcd, token },
+        }
     }
 
     async fn send(&self, method: Method, actor: &str, body: Bytes) -> Result<Bytes, ApiError> {
         let path = ControlPath::Alarm(actor).to_path();
-        Ok(self.control.send(method, &path, &[], body).await?.body)
+        let leader;
+        let control = match &self.target {
+            Target::Control(control) => control,
+            Target::Leader { etcd, token } => {
+                let found = etcd
+                    .leader()
+                    .await
+                    .map_err(|e| ApiError::unavailable(format!("finding the leader: {e:#}")))?
+                    .ok_or_else(|| ApiError::unavailable("no leader replica"))?;
+                leader = Peer::new(
+                    &format!("http://{}", found.admin),
+                    token.as_deref(),
+                    "leader replica",
+                )?;
+                &leader
+            }
+        };
+        Ok(control.send(method, &path, &[], body).await?.body)
     }
 }
 

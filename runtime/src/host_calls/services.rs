@@ -261,8 +261,7 @@ impl ActorHostServices {
         let Some(alarms) = self.calls.alarm_router().cloned() else {
             return ready(Err(ServiceError::new(
                 HostError::NotEnabled,
-                "alarms are not enabled on this worker (workers in etcd cluster mode have no \
-                 route to the leader's alarms yet)",
+                "alarms are not enabled on this worker (it has no control plane)",
             )));
         };
         let deadline = self.scope().deadline;

@@ -319,6 +319,13 @@ pub async fn run(
             (**control).clone(),
         )));
     }
+    // Its actors' alarms go to the leader replica (cluster mode).
+    if let Cluster::Registered { etcd, .. } = &cluster {
+        worker.set_alarm_router(Arc::new(crate::alarms::route::PeerAlarms::leader(
+            etcd.clone(),
+            options.token.clone(),
+        )));
+    }
     let remote = Arc::new(RemoteWorker {
         worker,
         cluster,
