@@ -59,7 +59,7 @@ impl AlarmRouter for ControlAlarms {
 /// Where a worker's alarm calls go: a fixed control plane, or the leader
 /// replica of an etcd cluster (looked up for each call).
 enum Target {
-    Control(Peer),
+    Control(Box<Peer>),
     Leader { etcd: Etcd, token: Option<String> },
 }
 
@@ -75,7 +75,7 @@ impl PeerAlarms {
     #[must_use]
     pub fn new(control: Peer) -> Self {
         Self {
-            target: Target::Control(control),
+            target: Target::Control(Box::new(control)),
         }
     }
 
