@@ -271,6 +271,19 @@ impl AdminApi {
                     "text/plain; charset=utf-8",
                 ))
             }
+            (&Method::PUT, ControlPath::Alarm(actor)) => {
+                let at_unix_ms = crate::alarms::route::parse_ms(&body)?;
+                c.alarms().set(actor, at_unix_ms).await?;
+                Ok(no_content())
+            }
+            (&Method::DELETE, ControlPath::Alarm(actor)) => {
+                c.alarms().cancel(actor).await?;
+                Ok(no_content())
+            }
+            (&Method::GET, ControlPath::Alarm(actor)) => match c.alarms().get(actor).await? {
+                Some(at) => Ok(text(StatusCode::OK, at.to_string(), "text/plain")),
+                None => Ok(no_content()),
+            },
             _ => Err(ApiError::new(
                 405,
                 format!("method {method} not allowed on {path}"),

@@ -14,12 +14,14 @@
 //! paths, headers and types, client and server), [`auth`] (the bearer
 //! check), [`error`] (the one error shape), [`http`] (HTTP serving helpers),
 //! [`http_client`] (the one HTTP client core, also under the CLI),
+//! [`alarms`] (each actor's durable alarm: the scheduler, delivery),
 //! [`host_calls`] (what the ABI 2 host functions do: calls between
 //! actors, messages, outbound requests), [`client_gone`] (the token that says a routed request's client left, so
 //! a request not yet started is dropped), [`metrics`].
 
 #![warn(missing_docs)]
 
+pub mod alarms;
 pub mod api;
 pub mod auth;
 pub mod client_gone;

@@ -92,6 +92,8 @@ pub struct Metrics {
     pub snapshot_bytes: Gauge,
     /// Calls, messages and outbound requests of the host functions.
     pub host_calls: crate::host_calls::HostCallMetrics,
+    /// Alarms fired, failed and pending.
+    pub alarms: crate::alarms::AlarmMetrics,
 }
 
 /// Per-actor series and the index that bounds and removes them.
@@ -298,6 +300,7 @@ impl Metrics {
         );
         let per_actor = per_actor.then(|| PerActor::new(&mut registry));
         let host_calls = crate::host_calls::HostCallMetrics::register(&mut registry);
+        let alarms = crate::alarms::AlarmMetrics::register(&mut registry);
         Self {
             registry,
             requests,
@@ -313,6 +316,7 @@ impl Metrics {
             held_requests,
             snapshot_bytes,
             host_calls,
+            alarms,
         }
     }
 

@@ -119,7 +119,7 @@ pub fn actor_of(parts: &Parts, domain: &str) -> Result<String, ApiError> {
 }
 
 /// Converts the HTTP request into the guest's request, dropping hop-by-hop
-/// headers, `stasis-actor` and `stasis-call-chain`.
+/// headers, `stasis-actor`, `stasis-call-chain` and `stasis-alarm`.
 fn guest_request(parts: &Parts, body: Bytes) -> stasis_host_api::Request {
     let uri = parts
         .uri
@@ -133,6 +133,7 @@ fn guest_request(parts: &Parts, body: Bytes) -> stasis_host_api::Request {
             // The chain of callers is the host's to set, never a client's.
             name != ACTOR_HEADER
                 && name != crate::host_calls::CALL_CHAIN_HEADER
+                && name != crate::alarms::ALARM_HEADER
                 && !HOP_BY_HOP.contains(&name)
         })
         .map(|(name, value)| (name.as_str().to_owned(), value.as_bytes().to_vec()))

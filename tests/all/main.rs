@@ -30,6 +30,8 @@
 //! * `replicas_faults`: cluster mode broken as an attacker or an unlucky
 //!   operator would (bad flags, a leader frozen mid-move, etcd's quorum
 //!   frozen, two workers of one name, a large module through a follower);
+//! * `alarms`: the ABI 2 alarm functions through the `alarm` demo: a
+//!   paused actor woken, restarts, a migration, retries, cancel;
 //! * `c_sdk`: the C guest SDK's counter answers as the Rust one, keeps its
 //!   count across pause and restart, and answers malformed bytes with 400;
 //! * `host_calls`: the ABI 2 host functions (call, send) through the
@@ -45,6 +47,7 @@
 mod support;
 
 mod abandoned;
+mod alarms;
 mod c_sdk;
 mod cli;
 mod cluster;

@@ -170,6 +170,9 @@ pub enum ControlPath<'a> {
     /// `POST`: an actor's `send` to actor `name` (body: the encoded
     /// request; answer 202 once accepted).
     Send(&'a str),
+    /// `PUT` (body: Unix ms, decimal), `DELETE`, `GET`: the alarm of actor
+    /// `name`, set by its actor on a remote worker.
+    Alarm(&'a str),
 }
 
 impl<'a> ControlPath<'a> {
@@ -184,6 +187,7 @@ impl<'a> ControlPath<'a> {
             ControlPath::Snapshot(actor, seq) => format!("{PREFIX}/snapshots/{actor}/{seq}"),
             ControlPath::Call(actor) => format!("{PREFIX}/calls/{actor}"),
             ControlPath::Send(actor) => format!("{PREFIX}/sends/{actor}"),
+            ControlPath::Alarm(actor) => format!("{PREFIX}/alarms/{actor}"),
         }
     }
 
@@ -200,6 +204,7 @@ impl<'a> ControlPath<'a> {
             ["snapshots", actor, seq] => Some(ControlPath::Snapshot(actor, seq)),
             ["calls", actor] => Some(ControlPath::Call(actor)),
             ["sends", actor] => Some(ControlPath::Send(actor)),
+            ["alarms", actor] => Some(ControlPath::Alarm(actor)),
             _ => None,
         }
     }

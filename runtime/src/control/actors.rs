@@ -378,6 +378,7 @@ impl ControlPlane {
         // for it any more.
         self.metrics.forget_actor(name);
         self.directory.delete_actor(name)?;
+        self.alarms.forget(name);
         self.store.remove_actor(name)?;
         tracing::info!(actor = name, "actor deleted");
         Ok(())

@@ -1,5 +1,5 @@
-//! The durable directory: which templates and actors exist and where each
-//! actor lives (worker and placement epoch). [`Directory`] is the seam a
+//! The durable directory: which templates and actors exist, where each
+//! actor lives (worker and placement epoch) and each actor's one alarm. [`Directory`] is the seam a
 //! clustered directory plugs into; [`SqliteDirectory`] is the embedded one
 //! in `stasis.db`. Snapshots are files (see
 //! [`stasis_core::snapshot_files`]).
@@ -86,12 +86,45 @@ pub trait Directory: Send + Sync {
     /// 500 on a storage failure.
     fn actors(&self) -> Result<Vec<ActorRow>, ApiError>;
 
-    /// Deletes actor `name`.
+    /// Deletes actor `name`, and its alarm.
     ///
     /// # Errors
     /// 500 on a storage failure.
     fn delete_actor(&self, name: &str) -> Result<(), ApiError>;
+
+    /// Sets actor `name`'s one alarm to `at_unix_ms` (Unix ms), replacing
+    /// any.
+    ///
+    /// # Errors
+    /// 500 on a storage failure; 503 from a leader that no longer leads.
+    fn set_alarm(&self, name: &str, at_unix_ms: u64) -> Result<(), ApiError>;
+
+    /// Removes actor `name`'s alarm; with `only_at`, only if it is still
+    /// set at that time (a fired alarm is cleared unless its handler set a
+    /// new one). True if an alarm was removed.
+    ///
+    /// # Errors
+    /// 500 on a storage failure; 503 from a leader that no longer leads.
+    fn clear_alarm(&self, name: &str, only_at: Option<u64>) -> Result<bool, ApiError>;
+
+    /// Actor `name`'s alarm (Unix ms), if one is set.
+    ///
+    /// # Errors
+    /// 500 on a storage failure.
+    fn alarm(&self, name: &str) -> Result<Option<u64>, ApiError>;
+
+    /// Every pending alarm: (actor, Unix ms), by actor.
+    ///
+    /// # Errors
+    /// 500 on a storage failure.
+    fn alarms(&self) -> Result<Vec<(String, u64)>, ApiError>;
 }
+
+/// The schema version `stasis.db` is migrated to (`PRAGMA user_version`):
+/// 0 is templates and actors (every data dir before alarms), 1 adds the
+/// `alarms` table. Opening migrates an older file in place; nothing in it
+/// changes.
+const SCHEMA_VERSION: i64 = 1;
 
 /// The embedded directory in one SQLite file. Every write is one
 /// transaction, durable on return (WAL, `synchronous=FULL`). Actor
@@ -150,6 +183,7 @@ impl SqliteDirectory {
                  epoch    INTEGER NOT NULL
              );",
         )?;
+        migrate(&conn)?;
         Ok(Self {
             conn: Mutex::new(conn),
             inserts: Mutex::default(),
@@ -297,11 +331,92 @@ impl Directory for SqliteDirectory {
     }
 
     fn delete_actor(&self, name: &str) -> Result<(), ApiError> {
+        let mut conn = self.conn();
+        let tx = conn.transaction().map_err(db)?;
+        tx.execute("DELETE FROM alarms WHERE actor = ?1", [name])
+            .map_err(db)?;
+        tx.execute("DELETE FROM actors WHERE name = ?1", [name])
+            .map_err(db)?;
+        tx.commit().map_err(db)
+    }
+
+    fn set_alarm(&self, name: &str, at_unix_ms: u64) -> Result<(), ApiError> {
         self.conn()
-            .execute("DELETE FROM actors WHERE name = ?1", [name])
+            .execute(
+                "INSERT INTO alarms (actor, at_unix_ms) VALUES (?1, ?2)
+                 ON CONFLICT(actor) DO UPDATE SET at_unix_ms = excluded.at_unix_ms",
+                params![name, sql_ms(at_unix_ms)],
+            )
             .map_err(db)?;
         Ok(())
     }
+
+    fn clear_alarm(&self, name: &str, only_at: Option<u64>) -> Result<bool, ApiError> {
+        let n = match only_at {
+            Some(at) => self.conn().execute(
+                "DELETE FROM alarms WHERE actor = ?1 AND at_unix_ms = ?2",
+                params![name, sql_ms(at)],
+            ),
+            None => self
+                .conn()
+                .execute("DELETE FROM alarms WHERE actor = ?1", [name]),
+        }
+        .map_err(db)?;
+        Ok(n > 0)
+    }
+
+    fn alarm(&self, name: &str) -> Result<Option<u64>, ApiError> {
+        self.conn()
+            .query_row(
+                "SELECT at_unix_ms FROM alarms WHERE actor = ?1",
+                [name],
+                |r| r.get::<_, i64>(0),
+            )
+            .optional()
+            .map(|at| at.map(|ms| u64::try_from(ms).unwrap_or(0)))
+            .map_err(db)
+    }
+
+    fn alarms(&self) -> Result<Vec<(String, u64)>, ApiError> {
+        let conn = self.conn();
+        let mut stmt = conn
+            .prepare("SELECT actor, at_unix_ms FROM alarms ORDER BY actor")
+            .map_err(db)?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok((r.get(0)?, u64::try_from(r.get::<_, i64>(1)?).unwrap_or(0)))
+            })
+            .map_err(db)?;
+        rows.collect::<Result<_, _>>().map_err(db)
+    }
+}
+
+/// A Unix-ms time as SQLite's signed integer (times past `i64::MAX` are
+/// kept at `i64::MAX`: they never come).
+fn sql_ms(at_unix_ms: u64) -> i64 {
+    i64::try_from(at_unix_ms).unwrap_or(i64::MAX)
+}
+
+/// Brings the schema from its `user_version` to [`SCHEMA_VERSION`], one
+/// transaction per step. A newer file than this binary knows is refused.
+fn migrate(conn: &Connection) -> anyhow::Result<()> {
+    let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    anyhow::ensure!(
+        version <= SCHEMA_VERSION,
+        "stasis.db has schema version {version}, newer than this binary's {SCHEMA_VERSION}"
+    );
+    if version < 1 {
+        conn.execute_batch(
+            "BEGIN;
+             CREATE TABLE IF NOT EXISTS alarms (
+                 actor      TEXT PRIMARY KEY,
+                 at_unix_ms INTEGER NOT NULL
+             );
+             PRAGMA user_version = 1;
+             COMMIT;",
+        )?;
+    }
+    Ok(())
 }
 
 fn template_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TemplateRow> {
@@ -400,5 +515,41 @@ mod tests {
         );
         let rows = dir.actors().expect("actors");
         assert_eq!((rows[0].worker.as_str(), rows[0].epoch), ("w2", 2));
+    }
+
+    #[test]
+    fn one_alarm_per_actor_kept_across_reopen_and_deleted_with_the_actor() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let path = tmp.path().join("stasis.db");
+        // A data dir from before alarms (schema version 0) opens and
+        // migrates.
+        {
+            let conn = Connection::open(&path).expect("old db");
+            conn.execute_batch(
+                "CREATE TABLE templates (name TEXT PRIMARY KEY, digest TEXT NOT NULL,
+                     bytes INTEGER NOT NULL, env TEXT NOT NULL);
+                 CREATE TABLE actors (name TEXT PRIMARY KEY, template TEXT NOT NULL
+                     REFERENCES templates(name), worker TEXT NOT NULL, epoch INTEGER NOT NULL);
+                 INSERT INTO templates VALUES ('t', '00', 0, '[]');
+                 INSERT INTO actors VALUES ('a', 't', 'w1', 1);",
+            )
+            .expect("old schema");
+        }
+        let dir = SqliteDirectory::open(&path).expect("open and migrate");
+        assert_eq!(dir.actors().expect("actors").len(), 1);
+        assert_eq!(dir.alarm("a").expect("read"), None);
+        dir.set_alarm("a", 1_000).expect("set");
+        dir.set_alarm("a", 2_000).expect("replace");
+        assert_eq!(dir.alarm("a").expect("read"), Some(2_000));
+        assert!(!dir.clear_alarm("a", Some(1_000)).expect("stale clear"));
+        assert_eq!(dir.alarms().expect("all"), vec![("a".to_owned(), 2_000)]);
+        drop(dir);
+        let dir = SqliteDirectory::open(&path).expect("reopen");
+        assert_eq!(dir.alarm("a").expect("read"), Some(2_000));
+        dir.delete_actor("a").expect("delete");
+        assert_eq!(dir.alarms().expect("all"), Vec::new());
+        dir.set_alarm("b", 5).expect("set");
+        assert!(dir.clear_alarm("b", None).expect("cancel"));
+        assert!(!dir.clear_alarm("b", None).expect("cancel again"));
     }
 }

@@ -47,6 +47,7 @@ use anyhow::Context as _;
 use crate::cluster::etcd::{EtcdOptions, WorkerRecord};
 use crate::cluster::proto::JoinAnswer;
 use crate::cluster::shared::StoreTemplates;
+use crate::error::ApiError;
 use crate::metrics::{Metrics, StateLabel};
 use crate::worker::actor::ActorState;
 use crate::worker::templates::TemplateDir;
@@ -194,6 +195,9 @@ pub struct ControlPlane {
     /// Set when graceful shutdown begins: no move or drain starts after it.
     shutting_down: AtomicBool,
     role: Role,
+    /// Every actor's alarm (fired only by an embedded or leading control
+    /// plane, see [`crate::alarms`]).
+    alarms: crate::alarms::scheduler::Scheduler,
     _lock: Option<File>,
 }
 
@@ -270,6 +274,8 @@ impl ControlPlane {
         };
         let (control, locals) = Self::assemble(config, metrics, backend, Role::Embedded)?;
         control.recover(&locals)?;
+        let pending = control.directory.alarms()?;
+        control.start_alarms(pending)?;
         Ok(control)
     }
 
@@ -323,6 +329,13 @@ impl ControlPlane {
         match role {
             Role::Leader => control.recover_cluster(rows).await,
             Role::Follower | Role::Embedded => control.load_placements(&rows),
+        }
+        if role == Role::Leader {
+            let directory = control.directory.clone();
+            let pending = tokio::task::spawn_blocking(move || directory.alarms())
+                .await
+                .context("reading the alarms")??;
+            control.start_alarms(pending)?;
         }
         Ok(control)
     }
@@ -387,6 +400,10 @@ impl ControlPlane {
             .iter()
             .map(|w| Arc::new(Member::new(w.clone() as Arc<dyn WorkerApi>, 0)))
             .collect();
+        let alarms = crate::alarms::scheduler::Scheduler::new(
+            backend.directory.clone(),
+            metrics.alarms.clone(),
+        );
         let control = Arc::new(Self {
             directory: backend.directory,
             engine,
@@ -402,12 +419,14 @@ impl ControlPlane {
             incarnations: AtomicU64::new(1),
             shutting_down: AtomicBool::new(false),
             role,
+            alarms,
             _lock: backend.lock,
         });
         for worker in &locals {
             worker.set_router(Arc::new(crate::host_calls::route::ControlRouter::new(
                 &control,
             )));
+            worker.set_alarm_router(Arc::new(crate::alarms::route::ControlAlarms::new(&control)));
         }
         Ok((control, locals))
     }
@@ -422,6 +441,18 @@ impl ControlPlane {
     #[must_use]
     pub fn role(&self) -> Role {
         self.role
+    }
+
+    /// Every actor's alarm (see [`crate::alarms`]).
+    #[must_use]
+    pub fn alarms(&self) -> &crate::alarms::scheduler::Scheduler {
+        &self.alarms
+    }
+
+    /// Starts firing alarms: `pending` is the directory's list.
+    fn start_alarms(self: &Arc<Self>, pending: Vec<(String, u64)>) -> Result<(), ApiError> {
+        let deliver = crate::alarms::deliver::ControlDeliver::new(self);
+        self.alarms.start(pending, deliver)
     }
 
     /// The metrics registry.

@@ -130,6 +130,7 @@ pub struct HostCalls {
     metrics: HostCallMetrics,
     request_timeout: Duration,
     max_body: usize,
+    alarms: OnceLock<Arc<dyn crate::alarms::AlarmRouter>>,
 }
 
 impl HostCalls {
@@ -150,6 +151,7 @@ impl HostCalls {
             metrics,
             request_timeout,
             max_body,
+            alarms: OnceLock::new(),
         }
     }
 
@@ -162,5 +164,16 @@ impl HostCalls {
     #[must_use]
     pub fn router(&self) -> Option<&Arc<dyn CallRouter>> {
         self.router.get()
+    }
+
+    /// Sets how the alarm functions reach the scheduler (once).
+    pub fn set_alarm_router(&self, alarms: Arc<dyn crate::alarms::AlarmRouter>) {
+        let _ = self.alarms.set(alarms);
+    }
+
+    /// The alarm router, if set.
+    #[must_use]
+    pub fn alarm_router(&self) -> Option<&Arc<dyn crate::alarms::AlarmRouter>> {
+        self.alarms.get()
     }
 }

@@ -132,7 +132,10 @@ impl ActorHostServices {
         })?;
         request
             .headers
-            .retain(|(name, _)| !name.eq_ignore_ascii_case(CALL_CHAIN_HEADER));
+            .retain(|(name, _)| {
+                !name.eq_ignore_ascii_case(CALL_CHAIN_HEADER)
+                    && !name.eq_ignore_ascii_case(crate::alarms::ALARM_HEADER)
+            });
         // A message's handler has no caller waiting on it: it starts a
         // chain of its own.
         if check_loop {
@@ -231,16 +234,16 @@ impl ActorServices for ActorHostServices {
         })
     }
 
-    fn set_alarm(&self, _at_unix_ms: u64) -> ServiceFuture<()> {
-        ready(Err(alarms_not_enabled()))
+    fn set_alarm(&self, at_unix_ms: u64) -> ServiceFuture<()> {
+        self.with_alarms(move |alarms, actor| async move { alarms.set(&actor, at_unix_ms).await })
     }
 
     fn cancel_alarm(&self) -> ServiceFuture<()> {
-        ready(Err(alarms_not_enabled()))
+        self.with_alarms(|alarms, actor| async move { alarms.cancel(&actor).await })
     }
 
     fn alarm(&self) -> ServiceFuture<Option<u64>> {
-        ready(Err(alarms_not_enabled()))
+        self.with_alarms(|alarms, actor| async move { alarms.get(&actor).await })
     }
 
     fn fetch(&self, request: Request) -> ServiceFuture<Response> {
@@ -254,9 +257,34 @@ impl ActorServices for ActorHostServices {
     }
 }
 
-fn alarms_not_enabled() -> ServiceError {
-    ServiceError::new(
-        HostError::NotEnabled,
-        "alarms are not enabled on this host yet",
-    )
+impl ActorHostServices {
+    /// Runs `work` with this worker's alarm router and the actor's name,
+    /// under the current request's deadline; a routing failure is
+    /// `Unavailable` to the guest.
+    fn with_alarms<T, F, Fut>(&self, work: F) -> ServiceFuture<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(Arc<dyn crate::alarms::AlarmRouter>, String) -> Fut,
+        Fut: Future<Output = Result<T, ApiError>> + Send + 'static,
+    {
+        let Some(alarms) = self.calls.alarm_router().cloned() else {
+            return ready(Err(ServiceError::new(
+                HostError::NotEnabled,
+                "alarms are not enabled on this worker (it has no control plane)",
+            )));
+        };
+        let deadline = self.scope().deadline;
+        let work = work(alarms, self.actor.clone());
+        Box::pin(async move {
+            let work = async {
+                work.await.map_err(|e| {
+                    ServiceError::new(
+                        HostError::Unavailable,
+                        format!("alarm: {} ({})", e.message, e.status),
+                    )
+                })
+            };
+            until(deadline, "alarm", work).await
+        })
+    }
 }

@@ -358,8 +358,7 @@ impl ActorTask {
             .instance
             .as_mut()
             .ok_or_else(|| ApiError::new(500, "no instance"))?;
-        self.services.begin(Some(request));
-        let result = instance.call(request).await;
+        let result = crate::alarms::deliver::run(instance, &self.services, request).await;
         let memory_bytes = instance.memory_bytes();
         {
             let mut status = self.status();

@@ -176,6 +176,11 @@ impl Worker {
         self.host_calls.set_router(router);
     }
 
+    /// Sets how its actors' alarm functions reach the scheduler (once).
+    pub fn set_alarm_router(&self, alarms: Arc<dyn crate::alarms::AlarmRouter>) {
+        self.host_calls.set_alarm_router(alarms);
+    }
+
     /// Whether the worker serves calls.
     #[must_use]
     pub fn is_serving(&self) -> bool {

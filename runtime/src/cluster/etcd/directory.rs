@@ -1,6 +1,7 @@
 //! [`EtcdDirectory`]: the [`Directory`] in etcd, one small JSON value per
-//! template (`<prefix>/templates/<name>`) and per actor
-//! (`<prefix>/actors/<name>`). Inserts are put-if-absent transactions,
+//! template (`<prefix>/templates/<name>`), per actor
+//! (`<prefix>/actors/<name>`) and per actor's alarm
+//! (`<prefix>/alarms/<name>`, `{"at_unix_ms":N}`). Inserts are put-if-absent transactions,
 //! placements compare-and-set on the key's `mod_revision`, listings go page
 //! by page. The trait is sync; every call runs through
 //! [`Etcd::run_blocking`].
@@ -16,7 +17,7 @@
 use std::sync::Arc;
 
 use etcd_client::{
-    Compare, CompareOp, DeleteOptions, KeyValue, KvClient, Txn, TxnOp, TxnOpResponse,
+    Compare, CompareOp, DeleteOptions, KeyValue, KvClient, Txn, TxnOp, TxnOpResponse, TxnResponse,
 };
 use serde::{Deserialize, Serialize};
 
@@ -114,6 +115,18 @@ impl ActorValue {
             worker: self.worker.clone(),
             epoch: self.epoch,
         }
+    }
+}
+
+/// `<prefix>/alarms/<name>`'s value.
+#[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
+struct AlarmValue {
+    at_unix_ms: u64,
+}
+
+impl AlarmValue {
+    fn bytes(at_unix_ms: u64) -> Result<Vec<u8>, ApiError> {
+        serde_json::to_vec(&Self { at_unix_ms }).map_err(failed)
     }
 }
 
@@ -220,6 +233,43 @@ impl EtcdDirectory {
                 TxnOpResponse::Delete(deleted) => deleted.deleted() > 0,
                 _ => false,
             }))
+        })
+    }
+
+    fn alarm_key(&self, name: &str) -> String {
+        self.etcd.key(&format!("alarms/{name}"))
+    }
+
+    /// Runs `ops` in one transaction when `compares` (and the leader's
+    /// fence) hold: `Some` answer if it applied, `None` if a compare of
+    /// `compares` failed.
+    ///
+    /// # Errors
+    /// 503 if the fence failed; 500 if etcd did.
+    fn fenced_txn(
+        &self,
+        what: &'static str,
+        mut compares: Vec<Compare>,
+        ops: Vec<TxnOp>,
+    ) -> Result<Option<TxnResponse>, ApiError> {
+        let kv = self.kv();
+        let fence = self.fence.clone();
+        compares.extend(fence.as_ref().map(Fence::compare));
+        self.etcd.run_blocking(what, async move {
+            let txn = Txn::new().when(compares).and_then(ops);
+            let resp = retry(|| {
+                let (mut kv, txn) = (kv.clone(), txn.clone());
+                async move { kv.txn(txn).await }
+            })
+            .await
+            .map_err(failed)?;
+            if resp.succeeded() {
+                return Ok(Some(resp));
+            }
+            if let Some(fence) = &fence {
+                fence.check(kv).await?;
+            }
+            Ok(None)
         })
     }
 
@@ -394,6 +444,71 @@ impl Directory for EtcdDirectory {
     }
 
     fn delete_actor(&self, name: &str) -> Result<(), ApiError> {
-        self.delete(self.actor_key(name)).map(|_| ())
+        let ops = vec![
+            TxnOp::delete(self.alarm_key(name), None),
+            TxnOp::delete(self.actor_key(name), None),
+        ];
+        self.fenced_txn("an actor delete", Vec::new(), ops)?
+            .map(|_| ())
+            .ok_or_else(|| failed(format!("deleting actor {name}: the transaction failed")))
+    }
+
+    fn set_alarm(&self, name: &str, at_unix_ms: u64) -> Result<(), ApiError> {
+        let op = TxnOp::put(self.alarm_key(name), AlarmValue::bytes(at_unix_ms)?, None);
+        self.fenced_txn("an alarm write", Vec::new(), vec![op])?
+            .map(|_| ())
+            .ok_or_else(|| {
+                failed(format!(
+                    "setting actor {name}'s alarm: the transaction failed"
+                ))
+            })
+    }
+
+    fn clear_alarm(&self, name: &str, only_at: Option<u64>) -> Result<bool, ApiError> {
+        let key = self.alarm_key(name);
+        let compares = match only_at {
+            Some(at) => vec![Compare::value(
+                key.clone(),
+                CompareOp::Equal,
+                AlarmValue::bytes(at)?,
+            )],
+            None => Vec::new(),
+        };
+        let op = TxnOp::delete(key, None);
+        Ok(self
+            .fenced_txn("an alarm delete", compares, vec![op])?
+            .is_some_and(|resp| {
+                resp.op_responses().iter().any(|op| match op {
+                    TxnOpResponse::Delete(deleted) => deleted.deleted() > 0,
+                    _ => false,
+                })
+            }))
+    }
+
+    fn alarm(&self, name: &str) -> Result<Option<u64>, ApiError> {
+        let kv = self.kv();
+        let key = self.alarm_key(name);
+        self.etcd.run_blocking("an alarm read", async move {
+            let Some(found) = Self::get(kv, key).await? else {
+                return Ok(None);
+            };
+            let v: AlarmValue = decode(found.key(), found.value())?;
+            Ok(Some(v.at_unix_ms))
+        })
+    }
+
+    fn alarms(&self) -> Result<Vec<(String, u64)>, ApiError> {
+        let etcd = self.etcd.clone();
+        let dir = self.etcd.key("alarms/");
+        self.etcd.run_blocking("the alarm listing", async move {
+            let (kvs, _) = retry(|| etcd.list(&dir)).await.map_err(failed)?;
+            kvs.iter()
+                .map(|kv| {
+                    let v: AlarmValue = decode(kv.key(), kv.value())?;
+                    let name = String::from_utf8_lossy(&kv.key()[dir.len()..]).into_owned();
+                    Ok((name, v.at_unix_ms))
+                })
+                .collect()
+        })
     }
 }

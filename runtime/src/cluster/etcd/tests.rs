@@ -547,3 +547,45 @@ fn a_worker_name_held_by_a_live_lease_is_not_taken_over() {
         second.revoke().await.expect("revoke");
     });
 }
+
+#[test]
+fn alarms_are_kept_one_per_actor_fenced_and_deleted_with_the_actor() {
+    etcd_test(Duration::from_secs(30), |cluster| async move {
+        let ttl = Duration::from_secs(2);
+        let record = |name: &str| LeaderRecord {
+            name: name.into(),
+            ingress: format!("{name}:80"),
+            admin: format!("{name}:81"),
+        };
+        let a = connect(&cluster, "/al").await;
+        let b = connect(&cluster, "/al").await;
+        let lead_a = a.campaign(&record("a"), ttl).await.expect("a campaigns");
+        let dir_a = a.leader_directory(&lead_a);
+        dir_a.insert_template(&template("t", "aa")).expect("insert");
+        dir_a.insert_actor(&actor("x", "w1")).expect("insert");
+        assert_eq!(dir_a.alarm("x").expect("read"), None);
+        dir_a.set_alarm("x", 1_000).expect("set");
+        dir_a.set_alarm("x", 2_000).expect("replace");
+        assert_eq!(dir_a.alarm("x").expect("read"), Some(2_000));
+        // Clearing a fired alarm that was replaced meanwhile keeps the new one.
+        assert!(!dir_a.clear_alarm("x", Some(1_000)).expect("stale clear"));
+        assert_eq!(
+            b.directory().alarms().expect("listing"),
+            vec![("x".to_owned(), 2_000)]
+        );
+        lead_a.resign().await.expect("resign");
+        let lead_b = b.campaign(&record("b"), ttl).await.expect("b campaigns");
+        // A former leader writes no alarm.
+        let refused = dir_a.set_alarm("x", 3_000).expect_err("a no longer leads");
+        assert_eq!(refused.status, 503, "{}", refused.message);
+        let refused = dir_a.clear_alarm("x", None).expect_err("a no longer leads");
+        assert_eq!(refused.status, 503, "{}", refused.message);
+        let dir_b = b.leader_directory(&lead_b);
+        assert_eq!(dir_b.alarm("x").expect("read"), Some(2_000));
+        assert!(dir_b.clear_alarm("x", Some(2_000)).expect("fired, cleared"));
+        dir_b.set_alarm("x", 4_000).expect("set");
+        dir_b.delete_actor("x").expect("delete");
+        assert!(dir_b.alarms().expect("listing").is_empty());
+        lead_b.resign().await.expect("resign");
+    });
+}

@@ -323,6 +323,16 @@ pub async fn run(
         worker.set_router(Arc::new(crate::host_calls::route::PeerRouter::new(
             (**control).clone(),
         )));
+        worker.set_alarm_router(Arc::new(crate::alarms::route::PeerAlarms::new(
+            (**control).clone(),
+        )));
+    }
+    // Its actors' alarms go to the leader replica (cluster mode).
+    if let Cluster::Registered { etcd, .. } = &cluster {
+        worker.set_alarm_router(Arc::new(crate::alarms::route::PeerAlarms::leader(
+            etcd.clone(),
+            options.token.clone(),
+        )));
     }
     let remote = Arc::new(RemoteWorker {
         worker,
