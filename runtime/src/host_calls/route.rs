@@ -1,10 +1,11 @@
-//! The two ways a `call` or `send` travels: [`ControlRouter`], through the
-//! control plane of this process (its in-process workers), and
-//! [`PeerRouter`], from a remote worker to the control plane's internal
-//! API ([`ControlPath::Call`] / [`ControlPath::Send`]), which answers with
-//! [`call_via`] / [`send_via`]. Either way the request takes the path an
-//! ingress request takes: placement, gate, the callee's worker (local or
-//! remote), its mailbox, resumed on demand.
+//! The ways a `call` or `send` travels: [`ControlRouter`], through the
+//! control plane of this process (its in-process workers); [`PeerRouter`],
+//! from a remote worker to the internal API ([`ControlPath::Call`] /
+//! [`ControlPath::Send`]) of the control plane it joined or, in etcd
+//! cluster mode ([`PeerRouter::leader`]), of the leader replica it finds in
+//! etcd, which answers with [`call_via`] / [`send_via`]. Either way the
+//! request takes the path an ingress request takes: placement, gate, the
+//! callee's worker (local or remote), its mailbox, resumed on demand.
 
 use std::sync::{Arc, Weak};
 
@@ -16,6 +17,7 @@ use stasis_host_api::{Request, Response};
 use super::CallRouter;
 use crate::client_gone::ClientGone;
 use crate::cluster::client::Peer;
+use crate::cluster::etcd::Etcd;
 use crate::cluster::proto::ControlPath;
 use crate::control::ControlPlane;
 use crate::error::ApiError;
@@ -102,27 +104,68 @@ impl CallRouter for ControlRouter {
     }
 }
 
-/// Routes from a remote worker through its control plane's internal API.
+/// Where a remote worker's calls go: the control plane it joined, or the
+/// leader replica of its etcd cluster (looked up for each call).
+enum Target {
+    Control(Box<Peer>),
+    Leader { etcd: Etcd, token: Option<String> },
+}
+
+/// Routes from a remote worker through a control plane's internal API.
 pub struct PeerRouter {
-    control: Peer,
+    target: Target,
 }
 
 impl PeerRouter {
-    /// A router through the control plane `control`.
+    /// A router through the control plane `control` (`worker run` joined
+    /// to `stasis serve`).
     #[must_use]
     pub fn new(control: Peer) -> Self {
-        Self { control }
+        Self {
+            target: Target::Control(Box::new(control)),
+        }
+    }
+
+    /// A router through the leader replica of the cluster in `etcd` (a
+    /// worker in etcd cluster mode), sending `token` as its bearer token.
+    /// The leader is read from etcd for each call, so a call made after a
+    /// failover reaches the new leader.
+    #[must_use]
+    pub fn leader(etcd: Etcd, token: Option<String>) -> Self {
+        Self {
+            target: Target::Leader { etcd, token },
+        }
     }
 
     async fn post(&self, path: &str, request: &Request) -> Result<Bytes, ApiError> {
         let body = stasis_host_api::encode_request(request)
             .map_err(|e| ApiError::bad_request(e.to_string()))?;
-        let answer = self
-            .control
-            .send(Method::POST, path, &[], body.into())
-            .await?;
+        let leader;
+        let control = match &self.target {
+            Target::Control(control) => control.as_ref(),
+            Target::Leader { etcd, token } => {
+                leader = leader_peer(etcd, token.as_deref()).await?;
+                &leader
+            }
+        };
+        let answer = control.send(Method::POST, path, &[], body.into()).await?;
         Ok(answer.body)
     }
+}
+
+/// The admin API of the leader replica recorded in `etcd`, reached with
+/// the bearer `token`.
+///
+/// # Errors
+/// 503 if etcd cannot be read or no replica leads; the peer's own error
+/// for a malformed address.
+async fn leader_peer(etcd: &Etcd, token: Option<&str>) -> Result<Peer, ApiError> {
+    let found = etcd
+        .leader()
+        .await
+        .map_err(|e| ApiError::unavailable(format!("finding the leader replica: {e:#}")))?
+        .ok_or_else(|| ApiError::unavailable("no leader replica"))?;
+    Peer::new(&format!("http://{}", found.admin), token, "leader replica")
 }
 
 #[async_trait]

@@ -313,12 +313,17 @@ pub async fn run(
         replicator,
         Arc::new(template_dir),
     );
-    // Its actors' calls go through the control plane (embedded mode).
-    if let Cluster::Joined { control, .. } = &cluster {
-        worker.set_router(Arc::new(crate::host_calls::route::PeerRouter::new(
-            (**control).clone(),
-        )));
-    }
+    // Its actors' calls go through the control plane it joined (embedded
+    // mode), or through the leader replica found in etcd (cluster mode).
+    let router = match &cluster {
+        Cluster::Joined { control, .. } => {
+            crate::host_calls::route::PeerRouter::new((**control).clone())
+        }
+        Cluster::Registered { etcd, .. } => {
+            crate::host_calls::route::PeerRouter::leader(etcd.clone(), options.token.clone())
+        }
+    };
+    worker.set_router(Arc::new(router));
     let remote = Arc::new(RemoteWorker {
         worker,
         cluster,
