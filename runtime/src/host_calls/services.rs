@@ -126,8 +126,7 @@ impl ActorHostServices {
         let router = self.calls.router().cloned().ok_or_else(|| {
             ServiceError::new(
                 HostError::Unavailable,
-                "this worker has no route to other actors (calls from workers in etcd cluster \
-                 mode are not supported yet)",
+                "this worker has no route to other actors",
             )
         })?;
         request
