@@ -11,7 +11,9 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const DEMOS: [&str; 7] = ["counter", "kv", "echo", "faulty", "caller", "fetch", "alarm"];
+const DEMOS: [&str; 7] = [
+    "counter", "kv", "echo", "faulty", "caller", "fetch", "alarm",
+];
 
 fn main() {
     let root = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("set by cargo"));

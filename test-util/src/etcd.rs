@@ -7,10 +7,12 @@
 //! `127.0.0.1` that both the members and the clients present).
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+use crate::ports::reserved_port;
 
 /// How long a member may take to report itself healthy.
 const HEALTHY_WITHIN: Duration = Duration::from_secs(30);
@@ -41,11 +43,6 @@ struct Member {
     /// Plain-HTTP `/health` (`--listen-metrics-urls`), also with TLS.
     metrics_port: u16,
     child: Option<Child>,
-}
-
-fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind a free loopback port");
-    listener.local_addr().expect("local addr").port()
 }
 
 /// True if `GET /health` on `port` answers `"health":"true"`.
@@ -104,9 +101,9 @@ impl EtcdCluster {
         let dir = tempfile::tempdir().expect("tempdir for etcd");
         let members: Vec<Member> = (0..members)
             .map(|_| Member {
-                client_port: free_port(),
-                peer_port: free_port(),
-                metrics_port: free_port(),
+                client_port: reserved_port(),
+                peer_port: reserved_port(),
+                metrics_port: reserved_port(),
                 child: None,
             })
             .collect();

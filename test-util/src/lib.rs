@@ -42,6 +42,7 @@ pub mod demos;
 pub mod engine;
 pub mod etcd;
 pub mod http;
+pub mod ports;
 pub mod process;
 pub mod s3;
 pub mod stats;

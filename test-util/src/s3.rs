@@ -3,10 +3,12 @@
 //! with one bucket, and kills it on drop.
 
 use std::io::Read as _;
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+use crate::ports::reserved_port;
 
 /// How to install the server when it is missing.
 const INSTALL: &str = "cargo install s3s-fs --version 0.14.1 --features binary --locked";
@@ -72,7 +74,7 @@ impl S3Server {
         // s3s-fs keeps a bucket as a folder under its root.
         std::fs::create_dir_all(data.join(&bucket)).expect("bucket folder");
         let log = root.path().join("s3s-fs.log");
-        let port = free_port();
+        let port = reserved_port();
         let access_key = "stasis-test".to_owned();
         let secret_key = "stasis-test-secret".to_owned();
         let out = std::fs::File::create(&log).expect("s3s-fs log");
@@ -182,12 +184,4 @@ impl Drop for S3Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-/// A loopback port free right now (bound, then released).
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .map(|addr| addr.port())
-        .expect("a free loopback port")
 }

@@ -295,3 +295,22 @@ async fn in_an_etcd_cluster_the_leader_fires_alarms_and_its_successor_takes_them
     tokio::time::sleep(Duration::from_millis(700)).await;
     assert_eq!(fired_at(ingress, "ring").await, 2, "fired once each");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fork_does_not_inherit_its_sources_alarm() {
+    let server = Server::start(&["--workers", "1"]);
+    server.push("alarm");
+    server.create("origin", "alarm");
+    set_alarm(&server, "origin", 1_500, "").await;
+    server.cli_ok(&["actor", "fork", "origin", "copy"]);
+    // The fork carries the source's memory (its own record of the alarm
+    // time is in linear memory) but not the host's alarm.
+    assert_eq!(
+        ask(&server, "copy", "GET", "/alarm").await.1,
+        "alarm: none\n"
+    );
+    wait_fired(&server, "origin", 1, Duration::from_secs(6)).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(fired(&server, "copy").await, 0, "only the source fires");
+    wait_metric(&server, "stasis_alarms_fired_total", 1.0).await;
+}

@@ -294,3 +294,100 @@ async fn a_pause_waits_for_an_in_flight_fetch() {
     );
     assert_eq!(state(&server, "getter"), "paused");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn calls_and_sends_cross_workers_in_etcd_cluster_mode() {
+    let _one = crate::replicas::ONE_CLUSTER.lock().await;
+    let d = crate::replicas::deployment(1, 2, 2, &[]);
+    let leader = d.leader();
+    let follower = 1 - leader;
+    for name in ["caller", "counter"] {
+        let path = crate::support::STASIS.demo(name);
+        let path = path.to_str().expect("utf-8 path");
+        d.cli_ok(follower, &["template", "push", name, path]);
+    }
+    d.cli_json(
+        follower,
+        &["actor", "create", "front", "--template", "caller"],
+    );
+    d.cli_json(
+        follower,
+        &["actor", "create", "back", "--template", "counter"],
+    );
+    let worker_of = |actor: &str| {
+        d.cli_json(follower, &["actor", "get", actor])["worker"]
+            .as_str()
+            .expect("worker")
+            .to_owned()
+    };
+    let front_on = worker_of("front");
+    if worker_of("back") == front_on {
+        let other = if front_on == "w1" { "w2" } else { "w1" };
+        d.cli_json(follower, &["actor", "migrate", "back", "--to", other]);
+    }
+    let back_on = worker_of("back");
+    assert_ne!(back_on, front_on);
+    let c = client();
+    // A call from front's worker reaches back on the other worker, through
+    // whichever replica the client came in by.
+    for (i, expected) in [(follower, 1), (leader, 2)] {
+        let answer = to_actor(&c, d.replica(i).ingress, "front", "POST", "/call/back").await;
+        assert_eq!(count(&answer), expected, "via replica {i}: {answer:?}");
+        assert!(
+            answer.body.contains(&format!("hello from: {back_on} ")),
+            "{answer:?}"
+        );
+    }
+    // A paused callee is resumed by the call.
+    d.cli_json(follower, &["actor", "pause", "back"]);
+    let answer = to_actor(
+        &c,
+        d.replica(follower).ingress,
+        "front",
+        "POST",
+        "/call/back",
+    )
+    .await;
+    assert_eq!(count(&answer), 3, "{answer:?}");
+    // Unknown actors and loops answer as in embedded mode.
+    let answer = to_actor(
+        &c,
+        d.replica(leader).ingress,
+        "front",
+        "POST",
+        "/call/nobody",
+    )
+    .await;
+    assert_eq!(answer.status, 404, "{answer:?}");
+    let answer = to_actor(
+        &c,
+        d.replica(leader).ingress,
+        "front",
+        "POST",
+        "/call/front",
+    )
+    .await;
+    assert_eq!(answer.status, 508, "{answer:?}");
+    // A send is accepted and delivered.
+    let answer = to_actor(
+        &c,
+        d.replica(follower).ingress,
+        "front",
+        "POST",
+        "/send/back",
+    )
+    .await;
+    assert_eq!(answer.status, 202, "{answer:?}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let read = to_actor(&c, d.replica(leader).ingress, "back", "GET", "/").await;
+        if count(&read) == 4 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the message never arrived: {read:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

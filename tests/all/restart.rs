@@ -8,10 +8,11 @@ use std::time::{Duration, Instant};
 
 use crate::support::{RemoteWorker, Server, client, count, post, send, to_actor};
 
-/// A loopback address with a port that was free a moment ago.
+/// A loopback address whose port was free a moment ago and lies outside
+/// the range outgoing connections take theirs from (the server binds it
+/// twice, across a restart).
 fn free_addr() -> String {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-    listener.local_addr().expect("local addr").to_string()
+    format!("127.0.0.1:{}", stasis_test_util::ports::reserved_port())
 }
 
 /// The actors remote worker `worker` hosts, by asking its internal API.

@@ -1,8 +1,9 @@
 //! The ways an actor's alarm host functions reach the control plane's
 //! [`super::scheduler::Scheduler`]: [`ControlAlarms`], in this process;
-//! [`PeerAlarms`], from a remote worker joined to `stasis serve`; and
-//! [`PeerAlarms::leader`], from a worker of an etcd cluster to the leader replica
-//! it finds in etcd. The last two use the control plane's internal API ([`ControlPath::Alarm`]: `PUT` with the time in Unix ms as
+//! [`PeerAlarms`], from a remote worker to its [`ControlPeer`] (the
+//! control plane it joined, or the leader replica of its etcd cluster),
+//! through the control plane's internal API ([`ControlPath::Alarm`]: `PUT`
+//! with the time in Unix ms as
 //! decimal text, `DELETE`, `GET` answering the time or 204 when none is
 //! set), which the admin API answers with the same scheduler.
 
@@ -13,8 +14,7 @@ use bytes::Bytes;
 use hyper::Method;
 
 use super::AlarmRouter;
-use crate::cluster::client::Peer;
-use crate::cluster::etcd::Etcd;
+use crate::cluster::control_peer::ControlPeer;
 use crate::cluster::proto::ControlPath;
 use crate::control::ControlPlane;
 use crate::error::ApiError;
@@ -56,58 +56,23 @@ impl AlarmRouter for ControlAlarms {
     }
 }
 
-/// Where a worker's alarm calls go: a fixed control plane, or the leader
-/// replica of an etcd cluster (looked up for each call).
-enum Target {
-    Control(Box<Peer>),
-    Leader { etcd: Etcd, token: Option<String> },
-}
-
 /// Alarms from a remote worker through the control plane's internal API
 /// (see the module docs).
 pub struct PeerAlarms {
-    target: Target,
+    control: ControlPeer,
 }
 
 impl PeerAlarms {
-    /// Alarms through the control plane `control` (`worker run` joined to
-    /// `stasis serve`).
+    /// Alarms through `control`: the control plane the worker joined, or
+    /// the leader replica of its etcd cluster.
     #[must_use]
-    pub fn new(control: Peer) -> Self {
-        Self {
-            target: Target::Control(Box::new(control)),
-        }
-    }
-
-    /// Alarms through the leader replica of the cluster in `etcd` (a
-    /// worker in cluster mode), sending `token` as its bearer token.
-    #[must_use]
-    pub fn leader(etcd: Etcd, token: Option<String>) -> Self {
-        Self {
-            target: Target::Leader { etcd, token },
-        }
+    pub fn new(control: ControlPeer) -> Self {
+        Self { control }
     }
 
     async fn send(&self, method: Method, actor: &str, body: Bytes) -> Result<Bytes, ApiError> {
         let path = ControlPath::Alarm(actor).to_path();
-        let leader;
-        let control = match &self.target {
-            Target::Control(control) => control,
-            Target::Leader { etcd, token } => {
-                let found = etcd
-                    .leader()
-                    .await
-                    .map_err(|e| ApiError::unavailable(format!("finding the leader: {e:#}")))?
-                    .ok_or_else(|| ApiError::unavailable("no leader replica"))?;
-                leader = Peer::new(
-                    &format!("http://{}", found.admin),
-                    token.as_deref(),
-                    "leader replica",
-                )?;
-                &leader
-            }
-        };
-        Ok(control.send(method, &path, &[], body).await?.body)
+        self.control.send(method, &path, body).await
     }
 }
 

@@ -291,11 +291,13 @@ impl Inner {
                 self.metrics.fired.inc();
             }
             Delivery::NoHook => {
-                self.metrics.without_hook.inc();
+                // Logged before it is counted: whoever sees the count
+                // finds the reason in the log.
                 tracing::warn!(
                     actor,
                     "the module has no stasis_on_alarm export; its alarm is removed"
                 );
+                self.metrics.without_hook.inc();
             }
             Delivery::Gone => {
                 tracing::debug!(actor, "alarm of a deleted actor dropped");

@@ -6,6 +6,7 @@
 //! shared state (directory, settings, worker leases, leader election).
 
 pub mod client;
+pub mod control_peer;
 pub mod etcd;
 pub mod proto;
 pub mod server;

@@ -1,10 +1,10 @@
-//! The two ways a `call` or `send` travels: [`ControlRouter`], through the
-//! control plane of this process (its in-process workers), and
-//! [`PeerRouter`], from a remote worker to the control plane's internal
-//! API ([`ControlPath::Call`] / [`ControlPath::Send`]), which answers with
-//! [`call_via`] / [`send_via`]. Either way the request takes the path an
-//! ingress request takes: placement, gate, the callee's worker (local or
-//! remote), its mailbox, resumed on demand.
+//! The ways a `call` or `send` travels: [`ControlRouter`], through the
+//! control plane of this process (its in-process workers); [`PeerRouter`],
+//! from a remote worker to the internal API ([`ControlPath::Call`] /
+//! [`ControlPath::Send`]) of its [`ControlPeer`] (the control plane it
+//! joined or, in etcd cluster mode, the leader replica), which answers with [`call_via`] / [`send_via`]. Either way the
+//! request takes the path an ingress request takes: placement, gate, the
+//! callee's worker (local or remote), its mailbox, resumed on demand.
 
 use std::sync::{Arc, Weak};
 
@@ -15,7 +15,7 @@ use stasis_host_api::{Request, Response};
 
 use super::CallRouter;
 use crate::client_gone::ClientGone;
-use crate::cluster::client::Peer;
+use crate::cluster::control_peer::ControlPeer;
 use crate::cluster::proto::ControlPath;
 use crate::control::ControlPlane;
 use crate::error::ApiError;
@@ -102,26 +102,23 @@ impl CallRouter for ControlRouter {
     }
 }
 
-/// Routes from a remote worker through its control plane's internal API.
+/// Routes from a remote worker through a control plane's internal API.
 pub struct PeerRouter {
-    control: Peer,
+    control: ControlPeer,
 }
 
 impl PeerRouter {
-    /// A router through the control plane `control`.
+    /// A router through `control`: the control plane the worker joined, or
+    /// the leader replica of its etcd cluster.
     #[must_use]
-    pub fn new(control: Peer) -> Self {
+    pub fn new(control: ControlPeer) -> Self {
         Self { control }
     }
 
     async fn post(&self, path: &str, request: &Request) -> Result<Bytes, ApiError> {
         let body = stasis_host_api::encode_request(request)
             .map_err(|e| ApiError::bad_request(e.to_string()))?;
-        let answer = self
-            .control
-            .send(Method::POST, path, &[], body.into())
-            .await?;
-        Ok(answer.body)
+        self.control.send(Method::POST, path, body.into()).await
     }
 }
 

@@ -126,16 +126,13 @@ impl ActorHostServices {
         let router = self.calls.router().cloned().ok_or_else(|| {
             ServiceError::new(
                 HostError::Unavailable,
-                "this worker has no route to other actors (calls from workers in etcd cluster \
-                 mode are not supported yet)",
+                "this worker has no route to other actors",
             )
         })?;
-        request
-            .headers
-            .retain(|(name, _)| {
-                !name.eq_ignore_ascii_case(CALL_CHAIN_HEADER)
-                    && !name.eq_ignore_ascii_case(crate::alarms::ALARM_HEADER)
-            });
+        request.headers.retain(|(name, _)| {
+            !name.eq_ignore_ascii_case(CALL_CHAIN_HEADER)
+                && !name.eq_ignore_ascii_case(crate::alarms::ALARM_HEADER)
+        });
         // A message's handler has no caller waiting on it: it starts a
         // chain of its own.
         if check_loop {

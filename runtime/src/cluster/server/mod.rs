@@ -29,6 +29,7 @@ use hyper::Method;
 use tokio::net::TcpListener;
 
 use super::client::Peer;
+use super::control_peer::ControlPeer;
 use super::etcd::{Etcd, EtcdOptions, WorkerLease};
 use super::proto::{ControlPath, JoinAnswer, JoinRequest};
 use super::shared::StoreTemplates;
@@ -318,22 +319,20 @@ pub async fn run(
         replicator,
         Arc::new(template_dir),
     );
-    // Its actors' calls go through the control plane (embedded mode).
-    if let Cluster::Joined { control, .. } = &cluster {
-        worker.set_router(Arc::new(crate::host_calls::route::PeerRouter::new(
-            (**control).clone(),
-        )));
-        worker.set_alarm_router(Arc::new(crate::alarms::route::PeerAlarms::new(
-            (**control).clone(),
-        )));
-    }
-    // Its actors' alarms go to the leader replica (cluster mode).
-    if let Cluster::Registered { etcd, .. } = &cluster {
-        worker.set_alarm_router(Arc::new(crate::alarms::route::PeerAlarms::leader(
-            etcd.clone(),
-            options.token.clone(),
-        )));
-    }
+    // Its actors' calls and alarms go through the control plane it joined
+    // (embedded mode), or through the leader replica found in etcd
+    // (cluster mode).
+    let control = match &cluster {
+        Cluster::Joined { control, .. } => ControlPeer::Joined(control.clone()),
+        Cluster::Registered { etcd, .. } => ControlPeer::Leader {
+            etcd: etcd.clone(),
+            token: options.token.clone(),
+        },
+    };
+    let router = crate::host_calls::route::PeerRouter::new(control.clone());
+    let alarms = crate::alarms::route::PeerAlarms::new(control);
+    worker.set_router(Arc::new(router));
+    worker.set_alarm_router(Arc::new(alarms));
     let remote = Arc::new(RemoteWorker {
         worker,
         calls: calls::Calls::default(),
