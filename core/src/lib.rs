@@ -44,4 +44,5 @@ pub mod module;
 pub mod snapshot;
 pub mod snapshot_files;
 pub mod snapshot_objects;
+mod snapshot_quota;
 pub mod snapshot_store;

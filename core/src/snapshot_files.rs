@@ -8,9 +8,9 @@ use std::ffi::OsStr;
 use std::fs::{self, File};
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 
 use crate::durable::{self, TEMP_SUFFIX, write_atomically};
+use crate::snapshot_quota::QuotaUsage;
 use crate::snapshot_store::{SnapshotBytes, SnapshotEntry, SnapshotStore, StoreError};
 
 const SNAPSHOT: &str = ".snap";
@@ -61,8 +61,7 @@ fn io_err(
 #[derive(Debug)]
 pub struct LocalSnapshotStore {
     root: PathBuf,
-    quota: Option<u64>,
-    used: Mutex<u64>,
+    usage: QuotaUsage,
 }
 
 impl LocalSnapshotStore {
@@ -99,8 +98,7 @@ impl LocalSnapshotStore {
         }
         Ok(Self {
             root,
-            quota,
-            used: Mutex::new(used),
+            usage: QuotaUsage::new(quota, used),
         })
     }
 
@@ -124,30 +122,12 @@ impl LocalSnapshotStore {
         Ok(())
     }
 
-    /// Counts `len` new bytes replacing `replaced` ones against the quota.
-    fn reserve(&self, len: u64, replaced: u64) -> Result<(), StoreError> {
-        let mut used = self.used.lock().unwrap_or_else(|p| p.into_inner());
-        let after = used.saturating_sub(replaced).saturating_add(len);
-        if let Some(quota) = self.quota
-            && after > quota
-        {
-            return Err(StoreError::Quota {
-                needed: len,
-                used: *used,
-                quota,
-            });
-        }
-        *used = after;
-        Ok(())
-    }
-
     /// After a failed write of `len` bytes at `path`: counts what is on
     /// disk under that name now (old file, new file if the rename happened
     /// before the failure, or nothing) instead.
     fn recount(&self, path: &Path, len: u64) {
         let now = path.metadata().map(|m| m.len()).unwrap_or(0);
-        let mut used = self.used.lock().unwrap_or_else(|p| p.into_inner());
-        *used = used.saturating_sub(len).saturating_add(now);
+        self.usage.recount(len, now);
     }
 
     /// Creates `actor`'s folder if missing, its entry durable.
@@ -166,11 +146,6 @@ impl LocalSnapshotStore {
         let dir = self.create_actor_dir(actor)?;
         fs::hard_link(from, to).map_err(io_err(&self.root, "link", to))?;
         durable::sync_dir(&dir).map_err(io_err(&self.root, "fsync", &dir))
-    }
-
-    fn release(&self, len: u64) {
-        let mut used = self.used.lock().unwrap_or_else(|p| p.into_inner());
-        *used = used.saturating_sub(len);
     }
 
     /// Records `seq` as `actor`'s newest acknowledged snapshot: an empty
@@ -206,7 +181,7 @@ impl SnapshotStore for LocalSnapshotStore {
         let path = self.path(actor, seq);
         // Rewriting a sequence number replaces its file: count the difference.
         let replaced = path.metadata().map(|m| m.len()).unwrap_or(0);
-        self.reserve(len, replaced)?;
+        self.usage.reserve(len, replaced)?;
         let result = self.write_file(actor, seq, bytes);
         if result.is_err() {
             self.recount(&path, len);
@@ -229,14 +204,14 @@ impl SnapshotStore for LocalSnapshotStore {
                 io::ErrorKind::AlreadyExists.into(),
             ));
         }
-        self.reserve(len, 0)?;
+        self.usage.reserve(len, 0)?;
         if let Err(e) = self.link_file(&from, new, &to) {
             // Linked but not fsynced: the file is there and counted.
             let linked = !matches!(&e, StoreError::Io { source, .. }
                 if source.kind() == io::ErrorKind::AlreadyExists)
                 && to.exists();
             if !linked {
-                self.release(len);
+                self.usage.release(len);
             }
             return Err(e);
         }
@@ -286,7 +261,7 @@ impl SnapshotStore for LocalSnapshotStore {
         for entry in &list[..excess] {
             let path = self.path(actor, entry.seq);
             fs::remove_file(&path).map_err(io_err(&self.root, "remove", &path))?;
-            self.release(entry.bytes);
+            self.usage.release(entry.bytes);
             removed.push(entry.seq);
         }
         Ok(removed)
@@ -297,7 +272,7 @@ impl SnapshotStore for LocalSnapshotStore {
         let len = path.metadata().map(|m| m.len()).unwrap_or(0);
         match fs::remove_file(&path) {
             Ok(()) => {
-                self.release(len);
+                self.usage.release(len);
                 Ok(())
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
@@ -333,7 +308,7 @@ impl SnapshotStore for LocalSnapshotStore {
         let dir = self.actor_dir(actor);
         match fs::remove_dir_all(&dir) {
             Ok(()) => {
-                self.release(total);
+                self.usage.release(total);
                 Ok(())
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
@@ -342,7 +317,7 @@ impl SnapshotStore for LocalSnapshotStore {
     }
 
     fn used_bytes(&self) -> u64 {
-        *self.used.lock().unwrap_or_else(|p| p.into_inner())
+        self.usage.used_bytes()
     }
 
     fn actors(&self) -> Result<Vec<String>, StoreError> {

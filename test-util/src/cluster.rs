@@ -164,6 +164,7 @@ impl Deployment {
             let replica = deployment.start_replica(&[]).expect("replica starts");
             deployment.replicas.push(Some(replica));
         }
+        deployment.wait_until_every_replica_knows_the_leader();
         let workers = deployment.setup.workers;
         for i in 1..=workers {
             deployment.add_worker(&format!("w{i}"));
@@ -377,6 +378,31 @@ impl Deployment {
                 String::from_utf8_lossy(&out.stdout)
             );
             std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Waits (30 s at most) until every replica answers an admin request
+    /// (`template list`): the leader itself, and each follower once its
+    /// watch has found the leader to forward to (until then it answers
+    /// 503 "no leader replica yet").
+    ///
+    /// # Panics
+    /// If that does not happen in time.
+    fn wait_until_every_replica_knows_the_leader(&self) {
+        let deadline = Instant::now() + WAIT;
+        for i in 0..self.replicas.len() {
+            loop {
+                let out = self.cli(i, &["template", "list"]);
+                if out.status.success() {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "replica {i} never reached a leader: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
         }
     }
 

@@ -70,8 +70,8 @@ mod url;
 use std::fs;
 use std::io;
 use std::path::{Path as FsPath, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -84,6 +84,7 @@ use self::remote::{Bridge, Failure, OP_TIMEOUT, timeout_for};
 use self::transfer::Source;
 pub use self::url::{StoreUrl, StoreUrlError};
 use crate::durable::TEMP_SUFFIX;
+use crate::snapshot_quota::QuotaUsage;
 use crate::snapshot_store::StoreError;
 
 /// Request timeout of the S3 client, unless `AWS_TIMEOUT` sets one: long,
@@ -101,11 +102,10 @@ pub struct ObjectSnapshotStore {
     /// the root).
     prefix: Path,
     cache: PathBuf,
-    quota: Option<u64>,
     /// Bytes of snapshot objects in the store: counted at open, then kept
     /// up to date by this process's writes and deletions (not by other
     /// workers').
-    used: Mutex<u64>,
+    usage: QuotaUsage,
     downloads: AtomicU64,
     bridge: Bridge,
 }
@@ -116,7 +116,7 @@ impl std::fmt::Debug for ObjectSnapshotStore {
         f.debug_struct("ObjectSnapshotStore")
             .field("url", &self.location)
             .field("cache", &self.cache)
-            .field("quota", &self.quota)
+            .field("quota", &self.usage.quota())
             .finish_non_exhaustive()
     }
 }
@@ -253,8 +253,7 @@ impl ObjectSnapshotStore {
             objects,
             prefix,
             cache,
-            quota,
-            used: Mutex::new(0),
+            usage: QuotaUsage::new(quota, 0),
             downloads: AtomicU64::new(0),
             bridge,
         };
@@ -281,7 +280,7 @@ impl ObjectSnapshotStore {
             })
             .map(|meta| meta.size)
             .sum();
-        *store.used.get_mut().unwrap_or_else(|p| p.into_inner()) = used;
+        store.usage = QuotaUsage::new(quota, used);
         Ok(store)
     }
 

@@ -99,29 +99,12 @@ impl ObjectSnapshotStore {
             .map_err(|e| e.named("remove", &key, &self.location));
         // Some may be gone even on failure: count from the store next open.
         if result.is_ok() {
-            self.release(found.iter().map(|f| f.bytes).sum());
+            self.usage.release(found.iter().map(|f| f.bytes).sum());
         }
         for f in found {
             remove_cached(&self.cache_path(actor, f.seq, f.epoch));
         }
         result
-    }
-
-    /// Counts `len` new bytes replacing `replaced` ones against the quota.
-    fn reserve(&self, len: u64, replaced: u64) -> Result<(), StoreError> {
-        let mut used = self.used.lock().unwrap_or_else(|p| p.into_inner());
-        let after = used.saturating_sub(replaced).saturating_add(len);
-        if let Some(quota) = self.quota
-            && after > quota
-        {
-            return Err(StoreError::Quota {
-                needed: len,
-                used: *used,
-                quota,
-            });
-        }
-        *used = after;
-        Ok(())
     }
 
     /// Hard-links the cache copy of `found` (of `src`) as `new`'s copy of
@@ -140,11 +123,6 @@ impl ObjectSnapshotStore {
         if let Err(e) = linked {
             tracing::warn!(src, new, "cannot link the cached snapshot: {e}");
         }
-    }
-
-    fn release(&self, len: u64) {
-        let mut used = self.used.lock().unwrap_or_else(|p| p.into_inner());
-        *used = used.saturating_sub(len);
     }
 
     /// Uploads the cache copy `cached` (`len` bytes) as object `key`.
@@ -191,7 +169,7 @@ impl SnapshotStore for ObjectSnapshotStore {
         // The same name written again replaces its object (this store
         // knows its size if it holds a copy).
         let replaced = cached.metadata().map(|m| m.len()).unwrap_or(0);
-        self.reserve(len, replaced)?;
+        self.usage.reserve(len, replaced)?;
         let uploaded = cached
             .parent()
             .map_or(Ok(()), fs::create_dir_all)
@@ -200,8 +178,7 @@ impl SnapshotStore for ObjectSnapshotStore {
             .and_then(|()| self.upload_snapshot(&key, cached.clone(), len));
         if let Err(e) = uploaded {
             remove_cached(&cached);
-            let mut used = self.used.lock().unwrap_or_else(|p| p.into_inner());
-            *used = used.saturating_sub(len).saturating_add(replaced);
+            self.usage.recount(len, replaced);
             return Err(e);
         }
         self.acknowledge(actor, seq, epoch)
@@ -229,7 +206,7 @@ impl SnapshotStore for ObjectSnapshotStore {
                 &self.location,
             ));
         }
-        self.reserve(found.bytes, 0)?;
+        self.usage.reserve(found.bytes, 0)?;
         let from = names::actor_object_key(src, &names::snapshot_name(seq, found.epoch));
         let copied = self
             .run(
@@ -238,7 +215,7 @@ impl SnapshotStore for ObjectSnapshotStore {
             )
             .map_err(|e| e.named("copy", &key, &self.location));
         if let Err(e) = copied {
-            self.release(found.bytes);
+            self.usage.release(found.bytes);
             return Err(e);
         }
         self.link_cached(src, found, new, epoch);
@@ -367,7 +344,7 @@ impl SnapshotStore for ObjectSnapshotStore {
         let paths = listed.into_iter().map(|m| m.location).collect();
         self.run(limit, transfer::delete(objects, paths))
             .map_err(|e| e.named("remove", &key, &self.location))?;
-        self.release(snapshot_bytes);
+        self.usage.release(snapshot_bytes);
         let cache_dir = self.cache.join(names::SNAPSHOTS).join(actor);
         match fs::remove_dir_all(&cache_dir) {
             Ok(()) => {}
@@ -380,7 +357,7 @@ impl SnapshotStore for ObjectSnapshotStore {
     /// Bytes of snapshot objects in the store: counted at open, then
     /// updated by this store's writes and deletions.
     fn used_bytes(&self) -> u64 {
-        *self.used.lock().unwrap_or_else(|p| p.into_inner())
+        self.usage.used_bytes()
     }
 
     /// `<url>/snapshots/<actor>` (no credentials: they are never in the URL).

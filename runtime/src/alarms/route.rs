@@ -1,97 +1,63 @@
 //! The ways an actor's alarm host functions reach the control plane's
-//! [`super::scheduler::Scheduler`]: [`ControlAlarms`], in this process;
-//! [`PeerAlarms`], from a remote worker to its [`ControlPeer`] (the
-//! control plane it joined, or the leader replica of its etcd cluster),
-//! through the control plane's internal API ([`ControlPath::Alarm`]: `PUT`
+//! [`super::scheduler::Scheduler`]: [`LocalControl`], in this process;
+//! [`ControlPeer`], from a remote worker to the control plane it joined,
+//! or the leader replica of its etcd cluster, through the control plane's internal API ([`ControlPath::Alarm`]: `PUT`
 //! with the time in Unix ms as
 //! decimal text, `DELETE`, `GET` answering the time or 204 when none is
 //! set), which the admin API answers with the same scheduler.
-
-use std::sync::{Arc, Weak};
 
 use async_trait::async_trait;
 use bytes::Bytes;
 use hyper::Method;
 
 use super::AlarmRouter;
-use crate::cluster::control_peer::ControlPeer;
+use crate::cluster::control_peer::{ControlPeer, LocalControl};
 use crate::cluster::proto::ControlPath;
-use crate::control::ControlPlane;
 use crate::error::ApiError;
 
-/// Alarms through the control plane of this process.
-pub struct ControlAlarms {
-    control: Weak<ControlPlane>,
-}
-
-impl ControlAlarms {
-    /// Alarms through `control` (held weakly: the control plane owns the
-    /// workers that hold this).
-    #[must_use]
-    pub fn new(control: &Arc<ControlPlane>) -> Self {
-        Self {
-            control: Arc::downgrade(control),
-        }
-    }
-
-    fn control(&self) -> Result<Arc<ControlPlane>, ApiError> {
-        self.control
-            .upgrade()
-            .ok_or_else(|| ApiError::unavailable("the control plane is shutting down"))
-    }
-}
-
 #[async_trait]
-impl AlarmRouter for ControlAlarms {
+impl AlarmRouter for LocalControl {
     async fn set(&self, actor: &str, at_unix_ms: u64) -> Result<(), ApiError> {
-        self.control()?.alarms().set(actor, at_unix_ms).await
+        self.get()?.alarms().set(actor, at_unix_ms).await
     }
 
     async fn cancel(&self, actor: &str) -> Result<(), ApiError> {
-        self.control()?.alarms().cancel(actor).await
+        self.get()?.alarms().cancel(actor).await
     }
 
     async fn get(&self, actor: &str) -> Result<Option<u64>, ApiError> {
-        self.control()?.alarms().get(actor).await
+        self.get()?.alarms().get(actor).await
     }
 }
 
-/// Alarms from a remote worker through the control plane's internal API
-/// (see the module docs).
-pub struct PeerAlarms {
-    control: ControlPeer,
-}
-
-impl PeerAlarms {
-    /// Alarms through `control`: the control plane the worker joined, or
-    /// the leader replica of its etcd cluster.
-    #[must_use]
-    pub fn new(control: ControlPeer) -> Self {
-        Self { control }
-    }
-
-    async fn send(&self, method: Method, actor: &str, body: Bytes) -> Result<Bytes, ApiError> {
-        let path = ControlPath::Alarm(actor).to_path();
-        self.control.send(method, &path, body).await
-    }
+/// Sends `method` with `body` to `actor`'s alarm in `control`'s internal
+/// API.
+async fn send(
+    control: &ControlPeer,
+    method: Method,
+    actor: &str,
+    body: Bytes,
+) -> Result<Bytes, ApiError> {
+    let path = ControlPath::Alarm(actor).to_path();
+    control.send(method, &path, body).await
 }
 
 #[async_trait]
-impl AlarmRouter for PeerAlarms {
+impl AlarmRouter for ControlPeer {
     async fn set(&self, actor: &str, at_unix_ms: u64) -> Result<(), ApiError> {
-        self.send(Method::PUT, actor, at_unix_ms.to_string().into())
+        send(self, Method::PUT, actor, at_unix_ms.to_string().into())
             .await
             .map(|_| ())
     }
 
     async fn cancel(&self, actor: &str) -> Result<(), ApiError> {
-        self.send(Method::DELETE, actor, Bytes::new())
+        send(self, Method::DELETE, actor, Bytes::new())
             .await
             .map(|_| ())
     }
 
     async fn get(&self, actor: &str) -> Result<Option<u64>, ApiError> {
-        let body = self.send(Method::GET, actor, Bytes::new()).await?;
+        let body = send(self, Method::GET, actor, Bytes::new()).await?;
         if body.is_empty() {
             return Ok(None);
         }

@@ -1,15 +1,43 @@
-//! [`ControlPeer`]: where a remote worker's requests to the control plane go
-//! (the host functions `call`, `send` and the alarm functions): the
-//! control plane it joined, or the leader replica of its etcd cluster,
+//! How a worker's actors reach the control plane (the host functions
+//! `call`, `send` and the alarm functions): [`LocalControl`], the control
+//! plane of this process; [`ControlPeer`], from a remote worker, the
+//! control plane it joined or the leader replica of its etcd cluster,
 //! looked up for each request so that one made after a failover reaches
-//! the new leader.
+//! the new leader. Both implement `host_calls::CallRouter` and
+//! `alarms::AlarmRouter`.
+
+use std::sync::{Arc, Weak};
 
 use bytes::Bytes;
 use hyper::Method;
 
 use super::client::Peer;
 use super::etcd::Etcd;
+use crate::control::ControlPlane;
 use crate::error::ApiError;
+
+/// The control plane of this process, held weakly: the control plane owns
+/// the workers that hold this.
+#[derive(Clone)]
+pub struct LocalControl(Weak<ControlPlane>);
+
+impl LocalControl {
+    /// A handle on `control`.
+    #[must_use]
+    pub fn new(control: &Arc<ControlPlane>) -> Self {
+        Self(Arc::downgrade(control))
+    }
+
+    /// The control plane.
+    ///
+    /// # Errors
+    /// 503 once it is gone (shutting down).
+    pub fn get(&self) -> Result<Arc<ControlPlane>, ApiError> {
+        self.0
+            .upgrade()
+            .ok_or_else(|| ApiError::unavailable("the control plane is shutting down"))
+    }
+}
 
 /// The control plane of a remote worker (module docs).
 #[derive(Clone)]

@@ -433,9 +433,8 @@ fn template_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TemplateRow> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn concurrent_inserts_are_committed_together_and_refused_alone() {
-        let tmp = tempfile::tempdir().expect("tempdir");
+    /// A new directory in `tmp` holding one template, `t`.
+    fn with_template_t(tmp: &tempfile::TempDir) -> SqliteDirectory {
         let dir = SqliteDirectory::open(&tmp.path().join("stasis.db")).expect("open");
         dir.insert_template(&TemplateRow {
             name: "t".into(),
@@ -444,6 +443,13 @@ mod tests {
             env: Vec::new(),
         })
         .expect("template");
+        dir
+    }
+
+    #[test]
+    fn concurrent_inserts_are_committed_together_and_refused_alone() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = with_template_t(&tmp);
         let row = |name: String, template: &str| ActorRow {
             name,
             template: template.into(),
@@ -486,14 +492,7 @@ mod tests {
     #[test]
     fn a_placement_switch_takes_each_epoch_once() {
         let tmp = tempfile::tempdir().expect("tempdir");
-        let dir = SqliteDirectory::open(&tmp.path().join("stasis.db")).expect("open");
-        dir.insert_template(&TemplateRow {
-            name: "t".into(),
-            digest: "00".into(),
-            bytes: 0,
-            env: Vec::new(),
-        })
-        .expect("template");
+        let dir = with_template_t(&tmp);
         dir.insert_actor(&ActorRow {
             name: "a".into(),
             template: "t".into(),

@@ -422,11 +422,10 @@ impl ControlPlane {
             alarms,
             _lock: backend.lock,
         });
+        let local = crate::cluster::control_peer::LocalControl::new(&control);
         for worker in &locals {
-            worker.set_router(Arc::new(crate::host_calls::route::ControlRouter::new(
-                &control,
-            )));
-            worker.set_alarm_router(Arc::new(crate::alarms::route::ControlAlarms::new(&control)));
+            worker.set_router(Arc::new(local.clone()));
+            worker.set_alarm_router(Arc::new(local.clone()));
         }
         Ok((control, locals))
     }

@@ -1,12 +1,12 @@
-//! The ways a `call` or `send` travels: [`ControlRouter`], through the
-//! control plane of this process (its in-process workers); [`PeerRouter`],
+//! The ways a `call` or `send` travels: [`LocalControl`], through the
+//! control plane of this process (its in-process workers); [`ControlPeer`],
 //! from a remote worker to the internal API ([`ControlPath::Call`] /
-//! [`ControlPath::Send`]) of its [`ControlPeer`] (the control plane it
-//! joined or, in etcd cluster mode, the leader replica), which answers with [`call_via`] / [`send_via`]. Either way the
+//! [`ControlPath::Send`]) of the control plane it joined or, in etcd
+//! cluster mode, the leader replica, which answers with [`call_via`] / [`send_via`]. Either way the
 //! request takes the path an ingress request takes: placement, gate, the
 //! callee's worker (local or remote), its mailbox, resumed on demand.
 
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -15,7 +15,7 @@ use stasis_host_api::{Request, Response};
 
 use super::CallRouter;
 use crate::client_gone::ClientGone;
-use crate::cluster::control_peer::ControlPeer;
+use crate::cluster::control_peer::{ControlPeer, LocalControl};
 use crate::cluster::proto::ControlPath;
 use crate::control::ControlPlane;
 use crate::error::ApiError;
@@ -68,72 +68,35 @@ pub fn send_via(
     Ok(())
 }
 
-/// Routes through the control plane of this process.
-pub struct ControlRouter {
-    control: Weak<ControlPlane>,
-}
-
-impl ControlRouter {
-    /// A router through `control` (held weakly: the control plane owns the
-    /// workers that hold this router).
-    #[must_use]
-    pub fn new(control: &Arc<ControlPlane>) -> Self {
-        Self {
-            control: Arc::downgrade(control),
-        }
-    }
-
-    fn control(&self) -> Result<Arc<ControlPlane>, ApiError> {
-        self.control
-            .upgrade()
-            .ok_or_else(|| ApiError::unavailable("the control plane is shutting down"))
-    }
-}
-
 #[async_trait]
-impl CallRouter for ControlRouter {
+impl CallRouter for LocalControl {
     async fn call(&self, actor: &str, request: Request) -> Result<Response, ApiError> {
-        let control = self.control()?;
+        let control = self.get()?;
         call_via(&control, actor, request).await
     }
 
     async fn send(&self, actor: &str, request: Request) -> Result<(), ApiError> {
-        send_via(&self.control()?, actor, request)
+        send_via(&self.get()?, actor, request)
     }
 }
 
-/// Routes from a remote worker through a control plane's internal API.
-pub struct PeerRouter {
-    control: ControlPeer,
-}
-
-impl PeerRouter {
-    /// A router through `control`: the control plane the worker joined, or
-    /// the leader replica of its etcd cluster.
-    #[must_use]
-    pub fn new(control: ControlPeer) -> Self {
-        Self { control }
-    }
-
-    async fn post(&self, path: &str, request: &Request) -> Result<Bytes, ApiError> {
-        let body = stasis_host_api::encode_request(request)
-            .map_err(|e| ApiError::bad_request(e.to_string()))?;
-        self.control.send(Method::POST, path, body.into()).await
-    }
+/// Posts `request` to `path` of `control`'s internal API.
+async fn post(control: &ControlPeer, path: &str, request: &Request) -> Result<Bytes, ApiError> {
+    let body = stasis_host_api::encode_request(request)
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    control.send(Method::POST, path, body.into()).await
 }
 
 #[async_trait]
-impl CallRouter for PeerRouter {
+impl CallRouter for ControlPeer {
     async fn call(&self, actor: &str, request: Request) -> Result<Response, ApiError> {
-        let body = self
-            .post(&ControlPath::Call(actor).to_path(), &request)
-            .await?;
+        let body = post(self, &ControlPath::Call(actor).to_path(), &request).await?;
         stasis_host_api::decode_response(&body)
             .map_err(|e| ApiError::new(502, format!("the control plane's answer: {e}")))
     }
 
     async fn send(&self, actor: &str, request: Request) -> Result<(), ApiError> {
-        self.post(&ControlPath::Send(actor).to_path(), &request)
+        post(self, &ControlPath::Send(actor).to_path(), &request)
             .await
             .map(|_| ())
     }

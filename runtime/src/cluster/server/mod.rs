@@ -329,10 +329,8 @@ pub async fn run(
             token: options.token.clone(),
         },
     };
-    let router = crate::host_calls::route::PeerRouter::new(control.clone());
-    let alarms = crate::alarms::route::PeerAlarms::new(control);
-    worker.set_router(Arc::new(router));
-    worker.set_alarm_router(Arc::new(alarms));
+    worker.set_router(Arc::new(control.clone()));
+    worker.set_alarm_router(Arc::new(control));
     let remote = Arc::new(RemoteWorker {
         worker,
         calls: calls::Calls::default(),
