@@ -50,41 +50,11 @@ async fn c_counter_passes_the_reference_session() {
     if skipped().is_some() {
         return;
     }
-    let server = Server::start(&[]);
-    server.push("counter-c");
-    let created = server.create("c-counter-1", "counter-c");
-    assert_eq!(created["state"], "running");
-
-    let first = post(&server, "c-counter-1").await;
-    assert_eq!(
-        first.body,
-        "hello from: worker-1 | preserved memory count: 1\n"
-    );
-    assert_eq!(
-        first.headers.get("content-type").map(|v| v.as_bytes()),
-        Some(&b"text/plain; charset=utf-8"[..])
-    );
-    assert_eq!(count(&post(&server, "c-counter-1").await), 2);
-
-    let paused = server.cli_json(&["actor", "pause", "c-counter-1"]);
-    assert_eq!(paused["state"], "paused");
-    assert_eq!(count(&post(&server, "c-counter-1").await), 3);
-    assert_eq!(
-        server.cli_json(&["actor", "get", "c-counter-1"])["resumes"],
-        1
-    );
-
+    let server = crate::http::reference_session("counter-c", "c-counter-1").await;
+    // Paused, then a graceful restart of `stasis serve` on the same data dir.
     server.cli_ok(&["actor", "pause", "c-counter-1"]);
-    let resumed = server.cli_json(&["actor", "resume", "c-counter-1"]);
-    assert_eq!(resumed["state"], "running");
-    assert_eq!(count(&post(&server, "c-counter-1").await), 4);
-
-    // A graceful restart of `stasis serve` on the same data dir.
     let server = server.restart(&[]);
     assert_eq!(count(&post(&server, "c-counter-1").await), 5);
-    server.cli_ok(&["actor", "pause", "c-counter-1"]);
-    let server = server.restart(&[]);
-    assert_eq!(count(&post(&server, "c-counter-1").await), 6);
 }
 
 /// One request of a session: method, path, headers, body.

@@ -10,13 +10,22 @@ use crate::support::{self, Answer, Server, burst, client, count, post, raw, raw_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reference_session_survives_pause_resume_and_restart() {
+    reference_session("counter", "my-counter-1").await;
+}
+
+/// The README's reference session with demo `template` (a counter: the
+/// Rust one, or the C one) as actor `actor`: counts 1, 2 running, 3 after
+/// a pause (its snapshot file on disk, a second pause a no-op), `actor
+/// get` fields, pause + resume, 4 after a restart. Returns the restarted
+/// server.
+pub(crate) async fn reference_session(template: &str, actor: &str) -> Server {
     let server = Server::start(&[]);
-    server.push("counter");
-    let created = server.create("my-counter-1", "counter");
+    server.push(template);
+    let created = server.create(actor, template);
     assert_eq!(created["state"], "running");
     assert_eq!(created["snapshot"]["seq"], 0);
 
-    let first = post(&server, "my-counter-1").await;
+    let first = post(&server, actor).await;
     assert_eq!(
         first.body,
         "hello from: worker-1 | preserved memory count: 1\n"
@@ -25,27 +34,27 @@ async fn reference_session_survives_pause_resume_and_restart() {
         first.headers.get("content-type").map(|v| v.as_bytes()),
         Some(&b"text/plain; charset=utf-8"[..])
     );
-    assert_eq!(count(&post(&server, "my-counter-1").await), 2);
+    assert_eq!(count(&post(&server, actor).await), 2);
 
-    let paused = server.cli_json(&["actor", "pause", "my-counter-1"]);
+    let paused = server.cli_json(&["actor", "pause", actor]);
     assert_eq!(paused["state"], "paused");
     let seq = paused["snapshot"]["seq"].as_u64().expect("seq");
     let bytes = paused["snapshot_bytes"].as_u64().expect("snapshot_bytes");
     assert!(paused["duration_ms"].as_f64().expect("duration_ms") > 0.0);
     let file = server
         .data_dir
-        .join(format!("snapshots/my-counter-1/{seq:020}.snap"));
+        .join(format!("snapshots/{actor}/{seq:020}.snap"));
     assert_eq!(
         std::fs::metadata(&file).expect("snapshot file").len(),
         bytes
     );
 
     // A second pause is a no-op.
-    let again = server.cli_json(&["actor", "pause", "my-counter-1"]);
+    let again = server.cli_json(&["actor", "pause", actor]);
     assert_eq!(again["snapshot"]["seq"].as_u64(), Some(seq));
 
-    assert_eq!(count(&post(&server, "my-counter-1").await), 3);
-    let got = server.cli_json(&["actor", "get", "my-counter-1"]);
+    assert_eq!(count(&post(&server, actor).await), 3);
+    let got = server.cli_json(&["actor", "get", actor]);
     assert_eq!(got["state"], "running");
     assert_eq!(got["resumes"], 1);
     for key in [
@@ -62,14 +71,15 @@ async fn reference_session_survives_pause_resume_and_restart() {
         assert!(got.get(key).is_some(), "actor get lacks {key}: {got}");
     }
 
-    server.cli_ok(&["actor", "pause", "my-counter-1"]);
-    let resumed = server.cli_json(&["actor", "resume", "my-counter-1"]);
+    server.cli_ok(&["actor", "pause", actor]);
+    let resumed = server.cli_json(&["actor", "resume", actor]);
     assert_eq!(resumed["state"], "running");
 
     let server = server.restart(&[]);
-    assert_eq!(count(&post(&server, "my-counter-1").await), 4);
+    assert_eq!(count(&post(&server, actor).await), 4);
     let list = server.cli_json(&["actor", "list"]);
     assert_eq!(list.as_array().map(Vec::len), Some(1));
+    server
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
