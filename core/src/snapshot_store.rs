@@ -72,7 +72,10 @@ pub struct SnapshotEntry {
 /// local store, or owned bytes (e.g. downloaded). Derefs to `[u8]`. One
 /// made by [`SnapshotBytes::map_file`] also keeps the file, which a restore
 /// maps copy-on-write into the new instance ([`crate::cow`]).
-pub struct SnapshotBytes(Repr);
+pub struct SnapshotBytes {
+    repr: Repr,
+    checksum_verified: bool,
+}
 
 enum Repr {
     Mapped(Mmap),
@@ -92,14 +95,38 @@ impl SnapshotBytes {
         // SAFETY: the caller's contract (above): nobody writes the file in
         // place, so the mapped bytes never change under the map.
         let map = unsafe { Mmap::map(&file) }?;
-        Ok(Self(Repr::File(map, file)))
+        Ok(Self::new(Repr::File(map, file)))
+    }
+
+    fn new(repr: Repr) -> Self {
+        Self {
+            repr,
+            checksum_verified: false,
+        }
+    }
+
+    /// These bytes, marked as known to match their CRC32C trailer: the
+    /// store wrote or verified this very file and has seen no change to it
+    /// since. [`verify`](crate::snapshot::verify()) then skips the checksum
+    /// pass (every other check still runs). Only a store that can tell an
+    /// unchanged file from a changed one may mark its bytes.
+    #[must_use]
+    pub fn with_checksum_verified(mut self) -> Self {
+        self.checksum_verified = true;
+        self
+    }
+
+    /// Whether [`SnapshotBytes::with_checksum_verified`] marked these bytes.
+    #[must_use]
+    pub fn checksum_verified(&self) -> bool {
+        self.checksum_verified
     }
 
     /// The file these bytes map from its start, if they were made by
     /// [`SnapshotBytes::map_file`].
     #[must_use]
     pub fn file(&self) -> Option<&File> {
-        match &self.0 {
+        match &self.repr {
             Repr::File(_, file) => Some(file),
             Repr::Mapped(_) | Repr::Owned(_) => None,
         }
@@ -110,7 +137,7 @@ impl Deref for SnapshotBytes {
     type Target = [u8];
 
     fn deref(&self) -> &[u8] {
-        match &self.0 {
+        match &self.repr {
             Repr::Mapped(map) | Repr::File(map, _) => map,
             Repr::Owned(bytes) => bytes,
         }
@@ -125,19 +152,19 @@ impl AsRef<[u8]> for SnapshotBytes {
 
 impl From<Mmap> for SnapshotBytes {
     fn from(map: Mmap) -> Self {
-        Self(Repr::Mapped(map))
+        Self::new(Repr::Mapped(map))
     }
 }
 
 impl From<Vec<u8>> for SnapshotBytes {
     fn from(bytes: Vec<u8>) -> Self {
-        Self(Repr::Owned(bytes))
+        Self::new(Repr::Owned(bytes))
     }
 }
 
 impl std::fmt::Debug for SnapshotBytes {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let kind = match self.0 {
+        let kind = match self.repr {
             Repr::Mapped(_) => "mapped",
             Repr::File(..) => "mapped file",
             Repr::Owned(_) => "owned",

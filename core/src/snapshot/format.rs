@@ -33,6 +33,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::memory::{PAGE_SIZE, align_up};
+use super::source::SnapshotSource;
 use crate::module::{Digest, GlobalKind, Template};
 
 /// First 8 bytes of every snapshot file.
@@ -287,16 +288,22 @@ impl<B: AsRef<[u8]>> VerifiedSnapshot<B> {
 
 /// Checks `bytes` as described in the module docs, against `template` and
 /// the engine's memory limit (`max_memory`, bytes, for each linear memory,
-/// as the engine applies it).
+/// as the engine applies it). The checksum pass is skipped for bytes whose
+/// source already knows it matches ([`SnapshotSource::checksum_verified`]).
 ///
 /// # Errors
 /// The first failed check, as a [`SnapshotError`].
-pub fn verify<B: AsRef<[u8]>>(
+pub fn verify<B: SnapshotSource>(
     bytes: B,
     template: &Template,
     max_memory: u64,
 ) -> Result<VerifiedSnapshot<B>, SnapshotError> {
-    let header = check_layout(bytes.as_ref(), template, max_memory)?;
+    let checksum = if bytes.checksum_verified() {
+        Checksum::Known
+    } else {
+        Checksum::Compute
+    };
+    let header = check_layout(bytes.as_ref(), template, max_memory, checksum)?;
     Ok(VerifiedSnapshot { header, bytes })
 }
 
@@ -305,8 +312,9 @@ fn check_layout(
     bytes: &[u8],
     template: &Template,
     max_memory: u64,
+    checksum: Checksum,
 ) -> Result<Header, SnapshotError> {
-    let header = verify_header(bytes)?;
+    let header = check_header(bytes, checksum)?;
     let info = &template.info;
     if header.module_digest != info.digest {
         return Err(SnapshotError::WrongModule {
@@ -452,6 +460,19 @@ pub fn same_state(a: &[u8], b: &[u8]) -> bool {
 /// # Errors
 /// The first failed check, as a [`SnapshotError`].
 pub fn verify_header(bytes: &[u8]) -> Result<Header, SnapshotError> {
+    check_header(bytes, Checksum::Compute)
+}
+
+/// Whether [`check_header`] computes the checksum or the caller's source
+/// already knows it matches ([`SnapshotSource::checksum_verified`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Checksum {
+    Compute,
+    Known,
+}
+
+/// [`verify_header`], with the checksum pass skipped when it is `Known`.
+fn check_header(bytes: &[u8], checksum: Checksum) -> Result<Header, SnapshotError> {
     let len = bytes.len() as u64;
     let min = (PREFIX_LEN + TRAILER_LEN) as u64;
     if len < min {
@@ -474,13 +495,15 @@ pub fn verify_header(bytes: &[u8]) -> Result<Header, SnapshotError> {
         });
     }
     let body = &bytes[..bytes.len() - TRAILER_LEN];
-    let recorded_crc = u32_at(bytes.len() - TRAILER_LEN);
-    let computed = crc32c::crc32c(body);
-    if recorded_crc != computed {
-        return Err(SnapshotError::ChecksumMismatch {
-            recorded: recorded_crc,
-            computed,
-        });
+    if checksum == Checksum::Compute {
+        let recorded_crc = u32_at(bytes.len() - TRAILER_LEN);
+        let computed = crc32c::crc32c(body);
+        if recorded_crc != computed {
+            return Err(SnapshotError::ChecksumMismatch {
+                recorded: recorded_crc,
+                computed,
+            });
+        }
     }
     if header_len > MAX_HEADER || PREFIX_LEN + header_len > body.len() {
         return Err(SnapshotError::TooLarge(format!(

@@ -9,6 +9,7 @@ use wasmtime::Val;
 
 use super::format::{GlobalValue, PageRun, SnapshotError, VerifiedSnapshot};
 use super::memory::{PAGE_SIZE, copy, prepare_fresh};
+use super::source::SnapshotSource;
 use crate::cow::{self, MIN_MAPPED_RUN_BYTES};
 use crate::engine::StasisEngine;
 use crate::instance::{ActorInstance, CallError, InstanceConfig, Start};
@@ -24,36 +25,6 @@ pub enum RestoreError {
     /// Instantiating the resume variant or writing state back failed.
     #[error(transparent)]
     Call(#[from] CallError),
-}
-
-/// What a snapshot's verified bytes can be held in: anything that gives
-/// the bytes, and, for a copy-on-write restore, the file they map from its
-/// first byte ([`SnapshotBytes::map_file`]).
-///
-/// [`SnapshotBytes::map_file`]: crate::snapshot_store::SnapshotBytes::map_file
-pub trait SnapshotSource: AsRef<[u8]> {
-    /// The file whose whole content these bytes are, if they come from one
-    /// on local disk that is never written in place. `None` (the default)
-    /// restores by copying.
-    fn file(&self) -> Option<&File> {
-        None
-    }
-}
-
-impl SnapshotSource for [u8] {}
-impl SnapshotSource for Vec<u8> {}
-impl<const N: usize> SnapshotSource for [u8; N] {}
-impl SnapshotSource for memmap2::Mmap {}
-impl SnapshotSource for bytes::Bytes {}
-impl<T: SnapshotSource + ?Sized> SnapshotSource for &T {
-    fn file(&self) -> Option<&File> {
-        (**self).file()
-    }
-}
-impl SnapshotSource for crate::snapshot_store::SnapshotBytes {
-    fn file(&self) -> Option<&File> {
-        crate::snapshot_store::SnapshotBytes::file(self)
-    }
 }
 
 /// Restores a [`VerifiedSnapshot`] (checked once by
