@@ -27,7 +27,8 @@
 //! * [`snapshot_store`]: the [`snapshot_store::SnapshotStore`] trait that
 //!   workers and the control plane keep snapshots through.
 //! * [`snapshot_files`]: its embedded implementation, snapshot files in the
-//!   data dir ([`snapshot_files::LocalSnapshotStore`]).
+//!   data dir ([`snapshot_files::LocalSnapshotStore`]), which remembers the
+//!   files whose checksum it knows (`snapshot_checked`).
 //! * [`snapshot_objects`]: the implementation a cluster shares, snapshots
 //!   and templates in an object store (a folder or S3) with a local cache
 //!   ([`snapshot_objects::ObjectSnapshotStore`], [`snapshot_objects::StoreUrl`]).
@@ -42,6 +43,7 @@ pub mod host_functions;
 pub mod instance;
 pub mod module;
 pub mod snapshot;
+mod snapshot_checked;
 pub mod snapshot_files;
 pub mod snapshot_objects;
 mod snapshot_quota;

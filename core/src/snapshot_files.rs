@@ -2,7 +2,9 @@
 //! `snapshots/<actor>/<seq:020>.snap`, written with [`write_atomically`]
 //! so a crash at any point leaves the previous snapshot intact, with an
 //! empty `<seq:020>.acked` marker naming the newest acknowledged one;
-//! retention of the newest N; an optional quota on the whole folder.
+//! retention of the newest N; an optional quota on the whole folder. Files
+//! it wrote or saw checksummed are remembered ([`crate::snapshot_checked`]),
+//! so their next restore skips the checksum pass.
 
 use std::ffi::OsStr;
 use std::fs::{self, File};
@@ -10,8 +12,12 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use crate::durable::{self, TEMP_SUFFIX, write_atomically};
+use crate::snapshot::peek_header;
+use crate::snapshot_checked::CheckedFiles;
 use crate::snapshot_quota::QuotaUsage;
-use crate::snapshot_store::{SnapshotBytes, SnapshotEntry, SnapshotStore, StoreError};
+use crate::snapshot_store::{
+    SnapshotBytes, SnapshotEntry, SnapshotStore, StoreError, chain_files, chain_retention,
+};
 
 const SNAPSHOT: &str = ".snap";
 const ACKED: &str = ".acked";
@@ -62,6 +68,7 @@ fn io_err(
 pub struct LocalSnapshotStore {
     root: PathBuf,
     usage: QuotaUsage,
+    checked: CheckedFiles,
 }
 
 impl LocalSnapshotStore {
@@ -99,6 +106,7 @@ impl LocalSnapshotStore {
         Ok(Self {
             root,
             usage: QuotaUsage::new(quota, used),
+            checked: CheckedFiles::default(),
         })
     }
 
@@ -117,7 +125,11 @@ impl LocalSnapshotStore {
     fn write_file(&self, actor: &str, seq: u64, bytes: &[u8]) -> Result<(), StoreError> {
         self.create_actor_dir(actor)?;
         let path = self.path(actor, seq);
+        self.checked.forget(&path);
         write_atomically(&path, bytes).map_err(io_err(&self.root, "write", &path))?;
+        if let Ok(meta) = path.metadata() {
+            self.checked.record(&meta);
+        }
         self.mark_acknowledged(actor, seq);
         Ok(())
     }
@@ -146,6 +158,43 @@ impl LocalSnapshotStore {
         let dir = self.create_actor_dir(actor)?;
         fs::hard_link(from, to).map_err(io_err(&self.root, "link", to))?;
         durable::sync_dir(&dir).map_err(io_err(&self.root, "fsync", &dir))
+    }
+
+    /// The base snapshot `seq` of `actor` names if it is a delta; `None`
+    /// for a full snapshot or one whose header cannot be read (its pages
+    /// are not checked: see [`peek_header`]).
+    fn base_of(&self, actor: &str, seq: u64) -> Option<u64> {
+        let bytes = self.open_snapshot(actor, seq).ok()?;
+        Some(peek_header(&bytes).ok()?.base?.seq)
+    }
+
+    /// Hard-links snapshot `seq` of `src` as the same snapshot of `new`
+    /// (quota counted); returns its length.
+    fn link_snapshot(&self, src: &str, seq: u64, new: &str) -> Result<u64, StoreError> {
+        let from = self.path(src, seq);
+        let before = from.metadata().map_err(io_err(&self.root, "open", &from))?;
+        let len = before.len();
+        let to = self.path(new, seq);
+        if to.exists() {
+            return Err(io_err(&self.root, "link", &to)(
+                io::ErrorKind::AlreadyExists.into(),
+            ));
+        }
+        self.usage.reserve(len, 0)?;
+        if let Err(e) = self.link_file(&from, new, &to) {
+            // Linked but not fsynced: the file is there and counted.
+            let linked = !matches!(&e, StoreError::Io { source, .. }
+                if source.kind() == io::ErrorKind::AlreadyExists)
+                && to.exists();
+            if !linked {
+                self.usage.release(len);
+            }
+            return Err(e);
+        }
+        if let Ok(after) = to.metadata() {
+            self.checked.relinked(&before, &after);
+        }
+        Ok(len)
     }
 
     /// Records `seq` as `actor`'s newest acknowledged snapshot: an empty
@@ -189,34 +238,26 @@ impl SnapshotStore for LocalSnapshotStore {
         result
     }
 
-    /// A hard link `snapshots/<new>/<seq>.snap` to `src`'s file, its folder
+    /// A hard link `snapshots/<new>/<seq>.snap` to `src`'s file (and, for
+    /// a delta, one to each file of its chain, oldest first), each folder
     /// entry fsynced, then the acknowledged marker. Counted in the quota by
-    /// its length, as every file is when the store is opened.
+    /// the files' lengths, as every file is when the store is opened;
+    /// returns their sum.
     fn fork(&self, src: &str, seq: u64, new: &str, _epoch: u64) -> Result<u64, StoreError> {
-        let from = self.path(src, seq);
-        let len = from
-            .metadata()
-            .map_err(io_err(&self.root, "open", &from))?
-            .len();
-        let to = self.path(new, seq);
-        if to.exists() {
-            return Err(io_err(&self.root, "link", &to)(
-                io::ErrorKind::AlreadyExists.into(),
-            ));
-        }
-        self.usage.reserve(len, 0)?;
-        if let Err(e) = self.link_file(&from, new, &to) {
-            // Linked but not fsynced: the file is there and counted.
-            let linked = !matches!(&e, StoreError::Io { source, .. }
-                if source.kind() == io::ErrorKind::AlreadyExists)
-                && to.exists();
-            if !linked {
-                self.usage.release(len);
-            }
-            return Err(e);
+        let chain: Vec<u64> = chain_files(self, src, seq)?
+            .into_iter()
+            .map(|(at, _)| at)
+            .collect();
+        let mut total = 0;
+        for at in chain {
+            total += self.link_snapshot(src, at, new)?;
         }
         self.mark_acknowledged(new, seq);
-        Ok(len)
+        Ok(total)
+    }
+
+    fn supports_deltas(&self) -> bool {
+        true
     }
 
     fn list_acknowledged(
@@ -249,27 +290,41 @@ impl SnapshotStore for LocalSnapshotStore {
     fn open_snapshot(&self, actor: &str, seq: u64) -> Result<SnapshotBytes, StoreError> {
         let path = self.path(actor, seq);
         let file = File::open(&path).map_err(io_err(&self.root, "open", &path))?;
+        let checked = file.metadata().is_ok_and(|m| self.checked.is_checked(&m));
         // Snapshot files are immutable once renamed into place, and only
         // this process (holding the data dir's LOCK) writes or removes them.
-        SnapshotBytes::map_file(file).map_err(io_err(&self.root, "map", &path))
+        let bytes = SnapshotBytes::map_file(file).map_err(io_err(&self.root, "map", &path))?;
+        Ok(if checked {
+            bytes.with_checksum_verified()
+        } else {
+            bytes
+        })
+    }
+
+    /// Remembers the file of `bytes` (mapped by
+    /// [`LocalSnapshotStore::open_snapshot`]) as checked.
+    fn checksum_passed(&self, bytes: &SnapshotBytes) {
+        if let Some(meta) = bytes.file().and_then(|f| f.metadata().ok()) {
+            self.checked.record(&meta);
+        }
     }
 
     fn retain(&self, actor: &str, keep: usize) -> Result<Vec<u64>, StoreError> {
         let list = self.list(actor)?;
-        let excess = list.len().saturating_sub(keep.max(1));
-        let mut removed = Vec::new();
-        for entry in &list[..excess] {
+        let doomed = chain_retention(&list, keep, |seq| self.base_of(actor, seq));
+        for entry in list.iter().filter(|e| doomed.contains(&e.seq)) {
             let path = self.path(actor, entry.seq);
+            self.checked.forget(&path);
             fs::remove_file(&path).map_err(io_err(&self.root, "remove", &path))?;
             self.usage.release(entry.bytes);
-            removed.push(entry.seq);
         }
-        Ok(removed)
+        Ok(doomed)
     }
 
     fn remove(&self, actor: &str, seq: u64) -> Result<(), StoreError> {
         let path = self.path(actor, seq);
         let len = path.metadata().map(|m| m.len()).unwrap_or(0);
+        self.checked.forget(&path);
         match fs::remove_file(&path) {
             Ok(()) => {
                 self.usage.release(len);
@@ -304,7 +359,11 @@ impl SnapshotStore for LocalSnapshotStore {
     }
 
     fn remove_actor(&self, actor: &str) -> Result<(), StoreError> {
-        let total: u64 = self.list(actor)?.iter().map(|e| e.bytes).sum();
+        let list = self.list(actor)?;
+        for entry in &list {
+            self.checked.forget(&self.path(actor, entry.seq));
+        }
+        let total: u64 = list.iter().map(|e| e.bytes).sum();
         let dir = self.actor_dir(actor);
         match fs::remove_dir_all(&dir) {
             Ok(()) => {

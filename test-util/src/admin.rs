@@ -87,3 +87,54 @@ pub async fn wait_worker_ready(client: &Http, addr: SocketAddr, name: &str) {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// [`push_template`] with a WASI environment: `PUT
+/// /v1/templates/NAME?env=K%3DV&...` for each `(K, V)` of `env`; asserts
+/// 200 or 201.
+pub async fn push_template_env(
+    client: &Http,
+    addr: SocketAddr,
+    name: &str,
+    wasm: Vec<u8>,
+    env: &[(&str, &str)],
+) {
+    let query: Vec<String> = env
+        .iter()
+        .map(|(k, v)| format!("env={}", query_escape(&format!("{k}={v}"))))
+        .collect();
+    let mut path = format!("/v1/templates/{name}");
+    if !query.is_empty() {
+        path = format!("{path}?{}", query.join("&"));
+    }
+    let headers = [("content-type", "application/wasm")];
+    let reply = send_with(
+        client,
+        addr,
+        "PUT",
+        "localhost",
+        &path,
+        &headers,
+        wasm.into(),
+    )
+    .await;
+    assert!(
+        reply.status == 200 || reply.status == 201,
+        "push {name}: {} {}",
+        reply.status,
+        reply.text()
+    );
+}
+
+/// `text` percent-encoded for a query value (everything but RFC 3986's
+/// unreserved characters escaped).
+fn query_escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}

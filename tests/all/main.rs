@@ -17,6 +17,9 @@
 //! * `retention`: `--keep-snapshots` and repairs: corrupt snapshots go
 //!   first, every kept snapshot restores;
 //! * `demos`: the demo actors survive capture and restore in a new engine;
+//! * `incremental`: delta snapshots: a small change pauses as a small
+//!   delta (`bytes_written`), chains restore after resume, move and
+//!   restart, chains are bounded and retention keeps their bases;
 //! * `fork`: `actor fork`: divergence, `--from-snapshot`, one shared
 //!   snapshot inode, deletion of either side, host randomness, error
 //!   codes, cluster mode;
@@ -58,6 +61,7 @@ mod fork;
 mod hardening;
 mod host_calls;
 mod http;
+mod incremental;
 mod ingress;
 mod reliability;
 mod replicas;

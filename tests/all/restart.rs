@@ -38,6 +38,8 @@ async fn hosted(worker: &RemoteWorker) -> String {
 async fn a_control_plane_restart_places_each_actor_once() {
     let data = tempfile::tempdir().expect("tempdir");
     let (admin, ingress) = (free_addr(), free_addr());
+    // The 400,000-key preload runs inside the create; on a loaded 2-core
+    // CI machine it took more than the default 1 s of guest time.
     let args = [
         "--workers",
         "0",
@@ -45,6 +47,8 @@ async fn a_control_plane_restart_places_each_actor_once() {
         &admin,
         "--listen",
         &ingress,
+        "--cpu-limit",
+        "20s",
     ];
     let mut server = Server::start_in(data.path(), &args).expect("serve");
     let w1 = RemoteWorker::start(&server, "w1", &[]);

@@ -56,9 +56,41 @@ pub fn capture_into(
     instance: &mut ActorInstance,
     out: &mut Vec<u8>,
 ) -> Result<CaptureStats, SnapshotError> {
-    out.clear();
     let info = instance.template.info.clone();
+    let globals = capture_globals(instance)?;
+    let store = &instance.store;
+    let data: Vec<&[u8]> = instance.memories.iter().map(|m| m.data(store)).collect();
+    let memories = info
+        .memories
+        .iter()
+        .zip(&data)
+        .map(|(m, data)| MemoryImage {
+            index: m.index,
+            wasm_pages: data.len() as u64 / WASM_PAGE,
+            runs: scan_runs(data),
+            zero_runs: Vec::new(),
+        })
+        .collect();
+    let mut header = Header {
+        module_digest: info.digest,
+        abi_version: info.abi_version,
+        clock_ns: instance.clock.now_ns(),
+        globals,
+        memories,
+        base: None,
+    };
+    write_file(out, &mut header, &data)
+}
+
+/// Every defined mutable global of `instance`, in the module's order.
+///
+/// # Errors
+/// [`SnapshotError::Layout`] if a global holds no number (a reference).
+pub(crate) fn capture_globals(
+    instance: &mut ActorInstance,
+) -> Result<Vec<GlobalValue>, SnapshotError> {
     let values = instance.global_values();
+    let info = &instance.template.info;
     let mut globals = Vec::with_capacity(values.len());
     for (g, v) in info.globals.iter().zip(&values) {
         let (kind, bits) = global_bits(v)
@@ -69,24 +101,23 @@ pub fn capture_into(
             bits,
         });
     }
-    let store = &instance.store;
-    let mut memories = Vec::with_capacity(info.memories.len());
-    for (m, memory) in info.memories.iter().zip(&instance.memories) {
-        let data = memory.data(store);
-        memories.push(MemoryImage {
-            index: m.index,
-            wasm_pages: data.len() as u64 / WASM_PAGE,
-            runs: scan_runs(data),
-        });
-    }
-    let mut header = Header {
-        module_digest: info.digest,
-        abi_version: info.abi_version,
-        clock_ns: instance.clock.now_ns(),
-        globals,
-        memories,
-    };
-    let (header_bytes, file_len) = format::lay_out(&mut header)?;
+    Ok(globals)
+}
+
+/// Lays out `header` ([`format::lay_out`]) and writes the whole file into
+/// `out` (cleared first, its allocation reused): the prefix, then each run's
+/// pages taken from `memories` (one slice per memory, in header order, each
+/// at least as long as its runs reach), then the CRC32C trailer.
+///
+/// # Errors
+/// Only if the header cannot be encoded (more than 16 MiB of page runs).
+pub(crate) fn write_file(
+    out: &mut Vec<u8>,
+    header: &mut Header,
+    memories: &[&[u8]],
+) -> Result<CaptureStats, SnapshotError> {
+    out.clear();
+    let (header_bytes, file_len) = format::lay_out(header)?;
     let fresh = out.capacity() < file_len as usize;
     out.reserve(file_len as usize);
     if fresh {
@@ -98,12 +129,11 @@ pub fn capture_into(
             true,
         );
     }
-    format::write_prefix(out, &header_bytes, file_len);
+    format::write_prefix(out, header.version(), &header_bytes, file_len);
     // One pass over the pages: each chunk is checksummed right after it is
     // copied, while it is still in cache.
     let mut crc = crc32c::crc32c(out);
-    for (image, memory) in header.memories.iter().zip(&instance.memories) {
-        let data = memory.data(store);
+    for (image, data) in header.memories.iter().zip(memories) {
         for run in &image.runs {
             let start = run.first_page as usize * PAGE_SIZE;
             let bytes = &data[start..start + run.pages as usize * PAGE_SIZE];

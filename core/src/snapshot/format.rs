@@ -1,34 +1,46 @@
 //! The snapshot file format: its byte layout, the header's encoding and
 //! decoding, and the checks that turn bytes into a [`VerifiedSnapshot`].
 //!
-//! # File format (version [`FORMAT_VERSION`])
+//! # File format (versions 1 and 2)
 //!
 //! ```text
 //! offset 0   magic "STASNAP\0"                       8 bytes
-//!        8   format version                          u32 LE
+//!        8   format version (1 or 2)                 u32 LE
 //!       12   header length H                         u32 LE
 //!       16   file length L (this whole file)         u64 LE
 //!       24   header (bincode 2, fixed-int encoding)  H bytes
 //!            zero padding to the next 4 KiB boundary
-//!            memory pages: each run of non-zero 4 KiB pages, raw, at the
-//!            4 KiB-aligned file offset the header names (so a later version
-//!            can map them instead of copying)
+//!            memory pages: each run of 4 KiB pages, raw, at the 4 KiB-aligned
+//!            file offset the header names (so a restore can map them)
 //!   L - 4    CRC32C of bytes [0, L - 4)              u32 LE
 //! ```
 //!
 //! The header holds the module digest (SHA-256 of the template's original
 //! bytes), the ABI version, the actor's virtual monotonic clock (ns), every
 //! defined mutable global (index, type, exact bits: NaN payloads survive) and,
-//! per memory, its size in 64 KiB pages and its runs of non-zero 4 KiB pages.
-//! Pages not listed are zero.
+//! per memory, its size in 64 KiB pages and its runs of stored 4 KiB pages.
+//!
+//! * **Version 1, a full snapshot:** the runs are the memory's non-zero
+//!   pages; pages not listed are zero. Full snapshots are still written as
+//!   version 1, byte for byte as before version 2 existed.
+//! * **Version 2, a delta** (an incremental snapshot): the header also names
+//!   its *base* — the snapshot it was taken against, by sequence number, the
+//!   base file's CRC32C trailer, and the delta's depth (1 on a full base, one
+//!   more than its base's otherwise, at most [`MAX_DELTA_DEPTH`]) — and, per
+//!   memory, its *zero runs*: pages that became zero. The runs hold the pages
+//!   that changed since the base; every other page is as in the base.
+//!   Restoring a delta takes its chain: the full snapshot at its root, then
+//!   each delta in order ([`VerifiedChain`](super::chain::VerifiedChain)).
 //!
 //! [`verify`] checks, in this order and before anything sized by the file is
 //! allocated: length ≥ the fixed parts, magic, version, recorded length,
 //! checksum, header decoding (bounded), module digest, ABI version, memory
-//! sizes against the engine's limit, page runs against memory and file
-//! bounds, globals against the module (index, type, and bits within the
-//! type's width). Each failure is a distinct
-//! [`SnapshotError`] naming the check.
+//! sizes against the engine's limit, page runs and zero runs against memory
+//! and file bounds, the base's depth, globals against the module (index,
+//! type, and bits within the type's width). Each failure is a distinct
+//! [`SnapshotError`] naming the check. A delta verifies on its own; that its
+//! base is there and is the one it names is checked by
+//! [`VerifiedChain::new`](super::chain::VerifiedChain::new).
 
 use serde::{Deserialize, Serialize};
 
@@ -38,11 +50,17 @@ use crate::module::{Digest, GlobalKind, Template};
 
 /// First 8 bytes of every snapshot file.
 pub const MAGIC: [u8; 8] = *b"STASNAP\0";
-/// The format version this build writes.
-pub const FORMAT_VERSION: u32 = 1;
-/// The oldest format version this build reads. Version 1 is the first, so
-/// there is no previous version yet; when version 2 comes, this stays 1.
+/// The newest format version this build writes: 2 for a delta. Full
+/// snapshots are written as version [`FULL_FORMAT_VERSION`].
+pub const FORMAT_VERSION: u32 = 2;
+/// The format version of full snapshots (module docs).
+pub const FULL_FORMAT_VERSION: u32 = 1;
+/// The oldest format version this build reads.
 pub const OLDEST_READABLE_VERSION: u32 = 1;
+/// Most deltas on one full snapshot: a delta's depth is at most this, so a
+/// restore reads at most `MAX_DELTA_DEPTH + 1` files. The snapshot after a
+/// delta of this depth is full.
+pub const MAX_DELTA_DEPTH: u32 = 8;
 /// Size of a wasm page, in bytes.
 pub(crate) const WASM_PAGE: u64 = 65536;
 /// Length of the fixed prefix (magic, version, header length, file length).
@@ -74,6 +92,16 @@ pub struct PageRun {
     pub file_offset: u64,
 }
 
+/// A run of consecutive 4 KiB pages, without their bytes (a delta's zero
+/// runs; the pages dirty tracking reports).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PageSpan {
+    /// Index of the first 4 KiB page in the memory.
+    pub first_page: u64,
+    /// Number of pages.
+    pub pages: u64,
+}
+
 /// One linear memory's image.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MemoryImage {
@@ -81,8 +109,24 @@ pub struct MemoryImage {
     pub index: u32,
     /// Size in 64 KiB wasm pages.
     pub wasm_pages: u64,
-    /// Non-zero 4 KiB pages, ascending, not overlapping.
+    /// Stored 4 KiB pages, ascending, not overlapping: the non-zero pages
+    /// of a full snapshot, the changed non-zero pages of a delta.
     pub runs: Vec<PageRun>,
+    /// Pages a delta records as zero (ascending, overlapping no run);
+    /// always empty in a full snapshot.
+    pub zero_runs: Vec<PageSpan>,
+}
+
+/// The snapshot a delta was taken against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BaseRef {
+    /// The base's sequence number.
+    pub seq: u64,
+    /// The base file's CRC32C trailer: names one file, not just a number.
+    pub crc32c: u32,
+    /// This delta's depth: 1 on a full base, the base's depth + 1 on a
+    /// delta (at most [`MAX_DELTA_DEPTH`]).
+    pub depth: u32,
 }
 
 /// The decoded header of a snapshot.
@@ -98,9 +142,50 @@ pub struct Header {
     pub globals: Vec<GlobalValue>,
     /// Every defined memory, in index order.
     pub memories: Vec<MemoryImage>,
+    /// The base of a delta; `None` for a full snapshot.
+    pub base: Option<BaseRef>,
+}
+
+/// A version-1 header, as encoded (a full snapshot: no base, no zero runs).
+#[derive(Serialize, Deserialize)]
+struct HeaderV1 {
+    module_digest: Digest,
+    abi_version: u32,
+    clock_ns: u64,
+    globals: Vec<GlobalValue>,
+    memories: Vec<MemoryImageV1>,
+}
+
+/// A version-1 memory image, as encoded.
+#[derive(Serialize, Deserialize)]
+struct MemoryImageV1 {
+    index: u32,
+    wasm_pages: u64,
+    runs: Vec<PageRun>,
 }
 
 impl Header {
+    /// The format version this header is written in: 1 for a full
+    /// snapshot, 2 for a delta.
+    #[must_use]
+    pub fn version(&self) -> u32 {
+        if self.base.is_some() {
+            FORMAT_VERSION
+        } else {
+            FULL_FORMAT_VERSION
+        }
+    }
+
+    /// Number of pages a delta records as zero.
+    #[must_use]
+    pub fn zero_pages(&self) -> u64 {
+        self.memories
+            .iter()
+            .flat_map(|m| &m.zero_runs)
+            .map(|r| r.pages)
+            .sum()
+    }
+
     /// Bytes of memory the snapshot restores (sum of memory sizes).
     #[must_use]
     pub fn memory_bytes(&self) -> u64 {
@@ -187,9 +272,82 @@ fn header_config() -> impl bincode::config::Config {
         .with_limit::<MAX_HEADER>()
 }
 
-fn encode_header(header: &Header) -> Result<Vec<u8>, SnapshotError> {
-    bincode::serde::encode_to_vec(header, header_config())
-        .map_err(|e| SnapshotError::TooLarge(format!("header: {e}")))
+/// `header` encoded as a file of its [`Header::version`] stores it (bincode
+/// 2, fixed-int: a version-1 header has no base and no zero runs).
+///
+/// # Errors
+/// [`SnapshotError::TooLarge`] past the 16 MiB header limit.
+pub fn encode_header(header: &Header) -> Result<Vec<u8>, SnapshotError> {
+    let encoded = if header.base.is_some() {
+        bincode::serde::encode_to_vec(header, header_config())
+    } else {
+        let v1 = HeaderV1 {
+            module_digest: header.module_digest,
+            abi_version: header.abi_version,
+            clock_ns: header.clock_ns,
+            globals: header.globals.clone(),
+            memories: header
+                .memories
+                .iter()
+                .map(|m| MemoryImageV1 {
+                    index: m.index,
+                    wasm_pages: m.wasm_pages,
+                    runs: m.runs.clone(),
+                })
+                .collect(),
+        };
+        bincode::serde::encode_to_vec(&v1, header_config())
+    };
+    encoded.map_err(|e| SnapshotError::TooLarge(format!("header: {e}")))
+}
+
+/// Decodes a header of format `version` from all of `bytes` (the file's
+/// header field), without any check but the decoder's bounds: the inverse
+/// of [`encode_header`]. A version other than 1 decodes as version 2.
+///
+/// # Errors
+/// [`SnapshotError::BadHeader`] if the bytes do not decode whole, or a
+/// version-2 header names no base.
+pub fn decode_header(version: u32, bytes: &[u8]) -> Result<Header, SnapshotError> {
+    let bad = |e: bincode::error::DecodeError| SnapshotError::BadHeader(e.to_string());
+    let (header, used) = if version == FULL_FORMAT_VERSION {
+        let (v1, used): (HeaderV1, usize) =
+            bincode::serde::decode_from_slice(bytes, header_config()).map_err(bad)?;
+        let header = Header {
+            module_digest: v1.module_digest,
+            abi_version: v1.abi_version,
+            clock_ns: v1.clock_ns,
+            globals: v1.globals,
+            memories: v1
+                .memories
+                .into_iter()
+                .map(|m| MemoryImage {
+                    index: m.index,
+                    wasm_pages: m.wasm_pages,
+                    runs: m.runs,
+                    zero_runs: Vec::new(),
+                })
+                .collect(),
+            base: None,
+        };
+        (header, used)
+    } else {
+        let (header, used): (Header, usize) =
+            bincode::serde::decode_from_slice(bytes, header_config()).map_err(bad)?;
+        if header.base.is_none() {
+            return Err(SnapshotError::BadHeader(
+                "a version-2 snapshot without a base".to_owned(),
+            ));
+        }
+        (header, used)
+    };
+    if used != bytes.len() {
+        return Err(SnapshotError::BadHeader(format!(
+            "{} bytes left after the header",
+            bytes.len() - used
+        )));
+    }
+    Ok(header)
 }
 
 /// The header length recorded in a file's prefix (bytes 12..16); the
@@ -221,11 +379,11 @@ pub(crate) fn lay_out(header: &mut Header) -> Result<(Vec<u8>, u64), SnapshotErr
     Ok((encode_header(header)?, offset + TRAILER_LEN as u64))
 }
 
-/// Appends the fixed prefix, `header_bytes` and the zero padding up to the
-/// first page run to `out` (empty on entry).
-pub(crate) fn write_prefix(out: &mut Vec<u8>, header_bytes: &[u8], file_len: u64) {
+/// Appends the fixed prefix (with format `version`), `header_bytes` and the
+/// zero padding up to the first page run to `out` (empty on entry).
+pub(crate) fn write_prefix(out: &mut Vec<u8>, version: u32, header_bytes: &[u8], file_len: u64) {
     out.extend_from_slice(&MAGIC);
-    out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+    out.extend_from_slice(&version.to_le_bytes());
     out.extend_from_slice(&(header_bytes.len() as u32).to_le_bytes());
     out.extend_from_slice(&file_len.to_le_bytes());
     out.extend_from_slice(header_bytes);
@@ -397,6 +555,15 @@ fn check_layout(
             }
             next_page = end_page.unwrap_or(u64::MAX);
         }
+        check_zero_runs(image, memory_pages)?;
+    }
+    if let Some(base) = header.base
+        && !(1..=MAX_DELTA_DEPTH).contains(&base.depth)
+    {
+        return Err(SnapshotError::Layout(format!(
+            "delta depth {} is outside 1..={MAX_DELTA_DEPTH}",
+            base.depth
+        )));
     }
     let expected: Vec<(u32, GlobalKind)> = info.globals.iter().map(|g| (g.index, g.kind)).collect();
     let found: Vec<(u32, GlobalKind)> = header.globals.iter().map(|g| (g.index, g.kind)).collect();
@@ -414,6 +581,40 @@ fn check_layout(
         )));
     }
     Ok(header)
+}
+
+/// Checks a delta's zero runs: each non-empty, ascending, inside the
+/// memory of `memory_pages` 4 KiB pages, and overlapping none of the
+/// image's stored runs (a page cannot be both zero and stored).
+fn check_zero_runs(image: &MemoryImage, memory_pages: u64) -> Result<(), SnapshotError> {
+    let mut next_page = 0u64;
+    let mut stored = image.runs.iter().peekable();
+    for zero in &image.zero_runs {
+        let end_page = zero.first_page.checked_add(zero.pages);
+        let inside = zero.pages > 0
+            && zero.first_page >= next_page
+            && end_page.is_some_and(|e| e <= memory_pages);
+        let Some(end_page) = end_page.filter(|_| inside) else {
+            return Err(SnapshotError::Layout(format!(
+                "zero run {zero:?} of memory {} lies outside the memory or out of order",
+                image.index
+            )));
+        };
+        while stored
+            .peek()
+            .is_some_and(|run| run.first_page + run.pages <= zero.first_page)
+        {
+            stored.next();
+        }
+        if stored.peek().is_some_and(|run| run.first_page < end_page) {
+            return Err(SnapshotError::Layout(format!(
+                "zero run {zero:?} of memory {} overlaps a stored page run",
+                image.index
+            )));
+        }
+        next_page = end_page;
+    }
+    Ok(())
 }
 
 /// Whether `bits` fits a global of type `kind` (zero-extended to 128).
@@ -463,6 +664,33 @@ pub fn verify_header(bytes: &[u8]) -> Result<Header, SnapshotError> {
     check_header(bytes, Checksum::Compute)
 }
 
+/// The header of `bytes` after every check of [`verify_header`] except the
+/// checksum pass: for callers that need a file's base or sizes but not its
+/// pages (retention, the next delta's base after a write). The pages are
+/// not checked, so never restore from what this returns.
+///
+/// # Errors
+/// The first failed check, as a [`SnapshotError`].
+pub fn peek_header(bytes: &[u8]) -> Result<Header, SnapshotError> {
+    check_header(bytes, Checksum::Known)
+}
+
+/// The CRC32C recorded in the trailer of `bytes`, or `None` if `bytes` is
+/// shorter than a snapshot's fixed parts. Not checked against the content.
+#[must_use]
+pub fn recorded_crc32c(bytes: &[u8]) -> Option<u32> {
+    if bytes.len() < PREFIX_LEN + TRAILER_LEN {
+        return None;
+    }
+    let at = bytes.len() - TRAILER_LEN;
+    Some(u32::from_le_bytes([
+        bytes[at],
+        bytes[at + 1],
+        bytes[at + 2],
+        bytes[at + 3],
+    ]))
+}
+
 /// Whether [`check_header`] computes the checksum or the caller's source
 /// already knows it matches ([`SnapshotSource::checksum_verified`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -510,16 +738,5 @@ fn check_header(bytes: &[u8], checksum: Checksum) -> Result<Header, SnapshotErro
             "header claims {header_len} bytes in a {len}-byte file"
         )));
     }
-    let (header, used): (Header, usize) = bincode::serde::decode_from_slice(
-        &bytes[PREFIX_LEN..PREFIX_LEN + header_len],
-        header_config(),
-    )
-    .map_err(|e| SnapshotError::BadHeader(e.to_string()))?;
-    if used != header_len {
-        return Err(SnapshotError::BadHeader(format!(
-            "{} bytes left after the header",
-            header_len - used
-        )));
-    }
-    Ok(header)
+    decode_header(version, &bytes[PREFIX_LEN..PREFIX_LEN + header_len])
 }

@@ -4,22 +4,31 @@
 //!
 //! Rooms: [`format`](mod@format) (the byte layout, header encoding and
 //! decoding, and [`verify`]), [`capture`](mod@capture) (instance → bytes),
+//! [`delta`](mod@delta) (instance → the pages changed since a base, found
+//! by `dirty` tracking), [`chain`](mod@chain) (a full snapshot and its
+//! deltas, checked to fit, and flattened),
 //! [`restore`](mod@restore) (verified bytes → instance), [`memory`] (page
 //! scanning, copies and page-fault hints the other two share), [`source`]
 //! (what the bytes are held in). The layout
 //! is described in [`format`](mod@format).
 
 pub mod capture;
+pub mod chain;
+pub mod delta;
+mod dirty;
 pub mod format;
 pub mod memory;
 pub mod restore;
 pub mod source;
 
 pub use capture::{CaptureStats, capture, capture_into};
+pub use chain::{ChainPages, VerifiedChain, flatten};
+pub use delta::{DeltaBase, DeltaCapture, FullInstead, capture_delta};
 pub use format::{
-    FORMAT_VERSION, GlobalValue, Header, MAGIC, MemoryImage, OLDEST_READABLE_VERSION, PageRun,
-    SnapshotError, VerifiedSnapshot, same_state, verify, verify_header,
+    BaseRef, FORMAT_VERSION, FULL_FORMAT_VERSION, GlobalValue, Header, MAGIC, MAX_DELTA_DEPTH,
+    MemoryImage, OLDEST_READABLE_VERSION, PageRun, PageSpan, SnapshotError, VerifiedSnapshot,
+    decode_header, encode_header, peek_header, recorded_crc32c, same_state, verify, verify_header,
 };
 pub use memory::{PAGE_SIZE, page_is_zero};
-pub use restore::{RestoreError, restore};
+pub use restore::{RestoreError, restore, restore_chain};
 pub use source::SnapshotSource;

@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use wasmtime::Val;
 
-use super::format::{GlobalValue, PageRun, SnapshotError, VerifiedSnapshot};
+use super::chain::VerifiedChain;
+use super::format::{GlobalValue, SnapshotError, VerifiedSnapshot};
 use super::memory::{PAGE_SIZE, copy, prepare_fresh};
 use super::source::SnapshotSource;
 use crate::cow::{self, MIN_MAPPED_RUN_BYTES};
@@ -45,32 +46,74 @@ pub enum RestoreError {
 /// segments, research notes pitfall 1).
 ///
 /// # Errors
-/// [`RestoreError`] if the snapshot was verified against another template,
-/// instantiation traps, or a memory cannot grow to the recorded size under
-/// this engine's limits.
+/// [`RestoreError`] if the snapshot is a delta (restore its
+/// [`VerifiedChain`] with [`restore_chain`]), was verified against another
+/// template, instantiation traps, or a memory cannot grow to the recorded
+/// size under this engine's limits.
 pub async fn restore<B: SnapshotSource>(
     engine: &StasisEngine,
     template: Arc<Template>,
     config: InstanceConfig,
     snapshot: &VerifiedSnapshot<B>,
 ) -> Result<ActorInstance, RestoreError> {
-    let header = snapshot.header();
-    // Not a second verification: the snapshot was verified against a
+    if let Some(base) = snapshot.header().base {
+        return Err(SnapshotError::Layout(format!(
+            "the snapshot is a delta on snapshot {}: restore its chain",
+            base.seq
+        ))
+        .into());
+    }
+    restore_links(engine, template, config, &[snapshot]).await
+}
+
+/// Restores a [`VerifiedChain`] as [`restore`] restores one snapshot: the
+/// full snapshot's pages, then each delta's pages and zero runs over them
+/// in order (mapped or copied as in [`restore`]; the largest runs of the
+/// whole chain are the ones mapped), then the last link's globals and
+/// clock.
+///
+/// # Errors
+/// As [`restore`].
+pub async fn restore_chain<B: SnapshotSource>(
+    engine: &StasisEngine,
+    template: Arc<Template>,
+    config: InstanceConfig,
+    chain: &VerifiedChain<B>,
+) -> Result<ActorInstance, RestoreError> {
+    let links: Vec<&VerifiedSnapshot<B>> = chain.links().map(|(_, s)| s).collect();
+    restore_links(engine, template, config, &links).await
+}
+
+/// The restore of a chain's `links` (a full snapshot, then deltas in
+/// order; checked to fit together by the caller).
+async fn restore_links<B: SnapshotSource>(
+    engine: &StasisEngine,
+    template: Arc<Template>,
+    config: InstanceConfig,
+    links: &[&VerifiedSnapshot<B>],
+) -> Result<ActorInstance, RestoreError> {
+    let Some(head) = links.last().map(|s| s.header()) else {
+        return Err(SnapshotError::Layout("an empty snapshot chain".to_owned()).into());
+    };
+    // Not a second verification: the snapshots were verified against a
     // template, and this only makes sure it is the same one.
-    if header.module_digest != template.info.digest {
+    if let Some(other) = links
+        .iter()
+        .map(|s| s.header().module_digest)
+        .find(|digest| *digest != template.info.digest)
+    {
         return Err(SnapshotError::WrongModule {
             expected: hex::encode(template.info.digest),
-            found: hex::encode(header.module_digest),
+            found: hex::encode(other),
         }
         .into());
     }
-    let bytes = snapshot.bytes();
     let mut instance = ActorInstance::instantiate(
         engine,
         template,
         config,
         Start::Resume {
-            clock_ns: header.clock_ns,
+            clock_ns: head.clock_ns,
         },
     )
     .await?;
@@ -79,7 +122,7 @@ pub async fn restore<B: SnapshotSource>(
     // pitfall 9), and split the slot's mapping in three.
     let huge_pages = engine.slots().is_none();
     let memories = instance.memories.clone();
-    for (image, memory) in header.memories.iter().zip(&memories) {
+    for (image, memory) in head.memories.iter().zip(&memories) {
         let current = memory.size(&instance.store);
         if image.wasm_pages > current {
             memory
@@ -96,26 +139,46 @@ pub async fn restore<B: SnapshotSource>(
                 })?;
         }
     }
-    let mapped = match snapshot.source().file() {
-        Some(file) => map_runs(engine, &mut instance, header, file),
-        None => Vec::new(),
-    };
-    for (index, (image, memory)) in header.memories.iter().zip(&memories).enumerate() {
-        let data = memory.data_mut(&mut instance.store);
-        for (n, run) in image.runs.iter().enumerate() {
-            if mapped.contains(&(index, n)) {
-                continue;
+    let chosen = choose_mapped_runs(engine, &mut instance, links);
+    // Link by link, so every page ends with the last link's content: a
+    // later link's run, mapped or copied, lands over an earlier one's.
+    for (link, snapshot) in links.iter().enumerate() {
+        let bytes = snapshot.bytes();
+        let file = snapshot.source().file();
+        for (index, (image, memory)) in snapshot.header().memories.iter().zip(&memories).enumerate()
+        {
+            for (n, run) in image.runs.iter().enumerate() {
+                let offset = run.first_page as usize * PAGE_SIZE;
+                let len = run.pages as usize * PAGE_SIZE;
+                if let Some(file) = file
+                    && chosen.contains(&(link, index, n))
+                {
+                    match map_run(&mut instance, index, offset, len, file, run.file_offset) {
+                        Ok(()) => continue,
+                        Err(e) => {
+                            tracing::debug!("mapping a snapshot run failed, copying it: {e}");
+                        }
+                    }
+                }
+                let src = run.file_offset as usize;
+                let data = memory.data_mut(&mut instance.store);
+                let dst = &mut data[offset..offset + len];
+                if link == 0 {
+                    // Fresh memory only: a delta's pages land on pages
+                    // the chain already filled or mapped.
+                    prepare_fresh(dst.as_ptr(), dst.len(), huge_pages);
+                }
+                copy(dst, &bytes[src..src + len]);
             }
-            let src = run.file_offset as usize;
-            let dst = run.first_page as usize * PAGE_SIZE;
-            let len = run.pages as usize * PAGE_SIZE;
-            let dst = &mut data[dst..dst + len];
-            prepare_fresh(dst.as_ptr(), dst.len(), huge_pages);
-            copy(dst, &bytes[src..src + len]);
+            let data = memory.data_mut(&mut instance.store);
+            for zero in &image.zero_runs {
+                let start = zero.first_page as usize * PAGE_SIZE;
+                data[start..start + zero.pages as usize * PAGE_SIZE].fill(0);
+            }
         }
     }
     let globals = instance.globals.clone();
-    for (value, global) in header.globals.iter().zip(&globals) {
+    for (value, global) in head.globals.iter().zip(&globals) {
         global
             .set(&mut instance.store, global_val(value))
             .map_err(|e| CallError::Host(format!("setting global {}: {e:#}", value.index)))?;
@@ -123,48 +186,61 @@ pub async fn restore<B: SnapshotSource>(
     Ok(instance)
 }
 
-/// Maps the largest runs of at least [`MIN_MAPPED_RUN_BYTES`] of `file`
-/// copy-on-write into `instance`'s memories (already grown to their
-/// recorded sizes), as many as the mapping budget allows; returns the
-/// mapped runs as (memory index, run index in its image). A run whose
-/// mapping fails is left to be copied.
-fn map_runs(
+/// A page run of a chain: (link index, memory index, run index in its
+/// image).
+type RunAt = (usize, usize, usize);
+
+/// Picks the largest runs of at least [`MIN_MAPPED_RUN_BYTES`] of the
+/// chain's files to map copy-on-write, as many as the mapping budget
+/// allows, and charges them to `instance`; [`map_run`] maps each (or gives
+/// its charge back when the mapping fails).
+fn choose_mapped_runs<B: SnapshotSource>(
     engine: &StasisEngine,
     instance: &mut ActorInstance,
-    header: &super::Header,
-    file: &File,
-) -> Vec<(usize, usize)> {
-    let mut eligible: Vec<(usize, usize, &PageRun)> = header
-        .memories
-        .iter()
-        .enumerate()
-        .flat_map(|(m, image)| image.runs.iter().enumerate().map(move |(n, r)| (m, n, r)))
-        .filter(|(_, _, run)| run.pages as usize * PAGE_SIZE >= MIN_MAPPED_RUN_BYTES)
-        .collect();
-    eligible.sort_by_key(|(_, _, run)| std::cmp::Reverse(run.pages));
-    let granted = instance
-        .cow
-        .charge(eligible.len(), cow::mapping_budget(engine.slots()));
-    let mut mapped = Vec::with_capacity(granted);
-    for &(m, n, run) in &eligible[..granted] {
-        let Some(extent) = instance.memory_extent(m) else {
-            instance.cow.uncharge(1);
+    links: &[&VerifiedSnapshot<B>],
+) -> Vec<RunAt> {
+    let mut eligible: Vec<(RunAt, u64)> = Vec::new();
+    for (link, snapshot) in links.iter().enumerate() {
+        if snapshot.source().file().is_none() {
             continue;
-        };
-        let offset = run.first_page as usize * PAGE_SIZE;
-        let len = run.pages as usize * PAGE_SIZE;
-        match instance
-            .cow
-            .map(m, extent, offset, len, file, run.file_offset)
-        {
-            Ok(()) => mapped.push((m, n)),
-            Err(e) => {
-                tracing::debug!("mapping a snapshot run failed, copying it: {e}");
-                instance.cow.uncharge(1);
+        }
+        for (m, image) in snapshot.header().memories.iter().enumerate() {
+            for (n, run) in image.runs.iter().enumerate() {
+                if run.pages as usize * PAGE_SIZE >= MIN_MAPPED_RUN_BYTES {
+                    eligible.push(((link, m, n), run.pages));
+                }
             }
         }
     }
-    mapped
+    eligible.sort_by_key(|(_, pages)| std::cmp::Reverse(*pages));
+    let granted = instance
+        .cow
+        .charge(eligible.len(), cow::mapping_budget(engine.slots()));
+    eligible.truncate(granted);
+    eligible.into_iter().map(|(at, _)| at).collect()
+}
+
+/// Maps `len` bytes of `file` from `file_offset` over memory `index` at
+/// `offset`, a run [`choose_mapped_runs`] charged; on failure the charge is
+/// given back and the caller copies the run.
+fn map_run(
+    instance: &mut ActorInstance,
+    index: usize,
+    offset: usize,
+    len: usize,
+    file: &File,
+    file_offset: u64,
+) -> std::io::Result<()> {
+    let result = match instance.memory_extent(index) {
+        Some(extent) => instance
+            .cow
+            .map(index, extent, offset, len, file, file_offset),
+        None => Err(std::io::Error::other("no such memory")),
+    };
+    if result.is_err() {
+        instance.cow.uncharge(1);
+    }
+    result
 }
 
 fn global_val(value: &GlobalValue) -> Val {

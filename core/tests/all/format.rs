@@ -5,7 +5,8 @@
 use stasis_core::engine::{Limits, StasisEngine};
 use stasis_core::instance::ActorInstance;
 use stasis_core::snapshot::{
-    self, FORMAT_VERSION, Header, MAGIC, PAGE_SIZE, RestoreError, SnapshotError,
+    self, FORMAT_VERSION, FULL_FORMAT_VERSION, Header, MAGIC, PAGE_SIZE, RestoreError,
+    SnapshotError,
 };
 
 use crate::support::*;
@@ -25,7 +26,7 @@ async fn corrupt_snapshots_are_refused() {
     assert_eq!(&bytes[..8], &MAGIC);
     assert_eq!(
         u32::from_le_bytes(bytes[8..12].try_into().unwrap()),
-        FORMAT_VERSION
+        FULL_FORMAT_VERSION
     );
     assert_eq!(
         u64::from_le_bytes(bytes[16..24].try_into().unwrap()),
@@ -118,7 +119,7 @@ async fn corrupt_snapshots_are_refused() {
     }
 
     // Versions: newer (and zero) are refused by name even with a valid CRC.
-    for version in [0u32, 2, u32::MAX] {
+    for version in [0u32, FORMAT_VERSION + 1, u32::MAX] {
         let mut b = bytes.clone();
         b[8..12].copy_from_slice(&version.to_le_bytes());
         reseal(&mut b);
@@ -129,6 +130,17 @@ async fn corrupt_snapshots_are_refused() {
             "{err}"
         );
     }
+
+    // A full snapshot's header labelled as a delta's version does not
+    // decode as one (it has no base and no zero runs).
+    let mut b = bytes.clone();
+    b[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+    reseal(&mut b);
+    assert!(
+        matches!(verify(&b), Err(SnapshotError::BadHeader(_))),
+        "{:?}",
+        verify(&b)
+    );
 
     // Length bomb (a): the header length claims 4 GiB.
     let mut b = bytes.clone();

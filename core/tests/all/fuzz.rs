@@ -453,8 +453,8 @@ fn snapshot_case() -> impl Strategy<Value = SnapshotCase> {
 fn raw_header(bytes: &[u8]) -> Option<(Header, usize)> {
     let len = u32::from_le_bytes(bytes.get(12..16)?.try_into().ok()?) as usize;
     let encoded = bytes.get(24..24usize.checked_add(len)?)?;
-    let (header, _): (Header, usize) =
-        bincode::serde::decode_from_slice(encoded, header_config()).ok()?;
+    let version = u32::from_le_bytes(bytes.get(8..12)?.try_into().ok()?);
+    let header = snapshot::decode_header(version, encoded).ok()?;
     Some((header, len))
 }
 
@@ -550,7 +550,7 @@ fn apply_header_edit(header: &mut Header, edit: &HeaderEdit) {
 /// Replaces the header of `bytes` by `header`; page data stays at its
 /// 4 KiB-aligned offset when the new header still fits before it.
 fn splice_header(bytes: &[u8], old_len: usize, header: &Header) -> Vec<u8> {
-    let Ok(encoded) = bincode::serde::encode_to_vec(header, header_config()) else {
+    let Ok(encoded) = snapshot::encode_header(header) else {
         return bytes.to_vec();
     };
     let old_end = 24 + old_len;

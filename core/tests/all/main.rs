@@ -6,6 +6,8 @@
 //! * [`module`]: refused module features, ABI and malformed-module errors.
 //! * [`cow`]: copy-on-write restore from snapshot files: exactness, slot
 //!   reuse, mapping budget.
+//! * [`delta`]: incremental snapshots: chains restore exactly, bounded
+//!   depth, corrupt bases named, retention and fork keep chains.
 //! * [`format`]: corrupt snapshot files, size limits, `same_state`.
 //! * [`fuzz`]: property-based fuzzing of the snapshot loader and module
 //!   validation and rewriting.
@@ -17,6 +19,7 @@
 
 mod capture_restore;
 mod cow;
+mod delta;
 mod format;
 mod fuzz;
 mod module;

@@ -209,3 +209,40 @@ fn store_fork_links_the_file_and_survives_either_deletion() {
     assert_eq!(&store.open_snapshot("src", 3).unwrap()[..], &[7; 300][..]);
     assert_eq!(store.used_bytes(), 300);
 }
+
+/// A file the store wrote opens as checksum-verified (a restore skips the
+/// CRC pass); one written in place behind its back does not, and its
+/// corruption is then found. A file from before the store was opened is
+/// checksummed once by `open_chain`, then known.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_the_store_wrote_or_checked_skip_the_checksum_until_changed() {
+    use stasis_core::snapshot_store::open_chain;
+    use std::io::{Seek as _, SeekFrom, Write as _};
+
+    let wasm = small_guest(None);
+    let (_engine, template, bytes) = small_snapshot(&wasm).await;
+    let max_memory = u64::MAX;
+    let dir = tempfile::tempdir().unwrap();
+    let store = LocalSnapshotStore::open(dir.path(), None).unwrap();
+    store.write("a", 0, 0, &bytes).unwrap();
+    assert!(store.open_snapshot("a", 0).unwrap().checksum_verified());
+
+    // A store opened later (a restart) knows nothing yet: open_chain
+    // computes the checksum once, then the file is known.
+    let store = LocalSnapshotStore::open(dir.path(), None).unwrap();
+    assert!(!store.open_snapshot("a", 0).unwrap().checksum_verified());
+    open_chain(&store, "a", 0, &template, max_memory).expect("verifies");
+    assert!(store.open_snapshot("a", 0).unwrap().checksum_verified());
+
+    // One byte of a page flipped in place: unknown again, and refused.
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let path = store.path("a", 0);
+    let mut file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    let inside_a_page = bytes.len() as u64 - 100;
+    file.seek(SeekFrom::Start(inside_a_page)).unwrap();
+    file.write_all(&[!bytes[bytes.len() - 100]]).unwrap();
+    drop(file);
+    assert!(!store.open_snapshot("a", 0).unwrap().checksum_verified());
+    let error = open_chain(&store, "a", 0, &template, max_memory).expect_err("corrupt");
+    assert!(error.to_string().contains("checksum"), "{error}");
+}

@@ -106,15 +106,11 @@ pub fn reseal(bytes: &mut [u8]) {
     bytes[n..].copy_from_slice(&crc.to_le_bytes());
 }
 
-pub fn header_config() -> impl bincode::config::Config {
-    bincode::config::standard().with_fixed_int_encoding()
-}
-
 /// Replaces the header of `bytes` by `header` (same encoded length: the
 /// header uses fixed-int encoding) and reseals the file.
 pub fn rewrite_header(bytes: &[u8], header: &Header) -> Vec<u8> {
     let len = u32::from_le_bytes(bytes[12..16].try_into().unwrap()) as usize;
-    let encoded = bincode::serde::encode_to_vec(header, header_config()).unwrap();
+    let encoded = snapshot::encode_header(header).unwrap();
     assert_eq!(encoded.len(), len, "fixed-int header changed length");
     let mut out = bytes.to_vec();
     out[24..24 + len].copy_from_slice(&encoded);

@@ -289,6 +289,7 @@ impl ControlPlane {
         Ok(PauseInfo {
             actor,
             snapshot_bytes: report.snapshot_bytes,
+            bytes_written: report.bytes_written,
             duration_ms: report.duration_ms,
         })
     }

@@ -15,7 +15,7 @@ use crate::error::ApiError;
 use crate::worker::actor::ActorState;
 use crate::worker::templates::Templates as _;
 use crate::worker::{ActorSpec, Worker};
-use stasis_core::snapshot_store::{SnapshotEntry, remove_corrupt};
+use stasis_core::snapshot_store::{ChainError, SnapshotEntry, open_chain, remove_corrupt};
 use std::collections::HashMap;
 
 impl ControlPlane {
@@ -251,8 +251,9 @@ impl ControlPlane {
                 // A snapshot that cannot be read now (store unreachable,
                 // file gone) is not known to be corrupt: no going back past
                 // it; the re-placement is tried again later.
-                let bytes = store.open_snapshot(&name, entry.seq)?;
-                match stasis_core::snapshot::verify(bytes, &template, max_memory) {
+                // A delta is good when its whole chain is.
+                match open_chain(store.as_ref(), &name, entry.seq, &template, max_memory) {
+                    Err(ChainError::Open { source, .. }) => return Err(source.into()),
                     Ok(_) => {
                         let removed = remove_corrupt(
                             store.as_ref(),
@@ -263,7 +264,7 @@ impl ControlPlane {
                         )?;
                         return Ok::<_, ApiError>((Some(*entry), removed, problems));
                     }
-                    Err(problem) => problems.push(format!("snapshot {}: {problem}", entry.seq)),
+                    Err(problem) => problems.push(problem.to_string()),
                 }
             }
             Ok((None, Vec::new(), problems))

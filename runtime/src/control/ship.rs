@@ -3,11 +3,13 @@
 //! snapshots remote workers replicate into the store.
 
 use bytes::Bytes;
+use stasis_core::snapshot_store::open_chain;
 
 use super::ControlPlane;
 use super::membership::Member;
 use crate::error::ApiError;
 use crate::worker::HostSpec;
+use crate::worker::templates::Templates as _;
 
 impl ControlPlane {
     /// Installs `actor` on `target` from snapshot `seq` of the control
@@ -31,22 +33,39 @@ impl ControlPlane {
         let bytes = if target.is_in_process() || self.is_clustered() {
             None
         } else {
-            Some(self.read_snapshot(actor, seq).await?)
+            Some(self.read_snapshot(actor, &spec.digest, seq).await?)
         };
         target.api.install(actor, spec, seq, bytes, resume).await
     }
 
-    async fn read_snapshot(&self, actor: &str, seq: u64) -> Result<Bytes, ApiError> {
+    /// Snapshot `seq` of `actor` as one self-contained file: the stored
+    /// file of a full snapshot, or a delta's chain (verified against the
+    /// template `digest`) flattened into a full one, since the target
+    /// keeps its own store.
+    async fn read_snapshot(&self, actor: &str, digest: &str, seq: u64) -> Result<Bytes, ApiError> {
         let store = self.store.clone();
-        let actor = actor.to_owned();
-        tokio::task::spawn_blocking(move || {
+        let name = actor.to_owned();
+        let stored = tokio::task::spawn_blocking(move || store.open_snapshot(&name, seq))
+            .await
+            .map_err(ApiError::internal)??;
+        if !stasis_core::snapshot::peek_header(&stored).is_ok_and(|h| h.base.is_some()) {
             // Sent straight from the mapped file (snapshot files are only
             // ever replaced by rename, never rewritten in place).
-            store.open_snapshot(&actor, seq).map(Bytes::from_owner)
+            return Ok(Bytes::from_owner(stored));
+        }
+        drop(stored);
+        let template = self.templates.template(digest).await?;
+        let (store, name) = (self.store.clone(), actor.to_owned());
+        let max_memory = self.config.limits.max_memory;
+        tokio::task::spawn_blocking(move || {
+            let chain = open_chain(store.as_ref(), &name, seq, &template, max_memory)
+                .map_err(|e| ApiError::internal(format!("actor {name}: {e}")))?;
+            stasis_core::snapshot::flatten(&chain)
+                .map(Bytes::from)
+                .map_err(|e| ApiError::internal(format!("actor {name}: snapshot {seq}: {e}")))
         })
         .await
         .map_err(ApiError::internal)?
-        .map_err(ApiError::from)
     }
 
     /// Stores snapshot `seq` of `actor` streamed by a remote worker, after

@@ -63,8 +63,12 @@ pub struct PauseInfo {
     /// The actor after the operation.
     #[serde(flatten)]
     pub actor: ActorInfo,
-    /// Size of the newest snapshot, bytes.
+    /// Size of the newest snapshot's file, bytes (a delta's own size for
+    /// an incremental snapshot).
     pub snapshot_bytes: u64,
+    /// Bytes this operation wrote to the snapshot store: the new file's
+    /// size, or 0 when nothing was written (already paused, or unchanged).
+    pub bytes_written: u64,
     /// Duration, ms (0 if nothing changed).
     pub duration_ms: f64,
 }

@@ -18,8 +18,10 @@ use std::time::{Duration, Instant};
 use stasis_core::engine::StasisEngine;
 use stasis_core::instance::{ActorInstance, CallError, InstanceConfig};
 use stasis_core::module::Template;
-use stasis_core::snapshot::{self, VerifiedSnapshot};
-use stasis_core::snapshot_store::{SnapshotBytes, SnapshotEntry, SnapshotStore, StoreError};
+use stasis_core::snapshot::{self, ChainPages, DeltaBase, FullInstead, VerifiedChain};
+use stasis_core::snapshot_store::{
+    SnapshotBytes, SnapshotEntry, SnapshotStore, StoreError, chain_files,
+};
 use stasis_host_api::{Request, Response};
 use tokio::sync::{OwnedSemaphorePermit, mpsc};
 
@@ -78,7 +80,12 @@ pub(crate) struct ActorTask {
     /// wrote just before starting this task: the next restore of that
     /// sequence number takes it instead of reading and verifying the file
     /// again.
-    pub primed: Option<(u64, VerifiedSnapshot<SnapshotBytes>)>,
+    pub primed: Option<(u64, VerifiedChain<SnapshotBytes>)>,
+    /// What the next snapshot of `instance` can be a delta on: the newest
+    /// snapshot whose state the instance held since it was made (restored
+    /// from, or captured from it). `None` without an instance, after a
+    /// repair, or where the store keeps no deltas.
+    pub delta_base: Option<DeltaBase>,
     /// The clock floor and mark across instances.
     pub clock: ActorClock,
     /// Calls that came while a move had captured the actor (`migrating`):
@@ -128,6 +135,7 @@ impl ActorTask {
     /// Drops the live instance, remembering its clock (see
     /// [`ActorClock::dropped`]; `paused`: by a pause).
     fn drop_instance(&mut self, paused: bool) {
+        self.delta_base = None;
         if let Some(instance) = self.instance.take() {
             let clock_ns = instance.clock_ns();
             self.clock
@@ -420,6 +428,7 @@ impl ActorTask {
             return Ok(SnapshotReport {
                 seq: newest.map_or(0, |s| s.seq),
                 snapshot_bytes: newest.map_or(0, |s| s.bytes),
+                bytes_written: 0,
                 duration_ms: 0.0,
                 changed: false,
             });
@@ -483,10 +492,11 @@ impl ActorTask {
         Ok(Captured { seq, live })
     }
 
-    /// Captures the live instance and writes the next snapshot durably,
-    /// then applies retention. The instance is kept.
+    /// Captures the live instance and writes the next snapshot durably
+    /// (a delta when [`ActorTask::capture_live`] can take one), then
+    /// applies retention. The instance is kept.
     pub(super) async fn snapshot(&mut self, started: Instant) -> Result<SnapshotReport, ApiError> {
-        let bytes = self.capture_live()?;
+        let (bytes, _) = self.capture_live()?;
         self.write_snapshot(bytes, started).await
     }
 
@@ -495,30 +505,92 @@ impl ActorTask {
     /// an actor resumed and paused again by `--max-live` without a request
     /// in between), nothing is written and the newest snapshot is reported.
     async fn snapshot_if_changed(&mut self, started: Instant) -> Result<SnapshotReport, ApiError> {
-        let bytes = self.capture_live()?;
-        let newest = self.status().snapshot;
-        if let Some(newest) = newest
-            && let Ok(map) = self.store.open_snapshot(&self.name, newest.seq)
-            && snapshot::same_state(&map, &bytes)
-        {
-            return Ok(SnapshotReport {
-                seq: newest.seq,
-                snapshot_bytes: newest.bytes,
-                duration_ms: ms(started.elapsed()),
-                changed: true,
-            });
+        let (bytes, kind) = self.capture_live()?;
+        let unchanged = match kind {
+            Kind::Delta { unchanged } => unchanged,
+            Kind::Full => self.status().snapshot.is_some_and(|newest| {
+                self.store
+                    .open_snapshot(&self.name, newest.seq)
+                    .is_ok_and(|map| snapshot::same_state(&map, &bytes))
+            }),
+        };
+        if unchanged {
+            return Ok(self.newest_unchanged(started));
         }
         self.write_snapshot(bytes, started).await
     }
 
-    fn capture_live(&mut self) -> Result<Vec<u8>, ApiError> {
+    /// The report of a snapshot that wrote nothing: the newest one holds
+    /// the instance's state already.
+    fn newest_unchanged(&self, started: Instant) -> SnapshotReport {
+        let newest = self.status().snapshot;
+        SnapshotReport {
+            seq: newest.map_or(0, |s| s.seq),
+            snapshot_bytes: newest.map_or(0, |s| s.bytes),
+            bytes_written: 0,
+            duration_ms: ms(started.elapsed()),
+            changed: true,
+        }
+    }
+
+    /// Captures the live instance: a delta on [`ActorTask::delta_base`]
+    /// when there is one and it is the newest snapshot, the store keeps
+    /// chains, and no replicator needs self-contained files; otherwise (or
+    /// when [`snapshot::capture_delta`] says a full snapshot is due) a full
+    /// snapshot. Also says which it took.
+    fn capture_live(&mut self) -> Result<(Vec<u8>, Kind), ApiError> {
+        let newest = self.next_seq.checked_sub(1);
+        let base = self
+            .delta_base
+            .as_ref()
+            .filter(|base| Some(base.seq) == newest)
+            .filter(|_| self.replicator.is_none() && self.store.supports_deltas());
         let instance = self
             .instance
             .as_mut()
             .ok_or_else(|| ApiError::new(500, "no instance"))?;
+        let internal = |e: snapshot::SnapshotError| ApiError::new(500, e.to_string());
+        if let Some(base) = base {
+            // The base's chain, to leave out pages that hold what it holds
+            // (those a restore copied in count as dirty); in the page cache
+            // since the restore or the write.
+            let files = chain_files(self.store.as_ref(), &self.name, base.seq)
+                .inspect_err(|e| {
+                    tracing::debug!(actor = %self.name, "delta without its chain's pages: {e}");
+                })
+                .unwrap_or_default();
+            let files: Vec<&[u8]> = files.iter().map(|(_, f)| &f[..]).collect();
+            let chain = ChainPages::new(&files, base.crc32c);
+            let mut bytes = Vec::new();
+            match snapshot::capture_delta(instance, base, chain.as_ref(), &mut bytes)
+                .map_err(internal)?
+            {
+                Ok(delta) => {
+                    tracing::debug!(
+                        actor = %self.name,
+                        base = base.seq,
+                        dirty_pages = delta.dirty_pages,
+                        compared = delta.compared,
+                        stored_pages = delta.stats.stored_pages,
+                        file_bytes = delta.stats.file_bytes,
+                        "delta captured"
+                    );
+                    return Ok((
+                        bytes,
+                        Kind::Delta {
+                            unchanged: delta.unchanged,
+                        },
+                    ));
+                }
+                Err(FullInstead::NoDirtyTracking(why)) => {
+                    tracing::debug!(actor = %self.name, "full snapshot: no dirty tracking: {why}");
+                }
+                Err(_) => {}
+            }
+        }
         snapshot::capture(instance)
-            .map(|(bytes, _)| bytes)
-            .map_err(|e| ApiError::new(500, e.to_string()))
+            .map(|(bytes, _)| (bytes, Kind::Full))
+            .map_err(internal)
     }
 
     /// Writes `bytes` as the next snapshot durably (and through the
@@ -543,19 +615,35 @@ impl ActorTask {
         })
         .await
         .map_err(|e| ApiError::new(500, format!("snapshot writer panicked: {e}")))??;
+        let next_base = DeltaBase::of_file(seq, &bytes, self.delta_base.as_ref());
         if let Some(replicator) = &self.replicator {
             replicator.replicate(&self.name, seq, bytes).await?;
         }
         self.next_seq += 1;
         self.since_checkpoint = 0;
+        self.delta_base = next_base;
         self.status().snapshot = Some(SnapshotEntry { seq, bytes: len });
         Ok(SnapshotReport {
             seq,
             snapshot_bytes: len,
+            bytes_written: len,
             duration_ms: ms(started.elapsed()),
             changed: true,
         })
     }
+}
+
+/// What [`ActorTask::capture_live`] took.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// A full snapshot.
+    Full,
+    /// A delta on the newest snapshot; `unchanged`: no page, size or
+    /// global differs from it.
+    Delta {
+        /// Nothing changed since the base.
+        unchanged: bool,
+    },
 }
 
 /// A duration in milliseconds rounded to the microsecond, for reports and

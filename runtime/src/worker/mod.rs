@@ -22,8 +22,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use stasis_core::engine::StasisEngine;
 use stasis_core::module::Template;
-use stasis_core::snapshot::{self, VerifiedSnapshot};
-use stasis_core::snapshot_store::{SnapshotBytes, SnapshotStore};
+use stasis_core::snapshot::{self, VerifiedChain};
+use stasis_core::snapshot_store::{ChainError, SnapshotBytes, SnapshotStore, open_chain};
 use tokio::sync::{mpsc, oneshot};
 
 use self::clock::ActorClock;
@@ -115,7 +115,7 @@ pub struct ActorSpec {
 /// A snapshot an install verified and wrote (see [`Worker::install`]).
 struct Installed {
     seq: u64,
-    verified: VerifiedSnapshot<SnapshotBytes>,
+    verified: VerifiedChain<SnapshotBytes>,
     /// Whether the actor is resumed at once (it keeps the bytes for that).
     prime: bool,
 }
@@ -228,6 +228,7 @@ impl Worker {
             live: self.live.clone(),
             slot: None,
             primed: None,
+            delta_base: None,
             clock: ActorClock::default(),
             held_by_move: Vec::new(),
             services: ActorHostServices::new(&spec.name, self.host_calls.clone()),
@@ -316,18 +317,15 @@ impl Worker {
             }
             (Some(newest), None) => {
                 task.next_seq = newest.seq + 1;
-                let checked = self
-                    .store
-                    .open_snapshot(&spec.name, newest.seq)
-                    .map_err(|e| e.to_string())
-                    .and_then(|map| {
-                        snapshot::verify(&map, &spec.template, self.engine.limits().max_memory)
-                            .map(|_| ())
-                            .map_err(|e| e.to_string())
-                    });
-                checked
-                    .err()
-                    .map(|e| format!("snapshot {}: {e}", newest.seq))
+                open_chain(
+                    self.store.as_ref(),
+                    &spec.name,
+                    newest.seq,
+                    &spec.template,
+                    self.engine.limits().max_memory,
+                )
+                .err()
+                .map(|e| e.to_string())
             }
         };
         {
@@ -428,22 +426,33 @@ impl Worker {
         // The snapshot is verified once, here, and handed to the actor as
         // verified. Bytes the store already held are checked by `adopt`.
         let installed = tokio::task::spawn_blocking(move || -> Result<_, ApiError> {
-            let verified = match bytes {
-                Some(bytes) => {
-                    let bytes = SnapshotBytes::from(Vec::from(bytes));
-                    let verified =
-                        snapshot::verify(bytes, &template, max_memory).map_err(|e| refused(&e))?;
-                    if store.list(&name)?.iter().any(|e| e.seq == seq) {
-                        return Ok(None);
+            let verified =
+                match bytes {
+                    Some(bytes) => {
+                        let bytes = SnapshotBytes::from(Vec::from(bytes));
+                        // Shipped bytes are one self-contained file: a full
+                        // snapshot (a chain is flattened before it is sent).
+                        let verified = snapshot::verify(bytes, &template, max_memory)
+                            .map_err(|e| refused(&e))?;
+                        let verified =
+                            VerifiedChain::new(vec![(seq, verified)]).map_err(|e| refused(&e))?;
+                        if store.list(&name)?.iter().any(|e| e.seq == seq) {
+                            return Ok(None);
+                        }
+                        let (_, file) = verified.links().next().ok_or_else(|| {
+                            ApiError::internal("a verified chain without a snapshot")
+                        })?;
+                        store.write(&name, seq, epoch, file.bytes())?;
+                        verified
                     }
-                    store.write(&name, seq, epoch, verified.bytes())?;
-                    verified
-                }
-                None => {
-                    let stored = store.open_snapshot(&name, seq)?;
-                    snapshot::verify(stored, &template, max_memory).map_err(|e| refused(&e))?
-                }
-            };
+                    None => open_chain(store.as_ref(), &name, seq, &template, max_memory).map_err(
+                        |e| match e {
+                            ChainError::Open { source, .. } => ApiError::from(source),
+                            ChainError::Invalid { source, .. } => refused(&source),
+                            ChainError::Base { .. } => refused(&e),
+                        },
+                    )?,
+                };
             Ok(Some(Installed {
                 seq,
                 verified,

@@ -6,8 +6,10 @@
 use std::time::Instant;
 
 use stasis_core::instance::{ActorInstance, CallError};
-use stasis_core::snapshot::{self, VerifiedSnapshot};
-use stasis_core::snapshot_store::{SnapshotBytes, StoreError, remove_corrupt};
+use stasis_core::snapshot::{self, DeltaBase, VerifiedChain};
+use stasis_core::snapshot_store::{
+    ChainError, SnapshotBytes, StoreError, open_chain, remove_corrupt,
+};
 
 use super::actor::{ActorState, ActorTask, ResumeFrom, ms};
 use crate::error::ApiError;
@@ -45,7 +47,7 @@ impl ActorTask {
         }
         self.set_state(ActorState::Resuming);
         let result = match from {
-            ResumeFrom::Template => self.fresh_from_template().await,
+            ResumeFrom::Template => self.fresh_from_template().await.map(|i| (i, None)),
             ResumeFrom::Newest => match self.newest_seq() {
                 Some(seq) => self.restore(seq).await,
                 None => Err(Unrestorable::Broken(format!(
@@ -56,9 +58,11 @@ impl ActorTask {
             ResumeFrom::Snapshot(seq) => self.restore(seq).await,
         };
         match result {
-            Ok(instance) => {
+            Ok((instance, base)) => {
                 let memory_bytes = instance.memory_bytes();
                 self.instance = Some(instance);
+                // A repair's snapshot below is full: it starts a new chain.
+                self.delta_base = base.filter(|_| from == ResumeFrom::Newest);
                 if second_slot.is_some() {
                     // The old instance is gone: keep one slot.
                     self.slot = second_slot;
@@ -165,23 +169,24 @@ impl ActorTask {
         known.max(self.next_seq.checked_sub(1))
     }
 
-    /// Restores snapshot `seq` and runs `on_resume`.
-    async fn restore(&mut self, seq: u64) -> Result<ActorInstance, Unrestorable> {
+    /// Restores snapshot `seq` (with its chain, for a delta) and runs
+    /// `on_resume`; returns the instance and the base its next delta can
+    /// be taken against.
+    async fn restore(
+        &mut self,
+        seq: u64,
+    ) -> Result<(ActorInstance, Option<DeltaBase>), Unrestorable> {
         let broken = |what: &str, e: &dyn std::fmt::Display| {
             Unrestorable::Broken(format!("{what} {seq}: {e}"))
         };
         self.clock.load(self.store.as_ref(), &self.name);
-        let verified = match self.primed.take() {
-            Some((primed, verified)) if primed == seq => verified,
+        let chain = match self.primed.take() {
+            Some((primed, chain)) if primed == seq => chain,
             _ => self.open_verified(seq)?,
         };
-        let restored = snapshot::restore(
-            &self.engine,
-            self.template.clone(),
-            self.config(),
-            &verified,
-        )
-        .await;
+        let restored =
+            snapshot::restore_chain(&self.engine, self.template.clone(), self.config(), &chain)
+                .await;
         let mut instance = match restored {
             Ok(instance) => instance,
             Err(snapshot::RestoreError::Call(e @ CallError::Capacity(_))) => {
@@ -189,42 +194,39 @@ impl ActorTask {
             }
             Err(e) => return Err(broken("restoring snapshot", &e)),
         };
+        let base = DeltaBase::new(
+            chain.head_seq(),
+            chain.head_crc32c(),
+            chain.head(),
+            chain.root_pages(),
+        );
+        drop(chain);
         self.lease_clock(instance.clock_ns());
         instance.on_resume().await.map_err(|e| match e {
             CallError::Capacity(_) => Unrestorable::Busy(e.to_string()),
             _ => broken("on_resume hook after snapshot", &e),
         })?;
         self.status().memory_bytes = instance.memory_bytes();
-        Ok(instance)
+        Ok((instance, Some(base)))
     }
 
-    /// Reads snapshot `seq` from the store and verifies it against the
-    /// template.
-    fn open_verified(&self, seq: u64) -> Result<VerifiedSnapshot<SnapshotBytes>, Unrestorable> {
-        let broken = |what: &str, e: &dyn std::fmt::Display| {
-            Unrestorable::Broken(format!("{what} {seq}: {e}"))
-        };
-        let map = self
-            .store
-            .open_snapshot(&self.name, seq)
-            .inspect_err(|e| {
-                tracing::warn!(actor = %self.name, "opening snapshot {seq}: {}", e.detail());
-            })
-            .map_err(|e| match &e {
-                StoreError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
-                    Unrestorable::Broken(format!(
-                        "snapshot {seq} was acknowledged but is missing: {e}"
-                    ))
-                }
-                // Mapping the file failed for want of mappings or memory:
-                // the snapshot is fine, the host is full.
-                StoreError::Io { source, .. } if source.raw_os_error() == Some(libc::ENOMEM) => {
-                    Unrestorable::Busy(format!("snapshot {seq}: {e}"))
-                }
-                _ => broken("snapshot", &e),
-            })?;
+    /// Reads snapshot `seq` (and, for a delta, its chain) from the store
+    /// and verifies it against the template.
+    fn open_verified(&self, seq: u64) -> Result<VerifiedChain<SnapshotBytes>, Unrestorable> {
         let max_memory = self.engine.limits().max_memory;
-        snapshot::verify(map, &self.template, max_memory).map_err(|e| broken("snapshot", &e))
+        open_chain(
+            self.store.as_ref(),
+            &self.name,
+            seq,
+            &self.template,
+            max_memory,
+        )
+        .map_err(|e| {
+            if let Some(store) = e.store_error() {
+                tracing::warn!(actor = %self.name, "opening snapshot {seq}: {}", store.detail());
+            }
+            unrestorable(seq, &e)
+        })
     }
 
     async fn fresh_from_template(&mut self) -> Result<ActorInstance, Unrestorable> {
@@ -235,6 +237,23 @@ impl ActorTask {
                 "creating a fresh instance: {e}"
             ))),
         }
+    }
+}
+
+/// What a [`ChainError`] for snapshot `seq` makes of a resume: a missing
+/// acknowledged snapshot or a broken one fails the actor; a file that
+/// cannot be mapped for want of mappings or memory is the host being full.
+fn unrestorable(seq: u64, e: &ChainError) -> Unrestorable {
+    let out_of_memory = matches!(e.store_error(), Some(StoreError::Io { source, .. })
+        if source.raw_os_error() == Some(libc::ENOMEM));
+    if out_of_memory {
+        Unrestorable::Busy(e.to_string())
+    } else if let Some(store) = e.store_error().filter(|_| e.is_missing()) {
+        Unrestorable::Broken(format!(
+            "snapshot {seq} was acknowledged but is missing: {store}"
+        ))
+    } else {
+        Unrestorable::Broken(e.to_string())
     }
 }
 

@@ -135,8 +135,14 @@ pub struct SnapshotReport {
     /// Sequence number of the new snapshot (or of the newest, if nothing
     /// was written because the actor was already paused).
     pub seq: u64,
-    /// Its size in bytes.
+    /// Its size in bytes (of its file: a delta's, for an incremental
+    /// snapshot).
     pub snapshot_bytes: u64,
+    /// Bytes this pause or checkpoint wrote to the store: the new file's
+    /// size, or 0 when nothing was written (already paused, or unchanged
+    /// since the newest snapshot). Absent in answers of older workers.
+    #[serde(default)]
+    pub bytes_written: u64,
     /// Time from the command's start to the snapshot being durable and
     /// (for a pause) the instance dropped, in milliseconds.
     pub duration_ms: f64,

@@ -1,0 +1,251 @@
+//! Chains of snapshots: a full snapshot and the deltas taken on it, in
+//! order ([`VerifiedChain`]), checked to fit together, and turned back
+//! into one full snapshot file ([`flatten`]) where a self-contained file
+//! is needed (a move to a worker with its own store); and a chain's pages
+//! looked up in its files ([`ChainPages`]), which a new delta is compared
+//! with.
+
+use super::capture::write_file;
+use super::format::{
+    BaseRef, Header, MAX_DELTA_DEPTH, MemoryImage, SnapshotError, VerifiedSnapshot, WASM_PAGE,
+    peek_header, recorded_crc32c,
+};
+use super::memory::{PAGE_SIZE, copy, scan_runs};
+use super::source::SnapshotSource;
+
+/// A full snapshot followed by the deltas of its chain, oldest first, each
+/// verified and each naming the one before it as its base (sequence
+/// number, CRC32C trailer, depth). Restoring it
+/// ([`restore_chain`](super::restore_chain)) gives the state of the last
+/// one.
+pub struct VerifiedChain<B> {
+    links: Vec<(u64, VerifiedSnapshot<B>)>,
+}
+
+impl<B: SnapshotSource> std::fmt::Debug for VerifiedChain<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let seqs: Vec<u64> = self.links.iter().map(|(seq, _)| *seq).collect();
+        f.debug_struct("VerifiedChain")
+            .field("seqs", &seqs)
+            .finish()
+    }
+}
+
+impl<B: SnapshotSource> VerifiedChain<B> {
+    /// Puts `links` (sequence number and verified snapshot, oldest first)
+    /// together as a chain.
+    ///
+    /// # Errors
+    /// [`SnapshotError::Layout`] naming the link that does not fit: the
+    /// first is a delta, a delta's base is not the link before it (another
+    /// sequence number or checksum: the base was replaced), the depths do
+    /// not count up from 1, a memory shrinks, or the chain is longer than
+    /// [`MAX_DELTA_DEPTH`] deltas. Empty `links` are refused too.
+    pub fn new(links: Vec<(u64, VerifiedSnapshot<B>)>) -> Result<Self, SnapshotError> {
+        let Some((first_seq, first)) = links.first() else {
+            return Err(SnapshotError::Layout("an empty snapshot chain".to_owned()));
+        };
+        if let Some(base) = first.header().base {
+            return Err(SnapshotError::Layout(format!(
+                "snapshot {first_seq} is a delta on snapshot {}, not a full snapshot",
+                base.seq
+            )));
+        }
+        if links.len() > MAX_DELTA_DEPTH as usize + 1 {
+            return Err(SnapshotError::Layout(format!(
+                "a chain of {} deltas, at most {MAX_DELTA_DEPTH} are allowed",
+                links.len() - 1
+            )));
+        }
+        for (depth, pair) in links.windows(2).enumerate() {
+            let [(base_seq, base), (seq, delta)] = pair else {
+                continue;
+            };
+            let expected = BaseRef {
+                seq: *base_seq,
+                crc32c: recorded_crc32c(base.bytes()).unwrap_or_default(),
+                depth: depth as u32 + 1,
+            };
+            let named = delta.header().base;
+            if named != Some(expected) {
+                return Err(SnapshotError::Layout(format!(
+                    "snapshot {seq} names base {named:?}, but its chain has {expected:?} there \
+                     (the base was replaced or the chain is out of order)"
+                )));
+            }
+            let shrinks = base
+                .header()
+                .memories
+                .iter()
+                .zip(&delta.header().memories)
+                .any(|(b, d)| d.wasm_pages < b.wasm_pages);
+            if shrinks {
+                return Err(SnapshotError::Layout(format!(
+                    "snapshot {seq} has a memory smaller than its base {base_seq} has"
+                )));
+            }
+        }
+        Ok(Self { links })
+    }
+
+    /// The sequence number of the last link (the state the chain restores).
+    #[must_use]
+    pub fn head_seq(&self) -> u64 {
+        self.links.last().map_or(0, |(seq, _)| *seq)
+    }
+
+    /// The last link's header (sizes, globals and clock of the chain's
+    /// state).
+    #[must_use]
+    pub fn head(&self) -> &Header {
+        self.links
+            .last()
+            .map(|(_, s)| s.header())
+            .expect("a chain is never empty")
+    }
+
+    /// The links, oldest (the full snapshot) first.
+    pub fn links(&self) -> impl ExactSizeIterator<Item = (u64, &VerifiedSnapshot<B>)> {
+        self.links.iter().map(|(seq, s)| (*seq, s))
+    }
+
+    /// Pages stored by the chain's full snapshot.
+    #[must_use]
+    pub fn root_pages(&self) -> u64 {
+        self.links
+            .first()
+            .map_or(0, |(_, s)| s.header().stored_pages())
+    }
+
+    /// The CRC32C trailer of the last link.
+    #[must_use]
+    pub fn head_crc32c(&self) -> u32 {
+        self.links
+            .last()
+            .and_then(|(_, s)| recorded_crc32c(s.bytes()))
+            .unwrap_or_default()
+    }
+}
+
+/// The chain's state as one full snapshot file (format version 1): each
+/// memory is put together in a buffer (the full snapshot's pages, then each
+/// delta's pages and zero runs in order) and written as a capture would.
+/// Needs as much memory as the actor's linear memories.
+///
+/// # Errors
+/// Only if the header cannot be encoded (more than 16 MiB of page runs).
+pub fn flatten<B: SnapshotSource>(chain: &VerifiedChain<B>) -> Result<Vec<u8>, SnapshotError> {
+    let head = chain.head();
+    let mut memories: Vec<Vec<u8>> = head
+        .memories
+        .iter()
+        .map(|m| vec![0u8; (m.wasm_pages * WASM_PAGE) as usize])
+        .collect();
+    for (_, link) in chain.links() {
+        let bytes = link.bytes();
+        for (image, memory) in link.header().memories.iter().zip(&mut memories) {
+            for run in &image.runs {
+                let src = run.file_offset as usize;
+                let dst = run.first_page as usize * PAGE_SIZE;
+                let len = run.pages as usize * PAGE_SIZE;
+                copy(&mut memory[dst..dst + len], &bytes[src..src + len]);
+            }
+            for zero in &image.zero_runs {
+                let start = zero.first_page as usize * PAGE_SIZE;
+                memory[start..start + zero.pages as usize * PAGE_SIZE].fill(0);
+            }
+        }
+    }
+    let mut header = Header {
+        module_digest: head.module_digest,
+        abi_version: head.abi_version,
+        clock_ns: head.clock_ns,
+        globals: head.globals.clone(),
+        memories: head
+            .memories
+            .iter()
+            .zip(&memories)
+            .map(|(m, data)| MemoryImage {
+                index: m.index,
+                wasm_pages: m.wasm_pages,
+                runs: scan_runs(data),
+                zero_runs: Vec::new(),
+            })
+            .collect(),
+        base: None,
+    };
+    let slices: Vec<&[u8]> = memories.iter().map(Vec::as_slice).collect();
+    let mut out = Vec::new();
+    write_file(&mut out, &mut header, &slices)?;
+    Ok(out)
+}
+
+/// The pages of a chain's state, looked up in its files (oldest first, the
+/// full snapshot first) without putting the memory together: what
+/// [`capture_delta`](super::capture_delta) compares dirty pages with, so a
+/// delta stores only pages that differ from the state it is taken on. The
+/// headers are decoded without their checksum pass ([`peek_header`]): the
+/// files were verified when the instance was restored from them or when
+/// they were written, and a wrong answer here costs only a page stored
+/// that need not be (or, for a file damaged since, a delta its restore
+/// refuses along with that file).
+pub struct ChainPages<'a> {
+    links: Vec<(Header, &'a [u8])>,
+}
+
+impl<'a> ChainPages<'a> {
+    /// The chain of `files` (oldest first), if it is one: the first is a
+    /// full snapshot, each later one a delta naming the file before it
+    /// (sequence numbers aside: the CRC32C trailer), and the last one's
+    /// trailer is `head_crc32c`. `None` otherwise (a header that does not
+    /// decode, a link that does not fit).
+    #[must_use]
+    pub fn new(files: &[&'a [u8]], head_crc32c: u32) -> Option<Self> {
+        let mut links: Vec<(Header, &'a [u8])> = Vec::with_capacity(files.len());
+        for bytes in files {
+            let header = peek_header(bytes).ok()?;
+            let fits = match (header.base, links.last()) {
+                (None, None) => true,
+                (Some(base), Some((_, prev))) => recorded_crc32c(prev) == Some(base.crc32c),
+                _ => false,
+            };
+            if !fits || links.len() > MAX_DELTA_DEPTH as usize {
+                return None;
+            }
+            links.push((header, bytes));
+        }
+        let head = links.last()?;
+        (recorded_crc32c(head.1) == Some(head_crc32c)).then_some(Self { links })
+    }
+
+    /// Page `page` (4 KiB) of memory `m` (in header order) as the chain
+    /// leaves it: the bytes of the newest file that stores it; `None` if
+    /// the newest file to mention it records it as zero, or none does (a
+    /// page no file stores is zero).
+    #[must_use]
+    pub fn page(&self, m: usize, page: u64) -> Option<&'a [u8]> {
+        for (header, bytes) in self.links.iter().rev() {
+            let image = header.memories.get(m)?;
+            let stored = image
+                .runs
+                .partition_point(|r| r.first_page + r.pages <= page);
+            if let Some(run) = image.runs.get(stored)
+                && run.first_page <= page
+            {
+                let at = run.file_offset as usize + (page - run.first_page) as usize * PAGE_SIZE;
+                return bytes.get(at..at + PAGE_SIZE);
+            }
+            let zeroed = image
+                .zero_runs
+                .partition_point(|z| z.first_page + z.pages <= page);
+            if image
+                .zero_runs
+                .get(zeroed)
+                .is_some_and(|z| z.first_page <= page)
+            {
+                return None;
+            }
+        }
+        None
+    }
+}

@@ -1,0 +1,254 @@
+//! Incremental capture: a delta snapshot holding only the pages that
+//! changed since the actor's newest snapshot (format version 2, module
+//! docs of [`format`](super::format)), found by [`dirty`](super::dirty)
+//! tracking instead of a scan of the whole memory.
+//!
+//! The caller keeps a [`DeltaBase`] per live instance: the newest snapshot
+//! whose content the instance held at some point since it was made (the
+//! snapshot it was restored from, or one captured from it). Pages that are
+//! not dirty still hold that content, so the delta is exact. Dirty pages
+//! equal to the base chain's are left out ([`ChainPages`]).
+
+use super::capture::{CaptureStats, capture_globals, write_file};
+use super::chain::ChainPages;
+use super::dirty::changed_pages;
+use super::format::{
+    self, BaseRef, GlobalValue, Header, MAX_DELTA_DEPTH, MemoryImage, PageRun, PageSpan,
+    SnapshotError, WASM_PAGE,
+};
+use super::memory::{PAGE_SIZE, page_is_zero};
+use crate::instance::ActorInstance;
+
+/// A delta is written only on chains whose full snapshot stores at least
+/// this many 4 KiB pages (1 MiB): below it a full snapshot costs about the
+/// one fsync a delta costs too, and a chain only makes restores read more
+/// files.
+pub const MIN_DELTA_ROOT_PAGES: u64 = 256;
+
+/// What the next delta of a live instance is taken against (module docs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeltaBase {
+    /// The base snapshot's sequence number.
+    pub seq: u64,
+    /// The base file's CRC32C trailer.
+    pub crc32c: u32,
+    /// The base's depth: 0 for a full snapshot, else its delta depth.
+    pub depth: u32,
+    /// The base's memory sizes, in 64 KiB pages, in memory order.
+    pub wasm_pages: Vec<u64>,
+    /// The base's globals (a delta that changes no page and no global
+    /// holds the base's state).
+    pub globals: Vec<GlobalValue>,
+    /// Stored pages of the full snapshot at the root of the base's chain:
+    /// a delta storing more than half as many is written full instead.
+    pub root_pages: u64,
+}
+
+impl DeltaBase {
+    /// The base that snapshot `seq`, whose file is `bytes`, makes for the
+    /// next delta. `parent` is the base the snapshot was itself taken
+    /// against when it is a delta (its chain's root size comes from there).
+    /// Returns `None` when `bytes` is not a snapshot this build reads, or a
+    /// delta comes without its parent.
+    #[must_use]
+    pub fn of_file(seq: u64, bytes: &[u8], parent: Option<&DeltaBase>) -> Option<Self> {
+        let header = format::peek_header(bytes).ok()?;
+        let crc32c = format::recorded_crc32c(bytes)?;
+        let root_pages = match header.base {
+            None => header.stored_pages(),
+            Some(_) => parent?.root_pages,
+        };
+        Some(Self::new(seq, crc32c, &header, root_pages))
+    }
+
+    /// The base a snapshot with `header`, sequence number `seq` and CRC32C
+    /// trailer `crc32c` makes, on a chain whose root stores `root_pages`.
+    #[must_use]
+    pub fn new(seq: u64, crc32c: u32, header: &Header, root_pages: u64) -> Self {
+        Self {
+            seq,
+            crc32c,
+            depth: header.base.map_or(0, |b| b.depth),
+            wasm_pages: header.memories.iter().map(|m| m.wasm_pages).collect(),
+            globals: header.globals.clone(),
+            root_pages,
+        }
+    }
+}
+
+/// Why [`capture_delta`] wrote no delta, so the caller captures in full.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FullInstead {
+    /// The base's chain is [`MAX_DELTA_DEPTH`] deep already.
+    ChainFull,
+    /// The chain's full snapshot stores fewer than
+    /// [`MIN_DELTA_ROOT_PAGES`] pages.
+    SmallRoot,
+    /// More pages changed than half the chain's full snapshot stores.
+    TooManyChanged {
+        /// Changed pages (stored and zero).
+        changed: u64,
+        /// Pages the chain's full snapshot stores.
+        root_pages: u64,
+    },
+    /// The memories do not match the base's (count, or a memory smaller
+    /// than in the base).
+    Mismatch,
+    /// The page table could not be read (the message says why).
+    NoDirtyTracking(String),
+}
+
+/// What [`capture_delta`] wrote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeltaCapture {
+    /// The delta's statistics.
+    pub stats: CaptureStats,
+    /// Pages dirty tracking reported, before those equal to the chain's
+    /// were left out.
+    pub dirty_pages: u64,
+    /// Whether the candidates were compared with the chain (a
+    /// [`ChainPages`] was given).
+    pub compared: bool,
+    /// No page (of those compared with the chain, or reported dirty
+    /// without one), memory size or global changed since the base: the
+    /// instance holds the base's state (the delta written is empty; a
+    /// pause need not write it).
+    pub unchanged: bool,
+}
+
+/// Captures `instance` as a delta on `base` into `out` (cleared first).
+/// The candidates are the pages dirty tracking reports
+/// ([`dirty`](super::dirty)); with `chain` (the base's chain,
+/// [`ChainPages`]) each is compared with the chain's page there and left
+/// out when equal (a page the restore copied in, or written back to its
+/// old content), so the delta holds only real changes and later deltas do
+/// not repeat earlier ones. What is left is stored as data or, if it is
+/// all zero now, as a zero run. Without `chain` every candidate is
+/// written. Call it only between guest calls, as
+/// [`capture`](super::capture()).
+///
+/// # Errors
+/// `Ok(Err(FullInstead))` when a delta is not the right snapshot (the
+/// chain is full, the change is large, no dirty tracking): capture in full.
+/// `Err` only if the header cannot be encoded.
+pub fn capture_delta(
+    instance: &mut ActorInstance,
+    base: &DeltaBase,
+    chain: Option<&ChainPages<'_>>,
+    out: &mut Vec<u8>,
+) -> Result<Result<DeltaCapture, FullInstead>, SnapshotError> {
+    if base.depth >= MAX_DELTA_DEPTH {
+        return Ok(Err(FullInstead::ChainFull));
+    }
+    if base.root_pages < MIN_DELTA_ROOT_PAGES {
+        return Ok(Err(FullInstead::SmallRoot));
+    }
+    let info = instance.template.info.clone();
+    let globals = capture_globals(instance)?;
+    let store = &instance.store;
+    let data: Vec<&[u8]> = instance.memories.iter().map(|m| m.data(store)).collect();
+    if data.len() != base.wasm_pages.len()
+        || data
+            .iter()
+            .zip(&base.wasm_pages)
+            .any(|(d, &pages)| (d.len() as u64 / WASM_PAGE) < pages)
+    {
+        return Ok(Err(FullInstead::Mismatch));
+    }
+    let mut memories = Vec::with_capacity(data.len());
+    let (mut changed, mut dirty_pages) = (0u64, 0u64);
+    for (m, (image, bytes)) in info.memories.iter().zip(&data).enumerate() {
+        let spans = match changed_pages(bytes) {
+            Ok(spans) => spans,
+            Err(e) => return Ok(Err(FullInstead::NoDirtyTracking(e.to_string()))),
+        };
+        dirty_pages += spans.iter().map(|s| s.pages).sum::<u64>();
+        let (runs, zero_runs) =
+            classify(bytes, &spans, |page| chain.map(|chain| chain.page(m, page)));
+        changed += runs.iter().map(|r| r.pages).sum::<u64>();
+        changed += zero_runs.iter().map(|z| z.pages).sum::<u64>();
+        if changed * 2 > base.root_pages {
+            return Ok(Err(FullInstead::TooManyChanged {
+                changed,
+                root_pages: base.root_pages,
+            }));
+        }
+        memories.push(MemoryImage {
+            index: image.index,
+            wasm_pages: bytes.len() as u64 / WASM_PAGE,
+            runs,
+            zero_runs,
+        });
+    }
+    let sizes_same = memories
+        .iter()
+        .zip(&base.wasm_pages)
+        .all(|(m, &pages)| m.wasm_pages == pages);
+    let unchanged = changed == 0 && sizes_same && globals == base.globals;
+    let mut header = Header {
+        module_digest: info.digest,
+        abi_version: info.abi_version,
+        clock_ns: instance.clock.now_ns(),
+        globals,
+        memories,
+        base: Some(BaseRef {
+            seq: base.seq,
+            crc32c: base.crc32c,
+            depth: base.depth + 1,
+        }),
+    };
+    let stats = write_file(out, &mut header, &data)?;
+    Ok(Ok(DeltaCapture {
+        stats,
+        dirty_pages,
+        compared: chain.is_some(),
+        unchanged,
+    }))
+}
+
+/// Sorts the candidate `spans` of `memory` into runs of pages to store and
+/// runs of pages to record as zero, leaving out each page equal to what
+/// `prior` says the chain holds there (`Some(None)`: zero, `Some(Some(p))`:
+/// page `p`; `None`: unknown, so never left out).
+fn classify<'a>(
+    memory: &[u8],
+    spans: &[PageSpan],
+    prior: impl Fn(u64) -> Option<Option<&'a [u8]>>,
+) -> (Vec<PageRun>, Vec<PageSpan>) {
+    let mut runs: Vec<PageRun> = Vec::new();
+    let mut zeros: Vec<PageSpan> = Vec::new();
+    for span in spans {
+        for page in span.first_page..span.first_page + span.pages {
+            let start = page as usize * PAGE_SIZE;
+            let now = &memory[start..start + PAGE_SIZE];
+            let zero = page_is_zero(now);
+            let same = match prior(page) {
+                Some(None) => zero,
+                Some(Some(before)) => before == now,
+                None => false,
+            };
+            if same {
+                continue;
+            }
+            if zero {
+                match zeros.last_mut() {
+                    Some(z) if z.first_page + z.pages == page => z.pages += 1,
+                    _ => zeros.push(PageSpan {
+                        first_page: page,
+                        pages: 1,
+                    }),
+                }
+            } else {
+                match runs.last_mut() {
+                    Some(r) if r.first_page + r.pages == page => r.pages += 1,
+                    _ => runs.push(PageRun {
+                        first_page: page,
+                        pages: 1,
+                        file_offset: 0,
+                    }),
+                }
+            }
+        }
+    }
+    (runs, zeros)
+}
