@@ -28,7 +28,7 @@ use stasis_core::instance::{ActorInstance, InstanceConfig};
 use stasis_core::module::{ModuleCache, Template};
 use stasis_core::snapshot::{self, ChainPages, DeltaBase};
 use stasis_core::snapshot_files::LocalSnapshotStore;
-use stasis_core::snapshot_store::{SnapshotStore, chain_files, open_chain};
+use stasis_core::snapshot_store::{SnapshotStore, open_chain};
 use stasis_host_api::Request;
 use stasis_test_util::bench::test_mode;
 use stasis_test_util::data::write_fsync;
@@ -146,11 +146,11 @@ impl Case {
     fn pause(&self, inst: &mut ActorInstance, seq: u64) -> (usize, Duration) {
         let start = Instant::now();
         let mut out = Vec::new();
-        let files = chain_files(&self.store, "a", self.base.seq).expect("chain files");
-        let files: Vec<&[u8]> = files.iter().map(|(_, f)| &f[..]).collect();
-        let chain = ChainPages::new(&files, self.base.crc32c);
+        let chain =
+            open_chain(&self.store, "a", self.base.seq, &self.template, u64::MAX).expect("chain");
+        let pages = ChainPages::of(&chain);
         let delta =
-            snapshot::capture_delta(inst, &self.base, chain.as_ref(), &mut out).expect("encodes");
+            snapshot::capture_delta(inst, &self.base, Some(&pages), &mut out).expect("encodes");
         if delta.is_err() {
             out = snapshot::capture(inst).expect("capture").0;
         }

@@ -278,7 +278,13 @@ fn main() {
         .prefix("stasis-scale-")
         .tempdir()
         .expect("tempdir");
-    let serve = bench::serve(&STASIS, &tmp.path().join("data"), &["--workers", "1"]);
+    // The big actor's preload runs inside its create, past the default
+    // 1 s of guest time on a loaded machine.
+    let serve = bench::serve(
+        &STASIS,
+        &tmp.path().join("data"),
+        &["--workers", "1", "--cpu-limit", "30s"],
+    );
     let scale = Scale {
         client: {
             let _guard = rt.enter();

@@ -12,11 +12,12 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use crate::durable::{self, TEMP_SUFFIX, write_atomically};
-use crate::snapshot::peek_header;
+use crate::snapshot::{peek_header, verify_header};
 use crate::snapshot_checked::CheckedFiles;
 use crate::snapshot_quota::QuotaUsage;
 use crate::snapshot_store::{
-    SnapshotBytes, SnapshotEntry, SnapshotStore, StoreError, chain_files, chain_retention,
+    ChainLink, SnapshotBytes, SnapshotEntry, SnapshotStore, StoreError, chain_files,
+    chain_retention,
 };
 
 const SNAPSHOT: &str = ".snap";
@@ -160,12 +161,27 @@ impl LocalSnapshotStore {
         durable::sync_dir(&dir).map_err(io_err(&self.root, "fsync", &dir))
     }
 
-    /// The base snapshot `seq` of `actor` names if it is a delta; `None`
-    /// for a full snapshot or one whose header cannot be read (its pages
-    /// are not checked: see [`peek_header`]).
-    fn base_of(&self, actor: &str, seq: u64) -> Option<u64> {
-        let bytes = self.open_snapshot(actor, seq).ok()?;
-        Some(peek_header(&bytes).ok()?.base?.seq)
+    /// Snapshot `seq` of `actor`'s place in its chain, for retention: read
+    /// from a header whose file passes its checksum (computed once, then
+    /// known: [`crate::snapshot_checked`]), else [`ChainLink::Unknown`].
+    fn link_of(&self, actor: &str, seq: u64) -> ChainLink {
+        let Ok(bytes) = self.open_snapshot(actor, seq) else {
+            return ChainLink::Unknown;
+        };
+        let header = if bytes.checksum_verified() {
+            peek_header(&bytes)
+        } else {
+            let header = verify_header(&bytes);
+            if header.is_ok() {
+                self.checksum_passed(&bytes);
+            }
+            header
+        };
+        match header.map(|h| h.base) {
+            Ok(None) => ChainLink::Full,
+            Ok(Some(base)) => ChainLink::Delta { base: base.seq },
+            Err(_) => ChainLink::Unknown,
+        }
     }
 
     /// Hard-links snapshot `seq` of `src` as the same snapshot of `new`
@@ -311,7 +327,7 @@ impl SnapshotStore for LocalSnapshotStore {
 
     fn retain(&self, actor: &str, keep: usize) -> Result<Vec<u64>, StoreError> {
         let list = self.list(actor)?;
-        let doomed = chain_retention(&list, keep, |seq| self.base_of(actor, seq));
+        let doomed = chain_retention(&list, keep, |seq| self.link_of(actor, seq));
         for entry in list.iter().filter(|e| doomed.contains(&e.seq)) {
             let path = self.path(actor, entry.seq);
             self.checked.forget(&path);

@@ -329,26 +329,53 @@ pub trait SnapshotStore: Send + Sync + std::fmt::Debug {
     fn clock_mark(&self, actor: &str) -> u64;
 }
 
+/// What retention knows of one snapshot's place in a chain
+/// ([`chain_retention`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChainLink {
+    /// A full snapshot: it needs no older file.
+    Full,
+    /// A delta on snapshot `base`.
+    Delta {
+        /// The base's sequence number.
+        base: u64,
+    },
+    /// Not known: the file cannot be opened, does not pass its checksum,
+    /// or its header does not decode. Retention then keeps every older
+    /// snapshot: a damaged header is never trusted to decide a deletion.
+    Unknown,
+}
+
 /// The sequence numbers retention deletes from `entries` (oldest first):
 /// all but the newest `keep` (at least 1) and the snapshots their chains
-/// need, followed through `base_of` (a snapshot's base, `None` for a full
-/// snapshot or one whose header cannot be read). Ascending.
+/// need, followed through `link_of` (each snapshot's [`ChainLink`]; a
+/// delta naming a base not older than itself counts as
+/// [`ChainLink::Unknown`]). Ascending.
 #[must_use]
 pub fn chain_retention(
     entries: &[SnapshotEntry],
     keep: usize,
-    mut base_of: impl FnMut(u64) -> Option<u64>,
+    mut link_of: impl FnMut(u64) -> ChainLink,
 ) -> Vec<u64> {
     let keep_from = entries.len().saturating_sub(keep.max(1));
     let mut kept: std::collections::BTreeSet<u64> =
         entries[keep_from..].iter().map(|e| e.seq).collect();
     let mut follow: Vec<u64> = kept.iter().copied().collect();
     while let Some(seq) = follow.pop() {
-        if let Some(base) = base_of(seq)
-            && base < seq
-            && kept.insert(base)
-        {
-            follow.push(base);
+        match link_of(seq) {
+            ChainLink::Full => {}
+            ChainLink::Delta { base } if base < seq => {
+                if kept.insert(base) {
+                    follow.push(base);
+                }
+            }
+            ChainLink::Delta { .. } | ChainLink::Unknown => {
+                for older in entries.iter().map(|e| e.seq).filter(|s| *s < seq) {
+                    if kept.insert(older) {
+                        follow.push(older);
+                    }
+                }
+            }
         }
     }
     entries

@@ -40,24 +40,7 @@ pub async fn call_ok(
 
 /// `PUT /v1/templates/NAME` with the module `wasm`; asserts 200 or 201.
 pub async fn push_template(client: &Http, addr: SocketAddr, name: &str, wasm: Vec<u8>) {
-    let path = format!("/v1/templates/{name}");
-    let headers = [("content-type", "application/wasm")];
-    let reply = send_with(
-        client,
-        addr,
-        "PUT",
-        "localhost",
-        &path,
-        &headers,
-        wasm.into(),
-    )
-    .await;
-    assert!(
-        reply.status == 200 || reply.status == 201,
-        "push {name}: {} {}",
-        reply.status,
-        reply.text()
-    );
+    push_template_env(client, addr, name, wasm, &[]).await;
 }
 
 /// `POST /v1/actors` creating `actor` from `template`; the raw reply (the

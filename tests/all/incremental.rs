@@ -198,6 +198,18 @@ async fn chains_are_bounded_and_retention_keeps_their_bases() {
     let snapshots = list["snapshots"].as_array().expect("snapshots").len();
     let newest_depth = versions.iter().rev().take_while(|v| **v == 2).count();
     assert_eq!(snapshots, newest_depth + 1, "{list}");
+    // gc applies the same retention: it deletes no base of the chain, and
+    // the actor still restores from it.
+    let gc = server.cli_json(&["gc"]);
+    assert_eq!(gc["removed_files"], 0, "{gc}");
+    server.cli_ok(&["actor", "resume", "big"]);
+    assert_eq!(get(&server, "big", "k").await, "10");
+    let files = std::fs::read_dir(server.data_dir.join("snapshots").join("big"))
+        .expect("the actor's folder")
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".snap"))
+        .count();
+    assert_eq!(files, snapshots, "files on disk are the listed snapshots");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -280,4 +292,205 @@ async fn kill_9_during_pauses_of_a_chained_actor_leaves_a_restorable_state() {
         let state = server.cli_json(&["actor", "get", "big"]);
         assert_ne!(state["state"], "failed", "{state}");
     }
+}
+
+/// The sizes of `actor`'s snapshot files on disk, by sequence number.
+fn files_on_disk(server: &Server, actor: &str) -> Vec<(u64, u64)> {
+    let dir = server.data_dir.join("snapshots").join(actor);
+    let mut files: Vec<(u64, u64)> = std::fs::read_dir(&dir)
+        .map(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .filter_map(|e| {
+                    let name = e.file_name().to_string_lossy().into_owned();
+                    let seq = name.strip_suffix(".snap")?.parse().ok()?;
+                    Some((seq, e.metadata().ok()?.len()))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    files.sort_unstable();
+    files
+}
+
+/// Flips byte `at` of snapshot `seq` of `actor` in place.
+fn flip(server: &Server, actor: &str, seq: u64, at: usize) {
+    let path = server
+        .data_dir
+        .join("snapshots")
+        .join(actor)
+        .join(format!("{seq:020}.snap"));
+    let mut bytes = std::fs::read(&path).expect("snapshot");
+    bytes[at] ^= 0x40;
+    std::fs::write(&path, bytes).expect("write in place");
+}
+
+/// Found by trying to break it: a damaged header of the newest delta made
+/// retention (after a pause, and gc) read it as a full snapshot and delete
+/// its whole good chain.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_damaged_newest_delta_never_makes_retention_delete_its_chain() {
+    let server = Server::start(&["--keep-snapshots", "1"]);
+    kv_actor(&server, "kvbig", PRELOAD, "big");
+    for round in 1..=5 {
+        put(&server, "big", "k", &format!("v{round}")).await;
+        pause(&server, "big");
+    }
+    let before = files_on_disk(&server, "big");
+    assert_eq!(before.len(), 6, "0 full, 1..5 deltas: {before:?}");
+    // Its magic, then (a second case) a byte of its header's base field.
+    flip(&server, "big", 5, 2);
+    let gc = server.cli_json(&["gc"]);
+    assert_eq!(gc["removed_files"], 0, "{gc}");
+    assert_eq!(files_on_disk(&server, "big"), before);
+    let answer = to_actor(&client(), server.ingress, "big", "GET", "/k").await;
+    assert_eq!(answer.status, 503, "{answer:?}");
+    assert!(answer.body.contains("snapshot 5"), "{answer:?}");
+    // Repair from the delta before it: its chain is all there.
+    server.cli_ok(&["actor", "resume", "big", "--from-snapshot", "4"]);
+    assert_eq!(get(&server, "big", "k").await, "v4");
+}
+
+/// Found by trying to break it: a live actor's pause wrote a delta on a
+/// chain whose file had been removed or replaced meanwhile (answering 200),
+/// and the state was lost. The live instance holds the whole state: the
+/// pause writes it as a full snapshot instead.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pause_on_a_chain_broken_under_a_live_actor_writes_a_full_snapshot() {
+    let server = Server::start(&[]);
+    kv_actor(&server, "kvbig", PRELOAD, "big");
+    for round in 1..=3 {
+        put(&server, "big", "k", &format!("v{round}")).await;
+        pause(&server, "big");
+    }
+    assert_eq!(get(&server, "big", "k").await, "v3", "live again");
+    let root = server
+        .data_dir
+        .join("snapshots/big/00000000000000000000.snap");
+    let aside = server.data_dir.join("root-aside.snap");
+    std::fs::rename(&root, &aside).expect("move the chain's root away");
+    put(&server, "big", "k", "v4").await;
+    let paused = pause(&server, "big");
+    let seq = paused["snapshot"]["seq"].as_u64().expect("seq");
+    assert_eq!(version(&server, "big", seq), 1, "a full snapshot: {paused}");
+    assert_eq!(
+        field(&paused, "bytes_written"),
+        field(&paused, "snapshot_bytes")
+    );
+    assert_eq!(get(&server, "big", "k").await, "v4");
+    // The same with the base replaced by another valid file (the old
+    // root: same module, an older state).
+    put(&server, "big", "k", "v5").await;
+    pause(&server, "big");
+    put(&server, "big", "k", "v6").await;
+    let base = server
+        .data_dir
+        .join(format!("snapshots/big/{seq:020}.snap"));
+    // By rename, as stores replace files (a write in place would change
+    // the pages the live instance maps).
+    std::fs::rename(&aside, &base).expect("replace the base by another valid file");
+    let paused = pause(&server, "big");
+    let seq = paused["snapshot"]["seq"].as_u64().expect("seq");
+    assert_eq!(version(&server, "big", seq), 1, "a full snapshot: {paused}");
+    assert_eq!(get(&server, "big", "k").await, "v6");
+}
+
+/// Found by trying to break it: a fork that failed half-way (over the
+/// quota) left hard links under the new name, and a later actor of that
+/// name served the source's data after a restart. Snapshots left under a
+/// new actor's name are never adopted.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_fork_leaves_nothing_a_later_actor_could_adopt() {
+    let server = Server::start(&[]);
+    kv_actor(&server, "kvbig", PRELOAD, "src");
+    put(&server, "src", "k", "secret-of-src").await;
+    pause(&server, "src");
+    // A delta of some 110 KiB, so a quota can let the root's link through
+    // and refuse the delta's.
+    put(&server, "src", "big", &"x".repeat(110 << 10)).await;
+    pause(&server, "src");
+    let files = files_on_disk(&server, "src");
+    let used: u64 = files.iter().map(|(_, len)| len).sum();
+    let (root, delta) = (files[0].1, files[files.len() - 1].1);
+    assert!(delta > 64 << 10, "{files:?}");
+    let quota = (used + root + delta / 2).to_string();
+    let server = server.restart(&["--snapshot-quota", &quota]);
+    let out = server.cli(&["actor", "fork", "src", "dst"]);
+    assert!(!out.status.success(), "the fork is over the quota");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--snapshot-quota"), "{stderr}");
+    assert_eq!(files_on_disk(&server, "dst"), [], "nothing of dst is left");
+    // A file left under a new name by other means is not adopted either.
+    let dst = server.data_dir.join("snapshots/dst");
+    std::fs::create_dir_all(&dst).expect("dst folder");
+    let last = files[files.len() - 2].0;
+    std::fs::copy(
+        server
+            .data_dir
+            .join(format!("snapshots/src/{:020}.snap", files[0].0)),
+        dst.join(format!("{:020}.snap", last + 5)),
+    )
+    .expect("plant a stray snapshot");
+    server.cli_ok(&["actor", "delete", "src"]);
+    server.create("dst", "kvbig");
+    let server = server.restart(&[]);
+    let answer = to_actor(&client(), server.ingress, "dst", "GET", "/k").await;
+    assert_eq!(answer.status, 404, "dst starts fresh: {answer:?}");
+}
+
+/// Found by trying to break it: with `--checkpoint-every 1` a request
+/// whose checkpoint failed (over the quota) still answered 200, and a
+/// kill -9 then lost it. Now it is undone and answers the quota's 507.
+#[tokio::test(flavor = "multi_thread")]
+async fn with_checkpoint_every_1_a_request_whose_checkpoint_fails_is_undone() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("data");
+    let args = [
+        "--checkpoint-every",
+        "1",
+        "--keep-snapshots",
+        "1",
+        "--snapshot-quota",
+        "3MiB",
+    ];
+    let mut server = Server::start_in(&dir, &args).expect("serve");
+    kv_actor(&server, "kvbig", PRELOAD, "big");
+    let host = "big.actors.localhost";
+    let mut acknowledged = None;
+    let mut refused = None;
+    // Eight deltas fit; the ninth snapshot of the chain is full, and two
+    // full snapshots do not fit in 3 MiB.
+    for round in 1..=12 {
+        let value = format!("v{round}");
+        let answer = send(
+            &client(),
+            server.ingress,
+            "PUT",
+            host,
+            "/k",
+            value.as_bytes().to_vec(),
+        )
+        .await;
+        match answer.status {
+            200 | 201 => acknowledged = Some(value),
+            _ => {
+                refused = Some(answer);
+                break;
+            }
+        }
+    }
+    let refused = refused.expect("a checkpoint over the quota");
+    assert_eq!(refused.status, 507, "{refused:?}");
+    assert!(
+        refused.body.contains("undone") && refused.body.contains("--snapshot-quota"),
+        "{refused:?}"
+    );
+    let acknowledged = acknowledged.expect("some requests fit");
+    // Every request now needs that full snapshot: each is undone alike.
+    let read = to_actor(&client(), server.ingress, "big", "GET", "/k").await;
+    assert_eq!(read.status, 507, "{read:?}");
+    // What survives a kill -9 is every acknowledged PUT, and nothing else.
+    server.kill();
+    let server = Server::start_in(&dir, &[]).expect("restart after kill -9");
+    assert_eq!(get(&server, "big", "k").await, acknowledged);
 }

@@ -8,7 +8,7 @@
 use super::capture::write_file;
 use super::format::{
     BaseRef, Header, MAX_DELTA_DEPTH, MemoryImage, SnapshotError, VerifiedSnapshot, WASM_PAGE,
-    peek_header, recorded_crc32c,
+    recorded_crc32c,
 };
 use super::memory::{PAGE_SIZE, copy, scan_runs};
 use super::source::SnapshotSource;
@@ -180,42 +180,25 @@ pub fn flatten<B: SnapshotSource>(chain: &VerifiedChain<B>) -> Result<Vec<u8>, S
     Ok(out)
 }
 
-/// The pages of a chain's state, looked up in its files (oldest first, the
-/// full snapshot first) without putting the memory together: what
-/// [`capture_delta`](super::capture_delta) compares dirty pages with, so a
-/// delta stores only pages that differ from the state it is taken on. The
-/// headers are decoded without their checksum pass ([`peek_header`]): the
-/// files were verified when the instance was restored from them or when
-/// they were written, and a wrong answer here costs only a page stored
-/// that need not be (or, for a file damaged since, a delta its restore
-/// refuses along with that file).
+/// The pages of a chain's state, looked up in its files without putting
+/// the memory together: what [`capture_delta`](super::capture_delta)
+/// compares dirty pages with, so a delta stores only pages that differ
+/// from the state it is taken on. Made from a [`VerifiedChain`], so a
+/// delta is never taken on files that do not restore.
 pub struct ChainPages<'a> {
-    links: Vec<(Header, &'a [u8])>,
+    links: Vec<(&'a Header, &'a [u8])>,
 }
 
 impl<'a> ChainPages<'a> {
-    /// The chain of `files` (oldest first), if it is one: the first is a
-    /// full snapshot, each later one a delta naming the file before it
-    /// (sequence numbers aside: the CRC32C trailer), and the last one's
-    /// trailer is `head_crc32c`. `None` otherwise (a header that does not
-    /// decode, a link that does not fit).
+    /// The pages of `chain`'s state.
     #[must_use]
-    pub fn new(files: &[&'a [u8]], head_crc32c: u32) -> Option<Self> {
-        let mut links: Vec<(Header, &'a [u8])> = Vec::with_capacity(files.len());
-        for bytes in files {
-            let header = peek_header(bytes).ok()?;
-            let fits = match (header.base, links.last()) {
-                (None, None) => true,
-                (Some(base), Some((_, prev))) => recorded_crc32c(prev) == Some(base.crc32c),
-                _ => false,
-            };
-            if !fits || links.len() > MAX_DELTA_DEPTH as usize {
-                return None;
-            }
-            links.push((header, bytes));
+    pub fn of<B: SnapshotSource>(chain: &'a VerifiedChain<B>) -> Self {
+        Self {
+            links: chain
+                .links()
+                .map(|(_, link)| (link.header(), link.bytes()))
+                .collect(),
         }
-        let head = links.last()?;
-        (recorded_crc32c(head.1) == Some(head_crc32c)).then_some(Self { links })
     }
 
     /// Page `page` (4 KiB) of memory `m` (in header order) as the chain

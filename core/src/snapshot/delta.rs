@@ -106,9 +106,6 @@ pub struct DeltaCapture {
     /// Pages dirty tracking reported, before those equal to the chain's
     /// were left out.
     pub dirty_pages: u64,
-    /// Whether the candidates were compared with the chain (a
-    /// [`ChainPages`] was given).
-    pub compared: bool,
     /// No page (of those compared with the chain, or reported dirty
     /// without one), memory size or global changed since the base: the
     /// instance holds the base's state (the delta written is empty; a
@@ -201,7 +198,6 @@ pub fn capture_delta(
     Ok(Ok(DeltaCapture {
         stats,
         dirty_pages,
-        compared: chain.is_some(),
         unchanged,
     }))
 }

@@ -24,14 +24,16 @@ fn files_in(dir: &std::path::Path) -> Vec<String> {
     names
 }
 
-#[test]
-fn store_retains_the_newest() {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn store_retains_the_newest() {
+    let (_engine, _template, snap) = small_snapshot(&small_guest(None)).await;
+    let len = snap.len() as u64;
     let dir = tempfile::tempdir().unwrap();
     let store = LocalSnapshotStore::open(dir.path(), None).unwrap();
     for seq in 0..=5u64 {
-        store.write("a", seq, 0, &[seq as u8 + 1; 100]).unwrap();
+        store.write("a", seq, 0, &snap).unwrap();
         let path = store.path("a", seq);
-        assert_eq!(std::fs::read(&path).unwrap(), vec![seq as u8 + 1; 100]);
+        assert_eq!(std::fs::read(&path).unwrap(), snap);
         store.retain("a", 2).unwrap();
     }
     let seqs: Vec<u64> = store.list("a").unwrap().iter().map(|e| e.seq).collect();
@@ -40,7 +42,7 @@ fn store_retains_the_newest() {
         files_in(&store.actor_dir("a")),
         ["00000000000000000004.snap", "00000000000000000005.snap"]
     );
-    assert_eq!(store.used_bytes(), 200);
+    assert_eq!(store.used_bytes(), 2 * len);
     assert_eq!(store.list_acknowledged("a").unwrap().1, Some(5));
     assert!(
         store
@@ -48,16 +50,23 @@ fn store_retains_the_newest() {
             .join("00000000000000000005.acked")
             .exists()
     );
-    assert_eq!(&store.open_snapshot("a", 5).unwrap()[..], &[6u8; 100][..]);
+    assert_eq!(&store.open_snapshot("a", 5).unwrap()[..], &snap[..]);
     assert!(store.open_snapshot("a", 3).is_err());
 
     // Retaining from many at once.
     for seq in 6..=9u64 {
-        store.write("a", seq, 0, b"x").unwrap();
+        store.write("a", seq, 0, &snap).unwrap();
     }
     assert_eq!(store.retain("a", 2).unwrap(), [4, 5, 6, 7]);
     assert_eq!(store.list("a").unwrap().len(), 2);
-    assert_eq!(store.used_bytes(), 2);
+    assert_eq!(store.used_bytes(), 2 * len);
+
+    // A kept file that is not a snapshot (or is damaged) could be a delta
+    // on any older one: nothing older is deleted on its account.
+    store.write("a", 10, 0, b"not a snapshot").unwrap();
+    assert_eq!(store.retain("a", 1).unwrap(), Vec::<u64>::new());
+    store.write("a", 11, 0, &snap).unwrap();
+    assert_eq!(store.retain("a", 1).unwrap(), [8, 9, 10]);
 }
 
 #[test]

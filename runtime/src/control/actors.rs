@@ -124,15 +124,22 @@ impl ControlPlane {
         let epoch = 1;
         let store = self.store.clone();
         let (from_actor, to_actor) = (src.to_owned(), new.to_owned());
-        tokio::task::spawn_blocking(move || store.fork(&from_actor, seq, &to_actor, epoch))
-            .await
-            .map_err(ApiError::internal)?
-            .map_err(|e| match &e {
-                StoreError::Io { source, .. } if source.kind() == io::ErrorKind::NotFound => {
-                    ApiError::not_found(format!("actor {src} has no snapshot {seq} any more"))
-                }
-                _ => ApiError::from(e),
-            })?;
+        let forked =
+            tokio::task::spawn_blocking(move || store.fork(&from_actor, seq, &to_actor, epoch))
+                .await
+                .map_err(ApiError::internal)?;
+        if forked.is_err() {
+            // A fork that linked part of a chain before it failed (the
+            // quota, or `src`'s retention deleting a file meanwhile) leaves
+            // nothing of `new`: no later actor of that name adopts it.
+            let _ = self.store.remove_actor(new);
+        }
+        forked.map_err(|e| match &e {
+            StoreError::Io { source, .. } if source.kind() == io::ErrorKind::NotFound => {
+                ApiError::not_found(format!("actor {src} has no snapshot {seq} any more"))
+            }
+            _ => ApiError::from(e),
+        })?;
         // Alarms: a fork starts with none of `src`'s (copy nothing here).
         let spec = Self::host_spec(&row, epoch);
         if let Err(e) = self.ship(&member, new, &spec, seq, false).await {

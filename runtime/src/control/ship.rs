@@ -3,7 +3,7 @@
 //! snapshots remote workers replicate into the store.
 
 use bytes::Bytes;
-use stasis_core::snapshot_store::open_chain;
+use stasis_core::snapshot_store::{ChainError, open_chain};
 
 use super::ControlPlane;
 use super::membership::Member;
@@ -58,8 +58,15 @@ impl ControlPlane {
         let (store, name) = (self.store.clone(), actor.to_owned());
         let max_memory = self.config.limits.max_memory;
         tokio::task::spawn_blocking(move || {
-            let chain = open_chain(store.as_ref(), &name, seq, &template, max_memory)
-                .map_err(|e| ApiError::internal(format!("actor {name}: {e}")))?;
+            let chain = open_chain(store.as_ref(), &name, seq, &template, max_memory).map_err(
+                |e| match e {
+                    ChainError::Open { source, .. } => ApiError::from(source),
+                    // The chain does not restore: nothing to ship.
+                    ChainError::Invalid { .. } | ChainError::Base { .. } => {
+                        ApiError::new(422, format!("actor {name}: {e}"))
+                    }
+                },
+            )?;
             stasis_core::snapshot::flatten(&chain)
                 .map(Bytes::from)
                 .map_err(|e| ApiError::internal(format!("actor {name}: snapshot {seq}: {e}")))

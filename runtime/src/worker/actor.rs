@@ -20,7 +20,7 @@ use stasis_core::instance::{ActorInstance, CallError, InstanceConfig};
 use stasis_core::module::Template;
 use stasis_core::snapshot::{self, ChainPages, DeltaBase, FullInstead, VerifiedChain};
 use stasis_core::snapshot_store::{
-    SnapshotBytes, SnapshotEntry, SnapshotStore, StoreError, chain_files,
+    SnapshotBytes, SnapshotEntry, SnapshotStore, StoreError, open_chain,
 };
 use stasis_host_api::{Request, Response};
 use tokio::sync::{OwnedSemaphorePermit, mpsc};
@@ -384,6 +384,9 @@ impl ActorTask {
                         Ok(_) => {
                             self.metrics.checkpointed(&self.worker, &self.name);
                         }
+                        Err(e) if self.settings.checkpoint_every == 1 => {
+                            return Err(self.after_failed_checkpoint(e).await);
+                        }
                         Err(e) => tracing::warn!(actor = %self.name, "checkpoint failed: {e}"),
                     }
                 }
@@ -408,6 +411,31 @@ impl ActorTask {
             tracing::error!(actor = %self.name, "rollback failed: {e}");
         }
         answer
+    }
+
+    /// With `--checkpoint-every 1` a 200 is sent only after its snapshot
+    /// is durable: when that checkpoint fails (`error`: the quota, the
+    /// disk), the request's effect is undone by rolling the actor back to
+    /// its newest snapshot, as after a trap, and the answer is `error`'s
+    /// status, so a client may send the request again.
+    async fn after_failed_checkpoint(&mut self, error: ApiError) -> ApiError {
+        tracing::warn!(
+            actor = %self.name,
+            "checkpoint failed: {}; rolling back to the newest snapshot",
+            error.message
+        );
+        self.drop_instance(false);
+        if let Err(e) = self.resume(ResumeFrom::Newest).await {
+            tracing::error!(actor = %self.name, "rollback failed: {e}");
+        }
+        ApiError::new(
+            error.status,
+            format!(
+                "the request ran but its checkpoint failed, so it was undone (the actor is back \
+                 at its newest snapshot): {}",
+                error.message
+            ),
+        )
     }
 
     fn failed_reason(&self) -> Option<String> {
@@ -545,24 +573,45 @@ impl ActorTask {
             .as_ref()
             .filter(|base| Some(base.seq) == newest)
             .filter(|_| self.replicator.is_none() && self.store.supports_deltas());
+        // The base's chain, verified (no checksum pass for files the store
+        // wrote or checked): a delta is only taken on a chain that
+        // restores, and leaves out pages that hold what it holds (those a
+        // restore copied in count as dirty). A chain damaged or replaced
+        // since gives a full snapshot: the live instance holds the state.
+        let max_memory = self.engine.limits().max_memory;
+        let chain = base.and_then(|base| {
+            open_chain(
+                self.store.as_ref(),
+                &self.name,
+                base.seq,
+                &self.template,
+                max_memory,
+            )
+            .map_err(|e| e.to_string())
+            .and_then(|chain| {
+                if chain.head_crc32c() == base.crc32c {
+                    Ok((base, chain))
+                } else {
+                    Err(format!("snapshot {} was replaced", base.seq))
+                }
+            })
+            .inspect_err(|e| {
+                tracing::warn!(
+                    actor = %self.name,
+                    "full snapshot instead of a delta: the base chain cannot be used: {e}"
+                );
+            })
+            .ok()
+        });
         let instance = self
             .instance
             .as_mut()
             .ok_or_else(|| ApiError::new(500, "no instance"))?;
         let internal = |e: snapshot::SnapshotError| ApiError::new(500, e.to_string());
-        if let Some(base) = base {
-            // The base's chain, to leave out pages that hold what it holds
-            // (those a restore copied in count as dirty); in the page cache
-            // since the restore or the write.
-            let files = chain_files(self.store.as_ref(), &self.name, base.seq)
-                .inspect_err(|e| {
-                    tracing::debug!(actor = %self.name, "delta without its chain's pages: {e}");
-                })
-                .unwrap_or_default();
-            let files: Vec<&[u8]> = files.iter().map(|(_, f)| &f[..]).collect();
-            let chain = ChainPages::new(&files, base.crc32c);
+        if let Some((base, chain)) = &chain {
+            let pages = ChainPages::of(chain);
             let mut bytes = Vec::new();
-            match snapshot::capture_delta(instance, base, chain.as_ref(), &mut bytes)
+            match snapshot::capture_delta(instance, base, Some(&pages), &mut bytes)
                 .map_err(internal)?
             {
                 Ok(delta) => {
@@ -570,7 +619,6 @@ impl ActorTask {
                         actor = %self.name,
                         base = base.seq,
                         dirty_pages = delta.dirty_pages,
-                        compared = delta.compared,
                         stored_pages = delta.stats.stored_pages,
                         file_bytes = delta.stats.file_bytes,
                         "delta captured"

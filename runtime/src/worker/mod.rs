@@ -259,6 +259,13 @@ impl Worker {
         if self.lock().contains_key(&spec.name) {
             return Err(ApiError::conflict(format!("actor {} exists", spec.name)));
         }
+        // Snapshots under a new actor's name are another's leftovers (a
+        // create or fork that failed half-way, a delete that could not
+        // remove every file): a new actor never adopts them.
+        if !self.store.list(&spec.name)?.is_empty() {
+            tracing::warn!(actor = %spec.name, "removing snapshots left under a new actor's name");
+            self.store.remove_actor(&spec.name)?;
+        }
         let mut task = self.task(spec, epoch, ActorState::Creating);
         let report = task.create().await;
         if report.is_err() {
