@@ -415,11 +415,28 @@ impl SnapshotStore for LocalSnapshotStore {
 mod tests {
     use super::*;
 
+    /// A valid full snapshot of no memory and no global (retention reads
+    /// headers that pass their checksum).
+    fn tiny_snapshot(clock_ns: u64) -> Vec<u8> {
+        let mut header = crate::snapshot::Header {
+            module_digest: [0; 32],
+            abi_version: 1,
+            clock_ns,
+            globals: Vec::new(),
+            memories: Vec::new(),
+            base: None,
+        };
+        let mut out = Vec::new();
+        crate::snapshot::capture::write_file(&mut out, &mut header, &[]).expect("encodes");
+        out
+    }
+
     #[test]
     fn only_canonical_names_are_snapshots() {
         let tmp = tempfile::tempdir().expect("tmp");
         let store = LocalSnapshotStore::open(tmp.path(), None).expect("open");
-        store.write("a", 7, 0, b"seven").expect("write");
+        let (seven, eight) = (tiny_snapshot(7), tiny_snapshot(8));
+        store.write("a", 7, 0, &seven).expect("write");
         let dir = store.actor_dir("a");
         for stray in [
             "5.snap",
@@ -431,8 +448,14 @@ mod tests {
             std::fs::write(dir.join(stray), b"junk").expect("stray");
         }
         let list = store.list("a").expect("list");
-        assert_eq!(list, [SnapshotEntry { seq: 7, bytes: 5 }]);
-        store.write("a", 8, 0, b"eight").expect("write");
+        assert_eq!(
+            list,
+            [SnapshotEntry {
+                seq: 7,
+                bytes: seven.len() as u64
+            }]
+        );
+        store.write("a", 8, 0, &eight).expect("write");
         assert_eq!(store.retain("a", 1).expect("retain"), [7]);
         assert!(dir.join("5.snap").exists(), "strays are left alone");
     }
