@@ -509,3 +509,27 @@ async fn checkpoint_interval_snapshots_running_actors() {
     }
     assert_eq!(count(&post(&server, "ticking").await), 2);
 }
+
+/// Found by a new user: `serve --max-memory 1MiB` took a module whose
+/// memory starts at 17 pages, and every create then failed with a 500 that
+/// named neither the flag nor its value. The push is refused, naming both.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_module_whose_memory_starts_above_max_memory_is_refused_at_push() {
+    let server = Server::start(&["--max-memory", "1MiB"]);
+    let path = support::demo("counter");
+    let out = server.cli(&[
+        "template",
+        "push",
+        "counter",
+        path.to_str().expect("utf-8 path"),
+    ]);
+    assert_eq!(out.status.code(), Some(1), "refused");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("422")
+            && stderr.contains("--max-memory is 1048576 bytes")
+            && stderr.contains("starts at"),
+        "{stderr}"
+    );
+    assert_path_free(&stderr, &server.data_dir, "the refusal");
+}

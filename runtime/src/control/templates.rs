@@ -83,14 +83,32 @@ impl ControlPlane {
             )));
         }
         // Cranelift takes tens of ms: keep it off the async workers' backs.
-        tokio::task::block_in_place(|| self.templates.cache().load(&bytes)).map_err(
-            |e| match e {
+        let template = tokio::task::block_in_place(|| self.templates.cache().load(&bytes))
+            .map_err(|e| match e {
                 ModuleError::Malformed(_) | ModuleError::NotWasm(_) => {
                     ApiError::bad_request(e.to_string())
                 }
                 _ => ApiError::new(422, e.to_string()),
-            },
-        )?;
+            })?;
+        // A memory that starts above --max-memory could never be created.
+        let max_memory = self.config.limits.max_memory;
+        if let Some(memory) = template
+            .info
+            .memories
+            .iter()
+            .find(|m| m.initial_pages.saturating_mul(64 << 10) > max_memory)
+        {
+            return Err(ApiError::new(
+                422,
+                format!(
+                    "module refused: memory {} starts at {} pages of 64 KiB ({} bytes); \
+                     --max-memory is {max_memory} bytes",
+                    memory.index,
+                    memory.initial_pages,
+                    memory.initial_pages.saturating_mul(64 << 10)
+                ),
+            ));
+        }
         self.templates.keep(&digest, &bytes)?;
         if let Some(shared) = &self.shared {
             // Workers and other replicas fetch the module from the store.

@@ -532,6 +532,7 @@ impl ActorTask {
     /// exactly the newest snapshot's state (it has not changed since, e.g.
     /// an actor resumed and paused again by `--max-live` without a request
     /// in between), nothing is written and the newest snapshot is reported.
+    /// A checkpoint always writes: it is asked for a new snapshot.
     async fn snapshot_if_changed(&mut self, started: Instant) -> Result<SnapshotReport, ApiError> {
         let (bytes, kind) = self.capture_live()?;
         let unchanged = match kind {
