@@ -423,7 +423,7 @@ fn detail_value(key: &str, value: &Json) -> String {
             .collect::<Vec<_>>()
             .join(", "),
         ("env", Json::Object(_)) => env_cell(Some(value)),
-        (k, Json::Number(n)) if k == "bytes" || k.ends_with("_bytes") => {
+        (k, Json::Number(n)) if k == "bytes" || k.ends_with("_bytes") || k == "bytes_written" => {
             n.as_u64().map_or_else(|| n.to_string(), human_bytes)
         }
         (k, Json::Number(n)) if k.ends_with("_ms") => {
@@ -568,7 +568,7 @@ mod tests {
             r#"{"name":"c1","state":"paused","snapshot":{"seq":3,"bytes":2048},
                 "snapshots":[{"seq":2,"bytes":1000},{"seq":3,"bytes":2048}],
                 "last_resume_ms":null,"error":"line one\nline two",
-                "snapshot_bytes":2048,"duration_ms":1.8}"#,
+                "snapshot_bytes":2048,"bytes_written":24580,"duration_ms":1.8}"#,
         );
         assert_eq!(
             details(&pause),
@@ -579,6 +579,7 @@ mod tests {
              last_resume_ms: -\n\
              error:          line one line two\n\
              snapshot_bytes: 2.0 KiB\n\
+             bytes_written:  24.0 KiB\n\
              duration_ms:    1.800 ms\n"
         );
         assert_eq!(details(&parse("[1]")), "[\n  1\n]\n");
