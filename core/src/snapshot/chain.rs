@@ -6,12 +6,10 @@
 //! with.
 
 use super::capture::write_file;
-use super::format::{
-    BaseRef, Header, MAX_DELTA_DEPTH, MemoryImage, SnapshotError, VerifiedSnapshot, WASM_PAGE,
-    recorded_crc32c,
-};
+use super::format::{BaseRef, Header, MAX_DELTA_DEPTH, MemoryImage, SnapshotError, WASM_PAGE};
 use super::memory::{PAGE_SIZE, copy, scan_runs};
 use super::source::SnapshotSource;
+use super::verify::{VerifiedSnapshot, recorded_crc32c};
 
 /// A full snapshot followed by the deltas of its chain, oldest first, each
 /// verified and each naming the one before it as its base (sequence

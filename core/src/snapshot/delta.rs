@@ -13,10 +13,11 @@ use super::capture::{CaptureStats, capture_globals, write_file};
 use super::chain::ChainPages;
 use super::dirty::changed_pages;
 use super::format::{
-    self, BaseRef, GlobalValue, Header, MAX_DELTA_DEPTH, MemoryImage, PageRun, PageSpan,
-    SnapshotError, WASM_PAGE,
+    BaseRef, GlobalValue, Header, MAX_DELTA_DEPTH, MemoryImage, PageRun, PageSpan, SnapshotError,
+    WASM_PAGE,
 };
 use super::memory::{PAGE_SIZE, page_is_zero};
+use super::verify::{peek_header, recorded_crc32c};
 use crate::instance::ActorInstance;
 
 /// A delta is written only on chains whose full snapshot stores at least
@@ -52,8 +53,8 @@ impl DeltaBase {
     /// delta comes without its parent.
     #[must_use]
     pub fn of_file(seq: u64, bytes: &[u8], parent: Option<&DeltaBase>) -> Option<Self> {
-        let header = format::peek_header(bytes).ok()?;
-        let crc32c = format::recorded_crc32c(bytes)?;
+        let header = peek_header(bytes).ok()?;
+        let crc32c = recorded_crc32c(bytes)?;
         let root_pages = match header.base {
             None => header.stored_pages(),
             Some(_) => parent?.root_pages,

@@ -3,7 +3,9 @@
 //! and restore that into a fresh resume instance.
 //!
 //! Rooms: [`format`](mod@format) (the byte layout, header encoding and
-//! decoding, and [`verify`]), [`capture`](mod@capture) (instance → bytes),
+//! decoding), [`verify`](mod@verify) (the checks that make a
+//! [`VerifiedSnapshot`], and header reads without them),
+//! [`capture`](mod@capture) (instance → bytes),
 //! [`delta`](mod@delta) (instance → the pages changed since a base, found
 //! by `dirty` tracking), [`chain`](mod@chain) (a full snapshot and its
 //! deltas, checked to fit, and flattened),
@@ -20,15 +22,19 @@ pub mod format;
 pub mod memory;
 pub mod restore;
 pub mod source;
+pub mod verify;
 
 pub use capture::{CaptureStats, capture, capture_into};
 pub use chain::{ChainPages, VerifiedChain, flatten};
 pub use delta::{DeltaBase, DeltaCapture, FullInstead, capture_delta};
 pub use format::{
     BaseRef, FORMAT_VERSION, FULL_FORMAT_VERSION, GlobalValue, Header, MAGIC, MAX_DELTA_DEPTH,
-    MemoryImage, OLDEST_READABLE_VERSION, PageRun, PageSpan, SnapshotError, VerifiedSnapshot,
-    decode_header, encode_header, peek_header, recorded_crc32c, same_state, verify, verify_header,
+    MemoryImage, OLDEST_READABLE_VERSION, PageRun, PageSpan, SnapshotError, decode_header,
+    encode_header,
 };
 pub use memory::{PAGE_SIZE, page_is_zero};
 pub use restore::{RestoreError, restore, restore_chain};
 pub use source::SnapshotSource;
+pub use verify::{
+    VerifiedSnapshot, peek_header, recorded_crc32c, same_state, verify, verify_header,
+};

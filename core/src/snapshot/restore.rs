@@ -8,9 +8,10 @@ use std::sync::Arc;
 use wasmtime::Val;
 
 use super::chain::VerifiedChain;
-use super::format::{GlobalValue, SnapshotError, VerifiedSnapshot};
+use super::format::{GlobalValue, SnapshotError};
 use super::memory::{PAGE_SIZE, copy, prepare_fresh};
 use super::source::SnapshotSource;
+use super::verify::VerifiedSnapshot;
 use crate::cow::{self, MIN_MAPPED_RUN_BYTES};
 use crate::engine::StasisEngine;
 use crate::instance::{ActorInstance, CallError, InstanceConfig, Start};
