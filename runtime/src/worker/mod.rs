@@ -6,6 +6,7 @@
 
 pub mod actor;
 pub mod api;
+mod capture;
 mod clock;
 pub mod live;
 mod mailbox;
