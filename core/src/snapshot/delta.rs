@@ -16,7 +16,7 @@ use super::format::{
     BaseRef, GlobalValue, Header, MAX_DELTA_DEPTH, MemoryImage, PageRun, PageSpan, SnapshotError,
     WASM_PAGE,
 };
-use super::memory::{PAGE_SIZE, page_is_zero};
+use super::memory::{PAGE_SIZE, page_is_zero, push_page};
 use super::verify::{peek_header, recorded_crc32c};
 use crate::instance::ActorInstance;
 
@@ -228,22 +228,9 @@ fn classify<'a>(
                 continue;
             }
             if zero {
-                match zeros.last_mut() {
-                    Some(z) if z.first_page + z.pages == page => z.pages += 1,
-                    _ => zeros.push(PageSpan {
-                        first_page: page,
-                        pages: 1,
-                    }),
-                }
+                push_page(&mut zeros, page);
             } else {
-                match runs.last_mut() {
-                    Some(r) if r.first_page + r.pages == page => r.pages += 1,
-                    _ => runs.push(PageRun {
-                        first_page: page,
-                        pages: 1,
-                        file_offset: 0,
-                    }),
-                }
+                push_page(&mut runs, page);
             }
         }
     }

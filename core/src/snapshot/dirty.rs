@@ -23,7 +23,7 @@ use std::io;
 use std::os::unix::fs::FileExt;
 
 use super::format::PageSpan;
-use super::memory::PAGE_SIZE;
+use super::memory::{PAGE_SIZE, push_page};
 
 /// pagemap: the page is present in RAM.
 const PRESENT: u64 = 1 << 63;
@@ -69,14 +69,7 @@ pub(crate) fn changed_pages(data: &[u8]) -> io::Result<Vec<PageSpan>> {
             if !changed {
                 continue;
             }
-            let index = (page + i) as u64;
-            match runs.last_mut() {
-                Some(run) if run.first_page + run.pages == index => run.pages += 1,
-                _ => runs.push(PageSpan {
-                    first_page: index,
-                    pages: 1,
-                }),
-            }
+            push_page(&mut runs, (page + i) as u64);
         }
         page += count;
     }

@@ -2,7 +2,7 @@
 //! that stay fast between differently aligned buffers, and the page-fault
 //! hints for memory a bulk copy is about to fill.
 
-use super::format::PageRun;
+use super::format::{PageRun, PageSpan};
 
 /// Granularity of the sparse page map, in bytes.
 pub const PAGE_SIZE: usize = 4096;
@@ -32,22 +32,65 @@ pub fn page_is_zero(page: &[u8]) -> bool {
     blocks.remainder().iter().all(|&b| b == 0)
 }
 
+/// A run of consecutive 4 KiB pages that [`push_page`] grows page by page:
+/// a stored run ([`PageRun`], its file offset not set yet) or a span
+/// without bytes ([`PageSpan`]).
+pub(crate) trait PageRange {
+    /// A run of the one page `page`.
+    fn one(page: u64) -> Self;
+    /// The first page after the run.
+    fn end(&self) -> u64;
+    /// Makes the run one page longer.
+    fn grow(&mut self);
+}
+
+impl PageRange for PageRun {
+    fn one(page: u64) -> Self {
+        Self {
+            first_page: page,
+            pages: 1,
+            file_offset: 0,
+        }
+    }
+    fn end(&self) -> u64 {
+        self.first_page + self.pages
+    }
+    fn grow(&mut self) {
+        self.pages += 1;
+    }
+}
+
+impl PageRange for PageSpan {
+    fn one(page: u64) -> Self {
+        Self {
+            first_page: page,
+            pages: 1,
+        }
+    }
+    fn end(&self) -> u64 {
+        self.first_page + self.pages
+    }
+    fn grow(&mut self) {
+        self.pages += 1;
+    }
+}
+
+/// Adds `page` to ascending `runs`: the last run grows when `page` follows
+/// it, else a run of `page` alone is pushed.
+pub(crate) fn push_page<R: PageRange>(runs: &mut Vec<R>, page: u64) {
+    match runs.last_mut() {
+        Some(run) if run.end() == page => run.grow(),
+        _ => runs.push(R::one(page)),
+    }
+}
+
 /// The runs of non-zero 4 KiB pages of `data`, ascending (file offsets
 /// not set yet).
 pub(crate) fn scan_runs(data: &[u8]) -> Vec<PageRun> {
     let mut runs: Vec<PageRun> = Vec::new();
     for (i, page) in data.chunks(PAGE_SIZE).enumerate() {
-        if page_is_zero(page) {
-            continue;
-        }
-        let i = i as u64;
-        match runs.last_mut() {
-            Some(run) if run.first_page + run.pages == i => run.pages += 1,
-            _ => runs.push(PageRun {
-                first_page: i,
-                pages: 1,
-                file_offset: 0,
-            }),
+        if !page_is_zero(page) {
+            push_page(&mut runs, i as u64);
         }
     }
     runs
