@@ -5,12 +5,16 @@
 //! point, either absent, or its previous content, or its new content: it is
 //! written under a temporary name in the same folder, fsynced, renamed over
 //! the final name, and the folder is fsynced so the rename itself survives.
+//! [`write_atomically_in`] does the same with the two syncs shared between
+//! concurrent writers ([`crate::sync_group`]).
 
 use std::fs::File;
 use std::io::{self, Write as _};
 use std::path::Path;
 
 use anyhow::Context as _;
+
+use crate::sync_group::SyncGroup;
 
 /// Suffix of the temporary files [`write_atomically`] leaves behind when
 /// the process dies mid-write; openers of a folder may delete files with
@@ -25,7 +29,18 @@ pub const TEMP_SUFFIX: &str = ".tmp";
 /// The failing I/O operation's error; the temporary file is removed and
 /// whatever `path` held before is untouched.
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    write_via_temp(path, bytes, true)
+    write_via_temp(path, bytes, Durability::Fsync)
+}
+
+/// [`write_atomically`] where the two syncs (of the temporary file before
+/// its rename, of the rename after it) are rounds of `group`, shared with
+/// the other writers on the filesystem ([`SyncGroup`]): with many files
+/// written at once, two `syncfs` calls make all of them durable.
+///
+/// # Errors
+/// As [`write_atomically`].
+pub fn write_atomically_in(group: &SyncGroup, path: &Path, bytes: &[u8]) -> io::Result<()> {
+    write_via_temp(path, bytes, Durability::Group(group))
 }
 
 /// Replaces `path` with `bytes` atomically but without fsync: after the
@@ -37,21 +52,38 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
 /// # Errors
 /// As [`write_atomically`].
 pub fn replace_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    write_via_temp(path, bytes, false)
+    write_via_temp(path, bytes, Durability::None)
 }
 
-fn write_via_temp(path: &Path, bytes: &[u8], durable: bool) -> io::Result<()> {
+/// How [`write_via_temp`] makes the file and its rename durable.
+#[derive(Clone, Copy)]
+enum Durability<'a> {
+    /// Not at all (the page cache only).
+    None,
+    /// `fsync` of the file, then of its folder.
+    Fsync,
+    /// Two rounds of a [`SyncGroup`].
+    Group(&'a SyncGroup),
+}
+
+fn write_via_temp(path: &Path, bytes: &[u8], durability: Durability<'_>) -> io::Result<()> {
     let dir = folder_of(path);
     let mut tmp = tempfile::Builder::new()
         .prefix(".stasis-")
         .suffix(TEMP_SUFFIX)
         .tempfile_in(dir)?;
     tmp.write_all(bytes)?;
-    if durable {
-        tmp.as_file().sync_all()?;
+    match durability {
+        Durability::None => {}
+        Durability::Fsync => tmp.as_file().sync_all()?,
+        Durability::Group(group) => group.sync()?,
     }
     tmp.persist(path).map_err(|e| e.error)?;
-    if durable { sync_dir(dir) } else { Ok(()) }
+    match durability {
+        Durability::None => Ok(()),
+        Durability::Fsync => sync_dir(dir),
+        Durability::Group(group) => group.sync(),
+    }
 }
 
 /// Fsyncs folder `dir`, making the creation, rename or removal of its

@@ -5,6 +5,8 @@
 //!
 //! Modules, bottom-up (each depends only on those before it):
 //!
+//! * [`sync_group`]: group commit of durability (one `syncfs` for many
+//!   writers).
 //! * [`durable`]: the one atomic-write routine and the data dir's `LOCK`.
 //! * [`host`]: the store data of an instance ([`host::Host`]) and its WASI
 //!   wiring (virtual clock, guest output).
@@ -48,3 +50,4 @@ pub mod snapshot_files;
 pub mod snapshot_objects;
 mod snapshot_quota;
 pub mod snapshot_store;
+pub mod sync_group;

@@ -22,17 +22,19 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::sync::Mutex;
 
-/// A file's stamp: what changes when its content may have changed.
+/// A file's stamp: what changes when its content may have changed. Times
+/// are ns since the Unix epoch as `i64` (times up to the year 2262), to
+/// keep an entry at 40 bytes: there is one per snapshot file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Stamp {
     len: u64,
-    mtime_ns: i128,
-    ctime_ns: i128,
+    mtime_ns: i64,
+    ctime_ns: i64,
 }
 
 /// `(device, inode)` and stamp of a file's metadata.
 fn identity(meta: &Metadata) -> ((u64, u64), Stamp) {
-    let ns = |secs: i64, nanos: i64| i128::from(secs) * 1_000_000_000 + i128::from(nanos);
+    let ns = |secs: i64, nanos: i64| secs.saturating_mul(1_000_000_000).saturating_add(nanos);
     (
         (meta.dev(), meta.ino()),
         Stamp {
@@ -43,8 +45,8 @@ fn identity(meta: &Metadata) -> ((u64, u64), Stamp) {
     )
 }
 
-/// The files known to match their checksum (module docs), about 56 bytes
-/// each; a file is forgotten when the store deletes it.
+/// The files known to match their checksum (module docs), 40 bytes each
+/// in the map; a file is forgotten when the store deletes it.
 #[derive(Debug, Default)]
 pub(crate) struct CheckedFiles {
     files: Mutex<HashMap<(u64, u64), Stamp>>,

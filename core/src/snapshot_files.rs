@@ -1,6 +1,8 @@
 //! The embedded [`SnapshotStore`]: snapshot files in the data dir,
-//! `snapshots/<actor>/<seq:020>.snap`, written with [`write_atomically`]
-//! so a crash at any point leaves the previous snapshot intact, with an
+//! `snapshots/<actor>/<seq:020>.snap`, written with
+//! [`write_atomically_in`] so a crash at any point leaves the previous
+//! snapshot intact (the syncs are shared by concurrent writers, one
+//! `syncfs` for all: [`SyncGroup`]), with an
 //! empty `<seq:020>.acked` marker naming the newest acknowledged one;
 //! retention of the newest N; an optional quota on the whole folder. Files
 //! it wrote or saw checksummed are remembered ([`crate::snapshot_checked`]),
@@ -11,7 +13,7 @@ use std::fs::{self, File};
 use std::io;
 use std::path::{Path, PathBuf};
 
-use crate::durable::{self, TEMP_SUFFIX, write_atomically};
+use crate::durable::{self, TEMP_SUFFIX, write_atomically_in};
 use crate::snapshot::{peek_header, verify_header};
 use crate::snapshot_checked::CheckedFiles;
 use crate::snapshot_quota::QuotaUsage;
@@ -19,6 +21,7 @@ use crate::snapshot_store::{
     ChainLink, SnapshotBytes, SnapshotEntry, SnapshotStore, StoreError, chain_files,
     chain_retention,
 };
+use crate::sync_group::SyncGroup;
 
 const SNAPSHOT: &str = ".snap";
 const ACKED: &str = ".acked";
@@ -70,6 +73,8 @@ pub struct LocalSnapshotStore {
     root: PathBuf,
     usage: QuotaUsage,
     checked: CheckedFiles,
+    /// Every write, link and new folder is made durable through it.
+    sync: SyncGroup,
 }
 
 impl LocalSnapshotStore {
@@ -105,6 +110,7 @@ impl LocalSnapshotStore {
             }
         }
         Ok(Self {
+            sync: SyncGroup::open(&root).map_err(io_err(&root, "open", &root))?,
             root,
             usage: QuotaUsage::new(quota, used),
             checked: CheckedFiles::default(),
@@ -127,7 +133,8 @@ impl LocalSnapshotStore {
         self.create_actor_dir(actor)?;
         let path = self.path(actor, seq);
         self.checked.forget(&path);
-        write_atomically(&path, bytes).map_err(io_err(&self.root, "write", &path))?;
+        write_atomically_in(&self.sync, &path, bytes)
+            .map_err(io_err(&self.root, "write", &path))?;
         if let Ok(meta) = path.metadata() {
             self.checked.record(&meta);
         }
@@ -143,22 +150,25 @@ impl LocalSnapshotStore {
         self.usage.recount(len, now);
     }
 
-    /// Creates `actor`'s folder if missing, its entry durable.
+    /// Creates `actor`'s folder if missing. Its entry becomes durable with
+    /// the first file written or linked into it (the same `syncfs`).
     fn create_actor_dir(&self, actor: &str) -> Result<PathBuf, StoreError> {
         let dir = self.actor_dir(actor);
-        if !dir.is_dir() {
-            fs::create_dir_all(&dir).map_err(io_err(&self.root, "create", &dir))?;
-            // The new folder's entry must be durable too.
-            durable::sync_dir(&self.root).map_err(io_err(&self.root, "fsync", &self.root))?;
+        if dir.is_dir() {
+            return Ok(dir);
         }
-        Ok(dir)
+        match fs::create_dir(&dir) {
+            Ok(()) => Ok(dir),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && dir.is_dir() => Ok(dir),
+            Err(e) => Err(io_err(&self.root, "create", &dir)(e)),
+        }
     }
 
     /// Hard-links `from` at `to` (a snapshot of `actor`), durably.
     fn link_file(&self, from: &Path, actor: &str, to: &Path) -> Result<(), StoreError> {
-        let dir = self.create_actor_dir(actor)?;
+        self.create_actor_dir(actor)?;
         fs::hard_link(from, to).map_err(io_err(&self.root, "link", to))?;
-        durable::sync_dir(&dir).map_err(io_err(&self.root, "fsync", &dir))
+        self.sync.sync().map_err(io_err(&self.root, "fsync", to))
     }
 
     /// Snapshot `seq` of `actor`'s place in its chain, for retention: read
@@ -221,6 +231,11 @@ impl LocalSnapshotStore {
     fn mark_acknowledged(&self, actor: &str, seq: u64) {
         let dir = self.actor_dir(actor);
         let marker = dir.join(format!("{seq:020}{ACKED}"));
+        if seq == 0 {
+            // Nothing older can stand in for snapshot 0: without it the
+            // actor has no snapshot, which fails it anyway.
+            return;
+        }
         if let Err(e) = File::create(&marker) {
             tracing::warn!(actor, "cannot write {}: {e}", marker.display());
             return;
@@ -327,6 +342,9 @@ impl SnapshotStore for LocalSnapshotStore {
 
     fn retain(&self, actor: &str, keep: usize) -> Result<Vec<u64>, StoreError> {
         let list = self.list(actor)?;
+        if list.len() <= keep.max(1) {
+            return Ok(Vec::new());
+        }
         let doomed = chain_retention(&list, keep, |seq| self.link_of(actor, seq));
         for entry in list.iter().filter(|e| doomed.contains(&e.seq)) {
             let path = self.path(actor, entry.seq);

@@ -466,6 +466,65 @@ async fn max_live_pauses_the_least_recently_used() {
     }
 }
 
+/// `--max-live 64` keeps one slot free (64 / 64): creates that find no
+/// more than that free leave the new actor paused rather than pausing an
+/// actor in use; each such actor wakes on its first request with its
+/// initial state, and answers status, pause and delete while no task runs
+/// it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn creates_at_a_full_worker_leave_the_new_actors_paused() {
+    let server = Server::start(&["--workers", "1", "--max-live", "64"]);
+    server.push("counter");
+    let names: Vec<String> = (0..70).map(|i| format!("full-{i}")).collect();
+    let states: Vec<String> = names
+        .iter()
+        .map(|name| {
+            let created = server.create(name, "counter");
+            created["state"].as_str().expect("state").to_owned()
+        })
+        .collect();
+    assert!(
+        states[..63].iter().all(|s| s == "running"),
+        "creates with room keep their instance: {states:?}"
+    );
+    assert!(
+        states[63..].iter().all(|s| s == "paused"),
+        "creates at the reserve leave the actor paused: {states:?}"
+    );
+    let running = |server: &Server| {
+        server
+            .cli_json(&["actor", "list"])
+            .as_array()
+            .expect("list")
+            .iter()
+            .filter(|a| a["state"] == "running")
+            .count()
+    };
+    assert_eq!(running(&server), 63);
+    // A paused actor no task runs answers status and pause.
+    let status = server.cli_json(&["actor", "get", "full-69"]);
+    assert_eq!(status["state"], "paused", "{status}");
+    assert_eq!(status["resumes"], 0, "{status}");
+    let paused = server.cli_json(&["actor", "pause", "full-69"]);
+    assert_eq!(paused["state"], "paused", "{paused}");
+    assert_eq!(paused["bytes_written"], 0, "already paused: {paused}");
+    // Every actor, paused at create or not, starts from its initial state.
+    for name in &names {
+        assert_eq!(count(&post(&server, name).await), 1, "{name}");
+    }
+    for name in &names[60..] {
+        assert_eq!(count(&post(&server, name).await), 2, "{name}");
+    }
+    assert!(running(&server) <= 64);
+    // Delete of an actor paused since its create, then the name is free.
+    server.cli_ok(&["actor", "pause", "full-0"]);
+    server.cli_ok(&["actor", "delete", "full-0"]);
+    let gone = post(&server, "full-0").await;
+    assert_eq!(gone.status, 404, "{gone:?}");
+    server.create("full-0", "counter");
+    assert_eq!(count(&post(&server, "full-0").await), 1);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn max_live_waits_for_a_slot_and_answers_503_past_the_hold_timeout() {
     let server = Server::start(&[

@@ -3,8 +3,9 @@
 
 use wasmtime::Val;
 
+use super::dirty::changed_pages;
 use super::format::{self, GlobalValue, Header, MemoryImage, SnapshotError, WASM_PAGE};
-use super::memory::{PAGE_SIZE, append, prepare_fresh, scan_runs};
+use super::memory::{PAGE_SIZE, append, prepare_fresh, scan_candidate_runs, scan_runs};
 use crate::instance::ActorInstance;
 use crate::module::GlobalKind;
 
@@ -58,6 +59,11 @@ pub fn capture_into(
 ) -> Result<CaptureStats, SnapshotError> {
     let info = instance.template.info.clone();
     let globals = capture_globals(instance)?;
+    // Without copy-on-write mapped runs (wasmtime's own memory image is
+    // off, `memory_init_cow(false)`), every page of the instance's memory
+    // that is neither present nor swapped is anonymous and unwritten: zero.
+    // Only the others are read (see `dirty`); without pagemap, all are.
+    let anonymous = instance.cow.mapped_runs() == 0;
     let store = &instance.store;
     let data: Vec<&[u8]> = instance.memories.iter().map(|m| m.data(store)).collect();
     let memories = info
@@ -67,7 +73,10 @@ pub fn capture_into(
         .map(|(m, data)| MemoryImage {
             index: m.index,
             wasm_pages: data.len() as u64 / WASM_PAGE,
-            runs: scan_runs(data),
+            runs: match anonymous.then(|| changed_pages(data)) {
+                Some(Ok(candidates)) => scan_candidate_runs(data, &candidates),
+                _ => scan_runs(data),
+            },
             zero_runs: Vec::new(),
         })
         .collect();

@@ -137,6 +137,35 @@ mod tests {
         );
     }
 
+    /// What capture relies on (`capture_into`): on anonymous memory, the
+    /// runs found by reading only the changed pages are the runs of a scan
+    /// of every page: pages only read (the shared zero page), written back
+    /// to zero, or never touched are all left out either way.
+    #[test]
+    fn scanning_only_changed_pages_finds_the_runs_of_a_full_scan() {
+        use crate::snapshot::memory::{scan_candidate_runs, scan_runs};
+        let pages = 64;
+        let mut memory = Anon::new(pages);
+        let bytes = memory.bytes();
+        let mut read_sum = 0u64;
+        for page in (0..pages).step_by(5) {
+            read_sum += u64::from(bytes[page * PAGE_SIZE + 7]);
+        }
+        assert_eq!(read_sum, 0);
+        for page in [1, 2, 3, 10, 11, 40, 63] {
+            bytes[page * PAGE_SIZE + page] = page as u8;
+        }
+        // Written, then zero again: changed, but not in a run.
+        bytes[20 * PAGE_SIZE] = 9;
+        bytes[20 * PAGE_SIZE] = 0;
+        bytes[11 * PAGE_SIZE + 11] = 0;
+        let candidates = changed_pages(memory.bytes()).expect("pagemap");
+        let full = scan_runs(memory.bytes());
+        assert_eq!(scan_candidate_runs(memory.bytes(), &candidates), full);
+        let runs: Vec<(u64, u64)> = full.iter().map(|r| (r.first_page, r.pages)).collect();
+        assert_eq!(runs, [(1, 3), (10, 1), (40, 1), (63, 1)]);
+    }
+
     #[test]
     fn unaligned_memory_is_refused() {
         let mut memory = Anon::new(2);

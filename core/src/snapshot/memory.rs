@@ -96,6 +96,26 @@ pub(crate) fn scan_runs(data: &[u8]) -> Vec<PageRun> {
     runs
 }
 
+/// [`scan_runs`] over only the pages in `candidates` (ascending spans of
+/// `data`'s 4 KiB pages): the caller knows every other page is zero, so
+/// they are not read (reading an untouched page of anonymous memory costs
+/// a page fault, and most of a fresh instance's memory is untouched).
+pub(crate) fn scan_candidate_runs(data: &[u8], candidates: &[PageSpan]) -> Vec<PageRun> {
+    let mut runs: Vec<PageRun> = Vec::new();
+    for span in candidates {
+        for page in span.first_page..span.first_page + span.pages {
+            let start = usize::try_from(page).map_or(usize::MAX, |p| p.saturating_mul(PAGE_SIZE));
+            let Some(bytes) = data.get(start..start.saturating_add(PAGE_SIZE)) else {
+                break;
+            };
+            if !page_is_zero(bytes) {
+                push_page(&mut runs, page);
+            }
+        }
+    }
+    runs
+}
+
 /// Pieces in which [`copy`] and [`append`] move bytes between buffers that
 /// are not equally aligned to a cache line.
 const MISALIGNED_PIECE: usize = 512;

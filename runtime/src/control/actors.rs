@@ -4,7 +4,6 @@
 
 use std::io;
 use std::sync::Arc;
-use std::sync::atomic::AtomicUsize;
 
 use stasis_core::snapshot_store::StoreError;
 
@@ -13,7 +12,7 @@ use stasis_host_api::{Request, Response};
 use super::ControlPlane;
 use super::directory::ActorRow;
 use super::membership::Member;
-use super::placement::{HeldAtGate, Placement};
+use super::placement::{Gate, HeldAtGate, Placement};
 use super::views::{ActorInfo, PauseInfo};
 use crate::client_gone::{self, ClientGone};
 use crate::error::{ApiError, check_label};
@@ -63,7 +62,7 @@ impl ControlPlane {
         let actor_row = ActorRow {
             name: name.to_owned(),
             template: template.to_owned(),
-            worker: member.name.clone(),
+            worker: member.name.to_string(),
             epoch,
         };
         let directory = self.directory.clone();
@@ -79,7 +78,7 @@ impl ControlPlane {
         }
         self.placement_mut().insert(
             name.to_owned(),
-            Placement::new(&member.name, member.incarnation, template, epoch),
+            Placement::new(member.name.clone(), member.incarnation, template, epoch),
         );
         Ok(())
     }
@@ -114,7 +113,7 @@ impl ControlPlane {
         let placement = self.placement_of(src)?;
         let seq = {
             // No move of `src` meanwhile.
-            let _gate = placement.gate.read().await;
+            let _gate = placement.gate.barrier.read().await;
             self.fork_point(src, from).await?
         };
         let row = self.template_row(&placement.template)?;
@@ -218,13 +217,13 @@ impl ControlPlane {
         > = members
             .iter()
             .zip(reports)
-            .map(|(m, r)| (m.name.as_str(), r.map(|list| list.into_iter().collect())))
+            .map(|(m, r)| (&*m.name, r.map(|list| list.into_iter().collect())))
             .collect();
         placements
             .into_iter()
             .map(|(name, placement)| {
                 let status = match self.host_of(&placement, &name) {
-                    Ok(member) => match by_worker.get(member.name.as_str()) {
+                    Ok(member) => match by_worker.get(&*member.name) {
                         Some(Ok(statuses)) => statuses.get(&name).cloned().unwrap_or_else(|| {
                             ActorStatus::unknown(&format!(
                                 "worker {} does not report it",
@@ -260,7 +259,7 @@ impl ControlPlane {
             name: name.to_owned(),
             template: placement.template,
             state: status.state,
-            worker: placement.worker,
+            worker: placement.worker.to_string(),
             worker_state,
             epoch: placement.epoch,
             snapshot: status.snapshot,
@@ -307,7 +306,7 @@ impl ControlPlane {
     /// 404; 409 failed; 507 quota (actor keeps running); 500.
     pub async fn pause(&self, name: &str) -> Result<PauseInfo, ApiError> {
         let placement = self.placement_of(name)?;
-        let _gate = placement.gate.read().await;
+        let _gate = placement.gate.barrier.read().await;
         let report = self
             .host_of(&self.placement_of(name)?, name)?
             .api
@@ -322,7 +321,7 @@ impl ControlPlane {
     /// 404; 409 not running; 507 quota; 500.
     pub async fn checkpoint(&self, name: &str) -> Result<PauseInfo, ApiError> {
         let placement = self.placement_of(name)?;
-        let _gate = placement.gate.read().await;
+        let _gate = placement.gate.barrier.read().await;
         let report = self
             .host_of(&self.placement_of(name)?, name)?
             .api
@@ -345,7 +344,7 @@ impl ControlPlane {
             )));
         }
         {
-            let _gate = placement.gate.read().await;
+            let _gate = placement.gate.barrier.read().await;
             let placement = self.placement_of(name)?;
             let member = self.host_of(&placement, name)?;
             if let ResumeFrom::Snapshot(seq) = from
@@ -375,7 +374,7 @@ impl ControlPlane {
     pub async fn delete_actor(&self, name: &str) -> Result<(), ApiError> {
         let _guard = self.ops.write().await;
         let gate = self.placement_of(name)?.gate;
-        let _gate = gate.write().await;
+        let _gate = gate.barrier.write().await;
         // Re-read under the gate: a move may have finished meanwhile.
         let placement = self.placement_of(name)?;
         self.placement_mut().remove(name);
@@ -405,7 +404,6 @@ impl ControlPlane {
         Ok(Route {
             actor: name.to_owned(),
             gate: placement.gate.clone(),
-            held: placement.held.clone(),
         })
     }
 
@@ -436,22 +434,18 @@ impl ControlPlane {
         request: Request,
         gone: &ClientGone,
     ) -> Result<Response, ApiError> {
-        let Route {
-            actor,
-            mut gate,
-            mut held,
-        } = route;
+        let Route { actor, mut gate } = route;
         let request = Arc::new(request);
         let name = actor.as_str();
         let hold = self.config.worker.hold_timeout;
         let mut attempts = 0;
         loop {
-            let open = match gate.try_read() {
+            let open = match gate.barrier.try_read() {
                 Ok(open) => open,
                 Err(_) => {
-                    let _held = HeldAtGate::enter(&held, self.config.worker.max_held, name)?;
+                    let _held = HeldAtGate::enter(&gate.held, self.config.worker.max_held, name)?;
                     let open = async {
-                        tokio::time::timeout(hold, gate.read()).await.map_err(|_| {
+                        tokio::time::timeout(hold, gate.barrier.read()).await.map_err(|_| {
                             ApiError::unavailable(format!(
                                 "actor {name} is moving and did not take the request within the hold timeout of {hold:?}"
                             ))
@@ -474,9 +468,7 @@ impl ControlPlane {
                         let pause_ms = 25 * u64::from(attempts);
                         tokio::time::sleep(std::time::Duration::from_millis(pause_ms)).await;
                     }
-                    let again = self.route(name)?;
-                    gate = again.gate;
-                    held = again.held;
+                    gate = self.route(name)?.gate;
                 }
                 other => return other,
             }
@@ -533,6 +525,5 @@ impl Drop for Reserved<'_> {
 /// request passes.
 pub struct Route {
     actor: String,
-    gate: Arc<tokio::sync::RwLock<()>>,
-    held: Arc<AtomicUsize>,
+    gate: Arc<Gate>,
 }

@@ -130,9 +130,15 @@ const SCHEMA_VERSION: i64 = 1;
 /// transaction, durable on return (WAL, `synchronous=FULL`). Actor
 /// inserts are group-committed: the inserts that arrive while one commit
 /// is in flight share the next transaction, so concurrent creates pay one
-/// fsync between them instead of one each.
+/// fsync between them instead of one each. Reads go through a second,
+/// query-only connection: in WAL mode a reader sees every committed
+/// transaction and never waits for a commit's fsync (SQLite, "Write-Ahead
+/// Logging": readers do not block writers and a writer does not block
+/// readers), so a create's template lookup does not queue behind the
+/// group commit of earlier creates.
 pub struct SqliteDirectory {
     conn: Mutex<Connection>,
+    reader: Mutex<Connection>,
     inserts: Mutex<Inserts>,
     committed: Condvar,
 }
@@ -184,8 +190,11 @@ impl SqliteDirectory {
              );",
         )?;
         migrate(&conn)?;
+        let reader = Connection::open(path)?;
+        reader.execute_batch("PRAGMA query_only = ON;")?;
         Ok(Self {
             conn: Mutex::new(conn),
+            reader: Mutex::new(reader),
             inserts: Mutex::default(),
             committed: Condvar::new(),
         })
@@ -200,17 +209,19 @@ impl SqliteDirectory {
             Ok(tx) => tx,
             Err(e) => return all(&e),
         };
-        let answers = rows
-            .iter()
-            .map(|(_, row)| {
-                tx.execute(
+        let answers =
+            rows.iter()
+                .map(|(_, row)| {
+                    tx.prepare_cached(
                     "INSERT INTO actors (name, template, worker, epoch) VALUES (?1, ?2, ?3, ?4)",
-                    params![row.name, row.template, row.worker, row.epoch as i64],
                 )
+                .and_then(|mut stmt| {
+                    stmt.execute(params![row.name, row.template, row.worker, row.epoch as i64])
+                })
                 .map(|_| ())
                 .map_err(db)
-            })
-            .collect();
+                })
+                .collect();
         match tx.commit() {
             Ok(()) => answers,
             Err(e) => all(&e),
@@ -219,6 +230,11 @@ impl SqliteDirectory {
 
     fn conn(&self) -> std::sync::MutexGuard<'_, Connection> {
         self.conn.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The query-only connection (see [`SqliteDirectory`]).
+    fn reader(&self) -> std::sync::MutexGuard<'_, Connection> {
+        self.reader.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -235,18 +251,15 @@ impl Directory for SqliteDirectory {
     }
 
     fn template(&self, name: &str) -> Result<Option<TemplateRow>, ApiError> {
-        self.conn()
-            .query_row(
-                "SELECT name, digest, bytes, env FROM templates WHERE name = ?1",
-                [name],
-                template_row,
-            )
-            .optional()
-            .map_err(db)
+        let conn = self.reader();
+        let mut stmt = conn
+            .prepare_cached("SELECT name, digest, bytes, env FROM templates WHERE name = ?1")
+            .map_err(db)?;
+        stmt.query_row([name], template_row).optional().map_err(db)
     }
 
     fn templates(&self) -> Result<Vec<TemplateRow>, ApiError> {
-        let conn = self.conn();
+        let conn = self.reader();
         let mut stmt = conn
             .prepare("SELECT name, digest, bytes, env FROM templates ORDER BY name")
             .map_err(db)?;
@@ -313,7 +326,7 @@ impl Directory for SqliteDirectory {
     }
 
     fn actors(&self) -> Result<Vec<ActorRow>, ApiError> {
-        let conn = self.conn();
+        let conn = self.reader();
         let mut stmt = conn
             .prepare("SELECT name, template, worker, epoch FROM actors ORDER BY name")
             .map_err(db)?;
@@ -366,7 +379,7 @@ impl Directory for SqliteDirectory {
     }
 
     fn alarm(&self, name: &str) -> Result<Option<u64>, ApiError> {
-        self.conn()
+        self.reader()
             .query_row(
                 "SELECT at_unix_ms FROM alarms WHERE actor = ?1",
                 [name],
@@ -378,7 +391,7 @@ impl Directory for SqliteDirectory {
     }
 
     fn alarms(&self) -> Result<Vec<(String, u64)>, ApiError> {
-        let conn = self.conn();
+        let conn = self.reader();
         let mut stmt = conn
             .prepare("SELECT actor, at_unix_ms FROM alarms ORDER BY actor")
             .map_err(db)?;

@@ -46,7 +46,9 @@ impl ControlPlane {
             match placements.get_mut(name) {
                 Some(p) if p.epoch > row.epoch => {}
                 Some(p) => {
-                    p.worker.clone_from(&row.worker);
+                    if *p.worker != *row.worker {
+                        p.worker = Arc::from(row.worker.as_str());
+                    }
                     p.epoch = row.epoch;
                     p.incarnation = ANY_INCARNATION;
                 }
@@ -61,5 +63,10 @@ impl ControlPlane {
 /// A follower's placement for `row`: on whichever incarnation of its worker
 /// is registered (the worker checks the epoch).
 fn follower_placement(row: &ActorRow) -> Placement {
-    Placement::new(&row.worker, ANY_INCARNATION, &row.template, row.epoch)
+    Placement::new(
+        Arc::from(row.worker.as_str()),
+        ANY_INCARNATION,
+        &row.template,
+        row.epoch,
+    )
 }

@@ -75,7 +75,7 @@ impl ControlPlane {
         // A move holds its actor's gate from start to end.
         let gates: Vec<_> = self.placements().values().map(|p| p.gate.clone()).collect();
         for gate in gates {
-            drop(gate.write().await);
+            drop(gate.barrier.write().await);
         }
         let mut tasks = tokio::task::JoinSet::new();
         for member in self.members() {

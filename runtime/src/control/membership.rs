@@ -46,8 +46,8 @@ impl WorkerState {
 
 /// A worker as a member of this control plane's cluster.
 pub struct Member {
-    /// The worker's name.
-    pub name: String,
+    /// The worker's name (shared with the placements of its actors).
+    pub name: Arc<str>,
     /// The worker itself.
     pub api: Arc<dyn WorkerApi>,
     /// Which admission this is (0 for in-process workers; each join of a
@@ -76,7 +76,7 @@ impl Member {
     #[must_use]
     pub fn new(api: Arc<dyn WorkerApi>, incarnation: u64) -> Self {
         Self {
-            name: api.name().to_owned(),
+            name: Arc::from(api.name()),
             address: api.location(),
             api,
             incarnation,
@@ -203,7 +203,7 @@ impl ControlPlane {
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .iter()
-            .find(|w| w.name == name)
+            .find(|w| *w.name == *name)
             .cloned()
     }
 
@@ -245,7 +245,7 @@ impl ControlPlane {
         check_label("worker", name)?;
         let client = WorkerClient::new(name, address, self.config.admin_token.as_deref())?;
         let mut members = self.members.write().unwrap_or_else(|p| p.into_inner());
-        if let Some(existing) = members.iter().find(|w| w.name == name)
+        if let Some(existing) = members.iter().find(|w| *w.name == *name)
             && existing.is_in_process()
         {
             return Err(ApiError::conflict(format!(
@@ -254,7 +254,7 @@ impl ControlPlane {
         }
         // A worker always joins empty (a new process, or one that dropped
         // its actors): its earlier incarnation's actors are re-placed.
-        members.retain(|w| w.name != name);
+        members.retain(|w| *w.name != *name);
         let member = Arc::new(Member::new(Arc::new(client), incarnation));
         members.push(member.clone());
         drop(members);
@@ -285,7 +285,7 @@ impl ControlPlane {
         let mut changed = false;
         for member in self.members() {
             let registered = current
-                .get(&member.name)
+                .get(&*member.name)
                 .is_some_and(|r| r.incarnation() == Some(member.incarnation));
             if registered || member.state() == WorkerState::Lost {
                 continue;
@@ -405,7 +405,7 @@ impl ControlPlane {
             .filter(|p| p.worker == member.name)
             .count();
         Ok(WorkerInfo {
-            name: member.name.clone(),
+            name: member.name.to_string(),
             address: member.address(),
             state: member.state(),
             actors,

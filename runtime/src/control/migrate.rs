@@ -51,10 +51,10 @@ impl ControlPlane {
             )));
         }
         let placement = self.placement_of(name)?;
-        if from.is_some_and(|f| f != placement.worker) {
+        if from.is_some_and(|f| f != &*placement.worker) {
             return Ok(None);
         }
-        if placement.worker == to {
+        if *placement.worker == *to {
             return Err(ApiError::conflict(format!(
                 "actor {name} is already on {to}"
             )));
@@ -62,10 +62,10 @@ impl ControlPlane {
         let gate = placement.gate.clone();
         // New requests wait from the moment the move asks for the gate.
         let started = Instant::now();
-        let closed = gate.write().await;
+        let closed = gate.barrier.write().await;
         // Re-read under the gate: an earlier move may have finished meanwhile.
         let placement = self.placement_of(name)?;
-        if from.is_some_and(|f| f != placement.worker) {
+        if from.is_some_and(|f| f != &*placement.worker) {
             return Ok(None);
         }
         // Shutdown began while this move waited for the gate.
@@ -78,7 +78,7 @@ impl ControlPlane {
                 "worker {to} stopped taking actors"
             )));
         }
-        if placement.worker == to {
+        if *placement.worker == *to {
             return Err(ApiError::conflict(format!(
                 "actor {name} is already on {to}"
             )));
@@ -109,7 +109,7 @@ impl ControlPlane {
         Ok(Some(MigrateInfo {
             actor: self.actor(name).await?,
             downtime_ms: ms(downtime),
-            from: source.name.clone(),
+            from: source.name.to_string(),
         }))
     }
 
@@ -167,8 +167,10 @@ impl ControlPlane {
             return RebalanceReport { moves: Vec::new() };
         }
         // Weight of each actor: 1, or its memory.
-        let mut load: BTreeMap<String, Vec<(String, u64)>> =
-            ready.iter().map(|w| (w.name.clone(), Vec::new())).collect();
+        let mut load: BTreeMap<String, Vec<(String, u64)>> = ready
+            .iter()
+            .map(|w| (w.name.to_string(), Vec::new()))
+            .collect();
         let statuses: HashMap<String, ActorStatus> = {
             let mut all = HashMap::new();
             for w in &ready {
@@ -177,7 +179,7 @@ impl ControlPlane {
             all
         };
         for (actor, p) in self.placements().iter() {
-            if let Some(list) = load.get_mut(&p.worker) {
+            if let Some(list) = load.get_mut(&*p.worker) {
                 let weight = match self.config.rebalance_by {
                     RebalanceBy::Count => 1,
                     RebalanceBy::Memory => statuses.get(actor).map_or(0, |s| s.memory_bytes).max(1),
@@ -264,7 +266,7 @@ impl ControlPlane {
             let actors: Vec<String> = self
                 .placements()
                 .iter()
-                .filter(|(_, p)| p.worker == name)
+                .filter(|(_, p)| *p.worker == *name)
                 .map(|(a, _)| a.clone())
                 .collect();
             if actors.is_empty() && incoming > 0 {
@@ -285,7 +287,7 @@ impl ControlPlane {
                 .members()
                 .into_iter()
                 .filter(|w| w.state() == WorkerState::Ready)
-                .map(|w| w.name.clone())
+                .map(|w| w.name.to_string())
                 .collect();
             let plan = plan_drain(name, &actors, &targets, &self.actor_counts()).map_err(|_| {
                 ApiError::unavailable(format!("no other ready worker to drain {name} to"))

@@ -25,8 +25,9 @@ pub(super) const ANY_INCARNATION: u64 = u64::MAX;
 /// Where an actor lives, and the gate its requests pass.
 #[derive(Debug, Clone)]
 pub(super) struct Placement {
-    /// The owning worker's name (empty while none hosts it).
-    pub worker: String,
+    /// The owning worker's name (empty while none hosts it), shared with
+    /// its [`Member`] and every other placement on it.
+    pub worker: Arc<str>,
     /// Which admission of that worker: a remote worker that joins again
     /// comes back empty, so placements on its earlier incarnation wait for
     /// re-placement.
@@ -36,13 +37,8 @@ pub(super) struct Placement {
     /// Placement epoch: 1 at creation, +1 per move; the in-memory copy of
     /// the directory's value (both change only in `switch_placement`).
     pub epoch: u64,
-    /// Requests hold a read guard while they are forwarded; a move holds
-    /// the write guard from capture to the placement switch, so no request
-    /// reaches the source after its capture (the router-side barrier).
-    pub gate: Arc<tokio::sync::RwLock<()>>,
-    /// Requests waiting at the closed gate; past `--max-held` more are
-    /// refused (503), as at a full mailbox.
-    pub held: Arc<AtomicUsize>,
+    /// The gate its requests pass (shared with the requests in flight).
+    pub gate: Arc<Gate>,
     /// Why the actor cannot be hosted at all (e.g. its template file is
     /// unreadable); it is `failed` with this reason.
     pub failure_reason: Option<String>,
@@ -50,17 +46,28 @@ pub(super) struct Placement {
 
 impl Placement {
     /// An actor of `template` on `worker` (`""`: none yet) at `epoch`.
-    pub fn new(worker: &str, incarnation: u64, template: &str, epoch: u64) -> Self {
+    pub fn new(worker: Arc<str>, incarnation: u64, template: &str, epoch: u64) -> Self {
         Self {
-            worker: worker.to_owned(),
+            worker,
             incarnation,
             template: template.to_owned(),
             epoch,
             gate: Arc::default(),
-            held: Arc::default(),
             failure_reason: None,
         }
     }
+}
+
+/// An actor's gate, the router-side barrier: requests hold a read guard of
+/// `barrier` while they are forwarded; a move holds the write guard from
+/// capture to the placement switch, so no request reaches the source after
+/// its capture.
+#[derive(Debug, Default)]
+pub(super) struct Gate {
+    pub barrier: tokio::sync::RwLock<()>,
+    /// Requests waiting at the closed gate; past `--max-held` more are
+    /// refused (503), as at a full mailbox.
+    pub held: AtomicUsize,
 }
 
 /// A request counted among those waiting at an actor's closed gate, for
@@ -178,7 +185,7 @@ impl ControlPlane {
         let placements = self.placements();
         let mut counts: HashMap<&str, usize> = HashMap::new();
         for p in placements.values() {
-            *counts.entry(p.worker.as_str()).or_default() += 1;
+            *counts.entry(&*p.worker).or_default() += 1;
         }
         counts.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
     }
@@ -197,6 +204,6 @@ impl ControlPlane {
         let counts = self.actor_counts();
         ready
             .into_iter()
-            .min_by_key(|w| counts.get(&w.name).copied().unwrap_or(0))
+            .min_by_key(|w| counts.get(&*w.name).copied().unwrap_or(0))
     }
 }

@@ -32,13 +32,13 @@ impl ControlPlane {
             let template = self.directory.template(&row.template)?.with_context(|| {
                 format!("actor {} names missing template {}", row.name, row.template)
             })?;
-            let mut placement = Placement::new("", 0, &row.template, row.epoch);
+            let mut placement = Placement::new(Arc::from(""), 0, &row.template, row.epoch);
             let Some(member) = self.member(&row.worker).or_else(|| self.least_loaded()) else {
                 tracing::warn!(actor = %row.name, "no worker can host it (--workers 0); it waits for one to join");
                 self.placement_mut().insert(row.name.clone(), placement);
                 continue;
             };
-            let Some(worker) = locals.iter().find(|w| w.name() == member.name) else {
+            let Some(worker) = locals.iter().find(|w| w.name() == &*member.name) else {
                 continue;
             };
             let compiled = match self.templates.load_local(&template.digest) {
@@ -56,7 +56,7 @@ impl ControlPlane {
                 template: compiled,
                 env: template.env.clone(),
             };
-            let moved = member.name != row.worker;
+            let moved = *member.name != *row.worker;
             let epoch = if moved { row.epoch + 1 } else { row.epoch };
             let status = worker.adopt(&spec, epoch);
             placement.worker = member.name.clone();
@@ -97,12 +97,15 @@ impl ControlPlane {
         }
         for row in rows {
             let member = self.member(&row.worker);
-            let status = hosted.get(&row.worker).map(|h| h.get(&row.name));
+            let status = hosted.get(row.worker.as_str()).map(|h| h.get(&row.name));
             let placement = match (&member, status) {
-                (Some(member), None | Some(Some(_))) => {
-                    Placement::new(&member.name, member.incarnation, &row.template, row.epoch)
-                }
-                _ => Placement::new("", 0, &row.template, row.epoch),
+                (Some(member), None | Some(Some(_))) => Placement::new(
+                    member.name.clone(),
+                    member.incarnation,
+                    &row.template,
+                    row.epoch,
+                ),
+                _ => Placement::new(Arc::from(""), 0, &row.template, row.epoch),
             };
             if let (Some(member), Some(Some(status))) = (&member, status)
                 && status.state == ActorState::Migrating
@@ -118,8 +121,12 @@ impl ControlPlane {
             };
             for actor in statuses.keys() {
                 let owner = self.placements().get(actor).map(|p| p.worker.clone());
-                if owner.as_deref() != Some(worker.as_str()) {
-                    tracing::warn!(actor, worker, "removing a copy its worker does not own");
+                if owner.as_deref() != Some(worker) {
+                    tracing::warn!(
+                        actor,
+                        worker = &**worker,
+                        "removing a copy its worker does not own"
+                    );
                     member.api.remove(actor).await;
                 }
             }
@@ -170,7 +177,7 @@ impl ControlPlane {
     /// removed again.
     async fn re_place(&self, actor: &str) -> Result<(), ApiError> {
         let gate = self.placement_of(actor)?.gate;
-        let _gate = gate.write().await;
+        let _gate = gate.barrier.write().await;
         let placement = self.placement_of(actor)?;
         if !self.needs_a_host(&placement, actor) {
             return Ok(());

@@ -95,6 +95,32 @@ pub(crate) struct ActorTask {
     pub services: Arc<ActorHostServices>,
 }
 
+/// What a parked actor keeps while no task runs it: the fields of its
+/// task that outlive the task. Everything else a task holds is the
+/// worker's (engine, store, settings, slots) or exists only with an
+/// instance (slot, delta base, calls held for a move), so the worker
+/// rebuilds the task from this on the actor's next command
+/// ([`ActorTask::park`] and `Worker::unpark`).
+pub(crate) struct ParkedActor {
+    pub template: Arc<Template>,
+    pub env: Vec<(String, String)>,
+    pub status: Arc<Mutex<ActorStatus>>,
+    pub next_seq: u64,
+    pub since_checkpoint: u64,
+    pub epoch: u64,
+    pub clock: ActorClock,
+    pub primed: Option<(u64, VerifiedChain<SnapshotBytes>)>,
+}
+
+/// Why [`ActorTask::run`] returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ended {
+    /// The actor has no instance and nothing to do: the task may be parked.
+    Idle,
+    /// The task must end (a `Stop`, or its mailbox has no sender left).
+    Stopped,
+}
+
 /// A call held while the actor moves: its epoch, request, ticket and
 /// where its answer goes.
 pub(crate) type HeldCall = (
@@ -109,6 +135,23 @@ pub(crate) fn new_status(state: ActorState) -> Arc<Mutex<ActorStatus>> {
 }
 
 impl ActorTask {
+    /// The fields that outlive the task (see [`ParkedActor`]). Called only
+    /// when [`ActorTask::run`] ended [`Ended::Idle`]: no instance (so no
+    /// slot or delta base) and no call held for a move.
+    pub(super) fn park(self) -> ParkedActor {
+        debug_assert!(self.instance.is_none() && self.held_by_move.is_empty());
+        ParkedActor {
+            template: self.template,
+            env: self.env,
+            status: self.status,
+            next_seq: self.next_seq,
+            since_checkpoint: self.since_checkpoint,
+            epoch: self.epoch,
+            clock: self.clock,
+            primed: self.primed,
+        }
+    }
+
     pub(super) fn status(&self) -> std::sync::MutexGuard<'_, ActorStatus> {
         self.status.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -142,10 +185,22 @@ impl ActorTask {
         }
     }
 
-    /// Creates the first instance and snapshot seq 0.
+    /// Creates the first instance and snapshot seq 0. The actor is left
+    /// `running`, or `paused` on a worker whose `--max-live` slots are full
+    /// (see [`LiveSlots::acquire_for_creation`]).
     pub async fn create(&mut self) -> Result<SnapshotReport, ApiError> {
         let started = Instant::now();
-        self.take_slot().await?;
+        let keep = match &self.live {
+            None => true,
+            Some(live) => {
+                let (slot, keep) = live.acquire_for_creation(&self.name).await?;
+                if keep {
+                    live.insert(&self.name);
+                }
+                self.slot = Some(slot);
+                keep
+            }
+        };
         let spawned = ActorInstance::spawn(&self.engine, self.template.clone(), self.config())
             .await
             .map_err(|e| ApiError::new(e.status(), format!("creating the actor: {e}")));
@@ -157,7 +212,18 @@ impl ActorTask {
             }
         };
         self.instance = Some(instance);
-        let report = match self.snapshot(started).await {
+        let captured = self.capture_live();
+        if !keep {
+            // A borrowed slot is given back before the write. Snapshot 0
+            // holds the clock's reading: no mark is needed.
+            self.drop_instance(false);
+            self.sync_live(false);
+        }
+        let written = match captured {
+            Ok((bytes, _)) => self.write_snapshot(bytes, started).await,
+            Err(e) => Err(e),
+        };
+        let report = match written {
             Ok(report) => report,
             Err(e) => {
                 self.instance = None;
@@ -167,7 +233,11 @@ impl ActorTask {
         };
         {
             let mut status = self.status();
-            status.state = ActorState::Running;
+            status.state = if keep {
+                ActorState::Running
+            } else {
+                ActorState::Paused
+            };
             status.memory_bytes = self
                 .instance
                 .as_ref()
@@ -209,18 +279,25 @@ impl ActorTask {
         Ok(())
     }
 
-    pub async fn run(mut self, mut mailbox: mpsc::Receiver<Command>) {
+    /// Handles the commands of `mailbox` in arrival order until the task
+    /// must end ([`Ended::Stopped`]: a `Stop`, or every sender gone) or has
+    /// nothing to keep running for ([`Ended::Idle`]: no instance, no call
+    /// held for a move, nothing in the mailbox), when the worker parks it.
+    pub async fn run(&mut self, mailbox: &mut mpsc::Receiver<Command>) -> Ended {
         while let Some(command) = mailbox.recv().await {
             let used = matches!(command, Command::Call { .. });
-            // Boxed so that the future of an idle actor's task, which lives
-            // as long as the actor, does not carry the space of a guest
-            // call's future.
+            // Boxed so that the future of a waiting actor's task does not
+            // carry the space of a guest call's future.
             let go_on = Box::pin(self.handle(command)).await;
             self.sync_live(used);
             if !go_on {
-                return;
+                return Ended::Stopped;
+            }
+            if self.instance.is_none() && self.held_by_move.is_empty() && mailbox.is_empty() {
+                return Ended::Idle;
             }
         }
+        Ended::Stopped
     }
 
     /// Handles one command; false once the task must end.

@@ -64,7 +64,7 @@ impl ActorTask {
     /// chains, and no replicator needs self-contained files; otherwise (or
     /// when [`snapshot::capture_delta`] says a full snapshot is due) a full
     /// snapshot. Also says which it took.
-    fn capture_live(&mut self) -> Result<(Vec<u8>, Kind), ApiError> {
+    pub(super) fn capture_live(&mut self) -> Result<(Vec<u8>, Kind), ApiError> {
         let newest = self.next_seq.checked_sub(1);
         let base = self
             .delta_base
@@ -141,7 +141,7 @@ impl ActorTask {
 
     /// Writes `bytes` as the next snapshot durably (and through the
     /// replicator), then applies retention.
-    async fn write_snapshot(
+    pub(super) async fn write_snapshot(
         &mut self,
         bytes: Vec<u8>,
         started: Instant,
@@ -181,7 +181,7 @@ impl ActorTask {
 
 /// What [`ActorTask::capture_live`] took.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
+pub(super) enum Kind {
     /// A full snapshot.
     Full,
     /// A delta on the newest snapshot; `unchanged`: no page, size or

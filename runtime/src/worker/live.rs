@@ -169,6 +169,33 @@ impl LiveSlots {
         Ok(permit)
     }
 
+    /// A slot for creating `actor` (its init and snapshot 0), and whether
+    /// the new actor keeps it as its live instance's. On a worker with
+    /// room, or with a cap under 64 (no slots kept free), it does: the
+    /// slot is taken as by [`LiveSlots::acquire`]. On a full worker (no
+    /// more than the reserve free) the slot is only borrowed, so that a
+    /// burst of creations does not pause the actors in use: the new actor
+    /// is left paused, and the slot is one of those kept free, or the
+    /// next freed within a short wait; only past it is the least recently
+    /// used actor paused for one.
+    ///
+    /// # Errors
+    /// 503 as [`LiveSlots::acquire`].
+    pub async fn acquire_for_creation(
+        &self,
+        actor: &str,
+    ) -> Result<(OwnedSemaphorePermit, bool), ApiError> {
+        if self.reserve == 0 || self.permits.available_permits() > self.reserve {
+            return Ok((self.acquire(actor).await?, true));
+        }
+        let freed = tokio::time::timeout(EVICTION_PATIENCE, self.permits.clone().acquire_owned());
+        let permit = match freed.await {
+            Ok(Ok(permit)) => permit,
+            _ => self.wait_for_slot(actor).await?,
+        };
+        Ok((permit, false))
+    }
+
     /// Evicts least recently used actors (other than `actor`) in the
     /// background until `reserve` slots are free or being freed.
     fn keep_reserve(&self, actor: &str) {

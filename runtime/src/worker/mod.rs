@@ -1,7 +1,11 @@
 //! A worker hosts actors: one task and one bounded mailbox per actor (see
-//! [`actor`]). The control plane places actors on workers and drives each
-//! through [`WorkerApi`] ([`api`]); the in-process [`Worker`] here is one
-//! implementation, a remote worker's client (`crate::cluster`) the other.
+//! [`actor`]) while the actor is addressed; an actor with no instance and
+//! nothing to do is *parked*: the worker's table keeps what outlives its
+//! task ([`actor::ParkedActor`]), with no tokio task or mailbox, and its
+//! next command starts a task again. The control plane places actors on
+//! workers and drives each through [`WorkerApi`] ([`api`]); the in-process
+//! [`Worker`] here is one implementation, a remote worker's client
+//! (`crate::cluster`) the other.
 //! Templates arrive by digest and are resolved through [`templates`].
 
 pub mod actor;
@@ -33,8 +37,8 @@ use crate::host_calls::services::ActorHostServices;
 use crate::host_calls::{CallRouter, HostCalls};
 use crate::metrics::Metrics;
 use actor::{
-    ActorSettings, ActorState, ActorStatus, ActorTask, Captured, Command, Replicator, ResumeFrom,
-    SnapshotReport,
+    ActorSettings, ActorState, ActorStatus, ActorTask, Captured, Command, Ended, ParkedActor,
+    Replicator, ResumeFrom, SnapshotReport,
 };
 pub use api::{HostSpec, Location, WorkerApi};
 use live::LiveSlots;
@@ -73,9 +77,46 @@ impl Default for WorkerSettings {
     }
 }
 
-struct Handle {
-    mailbox: mpsc::Sender<Command>,
-    status: Arc<Mutex<ActorStatus>>,
+/// An actor's entry in the worker's table.
+enum Entry {
+    /// No task runs the actor: it has no instance and nothing to do
+    /// (paused, failed, or paused and being moved). Its next command starts
+    /// a task with a new mailbox ([`Worker::mailbox`]), and a task that
+    /// has nothing left to do is parked again ([`Worker::park`]), so an
+    /// actor that is not addressed costs a [`ParkedActor`] and nothing
+    /// else: no mailbox, no tokio task.
+    Parked(Box<ParkedActor>),
+    /// A task reads the actor's mailbox.
+    Active {
+        mailbox: mpsc::Sender<Command>,
+        status: Arc<Mutex<ActorStatus>>,
+    },
+}
+
+impl Entry {
+    /// The actor's status, shared with its task.
+    fn status(&self) -> &Arc<Mutex<ActorStatus>> {
+        match self {
+            Entry::Parked(parked) => &parked.status,
+            Entry::Active { status, .. } => status,
+        }
+    }
+
+    /// Whether this entry is the one whose status is `status` (and not a
+    /// later incarnation's under the same name).
+    fn is_of(&self, status: &Arc<Mutex<ActorStatus>>) -> bool {
+        Arc::ptr_eq(self.status(), status)
+    }
+}
+
+/// Why a command could not be handed to an actor's mailbox.
+enum Undelivered {
+    /// The worker does not host the actor.
+    NotHere(ApiError),
+    /// Its mailbox is full (`--max-held`).
+    Full,
+    /// Its task is ending.
+    Stopping,
 }
 
 /// A worker: a named set of actor tasks sharing an engine and a snapshot store.
@@ -85,7 +126,10 @@ pub struct Worker {
     store: Arc<dyn SnapshotStore>,
     metrics: Arc<Metrics>,
     settings: WorkerSettings,
-    actors: Mutex<HashMap<String, Handle>>,
+    actors: Mutex<HashMap<String, Entry>>,
+    /// The worker itself, for the tasks it starts (they park themselves
+    /// back into `actors`).
+    this: std::sync::Weak<Worker>,
     replicator: Option<Arc<dyn Replicator>>,
     templates: Arc<dyn Templates>,
     live: Option<Arc<LiveSlots>>,
@@ -139,8 +183,10 @@ impl Worker {
             live: settings.max_live.map(|max| {
                 let worker = this.clone();
                 let evict = move |actor: &str| {
+                    // Only a task can hold an instance: a parked actor has
+                    // nothing to evict.
                     if let Some(worker) = worker.upgrade()
-                        && let Ok(mailbox) = worker.mailbox(actor)
+                        && let Some(Entry::Active { mailbox, .. }) = worker.lock().get(actor)
                     {
                         let _ = mailbox.try_send(Command::Evict);
                     }
@@ -159,6 +205,7 @@ impl Worker {
             metrics,
             settings,
             actors: Mutex::new(HashMap::new()),
+            this: this.clone(),
             replicator,
             templates,
             serving: AtomicBool::new(true),
@@ -206,48 +253,133 @@ impl Worker {
         &self.name
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Handle>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
         self.actors.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn task(&self, spec: &ActorSpec, epoch: u64, state: ActorState) -> ActorTask {
-        ActorTask {
-            name: spec.name.clone(),
-            worker: self.name.clone(),
+        let parked = ParkedActor {
             template: spec.template.clone(),
             env: spec.env.clone(),
+            status: actor::new_status(state),
+            next_seq: 0,
+            since_checkpoint: 0,
+            epoch,
+            clock: ActorClock::default(),
+            primed: None,
+        };
+        self.unpark(&spec.name, parked)
+    }
+
+    /// The task of actor `name` as `parked` left it, with the worker's
+    /// shared parts and no instance.
+    fn unpark(&self, name: &str, parked: ParkedActor) -> ActorTask {
+        ActorTask {
+            name: name.to_owned(),
+            worker: self.name.clone(),
+            template: parked.template,
+            env: parked.env,
             engine: self.engine.clone(),
             store: self.store.clone(),
             metrics: self.metrics.clone(),
             settings: self.settings.actor.clone(),
-            status: actor::new_status(state),
+            status: parked.status,
             instance: None,
-            next_seq: 0,
-            since_checkpoint: 0,
-            epoch,
+            next_seq: parked.next_seq,
+            since_checkpoint: parked.since_checkpoint,
+            epoch: parked.epoch,
             replicator: self.replicator.clone(),
             live: self.live.clone(),
             slot: None,
-            primed: None,
+            primed: parked.primed,
             delta_base: None,
-            clock: ActorClock::default(),
+            clock: parked.clock,
             held_by_move: Vec::new(),
-            services: ActorHostServices::new(&spec.name, self.host_calls.clone()),
+            services: ActorHostServices::new(name, self.host_calls.clone()),
         }
     }
 
+    /// Enters `task` in the table: running if it holds an instance, else
+    /// parked until its first command.
     fn start(&self, task: ActorTask) {
-        let (tx, rx) = mpsc::channel(self.settings.max_held.max(1));
-        let status = task.status.clone();
         let name = task.name.clone();
-        tokio::spawn(task.run(rx));
-        self.lock().insert(
-            name,
-            Handle {
-                mailbox: tx,
-                status,
-            },
-        );
+        let entry = if task.instance.is_some() {
+            let (mailbox, rx) = mpsc::channel(self.settings.max_held.max(1));
+            let status = task.status.clone();
+            tokio::spawn(drive(self.this.clone(), Box::new(task), rx));
+            Entry::Active { mailbox, status }
+        } else {
+            Entry::Parked(Box::new(task.park()))
+        };
+        self.lock().insert(name, entry);
+    }
+
+    /// The mailbox of actor `name`'s task (`entry`), starting a tokio task
+    /// on a new mailbox if the entry is parked.
+    fn wake(&self, name: &str, entry: &mut Entry) -> mpsc::Sender<Command> {
+        let (mailbox, rx) = match entry {
+            Entry::Active { mailbox, .. } => return mailbox.clone(),
+            Entry::Parked(_) => mpsc::channel(self.settings.max_held.max(1)),
+        };
+        let status = entry.status().clone();
+        let active = Entry::Active {
+            mailbox: mailbox.clone(),
+            status,
+        };
+        if let Entry::Parked(parked) = std::mem::replace(entry, active) {
+            let task = self.unpark(name, *parked);
+            tokio::spawn(drive(self.this.clone(), Box::new(task), rx));
+        }
+        mailbox
+    }
+
+    /// Parks `task`, whose run found it idle, unless commands came in
+    /// meanwhile: under the table's lock its mailbox is closed (a sender
+    /// that still holds it sees it closed and asks the table again, see
+    /// [`Worker::post`]) and drained. Without commands the task is
+    /// parked (`None`); with some, they move to a new mailbox that
+    /// replaces `mailbox`, and the task comes back to run them. A task
+    /// whose entry was replaced or removed meanwhile just ends (`None`).
+    fn park(
+        &self,
+        task: Box<ActorTask>,
+        mailbox: &mut mpsc::Receiver<Command>,
+    ) -> Option<Box<ActorTask>> {
+        let mut actors = self.lock();
+        let entry = actors
+            .get_mut(&task.name)
+            .filter(|e| e.is_of(&task.status))?;
+        mailbox.close();
+        let mut pending = Vec::new();
+        while let Ok(command) = mailbox.try_recv() {
+            pending.push(command);
+        }
+        if pending.is_empty() {
+            *entry = Entry::Parked(Box::new((*task).park()));
+            return None;
+        }
+        let (tx, rx) = mpsc::channel(self.settings.max_held.max(1));
+        for command in pending {
+            let _ = tx.try_send(command);
+        }
+        *mailbox = rx;
+        *entry = Entry::Active {
+            mailbox: tx,
+            status: task.status.clone(),
+        };
+        Some(task)
+    }
+
+    /// Removes `task`'s entry, if the table still holds it (not a later
+    /// incarnation under the same name).
+    fn forget(&self, task: &ActorTask) {
+        let mut actors = self.lock();
+        if actors
+            .get(&task.name)
+            .is_some_and(|e| e.is_of(&task.status))
+        {
+            actors.remove(&task.name);
+        }
     }
 
     /// Creates a new actor: first instance (start function, `_initialize`,
@@ -296,9 +428,9 @@ impl Worker {
         epoch: u64,
         installed: Option<Installed>,
     ) -> ActorStatus {
-        if let Some(old) = self.lock().remove(&spec.name) {
+        if let Some(Entry::Active { mailbox, .. }) = self.lock().remove(&spec.name) {
             let (reply, _) = oneshot::channel();
-            let _ = old.mailbox.try_send(Command::Stop(reply));
+            let _ = mailbox.try_send(Command::Stop(reply));
         }
         let mut task = self.task(spec, epoch, ActorState::Paused);
         let (list, acknowledged) = self.store.list_acknowledged(&spec.name).unwrap_or_default();
@@ -355,13 +487,41 @@ impl Worker {
         status
     }
 
+    /// `actor`'s mailbox, starting a task for it if it is parked.
+    ///
+    /// # Errors
+    /// 404 if the worker does not host the actor.
     fn mailbox(&self, actor: &str) -> Result<mpsc::Sender<Command>, ApiError> {
-        self.lock()
-            .get(actor)
-            .map(|h| h.mailbox.clone())
-            .ok_or_else(|| {
-                ApiError::not_found(format!("actor {actor} is not on worker {}", self.name))
-            })
+        let mut actors = self.lock();
+        let entry = actors.get_mut(actor).ok_or_else(|| {
+            ApiError::not_found(format!("actor {actor} is not on worker {}", self.name))
+        })?;
+        Ok(self.wake(actor, entry))
+    }
+
+    /// Whether `actor`'s entry no longer reads `closed` (its task was
+    /// parked, or replaced): a command that found `closed` closed goes to
+    /// the entry as it is now.
+    fn moved_on(&self, actor: &str, closed: &mpsc::Sender<Command>) -> bool {
+        self.lock().get(actor).is_some_and(
+            |entry| !matches!(entry, Entry::Active { mailbox, .. } if mailbox.same_channel(closed)),
+        )
+    }
+
+    /// Hands `command` to `actor`'s mailbox without waiting (a parked
+    /// actor's task is started for it).
+    fn post(&self, actor: &str, mut command: Command) -> Result<(), Undelivered> {
+        loop {
+            let mailbox = self.mailbox(actor).map_err(Undelivered::NotHere)?;
+            match mailbox.try_send(command) {
+                Ok(()) => return Ok(()),
+                Err(mpsc::error::TrySendError::Full(_)) => return Err(Undelivered::Full),
+                Err(mpsc::error::TrySendError::Closed(back)) if self.moved_on(actor, &mailbox) => {
+                    command = back;
+                }
+                Err(mpsc::error::TrySendError::Closed(_)) => return Err(Undelivered::Stopping),
+            }
+        }
     }
 
     async fn command<T>(
@@ -369,12 +529,20 @@ impl Worker {
         actor: &str,
         make: impl FnOnce(oneshot::Sender<T>) -> Command,
     ) -> Result<T, ApiError> {
-        let mailbox = self.mailbox(actor)?;
         let (reply, answer) = oneshot::channel();
-        mailbox
-            .send(make(reply))
-            .await
-            .map_err(|_| ApiError::unavailable(format!("actor {actor} is stopping")))?;
+        let mut command = make(reply);
+        loop {
+            let mailbox = self.mailbox(actor)?;
+            match mailbox.send(command).await {
+                Ok(()) => break,
+                Err(mpsc::error::SendError(back)) if self.moved_on(actor, &mailbox) => {
+                    command = back;
+                }
+                Err(_) => {
+                    return Err(ApiError::unavailable(format!("actor {actor} is stopping")));
+                }
+            }
+        }
         answer
             .await
             .map_err(|_| ApiError::unavailable(format!("actor {actor} stopped")))
@@ -507,16 +675,34 @@ impl Worker {
     /// Stops `actor`'s task and drops its instance; its files stay.
     /// Requests still held get 503.
     pub async fn remove(&self, actor: &str) {
+        let status = {
+            let mut actors = self.lock();
+            match actors.get(actor) {
+                None => return,
+                Some(Entry::Parked(_)) => {
+                    actors.remove(actor);
+                    return;
+                }
+                Some(Entry::Active { status, .. }) => status.clone(),
+            }
+        };
         let _ = self.command(actor, Command::Stop).await;
-        self.lock().remove(actor);
+        let mut actors = self.lock();
+        if actors.get(actor).is_some_and(|e| e.is_of(&status)) {
+            actors.remove(actor);
+        }
     }
 
     /// `actor`'s status, if this worker hosts it.
     #[must_use]
     pub fn status(&self, actor: &str) -> Option<ActorStatus> {
-        self.lock()
-            .get(actor)
-            .map(|h| h.status.lock().unwrap_or_else(|p| p.into_inner()).clone())
+        self.lock().get(actor).map(|entry| {
+            entry
+                .status()
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone()
+        })
     }
 
     /// Status of every hosted actor.
@@ -524,8 +710,12 @@ impl Worker {
     pub fn statuses(&self) -> Vec<(String, ActorStatus)> {
         self.lock()
             .iter()
-            .map(|(name, h)| {
-                let status = h.status.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            .map(|(name, entry)| {
+                let status = entry
+                    .status()
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .clone();
                 (name.clone(), status)
             })
             .collect()
@@ -536,7 +726,10 @@ impl Worker {
     pub fn held_requests(&self) -> usize {
         self.lock()
             .values()
-            .map(|h| h.mailbox.max_capacity() - h.mailbox.capacity())
+            .map(|entry| match entry {
+                Entry::Active { mailbox, .. } => mailbox.max_capacity() - mailbox.capacity(),
+                Entry::Parked(_) => 0,
+            })
             .sum()
     }
 
@@ -544,5 +737,30 @@ impl Worker {
     #[must_use]
     pub fn actor_names(&self) -> Vec<String> {
         self.lock().keys().cloned().collect()
+    }
+}
+
+/// Runs `task` on `mailbox` for as long as it has work, parking it in
+/// `worker`'s table when it is idle, and removing its entry when it ends.
+async fn drive(
+    worker: std::sync::Weak<Worker>,
+    mut task: Box<ActorTask>,
+    mut mailbox: mpsc::Receiver<Command>,
+) {
+    loop {
+        let ended = task.run(&mut mailbox).await;
+        let Some(worker) = worker.upgrade() else {
+            return;
+        };
+        match ended {
+            Ended::Stopped => {
+                worker.forget(&task);
+                return;
+            }
+            Ended::Idle => match worker.park(task, &mut mailbox) {
+                Some(back) => task = back,
+                None => return,
+            },
+        }
     }
 }

@@ -5,10 +5,10 @@
 use std::sync::Arc;
 
 use stasis_host_api::{Request, Response};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
-use super::Worker;
 use super::actor::{Command, Ticket};
+use super::{Undelivered, Worker};
 use crate::client_gone::{self, ClientGone};
 use crate::error::ApiError;
 use crate::metrics::Metrics;
@@ -58,9 +58,6 @@ impl Worker {
         }
         // Not here (moved away, or never here): misdirected, so the router
         // asks the current owner (421, as for a stale epoch).
-        let mailbox = self
-            .mailbox(actor)
-            .map_err(|e| ApiError::new(421, e.message))?;
         let ticket = Arc::new(Ticket::default());
         let (reply, answer) = oneshot::channel();
         let command = Command::Call {
@@ -69,14 +66,13 @@ impl Worker {
             ticket: ticket.clone(),
             reply,
         };
-        mailbox.try_send(command).map_err(|e| match e {
-            mpsc::error::TrySendError::Full(_) => ApiError::unavailable(format!(
+        self.post(actor, command).map_err(|e| match e {
+            Undelivered::NotHere(e) => ApiError::new(421, e.message),
+            Undelivered::Full => ApiError::unavailable(format!(
                 "actor {actor} already holds {} requests (--max-held)",
                 self.settings.max_held
             )),
-            mpsc::error::TrySendError::Closed(_) => {
-                ApiError::unavailable(format!("actor {actor} is stopping"))
-            }
+            Undelivered::Stopping => ApiError::unavailable(format!("actor {actor} is stopping")),
         })?;
         let mut waiting = AbandonOnDrop {
             ticket: Some(ticket.clone()),
