@@ -95,7 +95,9 @@ pub struct ServeArgs {
     #[arg(long, value_parser = parse_duration)]
     checkpoint_interval: Option<Duration>,
     /// Live instances per worker; past it the least recently used running
-    /// actors are paused.
+    /// actors are paused. From 64 on, N/64 of them (at most 8) are kept free
+    /// for the next resumes, so N - N/64 actors run at once under load, and
+    /// a create at a full worker leaves its new actor paused.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     max_live: Option<u64>,
     /// Pause actors idle this long (scale to zero).
