@@ -2,8 +2,8 @@
 //! `snapshots/<actor>/<seq:020>.snap`, written with
 //! [`write_atomically_in`] so a crash at any point leaves the previous
 //! snapshot intact (the syncs are shared by concurrent writers, one
-//! `syncfs` for all: [`SyncGroup`]), with an
-//! empty `<seq:020>.acked` marker naming the newest acknowledged one;
+//! `syncfs` for all: [`SyncGroup`]), with an empty `<seq:020>.acked`
+//! marker naming the newest acknowledged one (none for snapshot 0);
 //! retention of the newest N; an optional quota on the whole folder. Files
 //! it wrote or saw checksummed are remembered ([`crate::snapshot_checked`]),
 //! so their next restore skips the checksum pass.
@@ -229,13 +229,13 @@ impl LocalSnapshotStore {
     /// markers are removed. Best effort: without a marker the check it
     /// enables is skipped, nothing else.
     fn mark_acknowledged(&self, actor: &str, seq: u64) {
-        let dir = self.actor_dir(actor);
-        let marker = dir.join(format!("{seq:020}{ACKED}"));
         if seq == 0 {
             // Nothing older can stand in for snapshot 0: without it the
             // actor has no snapshot, which fails it anyway.
             return;
         }
+        let dir = self.actor_dir(actor);
+        let marker = dir.join(format!("{seq:020}{ACKED}"));
         if let Err(e) = File::create(&marker) {
             tracing::warn!(actor, "cannot write {}: {e}", marker.display());
             return;

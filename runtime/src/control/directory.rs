@@ -209,19 +209,27 @@ impl SqliteDirectory {
             Ok(tx) => tx,
             Err(e) => return all(&e),
         };
-        let answers =
+        let answers = {
+            let mut insert = match tx.prepare_cached(
+                "INSERT INTO actors (name, template, worker, epoch) VALUES (?1, ?2, ?3, ?4)",
+            ) {
+                Ok(insert) => insert,
+                Err(e) => return all(&e),
+            };
             rows.iter()
                 .map(|(_, row)| {
-                    tx.prepare_cached(
-                    "INSERT INTO actors (name, template, worker, epoch) VALUES (?1, ?2, ?3, ?4)",
-                )
-                .and_then(|mut stmt| {
-                    stmt.execute(params![row.name, row.template, row.worker, row.epoch as i64])
+                    insert
+                        .execute(params![
+                            row.name,
+                            row.template,
+                            row.worker,
+                            row.epoch as i64
+                        ])
+                        .map(|_| ())
+                        .map_err(db)
                 })
-                .map(|_| ())
-                .map_err(db)
-                })
-                .collect();
+                .collect()
+        };
         match tx.commit() {
             Ok(()) => answers,
             Err(e) => all(&e),

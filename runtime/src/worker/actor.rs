@@ -223,6 +223,10 @@ impl ActorTask {
             Ok((bytes, _)) => self.write_snapshot(bytes, started).await,
             Err(e) => Err(e),
         };
+        if !keep {
+            // No delta base without an instance (the restore sets it).
+            self.delta_base = None;
+        }
         let report = match written {
             Ok(report) => report,
             Err(e) => {
