@@ -6,7 +6,9 @@
 //! written under a temporary name in the same folder, fsynced, renamed over
 //! the final name, and the folder is fsynced so the rename itself survives.
 //! [`write_atomically_in`] does the same with the two syncs shared between
-//! concurrent writers ([`crate::sync_group`]).
+//! concurrent writers ([`crate::sync_group`]), and [`write_new_in`] writes a
+//! file under a new name with one of them, for files whose readers detect a
+//! torn write.
 
 use std::fs::File;
 use std::io::{self, Write as _};
@@ -41,6 +43,29 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
 /// As [`write_atomically`].
 pub fn write_atomically_in(group: &SyncGroup, path: &Path, bytes: &[u8]) -> io::Result<()> {
     write_via_temp(path, bytes, Durability::Group(group))
+}
+
+/// Writes `bytes` under the new name `path` with one round of `group`
+/// (where [`write_atomically_in`] takes two): the file is written under a
+/// temporary name, renamed to `path` only if nothing has that name, then
+/// one `syncfs` makes its content and its name durable together. On
+/// success the file is on disk, whole. After a crash before that round
+/// ended, `path` may be missing, or hold fewer bytes than were written:
+/// only for files whose readers detect that (a snapshot's recorded length
+/// and CRC32C) and that nobody was told about before this returned.
+///
+/// # Errors
+/// [`io::ErrorKind::AlreadyExists`] if `path` exists (nothing written:
+/// replace it with [`write_atomically_in`]); otherwise as
+/// [`write_atomically`].
+pub fn write_new_in(group: &SyncGroup, path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".stasis-")
+        .suffix(TEMP_SUFFIX)
+        .tempfile_in(folder_of(path))?;
+    tmp.write_all(bytes)?;
+    tmp.persist_noclobber(path).map_err(|e| e.error)?;
+    group.sync()
 }
 
 /// Replaces `path` with `bytes` atomically but without fsync: after the

@@ -1,8 +1,10 @@
 //! The embedded [`SnapshotStore`]: snapshot files in the data dir,
-//! `snapshots/<actor>/<seq:020>.snap`, written with
-//! [`write_atomically_in`] so a crash at any point leaves the previous
-//! snapshot intact (the syncs are shared by concurrent writers, one
-//! `syncfs` for all: [`SyncGroup`]), with an empty `<seq:020>.acked`
+//! `snapshots/<actor>/<seq:020>.snap`, each new one written with
+//! [`write_new_in`] (one sync round; a crash before it ends may leave the
+//! new file torn, never an older one, and a torn newest file above the
+//! marker is dropped when the actor is adopted) and a replaced one with
+//! [`write_atomically_in`] (the syncs are shared by concurrent writers,
+//! one `syncfs` for all: [`SyncGroup`]), with an empty `<seq:020>.acked`
 //! marker naming the newest acknowledged one (none for snapshot 0);
 //! retention of the newest N; an optional quota on the whole folder. Files
 //! it wrote or saw checksummed are remembered ([`crate::snapshot_checked`]),
@@ -11,9 +13,10 @@
 use std::ffi::OsStr;
 use std::fs::{self, File};
 use std::io;
+use std::os::unix::fs::FileExt as _;
 use std::path::{Path, PathBuf};
 
-use crate::durable::{self, TEMP_SUFFIX, write_atomically_in};
+use crate::durable::{TEMP_SUFFIX, write_atomically_in, write_new_in};
 use crate::snapshot::{peek_header, verify_header};
 use crate::snapshot_checked::CheckedFiles;
 use crate::snapshot_quota::QuotaUsage;
@@ -133,8 +136,16 @@ impl LocalSnapshotStore {
         self.create_actor_dir(actor)?;
         let path = self.path(actor, seq);
         self.checked.forget(&path);
-        write_atomically_in(&self.sync, &path, bytes)
-            .map_err(io_err(&self.root, "write", &path))?;
+        // A new sequence number (every pause's) takes one sync round; a
+        // file that exists is replaced with two, so its old content
+        // survives a crash.
+        match write_new_in(&self.sync, &path, bytes) {
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                write_atomically_in(&self.sync, &path, bytes)
+            }
+            other => other,
+        }
+        .map_err(io_err(&self.root, "write", &path))?;
         if let Ok(meta) = path.metadata() {
             self.checked.record(&meta);
         }
@@ -369,11 +380,31 @@ impl SnapshotStore for LocalSnapshotStore {
         }
     }
 
+    /// Overwrites `clock.mark` in place with one `pwrite` of a fixed-width
+    /// record (20 zero-padded decimal digits and a newline, the widest a
+    /// `u64` needs), without fsync: a `kill -9` leaves the old record or
+    /// the new one, never a mix, and the write costs no temporary file,
+    /// rename or journal entry for a folder (it runs before every resume
+    /// and at every pause). The actor's folder is created if missing.
     fn write_clock_mark(&self, actor: &str, clock_ns: u64) -> Result<(), StoreError> {
-        let dir = self.actor_dir(actor);
-        fs::create_dir_all(&dir).map_err(io_err(&self.root, "create", &dir))?;
-        let path = dir.join(CLOCK_MARK);
-        durable::replace_atomically(&path, format!("{clock_ns}\n").as_bytes())
+        let path = self.actor_dir(actor).join(CLOCK_MARK);
+        let open = || {
+            File::options()
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(&path)
+        };
+        let file = match open() {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                let dir = self.actor_dir(actor);
+                fs::create_dir_all(&dir).map_err(io_err(&self.root, "create", &dir))?;
+                open()
+            }
+            other => other,
+        }
+        .map_err(io_err(&self.root, "open", &path))?;
+        file.write_all_at(format!("{clock_ns:020}\n").as_bytes(), 0)
             .map_err(io_err(&self.root, "write", &path))
     }
 

@@ -28,7 +28,9 @@ use bytes::Bytes;
 use stasis_core::engine::StasisEngine;
 use stasis_core::module::Template;
 use stasis_core::snapshot::{self, VerifiedChain};
-use stasis_core::snapshot_store::{ChainError, SnapshotBytes, SnapshotStore, open_chain};
+use stasis_core::snapshot_store::{
+    ChainError, SnapshotBytes, SnapshotEntry, SnapshotStore, open_chain,
+};
 use tokio::sync::{mpsc, oneshot};
 
 use self::clock::ActorClock;
@@ -418,6 +420,58 @@ impl Worker {
         self.adopt_installed(spec, epoch, None)
     }
 
+    /// Drops from `list` (and from the store) a newest snapshot above the
+    /// `acknowledged` one that does not verify by itself: a write the
+    /// process died in, before its sync round ended
+    /// ([`stasis_core::durable::write_new_in`]), so no caller was told it
+    /// was written. One file at most: an actor's writes are sequential, and
+    /// a write starts only after the one before it was acknowledged.
+    /// Snapshot 0 has no marker (the directory row acknowledges it) and is
+    /// never dropped; neither is a snapshot the caller just `installed`.
+    fn drop_torn_newest(
+        &self,
+        spec: &ActorSpec,
+        list: &mut Vec<SnapshotEntry>,
+        acknowledged: Option<u64>,
+        installed: Option<&Installed>,
+    ) {
+        let Some(newest) = list.last().map(|n| n.seq) else {
+            return;
+        };
+        if newest == 0
+            || acknowledged.is_some_and(|acked| newest <= acked)
+            || installed.is_some_and(|i| i.seq == newest)
+        {
+            return;
+        }
+        let max_memory = self.engine.limits().max_memory;
+        let Err(ChainError::Invalid { seq, source }) = open_chain(
+            self.store.as_ref(),
+            &spec.name,
+            newest,
+            &spec.template,
+            max_memory,
+        ) else {
+            return;
+        };
+        if seq != newest {
+            return;
+        }
+        match self.store.remove(&spec.name, seq) {
+            Ok(()) => {
+                tracing::warn!(
+                    actor = %spec.name,
+                    seq,
+                    "dropped snapshot {seq}: it was being written when the process stopped and was never acknowledged ({source})"
+                );
+                list.pop();
+            }
+            Err(e) => {
+                tracing::warn!(actor = %spec.name, seq, "cannot drop torn snapshot {seq}: {e}")
+            }
+        }
+    }
+
     /// [`Worker::adopt`], where `installed` is a snapshot (and its
     /// sequence number) the caller verified and wrote just now: if it is
     /// the newest, it is not read and verified again, and with `prime` the
@@ -433,7 +487,8 @@ impl Worker {
             let _ = mailbox.try_send(Command::Stop(reply));
         }
         let mut task = self.task(spec, epoch, ActorState::Paused);
-        let (list, acknowledged) = self.store.list_acknowledged(&spec.name).unwrap_or_default();
+        let (mut list, acknowledged) = self.store.list_acknowledged(&spec.name).unwrap_or_default();
+        self.drop_torn_newest(spec, &mut list, acknowledged, installed.as_ref());
         // Answers name the folder by its key; the log gets where it is.
         let dir = || format!("snapshots/{}", spec.name);
         let missing = acknowledged.filter(|&acked| list.last().is_none_or(|n| n.seq < acked));
