@@ -59,13 +59,21 @@ pub fn write_atomically_in(group: &SyncGroup, path: &Path, bytes: &[u8]) -> io::
 /// replace it with [`write_atomically_in`]); otherwise as
 /// [`write_atomically`].
 pub fn write_new_in(group: &SyncGroup, path: &Path, bytes: &[u8]) -> io::Result<()> {
+    temp_beside(path, bytes)?
+        .persist_noclobber(path)
+        .map_err(|e| e.error)?;
+    group.sync()
+}
+
+/// A temporary file holding `bytes` in the folder of `path` (named
+/// `.stasis-*` + [`TEMP_SUFFIX`]), removed on drop unless persisted.
+fn temp_beside(path: &Path, bytes: &[u8]) -> io::Result<tempfile::NamedTempFile> {
     let mut tmp = tempfile::Builder::new()
         .prefix(".stasis-")
         .suffix(TEMP_SUFFIX)
         .tempfile_in(folder_of(path))?;
     tmp.write_all(bytes)?;
-    tmp.persist_noclobber(path).map_err(|e| e.error)?;
-    group.sync()
+    Ok(tmp)
 }
 
 /// Replaces `path` with `bytes` atomically but without fsync: after the
@@ -93,11 +101,7 @@ enum Durability<'a> {
 
 fn write_via_temp(path: &Path, bytes: &[u8], durability: Durability<'_>) -> io::Result<()> {
     let dir = folder_of(path);
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".stasis-")
-        .suffix(TEMP_SUFFIX)
-        .tempfile_in(dir)?;
-    tmp.write_all(bytes)?;
+    let tmp = temp_beside(path, bytes)?;
     match durability {
         Durability::None => {}
         Durability::Fsync => tmp.as_file().sync_all()?,

@@ -387,7 +387,8 @@ impl SnapshotStore for LocalSnapshotStore {
     /// rename or journal entry for a folder (it runs before every resume
     /// and at every pause). The actor's folder is created if missing.
     fn write_clock_mark(&self, actor: &str, clock_ns: u64) -> Result<(), StoreError> {
-        let path = self.actor_dir(actor).join(CLOCK_MARK);
+        let dir = self.actor_dir(actor);
+        let path = dir.join(CLOCK_MARK);
         let open = || {
             File::options()
                 .write(true)
@@ -397,7 +398,6 @@ impl SnapshotStore for LocalSnapshotStore {
         };
         let file = match open() {
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                let dir = self.actor_dir(actor);
                 fs::create_dir_all(&dir).map_err(io_err(&self.root, "create", &dir))?;
                 open()
             }
