@@ -13,6 +13,7 @@ use crate::auth::authorize;
 use crate::cluster::proto::{ControlPath, JoinRequest, ResumeRequest};
 use crate::control::{ControlPlane, MAX_TEMPLATE_BYTES};
 use crate::error::ApiError;
+use crate::forward::{FORWARDED_HEADER, REVISION_HEADER};
 use crate::http::{Body, collect_body, json, json_error};
 
 /// Largest JSON body the admin API reads, in bytes.
@@ -111,10 +112,24 @@ impl AdminApi {
         if let Err(refused) = authorize(&request, self.token.as_deref()) {
             return *refused;
         }
-        match self.route(request, &path).await {
+        // A write a follower forwarded: its answer says the etcd revision
+        // of the newest actor record written (this write's or a later
+        // one), for the follower to answer once its watch has applied it.
+        let forwarded_write = request.headers().contains_key(FORWARDED_HEADER)
+            && !matches!(
+                *request.method(),
+                Method::GET | Method::HEAD | Method::OPTIONS
+            );
+        let mut response = match self.route(request, &path).await {
             Ok(response) => response,
             Err(e) => json_error(&e),
+        };
+        if forwarded_write && let Some(revision) = self.control.actors_revision() {
+            response
+                .headers_mut()
+                .insert(REVISION_HEADER, hyper::header::HeaderValue::from(revision));
         }
+        response
     }
 
     async fn route(

@@ -6,6 +6,12 @@
 //! been asked directly. A forwarded request carries [`FORWARDED_HEADER`],
 //! and a replica never forwards such a request again (no loops while the
 //! leadership changes hands).
+//!
+//! The leader's answer to a forwarded write (any method but `GET`, `HEAD`
+//! and `OPTIONS`) carries [`REVISION_HEADER`]: the etcd revision of the
+//! newest actor record it wrote, this write's or a later one. The
+//! forwarding replica answers its client once its own watch of etcd has
+//! applied that revision (read-your-writes, see [`crate::replica`]).
 
 use std::time::Duration;
 
@@ -21,6 +27,10 @@ use crate::router::not_passed_on;
 /// Marks a request one replica forwarded to another; its value is the
 /// forwarding replica's name.
 pub const FORWARDED_HEADER: &str = "stasis-forwarded-by";
+
+/// On the leader's answer to a forwarded write: the etcd revision of the
+/// newest actor record it had written when it answered (decimal).
+pub const REVISION_HEADER: &str = "stasis-etcd-revision";
 
 /// How long connecting to the leader may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);

@@ -11,6 +11,20 @@
 //! and serves with it; requests to actors keep flowing through the
 //! followers meanwhile.
 //!
+//! # Read-your-writes
+//! A follower's placements come from its watch of etcd, which may lag a
+//! moment behind a write it forwarded: a client that created an actor
+//! through a follower and sent it a request through the same follower at
+//! once used to get a 404. So the leader's answer to a forwarded write
+//! carries the etcd revision of the newest actor record it wrote
+//! ([`crate::forward::REVISION_HEADER`]), and the follower holds the answer
+//! until its placements have applied that revision (or a later one), at
+//! most [`CAUGHT_UP_TIMEOUT`]; past it, it answers anyway and says so in a
+//! log line. Reads of the admin API are forwarded to the leader, whose
+//! control plane holds its own writes, so every read through the follower
+//! after the answer (a request to the actor by host name, `actor get`,
+//! `actor list`) sees the write.
+//!
 //! A leader that cannot renew its lease in time steps down: it drops its
 //! control plane (its background tasks end with it), serves as a follower
 //! again once etcd answers, and campaigns again. A write its control plane
@@ -34,7 +48,7 @@ use crate::api::AdminApi;
 use crate::cluster::etcd::{Etcd, LeaderRecord, Leadership};
 use crate::control::{ClusterConfig, ControlPlane, Role};
 use crate::error::ApiError;
-use crate::forward::Forwarder;
+use crate::forward::{Forwarder, REVISION_HEADER};
 use crate::http::{Body, json_error, text_error};
 use crate::metrics::Metrics;
 use crate::router::Router;
@@ -46,7 +60,52 @@ struct Serving {
     control: Arc<ControlPlane>,
     router: Arc<Router>,
     api: Arc<AdminApi>,
+    /// A follower's: the etcd revision its placements have applied.
+    applied_revision: Option<watch::Receiver<i64>>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+/// Longest a follower holds the answer to a forwarded write for its
+/// placements to apply it (see the module doc).
+const CAUGHT_UP_TIMEOUT: Duration = Duration::from_secs(2);
+
+impl Serving {
+    /// The leader's answer to a write this follower forwarded: held until
+    /// the placements have applied the etcd revision it carries
+    /// ([`REVISION_HEADER`], removed here), at most [`CAUGHT_UP_TIMEOUT`]
+    /// (then it is given as it is, and a log line says so). An answer
+    /// without the header (not a write, or from a leader that does not
+    /// send it) is given at once.
+    async fn read_your_write(&self, answer: &mut Response<Body>) {
+        let Some(value) = answer.headers_mut().remove(REVISION_HEADER) else {
+            return;
+        };
+        let Some(revision) = value.to_str().ok().and_then(|v| v.parse::<i64>().ok()) else {
+            tracing::warn!(
+                "the leader's answer carried an unreadable {REVISION_HEADER} {value:?}; answering at once"
+            );
+            return;
+        };
+        let Some(applied) = &self.applied_revision else {
+            return;
+        };
+        if !reaches(applied.clone(), revision, CAUGHT_UP_TIMEOUT).await {
+            tracing::warn!(
+                revision,
+                applied_revision = *applied.borrow(),
+                "this follower's watch of etcd did not apply a forwarded write (etcd revision {revision}) within {CAUGHT_UP_TIMEOUT:?}; answering anyway: a request through this replica right after may not see the write yet"
+            );
+        }
+    }
+}
+
+/// Whether `applied` reaches `revision` within `timeout` (false if it does
+/// not, or its sender is gone first).
+async fn reaches(mut applied: watch::Receiver<i64>, revision: i64, timeout: Duration) -> bool {
+    matches!(
+        tokio::time::timeout(timeout, applied.wait_for(|r| *r >= revision)).await,
+        Ok(Ok(_))
+    )
 }
 
 impl Drop for Serving {
@@ -134,7 +193,13 @@ impl Replica {
                         "no leader replica yet (an election is under way); retry",
                     )),
                 };
-                answer.unwrap_or_else(|e| json_error(&e))
+                match answer {
+                    Ok(mut answer) => {
+                        serving.read_your_write(&mut answer).await;
+                        answer
+                    }
+                    Err(e) => json_error(&e),
+                }
             }
         }
     }
@@ -274,17 +339,23 @@ async fn open(
         ControlPlane::open_replica(options.config.clone(), metrics, directory, registered, role)
             .await?;
     let mut tasks = vec![tokio::spawn(control.clone().follow_registrations(workers))];
+    let mut applied_revision = None;
     match role {
         Role::Leader => tasks.push(tokio::spawn(control.clone().run_housekeeping())),
         Role::Follower | Role::Embedded => {
             let actors = etcd.watch_actors().await?;
-            tasks.push(tokio::spawn(control.clone().follow_placements(actors)));
+            let (applied_tx, applied_rx) = watch::channel(0);
+            tasks.push(tokio::spawn(
+                control.clone().follow_placements(actors, applied_tx),
+            ));
+            applied_revision = Some(applied_rx);
         }
     }
     Ok(Serving {
         router: Arc::new(Router::new(control.clone(), &options.domain)),
         api: Arc::new(AdminApi::new(control.clone(), options.admin_token.clone())),
         control,
+        applied_revision,
         tasks,
     })
 }
@@ -406,4 +477,45 @@ async fn pause_unless_quitting(pause: &mut Duration, quit: &mut watch::Receiver<
 /// Resolves once `quit` turns true (or its sender is gone).
 async fn quitting(quit: &mut watch::Receiver<bool>) {
     let _ = quit.wait_for(|q| *q).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Instant;
+
+    #[tokio::test]
+    async fn a_forwarded_write_waits_for_its_revision_and_no_longer_than_the_timeout() {
+        let timeout = Duration::from_millis(500);
+        let (tx, rx) = watch::channel(5);
+        // Already applied: at once.
+        let started = Instant::now();
+        assert!(reaches(rx.clone(), 5, timeout).await);
+        assert!(started.elapsed() < Duration::from_millis(100));
+        // Applied 150 ms later (a lagging watch): waits for it, not longer.
+        let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
+        let later = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            tx.send_replace(6);
+            let _ = done_rx.await;
+            drop(tx);
+        });
+        let started = Instant::now();
+        assert!(reaches(rx.clone(), 6, timeout).await);
+        let waited = started.elapsed();
+        assert!(
+            waited >= Duration::from_millis(140) && waited < timeout,
+            "{waited:?}"
+        );
+        // Never applied: gives up after the timeout.
+        let started = Instant::now();
+        assert!(!reaches(rx.clone(), 7, timeout).await);
+        assert!(started.elapsed() >= timeout, "{:?}", started.elapsed());
+        // The watch ended: gives up at once.
+        let _ = done_tx.send(());
+        later.await.expect("publisher");
+        let started = Instant::now();
+        assert!(!reaches(rx, 7, timeout).await);
+        assert!(started.elapsed() < Duration::from_millis(100));
+    }
 }

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use stasis_test_util::Proc;
 
 use crate::replicas::{ONE_CLUSTER, deployment, echo, post_retrying, served, signal};
-use crate::support::{STASIS, client, count, to_actor};
+use crate::support::{STASIS, client, count, send, to_actor};
 use stasis_test_util::cluster::Deployment;
 
 /// `stasis ARGS`' stderr, asserting that it failed within `within`.
@@ -482,4 +482,51 @@ async fn racing_creates_and_a_delete_through_a_follower_under_load_stay_consiste
         &["actor", "create", "dup", "--template", "counter"],
     );
     assert_eq!(served(&d, follower, "dup").await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_actor_created_or_deleted_through_a_follower_is_seen_by_it_at_once() {
+    let _one = ONE_CLUSTER.lock().await;
+    let d = deployment(1, 2, 1, &[]);
+    d.push_counter(0);
+    let follower = 1 - d.leader();
+    let (admin, ingress) = (d.replica(follower).admin, d.replica(follower).ingress);
+    let c = client();
+    let started = Instant::now();
+    // Read-your-writes through the follower: right after the create's
+    // answer, its ingress routes to the new actor and its admin API shows
+    // it; right after the delete's, the actor is gone there.
+    for i in 0..25 {
+        if started.elapsed() > Duration::from_secs(60) {
+            break;
+        }
+        let name = format!("ryw{i}");
+        let body = format!(r#"{{"name":"{name}","template":"counter"}}"#);
+        let created = send(
+            &c,
+            admin,
+            "POST",
+            "localhost",
+            "/v1/actors",
+            body.into_bytes(),
+        )
+        .await;
+        assert_eq!(created.status, 201, "create {name}: {created:?}");
+        let answer = to_actor(&c, ingress, &name, "POST", "/").await;
+        assert_eq!(
+            count(&answer),
+            1,
+            "{name} through the follower right after its create"
+        );
+        let path = format!("/v1/actors/{name}");
+        let got = send(&c, admin, "GET", "localhost", &path, Vec::new()).await;
+        assert_eq!(got.status, 200, "get {name}: {got:?}");
+        let deleted = send(&c, admin, "DELETE", "localhost", &path, Vec::new()).await;
+        assert_eq!(deleted.status, 204, "delete {name}: {deleted:?}");
+        let gone = to_actor(&c, ingress, &name, "POST", "/").await;
+        assert_eq!(
+            gone.status, 404,
+            "{name} through the follower right after its delete: {gone:?}"
+        );
+    }
 }

@@ -4,7 +4,7 @@
 //! in `stasis.db`. Snapshots are files (see
 //! [`stasis_core::snapshot_files`]).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::{Condvar, Mutex};
 
@@ -118,6 +118,27 @@ pub trait Directory: Send + Sync {
     /// # Errors
     /// 500 on a storage failure.
     fn alarms(&self) -> Result<Vec<(String, u64)>, ApiError>;
+
+    /// The etcd revision of the newest actor record this directory wrote
+    /// (an insert, a placement or a delete), for read-your-writes in
+    /// cluster mode: a follower that forwarded a write answers once its
+    /// watch of the actors has applied this revision. `None` for a
+    /// directory without revisions (the embedded one).
+    fn actors_revision(&self) -> Option<i64> {
+        None
+    }
+}
+
+/// The directory's actors by name as a watch of etcd applied them, up to
+/// and including etcd's `revision` (cluster mode: what a follower routes
+/// by).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ActorsAt {
+    /// The actors by name, placement included.
+    pub actors: BTreeMap<String, ActorRow>,
+    /// The etcd revision they are current at: the revision of the listing,
+    /// or of the newest change to an actor's record applied since.
+    pub revision: i64,
 }
 
 /// The schema version `stasis.db` is migrated to (`PRAGMA user_version`):

@@ -4,12 +4,17 @@
 //! memory per request, no etcd round trip). It never changes a placement:
 //! when it routes by one that is stale, the worker refuses the call (421)
 //! and the request is sent again by the refreshed placement.
+//!
+//! The follower also publishes the etcd revision its placements are
+//! current at, once applied: a write it forwarded to the leader is
+//! answered once that revision reaches the write's (read-your-writes, see
+//! [`crate::replica`]).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::ControlPlane;
-use super::directory::ActorRow;
+use super::directory::{ActorRow, ActorsAt};
 use super::placement::{ANY_INCARNATION, Placement};
 
 impl ControlPlane {
@@ -23,16 +28,26 @@ impl ControlPlane {
     }
 
     /// Keeps the placements in step with the directory's actors
-    /// (`actors`: name to row, updated by a watch of etcd) until the watch
-    /// ends: new actors appear, moved ones point at their new worker and
-    /// epoch (never back to an older epoch), deleted ones go.
+    /// (`actors`: name to row and etcd revision, updated by a watch of
+    /// etcd) until the watch ends: new actors appear, moved ones point at
+    /// their new worker and epoch (never back to an older epoch), deleted
+    /// ones go. After each change is applied, `applied_revision` says the
+    /// etcd revision the placements are current at (it never goes back).
     pub async fn follow_placements(
         self: Arc<Self>,
-        mut actors: tokio::sync::watch::Receiver<BTreeMap<String, ActorRow>>,
+        mut actors: tokio::sync::watch::Receiver<ActorsAt>,
+        applied_revision: tokio::sync::watch::Sender<i64>,
     ) {
         loop {
             let current = actors.borrow_and_update().clone();
-            self.apply_placements(&current);
+            self.apply_placements(&current.actors);
+            applied_revision.send_if_modified(|applied| {
+                let newer = current.revision > *applied;
+                if newer {
+                    *applied = current.revision;
+                }
+                newer
+            });
             if actors.changed().await.is_err() {
                 return;
             }

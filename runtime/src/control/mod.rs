@@ -442,6 +442,14 @@ impl ControlPlane {
         self.role
     }
 
+    /// The etcd revision of the newest actor record this control plane
+    /// wrote (see [`Directory::actors_revision`]); `None` with the embedded
+    /// directory.
+    #[must_use]
+    pub fn actors_revision(&self) -> Option<i64> {
+        self.directory.actors_revision()
+    }
+
     /// Every actor's alarm (see [`crate::alarms`]).
     #[must_use]
     pub fn alarms(&self) -> &crate::alarms::scheduler::Scheduler {

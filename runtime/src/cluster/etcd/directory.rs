@@ -13,8 +13,15 @@
 //! leadership ended (a leader frozen past its lease, then woken with a
 //! move or a placement half done) once another replica may lead. Such a
 //! write fails with a 503 and changes nothing.
+//!
+//! # Read-your-writes
+//! Every write of an actor's record notes etcd's revision of it
+//! ([`Directory::actors_revision`], the newest one): the leader's answer to
+//! a write a follower forwarded carries it, and the follower answers once
+//! its watch of the actors has applied that revision.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 
 use etcd_client::{
     Compare, CompareOp, DeleteOptions, KeyValue, KvClient, Txn, TxnOp, TxnOpResponse, TxnResponse,
@@ -39,6 +46,9 @@ pub struct EtcdDirectory {
     etcd: Etcd,
     /// The leader's lease its writes are fenced by (see the module doc).
     fence: Option<Fence>,
+    /// The etcd revision of the newest actor record written through this
+    /// directory (0: none yet); see the module doc.
+    actors_revision: AtomicI64,
 }
 
 /// A leader's fence: `key` (`<prefix>/leader`) must be under `lease`.
@@ -73,6 +83,7 @@ impl Etcd {
         Arc::new(EtcdDirectory {
             etcd: self.clone(),
             fence: None,
+            actors_revision: AtomicI64::new(0),
         })
     }
 
@@ -86,6 +97,7 @@ impl Etcd {
                 key: self.leader_key(),
                 lease: leadership.lease_id(),
             }),
+            actors_revision: AtomicI64::new(0),
         })
     }
 }
@@ -147,7 +159,8 @@ fn decode<T: for<'de> Deserialize<'de>>(key: &[u8], value: &[u8]) -> Result<T, A
 /// Puts `value` at `key` only if the key does not exist (and `fence`
 /// holds). A key already holding exactly `value` counts as success: a
 /// retried write of ours whose first answer was lost (or an identical one,
-/// which is harmless).
+/// which is harmless). Returns etcd's revision of the value: of the put,
+/// or of the identical value found.
 ///
 /// # Errors
 /// 409 naming `what` if the key holds something else; 503 if `fence` no
@@ -158,7 +171,7 @@ async fn put_if_absent(
     key: String,
     value: Vec<u8>,
     what: String,
-) -> Result<(), ApiError> {
+) -> Result<i64, ApiError> {
     let mut compares = vec![Compare::create_revision(key.clone(), CompareOp::Equal, 0)];
     compares.extend(fence.as_ref().map(Fence::compare));
     let txn = Txn::new()
@@ -172,14 +185,18 @@ async fn put_if_absent(
     .await
     .map_err(failed)?;
     if resp.succeeded() {
-        return Ok(());
+        return Ok(revision_of(&resp));
     }
-    let same = resp.op_responses().iter().any(|op| match op {
-        TxnOpResponse::Get(got) => got.kvs().first().is_some_and(|kv| kv.value() == value),
-        _ => false,
+    let same = resp.op_responses().iter().find_map(|op| match op {
+        TxnOpResponse::Get(got) => got
+            .kvs()
+            .first()
+            .filter(|kv| kv.value() == value)
+            .map(KeyValue::mod_revision),
+        _ => None,
     });
-    if same {
-        return Ok(());
+    if let Some(revision) = same {
+        return Ok(revision);
     }
     if let Some(fence) = &fence {
         fence.check(kv).await?;
@@ -187,7 +204,19 @@ async fn put_if_absent(
     Err(ApiError::conflict(format!("{what} is taken")))
 }
 
+/// The revision etcd answered `resp` at (that of its writes, for a
+/// transaction that wrote).
+fn revision_of(resp: &TxnResponse) -> i64 {
+    resp.header()
+        .map_or(0, etcd_client::ResponseHeader::revision)
+}
+
 impl EtcdDirectory {
+    /// Notes that an actor's record was written at etcd's `revision`.
+    fn wrote_actor(&self, revision: i64) {
+        self.actors_revision.fetch_max(revision, Ordering::SeqCst);
+    }
+
     fn kv(&self) -> KvClient {
         self.etcd.client().kv_client()
     }
@@ -300,7 +329,7 @@ impl Directory for EtcdDirectory {
             value,
             format!("template name {}", row.name),
         );
-        self.etcd.run_blocking("a template insert", fut)
+        self.etcd.run_blocking("a template insert", fut).map(|_| ())
     }
 
     fn template(&self, name: &str) -> Result<Option<TemplateRow>, ApiError> {
@@ -358,7 +387,9 @@ impl Directory for EtcdDirectory {
             value,
             format!("actor name {}", row.name),
         );
-        self.etcd.run_blocking("an actor insert", fut)
+        let revision = self.etcd.run_blocking("an actor insert", fut)?;
+        self.wrote_actor(revision);
+        Ok(())
     }
 
     fn place_actor(&self, name: &str, worker: &str, epoch: u64) -> Result<(), ApiError> {
@@ -366,7 +397,7 @@ impl Directory for EtcdDirectory {
         let key = self.actor_key(name);
         let (name, worker) = (name.to_string(), worker.to_string());
         let fence = self.fence.clone();
-        self.etcd.run_blocking("a placement", async move {
+        let revision = self.etcd.run_blocking("a placement", async move {
             let gone = || {
                 ApiError::conflict(format!(
                     "actor {name} was deleted or placed at epoch {epoch} or later meanwhile"
@@ -382,7 +413,7 @@ impl Directory for EtcdDirectory {
                 };
                 let mut v: ActorValue = decode(found.key(), found.value())?;
                 if maybe_applied && v.epoch == epoch && v.worker == worker {
-                    return Ok(());
+                    return Ok(found.mod_revision());
                 }
                 if v.epoch >= epoch {
                     return Err(gone());
@@ -397,7 +428,7 @@ impl Directory for EtcdDirectory {
                     .when(compares)
                     .and_then([TxnOp::put(key.clone(), value, None)]);
                 match kv.clone().txn(txn).await {
-                    Ok(resp) if resp.succeeded() => return Ok(()),
+                    Ok(resp) if resp.succeeded() => return Ok(revision_of(&resp)),
                     // This replica no longer leads: stop here. Else someone
                     // wrote the actor between our read and our write: read
                     // again, re-checking the epoch.
@@ -421,7 +452,9 @@ impl Directory for EtcdDirectory {
                     "actor {name}: placement at epoch {epoch} lost {PLACE_ATTEMPTS} races to other writers"
                 )),
             })
-        })
+        })?;
+        self.wrote_actor(revision);
+        Ok(())
     }
 
     fn actors(&self) -> Result<Vec<ActorRow>, ApiError> {
@@ -448,9 +481,19 @@ impl Directory for EtcdDirectory {
             TxnOp::delete(self.alarm_key(name), None),
             TxnOp::delete(self.actor_key(name), None),
         ];
-        self.fenced_txn("an actor delete", Vec::new(), ops)?
-            .map(|_| ())
-            .ok_or_else(|| failed(format!("deleting actor {name}: the transaction failed")))
+        let resp = self
+            .fenced_txn("an actor delete", Vec::new(), ops)?
+            .ok_or_else(|| failed(format!("deleting actor {name}: the transaction failed")))?;
+        // Only a delete that removed the actor's record is an event of the
+        // actors' watch (one that found nothing wrote no revision).
+        let removed = matches!(
+            resp.op_responses().get(1),
+            Some(TxnOpResponse::Delete(deleted)) if deleted.deleted() > 0
+        );
+        if removed {
+            self.wrote_actor(revision_of(&resp));
+        }
+        Ok(())
     }
 
     fn set_alarm(&self, name: &str, at_unix_ms: u64) -> Result<(), ApiError> {
@@ -495,6 +538,10 @@ impl Directory for EtcdDirectory {
             let v: AlarmValue = decode(found.key(), found.value())?;
             Ok(Some(v.at_unix_ms))
         })
+    }
+
+    fn actors_revision(&self) -> Option<i64> {
+        Some(self.actors_revision.load(Ordering::SeqCst))
     }
 
     fn alarms(&self) -> Result<Vec<(String, u64)>, ApiError> {

@@ -174,7 +174,7 @@ impl Etcd {
     pub fn watch_leader(&self) -> watch::Receiver<Option<LeaderRecord>> {
         self.follow(
             Range::Key(self.leader_key()),
-            |map: &std::collections::BTreeMap<String, LeaderRecord>| map.get("").cloned(),
+            |map: &std::collections::BTreeMap<String, LeaderRecord>, _| map.get("").cloned(),
             None,
         )
     }

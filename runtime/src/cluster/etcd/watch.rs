@@ -3,7 +3,14 @@
 //! next revision and applies puts and deletes; when the watch breaks (a
 //! member died, the connection dropped) or its revision was compacted, it
 //! lists and watches again, backing off from 100 ms to 2 s. Used by
-//! [`Etcd::watch_workers`] and [`Etcd::watch_leader`](super::Etcd::watch_leader).
+//! [`Etcd::watch_workers`], [`Etcd::watch_actors`] and
+//! [`Etcd::watch_leader`](super::Etcd::watch_leader).
+//!
+//! The follower also knows the etcd revision its map is current at: the
+//! listing's, then that of each change applied (an event's `mod_revision`,
+//! which for a delete is the delete's revision). [`Etcd::watch_actors`]
+//! publishes it with the map, for read-your-writes (see
+//! [`crate::replica`]).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -14,7 +21,7 @@ use tokio::sync::watch;
 
 use super::directory::ActorValue;
 use super::{Etcd, WorkerRecord, back_off, prefix_end};
-use crate::control::directory::ActorRow;
+use crate::control::directory::ActorsAt;
 
 /// First pause before re-listing after a failure.
 const FIRST_BACKOFF: Duration = Duration::from_millis(100);
@@ -55,7 +62,11 @@ impl Etcd {
     /// (empty until the first listing arrives). The task ends when every
     /// receiver is dropped.
     pub fn watch_workers(&self) -> watch::Receiver<BTreeMap<String, WorkerRecord>> {
-        self.follow(Range::Under(self.key("workers/")), |map| map.clone(), None)
+        self.follow(
+            Range::Under(self.key("workers/")),
+            |map, _| map.clone(),
+            None,
+        )
     }
 
     /// [`Etcd::watch_workers`], returned once the first listing is in
@@ -69,7 +80,7 @@ impl Etcd {
         let (listed, first) = tokio::sync::oneshot::channel();
         let rx = self.follow(
             Range::Under(self.key("workers/")),
-            |map| map.clone(),
+            |map, _| map.clone(),
             Some(listed),
         );
         first
@@ -78,24 +89,25 @@ impl Etcd {
         Ok(rx)
     }
 
-    /// The directory's actors by name (placement included), kept current by
-    /// a background task, returned once the first listing is in. A
-    /// follower replica routes by it. Every change publishes the whole map
-    /// (a copy per change: fine to a few hundred thousand actors per
-    /// prefix; docs/capacity.md says where sharding takes over).
+    /// The directory's actors by name (placement included) and the etcd
+    /// revision they are current at, kept current by a background task,
+    /// returned once the first listing is in. A follower replica routes by
+    /// it. Every change publishes the whole map (a copy per change: fine
+    /// to a few hundred thousand actors per prefix; docs/capacity.md says
+    /// where sharding takes over).
     ///
     /// # Errors
     /// If the follower task ended before its first listing.
-    pub async fn watch_actors(
-        &self,
-    ) -> anyhow::Result<watch::Receiver<BTreeMap<String, ActorRow>>> {
+    pub async fn watch_actors(&self) -> anyhow::Result<watch::Receiver<ActorsAt>> {
         let (listed, first) = tokio::sync::oneshot::channel();
         let rx = self.follow(
             Range::Under(self.key("actors/")),
-            |map: &BTreeMap<String, ActorValue>| {
-                map.iter()
+            |map: &BTreeMap<String, ActorValue>, revision| ActorsAt {
+                actors: map
+                    .iter()
                     .map(|(name, value)| (name.clone(), value.row(name)))
-                    .collect()
+                    .collect(),
+                revision,
             },
             Some(listed),
         );
@@ -105,8 +117,9 @@ impl Etcd {
         Ok(rx)
     }
 
-    /// Spawns the follower of `range`, publishing `project(map)` after
-    /// each change; `listed` is told once the first listing is published.
+    /// Spawns the follower of `range`, publishing `project(map, revision)`
+    /// after each change (`revision`: etcd's revision `map` is current
+    /// at); `listed` is told once the first listing is published.
     pub(crate) fn follow<V, O, P>(
         &self,
         range: Range,
@@ -116,9 +129,9 @@ impl Etcd {
     where
         V: DeserializeOwned + Send + Sync + 'static,
         O: PartialEq + Send + Sync + 'static,
-        P: Fn(&BTreeMap<String, V>) -> O + Send + Sync + 'static,
+        P: Fn(&BTreeMap<String, V>, i64) -> O + Send + Sync + 'static,
     {
-        let (tx, rx) = watch::channel(project(&BTreeMap::new()));
+        let (tx, rx) = watch::channel(project(&BTreeMap::new(), 0));
         let etcd = self.clone();
         self.spawn(async move {
             tokio::select! {
@@ -151,10 +164,10 @@ async fn follow<V, O, P>(
 ) where
     V: DeserializeOwned,
     O: PartialEq,
-    P: Fn(&BTreeMap<String, V>) -> O,
+    P: Fn(&BTreeMap<String, V>, i64) -> O,
 {
-    let publish = |map: &BTreeMap<String, V>| {
-        let now = project(map);
+    let publish = |map: &BTreeMap<String, V>, revision: i64| {
+        let now = project(map, revision);
         tx.send_if_modified(|old| {
             let changed = *old != now;
             if changed {
@@ -180,7 +193,8 @@ async fn follow<V, O, P>(
             .iter()
             .filter_map(|kv| Some((range.name(kv.key()), decode(kv)?)))
             .collect();
-        publish(&map);
+        let mut applied_revision = revision;
+        publish(&map, applied_revision);
         if let Some(listed) = listed.take() {
             let _ = listed.send(());
         }
@@ -218,6 +232,7 @@ async fn follow<V, O, P>(
             }
             for event in resp.events() {
                 let Some(kv) = event.kv() else { continue };
+                applied_revision = applied_revision.max(kv.mod_revision());
                 let name = range.name(kv.key());
                 match event.event_type() {
                     EventType::Put => {
@@ -230,7 +245,7 @@ async fn follow<V, O, P>(
                     }
                 }
             }
-            publish(&map);
+            publish(&map, applied_revision);
             backoff = FIRST_BACKOFF;
         }
         back_off(&mut backoff).await;
