@@ -30,8 +30,8 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use stasis_runtime::alarms::AlarmMetrics;
-use stasis_runtime::alarms::scheduler::{Deliver, Delivery, Scheduler, now_unix_ms};
+use stasis_runtime::contract::metrics::AlarmMetrics;
+use stasis_runtime::control::alarms::scheduler::{Deliver, Delivery, Scheduler, now_unix_ms};
 use stasis_runtime::control::directory::SqliteDirectory;
 use stasis_test_util::bench::test_mode;
 use stasis_test_util::stats::summary;

@@ -53,8 +53,10 @@ done
 if command -v rustup >/dev/null; then
   rustup target add wasm32-wasip1 >/dev/null 2>&1 || rustup target add wasm32-wasip1
 fi
-step cargo build --release
-cargo build --release
+# The same build as scripts/test.sh and scripts/demo.sh (one profile, one
+# feature set), so none of them recompiles what another built.
+step cargo test --release --workspace --all-targets --no-run
+cargo test --release --workspace --all-targets --no-run
 STASIS=./target/release/stasis
 
 # --- processes, and stopping them -------------------------------------------

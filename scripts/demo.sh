@@ -28,8 +28,11 @@ if ! command -v protoc >/dev/null; then
     { DEBIAN_FRONTEND=noninteractive "${apt[@]}" update -qq &&
       DEBIAN_FRONTEND=noninteractive "${apt[@]}" install -y -qq protobuf-compiler >/dev/null; }
 fi
-step cargo build --release
-cargo build --release
+# The same build as scripts/test.sh (one profile, one feature set): right
+# after the tests it compiles nothing, and the tests' build of `stasis` is
+# the one the demo runs.
+step cargo test --release --workspace --all-targets --no-run
+cargo test --release --workspace --all-targets --no-run
 STASIS=./target/release/stasis
 
 mkdir -p "$DATA_DIR"

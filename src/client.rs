@@ -11,15 +11,15 @@ use anyhow::{anyhow, bail};
 use bytes::Bytes;
 use hyper::header::{ACCEPT, CONTENT_TYPE};
 use hyper::{Method, StatusCode, Uri};
-use stasis_runtime::error::ApiError;
-use stasis_runtime::http_client::{Answer, HttpClient, Unanswered};
+use stasis_runtime::contract::error::ApiError;
+use stasis_runtime::http::client::{Answer, HttpClient, Unanswered};
 
 /// How long establishing the TCP connection may take before the call fails.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A request body and its content type.
 #[derive(Debug, Clone)]
-pub struct Payload {
+pub(crate) struct Payload {
     /// The bytes sent.
     pub bytes: Bytes,
     /// The `content-type` header.
@@ -28,7 +28,7 @@ pub struct Payload {
 
 /// A successful (2xx) answer.
 #[derive(Debug, Clone)]
-pub struct Reply {
+pub(crate) struct Reply {
     /// The status (`200`, `201`, `204`, ...).
     pub status: StatusCode,
     /// The body, possibly empty.
@@ -38,8 +38,10 @@ pub struct Reply {
 /// A non-2xx answer as the CLI reports it: the server's [`ApiError`] and,
 /// where it helps, advice.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Refused {
-    /// Status, one-line reason and `Retry-After` of the answer.
+pub(crate) struct Refused {
+    /// The answer's HTTP status.
+    pub status: StatusCode,
+    /// Kind, one-line reason and `Retry-After` of the answer.
     pub error: ApiError,
     /// Advice appended to the message (e.g. for `401`).
     pub hint: Option<&'static str>,
@@ -50,9 +52,10 @@ impl Refused {
     /// (a proxy's page, an empty body) reduced to one line, with a hint
     /// that the answer did not come from a stasis admin API.
     #[must_use]
-    pub fn from_answer(answer: &Answer) -> Self {
+    pub(crate) fn from_answer(answer: &Answer) -> Self {
         let (error, from_api) = answer.error();
         Self {
+            status: answer.status,
             error,
             hint: (!from_api)
                 .then_some("the answer is not from a stasis admin API; is --admin right?"),
@@ -62,8 +65,8 @@ impl Refused {
 
 impl fmt::Display for Refused {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} {}", self.error.status, self.error.message)?;
-        if let Some(secs) = self.error.retry_after {
+        write!(f, "{} {}", self.status.as_u16(), self.error.message())?;
+        if let Some(secs) = self.error.retry_after() {
             write!(f, " (retry after {secs}s)")?;
         }
         if let Some(hint) = self.hint {
@@ -77,7 +80,7 @@ impl std::error::Error for Refused {}
 
 /// A client of one admin API.
 #[derive(Debug, Clone)]
-pub struct AdminClient {
+pub(crate) struct AdminClient {
     http: HttpClient,
 }
 
@@ -87,7 +90,7 @@ pub struct AdminClient {
 /// # Errors
 /// Not a URL, no host, or a scheme other than `http` (the client speaks
 /// plain HTTP/1.1).
-pub fn normalize_admin_url(admin: &str) -> anyhow::Result<String> {
+pub(crate) fn normalize_admin_url(admin: &str) -> anyhow::Result<String> {
     let admin = admin.trim();
     if admin.is_empty() {
         bail!("the admin URL is empty; give --admin http://HOST:PORT or set STASIS_ADMIN");
@@ -120,7 +123,7 @@ pub fn normalize_admin_url(admin: &str) -> anyhow::Result<String> {
 /// Percent-encodes `s` for a path segment or a query value: everything but
 /// RFC 3986 unreserved characters becomes `%XX`.
 #[must_use]
-pub fn encode_component(s: &str) -> String {
+pub(crate) fn encode_component(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for byte in s.bytes() {
         if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
@@ -138,7 +141,7 @@ impl AdminClient {
     ///
     /// # Errors
     /// An invalid URL, or a token that cannot be a header value.
-    pub fn new(admin: &str, token: Option<&str>) -> anyhow::Result<Self> {
+    pub(crate) fn new(admin: &str, token: Option<&str>) -> anyhow::Result<Self> {
         let base = normalize_admin_url(admin)?;
         let http = HttpClient::new(&base, token.map(str::trim), CONNECT_TIMEOUT).map_err(|_| {
             anyhow!("the admin token contains characters not allowed in an HTTP header")
@@ -154,7 +157,7 @@ impl AdminClient {
     /// # Errors
     /// [`Refused`] for a non-2xx answer; otherwise an error naming the
     /// admin URL (cannot connect, connection lost, timeout).
-    pub async fn send(
+    pub(crate) async fn send(
         &self,
         method: Method,
         path_and_query: &str,
@@ -340,7 +343,7 @@ mod tests {
             .await
             .expect_err("401");
         let api = error.downcast_ref::<Refused>().expect("a refusal");
-        assert_eq!(api.error.status, StatusCode::UNAUTHORIZED.as_u16());
+        assert_eq!(api.status, StatusCode::UNAUTHORIZED);
         assert_eq!(
             error.to_string(),
             "401 missing or wrong bearer token; check --admin-token / STASIS_ADMIN_TOKEN"

@@ -11,14 +11,14 @@ use stasis_core::snapshot_objects::StoreUrl;
 use stasis_runtime::cluster::etcd::EtcdOptions;
 
 /// A duration with a unit: `250ms`, `30s`, `5m`.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
+pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s)
         .map_err(|e| format!("invalid duration {s:?} ({e}); use e.g. 250ms or 30s"))
 }
 
 /// Where the directory is: the embedded SQLite file or etcd.
 #[derive(Debug, Clone)]
-pub enum DirectoryFlag {
+pub(crate) enum DirectoryFlag {
     /// `sqlite`: `stasis.db` in the data dir.
     Sqlite,
     /// `etcd://HOST:PORT[,HOST:PORT...][/PREFIX]`.
@@ -60,7 +60,7 @@ fn parse_store(s: &str) -> Result<StoreUrl, String> {
 
 /// Flags choosing the directory and the snapshot store.
 #[derive(Debug, Clone, Args)]
-pub struct ClusterFlags {
+pub(crate) struct ClusterFlags {
     /// The directory: `sqlite` (stasis.db in the data dir) or
     /// etcd://HOST:PORT[,HOST:PORT...][/PREFIX] (cluster mode; prefix /stasis).
     #[arg(long, default_value = "sqlite", value_parser = parse_directory)]
@@ -103,7 +103,7 @@ impl ClusterFlags {
     ///
     /// # Errors
     /// If etcd-only flags are given with `--directory sqlite`.
-    pub fn etcd(&self) -> anyhow::Result<Option<EtcdOptions>> {
+    pub(crate) fn etcd(&self) -> anyhow::Result<Option<EtcdOptions>> {
         match &self.directory {
             DirectoryFlag::Sqlite => {
                 anyhow::ensure!(

@@ -10,7 +10,7 @@ use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
 /// (`serde_json::Value` sorts them), so `-o json` prints exactly what the
 /// server answered, only re-indented.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Json {
+pub(crate) enum Json {
     /// `null`.
     Null,
     /// `true` or `false`.
@@ -30,14 +30,14 @@ impl Json {
     ///
     /// # Errors
     /// The bytes are not one JSON value.
-    pub fn parse(bytes: &[u8]) -> serde_json::Result<Self> {
+    pub(crate) fn parse(bytes: &[u8]) -> serde_json::Result<Self> {
         serde_json::from_slice(bytes)
     }
 
     /// The value under `key` when `self` is an object (the first one if the
     /// key repeats).
     #[must_use]
-    pub fn get(&self, key: &str) -> Option<&Json> {
+    pub(crate) fn get(&self, key: &str) -> Option<&Json> {
         match self {
             Json::Object(fields) => fields.iter().find(|(k, _)| k == key).map(|(_, v)| v),
             _ => None,
@@ -46,7 +46,7 @@ impl Json {
 
     /// The string, if `self` is one.
     #[must_use]
-    pub fn as_str(&self) -> Option<&str> {
+    pub(crate) fn as_str(&self) -> Option<&str> {
         match self {
             Json::String(s) => Some(s),
             _ => None,
@@ -55,7 +55,7 @@ impl Json {
 
     /// The number as `u64`, if `self` is a non-negative integer.
     #[must_use]
-    pub fn as_u64(&self) -> Option<u64> {
+    pub(crate) fn as_u64(&self) -> Option<u64> {
         match self {
             Json::Number(n) => n.as_u64(),
             _ => None,
@@ -64,14 +64,14 @@ impl Json {
 
     /// Indented JSON, two spaces per level, without a trailing newline.
     #[must_use]
-    pub fn to_pretty(&self) -> String {
+    pub(crate) fn to_pretty(&self) -> String {
         // Serializing a tree of strings, numbers and containers cannot fail.
         serde_json::to_string_pretty(self).unwrap_or_default()
     }
 
     /// JSON on one line.
     #[must_use]
-    pub fn to_compact(&self) -> String {
+    pub(crate) fn to_compact(&self) -> String {
         serde_json::to_string(self).unwrap_or_default()
     }
 }
@@ -171,12 +171,12 @@ impl<'de> Deserialize<'de> for Json {
 
 /// A size for people: `512 B`, `81.9 KiB`, `3.4 MiB`.
 #[must_use]
-pub fn human_bytes(n: u64) -> String {
+pub(crate) fn human_bytes(n: u64) -> String {
     const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
     if n < 1024 {
         return format!("{n} B");
     }
-    #[allow(clippy::cast_precision_loss)] // one decimal is all we show
+    #[allow(clippy::cast_precision_loss, reason = "one decimal is all we show")]
     let mut value = n as f64;
     let mut unit = 0;
     while value >= 1024.0 && unit + 1 < UNITS.len() {
@@ -188,7 +188,7 @@ pub fn human_bytes(n: u64) -> String {
 
 /// A duration in milliseconds for people: `1.800 ms`.
 #[must_use]
-pub fn human_ms(ms: f64) -> String {
+pub(crate) fn human_ms(ms: f64) -> String {
     format!("{ms:.3} ms")
 }
 
@@ -255,7 +255,7 @@ fn snapshot_text(entry: &Json) -> String {
 /// Aligned columns under a header line; columns are separated by three
 /// spaces and the last one is not padded.
 #[derive(Debug, Clone)]
-pub struct Table {
+pub(crate) struct Table {
     header: Vec<String>,
     rows: Vec<Vec<String>>,
 }
@@ -263,7 +263,7 @@ pub struct Table {
 impl Table {
     /// An empty table with these column names.
     #[must_use]
-    pub fn new(header: &[&str]) -> Self {
+    pub(crate) fn new(header: &[&str]) -> Self {
         Self {
             header: header.iter().map(|h| (*h).to_owned()).collect(),
             rows: Vec::new(),
@@ -271,13 +271,13 @@ impl Table {
     }
 
     /// Appends a row (missing cells render empty, extra cells are dropped).
-    pub fn push(&mut self, row: Vec<String>) {
+    pub(crate) fn push(&mut self, row: Vec<String>) {
         self.rows.push(row);
     }
 
     /// The rendered table, one line per row, each ending in `\n`.
     #[must_use]
-    pub fn render(&self) -> String {
+    pub(crate) fn render(&self) -> String {
         let columns = self.header.len();
         let mut widths: Vec<usize> = self.header.iter().map(|h| h.chars().count()).collect();
         for row in &self.rows {
@@ -326,7 +326,7 @@ fn table_or_none(table: &Table, what: &str) -> String {
 /// Actors: NAME TEMPLATE STATE WORKER EPOCH SNAPSHOT RESUMES (SNAPSHOT is
 /// the newest snapshot's sequence number).
 #[must_use]
-pub fn actors_table(list: &Json) -> String {
+pub(crate) fn actors_table(list: &Json) -> String {
     let mut table = Table::new(&[
         "NAME", "TEMPLATE", "STATE", "WORKER", "EPOCH", "SNAPSHOT", "RESUMES",
     ]);
@@ -346,7 +346,7 @@ pub fn actors_table(list: &Json) -> String {
 
 /// Templates: NAME DIGEST (first 12 hex digits) BYTES ACTORS ENV.
 #[must_use]
-pub fn templates_table(list: &Json) -> String {
+pub(crate) fn templates_table(list: &Json) -> String {
     let mut table = Table::new(&["NAME", "DIGEST", "BYTES", "ACTORS", "ENV"]);
     for template in items(list) {
         let digest = cell(template.get("digest"));
@@ -363,7 +363,7 @@ pub fn templates_table(list: &Json) -> String {
 
 /// Workers: NAME ADDRESS STATE ACTORS MEMORY.
 #[must_use]
-pub fn workers_table(list: &Json) -> String {
+pub(crate) fn workers_table(list: &Json) -> String {
     let mut table = Table::new(&["NAME", "ADDRESS", "STATE", "ACTORS", "MEMORY"]);
     for worker in items(list) {
         table.push(vec![
@@ -381,7 +381,7 @@ pub fn workers_table(list: &Json) -> String {
 /// downtime of a move done (`moved in 12.5 ms`) or why it failed
 /// (`failed: ...`; the actor stayed on FROM).
 #[must_use]
-pub fn moves_table(answer: &Json) -> String {
+pub(crate) fn moves_table(answer: &Json) -> String {
     let mut table = Table::new(&["ACTOR", "FROM", "TO", "RESULT"]);
     for entry in answer.get("moves").map(items).unwrap_or_default() {
         let result = match (entry.get("error"), entry.get("downtime_ms")) {
@@ -401,7 +401,7 @@ pub fn moves_table(answer: &Json) -> String {
 
 /// How many of a rebalance's moves failed.
 #[must_use]
-pub fn failed_moves(answer: &Json) -> usize {
+pub(crate) fn failed_moves(answer: &Json) -> usize {
     answer
         .get("moves")
         .map(items)
@@ -437,7 +437,7 @@ fn detail_value(key: &str, value: &Json) -> String {
 /// aligned; sizes and durations are shown for people. A non-object is
 /// printed as pretty JSON.
 #[must_use]
-pub fn details(object: &Json) -> String {
+pub(crate) fn details(object: &Json) -> String {
     let Json::Object(fields) = object else {
         return format!("{}\n", object.to_pretty());
     };

@@ -1,23 +1,54 @@
 //! What every long-running `stasis` process shares: logging and the
 //! shutdown signals.
 
-/// Logs to stderr, filtered by `STASIS_LOG` (default `info`); colours only
-/// on a terminal. Guest stdout/stderr lines appear under target
-/// `stasis::guest` with the actor's name.
-pub fn init_logging() {
+/// The crates `stasis_runtime` stands for in `STASIS_LOG` (see
+/// [`log_filter`]): the runtime was one crate when that name was
+/// documented.
+const RUNTIME_CRATES: [&str; 6] = [
+    "stasis_contract",
+    "stasis_http",
+    "stasis_worker",
+    "stasis_control",
+    "stasis_cluster",
+    "stasis_ingress",
+];
+
+/// The `tracing` filter `STASIS_LOG` asks for: a directive naming the
+/// target `stasis_runtime` (`stasis_runtime=debug`) also applies to each
+/// of the [`RUNTIME_CRATES`], so the documented filter still selects every
+/// log line of the runtime.
+pub(crate) fn log_filter(spec: &str) -> String {
+    let mut directives: Vec<String> = Vec::new();
+    for directive in spec.split(',').map(str::trim).filter(|d| !d.is_empty()) {
+        directives.push(directive.to_owned());
+        let Some(rest) = directive.strip_prefix("stasis_runtime") else {
+            continue;
+        };
+        if rest.is_empty() || rest.starts_with('=') || rest.starts_with('[') {
+            directives.extend(RUNTIME_CRATES.iter().map(|c| format!("{c}{rest}")));
+        }
+    }
+    directives.join(",")
+}
+
+/// Logs to stderr, filtered by `STASIS_LOG` (default `info`, see
+/// [`log_filter`]); colours only on a terminal. Guest stdout/stderr lines
+/// appear under target `stasis::guest` with the actor's name.
+pub(crate) fn init_logging() {
     use std::io::IsTerminal as _;
+    let filter = std::env::var("STASIS_LOG")
+        .ok()
+        .and_then(|spec| tracing_subscriber::EnvFilter::try_new(log_filter(&spec)).ok())
+        .unwrap_or_else(|| tracing_subscriber::EnvFilter::new("info"));
     tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("STASIS_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
+        .with_env_filter(filter)
         .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr)
         .init();
 }
 
 /// Resolves on SIGINT or SIGTERM.
-pub async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = match signal(SignalKind::terminate()) {
         Ok(s) => s,
@@ -30,5 +61,21 @@ pub async fn shutdown_signal() {
     tokio::select! {
         _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received"),
         _ = term.recv() => tracing::info!("SIGTERM received"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::log_filter;
+
+    #[test]
+    fn stasis_runtime_stands_for_every_runtime_crate() {
+        assert_eq!(log_filter("warn"), "warn");
+        let filter = log_filter("warn,stasis_runtime=debug");
+        assert!(filter.starts_with("warn,stasis_runtime=debug,"), "{filter}");
+        for krate in super::RUNTIME_CRATES {
+            assert!(filter.contains(&format!("{krate}=debug")), "{filter}");
+        }
+        assert_eq!(log_filter("stasis_runtimes=debug"), "stasis_runtimes=debug");
     }
 }

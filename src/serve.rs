@@ -6,11 +6,9 @@ use std::time::Duration;
 
 use clap::Args;
 use stasis_core::engine::Limits;
-use stasis_runtime::control::{ClusterConfig, RebalanceBy, ServeConfig};
-use stasis_runtime::host_calls::outbound::AllowList;
-use stasis_runtime::server::{ServeOptions, serve};
-use stasis_runtime::worker::WorkerSettings;
-use stasis_runtime::worker::actor::ActorSettings;
+use stasis_runtime::contract::settings::{ActorSettings, AllowList, WorkerSettings};
+use stasis_runtime::control::{RebalanceBy, ServeConfig};
+use stasis_runtime::server::{ClusterConfig, ServeOptions, serve};
 
 /// A size: a number of bytes, optionally with an IEC unit (powers of
 /// 1024, case-insensitive): `4096`, `512KiB`, `256MiB`, `1.5GiB`, `1TiB`.
@@ -43,7 +41,7 @@ use crate::cluster_flags::{ClusterFlags, parse_duration};
 
 /// Flags of `stasis serve`.
 #[derive(Debug, Args)]
-pub struct ServeArgs {
+pub(crate) struct ServeArgs {
     /// Data dir: directory, templates, compiled code, snapshots.
     #[arg(long, default_value = "./stasis-data", env = "STASIS_DATA_DIR")]
     data_dir: PathBuf,
@@ -141,7 +139,7 @@ fn parse_rebalance_by(s: &str) -> Result<RebalanceBy, String> {
 ///
 /// # Errors
 /// Start-up failures (see [`stasis_runtime::server::serve`]).
-pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
+pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
     crate::process::init_logging();
     let cluster = args.cluster.etcd()?.map(|etcd| ClusterConfig {
         etcd,
@@ -181,8 +179,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             max_concurrent_moves: usize::try_from(args.max_concurrent_moves).unwrap_or(usize::MAX),
             admin_token: args.admin_token.clone(),
             snapshot_store: args.cluster.snapshot_store.clone(),
-            cluster,
         },
+        cluster,
         listen: args.listen,
         admin_listen: args.admin_listen,
         domain: args.domain,

@@ -9,7 +9,7 @@ use clap::{Args, Subcommand, ValueEnum};
 
 /// How a verb prints its answer.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
-pub enum OutputFormat {
+pub(crate) enum OutputFormat {
     /// Aligned columns, or `key: value` lines for one object.
     #[default]
     Table,
@@ -20,7 +20,7 @@ pub enum OutputFormat {
 
 /// Options every client verb takes.
 #[derive(Debug, Clone, Args)]
-pub struct ClientArgs {
+pub(crate) struct ClientArgs {
     /// Admin API of the `stasis serve` to talk to.
     #[arg(
         long,
@@ -57,7 +57,7 @@ pub struct ClientArgs {
 /// after the verb wins); nothing reads these fields directly. No default
 /// and no environment variable here: those are [`ClientArgs`]' own.
 #[derive(Debug, Clone, Args)]
-pub struct GlobalClientArgs {
+pub(crate) struct GlobalClientArgs {
     /// Admin API of the `stasis serve` to talk to (also after the verb).
     #[arg(
         long,
@@ -89,7 +89,7 @@ pub struct GlobalClientArgs {
 /// Client verbs: they drive a running `stasis serve` through its admin API.
 #[derive(Debug, Subcommand)]
 #[allow(clippy::large_enum_variant, reason = "parsed once per process")]
-pub enum ClientCommand {
+pub(crate) enum ClientCommand {
     /// Push, list, show and delete templates (guest modules).
     #[command(subcommand)]
     Template(TemplateCommand),
@@ -113,7 +113,7 @@ pub enum ClientCommand {
 
 /// `stasis template ...`.
 #[derive(Debug, Subcommand)]
-pub enum TemplateCommand {
+pub(crate) enum TemplateCommand {
     /// Upload a guest module (.wasm) under NAME; pushing the same bytes and
     /// env again is a no-op.
     Push {
@@ -150,7 +150,7 @@ pub enum TemplateCommand {
 
 /// `stasis actor ...`.
 #[derive(Debug, Subcommand)]
-pub enum ActorCommand {
+pub(crate) enum ActorCommand {
     /// Create an actor from a template and start it on a worker.
     Create {
         /// Actor name (1-63 of a-z, 0-9 and -); it is reached at NAME.actors.<domain>.
@@ -237,7 +237,7 @@ pub enum ActorCommand {
 /// `stasis worker ...`.
 #[derive(Debug, Subcommand)]
 #[allow(clippy::large_enum_variant, reason = "parsed once per process")]
-pub enum WorkerCommand {
+pub(crate) enum WorkerCommand {
     /// List workers.
     List {
         #[command(flatten)]

@@ -14,7 +14,7 @@ use crate::cluster_flags::ClusterFlags;
 
 /// Flags of `stasis worker run`.
 #[derive(Debug, Args)]
-pub struct WorkerRunArgs {
+pub(crate) struct WorkerRunArgs {
     /// The control plane's admin URL, e.g. http://127.0.0.1:7070 (embedded
     /// mode; default: $STASIS_ADMIN). With --directory etcd:// the worker
     /// registers in etcd instead (and $STASIS_ADMIN is ignored).
@@ -48,7 +48,7 @@ pub struct WorkerRunArgs {
 ///
 /// # Errors
 /// Start-up failures: a locked data dir, a port in use, a bad name.
-pub async fn run(args: WorkerRunArgs) -> anyhow::Result<()> {
+pub(crate) async fn run(args: WorkerRunArgs) -> anyhow::Result<()> {
     crate::process::init_logging();
     let etcd = args.cluster.etcd()?;
     // $STASIS_ADMIN is where client verbs send their calls: a cluster
@@ -88,10 +88,8 @@ pub async fn run(args: WorkerRunArgs) -> anyhow::Result<()> {
         name: args.name.clone(),
         data_dir: args.data_dir,
         token: args.admin_token,
-        allow_outbound: stasis_runtime::host_calls::outbound::AllowList::parse(
-            &args.allow_outbound,
-        )
-        .map_err(anyhow::Error::msg)?,
+        allow_outbound: stasis_runtime::contract::settings::AllowList::parse(&args.allow_outbound)
+            .map_err(anyhow::Error::msg)?,
     };
     let name = args.name;
     run_worker(options, crate::process::shutdown_signal(), move |addr| {

@@ -45,34 +45,38 @@ mod raw {
 
 /// Stand-ins off wasm: every function is not enabled.
 #[cfg(not(target_family = "wasm"))]
-#[allow(clippy::unnecessary_wraps, clippy::missing_safety_doc)]
+#[allow(
+    clippy::unnecessary_wraps,
+    clippy::missing_safety_doc,
+    reason = "stand-ins with the signatures of the wasm imports they replace"
+)]
 mod raw {
     const NOT_ENABLED: i32 = -8;
-    pub unsafe fn call(_: *const u8, _: usize, _: *const u8, _: usize) -> i64 {
+    pub(super) unsafe fn call(_: *const u8, _: usize, _: *const u8, _: usize) -> i64 {
         NOT_ENABLED.into()
     }
-    pub unsafe fn send(_: *const u8, _: usize, _: *const u8, _: usize) -> i32 {
+    pub(super) unsafe fn send(_: *const u8, _: usize, _: *const u8, _: usize) -> i32 {
         NOT_ENABLED
     }
-    pub unsafe fn set_alarm(_: i64) -> i32 {
+    pub(super) unsafe fn set_alarm(_: i64) -> i32 {
         NOT_ENABLED
     }
-    pub unsafe fn cancel_alarm() -> i32 {
+    pub(super) unsafe fn cancel_alarm() -> i32 {
         NOT_ENABLED
     }
-    pub unsafe fn alarm() -> i64 {
+    pub(super) unsafe fn alarm() -> i64 {
         NOT_ENABLED.into()
     }
-    pub unsafe fn fetch(_: *const u8, _: usize) -> i64 {
+    pub(super) unsafe fn fetch(_: *const u8, _: usize) -> i64 {
         NOT_ENABLED.into()
     }
-    pub unsafe fn self_name() -> i64 {
+    pub(super) unsafe fn self_name() -> i64 {
         NOT_ENABLED.into()
     }
-    pub unsafe fn last_error() -> i64 {
+    pub(super) unsafe fn last_error() -> i64 {
         NOT_ENABLED.into()
     }
-    pub unsafe fn take_result(_: *mut u8, _: usize) -> i32 {
+    pub(super) unsafe fn take_result(_: *mut u8, _: usize) -> i32 {
         NOT_ENABLED
     }
 }

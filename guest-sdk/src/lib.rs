@@ -167,7 +167,10 @@ pub mod __rt {
             }
         }
 
-        #[allow(clippy::mut_from_ref)]
+        #[allow(
+            clippy::mut_from_ref,
+            reason = "single-threaded and never re-entered (see `Sync` above)"
+        )]
         fn actor(&self) -> &mut A {
             // SAFETY: single-threaded, not re-entered (see `Sync` above).
             unsafe { (*self.actor.get()).get_or_insert_with(A::default) }

@@ -44,15 +44,18 @@ use hyper::{Request, Response};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::api::AdminApi;
-use crate::cluster::etcd::{Etcd, LeaderRecord, Leadership};
-use crate::control::{ClusterConfig, ControlPlane, Role};
-use crate::error::ApiError;
-use crate::forward::{Forwarder, REVISION_HEADER};
-use crate::http::{Body, json_error, text_error};
-use crate::metrics::Metrics;
-use crate::router::Router;
-use crate::server::{Bound, DRAIN, ServeOptions};
+use stasis_cluster::etcd::{Etcd, LeaderRecord, Leadership};
+use stasis_contract::directory::Directory;
+use stasis_contract::error::ApiError;
+use stasis_contract::headers::REVISION_HEADER;
+use stasis_contract::metrics::Metrics;
+use stasis_control::{ControlPlane, Role};
+use stasis_http::serve::{Body, json_error, text_error};
+use stasis_ingress::api::AdminApi;
+use stasis_ingress::forward::Forwarder;
+use stasis_ingress::router::Router;
+
+use crate::server::{Bound, ClusterConfig, DRAIN, ServeOptions};
 
 /// A control plane this replica serves with, and its background tasks
 /// (aborted when it is dropped).
@@ -240,7 +243,7 @@ pub async fn serve_replica(
         .with_context(|| format!("creating data dir {}", options.config.data_dir.display()))?;
     let _lock = stasis_core::durable::lock_data_dir(&options.config.data_dir)?;
     let etcd = Etcd::connect(&cluster.etcd).await?;
-    let mine = options.config.cluster_settings();
+    let mine = options.config.cluster_settings(true);
     let stored = etcd
         .settle_settings(&mine)
         .await
@@ -263,7 +266,7 @@ pub async fn serve_replica(
         // Only the admin API is forwarded: its largest body is a module.
         forwarder: Forwarder::new(
             &me.name,
-            crate::control::MAX_TEMPLATE_BYTES,
+            stasis_control::MAX_TEMPLATE_BYTES,
             limits.request_timeout + Duration::from_secs(5),
         ),
         me,
@@ -276,7 +279,7 @@ pub async fn serve_replica(
     };
     let listen = |listener: TcpListener, which: Listener, rx| {
         let replica = replica.clone();
-        tokio::spawn(crate::http::serve(
+        tokio::spawn(stasis_http::serve::serve(
             listener,
             move |req, _| {
                 let replica = replica.clone();
@@ -330,14 +333,18 @@ async fn open(
     let metrics = Arc::new(Metrics::new(options.metrics_per_actor));
     let workers = etcd.watch_workers_listed().await?;
     let registered = workers.borrow().clone();
-    let (role, directory): (Role, Arc<dyn crate::control::directory::Directory>) = match leadership
-    {
+    let (role, directory): (Role, Arc<dyn Directory>) = match leadership {
         Some(leadership) => (Role::Leader, etcd.leader_directory(leadership)),
         None => (Role::Follower, etcd.directory()),
     };
-    let control =
-        ControlPlane::open_replica(options.config.clone(), metrics, directory, registered, role)
-            .await?;
+    let control = crate::assemble::open_replica(
+        options.config.clone(),
+        metrics,
+        directory,
+        &registered,
+        role,
+    )
+    .await?;
     let mut tasks = vec![tokio::spawn(control.clone().follow_registrations(workers))];
     let mut applied_revision = None;
     match role {

@@ -11,19 +11,34 @@ use anyhow::Context as _;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::api::AdminApi;
-use crate::control::{ControlPlane, ServeConfig};
-use crate::metrics::Metrics;
-use crate::router::Router;
+use stasis_cluster::etcd::EtcdOptions;
+use stasis_contract::metrics::Metrics;
+use stasis_control::ServeConfig;
+use stasis_ingress::api::AdminApi;
+use stasis_ingress::router::Router;
 
 /// How long open connections get to finish at shutdown.
 pub(crate) const DRAIN: Duration = Duration::from_secs(10);
+
+/// Cluster mode: the directory, membership and leadership in etcd.
+#[derive(Debug, Clone)]
+pub struct ClusterConfig {
+    /// The etcd cluster (`--directory etcd://...`, `--etcd-*`).
+    pub etcd: EtcdOptions,
+    /// TTL of the leases of workers and of the leader (`--lease-ttl`).
+    pub lease_ttl: Duration,
+    /// Host other replicas reach this one's listeners at (`--advertise`).
+    pub advertise: Option<String>,
+}
 
 /// Everything `stasis serve` needs.
 #[derive(Debug, Clone)]
 pub struct ServeOptions {
     /// Control plane and worker settings.
     pub config: ServeConfig,
+    /// Cluster mode (`--directory etcd://...`); `None` for the embedded
+    /// directory (`stasis.db` in the data dir).
+    pub cluster: Option<ClusterConfig>,
     /// Ingress address (`--listen`; port 0 picks one).
     pub listen: SocketAddr,
     /// Admin API address (`--admin-listen`).
@@ -67,7 +82,7 @@ pub(crate) async fn bind(
 
 /// Runs `stasis serve` until `shutdown` resolves. `ready` is called once
 /// both listeners are bound and every actor is recovered. In cluster mode
-/// (`config.cluster`) this is one replica (see [`crate::replica`]).
+/// (`options.cluster`) this is one replica (see [`crate::replica`]).
 ///
 /// # Errors
 /// If the admin API would be exposed beyond loopback without a token, a
@@ -84,14 +99,15 @@ pub async fn serve(
             options.admin_listen
         );
     }
-    if let Some(cluster) = options.config.cluster.clone() {
+    if let Some(cluster) = options.cluster.clone() {
         return crate::replica::serve_replica(options, cluster, shutdown, ready).await;
     }
     let metrics = Arc::new(Metrics::new(options.metrics_per_actor));
     let config = options.config.clone();
-    let control = tokio::task::spawn_blocking(move || ControlPlane::open(config, metrics))
-        .await
-        .context("opening the control plane")??;
+    let control =
+        tokio::task::spawn_blocking(move || crate::assemble::open_embedded(config, metrics))
+            .await
+            .context("opening the control plane")??;
     let (ingress, admin, bound) = bind(&options).await?;
     let housekeeping = tokio::spawn(control.clone().run_housekeeping());
     let detector = tokio::spawn(control.clone().run_failure_detector());
@@ -104,7 +120,7 @@ pub async fn serve(
         let _ = rx.wait_for(|s| *s).await;
     };
     let router = Arc::new(Router::new(control.clone(), &options.domain));
-    let ingress_task = tokio::spawn(crate::http::serve(
+    let ingress_task = tokio::spawn(stasis_http::serve::serve(
         ingress,
         move |req, _| {
             let router = router.clone();
@@ -114,7 +130,7 @@ pub async fn serve(
         DRAIN,
     ));
     let api = Arc::new(AdminApi::new(control.clone(), options.admin_token.clone()));
-    let admin_task = tokio::spawn(crate::http::serve(
+    let admin_task = tokio::spawn(stasis_http::serve::serve(
         admin,
         move |req, _| {
             let api = api.clone();

@@ -14,7 +14,7 @@ use bytes::Bytes;
 
 use crate::client::{AdminClient, Payload};
 use crate::output::{self, Json};
-pub use crate::verbs::ClientCommand;
+pub(crate) use crate::verbs::ClientCommand;
 use crate::verbs::WorkerCommand;
 use plan::{Body, View, plan};
 use render::{print, read_module, render};
@@ -26,7 +26,7 @@ use render::{print, read_module, render};
 /// One line for stderr, starting with the verb and its target, e.g.
 /// `actor pause c9: 404 no actor named "c9"`: the server's refusal, an
 /// unreachable admin URL, or an unreadable module file.
-pub async fn run(command: ClientCommand) -> anyhow::Result<()> {
+pub(crate) async fn run(command: ClientCommand) -> anyhow::Result<()> {
     if let ClientCommand::Worker(WorkerCommand::Run(args)) = command {
         return crate::worker_run::run(*args).await;
     }

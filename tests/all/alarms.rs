@@ -119,12 +119,12 @@ async fn an_alarm_wakes_a_paused_actor_and_a_cancelled_one_never_fires() {
     );
     server.cli_ok(&["actor", "pause", "sleeper"]);
     assert_eq!(state(&server, "sleeper"), "paused");
-    // Nothing touches the actor until well after its alarm: the alarm
-    // alone resumes it.
-    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    // Nothing touches the actor until its alarm has fired (the metric is
+    // counted once the handler answered; scraping it touches no actor):
+    // the alarm alone resumes it.
+    wait_metric(&server, "stasis_alarms_fired_total", 1.0).await;
     assert_eq!(state(&server, "sleeper"), "running");
     assert_eq!(fired(&server, "sleeper").await, 1);
-    wait_metric(&server, "stasis_alarms_fired_total", 1.0).await;
     wait_metric(&server, "stasis_alarms_pending", 0.0).await;
     assert_eq!(
         ask(&server, "sleeper", "GET", "/alarm").await.1,
@@ -198,8 +198,8 @@ async fn an_alarm_follows_a_migration_and_fires_once_on_the_new_worker() {
     set_alarm(&server, "rover", 1_500, "").await;
     let moved = server.cli_json(&["actor", "migrate", "rover", "--to", to]);
     assert_eq!(moved["worker"], to.as_str());
-    tokio::time::sleep(Duration::from_millis(1_500)).await;
-    wait_fired(&server, "rover", 1, Duration::from_secs(5)).await;
+    // Due 1.5 s after it was set.
+    wait_fired(&server, "rover", 1, Duration::from_millis(6_500)).await;
     assert_eq!(server.worker_of("rover"), *to);
     tokio::time::sleep(Duration::from_millis(700)).await;
     assert_eq!(fired(&server, "rover").await, 1, "fired once");

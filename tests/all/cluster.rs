@@ -3,11 +3,13 @@
 //! processes on loopback.
 
 use std::collections::HashMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use stasis_test_util::demos::{count_in, echo_answer};
 
-use crate::support::{RemoteWorker, Server, client, count, post, send, to_actor};
+use crate::support::{
+    RemoteWorker, Server, client, count, install_delay_line, post, send, to_actor,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn counter_migrates_between_two_worker_processes() {
@@ -24,7 +26,17 @@ async fn counter_migrates_between_two_worker_processes() {
     let moved = server.cli_json(&["actor", "migrate", "mover", "--to", to]);
     assert_eq!(moved["worker"], to.as_str());
     assert_eq!(moved["epoch"], 2);
-    assert!(moved["downtime_ms"].as_f64().expect("downtime_ms") >= 0.0);
+    // The move reports the time its gate was closed, in milliseconds
+    // rounded to the microsecond: a capture, a ship to another process and
+    // an install take far more than a microsecond, so 0 would mean the
+    // downtime was never measured.
+    let downtime = moved["downtime_ms"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("downtime_ms is not a number: {moved}"));
+    assert!(
+        downtime.is_finite() && downtime > 0.0,
+        "downtime_ms {downtime}: {moved}"
+    );
     let answer = post(&server, "mover").await;
     assert_eq!(
         answer.body,
@@ -117,7 +129,10 @@ async fn target_killed_mid_migration_rolls_back_to_the_source() {
     let mut target = RemoteWorker::start(
         &server,
         "w-slow",
-        &[("STASIS_FAILPOINT_INSTALL_DELAY_MS", "3000")],
+        &[
+            ("STASIS_FAILPOINT_INSTALL_DELAY_MS", "3000"),
+            ("STASIS_LOG", "info"),
+        ],
     );
     server.push("counter");
     server.create("steady", "counter");
@@ -129,7 +144,9 @@ async fn target_killed_mid_migration_rolls_back_to_the_source() {
         assert_eq!(count(&post(&server, "steady").await), n);
     }
     let migrate = server.migrate_in_background("steady", "w-slow");
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    // Under way once the install reached the target: the gate is closed
+    // for the 3 s the target delays it.
+    target.wait_for_log(&install_delay_line("steady")).await;
     // A request during the move is held at the gate, then served.
     let held = tokio::spawn({
         let addr = server.ingress;
@@ -162,10 +179,13 @@ async fn target_killed_mid_migration_rolls_back_to_the_source() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_held_at_a_moving_actors_gate_count_against_max_held() {
     let server = Server::start(&["--workers", "1", "--max-held", "2"]);
-    let _target = RemoteWorker::start(
+    let target = RemoteWorker::start(
         &server,
         "w-slow",
-        &[("STASIS_FAILPOINT_INSTALL_DELAY_MS", "1500")],
+        &[
+            ("STASIS_FAILPOINT_INSTALL_DELAY_MS", "1500"),
+            ("STASIS_LOG", "info"),
+        ],
     );
     server.push("counter");
     server.create("gated", "counter");
@@ -174,9 +194,10 @@ async fn requests_held_at_a_moving_actors_gate_count_against_max_held() {
     }
     assert_eq!(count(&post(&server, "gated").await), 1);
     let migrate = server.migrate_in_background("gated", "w-slow");
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    // The gate is closed for about a second more: two requests wait there,
-    // the next three are refused at once.
+    // Once the install reached the target, the gate stays closed for the
+    // 1.5 s the target delays it: two requests wait there, the next three
+    // are refused at once.
+    target.wait_for_log(&install_delay_line("gated")).await;
     let c = client();
     let mut waiting = Vec::new();
     for _ in 0..5 {
@@ -269,8 +290,20 @@ async fn paused_actors_of_a_killed_worker_resume_elsewhere() {
         on_doomed.push(name);
     }
     doomed.kill();
-    tokio::time::sleep(Duration::from_millis(1500)).await;
     server.wait_for_worker("w-doomed", "lost");
+    // Declared lost, its actors are re-placed in the background: wait
+    // until every one has landed on worker-1.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while on_doomed
+        .iter()
+        .any(|name| server.worker_of(name) != "worker-1")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the lost worker's actors were never re-placed"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     for (i, name) in on_doomed.iter().enumerate() {
         assert_eq!(server.worker_of(name), "worker-1");
         assert_eq!(

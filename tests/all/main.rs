@@ -68,3 +68,4 @@ mod replicas;
 mod replicas_faults;
 mod restart;
 mod retention;
+mod structure;

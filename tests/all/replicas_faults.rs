@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use stasis_test_util::Proc;
 
 use crate::replicas::{ONE_CLUSTER, deployment, echo, post_retrying, served, signal};
-use crate::support::{STASIS, client, count, send, to_actor};
+use crate::support::{STASIS, client, count, install_delay_line, send, to_actor};
 use stasis_test_util::cluster::Deployment;
 
 /// `stasis ARGS`' stderr, asserting that it failed within `within`.
@@ -339,7 +339,7 @@ async fn a_leader_frozen_mid_move_cannot_switch_the_placement_once_another_leads
         );
     }
     // w2 installs each moved actor only after 5 s: the move is long.
-    let (_w2, _dir) = start_worker(&d, "w2", &[("STASIS_FAILPOINT_INSTALL_DELAY_MS", "5000")])
+    let (w2, _dir) = start_worker(&d, "w2", &[("STASIS_FAILPOINT_INSTALL_DELAY_MS", "5000")])
         .expect("w2 starts");
     d.wait_for_workers(2);
     let old = d.leader();
@@ -352,8 +352,18 @@ async fn a_leader_frozen_mid_move_cannot_switch_the_placement_once_another_leads
             .env("STASIS_ADMIN", admin)
             .output()
     });
-    // Captured on w1, waiting for w2: freeze the leader past its lease.
-    std::thread::sleep(Duration::from_millis(1000));
+    // Captured on w1, waiting for w2 (which logs the install it delays):
+    // freeze the leader past its lease.
+    let installing = install_delay_line("z1");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !w2.log().contains(&installing) {
+        assert!(
+            Instant::now() < deadline,
+            "the move never reached w2: {}",
+            w2.log()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let pid = d.replica(old).process.pid();
     signal(pid, "STOP");
     let deadline = Instant::now() + Duration::from_secs(20);

@@ -2,7 +2,7 @@
 //! process wrapper, the request core and the engine helpers are shared with
 //! the benches in `stasis-test-util`; this module adds what only tests use:
 //! a `Server` that knows the CLI verbs, remote workers, and raw HTTP.
-#![allow(dead_code)]
+#![allow(dead_code, reason = "shared by every test module; each uses a part")]
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -13,21 +13,21 @@ use stasis_test_util::demos::count_in;
 use stasis_test_util::http::{Http, Reply};
 use stasis_test_util::{Artifacts, Proc};
 
-pub use stasis_test_util::http::{actor_host, burst, client};
+pub(crate) use stasis_test_util::http::{actor_host, burst, client};
 
 /// The `stasis` binary and demo actors of this crate.
-pub const STASIS: Artifacts = stasis_test_util::artifacts!();
+pub(crate) const STASIS: Artifacts = stasis_test_util::artifacts!();
 
 /// Server logs are echoed to stderr when this variable is set.
 const ECHO_LOG: &str = "STASIS_TEST_LOG";
 
 /// Path of a demo actor module.
-pub fn demo(name: &str) -> PathBuf {
+pub(crate) fn demo(name: &str) -> PathBuf {
     STASIS.demo(name)
 }
 
 /// A running `stasis serve` with its own data dir; killed on drop.
-pub struct Server {
+pub(crate) struct Server {
     process: Proc,
     pub ingress: SocketAddr,
     pub admin: SocketAddr,
@@ -37,7 +37,7 @@ pub struct Server {
 
 impl Server {
     /// Starts `stasis serve` on a new temporary data dir with `extra` flags.
-    pub fn start(extra: &[&str]) -> Server {
+    pub(crate) fn start(extra: &[&str]) -> Server {
         let tmp = tempfile::tempdir().expect("tempdir");
         let dir = tmp.path().join("data");
         let mut server = Self::start_in(&dir, extra).expect("serve starts");
@@ -46,7 +46,7 @@ impl Server {
     }
 
     /// Starts `stasis serve` on `data_dir`; Err(stderr) if it exits instead.
-    pub fn start_in(data_dir: &Path, extra: &[&str]) -> Result<Server, String> {
+    pub(crate) fn start_in(data_dir: &Path, extra: &[&str]) -> Result<Server, String> {
         let mut command = STASIS.serve(data_dir, extra);
         command.env("STASIS_LOG", "info");
         let echo = std::env::var_os(ECHO_LOG).is_some();
@@ -61,17 +61,17 @@ impl Server {
     }
 
     /// Everything the server wrote to stderr so far (its log).
-    pub fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         self.process.log()
     }
 
     /// The admin URL.
-    pub fn admin_url(&self) -> String {
+    pub(crate) fn admin_url(&self) -> String {
         format!("http://{}", self.admin)
     }
 
     /// Runs a client verb of the real binary against this server.
-    pub fn cli(&self, args: &[&str]) -> Output {
+    pub(crate) fn cli(&self, args: &[&str]) -> Output {
         self.cli_command(args).output().expect("run stasis")
     }
 
@@ -84,19 +84,23 @@ impl Server {
 
     /// Runs `stasis actor migrate ACTOR --to TO -o json` on a blocking
     /// thread, so the test can act while the move runs.
-    pub fn migrate_in_background(&self, actor: &str, to: &str) -> tokio::task::JoinHandle<Output> {
+    pub(crate) fn migrate_in_background(
+        &self,
+        actor: &str,
+        to: &str,
+    ) -> tokio::task::JoinHandle<Output> {
         self.cli_in_background(&["actor", "migrate", actor, "--to", to, "-o", "json"])
     }
 
     /// Runs `stasis ARGS` against this server on a blocking thread, so the
     /// test can act (or watch) while the verb runs.
-    pub fn cli_in_background(&self, args: &[&str]) -> tokio::task::JoinHandle<Output> {
+    pub(crate) fn cli_in_background(&self, args: &[&str]) -> tokio::task::JoinHandle<Output> {
         let mut command = self.cli_command(args);
         tokio::task::spawn_blocking(move || command.output().expect("run stasis"))
     }
 
     /// Runs a client verb and returns stdout; panics with stderr on failure.
-    pub fn cli_ok(&self, args: &[&str]) -> String {
+    pub(crate) fn cli_ok(&self, args: &[&str]) -> String {
         let out = self.cli(args);
         assert!(
             out.status.success(),
@@ -107,7 +111,7 @@ impl Server {
     }
 
     /// Runs a client verb with `-o json` and parses its output.
-    pub fn cli_json(&self, args: &[&str]) -> serde_json::Value {
+    pub(crate) fn cli_json(&self, args: &[&str]) -> serde_json::Value {
         let mut args = args.to_vec();
         args.extend(["-o", "json"]);
         let out = self.cli_ok(&args);
@@ -115,7 +119,7 @@ impl Server {
     }
 
     /// Pushes a demo template under its own name.
-    pub fn push(&self, demo_name: &str) {
+    pub(crate) fn push(&self, demo_name: &str) {
         let path = demo(demo_name);
         self.cli_ok(&[
             "template",
@@ -126,12 +130,12 @@ impl Server {
     }
 
     /// Creates `actor` from `template`.
-    pub fn create(&self, actor: &str, template: &str) -> serde_json::Value {
+    pub(crate) fn create(&self, actor: &str, template: &str) -> serde_json::Value {
         self.cli_json(&["actor", "create", actor, "--template", template])
     }
 
     /// Stops gracefully and starts again on the same data dir.
-    pub fn restart(mut self, extra: &[&str]) -> Server {
+    pub(crate) fn restart(mut self, extra: &[&str]) -> Server {
         let tmp = self._tmp.take();
         let dir = self.stop();
         let mut server = Server::start_in(&dir, extra).expect("restart on the same data dir");
@@ -141,21 +145,21 @@ impl Server {
 
     /// Sends SIGTERM and waits for a clean exit (graceful shutdown). The
     /// data dir is deleted with `self` unless it was given to `start_in`.
-    pub fn stop(&mut self) -> PathBuf {
+    pub(crate) fn stop(&mut self) -> PathBuf {
         let status = self.process.terminate(Duration::from_secs(30));
         assert!(status.success(), "serve exited with {status}");
         self.data_dir.clone()
     }
 
     /// Kills the server with SIGKILL and waits for it.
-    pub fn kill(&mut self) {
+    pub(crate) fn kill(&mut self) {
         self.process.kill();
     }
 }
 
 /// A response as tests look at it: [`Reply`] with the body as text.
 #[derive(Debug, Clone)]
-pub struct Answer {
+pub(crate) struct Answer {
     pub status: u16,
     pub headers: hyper::HeaderMap,
     pub body: String,
@@ -172,7 +176,7 @@ impl From<Reply> for Answer {
 }
 
 /// Sends `method` to `host` (Host header) at `addr` with `body`.
-pub async fn send(
+pub(crate) async fn send(
     client: &Http,
     addr: SocketAddr,
     method: &str,
@@ -187,7 +191,7 @@ pub async fn send(
 
 /// Sends a bodiless `method path` to actor `actor` through the ingress at
 /// `addr`.
-pub async fn to_actor(
+pub(crate) async fn to_actor(
     client: &Http,
     addr: SocketAddr,
     actor: &str,
@@ -198,20 +202,20 @@ pub async fn to_actor(
 }
 
 /// POSTs to actor `actor` on `server` and returns the answer.
-pub async fn post(server: &Server, actor: &str) -> Answer {
+pub(crate) async fn post(server: &Server, actor: &str) -> Answer {
     to_actor(&client(), server.ingress, actor, "POST", "/").await
 }
 
 /// The count in a counting demo's answer (`... preserved memory count: N`,
 /// `count: N`); panics unless the answer is a 200 with a count.
-pub fn count(answer: &Answer) -> u64 {
+pub(crate) fn count(answer: &Answer) -> u64 {
     assert_eq!(answer.status, 200, "unexpected answer {answer:?}");
     count_in(&answer.body).unwrap_or_else(|| panic!("no count in {:?}", answer.body))
 }
 
 /// Writes raw bytes to `addr` and returns the raw response (the connection
 /// is closed by the request's `Connection: close`).
-pub async fn raw(addr: SocketAddr, request: &str) -> String {
+pub(crate) async fn raw(addr: SocketAddr, request: &str) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
     stream.write_all(request.as_bytes()).await.expect("write");
@@ -221,7 +225,7 @@ pub async fn raw(addr: SocketAddr, request: &str) -> String {
 }
 
 /// The status code of a raw HTTP/1.1 response.
-pub fn raw_status(response: &str) -> u16 {
+pub(crate) fn raw_status(response: &str) -> u16 {
     response
         .split_whitespace()
         .nth(1)
@@ -230,7 +234,7 @@ pub fn raw_status(response: &str) -> u16 {
 }
 
 /// A running `stasis worker run`; killed on drop.
-pub struct RemoteWorker {
+pub(crate) struct RemoteWorker {
     process: Proc,
     pub name: String,
     pub listen: SocketAddr,
@@ -240,7 +244,7 @@ pub struct RemoteWorker {
 impl RemoteWorker {
     /// Starts a remote worker named `name` joining `server`, with extra
     /// environment variables (e.g. failpoints).
-    pub fn start(server: &Server, name: &str, env: &[(&str, &str)]) -> RemoteWorker {
+    pub(crate) fn start(server: &Server, name: &str, env: &[(&str, &str)]) -> RemoteWorker {
         let tmp = tempfile::tempdir().expect("tempdir");
         let mut command = STASIS.worker(&server.admin_url(), name, &tmp.path().join("data"));
         command.envs(env.iter().copied());
@@ -258,29 +262,55 @@ impl RemoteWorker {
     }
 
     /// SIGKILL.
-    pub fn kill(&mut self) {
+    pub(crate) fn kill(&mut self) {
         self.process.kill();
     }
 
     /// Everything the worker wrote to stderr so far (its log).
-    pub fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         self.process.log()
     }
 
     /// The worker process's id (to send it signals, e.g. SIGSTOP/SIGCONT).
-    pub fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.process.pid()
     }
 
     /// SIGTERM, and wait for the exit (30 s at most).
-    pub fn terminate(&mut self) -> std::process::ExitStatus {
+    pub(crate) fn terminate(&mut self) -> std::process::ExitStatus {
         self.process.terminate(Duration::from_secs(30))
     }
+
+    /// Waits until the worker's log contains `text` (10 s at most); panics
+    /// with the log otherwise.
+    pub(crate) async fn wait_for_log(&self, text: &str) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let log = self.log();
+            if log.contains(text) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "worker {} never logged {text:?}:\n{log}",
+                self.name
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+/// What a worker started with `STASIS_FAILPOINT_INSTALL_DELAY_MS` logs
+/// when a move's install of `actor` reaches it and starts waiting out the
+/// delay: from then until the delay ends the move is under way (the
+/// actor captured, its gate closed).
+pub(crate) fn install_delay_line(actor: &str) -> String {
+    format!("failpoint: install of {actor} waits")
 }
 
 impl Server {
     /// The text of `GET /metrics` on the admin port (asserts 200).
-    pub async fn metrics(&self) -> String {
+    pub(crate) async fn metrics(&self) -> String {
         let answer = send(
             &client(),
             self.admin,
@@ -295,7 +325,7 @@ impl Server {
     }
 
     /// Waits until `worker list` shows `name` in `state` (10 s at most).
-    pub fn wait_for_worker(&self, name: &str, state: &str) {
+    pub(crate) fn wait_for_worker(&self, name: &str, state: &str) {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             let list = self.cli_json(&["worker", "list"]);
@@ -316,7 +346,7 @@ impl Server {
     }
 
     /// The worker `actor` is placed on.
-    pub fn worker_of(&self, actor: &str) -> String {
+    pub(crate) fn worker_of(&self, actor: &str) -> String {
         self.cli_json(&["actor", "get", actor])["worker"]
             .as_str()
             .expect("worker")
@@ -327,7 +357,7 @@ impl Server {
 /// An HTTP/2 connection with prior knowledge (h2c) to `addr`: the request
 /// sender and the task driving the connection (it ends when the connection
 /// closes).
-pub async fn h2c(
+pub(crate) async fn h2c(
     addr: SocketAddr,
 ) -> (
     hyper::client::conn::http2::SendRequest<http_body_util::Full<bytes::Bytes>>,

@@ -13,23 +13,23 @@ use wasmtime::Val;
 
 /// The ABI custom section, a one-page memory and a 3-byte bincode
 /// `Response { status: 200, headers: [], body: [] }` at offset 16.
-pub const BASE: &str = r#"
+pub(crate) const BASE: &str = r#"
   (@custom "stasis-abi" "\01\00\00\00")
   (memory 1)
   (data (i32.const 16) "\c8\00\00")
 "#;
 
 /// `stasis_alloc` (a fixed buffer at 1024).
-pub const ALLOC: &str = r#"
+pub(crate) const ALLOC: &str = r#"
   (func (export "stasis_alloc") (param i32) (result i32) (i32.const 1024))
 "#;
 
 /// `(16 << 32) | 3`: the response at offset 16.
-pub const RESPONSE_16: &str = "(i64.const 0x1000000003)";
+pub(crate) const RESPONSE_16: &str = "(i64.const 0x1000000003)";
 
 /// A module of `fields` plus `stasis_alloc` and a `stasis_handle` running
 /// `handler` and answering the response at offset 16.
-pub fn guest(fields: &str, handler: &str) -> Vec<u8> {
+pub(crate) fn guest(fields: &str, handler: &str) -> Vec<u8> {
     let text = format!(
         r#"(module
   {fields}
@@ -41,29 +41,29 @@ pub fn guest(fields: &str, handler: &str) -> Vec<u8> {
     wat::parse_str(&text).unwrap_or_else(|e| panic!("bad test WAT: {e}\n{text}"))
 }
 
-pub fn new_engine() -> Arc<StasisEngine> {
+pub(crate) fn new_engine() -> Arc<StasisEngine> {
     StasisEngine::new(Limits::default()).expect("engine")
 }
 
 /// A fresh cache (no shared compiled code) on `engine`.
-pub fn load(engine: &StasisEngine, wasm: &[u8]) -> Arc<Template> {
+pub(crate) fn load(engine: &StasisEngine, wasm: &[u8]) -> Arc<Template> {
     ModuleCache::new(engine.engine().clone(), engine.linker().clone(), None)
         .load(wasm)
         .expect("template loads")
 }
 
-pub fn load_err(engine: &StasisEngine, wasm: &[u8]) -> ModuleError {
+pub(crate) fn load_err(engine: &StasisEngine, wasm: &[u8]) -> ModuleError {
     match ModuleCache::new(engine.engine().clone(), engine.linker().clone(), None).load(wasm) {
         Ok(_) => panic!("module was accepted"),
         Err(e) => e,
     }
 }
 
-pub fn config() -> InstanceConfig {
+pub(crate) fn config() -> InstanceConfig {
     InstanceConfig::new("actor", "worker-1", Vec::new())
 }
 
-pub fn post() -> Request {
+pub(crate) fn post() -> Request {
     Request {
         method: "POST".into(),
         uri: "/".into(),
@@ -71,7 +71,7 @@ pub fn post() -> Request {
     }
 }
 
-pub async fn call_ok(inst: &mut ActorInstance) -> Response {
+pub(crate) async fn call_ok(inst: &mut ActorInstance) -> Response {
     let response = inst.call(&post()).await.expect("guest call");
     assert_eq!(response.status, 200);
     assert!(response.headers.is_empty() && response.body.is_empty());
@@ -80,7 +80,7 @@ pub async fn call_ok(inst: &mut ActorInstance) -> Response {
 
 /// A fresh engine, cache and template for `wasm`, and `bytes` restored
 /// into a fresh instance of it.
-pub async fn restore_fresh(
+pub(crate) async fn restore_fresh(
     wasm: &[u8],
     bytes: &[u8],
     config: InstanceConfig,
@@ -95,12 +95,12 @@ pub async fn restore_fresh(
     (engine, inst)
 }
 
-pub fn sha256(data: &[u8]) -> [u8; 32] {
+pub(crate) fn sha256(data: &[u8]) -> [u8; 32] {
     Sha256::digest(data).into()
 }
 
 /// Sets the CRC32C trailer of a (patched) snapshot.
-pub fn reseal(bytes: &mut [u8]) {
+pub(crate) fn reseal(bytes: &mut [u8]) {
     let n = bytes.len() - 4;
     let crc = crc32c::crc32c(&bytes[..n]);
     bytes[n..].copy_from_slice(&crc.to_le_bytes());
@@ -108,7 +108,7 @@ pub fn reseal(bytes: &mut [u8]) {
 
 /// Replaces the header of `bytes` by `header` (same encoded length: the
 /// header uses fixed-int encoding) and reseals the file.
-pub fn rewrite_header(bytes: &[u8], header: &Header) -> Vec<u8> {
+pub(crate) fn rewrite_header(bytes: &[u8], header: &Header) -> Vec<u8> {
     let len = u32::from_le_bytes(bytes[12..16].try_into().unwrap()) as usize;
     let encoded = snapshot::encode_header(header).unwrap();
     assert_eq!(encoded.len(), len, "fixed-int header changed length");
@@ -118,7 +118,7 @@ pub fn rewrite_header(bytes: &[u8], header: &Header) -> Vec<u8> {
     out
 }
 
-pub fn val_bits(v: &Val) -> (&'static str, u128) {
+pub(crate) fn val_bits(v: &Val) -> (&'static str, u128) {
     match v {
         Val::I32(x) => ("i32", u128::from(*x as u32)),
         Val::I64(x) => ("i64", u128::from(*x as u64)),
@@ -130,7 +130,7 @@ pub fn val_bits(v: &Val) -> (&'static str, u128) {
 }
 
 /// A small guest with globals, a page at 0 and a page at 8192.
-pub fn small_guest(max_pages: Option<u32>) -> Vec<u8> {
+pub(crate) fn small_guest(max_pages: Option<u32>) -> Vec<u8> {
     let memory = match max_pages {
         Some(max) => format!("(memory 1 {max})"),
         None => "(memory 1)".to_owned(),
@@ -150,7 +150,7 @@ pub fn small_guest(max_pages: Option<u32>) -> Vec<u8> {
     )
 }
 
-pub async fn small_snapshot(wasm: &[u8]) -> (Arc<StasisEngine>, Arc<Template>, Vec<u8>) {
+pub(crate) async fn small_snapshot(wasm: &[u8]) -> (Arc<StasisEngine>, Arc<Template>, Vec<u8>) {
     let engine = new_engine();
     let template = load(&engine, wasm);
     let mut inst = ActorInstance::spawn(&engine, template.clone(), config())

@@ -1,0 +1,346 @@
+//! The client half of the worker protocol: [`Peer`] (the shared HTTP
+//! client core with the cluster's error conventions) and [`WorkerClient`],
+//! the [`WorkerApi`] of a `stasis worker run` process.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use hyper::Method;
+use serde::{Deserialize, Serialize};
+use stasis_host_api::{Request, Response};
+
+use stasis_contract::client_gone::ClientGone;
+use stasis_contract::error::{ApiError, ErrorKind};
+use stasis_contract::proto::{
+    CALL_HEADER, CONNECT_TIMEOUT, EPOCH_HEADER, InstallSpec, LIVE_HEADER, Op, PEER_TIMEOUT,
+    ResumeRequest, SEQ_HEADER, SPEC_HEADER, STATUS_TIMEOUT, WorkerPath,
+};
+use stasis_contract::status::{ActorStatus, Captured, ResumeFrom, SnapshotReport};
+use stasis_contract::worker_api::{HostSpec, Location, WorkerApi};
+use stasis_http::client::{Answer, HttpClient};
+
+/// An HTTP client for one peer of the cluster (a worker, or the control
+/// plane): a non-2xx answer becomes the [`ApiError`] it carries, a peer
+/// that does not answer a 503 naming it.
+#[derive(Debug, Clone)]
+pub struct Peer {
+    http: HttpClient,
+    what: String,
+}
+
+impl Peer {
+    /// A client for `base` (e.g. `http://127.0.0.1:7071`), named `what` in
+    /// errors, sending `token` as a bearer token.
+    ///
+    /// # Errors
+    /// 400 if the token cannot be a header value.
+    pub fn new(base: &str, token: Option<&str>, what: &str) -> Result<Self, ApiError> {
+        Ok(Self {
+            http: HttpClient::new(base, token, CONNECT_TIMEOUT)?,
+            what: what.to_owned(),
+        })
+    }
+
+    /// The base URL.
+    #[must_use]
+    pub fn base(&self) -> &str {
+        self.http.base()
+    }
+
+    /// Sends a request and waits at most [`PEER_TIMEOUT`].
+    ///
+    /// # Errors
+    /// The peer's error answer; 503 if it does not answer.
+    pub async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Bytes,
+    ) -> Result<Answer, ApiError> {
+        self.send_within(PEER_TIMEOUT, method, path, headers, body)
+            .await
+    }
+
+    /// [`Peer::send`] with its own bound on the exchange.
+    ///
+    /// # Errors
+    /// As [`Peer::send`].
+    pub async fn send_within(
+        &self,
+        timeout: Duration,
+        method: Method,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Bytes,
+    ) -> Result<Answer, ApiError> {
+        self.http
+            .exchange(method, path, headers, body, Some(timeout))
+            .await
+            .map_err(|e| {
+                ApiError::unavailable(format!("{} unreachable ({}): {e}", self.what, self.base()))
+            })?
+            .success()
+    }
+
+    /// Sends JSON and decodes a JSON answer.
+    ///
+    /// # Errors
+    /// As [`Peer::send`], or 502 for an undecodable answer.
+    pub async fn json<T: for<'de> Deserialize<'de>>(
+        &self,
+        method: Method,
+        path: &str,
+        body: &impl Serialize,
+    ) -> Result<T, ApiError> {
+        let body = serde_json::to_vec(body).map_err(ApiError::internal)?;
+        let answer = self
+            .send(
+                method,
+                path,
+                &[("content-type", "application/json")],
+                body.into(),
+            )
+            .await?;
+        self.decode(&answer.body)
+    }
+
+    fn decode<T: for<'de> Deserialize<'de>>(&self, body: &[u8]) -> Result<T, ApiError> {
+        serde_json::from_slice(body)
+            .map_err(|e| ApiError::bad_gateway(format!("bad answer from {}: {e}", self.what)))
+    }
+}
+
+/// The [`WorkerApi`] of a remote worker, over its internal HTTP API.
+pub struct WorkerClient {
+    name: String,
+    address: String,
+    peer: Peer,
+}
+
+impl WorkerClient {
+    /// A client of worker `name` at `address` (`host:port`), sending
+    /// `token` as a bearer token.
+    ///
+    /// # Errors
+    /// 400 if the token cannot be a header value.
+    pub fn new(name: &str, address: &str, token: Option<&str>) -> Result<Self, ApiError> {
+        Ok(Self {
+            name: name.to_owned(),
+            address: address.to_owned(),
+            peer: Peer::new(
+                &format!("http://{address}"),
+                token,
+                &format!("worker {name}"),
+            )?,
+        })
+    }
+
+    async fn op(&self, actor: &str, op: Op, headers: &[(&str, &str)]) -> Result<Answer, ApiError> {
+        let path = WorkerPath::Op(actor, Ok(op)).to_path();
+        self.peer
+            .send(Method::POST, &path, headers, Bytes::new())
+            .await
+    }
+
+    async fn json_op<T: for<'de> Deserialize<'de>>(
+        &self,
+        actor: &str,
+        op: Op,
+        body: &impl Serialize,
+    ) -> Result<T, ApiError> {
+        let path = WorkerPath::Op(actor, Ok(op)).to_path();
+        self.peer.json(Method::POST, &path, body).await
+    }
+}
+
+#[async_trait]
+impl WorkerApi for WorkerClient {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn location(&self) -> Location {
+        Location::Remote(self.address.clone())
+    }
+
+    async fn create(&self, actor: &str, spec: &HostSpec) -> Result<SnapshotReport, ApiError> {
+        self.json_op(actor, Op::Create, spec).await
+    }
+
+    async fn install(
+        &self,
+        actor: &str,
+        spec: &HostSpec,
+        seq: u64,
+        bytes: Option<Bytes>,
+        resume: bool,
+    ) -> Result<(), ApiError> {
+        let spec = InstallSpec {
+            host: spec.clone(),
+            seq,
+            resume,
+        };
+        let spec = serde_json::to_string(&spec).map_err(ApiError::internal)?;
+        let path = WorkerPath::Op(actor, Ok(Op::Install)).to_path();
+        self.peer
+            .send(
+                Method::POST,
+                &path,
+                &[(SPEC_HEADER, &spec)],
+                bytes.unwrap_or_default(),
+            )
+            .await
+            .map(|_| ())
+    }
+
+    async fn call(
+        &self,
+        actor: &str,
+        epoch: u64,
+        request: Arc<Request>,
+        gone: &ClientGone,
+    ) -> Result<Response, ApiError> {
+        let body = stasis_host_api::encode_request(&request)
+            .map_err(|e| ApiError::bad_request(e.to_string()))?;
+        let path = WorkerPath::Op(actor, Ok(Op::Call)).to_path();
+        let epoch = epoch.to_string();
+        let call = call_id();
+        let headers = [(EPOCH_HEADER, epoch.as_str()), (CALL_HEADER, call.as_str())];
+        let forward = self.peer.send(Method::POST, &path, &headers, body.into());
+        tokio::pin!(forward);
+        let answer = tokio::select! {
+            biased;
+            answer = &mut forward => answer,
+            () = gone.cancelled() => {
+                // The client left. The worker decides: it drops the call
+                // unless the guest already runs it, and the call's answer
+                // says which (ABANDONED, or the response, counted with its
+                // status), so that only requests that never ran count as
+                // abandoned. A worker that cannot be told (frozen,
+                // unreachable) is not waited for: the forward is dropped
+                // (which gives the call up too, once the worker sees the
+                // connection close), releasing the actor's gate, and the
+                // outcome is unknown.
+                let abandon = WorkerPath::Op(actor, Ok(Op::Abandon)).to_path();
+                let notice = [(CALL_HEADER, call.as_str())];
+                match self
+                    .peer
+                    .send_within(STATUS_TIMEOUT, Method::POST, &abandon, &notice, Bytes::new())
+                    .await
+                {
+                    Ok(_) => forward.await,
+                    Err(e) => Err(ApiError::new(
+                        ErrorKind::OutcomeUnknown,
+                        format!(
+                            "the client left and worker {} could not be told: {}",
+                            self.name, e.message()
+                        ),
+                    )),
+                }
+            }
+        }?;
+        stasis_host_api::decode_response(&answer.body)
+            .map_err(|e| ApiError::bad_gateway(format!("worker {}: {e}", self.name)))
+    }
+
+    async fn pause(&self, actor: &str) -> Result<SnapshotReport, ApiError> {
+        self.json_op(actor, Op::Pause, &()).await
+    }
+
+    async fn checkpoint(&self, actor: &str) -> Result<SnapshotReport, ApiError> {
+        self.json_op(actor, Op::Checkpoint, &()).await
+    }
+
+    async fn resume(&self, actor: &str, from: ResumeFrom) -> Result<(), ApiError> {
+        let _: serde_json::Value = self
+            .json_op(actor, Op::Resume, &ResumeRequest::from(from))
+            .await?;
+        Ok(())
+    }
+
+    async fn capture(&self, actor: &str) -> Result<Captured, ApiError> {
+        let answer = self.op(actor, Op::Capture, &[]).await?;
+        let seq = answer
+            .header(SEQ_HEADER)
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| {
+                ApiError::bad_gateway(format!("worker {} sent no {SEQ_HEADER}", self.name))
+            })?;
+        let live = answer.header(LIVE_HEADER) == Some("true");
+        Ok(Captured { seq, live })
+    }
+
+    async fn cancel_move(&self, actor: &str) {
+        let _ = self.op(actor, Op::CancelMove, &[]).await;
+    }
+
+    async fn remove(&self, actor: &str) {
+        let path = WorkerPath::Actor(actor).to_path();
+        if let Err(e) = self
+            .peer
+            .send(Method::DELETE, &path, &[], Bytes::new())
+            .await
+        {
+            tracing::warn!(worker = %self.name, actor, "remove failed: {e}");
+        }
+    }
+
+    async fn status(&self, actor: &str) -> Result<ActorStatus, ApiError> {
+        let path = WorkerPath::Actor(actor).to_path();
+        let answer = self
+            .peer
+            .send_within(STATUS_TIMEOUT, Method::GET, &path, &[], Bytes::new())
+            .await?;
+        self.peer.decode(&answer.body)
+    }
+
+    async fn statuses(&self) -> Result<Vec<(String, ActorStatus)>, ApiError> {
+        let path = WorkerPath::Actors.to_path();
+        let answer = self
+            .peer
+            .send_within(STATUS_TIMEOUT, Method::GET, &path, &[], Bytes::new())
+            .await?;
+        serde_json::from_slice(&answer.body).map_err(|e| {
+            ApiError::bad_gateway(format!("worker {}: bad actor list: {e}", self.name()))
+        })
+    }
+}
+
+/// A call id unique among the calls any worker receives: this process's
+/// random key and a counter.
+fn call_id() -> String {
+    use std::hash::BuildHasher as _;
+    use std::sync::OnceLock;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static KEY: OnceLock<u64> = OnceLock::new();
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let key = KEY.get_or_init(|| std::collections::hash_map::RandomState::new().hash_one(0_u8));
+    format!("{key:016x}-{}", NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
+/// How a control plane reaches a joining remote worker: a
+/// [`WorkerClient`] presenting the cluster's bearer token.
+pub struct Connector {
+    token: Option<String>,
+}
+
+impl Connector {
+    /// Clients that present `token` (the admin token, if any).
+    #[must_use]
+    pub fn new(token: Option<String>) -> Self {
+        Self { token }
+    }
+}
+
+impl stasis_contract::worker_api::ConnectWorker for Connector {
+    fn connect(&self, name: &str, address: &str) -> Result<Arc<dyn WorkerApi>, ApiError> {
+        Ok(Arc::new(WorkerClient::new(
+            name,
+            address,
+            self.token.as_deref(),
+        )?))
+    }
+}

@@ -1,0 +1,253 @@
+//! Following a part of the key space as a map that converges: a task on
+//! the background runtime lists the range (paged), watches it from the
+//! next revision and applies puts and deletes; when the watch breaks (a
+//! member died, the connection dropped) or its revision was compacted, it
+//! lists and watches again, backing off from 100 ms to 2 s. Used by
+//! [`Etcd::watch_workers`], [`Etcd::watch_actors`] and
+//! [`Etcd::watch_leader`](super::Etcd::watch_leader).
+//!
+//! The follower also knows the etcd revision its map is current at: the
+//! listing's, then that of each change applied (an event's `mod_revision`,
+//! which for a delete is the delete's revision). [`Etcd::watch_actors`]
+//! publishes it with the map, for read-your-writes (see
+//! `stasis-runtime`'s `replica`).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use etcd_client::{EventType, GetOptions, KeyValue, WatchOptions};
+use serde::de::DeserializeOwned;
+use tokio::sync::watch;
+
+use super::directory::ActorValue;
+use super::{Etcd, WorkerRecord, back_off, prefix_end};
+use stasis_contract::directory::ActorsAt;
+
+/// First pause before re-listing after a failure.
+const FIRST_BACKOFF: Duration = Duration::from_millis(100);
+
+/// The keys a follower follows.
+#[derive(Clone)]
+pub(crate) enum Range {
+    /// Every key under this prefix (ending in `/`); map keys are the rest.
+    Under(String),
+    /// This one key; its map key is `""`.
+    Key(String),
+}
+
+impl Range {
+    fn start(&self) -> &str {
+        match self {
+            Range::Under(k) | Range::Key(k) => k,
+        }
+    }
+
+    fn name(&self, key: &[u8]) -> String {
+        String::from_utf8_lossy(&key[self.start().len().min(key.len())..]).into_owned()
+    }
+}
+
+fn decode<V: DeserializeOwned>(kv: &KeyValue) -> Option<V> {
+    match serde_json::from_slice(kv.value()) {
+        Ok(v) => Some(v),
+        Err(e) => {
+            tracing::warn!(key = %String::from_utf8_lossy(kv.key()), "ignoring an undecodable record: {e}");
+            None
+        }
+    }
+}
+
+impl Etcd {
+    /// The registered workers by name, kept current by a background task
+    /// (empty until the first listing arrives). The task ends when every
+    /// receiver is dropped.
+    pub fn watch_workers(&self) -> watch::Receiver<BTreeMap<String, WorkerRecord>> {
+        self.follow(
+            Range::Under(self.key("workers/")),
+            |map, _| map.clone(),
+            None,
+        )
+    }
+
+    /// [`Etcd::watch_workers`], returned once the first listing is in
+    /// (so an empty map means no worker is registered).
+    ///
+    /// # Errors
+    /// If the follower task ended before its first listing.
+    pub async fn watch_workers_listed(
+        &self,
+    ) -> anyhow::Result<watch::Receiver<BTreeMap<String, WorkerRecord>>> {
+        let (listed, first) = tokio::sync::oneshot::channel();
+        let rx = self.follow(
+            Range::Under(self.key("workers/")),
+            |map, _| map.clone(),
+            Some(listed),
+        );
+        first
+            .await
+            .map_err(|_| anyhow::anyhow!("the watch of the workers ended before listing them"))?;
+        Ok(rx)
+    }
+
+    /// The directory's actors by name (placement included) and the etcd
+    /// revision they are current at, kept current by a background task,
+    /// returned once the first listing is in. A follower replica routes by
+    /// it. Every change publishes the whole map (a copy per change: fine
+    /// to a few hundred thousand actors per prefix; docs/capacity.md says
+    /// where sharding takes over).
+    ///
+    /// # Errors
+    /// If the follower task ended before its first listing.
+    pub async fn watch_actors(&self) -> anyhow::Result<watch::Receiver<ActorsAt>> {
+        let (listed, first) = tokio::sync::oneshot::channel();
+        let rx = self.follow(
+            Range::Under(self.key("actors/")),
+            |map: &BTreeMap<String, ActorValue>, revision| ActorsAt {
+                actors: map
+                    .iter()
+                    .map(|(name, value)| (name.clone(), value.row(name)))
+                    .collect(),
+                revision,
+            },
+            Some(listed),
+        );
+        first
+            .await
+            .map_err(|_| anyhow::anyhow!("the watch of the actors ended before listing them"))?;
+        Ok(rx)
+    }
+
+    /// Spawns the follower of `range`, publishing `project(map, revision)`
+    /// after each change (`revision`: etcd's revision `map` is current
+    /// at); `listed` is told once the first listing is published.
+    pub(crate) fn follow<V, O, P>(
+        &self,
+        range: Range,
+        project: P,
+        listed: Option<tokio::sync::oneshot::Sender<()>>,
+    ) -> watch::Receiver<O>
+    where
+        V: DeserializeOwned + Send + Sync + 'static,
+        O: PartialEq + Send + Sync + 'static,
+        P: Fn(&BTreeMap<String, V>, i64) -> O + Send + Sync + 'static,
+    {
+        let (tx, rx) = watch::channel(project(&BTreeMap::new(), 0));
+        let etcd = self.clone();
+        self.spawn(async move {
+            tokio::select! {
+                () = follow(etcd, range, &tx, project, listed) => {}
+                () = tx.closed() => {}
+            }
+        });
+        rx
+    }
+
+    /// The key-values of `range` and the revision they were read at.
+    async fn read_range(&self, range: &Range) -> Result<(Vec<KeyValue>, i64), etcd_client::Error> {
+        match range {
+            Range::Under(dir) => self.list(dir).await,
+            Range::Key(key) => {
+                let mut resp = self.client().get(key.as_str(), None::<GetOptions>).await?;
+                let revision = resp.header().map_or(0, |h| h.revision());
+                Ok((resp.take_kvs(), revision))
+            }
+        }
+    }
+}
+
+async fn follow<V, O, P>(
+    etcd: Etcd,
+    range: Range,
+    tx: &watch::Sender<O>,
+    project: P,
+    mut listed: Option<tokio::sync::oneshot::Sender<()>>,
+) where
+    V: DeserializeOwned,
+    O: PartialEq,
+    P: Fn(&BTreeMap<String, V>, i64) -> O,
+{
+    let publish = |map: &BTreeMap<String, V>, revision: i64| {
+        let now = project(map, revision);
+        tx.send_if_modified(|old| {
+            let changed = *old != now;
+            if changed {
+                *old = now;
+            }
+            changed
+        });
+    };
+    let mut backoff = FIRST_BACKOFF;
+    loop {
+        let (kvs, revision) = match etcd.read_range(&range).await {
+            Ok(read) => read,
+            Err(e) => {
+                tracing::warn!(
+                    range = range.start(),
+                    "listing from etcd failed, retrying: {e}"
+                );
+                back_off(&mut backoff).await;
+                continue;
+            }
+        };
+        let mut map: BTreeMap<String, V> = kvs
+            .iter()
+            .filter_map(|kv| Some((range.name(kv.key()), decode(kv)?)))
+            .collect();
+        let mut applied_revision = revision;
+        publish(&map, applied_revision);
+        if let Some(listed) = listed.take() {
+            let _ = listed.send(());
+        }
+        let mut options = WatchOptions::new().with_start_revision(revision + 1);
+        if let Range::Under(dir) = &range {
+            options = options.with_range(prefix_end(dir));
+        }
+        let mut stream = match etcd.client().watch(range.start(), Some(options)).await {
+            Ok(stream) => stream,
+            Err(e) => {
+                tracing::warn!(range = range.start(), "watching etcd failed, retrying: {e}");
+                back_off(&mut backoff).await;
+                continue;
+            }
+        };
+        loop {
+            let resp = match stream.message().await {
+                Ok(Some(resp)) => resp,
+                Ok(None) => break,
+                Err(e) => {
+                    tracing::warn!(
+                        range = range.start(),
+                        "the etcd watch broke, re-listing: {e}"
+                    );
+                    break;
+                }
+            };
+            if resp.canceled() || resp.compact_revision() > 0 {
+                tracing::warn!(
+                    range = range.start(),
+                    "the etcd watch was cancelled ({}), re-listing",
+                    resp.cancel_reason()
+                );
+                break;
+            }
+            for event in resp.events() {
+                let Some(kv) = event.kv() else { continue };
+                applied_revision = applied_revision.max(kv.mod_revision());
+                let name = range.name(kv.key());
+                match event.event_type() {
+                    EventType::Put => {
+                        if let Some(v) = decode(kv) {
+                            map.insert(name, v);
+                        }
+                    }
+                    EventType::Delete => {
+                        map.remove(&name);
+                    }
+                }
+            }
+            publish(&map, applied_revision);
+            backoff = FIRST_BACKOFF;
+        }
+        back_off(&mut backoff).await;
+    }
+}

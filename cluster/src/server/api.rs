@@ -1,0 +1,196 @@
+//! The worker API a `stasis worker run` process serves (see
+//! [`super::super::proto`]): authorization, the lease check, and each
+//! route and actor operation handed to the [`Worker`](stasis_worker::Worker).
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::{Method, Request, Response, StatusCode};
+
+use super::RemoteWorker;
+use super::membership::lease_lost;
+use stasis_contract::error::{ApiError, ErrorKind};
+use stasis_contract::proto::{
+    CALL_HEADER, EPOCH_HEADER, InstallSpec, LIVE_HEADER, Op, ResumeRequest, SEQ_HEADER,
+    SPEC_HEADER, WorkerPath,
+};
+use stasis_contract::worker_api::HostSpec;
+use stasis_http::auth::authorize;
+use stasis_http::serve::{Body, collect_body, json, json_error};
+
+impl RemoteWorker {
+    pub(super) async fn handle(&self, request: Request<Incoming>) -> Response<Body> {
+        if request.uri().path() == "/healthz" {
+            return json(
+                StatusCode::OK,
+                &serde_json::json!({"worker": self.worker.name()}),
+            );
+        }
+        if let Err(refused) = authorize(&request, self.token.as_deref()) {
+            return *refused;
+        }
+        if !self.may_serve() {
+            return json_error(&lease_lost(self.worker.name()));
+        }
+        let answer = self.route(request).await;
+        // An answer computed while the lease ran out is not given: the
+        // actor may already be re-placed elsewhere.
+        if !self.may_serve() {
+            return json_error(&lease_lost(self.worker.name()));
+        }
+        match answer {
+            Ok(response) => response,
+            Err(e) => json_error(&e),
+        }
+    }
+
+    async fn route(&self, request: Request<Incoming>) -> Result<Response<Body>, ApiError> {
+        let method = request.method().clone();
+        let path = request.uri().path().to_owned();
+        let (parts, body) = request.into_parts();
+        let limit = usize::try_from(self.worker.engine().limits().max_memory)
+            .unwrap_or(usize::MAX)
+            .saturating_add(16 << 20);
+        let body = collect_body(
+            &parts,
+            body,
+            limit,
+            "the snapshot size limit (--max-memory plus 16 MiB)",
+        )
+        .await?;
+        let header = |name: &str| {
+            parts
+                .headers
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+        };
+        let w = &self.worker;
+        let route = WorkerPath::parse(&path);
+        if let Some(WorkerPath::Actor(name) | WorkerPath::Op(name, _)) = route {
+            stasis_contract::error::check_label("actor", name)?;
+        }
+        match (&method, route) {
+            (&Method::GET, Some(WorkerPath::Actors)) => Ok(json(StatusCode::OK, &w.statuses())),
+            (&Method::GET, Some(WorkerPath::Actor(name))) => {
+                let status = w.status(name).ok_or_else(|| {
+                    ApiError::not_found(format!("actor {name} is not on worker {}", w.name()))
+                })?;
+                Ok(json(StatusCode::OK, &status))
+            }
+            (&Method::DELETE, Some(WorkerPath::Actor(name))) => {
+                self.remove_actor(name).await;
+                Ok(json(StatusCode::OK, &serde_json::json!({})))
+            }
+            (&Method::POST, Some(WorkerPath::Op(name, Ok(op)))) => {
+                self.actor_op(name, op, header, body).await
+            }
+            (&Method::POST, Some(WorkerPath::Op(_, Err(op)))) => {
+                Err(ApiError::not_found(format!("no worker operation {op:?}")))
+            }
+            _ => Err(ApiError::not_found(format!(
+                "no worker route {method} {path}"
+            ))),
+        }
+    }
+
+    async fn actor_op(
+        &self,
+        name: &str,
+        op: Op,
+        header: impl Fn(&str) -> Option<String>,
+        body: Bytes,
+    ) -> Result<Response<Body>, ApiError> {
+        let w: &dyn stasis_contract::worker_api::WorkerApi = self.worker.as_ref();
+        if matches!(op, Op::Create | Op::Install)
+            && self.shutting_down.load(std::sync::atomic::Ordering::SeqCst)
+        {
+            // A move onto this worker rolls back; the actor stays put.
+            return Err(ApiError::new(
+                ErrorKind::Unavailable,
+                format!(
+                    "worker {} shutting down: it takes no actors",
+                    self.worker.name()
+                ),
+            ));
+        }
+        match op {
+            Op::Create => {
+                let spec: HostSpec = serde_json::from_slice(&body)
+                    .map_err(|e| ApiError::bad_request(format!("bad actor spec: {e}")))?;
+                Ok(json(StatusCode::OK, &w.create(name, &spec).await?))
+            }
+            Op::Install => {
+                let text = header(SPEC_HEADER)
+                    .ok_or_else(|| ApiError::bad_request(format!("missing {SPEC_HEADER}")))?;
+                let spec: InstallSpec = serde_json::from_str(&text)
+                    .map_err(|e| ApiError::bad_request(format!("bad actor spec: {e}")))?;
+                if let Some(delay) = self.install_delay {
+                    tracing::warn!("failpoint: install of {name} waits {delay:?}");
+                    tokio::time::sleep(delay).await;
+                }
+                let bytes = (!body.is_empty()).then_some(body);
+                w.install(name, &spec.host, spec.seq, bytes, spec.resume)
+                    .await?;
+                Ok(json(StatusCode::OK, &w.status(name).await?))
+            }
+            Op::Call => {
+                let epoch = header(EPOCH_HEADER)
+                    .and_then(|v| v.parse().ok())
+                    .ok_or_else(|| ApiError::bad_request(format!("missing {EPOCH_HEADER}")))?;
+                let request = stasis_host_api::decode_request(&body)
+                    .map_err(|e| ApiError::bad_request(e.to_string()))?;
+                // Cancelled by `abandon` naming this call; and when the
+                // router's forward is dropped, this serving loop drops the
+                // call, which gives the request up too.
+                let call = self.calls.enter(header(CALL_HEADER));
+                let response = w.call(name, epoch, Arc::new(request), call.gone()).await?;
+                let bytes =
+                    stasis_host_api::encode_response(&response).map_err(ApiError::internal)?;
+                Ok(Response::new(Full::new(Bytes::from(bytes))))
+            }
+            Op::Abandon => {
+                let id = header(CALL_HEADER)
+                    .ok_or_else(|| ApiError::bad_request(format!("missing {CALL_HEADER}")))?;
+                self.calls.abandon(&id);
+                Ok(json(StatusCode::OK, &serde_json::json!({})))
+            }
+            Op::Pause => Ok(json(StatusCode::OK, &w.pause(name).await?)),
+            Op::Checkpoint => Ok(json(StatusCode::OK, &w.checkpoint(name).await?)),
+            Op::Resume => {
+                let req: ResumeRequest = if body.is_empty() {
+                    ResumeRequest::default()
+                } else {
+                    serde_json::from_slice(&body)
+                        .map_err(|e| ApiError::bad_request(e.to_string()))?
+                };
+                w.resume(name, req.source()?).await?;
+                Ok(json(StatusCode::OK, &serde_json::json!({})))
+            }
+            Op::Capture => {
+                // The snapshot is already in the control plane's store
+                // (replicated before it was acknowledged): only its
+                // sequence number travels.
+                let captured = w.capture(name).await?;
+                let mut response = Response::new(Full::new(Bytes::new()));
+                let h = response.headers_mut();
+                h.insert(SEQ_HEADER, captured.seq.into());
+                h.insert(
+                    LIVE_HEADER,
+                    hyper::header::HeaderValue::from_static(if captured.live {
+                        "true"
+                    } else {
+                        "false"
+                    }),
+                );
+                Ok(response)
+            }
+            Op::CancelMove => {
+                w.cancel_move(name).await;
+                Ok(json(StatusCode::OK, &serde_json::json!({})))
+            }
+        }
+    }
+}

@@ -1,0 +1,404 @@
+//! The server half of the worker protocol, `stasis worker run`: a worker in
+//! its own process. This module starts it (its options, its store and
+//! templates: the control plane's in embedded mode, the shared store in
+//! cluster mode); [`membership`] keeps it a member (joins and heartbeats,
+//! or its etcd lease) and leaves at shutdown; [`api`] serves the internal
+//! worker API (see [`super::proto`]).
+//!
+//! Fencing: in embedded mode, if no heartbeat has been answered for the
+//! heartbeat timeout T, the worker stops serving and drops its instances by
+//! itself; the control plane only declares it lost after 2T. In cluster
+//! mode the same holds of its lease (see [`super::etcd`]). So at no instant
+//! do two workers run the same actor.
+
+mod api;
+mod calls;
+mod membership;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use async_trait::async_trait;
+use bytes::Bytes;
+use hyper::Method;
+use tokio::net::TcpListener;
+
+use super::client::Peer;
+use super::control_peer::ControlPeer;
+use super::etcd::{Etcd, EtcdOptions, WorkerLease};
+use super::shared::StoreTemplates;
+use membership::{join_until_admitted, settings_when_written};
+use stasis_contract::error::ApiError;
+use stasis_contract::metrics::Metrics;
+use stasis_contract::proto::{ControlPath, JoinAnswer, JoinRequest};
+use stasis_contract::settings::{ActorSettings, WorkerSettings};
+use stasis_contract::templates::{FetchTemplate, TemplateDir};
+use stasis_core::engine::{Limits, StasisEngine};
+use stasis_core::module::ModuleCache;
+use stasis_core::snapshot_files::LocalSnapshotStore;
+use stasis_core::snapshot_objects::{ObjectSnapshotStore, StoreUrl};
+use stasis_core::snapshot_store::SnapshotStore;
+use stasis_worker::Worker;
+use stasis_worker::actor::Replicator;
+
+/// Flags of `stasis worker run`.
+#[derive(Debug, Clone)]
+pub struct WorkerOptions {
+    /// How the worker finds its cluster: the control plane's admin URL
+    /// (`--join`, embedded mode) or etcd (`--directory etcd://...`).
+    pub membership: Membership,
+    /// Where the internal worker API listens (`--listen`).
+    pub listen: SocketAddr,
+    /// The worker's name (`--name`, an RFC 1123 label).
+    pub name: String,
+    /// Its data dir (`--data-dir`).
+    pub data_dir: PathBuf,
+    /// Bearer token for the control plane and for this worker's API.
+    pub token: Option<String>,
+    /// Hosts its actors' `fetch` may reach (`--allow-outbound`).
+    pub allow_outbound: stasis_contract::settings::AllowList,
+}
+
+/// How a worker joins its cluster.
+#[derive(Debug, Clone)]
+#[allow(clippy::large_enum_variant, reason = "one value per process")]
+pub enum Membership {
+    /// Embedded mode: join the control plane at this admin URL, heartbeat
+    /// to it, stream snapshots to its store.
+    Join(String),
+    /// Cluster mode: register in etcd under a lease and write snapshots to
+    /// the shared store.
+    Registered(Box<RegisteredOptions>),
+}
+
+/// Cluster-mode settings of a worker.
+#[derive(Debug, Clone)]
+pub struct RegisteredOptions {
+    /// The etcd cluster (`--directory etcd://...`, `--etcd-*`).
+    pub etcd: EtcdOptions,
+    /// The shared snapshot store (`--snapshot-store file://... | s3://...`).
+    pub store: StoreUrl,
+    /// TTL of the worker's lease (`--lease-ttl`).
+    pub lease_ttl: Duration,
+    /// Address others reach this worker's API at (`--advertise`).
+    pub advertise: Option<String>,
+}
+
+/// Streams snapshots to the control plane.
+struct ControlReplicator {
+    control: Peer,
+}
+
+impl Replicator for ControlReplicator {
+    fn replicate(
+        &self,
+        actor: &str,
+        seq: u64,
+        bytes: Arc<Vec<u8>>,
+    ) -> Pin<Box<dyn Future<Output = Result<(), ApiError>> + Send>> {
+        let control = self.control.clone();
+        let path = ControlPath::Snapshot(actor, &seq.to_string()).to_path();
+        Box::pin(async move {
+            // Sent from the snapshot's own buffer, not a copy.
+            let body = Bytes::from_owner(SharedBytes(bytes));
+            control
+                .send(Method::PUT, &path, &[], body)
+                .await
+                .map(|_| ())
+        })
+    }
+}
+
+/// A snapshot buffer shared with the actor task, as a request body.
+struct SharedBytes(Arc<Vec<u8>>);
+
+impl AsRef<[u8]> for SharedBytes {
+    fn as_ref(&self) -> &[u8] {
+        self.0.as_slice()
+    }
+}
+
+/// Fetches template modules from the control plane.
+struct ControlTemplates {
+    control: Peer,
+}
+
+#[async_trait]
+impl FetchTemplate for ControlTemplates {
+    async fn fetch(&self, digest: &str) -> Result<Bytes, ApiError> {
+        let path = ControlPath::Template(digest).to_path();
+        let answer = self
+            .control
+            .send(Method::GET, &path, &[], Bytes::new())
+            .await?;
+        Ok(answer.body)
+    }
+}
+
+struct RemoteWorker {
+    worker: Arc<Worker>,
+    /// The calls under way, for `abandon`.
+    calls: calls::Calls,
+    /// Set at SIGTERM: no actor is created or installed here after it.
+    shutting_down: std::sync::atomic::AtomicBool,
+    cluster: Cluster,
+    token: Option<String>,
+    install_delay: Option<Duration>,
+}
+
+/// The worker's tie to its cluster.
+#[allow(clippy::large_enum_variant, reason = "one value per process")]
+enum Cluster {
+    /// Embedded mode: admitted by the control plane, kept by heartbeats.
+    Joined {
+        control: Box<Peer>,
+        join: JoinRequest,
+    },
+    /// Cluster mode: registered in etcd under `lease` (none between an
+    /// expiry and the next registration).
+    Registered {
+        etcd: Etcd,
+        address: String,
+        lease_ttl: Duration,
+        lease: std::sync::RwLock<Option<Arc<WorkerLease>>>,
+    },
+}
+
+/// Runs a remote worker until `shutdown` resolves; then, unless the control
+/// plane already drained it, asks the control plane to drain it (every
+/// actor moves to another worker) before exiting.
+///
+/// # Errors
+/// If the data dir is locked, the listener cannot be bound, or the API
+/// would be exposed beyond loopback without a token.
+pub async fn run(
+    options: WorkerOptions,
+    shutdown: impl Future<Output = ()> + Send,
+    ready: impl FnOnce(SocketAddr),
+) -> anyhow::Result<()> {
+    stasis_contract::error::check_label("worker", &options.name)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    if !options.listen.ip().is_loopback() && options.token.is_none() {
+        anyhow::bail!(
+            "refusing to expose the worker API on {} without a token: set --admin-token or STASIS_ADMIN_TOKEN, or listen on loopback",
+            options.listen
+        );
+    }
+    if options.data_dir.join("stasis.db").exists() {
+        anyhow::bail!(
+            "{} is a control plane's data dir (it holds stasis.db); give the worker a folder of its own",
+            options.data_dir.display()
+        );
+    }
+    let _lock = stasis_core::durable::lock_data_dir(&options.data_dir)?;
+    let templates = options.data_dir.join("templates");
+    std::fs::create_dir_all(&templates)?;
+    std::fs::create_dir_all(options.data_dir.join("cache"))?;
+    let listener = TcpListener::bind(options.listen)
+        .await
+        .with_context(|| format!("binding --listen {}", options.listen))?;
+    let local = listener.local_addr()?;
+    let bound = if local.ip().is_unspecified() {
+        SocketAddr::new([127, 0, 0, 1].into(), local.port())
+    } else {
+        local
+    };
+    let (cluster, answer, store, fetch): (
+        Cluster,
+        JoinAnswer,
+        Arc<dyn SnapshotStore>,
+        Box<dyn FetchTemplate>,
+    ) = match &options.membership {
+        Membership::Join(url) => {
+            let snapshots = options.data_dir.join("snapshots");
+            // The control plane's store is authoritative: local copies
+            // from an earlier run are stale.
+            if snapshots.exists() {
+                std::fs::remove_dir_all(&snapshots)
+                    .with_context(|| format!("clearing {}", snapshots.display()))?;
+            }
+            let control = Peer::new(url, options.token.as_deref(), "control plane")
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            let join = JoinRequest {
+                name: options.name.clone(),
+                address: bound.to_string(),
+            };
+            let answer = join_until_admitted(&control, &join)
+                .await
+                .map_err(|e| anyhow::anyhow!("the control plane refused this worker: {e}"))?;
+            let store = Arc::new(LocalSnapshotStore::open(&snapshots, None)?);
+            let fetch = Box::new(ControlTemplates {
+                control: control.clone(),
+            });
+            (
+                Cluster::Joined {
+                    control: Box::new(control),
+                    join,
+                },
+                answer,
+                store,
+                fetch,
+            )
+        }
+        Membership::Registered(registered) => {
+            let etcd = Etcd::connect(&registered.etcd).await?;
+            let answer = settings_when_written(&etcd).await;
+            let mine = registered.store.to_string();
+            if let Some(theirs) = answer.snapshot_store.as_ref().filter(|s| **s != mine) {
+                anyhow::bail!(
+                    "refusing to start: --snapshot-store is {mine} here but {theirs} in the cluster's settings; every process of a cluster shares one store"
+                );
+            }
+            let cache = options.data_dir.join("snapshot-cache");
+            let url = registered.store.clone();
+            let shared =
+                tokio::task::spawn_blocking(move || ObjectSnapshotStore::open(&url, &cache, None))
+                    .await?
+                    .map_err(|e| {
+                        anyhow::anyhow!("--snapshot-store {}: {}", registered.store, e.detail())
+                    })?;
+            let shared = Arc::new(shared);
+            let address = match &registered.advertise {
+                Some(address) => address.clone(),
+                None => bound.to_string(),
+            };
+            let cluster = Cluster::Registered {
+                etcd,
+                address,
+                lease_ttl: registered.lease_ttl,
+                lease: std::sync::RwLock::new(None),
+            };
+            let fetch = Box::new(StoreTemplates::new(shared.clone()));
+            (cluster, answer, shared, fetch)
+        }
+    };
+    let ms = Duration::from_millis;
+    let limits = Limits {
+        max_memory: answer.max_memory,
+        cpu_limit: ms(answer.cpu_limit_ms),
+        request_timeout: ms(answer.request_timeout_ms),
+        max_body: usize::try_from(answer.max_body).unwrap_or(usize::MAX),
+    };
+    let engine = match answer.max_live {
+        Some(slots) => StasisEngine::pooled(limits, slots)?,
+        None => StasisEngine::new(limits)?,
+    };
+    let template_dir = TemplateDir::new(
+        ModuleCache::new(
+            engine.engine().clone(),
+            engine.linker().clone(),
+            Some(options.data_dir.join("cache")),
+        ),
+        templates,
+        Some(fetch),
+    );
+    let replicator: Option<Arc<dyn Replicator>> = match &cluster {
+        Cluster::Joined { control, .. } => Some(Arc::new(ControlReplicator {
+            control: Peer::clone(control),
+        })),
+        Cluster::Registered { .. } => None,
+    };
+    let worker = Worker::new(
+        &options.name,
+        engine.clone(),
+        store,
+        Arc::new(Metrics::default()),
+        WorkerSettings {
+            max_held: answer.max_held,
+            hold_timeout: ms(answer.hold_timeout_ms),
+            actor: ActorSettings {
+                keep_snapshots: answer.keep_snapshots,
+                checkpoint_every: answer.checkpoint_every,
+            },
+            max_live: answer.max_live,
+            allow_outbound: options.allow_outbound.clone(),
+        },
+        replicator,
+        Arc::new(template_dir),
+    );
+    // Its actors' calls and alarms go through the control plane it joined
+    // (embedded mode), or through the leader replica found in etcd
+    // (cluster mode).
+    let control = match &cluster {
+        Cluster::Joined { control, .. } => ControlPeer::Joined(control.clone()),
+        Cluster::Registered { etcd, .. } => ControlPeer::Leader {
+            etcd: etcd.clone(),
+            token: options.token.clone(),
+        },
+    };
+    worker.set_control(Arc::new(control));
+    let remote = Arc::new(RemoteWorker {
+        worker,
+        calls: calls::Calls::default(),
+        shutting_down: std::sync::atomic::AtomicBool::new(false),
+        cluster,
+        token: options.token.clone(),
+        install_delay: std::env::var("STASIS_FAILPOINT_INSTALL_DELAY_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .map(Duration::from_millis),
+    });
+    // Cluster mode: registered before it says it is ready, so that a
+    // second worker of the same name refuses to start.
+    remote.register_at_start().await?;
+    let membership = tokio::spawn(
+        remote
+            .clone()
+            .keep_membership(ms(answer.heartbeat_timeout_ms)),
+    );
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let api = remote.clone();
+    let server = tokio::spawn(stasis_http::serve::serve(
+        listener,
+        move |req, _| {
+            let api = api.clone();
+            async move { api.handle(req).await }
+        },
+        async move {
+            let mut rx = stop_rx;
+            let _ = rx.wait_for(|s| *s).await;
+        },
+        Duration::from_secs(10),
+    ));
+    ready(bound);
+    shutdown.await;
+    tracing::info!("shutting down: asking the control plane to drain this worker");
+    remote
+        .shutting_down
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let hosted = remote.worker.actor_names();
+    let drained = remote.drain_me(&options.name).await;
+    // What the drain did, actor by actor, as the control plane decided it:
+    // an actor it moved was removed from here before it answered.
+    let left = remote.worker.actor_names();
+    for actor in hosted.iter().filter(|a| !left.contains(a)) {
+        tracing::info!(actor = %actor, "moved off this worker by the drain");
+    }
+    match drained {
+        Ok(()) => tracing::info!("drained"),
+        Err(e) => {
+            // Not moved: keep what was acknowledged by pausing every actor
+            // here (its snapshot goes to the store, or to the control
+            // plane), so that it comes back from that snapshot wherever it
+            // is placed next.
+            tracing::warn!(
+                status = e.kind().status(),
+                "drain refused or failed ({}); pausing every actor here before exiting",
+                e.message()
+            );
+        }
+    }
+    // Whatever stayed (all of them when the drain was refused) is paused
+    // here; each actor's outcome is logged.
+    remote.pause_all().await;
+    membership.abort();
+    remote.leave().await;
+    let _ = stop_tx.send(true);
+    let _ = server.await;
+    Ok(())
+}

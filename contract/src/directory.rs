@@ -1,0 +1,160 @@
+//! The durable directory's contract: which templates and actors exist,
+//! where each actor lives (worker and placement epoch) and each actor's one
+//! alarm. [`Directory`] is the seam both backends plug into (the embedded
+//! `SqliteDirectory` of `stasis-control`, the etcd directory of
+//! `stasis-cluster`). Snapshots are files (see
+//! [`stasis_core::snapshot_files`]).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::ApiError;
+
+/// A registered template.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TemplateRow {
+    /// Name (an RFC 1123 label).
+    pub name: String,
+    /// SHA-256 hex of the module bytes (`templates/<digest>.wasm`).
+    pub digest: String,
+    /// Size of the module in bytes.
+    pub bytes: u64,
+    /// WASI environment, in push order.
+    pub env: Vec<(String, String)>,
+}
+
+/// A registered actor and its placement.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ActorRow {
+    /// Name (an RFC 1123 label).
+    pub name: String,
+    /// Template name.
+    pub template: String,
+    /// Worker that owns it.
+    pub worker: String,
+    /// Placement epoch: 1 at creation, +1 per move.
+    pub epoch: u64,
+}
+
+/// The durable record of templates, actors and placements. Every write is
+/// durable on return; errors are 500s naming the directory.
+pub trait Directory: Send + Sync {
+    /// Inserts a template.
+    ///
+    /// # Errors
+    /// 500 on a storage failure (or a name already taken).
+    fn insert_template(&self, row: &TemplateRow) -> Result<(), ApiError>;
+
+    /// The template `name`, if registered.
+    ///
+    /// # Errors
+    /// 500 on a storage failure.
+    fn template(&self, name: &str) -> Result<Option<TemplateRow>, ApiError>;
+
+    /// All templates, by name.
+    ///
+    /// # Errors
+    /// 500 on a storage failure.
+    fn templates(&self) -> Result<Vec<TemplateRow>, ApiError>;
+
+    /// Deletes template `name`; false if it did not exist.
+    ///
+    /// # Errors
+    /// 500 on a storage failure.
+    fn delete_template(&self, name: &str) -> Result<bool, ApiError>;
+
+    /// Inserts an actor with its first placement.
+    ///
+    /// # Errors
+    /// 500 on a storage failure (or a name already taken).
+    fn insert_actor(&self, row: &ActorRow) -> Result<(), ApiError>;
+
+    /// Moves an actor to `worker` with `epoch` (the durable placement
+    /// switch), as a compare-and-set: only if its recorded epoch is below
+    /// `epoch`, so two decisions can never both take the same epoch.
+    ///
+    /// # Errors
+    /// 409 if the actor is gone or was placed at `epoch` or later
+    /// meanwhile (nothing changed); 500 on a storage failure.
+    fn place_actor(&self, name: &str, worker: &str, epoch: u64) -> Result<(), ApiError>;
+
+    /// All actors, by name.
+    ///
+    /// # Errors
+    /// 500 on a storage failure.
+    fn actors(&self) -> Result<Vec<ActorRow>, ApiError>;
+
+    /// Deletes actor `name`, and its alarm.
+    ///
+    /// # Errors
+    /// 500 on a storage failure.
+    fn delete_actor(&self, name: &str) -> Result<(), ApiError>;
+
+    /// Sets actor `name`'s one alarm to `at_unix_ms` (Unix ms), replacing
+    /// any.
+    ///
+    /// # Errors
+    /// 500 on a storage failure; 503 from a leader that no longer leads.
+    fn set_alarm(&self, name: &str, at_unix_ms: u64) -> Result<(), ApiError>;
+
+    /// Removes actor `name`'s alarm; with `only_at`, only if it is still
+    /// set at that time (a fired alarm is cleared unless its handler set a
+    /// new one). True if an alarm was removed.
+    ///
+    /// # Errors
+    /// 500 on a storage failure; 503 from a leader that no longer leads.
+    fn clear_alarm(&self, name: &str, only_at: Option<u64>) -> Result<bool, ApiError>;
+
+    /// Actor `name`'s alarm (Unix ms), if one is set.
+    ///
+    /// # Errors
+    /// 500 on a storage failure.
+    fn alarm(&self, name: &str) -> Result<Option<u64>, ApiError>;
+
+    /// Every pending alarm: (actor, Unix ms), by actor.
+    ///
+    /// # Errors
+    /// 500 on a storage failure.
+    fn alarms(&self) -> Result<Vec<(String, u64)>, ApiError>;
+
+    /// The etcd revision of the newest actor record this directory wrote
+    /// (an insert, a placement or a delete), for read-your-writes in
+    /// cluster mode: a follower that forwarded a write answers once its
+    /// watch of the actors has applied this revision. `None` for a
+    /// directory without revisions (the embedded one).
+    fn actors_revision(&self) -> Option<i64> {
+        None
+    }
+}
+
+/// The directory's actors by name as a watch of etcd applied them, up to
+/// and including etcd's `revision` (cluster mode: what a follower routes
+/// by).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ActorsAt {
+    /// The actors by name, placement included.
+    pub actors: BTreeMap<String, ActorRow>,
+    /// The etcd revision they are current at: the revision of the listing,
+    /// or of the newest change to an actor's record applied since.
+    pub revision: i64,
+}
+
+/// A remote worker's registration (cluster mode: `<prefix>/workers/<name>`'s
+/// value in etcd).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerRecord {
+    /// Where the worker's API listens (`host:port`).
+    pub address: String,
+    /// The etcd lease the record is attached to.
+    pub lease: i64,
+}
+
+impl WorkerRecord {
+    /// The worker's incarnation as members count it: its lease id (`None`
+    /// for a negative id, which etcd never grants).
+    #[must_use]
+    pub fn incarnation(&self) -> Option<u64> {
+        u64::try_from(self.lease).ok()
+    }
+}

@@ -1,0 +1,38 @@
+//! What both sides of Stasis agree on, and nothing else: the interfaces the
+//! two sides of the data flow reach each other through, the types that
+//! cross them, and the one error shape.
+//!
+//! The worker side (`stasis-worker`) and the control side
+//! (`stasis-control`) both depend on this crate and never on each other;
+//! this crate depends on neither (only on the snapshot core and the
+//! host/guest ABI). Modules:
+//!
+//! - [`worker_api`]: [`worker_api::WorkerApi`], what every worker offers
+//!   the control plane, with [`status`], what it reports of an actor;
+//! - [`control_api`]: [`control_api::ControlApi`], what the control plane
+//!   offers a worker's actors (calls, messages, alarms);
+//! - [`directory`]: the durable record of templates, actors, placements and
+//!   alarms behind [`directory::Directory`];
+//! - [`proto`]: the wire types of the worker protocol; [`headers`]: every
+//!   header Stasis reserves, in one list; [`alarm`]: how an alarm travels as
+//!   a request;
+//! - [`settings`]: what every worker of a deployment shares;
+//!   [`templates`]: template modules by digest, compiled once;
+//!   [`metrics`]: the Prometheus registry both sides count in;
+//! - [`error`]: [`error::ApiError`], the typed error; [`client_gone`]: the
+//!   token that says a request's client left.
+
+#![warn(missing_docs)]
+
+pub mod alarm;
+pub mod client_gone;
+pub mod control_api;
+pub mod directory;
+pub mod error;
+pub mod headers;
+pub mod metrics;
+pub mod proto;
+pub mod settings;
+pub mod status;
+pub mod templates;
+pub mod worker_api;

@@ -1,0 +1,174 @@
+//! The one interface every worker offers the control plane: [`WorkerApi`],
+//! implemented by the in-process worker (`stasis-worker`) and by the client
+//! of a remote worker (`stasis-cluster`). The control plane holds an
+//! `Arc<dyn WorkerApi>` per worker and never asks which kind it is.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use stasis_host_api::{Request, Response};
+
+use crate::client_gone::ClientGone;
+use crate::error::ApiError;
+use crate::status::{ActorStatus, Captured, ResumeFrom, SnapshotReport};
+
+/// What a worker needs to host an actor, in a form every worker
+/// understands: the template by digest (each worker resolves the compiled
+/// module itself), its environment and the placement epoch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostSpec {
+    /// SHA-256 hex of the template module.
+    pub digest: String,
+    /// The template's WASI environment.
+    pub env: Vec<(String, String)>,
+    /// Placement epoch: calls carrying another epoch are refused (421).
+    pub epoch: u64,
+}
+
+/// Where a worker runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Location {
+    /// In the control plane's process, sharing its snapshot store: it
+    /// reads every snapshot the control plane holds without shipping.
+    InProcess,
+    /// A `stasis worker run` process at this `host:port`, with a store of
+    /// its own: snapshots it has not written must be shipped to it.
+    Remote(String),
+}
+
+/// The operations of a worker on the actors it hosts. Every method names
+/// the actor; errors are [`ApiError`]s with the status the admin API
+/// answers (404 not hosted here, 503 unreachable or stopping, ...).
+#[async_trait]
+pub trait WorkerApi: Send + Sync {
+    /// The worker's name (an RFC 1123 label).
+    fn name(&self) -> &str;
+
+    /// Where it runs.
+    fn location(&self) -> Location;
+
+    /// Creates `actor`: first instance, snapshot seq 0, `running`.
+    ///
+    /// # Errors
+    /// 409 if it already hosts the name; the guest's failure (500/504);
+    /// 507/500 if seq 0 cannot be written.
+    async fn create(&self, actor: &str, spec: &HostSpec) -> Result<SnapshotReport, ApiError>;
+
+    /// Hosts `actor` from snapshot `seq` under `spec.epoch`. `bytes` carries
+    /// the snapshot when the worker does not hold it (`None`: it reads it
+    /// from its store). The snapshot is verified first; with `resume` the
+    /// actor is restored at once (the target of a move), else it is `paused`.
+    ///
+    /// # Errors
+    /// 422 if the snapshot does not verify; 503 if the restore fails
+    /// (nothing is left installed).
+    async fn install(
+        &self,
+        actor: &str,
+        spec: &HostSpec,
+        seq: u64,
+        bytes: Option<Bytes>,
+        resume: bool,
+    ) -> Result<(), ApiError>;
+
+    /// Hands `request` to `actor` under placement `epoch`. The request is
+    /// shared, not copied: a caller told the epoch is stale (421) sends the
+    /// same request to the new owner. When `gone` is cancelled before the
+    /// guest runs the request, the request is given up (see
+    /// [`crate::client_gone`]): an in-process worker decides through the
+    /// request's ticket; the forward to a remote worker is dropped, so that
+    /// worker's serving loop sees its client leave and decides the same way.
+    ///
+    /// # Errors
+    /// 421 stale epoch; 503 full mailbox or hold timeout; the guest's
+    /// failure; [`crate::error::ErrorKind::Abandoned`] when the client left first.
+    async fn call(
+        &self,
+        actor: &str,
+        epoch: u64,
+        request: Arc<Request>,
+        gone: &ClientGone,
+    ) -> Result<Response, ApiError>;
+
+    /// Pauses `actor` (idempotent).
+    ///
+    /// # Errors
+    /// 404; 409 failed actor; 507 quota (it keeps running); 500.
+    async fn pause(&self, actor: &str) -> Result<SnapshotReport, ApiError>;
+
+    /// Checkpoints running `actor` (instance kept).
+    ///
+    /// # Errors
+    /// 404; 409 not running; 507 quota; 500.
+    async fn checkpoint(&self, actor: &str) -> Result<SnapshotReport, ApiError>;
+
+    /// Resumes `actor` from `from`.
+    ///
+    /// # Errors
+    /// 404; 503 with the reason if it cannot be restored.
+    async fn resume(&self, actor: &str, from: ResumeFrom) -> Result<(), ApiError>;
+
+    /// Captures `actor` for a move: its snapshot is durable in the control
+    /// plane's store on return (written there, or replicated), and the
+    /// instance is kept in case the move rolls back.
+    ///
+    /// # Errors
+    /// 404; 409 failed actor; 500/507 if the snapshot cannot be written.
+    async fn capture(&self, actor: &str) -> Result<Captured, ApiError>;
+
+    /// Ends a rolled-back move: the actor serves here again.
+    async fn cancel_move(&self, actor: &str);
+
+    /// Stops hosting `actor`. A worker with a store of its own also deletes
+    /// its copy of the actor's snapshots (the control plane keeps them).
+    async fn remove(&self, actor: &str);
+
+    /// `actor`'s status here.
+    ///
+    /// # Errors
+    /// 404 if it does not host the actor; 503 if unreachable.
+    async fn status(&self, actor: &str) -> Result<ActorStatus, ApiError>;
+
+    /// Statuses of every actor it hosts.
+    ///
+    /// # Errors
+    /// 502/503/504 if the worker cannot be reached or answers nonsense.
+    async fn statuses(&self) -> Result<Vec<(String, ActorStatus)>, ApiError>;
+
+    /// Requests waiting in its mailboxes right now (0 if it cannot say
+    /// cheaply).
+    fn held_requests(&self) -> usize {
+        0
+    }
+
+    /// Hosts `actor` from the snapshots the worker's store already holds,
+    /// at once and without I/O beyond checking its newest snapshot: an
+    /// embedded control plane's start-up, for every actor of the directory.
+    /// The actor is `paused` (resumed by its next request), or `failed`
+    /// with the reason if its newest snapshot does not verify.
+    ///
+    /// # Errors
+    /// If the template cannot be loaded from the worker's own files; a
+    /// worker that does not share the control plane's store cannot adopt
+    /// (the default).
+    fn adopt(&self, actor: &str, spec: &HostSpec) -> Result<ActorStatus, ApiError> {
+        let _ = spec;
+        Err(ApiError::internal(format!(
+            "worker {} cannot adopt {actor}: it does not share the control plane's store",
+            self.name()
+        )))
+    }
+}
+
+/// How the control plane reaches a remote worker that joins: made by the
+/// assembly from the cluster backends (`stasis-cluster`'s client).
+pub trait ConnectWorker: Send + Sync {
+    /// A [`WorkerApi`] for worker `name` listening at `address`
+    /// (`host:port`).
+    ///
+    /// # Errors
+    /// Bad request if the address is not one.
+    fn connect(&self, name: &str, address: &str) -> Result<Arc<dyn WorkerApi>, ApiError>;
+}

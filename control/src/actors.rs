@@ -1,0 +1,529 @@
+//! Actors: create, fork, show, list, pause, checkpoint, resume, delete, and the
+//! request path (`route` once, then `call` through the actor's gate to its
+//! worker).
+
+use std::io;
+use std::sync::Arc;
+
+use stasis_core::snapshot_store::StoreError;
+
+use stasis_host_api::{Request, Response};
+
+use super::ControlPlane;
+use super::membership::Member;
+use super::placement::{Gate, HeldAtGate, Placement};
+use super::views::{ActorInfo, PauseInfo};
+use stasis_contract::client_gone::{self, ClientGone};
+use stasis_contract::directory::ActorRow;
+use stasis_contract::error::{ApiError, ErrorKind, check_label};
+use stasis_contract::status::{ActorState, ActorStatus, ResumeFrom, SnapshotReport};
+
+impl ControlPlane {
+    /// Creates actor `name` from `template` on the least-loaded worker.
+    ///
+    /// # Errors
+    /// 400 bad name; 404 unknown template; 409 name taken; 503 no worker;
+    /// 500/504 if the guest fails during creation.
+    pub async fn create_actor(&self, name: &str, template: &str) -> Result<ActorInfo, ApiError> {
+        check_label("actor", name)?;
+        // Creates run together; each holds its name in `pending` until it
+        // is placed (or failed).
+        let _guard = self.ops.read().await;
+        let _reserved = Reserved::take(self, name)?;
+        let row = self.template_row(template)?;
+        let member = self.least_loaded().ok_or_else(|| {
+            ApiError::unavailable("no worker can host actors (serve --workers 0 and none joined)")
+        })?;
+        let epoch = 1;
+        let created = member.api.create(name, &Self::host_spec(&row, epoch)).await;
+        if let Err(e) = created {
+            let _ = self.store.remove_actor(name);
+            return Err(e);
+        }
+        self.record_new(name, template, &member, epoch).await?;
+        tracing::info!(actor = name, template, worker = %member.name, "actor created");
+        self.actor(name).await
+    }
+
+    /// Records actor `name` of `template`, just hosted on `member` at
+    /// `epoch`, in the directory and the placement table. If the directory
+    /// refuses, the actor is removed from `member` and its snapshots
+    /// deleted.
+    ///
+    /// # Errors
+    /// The directory's failure.
+    async fn record_new(
+        &self,
+        name: &str,
+        template: &str,
+        member: &Member,
+        epoch: u64,
+    ) -> Result<(), ApiError> {
+        let actor_row = ActorRow {
+            name: name.to_owned(),
+            template: template.to_owned(),
+            worker: member.name.to_string(),
+            epoch,
+        };
+        let directory = self.directory.clone();
+        // Blocking: the directory may wait for a group commit.
+        let inserted = tokio::task::spawn_blocking(move || directory.insert_actor(&actor_row))
+            .await
+            .map_err(ApiError::internal)
+            .and_then(|r| r);
+        if let Err(e) = inserted {
+            member.api.remove(name).await;
+            let _ = self.store.remove_actor(name);
+            return Err(e);
+        }
+        self.placement_mut().insert(
+            name.to_owned(),
+            Placement::new(member.name.clone(), member.incarnation, template, epoch),
+        );
+        Ok(())
+    }
+
+    /// Creates actor `new` from snapshot `from` of actor `src` (by default
+    /// its newest; a running `src` is checkpointed first, through its
+    /// mailbox like any checkpoint, and forked from that). `new` gets
+    /// `src`'s template and the snapshot under the same sequence number,
+    /// shared rather than copied ([`SnapshotStore::fork`]), and is placed
+    /// `paused` on the least-loaded worker: its first request restores it.
+    /// The two diverge from there; each instance draws its own host
+    /// randomness (WASI `random_get` comes from the OS generator, never
+    /// from the snapshot). A fork inherits no alarms.
+    ///
+    /// [`SnapshotStore::fork`]: stasis_core::snapshot_store::SnapshotStore::fork
+    ///
+    /// # Errors
+    /// 400 bad name; 404 unknown `src` or no snapshot `from`; 409 `new`
+    /// exists; 503 no worker; 507 quota; 422/503 if the snapshot does not
+    /// restore on the chosen worker (nothing of `new` is left).
+    pub async fn fork_actor(
+        &self,
+        src: &str,
+        new: &str,
+        from: Option<u64>,
+    ) -> Result<ActorInfo, ApiError> {
+        check_label("actor", new)?;
+        let _guard = self.ops.write().await;
+        if self.has_actor(new) {
+            return Err(ApiError::conflict(format!("actor {new} already exists")));
+        }
+        let placement = self.placement_of(src)?;
+        let seq = {
+            // No move of `src` meanwhile.
+            let _gate = placement.gate.barrier.read().await;
+            self.fork_point(src, from).await?
+        };
+        let row = self.template_row(&placement.template)?;
+        let member = self.least_loaded().ok_or_else(|| {
+            ApiError::unavailable("no worker can host actors (serve --workers 0 and none joined)")
+        })?;
+        let epoch = 1;
+        let store = self.store.clone();
+        let (from_actor, to_actor) = (src.to_owned(), new.to_owned());
+        let forked =
+            tokio::task::spawn_blocking(move || store.fork(&from_actor, seq, &to_actor, epoch))
+                .await
+                .map_err(ApiError::internal)?;
+        if forked.is_err() {
+            // A fork that linked part of a chain before it failed (the
+            // quota, or `src`'s retention deleting a file meanwhile) leaves
+            // nothing of `new`: no later actor of that name adopts it.
+            let _ = self.store.remove_actor(new);
+        }
+        forked.map_err(|e| match &e {
+            StoreError::Io { source, .. } if source.kind() == io::ErrorKind::NotFound => {
+                ApiError::not_found(format!("actor {src} has no snapshot {seq} any more"))
+            }
+            _ => ApiError::from(e),
+        })?;
+        // Alarms: a fork starts with none of `src`'s (copy nothing here).
+        let spec = Self::host_spec(&row, epoch);
+        if let Err(e) = self.ship(&member, new, &spec, seq, false).await {
+            let _ = self.store.remove_actor(new);
+            return Err(e);
+        }
+        self.record_new(new, &placement.template, &member, epoch)
+            .await?;
+        tracing::info!(actor = new, src, seq, worker = %member.name, "actor forked");
+        self.actor(new).await
+    }
+
+    /// The snapshot of `src` a fork starts from: `from` if `src` has it;
+    /// else a checkpoint taken now if `src` is running; else its newest.
+    ///
+    /// # Errors
+    /// 404 no such snapshot (or none at all); the checkpoint's failure
+    /// (507 quota, 500).
+    async fn fork_point(&self, src: &str, from: Option<u64>) -> Result<u64, ApiError> {
+        if let Some(seq) = from {
+            if self.store.list(src)?.iter().any(|e| e.seq == seq) {
+                return Ok(seq);
+            }
+            return Err(ApiError::not_found(format!(
+                "actor {src} has no snapshot {seq}"
+            )));
+        }
+        if let Ok(member) = self.host_of(&self.placement_of(src)?, src) {
+            match member.api.checkpoint(src).await {
+                Ok(report) => return Ok(report.seq),
+                // Not running: its newest snapshot is its state.
+                Err(e) if e.is(ErrorKind::Conflict) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        self.store
+            .list(src)?
+            .last()
+            .map(|e| e.seq)
+            .ok_or_else(|| ApiError::not_found(format!("actor {src} has no snapshot")))
+    }
+
+    /// Actor `name`. An actor whose worker does not answer is shown in
+    /// state `unknown`, with the reason in `error`.
+    ///
+    /// # Errors
+    /// 404 if unknown.
+    pub async fn actor(&self, name: &str) -> Result<ActorInfo, ApiError> {
+        let placement = self.placement_of(name)?;
+        let host = self.host_of(&placement, name);
+        let status = match &host {
+            Ok(member) => member.status(name).await.unwrap_or_else(|e| {
+                ActorStatus::unknown(&format!("worker {} did not answer: {e}", member.name))
+            }),
+            Err(_) => self.status_without_host(&placement),
+        };
+        Ok(self.actor_info(name, placement, status))
+    }
+
+    /// Every actor, by name, whatever the health of its worker: each
+    /// worker is asked once for all its actors' statuses (a remote worker
+    /// for at most its status timeout), and an actor whose worker did not
+    /// answer is listed in state `unknown`.
+    pub async fn actors(&self) -> Vec<ActorInfo> {
+        let mut placements: Vec<(String, Placement)> = self
+            .placements()
+            .iter()
+            .map(|(name, p)| (name.clone(), p.clone()))
+            .collect();
+        placements.sort_by(|a, b| a.0.cmp(&b.0));
+        let members = self.members();
+        let reports = futures_util::future::join_all(members.iter().map(|m| m.statuses())).await;
+        let by_worker: std::collections::HashMap<
+            &str,
+            Result<std::collections::HashMap<String, ActorStatus>, ApiError>,
+        > = members
+            .iter()
+            .zip(reports)
+            .map(|(m, r)| (&*m.name, r.map(|list| list.into_iter().collect())))
+            .collect();
+        placements
+            .into_iter()
+            .map(|(name, placement)| {
+                let status = match self.host_of(&placement, &name) {
+                    Ok(member) => match by_worker.get(&*member.name) {
+                        Some(Ok(statuses)) => statuses.get(&name).cloned().unwrap_or_else(|| {
+                            ActorStatus::unknown(&format!(
+                                "worker {} does not report it",
+                                member.name
+                            ))
+                        }),
+                        Some(Err(e)) => ActorStatus::unknown(&format!(
+                            "worker {} did not answer: {e}",
+                            member.name
+                        )),
+                        None => ActorStatus::unknown(&format!("worker {} left", member.name)),
+                    },
+                    Err(_) => self.status_without_host(&placement),
+                };
+                self.actor_info(&name, placement, status)
+            })
+            .collect()
+    }
+
+    /// The status of an actor that no worker hosts: failed with its
+    /// reason, or waiting for a worker.
+    fn status_without_host(&self, placement: &Placement) -> ActorStatus {
+        match &placement.failure_reason {
+            Some(reason) => ActorStatus::failed(reason),
+            None => ActorStatus::waiting("waiting for a worker to host it"),
+        }
+    }
+
+    /// The API view of actor `name` placed as `placement`, in `status`.
+    fn actor_info(&self, name: &str, placement: Placement, status: ActorStatus) -> ActorInfo {
+        let worker_state = self.member(&placement.worker).map(|m| m.state());
+        ActorInfo {
+            name: name.to_owned(),
+            template: placement.template,
+            state: status.state,
+            worker: placement.worker.to_string(),
+            worker_state,
+            epoch: placement.epoch,
+            snapshot: status.snapshot,
+            snapshots: self.store.list(name).unwrap_or_default(),
+            resumes: status.resumes,
+            last_pause_ms: status.last_pause_ms,
+            last_resume_ms: status.last_resume_ms,
+            requests: status.requests,
+            memory_bytes: status.memory_bytes,
+            error: status.error,
+        }
+    }
+
+    /// The answer to a pause (`paused`) or checkpoint: the actor as the
+    /// operation left it, with `report`'s snapshot as its newest, even if a
+    /// request woke it (or a later snapshot was taken) since.
+    async fn pause_info(
+        &self,
+        name: &str,
+        report: SnapshotReport,
+        paused: bool,
+    ) -> Result<PauseInfo, ApiError> {
+        let mut actor = self.actor(name).await?;
+        if paused {
+            actor.state = ActorState::Paused;
+            actor.memory_bytes = 0;
+        }
+        actor.snapshots.retain(|s| s.seq <= report.seq);
+        actor.snapshot = Some(stasis_core::snapshot_store::SnapshotEntry {
+            seq: report.seq,
+            bytes: report.snapshot_bytes,
+        });
+        Ok(PauseInfo {
+            actor,
+            snapshot_bytes: report.snapshot_bytes,
+            bytes_written: report.bytes_written,
+            duration_ms: report.duration_ms,
+        })
+    }
+
+    /// Pauses actor `name` (idempotent).
+    ///
+    /// # Errors
+    /// 404; 409 failed; 507 quota (actor keeps running); 500.
+    pub async fn pause(&self, name: &str) -> Result<PauseInfo, ApiError> {
+        let placement = self.placement_of(name)?;
+        let _gate = placement.gate.barrier.read().await;
+        let report = self
+            .host_of(&self.placement_of(name)?, name)?
+            .api
+            .pause(name)
+            .await?;
+        self.pause_info(name, report, true).await
+    }
+
+    /// Checkpoints running actor `name`.
+    ///
+    /// # Errors
+    /// 404; 409 not running; 507 quota; 500.
+    pub async fn checkpoint(&self, name: &str) -> Result<PauseInfo, ApiError> {
+        let placement = self.placement_of(name)?;
+        let _gate = placement.gate.barrier.read().await;
+        let report = self
+            .host_of(&self.placement_of(name)?, name)?
+            .api
+            .checkpoint(name)
+            .await?;
+        self.pause_info(name, report, false).await
+    }
+
+    /// Resumes actor `name` from `from`.
+    ///
+    /// # Errors
+    /// 404; 400 unknown snapshot; 503 with the reason if it cannot be restored.
+    pub async fn resume(&self, name: &str, from: ResumeFrom) -> Result<ActorInfo, ApiError> {
+        let placement = self.placement_of(name)?;
+        if let ResumeFrom::Snapshot(seq) = from
+            && !self.store.list(name)?.iter().any(|e| e.seq == seq)
+        {
+            return Err(ApiError::bad_request(format!(
+                "actor {name} has no snapshot {seq}"
+            )));
+        }
+        {
+            let _gate = placement.gate.barrier.read().await;
+            let placement = self.placement_of(name)?;
+            let member = self.host_of(&placement, name)?;
+            if let ResumeFrom::Snapshot(seq) = from
+                && !member.is_in_process()
+            {
+                // A worker with a store of its own may not hold that
+                // snapshot: ship it.
+                let row = self.template_row(&placement.template)?;
+                self.ship(
+                    &member,
+                    name,
+                    &Self::host_spec(&row, placement.epoch),
+                    seq,
+                    false,
+                )
+                .await?;
+            }
+            member.api.resume(name, from).await?;
+        }
+        self.actor(name).await
+    }
+
+    /// Deletes actor `name` and all its snapshots.
+    ///
+    /// # Errors
+    /// 404 if unknown; 500 if its files cannot be removed.
+    pub async fn delete_actor(&self, name: &str) -> Result<(), ApiError> {
+        let _guard = self.ops.write().await;
+        let gate = self.placement_of(name)?.gate;
+        let _gate = gate.barrier.write().await;
+        // Re-read under the gate: a move may have finished meanwhile.
+        let placement = self.placement_of(name)?;
+        self.placement_mut().remove(name);
+        if let Some(member) = self.member(&placement.worker) {
+            member.api.remove(name).await;
+        }
+        // After the placement and the actor's task are gone: nothing counts
+        // for it any more.
+        self.metrics.forget_actor(name);
+        self.directory.delete_actor(name)?;
+        self.alarms.forget(name);
+        self.store.remove_actor(name)?;
+        tracing::info!(actor = name, "actor deleted");
+        Ok(())
+    }
+
+    /// Looks actor `name` up for a request: the one placement lookup
+    /// before the request body is read.
+    ///
+    /// # Errors
+    /// 404 unknown actor.
+    pub fn route(&self, name: &str) -> Result<Route, ApiError> {
+        let placements = self.placements();
+        let placement = placements
+            .get(name)
+            .ok_or_else(|| ApiError::not_found(format!("no actor named {name:?}")))?;
+        Ok(Route {
+            actor: name.to_owned(),
+            gate: placement.gate.clone(),
+        })
+    }
+
+    /// The worker and epoch actor `name` is placed on now.
+    ///
+    /// # Errors
+    /// 404 unknown actor; 503 as [`ControlPlane::host_of`].
+    fn current_host(&self, name: &str) -> Result<(Arc<Member>, u64), ApiError> {
+        let placements = self.placements();
+        let placement = placements
+            .get(name)
+            .ok_or_else(|| ApiError::not_found(format!("no actor named {name:?}")))?;
+        Ok((self.host_of(placement, name)?, placement.epoch))
+    }
+
+    /// Hands an HTTP request to the actor of `route`, through its gate:
+    /// while the actor moves, the request waits; a call refused for a stale
+    /// epoch is sent again to the current owner with the same request.
+    /// When `gone` is cancelled first, the request is given up unless the
+    /// guest runs it (see [`stasis_contract::client_gone`]).
+    ///
+    /// # Errors
+    /// 404 actor deleted meanwhile; the worker's or guest's failure;
+    /// [`stasis_contract::error::ErrorKind::Abandoned`] when the client left first.
+    pub async fn call(
+        &self,
+        route: Route,
+        request: Request,
+        gone: &ClientGone,
+    ) -> Result<Response, ApiError> {
+        let Route { actor, mut gate } = route;
+        let request = Arc::new(request);
+        let name = actor.as_str();
+        let hold = self.config.worker.hold_timeout;
+        let mut attempts = 0;
+        loop {
+            let open = match gate.barrier.try_read() {
+                Ok(open) => open,
+                Err(_) => {
+                    let _held = HeldAtGate::enter(&gate.held, self.config.worker.max_held, name)?;
+                    let open = async {
+                        tokio::time::timeout(hold, gate.barrier.read()).await.map_err(|_| {
+                            ApiError::unavailable(format!(
+                                "actor {name} is moving and did not take the request within the hold timeout of {hold:?}"
+                            ))
+                        })
+                    };
+                    client_gone::unless_gone(gone, name, open).await?
+                }
+            };
+            // Read under the gate: a move switches the placement only
+            // while it holds the gate closed.
+            let (member, epoch) = self.current_host(name)?;
+            match member.api.call(name, epoch, request.clone(), gone).await {
+                Err(e) if e.is(ErrorKind::StaleEpoch) && attempts < self.misdirected_retries() => {
+                    attempts += 1;
+                    tracing::debug!(actor = name, "retrying on the current owner: {e}");
+                    drop(open);
+                    if self.role() == super::Role::Follower {
+                        // A follower learns of the new placement from its
+                        // watch of etcd, a moment after the move.
+                        let pause_ms = 25 * u64::from(attempts);
+                        tokio::time::sleep(std::time::Duration::from_millis(pause_ms)).await;
+                    }
+                    gate = self.route(name)?.gate;
+                }
+                other => return other,
+            }
+        }
+    }
+}
+
+impl ControlPlane {
+    /// How often a call refused as misdirected (421) is sent again by the
+    /// refreshed placement: a leader's placement is current after one
+    /// retry; a follower's follows the watch, so it tries for about 2 s
+    /// (25 ms, 50 ms, ... between attempts).
+    fn misdirected_retries(&self) -> u32 {
+        if self.role() == super::Role::Follower {
+            12
+        } else {
+            3
+        }
+    }
+}
+
+/// A name held in the control plane's `pending` set while its create
+/// runs; released on drop.
+struct Reserved<'a> {
+    control: &'a ControlPlane,
+    name: String,
+}
+
+impl<'a> Reserved<'a> {
+    /// Reserves `name`.
+    ///
+    /// # Errors
+    /// 409 if an actor or a create in flight has it.
+    fn take(control: &'a ControlPlane, name: &str) -> Result<Self, ApiError> {
+        // A name is placed only by a create holding it here, or under the
+        // write side of `ops` (which no create holds then).
+        if control.has_actor(name) || !control.lock_pending().insert(name.to_owned()) {
+            return Err(ApiError::conflict(format!("actor {name} already exists")));
+        }
+        Ok(Self {
+            control,
+            name: name.to_owned(),
+        })
+    }
+}
+
+impl Drop for Reserved<'_> {
+    fn drop(&mut self) {
+        self.control.lock_pending().remove(&self.name);
+    }
+}
+
+/// An actor found for a request ([`ControlPlane::route`]): the gate its
+/// request passes.
+pub struct Route {
+    actor: String,
+    gate: Arc<Gate>,
+}

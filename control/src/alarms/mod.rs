@@ -1,0 +1,61 @@
+//! Alarms: each actor's one durable alarm (ABI 2 `set_alarm`,
+//! `cancel_alarm`, `alarm`) and their delivery.
+//!
+//! Rooms: this file (the alarm request marker, the metrics, and
+//! [`AlarmRouter`], how an actor's host functions reach the alarms);
+//! [`scheduler`] (the control plane's [`scheduler::Scheduler`]: pending
+//! alarms in time order, firing, retries with backoff); [`deliver`] (how a
+//! due alarm reaches the actor: through the placement, gate and mailbox,
+//! and how the actor task runs it); [`route`] (the two ways an actor's
+//! alarm call reaches the scheduler: in process, or from a remote worker
+//! through the control plane's internal API).
+//!
+//! # Semantics
+//!
+//! The alarm lives in the directory (`alarms` table of `stasis.db`, or
+//! `<prefix>/alarms/<actor>` in etcd), never only in memory; the control
+//! plane (the leader, in a cluster) loads every pending alarm when it
+//! starts. At its time the alarm is delivered as a request in the actor's
+//! mailbox — so it waits behind requests in flight, resumes a paused
+//! actor, is never in the middle of a pause or a snapshot, and follows the
+//! actor to whatever worker holds it — and the actor task calls the guest's
+//! `stasis_on_alarm` export. Delivery is at least once: a handler that
+//! traps rolls the actor back as a trapped request does and is retried
+//! after [`RETRY_FIRST`], doubling each time up to [`RETRY_CAP`], until it
+//! succeeds, the alarm is cancelled or replaced, or the actor is deleted.
+//! After a success the alarm is removed unless the handler set a new one.
+//! A module without the export gets its alarm removed and
+//! `stasis_alarms_without_hook_total` counted.
+
+pub mod deliver;
+pub mod scheduler;
+
+use std::time::Duration;
+
+/// The first retry of a failed alarm comes this long after the failure.
+pub const RETRY_FIRST: Duration = Duration::from_millis(500);
+
+/// Retries back off by doubling up to this pause, then keep it.
+pub const RETRY_CAP: Duration = Duration::from_secs(60);
+
+/// The pause before retry number `attempt` (1 for the first retry):
+/// [`RETRY_FIRST`] × 2^(attempt − 1), at most [`RETRY_CAP`].
+#[must_use]
+pub fn backoff(attempt: u32) -> Duration {
+    let doublings = attempt.saturating_sub(1).min(16);
+    RETRY_FIRST.saturating_mul(1 << doublings).min(RETRY_CAP)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_from_half_a_second_up_to_a_minute() {
+        assert_eq!(backoff(1), Duration::from_millis(500));
+        assert_eq!(backoff(2), Duration::from_secs(1));
+        assert_eq!(backoff(3), Duration::from_secs(2));
+        assert_eq!(backoff(8), Duration::from_secs(60));
+        assert_eq!(backoff(u32::MAX), RETRY_CAP);
+    }
+}

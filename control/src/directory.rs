@@ -1,0 +1,465 @@
+//! [`SqliteDirectory`]: the embedded [`Directory`] in one SQLite file,
+//! `stasis.db` in the data dir.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::{Condvar, Mutex};
+
+use rusqlite::{Connection, OptionalExtension, params};
+use stasis_contract::directory::{ActorRow, Directory, TemplateRow};
+use stasis_contract::error::ApiError;
+
+/// The schema version `stasis.db` is migrated to (`PRAGMA user_version`):
+/// 0 is templates and actors (every data dir before alarms), 1 adds the
+/// `alarms` table. Opening migrates an older file in place; nothing in it
+/// changes.
+const SCHEMA_VERSION: i64 = 1;
+
+/// The embedded directory in one SQLite file. Every write is one
+/// transaction, durable on return (WAL, `synchronous=FULL`). Actor
+/// inserts are group-committed: the inserts that arrive while one commit
+/// is in flight share the next transaction, so concurrent creates pay one
+/// fsync between them instead of one each. Reads go through a second,
+/// query-only connection: in WAL mode a reader sees every committed
+/// transaction and never waits for a commit's fsync (SQLite, "Write-Ahead
+/// Logging": readers do not block writers and a writer does not block
+/// readers), so a create's template lookup does not queue behind the
+/// group commit of earlier creates.
+pub struct SqliteDirectory {
+    conn: Mutex<Connection>,
+    reader: Mutex<Connection>,
+    inserts: Mutex<Inserts>,
+    committed: Condvar,
+}
+
+/// Actor inserts waiting for their group commit, and the answers of the
+/// ones committed (each taken by its caller).
+#[derive(Default)]
+struct Inserts {
+    /// Rows not committed yet, by ticket.
+    queued: Vec<(u64, ActorRow)>,
+    /// Answers of committed rows, by ticket.
+    done: HashMap<u64, Result<(), ApiError>>,
+    /// A caller is committing a batch now.
+    committing: bool,
+    /// The next ticket.
+    next: u64,
+}
+
+fn db(e: rusqlite::Error) -> ApiError {
+    db_ref(&e)
+}
+
+fn db_ref(e: &rusqlite::Error) -> ApiError {
+    ApiError::internal(format!("directory: {e}"))
+}
+
+impl SqliteDirectory {
+    /// Opens (creating) the directory at `path`.
+    ///
+    /// # Errors
+    /// If SQLite cannot open or migrate the file.
+    pub fn open(path: &Path) -> anyhow::Result<Self> {
+        let conn = Connection::open(path)?;
+        conn.execute_batch(
+            "PRAGMA journal_mode = WAL;
+             PRAGMA synchronous = FULL;
+             PRAGMA foreign_keys = ON;
+             CREATE TABLE IF NOT EXISTS templates (
+                 name   TEXT PRIMARY KEY,
+                 digest TEXT NOT NULL,
+                 bytes  INTEGER NOT NULL,
+                 env    TEXT NOT NULL
+             );
+             CREATE TABLE IF NOT EXISTS actors (
+                 name     TEXT PRIMARY KEY,
+                 template TEXT NOT NULL REFERENCES templates(name),
+                 worker   TEXT NOT NULL,
+                 epoch    INTEGER NOT NULL
+             );",
+        )?;
+        migrate(&conn)?;
+        let reader = Connection::open(path)?;
+        reader.execute_batch("PRAGMA query_only = ON;")?;
+        Ok(Self {
+            conn: Mutex::new(conn),
+            reader: Mutex::new(reader),
+            inserts: Mutex::default(),
+            committed: Condvar::new(),
+        })
+    }
+
+    /// Commits `rows` in one transaction; each row's answer, in order (a
+    /// refused row, e.g. a name taken, does not stop the others).
+    fn commit_inserts(&self, rows: &[(u64, ActorRow)]) -> Vec<Result<(), ApiError>> {
+        let mut conn = self.conn();
+        let all = |e: &rusqlite::Error| rows.iter().map(|_| Err(db_ref(e))).collect();
+        let tx = match conn.transaction() {
+            Ok(tx) => tx,
+            Err(e) => return all(&e),
+        };
+        let answers = {
+            let mut insert = match tx.prepare_cached(
+                "INSERT INTO actors (name, template, worker, epoch) VALUES (?1, ?2, ?3, ?4)",
+            ) {
+                Ok(insert) => insert,
+                Err(e) => return all(&e),
+            };
+            rows.iter()
+                .map(|(_, row)| {
+                    insert
+                        .execute(params![
+                            row.name,
+                            row.template,
+                            row.worker,
+                            row.epoch as i64
+                        ])
+                        .map(|_| ())
+                        .map_err(db)
+                })
+                .collect()
+        };
+        match tx.commit() {
+            Ok(()) => answers,
+            Err(e) => all(&e),
+        }
+    }
+
+    fn conn(&self) -> std::sync::MutexGuard<'_, Connection> {
+        self.conn.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The query-only connection (see [`SqliteDirectory`]).
+    fn reader(&self) -> std::sync::MutexGuard<'_, Connection> {
+        self.reader.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Directory for SqliteDirectory {
+    fn insert_template(&self, row: &TemplateRow) -> Result<(), ApiError> {
+        let env = serde_json::to_string(&row.env).map_err(ApiError::internal)?;
+        self.conn()
+            .execute(
+                "INSERT INTO templates (name, digest, bytes, env) VALUES (?1, ?2, ?3, ?4)",
+                params![row.name, row.digest, row.bytes as i64, env],
+            )
+            .map_err(db)?;
+        Ok(())
+    }
+
+    fn template(&self, name: &str) -> Result<Option<TemplateRow>, ApiError> {
+        let conn = self.reader();
+        let mut stmt = conn
+            .prepare_cached("SELECT name, digest, bytes, env FROM templates WHERE name = ?1")
+            .map_err(db)?;
+        stmt.query_row([name], template_row).optional().map_err(db)
+    }
+
+    fn templates(&self) -> Result<Vec<TemplateRow>, ApiError> {
+        let conn = self.reader();
+        let mut stmt = conn
+            .prepare("SELECT name, digest, bytes, env FROM templates ORDER BY name")
+            .map_err(db)?;
+        let rows = stmt.query_map([], template_row).map_err(db)?;
+        rows.collect::<Result<_, _>>().map_err(db)
+    }
+
+    fn delete_template(&self, name: &str) -> Result<bool, ApiError> {
+        let n = self
+            .conn()
+            .execute("DELETE FROM templates WHERE name = ?1", [name])
+            .map_err(db)?;
+        Ok(n > 0)
+    }
+
+    /// Group-committed (see [`SqliteDirectory`]): the row is queued; a
+    /// caller that finds no commit in flight commits everything queued in
+    /// one transaction, the others wait for it, and a waiter whose row
+    /// came after that batch commits the next one.
+    fn insert_actor(&self, row: &ActorRow) -> Result<(), ApiError> {
+        let lock = || self.inserts.lock().unwrap_or_else(|p| p.into_inner());
+        let mut inserts = lock();
+        let ticket = inserts.next;
+        inserts.next += 1;
+        inserts.queued.push((ticket, row.clone()));
+        loop {
+            if let Some(answer) = inserts.done.remove(&ticket) {
+                return answer;
+            }
+            if inserts.committing {
+                inserts = self
+                    .committed
+                    .wait(inserts)
+                    .unwrap_or_else(|p| p.into_inner());
+                continue;
+            }
+            inserts.committing = true;
+            let batch = std::mem::take(&mut inserts.queued);
+            drop(inserts);
+            let answers = self.commit_inserts(&batch);
+            inserts = lock();
+            for ((ticket, _), answer) in batch.into_iter().zip(answers) {
+                inserts.done.insert(ticket, answer);
+            }
+            inserts.committing = false;
+            self.committed.notify_all();
+        }
+    }
+
+    fn place_actor(&self, name: &str, worker: &str, epoch: u64) -> Result<(), ApiError> {
+        let changed = self
+            .conn()
+            .execute(
+                "UPDATE actors SET worker = ?2, epoch = ?3 WHERE name = ?1 AND epoch < ?3",
+                params![name, worker, epoch as i64],
+            )
+            .map_err(db)?;
+        if changed == 0 {
+            return Err(ApiError::conflict(format!(
+                "actor {name} was deleted or placed at epoch {epoch} or later meanwhile"
+            )));
+        }
+        Ok(())
+    }
+
+    fn actors(&self) -> Result<Vec<ActorRow>, ApiError> {
+        let conn = self.reader();
+        let mut stmt = conn
+            .prepare("SELECT name, template, worker, epoch FROM actors ORDER BY name")
+            .map_err(db)?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok(ActorRow {
+                    name: r.get(0)?,
+                    template: r.get(1)?,
+                    worker: r.get(2)?,
+                    epoch: r.get::<_, i64>(3)? as u64,
+                })
+            })
+            .map_err(db)?;
+        rows.collect::<Result<_, _>>().map_err(db)
+    }
+
+    fn delete_actor(&self, name: &str) -> Result<(), ApiError> {
+        let mut conn = self.conn();
+        let tx = conn.transaction().map_err(db)?;
+        tx.execute("DELETE FROM alarms WHERE actor = ?1", [name])
+            .map_err(db)?;
+        tx.execute("DELETE FROM actors WHERE name = ?1", [name])
+            .map_err(db)?;
+        tx.commit().map_err(db)
+    }
+
+    fn set_alarm(&self, name: &str, at_unix_ms: u64) -> Result<(), ApiError> {
+        self.conn()
+            .execute(
+                "INSERT INTO alarms (actor, at_unix_ms) VALUES (?1, ?2)
+                 ON CONFLICT(actor) DO UPDATE SET at_unix_ms = excluded.at_unix_ms",
+                params![name, sql_ms(at_unix_ms)],
+            )
+            .map_err(db)?;
+        Ok(())
+    }
+
+    fn clear_alarm(&self, name: &str, only_at: Option<u64>) -> Result<bool, ApiError> {
+        let n = match only_at {
+            Some(at) => self.conn().execute(
+                "DELETE FROM alarms WHERE actor = ?1 AND at_unix_ms = ?2",
+                params![name, sql_ms(at)],
+            ),
+            None => self
+                .conn()
+                .execute("DELETE FROM alarms WHERE actor = ?1", [name]),
+        }
+        .map_err(db)?;
+        Ok(n > 0)
+    }
+
+    fn alarm(&self, name: &str) -> Result<Option<u64>, ApiError> {
+        self.reader()
+            .query_row(
+                "SELECT at_unix_ms FROM alarms WHERE actor = ?1",
+                [name],
+                |r| r.get::<_, i64>(0),
+            )
+            .optional()
+            .map(|at| at.map(|ms| u64::try_from(ms).unwrap_or(0)))
+            .map_err(db)
+    }
+
+    fn alarms(&self) -> Result<Vec<(String, u64)>, ApiError> {
+        let conn = self.reader();
+        let mut stmt = conn
+            .prepare("SELECT actor, at_unix_ms FROM alarms ORDER BY actor")
+            .map_err(db)?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok((r.get(0)?, u64::try_from(r.get::<_, i64>(1)?).unwrap_or(0)))
+            })
+            .map_err(db)?;
+        rows.collect::<Result<_, _>>().map_err(db)
+    }
+}
+
+/// A Unix-ms time as SQLite's signed integer (times past `i64::MAX` are
+/// kept at `i64::MAX`: they never come).
+fn sql_ms(at_unix_ms: u64) -> i64 {
+    i64::try_from(at_unix_ms).unwrap_or(i64::MAX)
+}
+
+/// Brings the schema from its `user_version` to [`SCHEMA_VERSION`], one
+/// transaction per step. A newer file than this binary knows is refused.
+fn migrate(conn: &Connection) -> anyhow::Result<()> {
+    let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    anyhow::ensure!(
+        version <= SCHEMA_VERSION,
+        "stasis.db has schema version {version}, newer than this binary's {SCHEMA_VERSION}"
+    );
+    if version < 1 {
+        conn.execute_batch(
+            "BEGIN;
+             CREATE TABLE IF NOT EXISTS alarms (
+                 actor      TEXT PRIMARY KEY,
+                 at_unix_ms INTEGER NOT NULL
+             );
+             PRAGMA user_version = 1;
+             COMMIT;",
+        )?;
+    }
+    Ok(())
+}
+
+fn template_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TemplateRow> {
+    let env: String = r.get(3)?;
+    Ok(TemplateRow {
+        name: r.get(0)?,
+        digest: r.get(1)?,
+        bytes: r.get::<_, i64>(2)? as u64,
+        env: serde_json::from_str(&env).unwrap_or_default(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A new directory in `tmp` holding one template, `t`.
+    fn with_template_t(tmp: &tempfile::TempDir) -> SqliteDirectory {
+        let dir = SqliteDirectory::open(&tmp.path().join("stasis.db")).expect("open");
+        dir.insert_template(&TemplateRow {
+            name: "t".into(),
+            digest: "00".into(),
+            bytes: 0,
+            env: Vec::new(),
+        })
+        .expect("template");
+        dir
+    }
+
+    #[test]
+    fn concurrent_inserts_are_committed_together_and_refused_alone() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = with_template_t(&tmp);
+        let row = |name: String, template: &str| ActorRow {
+            name,
+            template: template.into(),
+            worker: "w1".into(),
+            epoch: 1,
+        };
+        // 8 threads × 50 inserts; every 10th of one thread names no
+        // template (refused by the foreign key), and one name is taken twice.
+        let refused = std::thread::scope(|scope| {
+            let threads: Vec<_> = (0..8)
+                .map(|t| {
+                    let dir = &dir;
+                    scope.spawn(move || {
+                        (0..50)
+                            .filter(|i| {
+                                let template = if t == 0 && i % 10 == 0 { "none" } else { "t" };
+                                let name = if t == 1 && *i == 49 {
+                                    "a-0-1".to_owned()
+                                } else {
+                                    format!("a-{t}-{i}")
+                                };
+                                dir.insert_actor(&row(name, template)).is_err()
+                            })
+                            .count()
+                    })
+                })
+                .collect();
+            threads
+                .into_iter()
+                .map(|t| t.join().expect("thread"))
+                .sum::<usize>()
+        });
+        assert_eq!(refused, 5 + 1);
+        assert_eq!(dir.actors().expect("actors").len(), 8 * 50 - 6);
+        let inserts = dir.inserts.lock().expect("inserts");
+        assert!(inserts.queued.is_empty() && inserts.done.is_empty());
+        assert!(!inserts.committing);
+    }
+
+    #[test]
+    fn a_placement_switch_takes_each_epoch_once() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = with_template_t(&tmp);
+        dir.insert_actor(&ActorRow {
+            name: "a".into(),
+            template: "t".into(),
+            worker: "w1".into(),
+            epoch: 1,
+        })
+        .expect("insert");
+        dir.place_actor("a", "w2", 2)
+            .expect("first decision at epoch 2");
+        let second = dir.place_actor("a", "w3", 2).expect_err("epoch 2 is taken");
+        assert_eq!(second.kind().status(), 409);
+        let stale = dir.place_actor("a", "w3", 1).expect_err("epoch 1 is older");
+        assert_eq!(stale.kind().status(), 409);
+        assert_eq!(
+            dir.place_actor("gone", "w1", 5)
+                .expect_err("no such actor")
+                .kind()
+                .status(),
+            409
+        );
+        let rows = dir.actors().expect("actors");
+        assert_eq!((rows[0].worker.as_str(), rows[0].epoch), ("w2", 2));
+    }
+
+    #[test]
+    fn one_alarm_per_actor_kept_across_reopen_and_deleted_with_the_actor() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let path = tmp.path().join("stasis.db");
+        // A data dir from before alarms (schema version 0) opens and
+        // migrates.
+        {
+            let conn = Connection::open(&path).expect("old db");
+            conn.execute_batch(
+                "CREATE TABLE templates (name TEXT PRIMARY KEY, digest TEXT NOT NULL,
+                     bytes INTEGER NOT NULL, env TEXT NOT NULL);
+                 CREATE TABLE actors (name TEXT PRIMARY KEY, template TEXT NOT NULL
+                     REFERENCES templates(name), worker TEXT NOT NULL, epoch INTEGER NOT NULL);
+                 INSERT INTO templates VALUES ('t', '00', 0, '[]');
+                 INSERT INTO actors VALUES ('a', 't', 'w1', 1);",
+            )
+            .expect("old schema");
+        }
+        let dir = SqliteDirectory::open(&path).expect("open and migrate");
+        assert_eq!(dir.actors().expect("actors").len(), 1);
+        assert_eq!(dir.alarm("a").expect("read"), None);
+        dir.set_alarm("a", 1_000).expect("set");
+        dir.set_alarm("a", 2_000).expect("replace");
+        assert_eq!(dir.alarm("a").expect("read"), Some(2_000));
+        assert!(!dir.clear_alarm("a", Some(1_000)).expect("stale clear"));
+        assert_eq!(dir.alarms().expect("all"), vec![("a".to_owned(), 2_000)]);
+        drop(dir);
+        let dir = SqliteDirectory::open(&path).expect("reopen");
+        assert_eq!(dir.alarm("a").expect("read"), Some(2_000));
+        dir.delete_actor("a").expect("delete");
+        assert_eq!(dir.alarms().expect("all"), Vec::new());
+        dir.set_alarm("b", 5).expect("set");
+        assert!(dir.clear_alarm("b", None).expect("cancel"));
+        assert!(!dir.clear_alarm("b", None).expect("cancel again"));
+    }
+}

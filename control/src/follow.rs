@@ -1,0 +1,87 @@
+//! A follower replica's view of the cluster (cluster mode): the placements
+//! of the directory, loaded once and then kept in step with etcd by a
+//! watch, so that the follower routes every request itself (one lookup in
+//! memory per request, no etcd round trip). It never changes a placement:
+//! when it routes by one that is stale, the worker refuses the call (421)
+//! and the request is sent again by the refreshed placement.
+//!
+//! The follower also publishes the etcd revision its placements are
+//! current at, once applied: a write it forwarded to the leader is
+//! answered once that revision reaches the write's (read-your-writes, see
+//! `stasis-runtime`'s `replica`).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use super::ControlPlane;
+use super::placement::{ANY_INCARNATION, Placement};
+use stasis_contract::directory::{ActorRow, ActorsAt};
+
+impl ControlPlane {
+    /// Loads every placement of the directory (`rows`), to route by (a
+    /// follower's start).
+    pub(super) fn load_placements(&self, rows: &[ActorRow]) {
+        let mut placements = self.placement_mut();
+        for row in rows {
+            placements.insert(row.name.clone(), follower_placement(row));
+        }
+    }
+
+    /// Keeps the placements in step with the directory's actors
+    /// (`actors`: name to row and etcd revision, updated by a watch of
+    /// etcd) until the watch ends: new actors appear, moved ones point at
+    /// their new worker and epoch (never back to an older epoch), deleted
+    /// ones go. After each change is applied, `applied_revision` says the
+    /// etcd revision the placements are current at (it never goes back).
+    pub async fn follow_placements(
+        self: Arc<Self>,
+        mut actors: tokio::sync::watch::Receiver<ActorsAt>,
+        applied_revision: tokio::sync::watch::Sender<i64>,
+    ) {
+        loop {
+            let current = actors.borrow_and_update().clone();
+            self.apply_placements(&current.actors);
+            applied_revision.send_if_modified(|applied| {
+                let newer = current.revision > *applied;
+                if newer {
+                    *applied = current.revision;
+                }
+                newer
+            });
+            if actors.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+
+    fn apply_placements(&self, current: &BTreeMap<String, ActorRow>) {
+        let mut placements = self.placement_mut();
+        placements.retain(|name, _| current.contains_key(name));
+        for (name, row) in current {
+            match placements.get_mut(name) {
+                Some(p) if p.epoch > row.epoch => {}
+                Some(p) => {
+                    if *p.worker != *row.worker {
+                        p.worker = Arc::from(row.worker.as_str());
+                    }
+                    p.epoch = row.epoch;
+                    p.incarnation = ANY_INCARNATION;
+                }
+                None => {
+                    placements.insert(name.clone(), follower_placement(row));
+                }
+            }
+        }
+    }
+}
+
+/// A follower's placement for `row`: on whichever incarnation of its worker
+/// is registered (the worker checks the epoch).
+fn follower_placement(row: &ActorRow) -> Placement {
+    Placement::new(
+        Arc::from(row.worker.as_str()),
+        ANY_INCARNATION,
+        &row.template,
+        row.epoch,
+    )
+}

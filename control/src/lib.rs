@@ -1,0 +1,419 @@
+//! The control side of Stasis: the control plane, which holds the
+//! directory and the templates, places actors on workers, and runs every
+//! operation the admin API offers. It reaches workers only through
+//! [`WorkerApi`] and is given its parts (directory, snapshot store,
+//! templates, in-process workers, how to reach remote workers) by the
+//! assembly (`stasis-runtime`); this crate depends on the contract
+//! (`stasis-contract`) and never on the worker side, the cluster backends
+//! or the assembly. One room per job:
+//!
+//! - [`placement`]: the placement table, the request gate, lookups, and the
+//!   one placement switch;
+//! - [`actors`]: actor operations and the request path (`route`, `call`);
+//! - [`templates`]: template push, list, delete;
+//! - [`migrate`]: one move, rebalance and drain, planned by the pure
+//!   functions of [`balance`];
+//! - [`ship`]: installing an actor from a stored snapshot on a worker, and
+//!   receiving snapshots remote workers replicate;
+//! - [`membership`]: the workers ([`membership::Member`]), joins,
+//!   heartbeats, failure detection;
+//! - [`recover`]: bringing actors back at start-up and after a loss;
+//! - [`housekeeping`]: idle pauses, checkpoints, shutdown, gc;
+//! - [`directory`]: [`directory::SqliteDirectory`], the embedded
+//!   [`Directory`] in `stasis.db`;
+//! - [`alarms`]: the scheduler of every actor's alarm and its delivery;
+//! - [`local`]: [`local::LocalControl`], this control plane as the
+//!   [`stasis_contract::control_api::ControlApi`] of in-process workers,
+//!   and [`calls`], how a call or message goes through it;
+//! - [`follow`]: a follower replica's placements, kept in step with etcd;
+//! - [`views`]: what the API shows.
+//!
+//! Data dir layout (DESIGN.md): `stasis.db`, `LOCK`,
+//! `templates/<digest>.wasm`, `cache/` (compiled variants),
+//! `snapshots/<actor>/<seq:020>.snap`.
+
+#![warn(missing_docs)]
+
+pub mod actors;
+pub mod alarms;
+pub mod balance;
+pub mod calls;
+pub mod directory;
+pub mod follow;
+pub mod housekeeping;
+pub mod local;
+pub mod membership;
+pub mod migrate;
+pub mod placement;
+pub mod recover;
+pub mod ship;
+pub mod templates;
+pub mod views;
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::File;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use anyhow::Context as _;
+
+pub use actors::Route;
+use membership::Member;
+pub use membership::WorkerState;
+use placement::Placement;
+use stasis_contract::directory::{Directory, WorkerRecord};
+use stasis_contract::error::ApiError;
+use stasis_contract::metrics::{Metrics, StateLabel};
+use stasis_contract::proto::JoinAnswer;
+use stasis_contract::settings::WorkerSettings;
+use stasis_contract::status::ActorState;
+use stasis_contract::templates::TemplateDir;
+use stasis_contract::worker_api::{ConnectWorker, WorkerApi};
+use stasis_core::engine::Limits;
+use stasis_core::snapshot_files::LocalSnapshotStore;
+use stasis_core::snapshot_objects::{ObjectSnapshotStore, StoreUrl};
+use stasis_core::snapshot_store::SnapshotStore;
+pub use templates::MAX_TEMPLATE_BYTES;
+pub use views::{
+    ActorInfo, GcReport, MigrateInfo, Move, PauseInfo, RebalanceReport, TemplateInfo, WorkerInfo,
+};
+
+/// Everything `stasis serve` is configured with.
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    /// The data dir (created if missing).
+    pub data_dir: PathBuf,
+    /// Number of in-process workers, named `worker-1..N`.
+    pub workers: usize,
+    /// Per-actor limits.
+    pub limits: Limits,
+    /// Mailbox, hold and snapshot settings of every worker.
+    pub worker: WorkerSettings,
+    /// Cap on the snapshot folder, in bytes.
+    pub snapshot_quota: Option<u64>,
+    /// Pause actors idle this long (scale to zero).
+    pub idle_timeout: Option<Duration>,
+    /// Checkpoint running actors this often.
+    pub checkpoint_interval: Option<Duration>,
+    /// A remote worker that misses heartbeats this long stops serving by
+    /// itself; after twice this long the control plane declares it lost.
+    pub heartbeat_timeout: Duration,
+    /// What rebalancing evens out across workers.
+    pub rebalance_by: RebalanceBy,
+    /// Moves a rebalance or drain runs at once.
+    pub max_concurrent_moves: usize,
+    /// Bearer token for the admin API and for talking to remote workers.
+    pub admin_token: Option<String>,
+    /// Where snapshots and template modules are kept (`--snapshot-store`):
+    /// the data dir (`local`), a shared volume or an object store.
+    pub snapshot_store: StoreUrl,
+}
+
+/// What rebalancing evens out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RebalanceBy {
+    /// Number of actors per worker.
+    #[default]
+    Count,
+    /// Linear memory in use per worker.
+    Memory,
+}
+
+impl Default for ServeConfig {
+    fn default() -> Self {
+        Self {
+            data_dir: PathBuf::from("stasis-data"),
+            workers: 2,
+            limits: Limits::default(),
+            worker: WorkerSettings::default(),
+            snapshot_quota: None,
+            idle_timeout: None,
+            checkpoint_interval: None,
+            heartbeat_timeout: Duration::from_secs(2),
+            rebalance_by: RebalanceBy::Count,
+            max_concurrent_moves: 4,
+            admin_token: None,
+            snapshot_store: StoreUrl::Local,
+        }
+    }
+}
+
+impl ServeConfig {
+    /// The settings every worker of the cluster shares (what a joining
+    /// worker is told; in cluster mode (`clustered`), the record in the
+    /// directory, which names the shared snapshot store).
+    #[must_use]
+    pub fn cluster_settings(&self, clustered: bool) -> JoinAnswer {
+        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        JoinAnswer {
+            heartbeat_timeout_ms: ms(self.heartbeat_timeout),
+            max_memory: self.limits.max_memory,
+            cpu_limit_ms: ms(self.limits.cpu_limit),
+            request_timeout_ms: ms(self.limits.request_timeout),
+            max_body: self.limits.max_body as u64,
+            max_held: self.worker.max_held,
+            hold_timeout_ms: ms(self.worker.hold_timeout),
+            keep_snapshots: self.worker.actor.keep_snapshots,
+            checkpoint_every: self.worker.actor.checkpoint_every,
+            max_live: self.worker.max_live,
+            checkpoint_interval_ms: self.checkpoint_interval.map(ms),
+            idle_timeout_ms: self.idle_timeout.map(ms),
+            snapshot_quota: self.snapshot_quota,
+            snapshot_store: clustered.then(|| self.snapshot_store.to_string()),
+        }
+    }
+}
+
+/// The control plane of one `stasis serve` process (in cluster mode: of
+/// the leader replica).
+pub struct ControlPlane {
+    directory: Arc<dyn Directory>,
+    templates: Arc<TemplateDir>,
+    store: Arc<dyn SnapshotStore>,
+    /// The store when it is shared with every worker (`file://`, `s3://`):
+    /// template modules are kept there too, and workers read snapshots
+    /// there instead of being sent them.
+    shared: Option<Arc<ObjectSnapshotStore>>,
+    members: RwLock<Vec<Arc<Member>>>,
+    placements: RwLock<HashMap<String, Placement>>,
+    metrics: Arc<Metrics>,
+    config: ServeConfig,
+    /// Serialises operations that change the directory's set of names
+    /// (write), except creates, which run together (read) and reserve
+    /// their names in `pending`.
+    ops: tokio::sync::RwLock<()>,
+    pending: std::sync::Mutex<std::collections::HashSet<String>>,
+    incarnations: AtomicU64,
+    /// Set when graceful shutdown begins: no move or drain starts after it.
+    shutting_down: AtomicBool,
+    role: Role,
+    /// Every actor's alarm (fired only by an embedded or leading control
+    /// plane, see [`crate::alarms`]).
+    alarms: crate::alarms::scheduler::Scheduler,
+    /// How a joining remote worker is reached (`None`: none can join).
+    connect: Option<Arc<dyn ConnectWorker>>,
+    _lock: Option<File>,
+}
+
+/// What a control plane does in its process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// `stasis serve` alone: the directory in `stasis.db`, every decision
+    /// here.
+    Embedded,
+    /// The elected replica of a cluster: it places and moves actors,
+    /// follows the workers' leases, rebalances and collects garbage.
+    Leader,
+    /// Another replica of a cluster: it routes requests by the placements
+    /// it watches in etcd and never changes them (its admin API forwards
+    /// to the leader).
+    Follower,
+}
+
+/// The parts a control plane is built from, made by the assembly
+/// (`stasis-runtime`): what it keeps its state in, the workers of its
+/// process and how it reaches the others.
+pub struct ControlParts {
+    /// The durable record of templates, actors, placements and alarms.
+    pub directory: Arc<dyn Directory>,
+    /// Where snapshots are kept.
+    pub store: Arc<dyn SnapshotStore>,
+    /// The same store when it is shared with every worker (`file://`,
+    /// `s3://`): template modules are kept there too.
+    pub shared: Option<Arc<ObjectSnapshotStore>>,
+    /// Template modules by digest, compiled once.
+    pub templates: Arc<TemplateDir>,
+    /// The workers of this process (`worker-1..N`), in order.
+    pub workers: Vec<Arc<dyn WorkerApi>>,
+    /// How a joining remote worker is reached.
+    pub connect: Option<Arc<dyn ConnectWorker>>,
+    /// The data dir's `LOCK`, held for the control plane's life.
+    pub lock: Option<File>,
+}
+
+/// A snapshot store as the control plane and workers use it, and the same
+/// store as a shared object store when it is one.
+pub type OpenedStore = (Arc<dyn SnapshotStore>, Option<Arc<ObjectSnapshotStore>>);
+
+/// Opens the snapshot store `config.snapshot_store` names: the data dir's
+/// `snapshots/`, or a shared store cached in `<data dir>/snapshot-cache/`.
+///
+/// # Errors
+/// If the folder or store cannot be opened or reached.
+pub fn open_snapshot_store(
+    url: &StoreUrl,
+    data_dir: &std::path::Path,
+    quota: Option<u64>,
+) -> anyhow::Result<OpenedStore> {
+    if *url == StoreUrl::Local {
+        let local = LocalSnapshotStore::open(data_dir.join("snapshots"), quota)?;
+        return Ok((Arc::new(local), None));
+    }
+    let shared = Arc::new(
+        ObjectSnapshotStore::open(url, &data_dir.join("snapshot-cache"), quota)
+            .map_err(|e| anyhow::anyhow!("--snapshot-store {url}: {}", e.detail()))?,
+    );
+    Ok((shared.clone(), Some(shared)))
+}
+
+impl ControlPlane {
+    /// A control plane in `role` over `parts`, with nothing placed yet:
+    /// the assembly then brings the actors back ([`ControlPlane::recover`]
+    /// embedded, [`ControlPlane::take_over`] in a cluster) and starts the
+    /// alarms ([`ControlPlane::start_alarms`]).
+    #[must_use]
+    pub fn new(
+        config: ServeConfig,
+        metrics: Arc<Metrics>,
+        parts: ControlParts,
+        role: Role,
+    ) -> Arc<Self> {
+        let members = parts
+            .workers
+            .into_iter()
+            .map(|w| Arc::new(Member::new(w, 0)))
+            .collect();
+        let alarms = crate::alarms::scheduler::Scheduler::new(
+            parts.directory.clone(),
+            metrics.alarms.clone(),
+        );
+        Arc::new(Self {
+            directory: parts.directory,
+            templates: parts.templates,
+            store: parts.store,
+            shared: parts.shared,
+            members: RwLock::new(members),
+            placements: RwLock::new(HashMap::new()),
+            metrics,
+            config,
+            ops: tokio::sync::RwLock::new(()),
+            pending: std::sync::Mutex::default(),
+            incarnations: AtomicU64::new(1),
+            shutting_down: AtomicBool::new(false),
+            role,
+            alarms,
+            connect: parts.connect,
+            _lock: parts.lock,
+        })
+    }
+
+    /// Cluster mode, once its parts are built: admits the workers
+    /// registered in etcd (`workers`, name to record) and takes the actors
+    /// of the directory where they are. A leader asks each registered
+    /// worker what it hosts, and re-places actors whose worker is gone (or
+    /// no longer hosts them), then starts the alarms; a follower only loads
+    /// the placements, to route by them.
+    ///
+    /// # Errors
+    /// If the directory cannot be read.
+    pub async fn take_over(
+        self: &Arc<Self>,
+        workers: &BTreeMap<String, WorkerRecord>,
+    ) -> anyhow::Result<()> {
+        self.admit_registered(workers);
+        let directory = self.directory.clone();
+        let rows = tokio::task::spawn_blocking(move || directory.actors())
+            .await
+            .context("reading the directory")??;
+        match self.role {
+            Role::Leader => self.recover_cluster(rows).await,
+            Role::Follower | Role::Embedded => self.load_placements(&rows),
+        }
+        if self.role == Role::Leader {
+            let directory = self.directory.clone();
+            let pending = tokio::task::spawn_blocking(move || directory.alarms())
+                .await
+                .context("reading the alarms")??;
+            self.start_alarms(pending)?;
+        }
+        Ok(())
+    }
+
+    /// The settings every worker of this deployment shares (what a joining
+    /// worker is told).
+    #[must_use]
+    pub fn cluster_settings(&self) -> JoinAnswer {
+        self.config.cluster_settings(self.is_clustered())
+    }
+
+    /// Whether this is a cluster's replica (membership comes from etcd).
+    #[must_use]
+    pub fn is_clustered(&self) -> bool {
+        self.role != Role::Embedded
+    }
+
+    /// What this control plane does.
+    #[must_use]
+    pub fn role(&self) -> Role {
+        self.role
+    }
+
+    /// The etcd revision of the newest actor record this control plane
+    /// wrote (see [`Directory::actors_revision`]); `None` with the embedded
+    /// directory.
+    #[must_use]
+    pub fn actors_revision(&self) -> Option<i64> {
+        self.directory.actors_revision()
+    }
+
+    /// Every actor's alarm (see [`crate::alarms`]).
+    #[must_use]
+    pub fn alarms(&self) -> &crate::alarms::scheduler::Scheduler {
+        &self.alarms
+    }
+
+    /// Starts firing alarms: `pending` is the directory's list
+    /// ([`Directory::alarms`]).
+    ///
+    /// # Errors
+    /// If the scheduler cannot start.
+    pub fn start_alarms(self: &Arc<Self>, pending: Vec<(String, u64)>) -> Result<(), ApiError> {
+        let deliver = crate::alarms::deliver::ControlDeliver::new(self);
+        self.alarms.start(pending, deliver)
+    }
+
+    /// The metrics registry.
+    #[must_use]
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// The configuration.
+    #[must_use]
+    pub fn config(&self) -> &ServeConfig {
+        &self.config
+    }
+
+    /// The metrics registry, with the gauges refreshed.
+    pub async fn metrics_text(&self) -> String {
+        let mut counts: HashMap<&'static str, i64> = HashMap::new();
+        let mut held = 0;
+        for member in self.members() {
+            held += member.api.held_requests();
+            for (_, status) in member.statuses().await.unwrap_or_default() {
+                *counts.entry(status.state.as_str()).or_default() += 1;
+            }
+        }
+        for state in ActorState::ALL {
+            self.metrics
+                .actors
+                .get_or_create(&StateLabel {
+                    state: state.as_str().to_owned(),
+                })
+                .set(counts.get(state.as_str()).copied().unwrap_or(0));
+        }
+        self.metrics
+            .held_requests
+            .set(i64::try_from(held).unwrap_or(i64::MAX));
+        self.metrics
+            .snapshot_bytes
+            .set(i64::try_from(self.store.used_bytes()).unwrap_or(i64::MAX));
+        self.metrics.encode()
+    }
+}
+
+#[cfg(test)]
+mod tests;

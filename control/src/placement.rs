@@ -1,0 +1,213 @@
+//! Where each actor lives: the in-memory [`Placement`] table (kept in step
+//! with the directory by [`ControlPlane::switch_placement`], the one place
+//! a placement changes), the gate every request and move passes, and the
+//! lookups built on it (an actor's worker, the least-loaded worker).
+//!
+//! An actor's epoch lives in the directory and, as its in-memory copy, in
+//! its placement; both change together, only in `switch_placement`. Whether
+//! it is moving is its state on its worker (`migrating` from capture until
+//! the move ends), not kept here.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use super::ControlPlane;
+use super::membership::{Member, WorkerState};
+use stasis_contract::error::ApiError;
+
+/// The incarnation of a follower replica's placements: whichever
+/// incarnation of the worker is registered (a follower does not know which
+/// one the leader placed the actor on; the worker refuses a call at another
+/// epoch, 421).
+pub(super) const ANY_INCARNATION: u64 = u64::MAX;
+
+/// Where an actor lives, and the gate its requests pass.
+#[derive(Debug, Clone)]
+pub(super) struct Placement {
+    /// The owning worker's name (empty while none hosts it), shared with
+    /// its [`Member`] and every other placement on it.
+    pub worker: Arc<str>,
+    /// Which admission of that worker: a remote worker that joins again
+    /// comes back empty, so placements on its earlier incarnation wait for
+    /// re-placement.
+    pub incarnation: u64,
+    /// Template name.
+    pub template: String,
+    /// Placement epoch: 1 at creation, +1 per move; the in-memory copy of
+    /// the directory's value (both change only in `switch_placement`).
+    pub epoch: u64,
+    /// The gate its requests pass (shared with the requests in flight).
+    pub gate: Arc<Gate>,
+    /// Why the actor cannot be hosted at all (e.g. its template file is
+    /// unreadable); it is `failed` with this reason.
+    pub failure_reason: Option<String>,
+}
+
+impl Placement {
+    /// An actor of `template` on `worker` (`""`: none yet) at `epoch`.
+    pub(crate) fn new(worker: Arc<str>, incarnation: u64, template: &str, epoch: u64) -> Self {
+        Self {
+            worker,
+            incarnation,
+            template: template.to_owned(),
+            epoch,
+            gate: Arc::default(),
+            failure_reason: None,
+        }
+    }
+}
+
+/// An actor's gate, the router-side barrier: requests hold a read guard of
+/// `barrier` while they are forwarded; a move holds the write guard from
+/// capture to the placement switch, so no request reaches the source after
+/// its capture.
+#[derive(Debug, Default)]
+pub(super) struct Gate {
+    pub barrier: tokio::sync::RwLock<()>,
+    /// Requests waiting at the closed gate; past `--max-held` more are
+    /// refused (503), as at a full mailbox.
+    pub held: AtomicUsize,
+}
+
+/// A request counted among those waiting at an actor's closed gate, for
+/// as long as it waits.
+pub(super) struct HeldAtGate<'a>(&'a AtomicUsize);
+
+impl<'a> HeldAtGate<'a> {
+    /// Counts one more waiting request.
+    ///
+    /// # Errors
+    /// 503 if `max_held` requests already wait.
+    pub(crate) fn enter(
+        count: &'a AtomicUsize,
+        max_held: usize,
+        actor: &str,
+    ) -> Result<Self, ApiError> {
+        let before = count.fetch_add(1, Ordering::SeqCst);
+        let held = Self(count);
+        if before >= max_held {
+            return Err(ApiError::unavailable(format!(
+                "actor {actor} is moving and already holds {max_held} requests (--max-held)"
+            )));
+        }
+        Ok(held)
+    }
+}
+
+impl Drop for HeldAtGate<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl ControlPlane {
+    pub(super) fn placement_mut(
+        &self,
+    ) -> std::sync::RwLockWriteGuard<'_, HashMap<String, Placement>> {
+        self.placements.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(super) fn placements(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, Placement>> {
+        self.placements.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Actor `actor`'s placement.
+    ///
+    /// # Errors
+    /// 404 if unknown.
+    pub(super) fn placement_of(&self, actor: &str) -> Result<Placement, ApiError> {
+        self.placements()
+            .get(actor)
+            .cloned()
+            .ok_or_else(|| ApiError::not_found(format!("no actor named {actor:?}")))
+    }
+
+    /// Whether actor `name` exists.
+    #[must_use]
+    pub fn has_actor(&self, name: &str) -> bool {
+        self.placements().contains_key(name)
+    }
+
+    /// Counts one request answered by actor `name` in the metrics, under
+    /// its template (and under its name with `--metrics-per-actor`). Not
+    /// counted if the actor is gone: the placement is read while counting,
+    /// and [`ControlPlane::delete_actor`] removes it before the actor's
+    /// series, so no series outlives its actor.
+    pub fn count_request(&self, name: &str, status: u16) {
+        let placements = self.placements();
+        if let Some(placement) = placements.get(name) {
+            self.metrics.request(&placement.template, name, status);
+        }
+    }
+
+    /// The member hosting `actor` under `placement`.
+    ///
+    /// # Errors
+    /// 503 if it failed, or waits for a worker (none placed, or its worker
+    /// is lost or came back as a new incarnation).
+    pub(super) fn host_of(
+        &self,
+        placement: &Placement,
+        actor: &str,
+    ) -> Result<Arc<Member>, ApiError> {
+        if let Some(reason) = &placement.failure_reason {
+            return Err(ApiError::failed(format!("actor {actor} failed: {reason}")));
+        }
+        self.member(&placement.worker)
+            .filter(|w| {
+                (w.incarnation == placement.incarnation || placement.incarnation == ANY_INCARNATION)
+                    && w.state() != WorkerState::Lost
+            })
+            .ok_or_else(|| {
+                ApiError::unavailable(format!("actor {actor} waits for a worker to host it"))
+            })
+    }
+
+    /// The one placement switch: records durably that `actor` lives on
+    /// `target` at `epoch`, then points the in-memory placement there.
+    ///
+    /// # Errors
+    /// 500 if the directory write fails (nothing changed).
+    pub(super) fn switch_placement(
+        &self,
+        actor: &str,
+        target: &Member,
+        epoch: u64,
+    ) -> Result<(), ApiError> {
+        self.directory.place_actor(actor, &target.name, epoch)?;
+        if let Some(p) = self.placement_mut().get_mut(actor) {
+            p.worker = target.name.clone();
+            p.incarnation = target.incarnation;
+            p.epoch = epoch;
+        }
+        Ok(())
+    }
+
+    /// Actors per worker name.
+    pub(super) fn actor_counts(&self) -> HashMap<String, usize> {
+        let placements = self.placements();
+        let mut counts: HashMap<&str, usize> = HashMap::new();
+        for p in placements.values() {
+            *counts.entry(&*p.worker).or_default() += 1;
+        }
+        counts.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
+    }
+
+    /// The ready worker with the fewest actors. Counting scans every
+    /// placement, so it is skipped when only one worker is ready.
+    pub(super) fn least_loaded(&self) -> Option<Arc<Member>> {
+        let mut ready: Vec<Arc<Member>> = self
+            .members()
+            .into_iter()
+            .filter(|w| w.state() == WorkerState::Ready)
+            .collect();
+        if ready.len() <= 1 {
+            return ready.pop();
+        }
+        let counts = self.actor_counts();
+        ready
+            .into_iter()
+            .min_by_key(|w| counts.get(&*w.name).copied().unwrap_or(0))
+    }
+}

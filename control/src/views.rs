@@ -1,0 +1,134 @@
+//! What the admin API shows: the JSON views of templates, actors,
+//! workers, moves and gc (docs/api.md). Plain data, filled by the control
+//! plane's operations.
+
+use serde::Serialize;
+
+use super::membership::WorkerState;
+use stasis_contract::status::ActorState;
+use stasis_core::snapshot_store::SnapshotEntry;
+
+/// A template as the API shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct TemplateInfo {
+    /// Name.
+    pub name: String,
+    /// SHA-256 hex of the module.
+    pub digest: String,
+    /// Module size in bytes.
+    pub bytes: u64,
+    /// WASI environment.
+    pub env: std::collections::BTreeMap<String, String>,
+    /// Actors using it.
+    pub actors: usize,
+}
+
+/// An actor as the API shows it (docs/api.md, "Actor").
+#[derive(Debug, Clone, Serialize)]
+pub struct ActorInfo {
+    /// Name.
+    pub name: String,
+    /// Template name.
+    pub template: String,
+    /// State.
+    pub state: ActorState,
+    /// Owning worker.
+    pub worker: String,
+    /// The owning worker's state as the control plane sees it (`ready`,
+    /// `draining`, `drained`, `lost`); absent while no worker hosts it.
+    pub worker_state: Option<WorkerState>,
+    /// Placement epoch.
+    pub epoch: u64,
+    /// Newest snapshot.
+    pub snapshot: Option<SnapshotEntry>,
+    /// All stored snapshots, oldest first.
+    pub snapshots: Vec<SnapshotEntry>,
+    /// Restores into fresh instances.
+    pub resumes: u64,
+    /// Last pause, ms.
+    pub last_pause_ms: Option<f64>,
+    /// Last resume, ms.
+    pub last_resume_ms: Option<f64>,
+    /// Requests answered by the guest.
+    pub requests: u64,
+    /// Live linear memory, bytes.
+    pub memory_bytes: u64,
+    /// Why it failed, or the last trap.
+    pub error: Option<String>,
+}
+
+/// The answer to a pause or checkpoint: the actor plus the snapshot.
+#[derive(Debug, Clone, Serialize)]
+pub struct PauseInfo {
+    /// The actor after the operation.
+    #[serde(flatten)]
+    pub actor: ActorInfo,
+    /// Size of the newest snapshot's file, bytes (a delta's own size for
+    /// an incremental snapshot).
+    pub snapshot_bytes: u64,
+    /// Bytes this operation wrote to the snapshot store: the new file's
+    /// size, or 0 when nothing was written (already paused, or unchanged).
+    pub bytes_written: u64,
+    /// Duration, ms (0 if nothing changed).
+    pub duration_ms: f64,
+}
+
+/// The answer to a move: the actor on its new worker plus the downtime.
+#[derive(Debug, Clone, Serialize)]
+pub struct MigrateInfo {
+    /// The actor after the move.
+    #[serde(flatten)]
+    pub actor: ActorInfo,
+    /// Time the actor's gate was closed, in milliseconds.
+    pub downtime_ms: f64,
+    /// The worker it left.
+    pub from: String,
+}
+
+/// One move of a rebalance or drain.
+#[derive(Debug, Clone, Serialize)]
+pub struct Move {
+    /// The actor.
+    pub actor: String,
+    /// Source worker.
+    pub from: String,
+    /// Target worker.
+    pub to: String,
+    /// Gate closed → open, ms (absent if the move failed).
+    pub downtime_ms: Option<f64>,
+    /// Why the move failed (it was rolled back).
+    pub error: Option<String>,
+}
+
+/// The answer to a rebalance.
+#[derive(Debug, Clone, Serialize)]
+pub struct RebalanceReport {
+    /// The moves made.
+    pub moves: Vec<Move>,
+}
+
+/// A worker as the API shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct WorkerInfo {
+    /// Name.
+    pub name: String,
+    /// `in-process`, or the remote address.
+    pub address: String,
+    /// `ready`, `draining`, `drained` or `lost`.
+    pub state: WorkerState,
+    /// Actors placed on it.
+    pub actors: usize,
+    /// Live linear memory of its actors, bytes.
+    pub memory_bytes: u64,
+}
+
+/// What `stasis gc` reclaimed.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct GcReport {
+    /// Files deleted.
+    pub removed_files: u64,
+    /// Bytes freed.
+    pub reclaimed_bytes: u64,
+    /// Bytes left in the snapshot folder.
+    pub snapshot_bytes: u64,
+}

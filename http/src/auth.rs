@@ -1,0 +1,130 @@
+//! The bearer-token check: the one place where the admin API and the
+//! remote worker API decide whether a request's credentials are good.
+
+use hyper::header::{AUTHORIZATION, HeaderMap, HeaderValue, WWW_AUTHENTICATE};
+use hyper::{Request, Response};
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use crate::serve::{Body, json_error};
+use stasis_contract::error::{ApiError, ErrorKind};
+
+/// Checks `request` against the configured bearer `token` (always accepted
+/// when `token` is `None`).
+///
+/// Accepted: exactly one `Authorization` header of the form
+/// `<scheme> <token>`, where the scheme is `Bearer` in any letter case
+/// (RFC 9110 §11.1), followed by one or more spaces or tabs and the token.
+/// The token is compared exactly, in constant time: the SHA-256 digests of
+/// the given and the configured token are compared with `subtle`, so
+/// neither the token's bytes nor its length show in the timing.
+///
+/// # Errors
+/// The JSON error response to send (boxed): 400 if the request carries more than
+/// one `Authorization` header; 401 with `WWW-Authenticate: Bearer` if it
+/// carries none, another scheme, or a wrong token.
+pub fn authorize<B>(request: &Request<B>, token: Option<&str>) -> Result<(), Box<Response<Body>>> {
+    let Some(token) = token else {
+        return Ok(());
+    };
+    check(request.headers(), token).map_err(|e| {
+        let mut response = json_error(&e);
+        if e.is(ErrorKind::Unauthorized) {
+            response
+                .headers_mut()
+                .insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        Box::new(response)
+    })
+}
+
+fn check(headers: &HeaderMap, token: &str) -> Result<(), ApiError> {
+    let unauthorized = || ApiError::new(ErrorKind::Unauthorized, "missing or wrong bearer token");
+    let mut values = headers.get_all(AUTHORIZATION).iter();
+    let value = values.next().ok_or_else(unauthorized)?;
+    if values.next().is_some() {
+        return Err(ApiError::bad_request(
+            "more than one Authorization header; send exactly one",
+        ));
+    }
+    let value = value.as_bytes();
+    let is_space = |b: &u8| *b == b' ' || *b == b'\t';
+    let scheme_end = value.iter().position(is_space).ok_or_else(unauthorized)?;
+    let (scheme, rest) = value.split_at(scheme_end);
+    if !scheme.eq_ignore_ascii_case(b"bearer") {
+        return Err(unauthorized());
+    }
+    let start = rest.iter().position(|b| !is_space(b)).unwrap_or(rest.len());
+    let end = rest
+        .iter()
+        .rposition(|b| !is_space(b))
+        .map_or(start, |i| i + 1);
+    let given = &rest[start..end];
+    if given.is_empty() {
+        return Err(unauthorized());
+    }
+    let same = Sha256::digest(given).ct_eq(&Sha256::digest(token.as_bytes()));
+    if bool::from(same) {
+        Ok(())
+    } else {
+        Err(unauthorized())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(values: &[&str]) -> u16 {
+        let mut builder = Request::builder().uri("/v1/actors");
+        for v in values {
+            builder = builder.header(AUTHORIZATION, *v);
+        }
+        let request = builder.body(()).expect("request");
+        match authorize(&request, Some("s3cr3t")) {
+            Ok(()) => 200,
+            Err(response) => response.status().as_u16(),
+        }
+    }
+
+    #[test]
+    fn the_scheme_is_case_insensitive_and_the_token_exact() {
+        for good in [
+            "Bearer s3cr3t",
+            "bearer s3cr3t",
+            "BEARER  s3cr3t",
+            "bEaReR\ts3cr3t",
+            "Bearer s3cr3t ",
+        ] {
+            assert_eq!(status(&[good]), 200, "{good:?}");
+        }
+        for bad in [
+            "Bearer S3CR3T",
+            "Bearer s3cr3",
+            "Bearer s3cr3tx",
+            "Bearer s3 cr3t",
+            "Bearer",
+            "Bearer ",
+            "Bearers3cr3t",
+            "Basic s3cr3t",
+            "s3cr3t",
+            "",
+        ] {
+            assert_eq!(status(&[bad]), 401, "{bad:?}");
+        }
+        assert_eq!(status(&[]), 401);
+    }
+
+    #[test]
+    fn two_authorization_headers_are_refused_even_if_one_is_right() {
+        assert_eq!(status(&["Bearer s3cr3t", "Bearer s3cr3t"]), 400);
+        assert_eq!(status(&["Bearer nope", "Bearer s3cr3t"]), 400);
+        assert_eq!(status(&["Bearer s3cr3t", "Bearer nope"]), 400);
+    }
+
+    #[test]
+    fn no_configured_token_accepts_everything() {
+        let request = Request::builder().body(()).expect("request");
+        assert!(authorize(&request, None).is_ok());
+    }
+}

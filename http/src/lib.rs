@@ -1,0 +1,11 @@
+//! Stasis's HTTP plumbing, written once: [`serve`] (the body type, error
+//! answers, bounded body collection and the accept loop every listener
+//! runs), [`client`] (the one HTTP client core under the worker protocol's
+//! client, the CLI's admin client and a follower's forwarding) and
+//! [`auth`] (the one bearer-token check).
+
+#![warn(missing_docs)]
+
+pub mod auth;
+pub mod client;
+pub mod serve;

@@ -1,0 +1,170 @@
+//! Small HTTP helpers shared by the router and the admin API: body type,
+//! error answers, bounded body collection, and the accept loop.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::net::TcpListener;
+
+use stasis_contract::error::{ApiError, ErrorKind};
+
+/// Longest a client may take to send a request head.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The body of every response Stasis sends.
+pub type Body = Full<Bytes>;
+
+/// A `text/plain` answer for `error`, with `Retry-After` when it has one.
+#[must_use]
+pub fn text_error(error: &ApiError) -> Response<Body> {
+    let mut response = Response::new(Full::new(Bytes::from(format!("{}\n", error.message()))));
+    *response.status_mut() = status_of(error);
+    let headers = response.headers_mut();
+    headers.insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    if let Some(secs) = error.retry_after() {
+        headers.insert(hyper::header::RETRY_AFTER, secs.into());
+    }
+    response
+}
+
+/// A JSON answer (pretty-printed) with `status`.
+#[must_use]
+pub fn json<T: serde::Serialize>(status: StatusCode, value: &T) -> Response<Body> {
+    let body = serde_json::to_vec_pretty(value).unwrap_or_default();
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+/// The HTTP status answered for `error` (its kind's, see
+/// [`stasis_contract::error::ErrorKind::status`]).
+#[must_use]
+pub fn status_of(error: &ApiError) -> StatusCode {
+    StatusCode::from_u16(error.kind().status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+}
+
+/// The JSON answer for `error`: `{"error": "...", "kind": "..."}` (the kind
+/// as [`stasis_contract::error::ErrorKind::name`] spells it), its status,
+/// and `Retry-After` when it has one.
+#[must_use]
+pub fn json_error(error: &ApiError) -> Response<Body> {
+    let mut response = json(
+        status_of(error),
+        &serde_json::json!({ "error": error.message(), "kind": error.kind().name() }),
+    );
+    if let Some(secs) = error.retry_after() {
+        response
+            .headers_mut()
+            .insert(hyper::header::RETRY_AFTER, secs.into());
+    }
+    response
+}
+
+/// Collects a request body of at most `limit` bytes; `limit_name` names
+/// that limit in the 413 (a flag such as `--max-body`, or what it is for).
+///
+/// # Errors
+/// 413 naming the limit and its value if it is larger (by `Content-Length` up front, or while reading);
+/// 400 if the connection fails mid-body.
+pub async fn collect_body(
+    parts: &hyper::http::request::Parts,
+    body: Incoming,
+    limit: usize,
+    limit_name: &str,
+) -> Result<Bytes, ApiError> {
+    let too_large = || {
+        ApiError::new(
+            ErrorKind::TooLarge,
+            format!("request body larger than {limit_name} ({limit} bytes)"),
+        )
+    };
+    let declared = parts
+        .headers
+        .get(hyper::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(too_large());
+    }
+    match Limited::new(body, limit).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(too_large()),
+        Err(e) => Err(ApiError::bad_request(format!(
+            "reading the request body: {e}"
+        ))),
+    }
+}
+
+/// Accepts connections on `listener` and serves each with `handler`
+/// (HTTP/1.1, and HTTP/2 with prior knowledge: h2c) until `shutdown`
+/// resolves; then stops accepting and waits up to `drain` for open
+/// connections to finish their requests.
+pub async fn serve<H, F>(
+    listener: TcpListener,
+    handler: H,
+    shutdown: impl Future<Output = ()>,
+    drain: Duration,
+) where
+    H: Fn(Request<Incoming>, SocketAddr) -> F + Send + Sync + 'static,
+    F: Future<Output = Response<Body>> + Send + 'static,
+{
+    let handler = Arc::new(handler);
+    let graceful = GracefulShutdown::new();
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    // A client that never finishes its request head must not hold a
+    // connection forever.
+    builder
+        .http1()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT);
+    tokio::pin!(shutdown);
+    loop {
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    tracing::warn!("accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let handler = handler.clone();
+        let service = hyper::service::service_fn(move |req| {
+            let handler = handler.clone();
+            async move { Ok::<_, Infallible>(handler(req, peer).await) }
+        });
+        let connection = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+        let connection = graceful.watch(connection.into_owned());
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(%peer, "connection ended: {e}");
+            }
+        });
+    }
+    if tokio::time::timeout(drain, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!("connections still open after {drain:?}; closing them");
+    }
+}

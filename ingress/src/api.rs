@@ -1,0 +1,337 @@
+//! The admin API (HTTP/JSON): one route per operation of the control plane.
+//! Routes, bodies and status codes are documented in `docs/api.md`.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::{Method, Request, Response, StatusCode};
+use serde::Serialize;
+
+use stasis_contract::error::{ApiError, ErrorKind};
+use stasis_contract::headers::{FORWARDED_HEADER, REVISION_HEADER};
+use stasis_contract::proto::{ControlPath, JoinRequest, ResumeRequest};
+use stasis_control::{ControlPlane, MAX_TEMPLATE_BYTES};
+use stasis_http::auth::authorize;
+use stasis_http::serve::{Body, collect_body, json, json_error};
+
+/// Largest JSON body the admin API reads, in bytes.
+const MAX_JSON: usize = 64 << 10;
+
+/// The admin API of one `stasis serve`.
+pub struct AdminApi {
+    control: Arc<ControlPlane>,
+    token: Option<String>,
+}
+
+fn text(status: StatusCode, body: String, content_type: &'static str) -> Response<Body> {
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static(content_type),
+    );
+    response
+}
+
+/// Runs a move (or a drain, or a rebalance) in its own task: if the client
+/// goes away, the handler's future is dropped, but a move must still finish
+/// or roll back, never stop half-way.
+async fn detached<T: Send + 'static>(
+    work: impl std::future::Future<Output = Result<T, ApiError>> + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::spawn(work)
+        .await
+        .map_err(|e| ApiError::internal(format!("move task failed: {e}")))?
+}
+
+#[allow(
+    clippy::unnecessary_wraps,
+    reason = "a route's answer, in the Result every route returns"
+)]
+fn ok<T: Serialize>(value: &T) -> Result<Response<Body>, ApiError> {
+    Ok(json(StatusCode::OK, value))
+}
+
+fn no_content() -> Response<Body> {
+    let mut response = Response::new(Full::new(Bytes::new()));
+    *response.status_mut() = StatusCode::NO_CONTENT;
+    response
+}
+
+fn parse_json<T: for<'de> serde::Deserialize<'de>>(body: &[u8]) -> Result<T, ApiError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return serde_json::from_slice(b"{}")
+            .map_err(|e| ApiError::bad_request(format!("body: {e}")));
+    }
+    serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateActor {
+    name: String,
+    template: String,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ForkActor {
+    name: String,
+    from_snapshot: Option<u64>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MigrateBody {
+    to: String,
+}
+
+fn bytes_response(bytes: Vec<u8>) -> Response<Body> {
+    let mut response = Response::new(Full::new(Bytes::from(bytes)));
+    response.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/wasm"),
+    );
+    response
+}
+
+impl AdminApi {
+    /// The API over `control`; with `token`, every route but `/healthz`
+    /// requires `Authorization: Bearer <token>`.
+    #[must_use]
+    pub fn new(control: Arc<ControlPlane>, token: Option<String>) -> Self {
+        Self { control, token }
+    }
+
+    /// Answers one admin request.
+    pub async fn handle(&self, request: Request<Incoming>) -> Response<Body> {
+        let path = request.uri().path().to_owned();
+        if path == "/healthz" {
+            return text(StatusCode::OK, "ok\n".into(), "text/plain; charset=utf-8");
+        }
+        if let Err(refused) = authorize(&request, self.token.as_deref()) {
+            return *refused;
+        }
+        // A write a follower forwarded: its answer says the etcd revision
+        // of the newest actor record written (this write's or a later
+        // one), for the follower to answer once its watch has applied it.
+        let forwarded_write = request.headers().contains_key(FORWARDED_HEADER)
+            && !matches!(
+                *request.method(),
+                Method::GET | Method::HEAD | Method::OPTIONS
+            );
+        let mut response = match self.route(request, &path).await {
+            Ok(response) => response,
+            Err(e) => json_error(&e),
+        };
+        if forwarded_write && let Some(revision) = self.control.actors_revision() {
+            response
+                .headers_mut()
+                .insert(REVISION_HEADER, hyper::header::HeaderValue::from(revision));
+        }
+        response
+    }
+
+    async fn route(
+        &self,
+        request: Request<Incoming>,
+        path: &str,
+    ) -> Result<Response<Body>, ApiError> {
+        let method = request.method().clone();
+        let query = request.uri().query().unwrap_or("").to_owned();
+        let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+        let c = &self.control;
+        let internal = ControlPath::parse(path);
+        let (limit, limit_name) = match (segments.as_slice(), internal) {
+            (["v1", "templates", _], _) => (MAX_TEMPLATE_BYTES, "the module size limit"),
+            (_, Some(ControlPath::Snapshot(..))) => (
+                usize::try_from(c.config().limits.max_memory)
+                    .unwrap_or(usize::MAX)
+                    .saturating_add(16 << 20),
+                "the snapshot size limit (--max-memory plus 16 MiB)",
+            ),
+            (_, Some(ControlPath::Call(_) | ControlPath::Send(_))) => (
+                c.config().limits.max_body.saturating_add(64 << 10),
+                "--max-body (plus 64 KiB for the request's head)",
+            ),
+            _ => (MAX_JSON, "the JSON body limit"),
+        };
+        let (parts, body) = request.into_parts();
+        let body = collect_body(&parts, body, limit, limit_name).await?;
+        if let Some(internal) = internal {
+            return self.internal(&method, internal, path, body).await;
+        }
+        match (&method, segments.as_slice()) {
+            (&Method::GET, ["metrics"]) => Ok(text(
+                StatusCode::OK,
+                c.metrics_text().await,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )),
+            (&Method::GET, ["v1", "templates"]) => ok(&c.templates()?),
+            (&Method::GET, ["v1", "templates", name]) => ok(&c.template(name)?),
+            (&Method::PUT | &Method::POST, ["v1", "templates", name]) => {
+                let env = parse_env(&query)?;
+                let (info, created) = c.push_template(name, body.to_vec(), env).await?;
+                let status = if created {
+                    StatusCode::CREATED
+                } else {
+                    StatusCode::OK
+                };
+                Ok(json(status, &info))
+            }
+            (&Method::DELETE, ["v1", "templates", name]) => {
+                c.delete_template(name).await?;
+                Ok(no_content())
+            }
+            (&Method::GET, ["v1", "actors"]) => ok(&c.actors().await),
+            (&Method::POST, ["v1", "actors"]) => {
+                let req: CreateActor = parse_json(&body)?;
+                let info = c.create_actor(&req.name, &req.template).await?;
+                Ok(json(StatusCode::CREATED, &info))
+            }
+            (&Method::GET, ["v1", "actors", name]) => ok(&c.actor(name).await?),
+            (&Method::DELETE, ["v1", "actors", name]) => {
+                c.delete_actor(name).await?;
+                Ok(no_content())
+            }
+            (&Method::POST, ["v1", "actors", src, "fork"]) => {
+                let req: ForkActor = parse_json(&body)?;
+                // Detached: a client that leaves never stops a fork half-way.
+                let (c, src) = (c.clone(), (*src).to_owned());
+                let info =
+                    detached(async move { c.fork_actor(&src, &req.name, req.from_snapshot).await })
+                        .await?;
+                Ok(json(StatusCode::CREATED, &info))
+            }
+            (&Method::POST, ["v1", "actors", name, "pause"]) => ok(&c.pause(name).await?),
+            (&Method::POST, ["v1", "actors", name, "checkpoint"]) => {
+                ok(&c.checkpoint(name).await?)
+            }
+            (&Method::POST, ["v1", "actors", name, "resume"]) => {
+                let req: ResumeRequest = parse_json(&body)?;
+                ok(&c.resume(name, req.source()?).await?)
+            }
+            (&Method::POST, ["v1", "actors", name, "migrate"]) => {
+                let req: MigrateBody = parse_json(&body)?;
+                let (c, name) = (c.clone(), (*name).to_owned());
+                ok(&detached(async move { c.migrate(&name, &req.to).await }).await?)
+            }
+            (&Method::GET, ["v1", "workers"]) => ok(&c.workers().await),
+            (&Method::POST, ["v1", "workers", name, "drain"]) => {
+                let (c, name) = (c.clone(), (*name).to_owned());
+                ok(&detached(async move { c.drain(&name).await }).await?)
+            }
+            (&Method::POST, ["v1", "workers", name, "undrain"]) => ok(&c.undrain(name).await?),
+            (&Method::POST, ["v1", "rebalance"]) => {
+                let c = c.clone();
+                ok(&detached(async move { Ok(c.rebalance().await) }).await?)
+            }
+            (&Method::POST, ["v1", "gc"]) => ok(&c.gc().await?),
+            (_, ["healthz" | "metrics"]) | (_, ["v1" | "internal", ..]) => Err(ApiError::new(
+                ErrorKind::MethodNotAllowed,
+                format!("method {method} not allowed on {path}"),
+            )),
+            _ => Err(ApiError::not_found(format!("no admin route {path}"))),
+        }
+    }
+}
+
+impl AdminApi {
+    /// The routes remote workers use ([`ControlPath`]).
+    async fn internal(
+        &self,
+        method: &Method,
+        route: ControlPath<'_>,
+        path: &str,
+        body: Bytes,
+    ) -> Result<Response<Body>, ApiError> {
+        let c = &self.control;
+        match (method, route) {
+            (&Method::POST, ControlPath::Join) => {
+                let req: JoinRequest = parse_json(&body)?;
+                c.join(&req.name, &req.address)?;
+                ok(&c.cluster_settings())
+            }
+            (&Method::POST, ControlPath::Heartbeat(name)) => {
+                c.heartbeat(name)?;
+                ok(&serde_json::json!({}))
+            }
+            (&Method::POST, ControlPath::Drain(name)) => {
+                let (c, name) = (c.clone(), name.to_owned());
+                ok(&detached(async move { c.drain(&name).await }).await?)
+            }
+            (&Method::GET, ControlPath::Template(digest)) => {
+                Ok(bytes_response(c.template_bytes(digest)?))
+            }
+            (&Method::PUT, ControlPath::Snapshot(actor, seq)) => {
+                let seq = seq
+                    .parse()
+                    .map_err(|_| ApiError::bad_request(format!("bad sequence number {seq:?}")))?;
+                c.receive_snapshot(actor, seq, body).await?;
+                Ok(no_content())
+            }
+            (&Method::POST, ControlPath::Call(actor)) => {
+                let request = decode_host_request(&body)?;
+                let response = stasis_control::calls::call_via(c, actor, request).await?;
+                let bytes = stasis_host_api::encode_response(&response)
+                    .map_err(|e| ApiError::internal(e.to_string()))?;
+                Ok(bytes_response(bytes))
+            }
+            (&Method::POST, ControlPath::Send(actor)) => {
+                let request = decode_host_request(&body)?;
+                stasis_control::calls::send_via(c, actor, request)?;
+                Ok(text(
+                    StatusCode::ACCEPTED,
+                    String::new(),
+                    "text/plain; charset=utf-8",
+                ))
+            }
+            (&Method::PUT, ControlPath::Alarm(actor)) => {
+                let at_unix_ms = stasis_contract::proto::parse_ms(&body)?;
+                c.alarms().set(actor, at_unix_ms).await?;
+                Ok(no_content())
+            }
+            (&Method::DELETE, ControlPath::Alarm(actor)) => {
+                c.alarms().cancel(actor).await?;
+                Ok(no_content())
+            }
+            (&Method::GET, ControlPath::Alarm(actor)) => match c.alarms().get(actor).await? {
+                Some(at) => Ok(text(StatusCode::OK, at.to_string(), "text/plain")),
+                None => Ok(no_content()),
+            },
+            _ => Err(ApiError::new(
+                ErrorKind::MethodNotAllowed,
+                format!("method {method} not allowed on {path}"),
+            )),
+        }
+    }
+}
+
+/// A request a remote worker's actor calls or sends (host-API encoding).
+fn decode_host_request(body: &[u8]) -> Result<stasis_host_api::Request, ApiError> {
+    stasis_host_api::decode_request(body)
+        .map_err(|e| ApiError::bad_request(format!("the encoded request: {e}")))
+}
+
+/// `env=K=V` query parameters (percent-encoded), in order.
+fn parse_env(query: &str) -> Result<Vec<(String, String)>, ApiError> {
+    let mut env = Vec::new();
+    for (key, value) in form_urlencoded::parse(query.as_bytes()) {
+        if key != "env" {
+            return Err(ApiError::bad_request(format!(
+                "unknown query parameter {key:?}"
+            )));
+        }
+        let (k, v) = value
+            .split_once('=')
+            .ok_or_else(|| ApiError::bad_request(format!("env {value:?} is not K=V")))?;
+        if env.iter().any(|(existing, _)| existing == k) {
+            return Err(ApiError::bad_request(format!("env {k} given twice")));
+        }
+        env.push((k.to_owned(), v.to_owned()));
+    }
+    Ok(env)
+}

@@ -1,0 +1,14 @@
+//! The edge of Stasis's data flow, where requests come in: [`router`]
+//! (the ingress: host name to actor, after [`ingress`]'s strict checks of
+//! the request, handed to the control plane), [`forward`] (a follower
+//! replica's forwarding to the leader) and [`api`] (the admin HTTP API,
+//! including the internal routes remote workers use). It depends on the
+//! control side (`stasis-control`) and the contract, never on the worker
+//! side or the cluster backends.
+
+#![warn(missing_docs)]
+
+pub mod api;
+pub mod forward;
+pub mod ingress;
+pub mod router;

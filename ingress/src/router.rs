@@ -1,0 +1,377 @@
+//! Ingress: finds the actor a request is for and hands the request to it.
+//!
+//! The actor comes from, in this order: the `stasis-actor: NAME` header
+//! (stripped before the guest sees the request); the authority of an
+//! absolute-form request target or HTTP/2 `:authority`; the `Host` header.
+//! Host names are normalised as RFC 9110 §4.2.3 / §7.2 say: compared
+//! case-insensitively, port ignored, one trailing dot allowed. The name must
+//! end in `.actors.<domain>` at a label boundary, and what is left must be
+//! exactly one RFC 1123 label: the actor's name. Before any of this, the
+//! request passes the strict checks of [`crate::ingress`] (ports, HTTP/2
+//! `Host` against `:authority`, `Transfer-Encoding`), so a malformed
+//! request is a 400 even when `stasis-actor` names the actor.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::header::{HeaderName, HeaderValue};
+use hyper::http::request::Parts;
+use hyper::{Request, Response, StatusCode};
+
+use crate::ingress;
+use stasis_contract::client_gone::ClientGone;
+use stasis_contract::error::{ApiError, ErrorKind, echo_cut, echo_name, is_label};
+use stasis_control::ControlPlane;
+use stasis_http::serve::{Body, collect_body, text_error};
+
+pub use stasis_contract::headers::ACTOR_HEADER;
+use stasis_contract::headers::{HOP_BY_HOP, is_host_only, not_passed_on};
+
+/// Normalises a host name: lower-case, one trailing dot removed.
+///
+/// # Errors
+/// 400 if it is empty or ends in more than one dot.
+fn normalise_host(host: &str) -> Result<String, ApiError> {
+    let host = host.to_ascii_lowercase();
+    let host = host.strip_suffix('.').unwrap_or(&host);
+    if host.is_empty() || host.ends_with('.') {
+        return Err(ApiError::bad_request(format!(
+            "unparsable host name {host:?}"
+        )));
+    }
+    Ok(host.to_owned())
+}
+
+/// The actor named by `host` (already without port) under `domain`.
+///
+/// # Errors
+/// 400 for an unparsable host; 404 naming the host when it is not
+/// `<one label>.actors.<domain>`.
+pub fn actor_from_host(host: &str, domain: &str) -> Result<String, ApiError> {
+    let host = normalise_host(host)?;
+    let domain = domain.trim_end_matches('.').to_ascii_lowercase();
+    let suffix = format!(".actors.{domain}");
+    let not_routed = || {
+        ApiError::not_found(format!(
+            "no actor at host {}: actors are reached at <actor>.actors.{domain}",
+            echo_cut(&host, 255)
+        ))
+    };
+    let label = host.strip_suffix(&suffix).ok_or_else(not_routed)?;
+    if !is_label(label) {
+        return Err(not_routed());
+    }
+    Ok(label.to_owned())
+}
+
+/// The actor a request is for (rules in the module docs).
+///
+/// # Errors
+/// 400 for a missing, empty, repeated or unparsable `Host` (or
+/// `stasis-actor`) header; 404 when the host is not an actor's.
+pub fn actor_of(parts: &Parts, domain: &str) -> Result<String, ApiError> {
+    let named: Vec<&HeaderValue> = parts.headers.get_all(ACTOR_HEADER).iter().collect();
+    match named.as_slice() {
+        [] => {}
+        [value] => {
+            let name = value
+                .to_str()
+                .map(|v| v.trim().to_ascii_lowercase())
+                .map_err(|_| ApiError::bad_request("stasis-actor header is not ASCII"))?;
+            if !is_label(&name) {
+                return Err(ApiError::bad_request(format!(
+                    "stasis-actor header {} is not a valid actor name",
+                    echo_name(&name)
+                )));
+            }
+            return Ok(name);
+        }
+        _ => return Err(ApiError::bad_request("repeated stasis-actor header")),
+    }
+    if let Some(authority) = parts.uri.authority() {
+        return actor_from_host(authority.host(), domain);
+    }
+    match ingress::host_header(parts)? {
+        Some(authority) => actor_from_host(authority.host(), domain),
+        None => Err(ApiError::bad_request("missing Host header")),
+    }
+}
+
+/// Converts the HTTP request into the guest's request, dropping hop-by-hop
+/// headers, `stasis-actor`, `stasis-call-chain` and `stasis-alarm`.
+fn guest_request(parts: &Parts, body: Bytes) -> stasis_host_api::Request {
+    let uri = parts
+        .uri
+        .path_and_query()
+        .map_or_else(|| "/".to_owned(), |pq| pq.as_str().to_owned());
+    let headers = parts
+        .headers
+        .iter()
+        .filter(|(name, _)| {
+            let name = name.as_str();
+            // The host-only headers (the actor's name, the chain of
+            // callers, the alarm marker) are the host's to set, never a
+            // client's.
+            !is_host_only(name) && !HOP_BY_HOP.contains(&name)
+        })
+        .map(|(name, value)| (name.as_str().to_owned(), value.as_bytes().to_vec()))
+        .collect();
+    stasis_host_api::Request {
+        method: parts.method.as_str().to_owned(),
+        uri,
+        headers,
+        body: body.to_vec(),
+        context: stasis_host_api::Context::default(),
+    }
+}
+
+/// Converts the guest's response into an HTTP response. Headers whose name
+/// or value is not valid HTTP are dropped (and logged).
+fn http_response(actor: &str, response: stasis_host_api::Response) -> Response<Body> {
+    let mut out = Response::new(Full::new(Bytes::from(response.body)));
+    *out.status_mut() = StatusCode::from_u16(response.status).unwrap_or(StatusCode::BAD_GATEWAY);
+    for (name, value) in response.headers {
+        let lower = name.to_ascii_lowercase();
+        if not_passed_on(&lower) {
+            continue;
+        }
+        match (
+            HeaderName::from_bytes(name.as_bytes()),
+            HeaderValue::from_bytes(&value),
+        ) {
+            (Ok(n), Ok(v)) => {
+                out.headers_mut().append(n, v);
+            }
+            _ => {
+                tracing::warn!(actor, header = %name, "dropping invalid response header from guest")
+            }
+        }
+    }
+    out
+}
+
+/// The ingress router of one `stasis serve`.
+pub struct Router {
+    control: Arc<ControlPlane>,
+    domain: Arc<str>,
+}
+
+impl Router {
+    /// A router for actors under `.actors.<domain>`.
+    #[must_use]
+    pub fn new(control: Arc<ControlPlane>, domain: &str) -> Self {
+        Self {
+            control,
+            domain: Arc::from(domain),
+        }
+    }
+
+    /// Routes one request and answers it. The request runs in a task of
+    /// its own, so that when hyper drops this future (the client left) the
+    /// request is given up unless the guest runs it, and one that ran is
+    /// still counted (see [`stasis_contract::client_gone`]).
+    pub async fn handle(&self, request: Request<Incoming>) -> Response<Body> {
+        let gone = ClientGone::new();
+        let _left = gone.clone().drop_guard();
+        let routed = tokio::spawn(route(
+            self.control.clone(),
+            self.domain.clone(),
+            request,
+            gone,
+        ));
+        routed.await.unwrap_or_else(|e| {
+            tracing::error!("routing a request: {e}");
+            text_error(&ApiError::internal(
+                "internal error while routing the request",
+            ))
+        })
+    }
+}
+
+/// Routes one request to its actor and answers it; counts it under its
+/// status, or as abandoned when its client left before it ran.
+async fn route(
+    control: Arc<ControlPlane>,
+    domain: Arc<str>,
+    request: Request<Incoming>,
+    gone: ClientGone,
+) -> Response<Body> {
+    let (parts, body) = request.into_parts();
+    let actor = match ingress::check(&parts).and_then(|()| actor_of(&parts, &domain)) {
+        Ok(actor) => actor,
+        Err(e) => return text_error(&e),
+    };
+    let route = match control.route(&actor) {
+        Ok(route) => route,
+        Err(e) => return text_error(&e),
+    };
+    let max_body = control.config().limits.max_body;
+    let answer = match collect_body(&parts, body, max_body, "--max-body").await {
+        Ok(body) => control
+            .call(route, guest_request(&parts, body), &gone)
+            .await
+            .map(|r| http_response(&actor, r)),
+        Err(e) => Err(e),
+    };
+    match answer {
+        Ok(response) => {
+            control.count_request(&actor, response.status().as_u16());
+            response
+        }
+        Err(e) if e.is(ErrorKind::Abandoned) => {
+            control.metrics().abandoned();
+            text_error(&e)
+        }
+        // Nobody to answer, and whether it ran is unknown: not counted.
+        Err(e) if e.is(ErrorKind::OutcomeUnknown) => text_error(&e),
+        Err(e) => {
+            control.count_request(&actor, e.kind().status());
+            text_error(&e)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parts(uri: &str, headers: &[(&str, &str)]) -> Parts {
+        let mut b = Request::builder().uri(uri);
+        for (k, v) in headers {
+            b = b.header(*k, *v);
+        }
+        b.body(()).expect("valid test request").into_parts().0
+    }
+
+    fn route(uri: &str, headers: &[(&str, &str)]) -> Result<String, u16> {
+        actor_of(&parts(uri, headers), "localhost").map_err(|e| e.kind().status())
+    }
+
+    #[test]
+    fn host_header_names_the_actor() {
+        assert_eq!(
+            route("/", &[("host", "c1.actors.localhost")]),
+            Ok("c1".into())
+        );
+        assert_eq!(
+            route("/", &[("host", "C1.Actors.LocalHost")]),
+            Ok("c1".into())
+        );
+        assert_eq!(
+            route("/", &[("host", "c1.actors.localhost:8000")]),
+            Ok("c1".into())
+        );
+        assert_eq!(
+            route("/", &[("host", "c1.actors.localhost.")]),
+            Ok("c1".into())
+        );
+        assert_eq!(
+            route("/", &[("host", "c1.actors.localhost.:80")]),
+            Ok("c1".into())
+        );
+    }
+
+    #[test]
+    fn bad_host_headers_are_400() {
+        assert_eq!(route("/", &[]), Err(400));
+        assert_eq!(route("/", &[("host", "")]), Err(400));
+        assert_eq!(route("/", &[("host", "  ")]), Err(400));
+        assert_eq!(
+            route(
+                "/",
+                &[
+                    ("host", "a.actors.localhost"),
+                    ("host", "b.actors.localhost")
+                ]
+            ),
+            Err(400)
+        );
+        assert_eq!(route("/", &[("host", "a b.actors.localhost")]), Err(400));
+        assert_eq!(route("/", &[("host", "u@a.actors.localhost")]), Err(400));
+        assert_eq!(route("/", &[("host", "a.actors.localhost..")]), Err(400));
+    }
+
+    #[test]
+    fn suffix_must_match_at_a_label_boundary_with_one_label() {
+        assert_eq!(route("/", &[("host", "xactors.localhost")]), Err(404));
+        assert_eq!(route("/", &[("host", "actors.localhost")]), Err(404));
+        assert_eq!(route("/", &[("host", ".actors.localhost")]), Err(404));
+        assert_eq!(route("/", &[("host", "a.b.actors.localhost")]), Err(404));
+        assert_eq!(
+            route("/", &[("host", "c1.actors.localhost.evil")]),
+            Err(404)
+        );
+        assert_eq!(route("/", &[("host", "c1.actors.otherhost")]), Err(404));
+        assert_eq!(route("/", &[("host", "-c1.actors.localhost")]), Err(404));
+        assert_eq!(route("/", &[("host", "c_1.actors.localhost")]), Err(404));
+        assert_eq!(route("/", &[("host", "127.0.0.1:8000")]), Err(404));
+        assert_eq!(route("/", &[("host", "[::1]:8000")]), Err(404));
+        let long = format!("{}.actors.localhost", "a".repeat(64));
+        assert_eq!(route("/", &[("host", &long)]), Err(404));
+        let max = "a".repeat(63);
+        assert_eq!(
+            route("/", &[("host", &format!("{max}.actors.localhost"))]),
+            Ok(max)
+        );
+    }
+
+    #[test]
+    fn actor_header_wins_and_is_validated() {
+        assert_eq!(
+            route(
+                "/",
+                &[("host", "x.actors.localhost"), ("stasis-actor", "c2")]
+            ),
+            Ok("c2".into())
+        );
+        assert_eq!(route("/", &[("stasis-actor", "C2")]), Ok("c2".into()));
+        assert_eq!(route("/", &[("stasis-actor", "not valid")]), Err(400));
+        assert_eq!(
+            route("/", &[("stasis-actor", "a"), ("stasis-actor", "b")]),
+            Err(400)
+        );
+    }
+
+    #[test]
+    fn absolute_form_authority_beats_host() {
+        assert_eq!(
+            route(
+                "http://c3.actors.localhost:8000/x?y=1",
+                &[("host", "other.actors.localhost")]
+            ),
+            Ok("c3".into())
+        );
+        assert_eq!(
+            route("http://nope.example/x", &[("host", "c3.actors.localhost")]),
+            Err(404)
+        );
+    }
+
+    #[test]
+    fn domains_are_normalised_too() {
+        assert_eq!(
+            actor_from_host("a.actors.example.com", "Example.COM.").map_err(|e| e.kind().status()),
+            Ok("a".into())
+        );
+    }
+
+    #[test]
+    fn guest_request_strips_actor_and_hop_by_hop_headers() {
+        let p = parts(
+            "/k?q=1",
+            &[
+                ("stasis-actor", "a"),
+                ("connection", "keep-alive"),
+                ("x-one", "1"),
+                ("host", "h"),
+            ],
+        );
+        let req = guest_request(&p, Bytes::from_static(b"body"));
+        assert_eq!(req.uri, "/k?q=1");
+        assert_eq!(req.body, b"body");
+        let names: Vec<&str> = req.headers.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["x-one", "host"]);
+    }
+}

@@ -1,0 +1,173 @@
+//! The layering docs/architecture.md states, checked against the code:
+//! which crate may depend on which (read from each crate's `Cargo.toml`,
+//! the arrows cargo itself enforces), and that no source file outside tests
+//! and benches grows past 600 lines.
+
+use std::path::{Path, PathBuf};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The `stasis-*` crates `crate_dir`'s manifest names under
+/// `[dependencies]` (dev-dependencies are not arrows of the build).
+fn stasis_dependencies(crate_dir: &str) -> Vec<String> {
+    let manifest = std::fs::read_to_string(root().join(crate_dir).join("Cargo.toml"))
+        .unwrap_or_else(|e| panic!("{crate_dir}/Cargo.toml: {e}"));
+    let mut in_dependencies = false;
+    let mut found = Vec::new();
+    for line in manifest.lines() {
+        let line = line.trim();
+        if line.starts_with('[') {
+            in_dependencies = line == "[dependencies]";
+            continue;
+        }
+        if in_dependencies
+            && let Some(name) = line.split(['.', ' ', '=']).next()
+            && name.starts_with("stasis-")
+        {
+            found.push(name.to_owned());
+        }
+    }
+    found
+}
+
+#[test]
+fn each_side_depends_on_the_contract_and_never_on_the_other() {
+    let worker = stasis_dependencies("worker");
+    let control = stasis_dependencies("control");
+    assert!(worker.contains(&"stasis-contract".to_owned()), "{worker:?}");
+    assert!(
+        control.contains(&"stasis-contract".to_owned()),
+        "{control:?}"
+    );
+    for forbidden in [
+        "stasis-control",
+        "stasis-cluster",
+        "stasis-ingress",
+        "stasis-runtime",
+    ] {
+        assert!(
+            !worker.iter().any(|d| d == forbidden),
+            "stasis-worker depends on {forbidden}: {worker:?}"
+        );
+    }
+    for forbidden in [
+        "stasis-worker",
+        "stasis-cluster",
+        "stasis-ingress",
+        "stasis-runtime",
+    ] {
+        assert!(
+            !control.iter().any(|d| d == forbidden),
+            "stasis-control depends on {forbidden}: {control:?}"
+        );
+    }
+}
+
+#[test]
+fn the_contract_depends_on_neither_side() {
+    let contract = stasis_dependencies("contract");
+    let allowed = ["stasis-core", "stasis-host-api"];
+    for dependency in &contract {
+        assert!(
+            allowed.contains(&dependency.as_str()),
+            "stasis-contract depends on {dependency}: {contract:?}"
+        );
+    }
+    let http = stasis_dependencies("http");
+    assert_eq!(http, ["stasis-contract"], "stasis-http: {http:?}");
+}
+
+#[test]
+fn the_edge_depends_on_the_control_side_only() {
+    let ingress = stasis_dependencies("ingress");
+    assert!(
+        ingress.contains(&"stasis-control".to_owned()),
+        "{ingress:?}"
+    );
+    for forbidden in ["stasis-worker", "stasis-cluster", "stasis-runtime"] {
+        assert!(
+            !ingress.iter().any(|d| d == forbidden),
+            "stasis-ingress depends on {forbidden}: {ingress:?}"
+        );
+    }
+    let cluster = stasis_dependencies("cluster");
+    for forbidden in ["stasis-control", "stasis-ingress", "stasis-runtime"] {
+        assert!(
+            !cluster.iter().any(|d| d == forbidden),
+            "stasis-cluster depends on {forbidden}: {cluster:?}"
+        );
+    }
+}
+
+/// Every `.rs` file under `dir`, recursively.
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+#[test]
+fn no_source_file_outside_tests_and_benches_is_over_600_lines() {
+    let crates = [
+        "src",
+        "core/src",
+        "host-api/src",
+        "guest-sdk/src",
+        "contract/src",
+        "http/src",
+        "worker/src",
+        "control/src",
+        "cluster/src",
+        "ingress/src",
+        "runtime/src",
+        "test-util/src",
+    ];
+    let mut files = Vec::new();
+    for dir in crates {
+        rust_files(&root().join(dir), &mut files);
+    }
+    assert!(files.len() > 50, "found only {} files", files.len());
+    let long: Vec<String> = files
+        .iter()
+        .filter(|f| !f.components().any(|c| c.as_os_str() == "tests"))
+        .filter_map(|f| {
+            let lines = std::fs::read_to_string(f).ok()?.lines().count();
+            (lines > 600).then(|| format!("{} ({lines} lines)", f.display()))
+        })
+        .collect();
+    assert!(long.is_empty(), "over 600 lines: {long:?}");
+}
+
+#[test]
+fn every_source_file_opens_with_a_module_doc() {
+    let mut files = Vec::new();
+    for dir in [
+        "contract/src",
+        "http/src",
+        "worker/src",
+        "control/src",
+        "cluster/src",
+        "ingress/src",
+        "runtime/src",
+    ] {
+        rust_files(&root().join(dir), &mut files);
+    }
+    let undocumented: Vec<String> = files
+        .iter()
+        .filter(|f| {
+            std::fs::read_to_string(f).is_ok_and(|text| !text.trim_start().starts_with("//!"))
+        })
+        .map(|f| f.display().to_string())
+        .collect();
+    assert!(undocumented.is_empty(), "no //! doc: {undocumented:?}");
+}

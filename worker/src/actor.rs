@@ -1,0 +1,590 @@
+//! One actor's mailbox and the task that owns its instance.
+//!
+//! Every operation on an actor — a request, pause, resume, checkpoint,
+//! capture for a move, delete — is a [`Command`] in its bounded mailbox,
+//! handled one at a time in arrival order by the actor's task. That makes
+//! the pause a per-actor barrier with no extra locking: requests that arrive
+//! while a pause runs wait behind it (they are *held*), the request in
+//! flight finishes first, and the next request after the pause resumes the
+//! actor (single flight, because only this task ever restores it).
+//!
+//! The task's restore path (resume, repair, reading and verifying a
+//! snapshot) is in `super::restore`, its snapshot-writing path (a delta or
+//! a full capture, the durable write) in `super::capture`; the mailbox
+//! entries and the request ticket in `super::mailbox`.
+
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use stasis_core::engine::StasisEngine;
+use stasis_core::instance::{ActorInstance, CallError, InstanceConfig};
+use stasis_core::module::Template;
+use stasis_core::snapshot::{DeltaBase, VerifiedChain};
+use stasis_core::snapshot_store::{SnapshotBytes, SnapshotStore};
+use stasis_host_api::{Request, Response};
+use tokio::sync::{OwnedSemaphorePermit, mpsc};
+
+use super::clock::ActorClock;
+use super::live::LiveSlots;
+pub use super::mailbox::{Command, Ticket};
+use crate::host_calls::services::ActorHostServices;
+use stasis_contract::client_gone;
+use stasis_contract::error::{ApiError, ErrorKind};
+use stasis_contract::metrics::Metrics;
+use stasis_contract::settings::ActorSettings;
+use stasis_contract::status::{ActorState, ActorStatus, Captured, ResumeFrom, SnapshotReport, ms};
+
+/// Copies every acknowledged snapshot somewhere durable before the pause
+/// or checkpoint is acknowledged: a remote worker streams its snapshots to
+/// the control plane's store this way (DESIGN.md, "Scale out / scale in").
+pub trait Replicator: Send + Sync {
+    /// Stores `bytes` as snapshot `seq` of `actor`; resolves once durable.
+    fn replicate(
+        &self,
+        actor: &str,
+        seq: u64,
+        bytes: Arc<Vec<u8>>,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), ApiError>> + Send>>;
+}
+
+/// Everything the task needs besides its mailbox.
+pub(crate) struct ActorTask {
+    pub name: String,
+    pub worker: String,
+    pub template: Arc<Template>,
+    pub env: Vec<(String, String)>,
+    pub engine: Arc<StasisEngine>,
+    pub store: Arc<dyn SnapshotStore>,
+    pub metrics: Arc<Metrics>,
+    pub settings: ActorSettings,
+    pub status: Arc<Mutex<ActorStatus>>,
+    pub instance: Option<ActorInstance>,
+    pub next_seq: u64,
+    pub since_checkpoint: u64,
+    pub epoch: u64,
+    pub replicator: Option<Arc<dyn Replicator>>,
+    /// The worker's `--max-live` slots, if it has a cap.
+    pub live: Option<Arc<LiveSlots>>,
+    /// The slot held while `instance` is `Some`.
+    pub slot: Option<OwnedSemaphorePermit>,
+    /// A snapshot (with its sequence number) that an install verified and
+    /// wrote just before starting this task: the next restore of that
+    /// sequence number takes it instead of reading and verifying the file
+    /// again.
+    pub primed: Option<(u64, VerifiedChain<SnapshotBytes>)>,
+    /// What the next snapshot of `instance` can be a delta on: the newest
+    /// snapshot whose state the instance held since it was made (restored
+    /// from, or captured from it). `None` without an instance, after a
+    /// repair, or where the store keeps no deltas.
+    pub delta_base: Option<DeltaBase>,
+    /// The clock floor and mark across instances.
+    pub clock: ActorClock,
+    /// Calls that came while a move had captured the actor (`migrating`):
+    /// they wait for the move's end (see [`ActorTask::hold_for_move`]).
+    pub held_by_move: Vec<HeldCall>,
+    /// What the instance's host functions call; told the chain and
+    /// deadline of each request before the guest runs it.
+    pub services: Arc<ActorHostServices>,
+}
+
+/// What a parked actor keeps while no task runs it: the fields of its
+/// task that outlive the task. Everything else a task holds is the
+/// worker's (engine, store, settings, slots) or exists only with an
+/// instance (slot, delta base, calls held for a move), so the worker
+/// rebuilds the task from this on the actor's next command
+/// ([`ActorTask::park`] and `Worker::unpark`).
+pub(crate) struct ParkedActor {
+    pub template: Arc<Template>,
+    pub env: Vec<(String, String)>,
+    pub status: Arc<Mutex<ActorStatus>>,
+    pub next_seq: u64,
+    pub since_checkpoint: u64,
+    pub epoch: u64,
+    pub clock: ActorClock,
+    pub primed: Option<(u64, VerifiedChain<SnapshotBytes>)>,
+}
+
+/// Why [`ActorTask::run`] returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ended {
+    /// The actor has no instance and nothing to do: the task may be parked.
+    Idle,
+    /// The task must end (a `Stop`, or its mailbox has no sender left).
+    Stopped,
+}
+
+/// A call held while the actor moves: its epoch, request, ticket and
+/// where its answer goes.
+pub(crate) type HeldCall = (
+    u64,
+    Arc<Request>,
+    Arc<Ticket>,
+    tokio::sync::oneshot::Sender<Result<Response, ApiError>>,
+);
+
+pub(crate) fn new_status(state: ActorState) -> Arc<Mutex<ActorStatus>> {
+    Arc::new(Mutex::new(ActorStatus::new(state)))
+}
+
+impl ActorTask {
+    /// The fields that outlive the task (see [`ParkedActor`]). Called only
+    /// when [`ActorTask::run`] ended [`Ended::Idle`]: no instance (so no
+    /// slot or delta base) and no call held for a move.
+    pub(super) fn park(self) -> ParkedActor {
+        debug_assert!(self.instance.is_none() && self.held_by_move.is_empty());
+        ParkedActor {
+            template: self.template,
+            env: self.env,
+            status: self.status,
+            next_seq: self.next_seq,
+            since_checkpoint: self.since_checkpoint,
+            epoch: self.epoch,
+            clock: self.clock,
+            primed: self.primed,
+        }
+    }
+
+    pub(super) fn status(&self) -> std::sync::MutexGuard<'_, ActorStatus> {
+        self.status.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(super) fn set_state(&self, state: ActorState) {
+        self.status().state = state;
+    }
+
+    pub(super) fn config(&self) -> InstanceConfig {
+        let mut config = InstanceConfig::new(&self.name, &self.worker, self.env.clone());
+        config.clock_floor_ns = self.clock.floor_ns();
+        config.services = self.services.clone();
+        config
+    }
+
+    /// Before guest code runs on the live instance (see [`ActorClock::lease`]).
+    pub(super) fn lease_clock(&mut self, now_ns: u64) {
+        let timeout = self.engine.limits().request_timeout;
+        self.clock
+            .lease(self.store.as_ref(), &self.name, now_ns, timeout);
+    }
+
+    /// Drops the live instance, remembering its clock (see
+    /// [`ActorClock::dropped`]; `paused`: by a pause).
+    fn drop_instance(&mut self, paused: bool) {
+        self.delta_base = None;
+        if let Some(instance) = self.instance.take() {
+            let clock_ns = instance.clock_ns();
+            self.clock
+                .dropped(self.store.as_ref(), &self.name, clock_ns, paused);
+        }
+    }
+
+    /// Creates the first instance and snapshot seq 0. The actor is left
+    /// `running`, or `paused` on a worker whose `--max-live` slots are full
+    /// (see [`LiveSlots::acquire_for_creation`]).
+    pub(crate) async fn create(&mut self) -> Result<SnapshotReport, ApiError> {
+        let started = Instant::now();
+        let keep = match &self.live {
+            None => true,
+            Some(live) => {
+                let (slot, keep) = live.acquire_for_creation(&self.name).await?;
+                if keep {
+                    live.insert(&self.name);
+                }
+                self.slot = Some(slot);
+                keep
+            }
+        };
+        let spawned = ActorInstance::spawn(&self.engine, self.template.clone(), self.config())
+            .await
+            .map_err(|e| ApiError::call(&e, format!("creating the actor: {e}")));
+        let instance = match spawned {
+            Ok(instance) => instance,
+            Err(e) => {
+                self.sync_live(false);
+                return Err(e);
+            }
+        };
+        self.instance = Some(instance);
+        let captured = self.capture_live();
+        if !keep {
+            // A borrowed slot is given back before the write. Snapshot 0
+            // holds the clock's reading: no mark is needed.
+            self.drop_instance(false);
+            self.sync_live(false);
+        }
+        let written = match captured {
+            Ok((bytes, _)) => self.write_snapshot(bytes, started).await,
+            Err(e) => Err(e),
+        };
+        if !keep {
+            // No delta base without an instance (the restore sets it).
+            self.delta_base = None;
+        }
+        let report = match written {
+            Ok(report) => report,
+            Err(e) => {
+                self.instance = None;
+                self.sync_live(false);
+                return Err(e);
+            }
+        };
+        {
+            let mut status = self.status();
+            status.state = if keep {
+                ActorState::Running
+            } else {
+                ActorState::Paused
+            };
+            status.memory_bytes = self
+                .instance
+                .as_ref()
+                .map_or(0, ActorInstance::memory_bytes);
+        }
+        self.sync_live(true);
+        Ok(report)
+    }
+
+    /// Keeps the worker's `--max-live` bookkeeping in step with the
+    /// instance: a running actor is in the recency order (moved to its
+    /// most recent end when `used`), an actor without an instance holds
+    /// no slot.
+    fn sync_live(&mut self, used: bool) {
+        let Some(live) = &self.live else {
+            return;
+        };
+        if self.instance.is_none() {
+            self.slot = None;
+            live.remove(&self.name);
+        } else if self.status().state != ActorState::Running {
+            live.remove(&self.name);
+        } else if used {
+            live.touch(&self.name);
+        } else {
+            live.insert(&self.name);
+        }
+    }
+
+    /// Takes a live-instance slot unless the actor holds one. The actor
+    /// joins the recency order at once (as most recently used), so an actor
+    /// waiting for a slot can ask it to pause after the command that is
+    /// bringing it up.
+    pub(super) async fn take_slot(&mut self) -> Result<(), ApiError> {
+        if let (Some(live), None) = (&self.live, &self.slot) {
+            self.slot = Some(live.acquire(&self.name).await?);
+            live.insert(&self.name);
+        }
+        Ok(())
+    }
+
+    /// Handles the commands of `mailbox` in arrival order until the task
+    /// must end ([`Ended::Stopped`]: a `Stop`, or every sender gone) or has
+    /// nothing to keep running for ([`Ended::Idle`]: no instance, no call
+    /// held for a move, nothing in the mailbox), when the worker parks it.
+    pub(crate) async fn run(&mut self, mailbox: &mut mpsc::Receiver<Command>) -> Ended {
+        while let Some(command) = mailbox.recv().await {
+            let used = matches!(command, Command::Call { .. });
+            // Boxed so that the future of a waiting actor's task does not
+            // carry the space of a guest call's future.
+            let go_on = Box::pin(self.handle(command)).await;
+            self.sync_live(used);
+            if !go_on {
+                return Ended::Stopped;
+            }
+            if self.instance.is_none() && self.held_by_move.is_empty() && mailbox.is_empty() {
+                return Ended::Idle;
+            }
+        }
+        Ended::Stopped
+    }
+
+    /// Handles one command; false once the task must end.
+    async fn handle(&mut self, command: Command) -> bool {
+        match command {
+            Command::Call {
+                epoch,
+                request,
+                ticket,
+                reply,
+            } => {
+                if self.status().state == ActorState::Migrating {
+                    self.hold_for_move((epoch, request, ticket, reply));
+                } else {
+                    self.answer_call(epoch, &request, &ticket, reply).await;
+                }
+            }
+            Command::Capture(reply) => {
+                let _ = reply.send(self.capture().await);
+            }
+            Command::CancelMove(reply) => {
+                let state = if self.instance.is_some() {
+                    ActorState::Running
+                } else {
+                    ActorState::Paused
+                };
+                self.set_state(state);
+                let _ = reply.send(());
+                // The actor stays here: the calls held meanwhile run now.
+                for (epoch, request, ticket, reply) in std::mem::take(&mut self.held_by_move) {
+                    self.answer_call(epoch, &request, &ticket, reply).await;
+                }
+            }
+            Command::Pause(reply) => {
+                let _ = reply.send(self.pause().await);
+            }
+            Command::Evict => {
+                let running = self.status().state == ActorState::Running;
+                if running
+                    && self.instance.is_some()
+                    && let Err(e) = self.pause().await
+                {
+                    tracing::warn!(actor = %self.name, "pause for --max-live failed: {e}");
+                }
+            }
+            Command::Checkpoint(reply) => {
+                let result = match self.instance {
+                    Some(_) => self.snapshot(Instant::now()).await,
+                    None => Err(ApiError::new(
+                        ErrorKind::Conflict,
+                        format!("actor {} is not running", self.name),
+                    )),
+                };
+                if result.is_ok() {
+                    self.metrics.checkpointed(&self.worker, &self.name);
+                }
+                let _ = reply.send(result);
+            }
+            Command::Resume(from, reply) => {
+                let result = match (from, &self.instance) {
+                    (ResumeFrom::Newest, Some(_)) => Ok(()),
+                    _ => self.resume(from).await,
+                };
+                let _ = reply.send(result);
+            }
+            Command::Stop(reply) => {
+                self.instance = None;
+                for (_, _, _, reply) in std::mem::take(&mut self.held_by_move) {
+                    let _ = reply.send(Err(ApiError::new(
+                        ErrorKind::StaleEpoch,
+                        format!("actor {} moved to another worker", self.name),
+                    )));
+                }
+                let _ = reply.send(());
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Holds `call`, which came while a move had captured the actor: run
+    /// now, its effect would be lost with this copy (the target restores
+    /// the captured snapshot). A request reaches a moving actor only from a
+    /// router that does not hold the actor's gate (a follower replica); it
+    /// runs here if the move is cancelled, and is refused as misdirected
+    /// (421, so the router asks the new owner) once the actor has left.
+    fn hold_for_move(&mut self, call: HeldCall) {
+        self.held_by_move.push(call);
+    }
+
+    /// Runs one call unless its ticket was given up, and sends the answer.
+    async fn answer_call(
+        &mut self,
+        epoch: u64,
+        request: &Request,
+        ticket: &Ticket,
+        reply: tokio::sync::oneshot::Sender<Result<Response, ApiError>>,
+    ) {
+        if !ticket.start() {
+            return;
+        }
+        let result = if epoch == self.epoch {
+            self.call(request, ticket).await
+        } else {
+            Err(ApiError::new(
+                ErrorKind::StaleEpoch,
+                format!(
+                    "stale placement epoch {epoch} for actor {} (now {})",
+                    self.name, self.epoch
+                ),
+            ))
+        };
+        let _ = reply.send(result);
+    }
+
+    async fn call(&mut self, request: &Request, ticket: &Ticket) -> Result<Response, ApiError> {
+        if self.instance.is_none() {
+            if let Some(reason) = self.failed_reason() {
+                return Err(ApiError::failed(format!(
+                    "actor {} failed: {reason}",
+                    self.name
+                )));
+            }
+            // A client that leaves while its request waits for a slot
+            // takes the request with it.
+            tokio::select! {
+                taken = self.take_slot() => taken?,
+                () = ticket.abandoned() => return Err(client_gone::abandoned(&self.name)),
+            }
+            self.resume(ResumeFrom::Newest).await?;
+        }
+        if !ticket.run() {
+            return Err(client_gone::abandoned(&self.name));
+        }
+        let now_ns = self
+            .instance
+            .as_ref()
+            .ok_or_else(|| ApiError::internal("no instance"))?
+            .clock_ns();
+        self.lease_clock(now_ns);
+        let instance = self
+            .instance
+            .as_mut()
+            .ok_or_else(|| ApiError::internal("no instance"))?;
+        let result = crate::alarm::run(instance, &self.services, request).await;
+        let memory_bytes = instance.memory_bytes();
+        {
+            let mut status = self.status();
+            status.requests += 1;
+            status.last_active = Some(Instant::now());
+            status.memory_bytes = memory_bytes;
+        }
+        match result {
+            Ok(response) => {
+                self.since_checkpoint += 1;
+                if self.settings.checkpoint_every > 0
+                    && self.since_checkpoint >= self.settings.checkpoint_every
+                {
+                    match self.snapshot(Instant::now()).await {
+                        Ok(_) => {
+                            self.metrics.checkpointed(&self.worker, &self.name);
+                        }
+                        Err(e) if self.settings.checkpoint_every == 1 => {
+                            return Err(self.after_failed_checkpoint(e).await);
+                        }
+                        Err(e) => tracing::warn!(actor = %self.name, "checkpoint failed: {e}"),
+                    }
+                }
+                Ok(response)
+            }
+            Err(e) => Err(self.after_failed_call(e).await),
+        }
+    }
+
+    /// Drops a poisoned instance and rolls the actor back to its newest
+    /// snapshot (DESIGN.md, "Traps").
+    async fn after_failed_call(&mut self, error: CallError) -> ApiError {
+        let answer = ApiError::call(&error, error.to_string());
+        if !error.poisons_instance() {
+            return answer;
+        }
+        self.metrics.trapped(&self.worker, &self.name);
+        tracing::warn!(actor = %self.name, "{error}; rolling back to the newest snapshot");
+        self.drop_instance(false);
+        self.status().error = Some(error.to_string());
+        if let Err(e) = self.resume(ResumeFrom::Newest).await {
+            tracing::error!(actor = %self.name, "rollback failed: {e}");
+        }
+        answer
+    }
+
+    /// With `--checkpoint-every 1` a 200 is sent only after its snapshot
+    /// is durable: when that checkpoint fails (`error`: the quota, the
+    /// disk), the request's effect is undone by rolling the actor back to
+    /// its newest snapshot, as after a trap, and the answer is `error`'s
+    /// status, so a client may send the request again.
+    async fn after_failed_checkpoint(&mut self, error: ApiError) -> ApiError {
+        tracing::warn!(
+            actor = %self.name,
+            "checkpoint failed: {}; rolling back to the newest snapshot",
+            error.message()
+        );
+        self.drop_instance(false);
+        if let Err(e) = self.resume(ResumeFrom::Newest).await {
+            tracing::error!(actor = %self.name, "rollback failed: {e}");
+        }
+        let message = format!(
+            "the request ran but its checkpoint failed, so it was undone (the actor is back at \
+             its newest snapshot): {}",
+            error.message()
+        );
+        error.with_message(message)
+    }
+
+    fn failed_reason(&self) -> Option<String> {
+        let status = self.status();
+        (status.state == ActorState::Failed).then(|| status.error.clone().unwrap_or_default())
+    }
+
+    async fn pause(&mut self) -> Result<SnapshotReport, ApiError> {
+        let started = Instant::now();
+        if self.instance.is_none() {
+            if let Some(reason) = self.failed_reason() {
+                return Err(ApiError::new(
+                    ErrorKind::Conflict,
+                    format!("actor {} failed: {reason}", self.name),
+                ));
+            }
+            let newest = self.status().snapshot;
+            return Ok(SnapshotReport {
+                seq: newest.map_or(0, |s| s.seq),
+                snapshot_bytes: newest.map_or(0, |s| s.bytes),
+                bytes_written: 0,
+                duration_ms: 0.0,
+                changed: false,
+            });
+        }
+        self.set_state(ActorState::Pausing);
+        if let Some(now_ns) = self.instance.as_ref().map(ActorInstance::clock_ns) {
+            self.lease_clock(now_ns);
+        }
+        let hook = match self.instance.as_mut() {
+            Some(instance) => instance.on_pause().await,
+            None => Ok(()),
+        };
+        if let Err(e) = hook {
+            let answer = self.after_failed_call(e).await;
+            let message = format!("on_pause hook failed: {}", answer.message());
+            return Err(answer.with_message(message));
+        }
+        match self.snapshot_if_changed(started).await {
+            Ok(mut report) => {
+                self.drop_instance(true);
+                report.duration_ms = ms(started.elapsed());
+                self.metrics
+                    .pause_seconds
+                    .observe(started.elapsed().as_secs_f64());
+                let mut status = self.status();
+                status.state = ActorState::Paused;
+                status.last_pause_ms = Some(report.duration_ms);
+                status.memory_bytes = 0;
+                Ok(report)
+            }
+            Err(e) => {
+                self.set_state(ActorState::Running);
+                Err(e)
+            }
+        }
+    }
+
+    /// Captures the actor for a move. A live instance is snapshotted (and
+    /// kept, in case the move rolls back); a paused actor hands over its
+    /// newest snapshot as it is.
+    async fn capture(&mut self) -> Result<Captured, ApiError> {
+        if let Some(reason) = self.failed_reason() {
+            return Err(ApiError::conflict(format!(
+                "actor {} failed: {reason}",
+                self.name
+            )));
+        }
+        let live = self.instance.is_some();
+        if let Some(now_ns) = self.instance.as_ref().map(ActorInstance::clock_ns) {
+            self.clock.settle(self.store.as_ref(), &self.name, now_ns);
+        }
+        let seq = if live {
+            self.snapshot(Instant::now()).await?.seq
+        } else {
+            self.newest_seq()
+                .ok_or_else(|| ApiError::internal(format!("actor {} has no snapshot", self.name)))?
+        };
+        self.set_state(ActorState::Migrating);
+        Ok(Captured { seq, live })
+    }
+}

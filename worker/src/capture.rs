@@ -1,0 +1,194 @@
+//! The snapshot-writing path of an actor task: capture the live instance
+//! as a delta on its chain ([`stasis_core::snapshot::capture_delta`]) or
+//! in full, skip the write when a pause finds nothing changed, write the
+//! snapshot durably (and through the replicator), then retention.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use stasis_core::snapshot::{self, ChainPages, DeltaBase, FullInstead};
+use stasis_core::snapshot_store::{SnapshotEntry, StoreError, open_chain};
+
+use super::actor::ActorTask;
+use stasis_contract::error::ApiError;
+use stasis_contract::status::SnapshotReport;
+use stasis_contract::status::ms;
+
+impl ActorTask {
+    /// Captures the live instance and writes the next snapshot durably
+    /// (a delta when [`ActorTask::capture_live`] can take one), then
+    /// applies retention. The instance is kept.
+    pub(super) async fn snapshot(&mut self, started: Instant) -> Result<SnapshotReport, ApiError> {
+        let (bytes, _) = self.capture_live()?;
+        self.write_snapshot(bytes, started).await
+    }
+
+    /// Like [`ActorTask::snapshot`] for a pause: when the instance holds
+    /// exactly the newest snapshot's state (it has not changed since, e.g.
+    /// an actor resumed and paused again by `--max-live` without a request
+    /// in between), nothing is written and the newest snapshot is reported.
+    /// A checkpoint always writes: it is asked for a new snapshot.
+    pub(super) async fn snapshot_if_changed(
+        &mut self,
+        started: Instant,
+    ) -> Result<SnapshotReport, ApiError> {
+        let (bytes, kind) = self.capture_live()?;
+        let unchanged = match kind {
+            Kind::Delta { unchanged } => unchanged,
+            Kind::Full => self.status().snapshot.is_some_and(|newest| {
+                self.store
+                    .open_snapshot(&self.name, newest.seq)
+                    .is_ok_and(|map| snapshot::same_state(&map, &bytes))
+            }),
+        };
+        if unchanged {
+            return Ok(self.newest_unchanged(started));
+        }
+        self.write_snapshot(bytes, started).await
+    }
+
+    /// The report of a snapshot that wrote nothing: the newest one holds
+    /// the instance's state already.
+    fn newest_unchanged(&self, started: Instant) -> SnapshotReport {
+        let newest = self.status().snapshot;
+        SnapshotReport {
+            seq: newest.map_or(0, |s| s.seq),
+            snapshot_bytes: newest.map_or(0, |s| s.bytes),
+            bytes_written: 0,
+            duration_ms: ms(started.elapsed()),
+            changed: true,
+        }
+    }
+
+    /// Captures the live instance: a delta on [`ActorTask::delta_base`]
+    /// when there is one and it is the newest snapshot, the store keeps
+    /// chains, and no replicator needs self-contained files; otherwise (or
+    /// when [`snapshot::capture_delta`] says a full snapshot is due) a full
+    /// snapshot. Also says which it took.
+    pub(super) fn capture_live(&mut self) -> Result<(Vec<u8>, Kind), ApiError> {
+        let newest = self.next_seq.checked_sub(1);
+        let base = self
+            .delta_base
+            .as_ref()
+            .filter(|base| Some(base.seq) == newest)
+            .filter(|_| self.replicator.is_none() && self.store.supports_deltas());
+        // The base's chain, verified (no checksum pass for files the store
+        // wrote or checked): a delta is only taken on a chain that
+        // restores, and leaves out pages that hold what it holds (those a
+        // restore copied in count as dirty). A chain damaged or replaced
+        // since gives a full snapshot: the live instance holds the state.
+        let max_memory = self.engine.limits().max_memory;
+        let chain = base.and_then(|base| {
+            open_chain(
+                self.store.as_ref(),
+                &self.name,
+                base.seq,
+                &self.template,
+                max_memory,
+            )
+            .map_err(|e| e.to_string())
+            .and_then(|chain| {
+                if chain.head_crc32c() == base.crc32c {
+                    Ok((base, chain))
+                } else {
+                    Err(format!("snapshot {} was replaced", base.seq))
+                }
+            })
+            .inspect_err(|e| {
+                tracing::warn!(
+                    actor = %self.name,
+                    "full snapshot instead of a delta: the base chain cannot be used: {e}"
+                );
+            })
+            .ok()
+        });
+        let instance = self
+            .instance
+            .as_mut()
+            .ok_or_else(|| ApiError::internal("no instance"))?;
+        let internal = |e: snapshot::SnapshotError| ApiError::internal(e.to_string());
+        if let Some((base, chain)) = &chain {
+            let pages = ChainPages::of(chain);
+            let mut bytes = Vec::new();
+            match snapshot::capture_delta(instance, base, Some(&pages), &mut bytes)
+                .map_err(internal)?
+            {
+                Ok(delta) => {
+                    tracing::debug!(
+                        actor = %self.name,
+                        base = base.seq,
+                        dirty_pages = delta.dirty_pages,
+                        stored_pages = delta.stats.stored_pages,
+                        file_bytes = delta.stats.file_bytes,
+                        "delta captured"
+                    );
+                    return Ok((
+                        bytes,
+                        Kind::Delta {
+                            unchanged: delta.unchanged,
+                        },
+                    ));
+                }
+                Err(FullInstead::NoDirtyTracking(why)) => {
+                    tracing::debug!(actor = %self.name, "full snapshot: no dirty tracking: {why}");
+                }
+                Err(_) => {}
+            }
+        }
+        snapshot::capture(instance)
+            .map(|(bytes, _)| (bytes, Kind::Full))
+            .map_err(internal)
+    }
+
+    /// Writes `bytes` as the next snapshot durably (and through the
+    /// replicator), then applies retention.
+    pub(super) async fn write_snapshot(
+        &mut self,
+        bytes: Vec<u8>,
+        started: Instant,
+    ) -> Result<SnapshotReport, ApiError> {
+        let bytes = Arc::new(bytes);
+        let seq = self.next_seq;
+        let store = self.store.clone();
+        let actor = self.name.clone();
+        let epoch = self.epoch;
+        let keep = self.settings.keep_snapshots;
+        let len = bytes.len() as u64;
+        let local = bytes.clone();
+        tokio::task::spawn_blocking(move || -> Result<(), StoreError> {
+            store.write(&actor, seq, epoch, &local)?;
+            store.retain(&actor, keep)?;
+            Ok(())
+        })
+        .await
+        .map_err(|e| ApiError::internal(format!("snapshot writer panicked: {e}")))??;
+        let next_base = DeltaBase::of_file(seq, &bytes, self.delta_base.as_ref());
+        if let Some(replicator) = &self.replicator {
+            replicator.replicate(&self.name, seq, bytes).await?;
+        }
+        self.next_seq += 1;
+        self.since_checkpoint = 0;
+        self.delta_base = next_base;
+        self.status().snapshot = Some(SnapshotEntry { seq, bytes: len });
+        Ok(SnapshotReport {
+            seq,
+            snapshot_bytes: len,
+            bytes_written: len,
+            duration_ms: ms(started.elapsed()),
+            changed: true,
+        })
+    }
+}
+
+/// What [`ActorTask::capture_live`] took.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Kind {
+    /// A full snapshot.
+    Full,
+    /// A delta on the newest snapshot; `unchanged`: no page, size or
+    /// global differs from it.
+    Delta {
+        /// Nothing changed since the base.
+        unchanged: bool,
+    },
+}

@@ -1,0 +1,269 @@
+//! How an actor comes to a worker: [`Worker::create`] (a new actor, its
+//! first instance and snapshot 0), [`Worker::adopt`] (snapshots already in
+//! the worker's store, at start-up), [`Worker::install`] (a snapshot
+//! shipped or stored, the target side of a move), and the repair of a torn
+//! newest snapshot that a crash left above the acknowledged one.
+
+use bytes::Bytes;
+use stasis_contract::error::ApiError;
+use stasis_contract::status::{ActorState, ActorStatus, SnapshotReport};
+use stasis_contract::worker_api::HostSpec;
+use stasis_core::snapshot::{self, VerifiedChain};
+use stasis_core::snapshot_store::{ChainError, SnapshotBytes, SnapshotEntry, open_chain};
+use tokio::sync::oneshot;
+
+use crate::actor::Command;
+use crate::{ActorSpec, Entry, Worker};
+use stasis_contract::status::ResumeFrom;
+
+/// A snapshot an install verified and wrote (see [`Worker::install`]).
+struct Installed {
+    seq: u64,
+    verified: VerifiedChain<SnapshotBytes>,
+    /// Whether the actor is resumed at once (it keeps the bytes for that).
+    prime: bool,
+}
+
+impl Worker {
+    /// Creates a new actor: first instance (start function, `_initialize`,
+    /// init), snapshot seq 0, state `running`.
+    ///
+    /// # Errors
+    /// 409 if this worker already hosts the name; the guest's failure
+    /// (500/504) if creation traps; 507/500 if seq 0 cannot be written.
+    pub async fn create(&self, spec: &ActorSpec, epoch: u64) -> Result<SnapshotReport, ApiError> {
+        if self.lock().contains_key(&spec.name) {
+            return Err(ApiError::conflict(format!("actor {} exists", spec.name)));
+        }
+        // Snapshots under a new actor's name are another's leftovers (a
+        // create or fork that failed half-way, a delete that could not
+        // remove every file): a new actor never adopts them.
+        if !self.store.list(&spec.name)?.is_empty() {
+            tracing::warn!(actor = %spec.name, "removing snapshots left under a new actor's name");
+            self.store.remove_actor(&spec.name)?;
+        }
+        let mut task = self.task(spec, epoch, ActorState::Creating);
+        let report = task.create().await;
+        if report.is_err() {
+            let _ = self.store.remove_actor(&spec.name);
+            return report;
+        }
+        self.start(task);
+        report
+    }
+
+    /// Hosts an actor that already has snapshots (after a restart or a
+    /// move): `paused`, resumed by its next request. Its newest snapshot is
+    /// checked (length, magic, version, checksum, header) now, so a missing
+    /// or corrupt one shows as `failed` with the reason at once, never as a
+    /// silently fresh actor.
+    pub fn adopt(&self, spec: &ActorSpec, epoch: u64) -> ActorStatus {
+        self.adopt_installed(spec, epoch, None)
+    }
+
+    /// Drops from `list` (and from the store) a newest snapshot above the
+    /// `acknowledged` one that does not verify by itself: a write the
+    /// process died in, before its sync round ended
+    /// ([`stasis_core::durable::write_new_in`]), so no caller was told it
+    /// was written. One file at most: an actor's writes are sequential, and
+    /// a write starts only after the one before it was acknowledged.
+    /// Snapshot 0 has no marker (the directory row acknowledges it) and is
+    /// never dropped; neither is a snapshot the caller just `installed`.
+    fn drop_torn_newest(
+        &self,
+        spec: &ActorSpec,
+        list: &mut Vec<SnapshotEntry>,
+        acknowledged: Option<u64>,
+        installed: Option<&Installed>,
+    ) {
+        let Some(newest) = list.last().map(|n| n.seq) else {
+            return;
+        };
+        if newest == 0
+            || acknowledged.is_some_and(|acked| newest <= acked)
+            || installed.is_some_and(|i| i.seq == newest)
+        {
+            return;
+        }
+        let max_memory = self.engine.limits().max_memory;
+        let Err(ChainError::Invalid { seq, source }) = open_chain(
+            self.store.as_ref(),
+            &spec.name,
+            newest,
+            &spec.template,
+            max_memory,
+        ) else {
+            return;
+        };
+        if seq != newest {
+            return;
+        }
+        match self.store.remove(&spec.name, seq) {
+            Ok(()) => {
+                tracing::warn!(
+                    actor = %spec.name,
+                    seq,
+                    "dropped snapshot {seq}: it was being written when the process stopped and was never acknowledged ({source})"
+                );
+                list.pop();
+            }
+            Err(e) => {
+                tracing::warn!(actor = %spec.name, seq, "cannot drop torn snapshot {seq}: {e}")
+            }
+        }
+    }
+
+    /// [`Worker::adopt`], where `installed` is a snapshot (and its
+    /// sequence number) the caller verified and wrote just now: if it is
+    /// the newest, it is not read and verified again, and with `prime` the
+    /// actor's next restore takes it as it is.
+    fn adopt_installed(
+        &self,
+        spec: &ActorSpec,
+        epoch: u64,
+        installed: Option<Installed>,
+    ) -> ActorStatus {
+        if let Some(Entry::Active { mailbox, .. }) = self.lock().remove(&spec.name) {
+            let (reply, _) = oneshot::channel();
+            let _ = mailbox.try_send(Command::Stop(reply));
+        }
+        let mut task = self.task(spec, epoch, ActorState::Paused);
+        let (mut list, acknowledged) = self.store.list_acknowledged(&spec.name).unwrap_or_default();
+        self.drop_torn_newest(spec, &mut list, acknowledged, installed.as_ref());
+        // Answers name the folder by its key; the log gets where it is.
+        let dir = || format!("snapshots/{}", spec.name);
+        let missing = acknowledged.filter(|&acked| list.last().is_none_or(|n| n.seq < acked));
+        let problem = match (list.last(), missing) {
+            (_, Some(acked)) => {
+                task.next_seq = acked + 1;
+                Some(format!(
+                    "snapshot {acked} was acknowledged but is missing from {} (newest there: {})",
+                    dir(),
+                    list.last()
+                        .map_or_else(|| "none".to_owned(), |n| n.seq.to_string())
+                ))
+            }
+            (None, None) => Some(format!("no snapshot of actor {} in {}", spec.name, dir())),
+            (Some(newest), None) if installed.as_ref().is_some_and(|i| i.seq == newest.seq) => {
+                task.next_seq = newest.seq + 1;
+                if let Some(installed) = installed.filter(|i| i.prime) {
+                    task.primed = Some((installed.seq, installed.verified));
+                }
+                None
+            }
+            (Some(newest), None) => {
+                task.next_seq = newest.seq + 1;
+                open_chain(
+                    self.store.as_ref(),
+                    &spec.name,
+                    newest.seq,
+                    &spec.template,
+                    self.engine.limits().max_memory,
+                )
+                .err()
+                .map(|e| e.to_string())
+            }
+        };
+        {
+            let mut status = task.status.lock().unwrap_or_else(|p| p.into_inner());
+            status.snapshot = list.last().copied();
+            if let Some(problem) = problem {
+                let location = self.store.location(&spec.name);
+                tracing::error!(actor = %spec.name, %location, "{problem}");
+                status.state = ActorState::Failed;
+                status.error = Some(problem);
+            }
+        }
+        let status = task
+            .status
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        self.start(task);
+        status
+    }
+
+    /// Installs `actor` from snapshot `seq` under placement `epoch`: the
+    /// snapshot (`bytes`, or the stored file when `None`) is verified
+    /// against the template; given bytes are written to this worker's store
+    /// unless it already holds them; then, with `resume`, the actor is
+    /// restored at once (the target side of a move), else it is `paused`.
+    ///
+    /// # Errors
+    /// 422 if the snapshot does not verify against the template; 503 if
+    /// the restore fails (nothing is left installed).
+    pub async fn install(
+        &self,
+        spec: &ActorSpec,
+        epoch: u64,
+        seq: u64,
+        bytes: Option<Bytes>,
+        resume: bool,
+    ) -> Result<ActorStatus, ApiError> {
+        let max_memory = self.engine.limits().max_memory;
+        let what = format!("snapshot {seq} of {}", spec.name);
+        let refused =
+            move |e: &dyn std::fmt::Display| ApiError::unprocessable(format!("{what}: {e}"));
+        let store = self.store.clone();
+        let name = spec.name.clone();
+        let template = spec.template.clone();
+        // The snapshot is verified once, here, and handed to the actor as
+        // verified. Bytes the store already held are checked by `adopt`.
+        let installed = tokio::task::spawn_blocking(move || -> Result<_, ApiError> {
+            let verified =
+                match bytes {
+                    Some(bytes) => {
+                        let bytes = SnapshotBytes::from(Vec::from(bytes));
+                        // Shipped bytes are one self-contained file: a full
+                        // snapshot (a chain is flattened before it is sent).
+                        let verified = snapshot::verify(bytes, &template, max_memory)
+                            .map_err(|e| refused(&e))?;
+                        let verified =
+                            VerifiedChain::new(vec![(seq, verified)]).map_err(|e| refused(&e))?;
+                        if store.list(&name)?.iter().any(|e| e.seq == seq) {
+                            return Ok(None);
+                        }
+                        let (_, file) = verified.links().next().ok_or_else(|| {
+                            ApiError::internal("a verified chain without a snapshot")
+                        })?;
+                        store.write(&name, seq, epoch, file.bytes())?;
+                        verified
+                    }
+                    None => open_chain(store.as_ref(), &name, seq, &template, max_memory).map_err(
+                        |e| match e {
+                            ChainError::Open { source, .. } => ApiError::from(source),
+                            ChainError::Invalid { source, .. } => refused(&source),
+                            ChainError::Base { .. } => refused(&e),
+                        },
+                    )?,
+                };
+            Ok(Some(Installed {
+                seq,
+                verified,
+                prime: resume,
+            }))
+        })
+        .await
+        .map_err(ApiError::internal)??;
+        let status = self.adopt_installed(spec, epoch, installed);
+        if status.state == ActorState::Failed {
+            self.remove(&spec.name).await;
+            return Err(ApiError::failed(status.error.unwrap_or_default()));
+        }
+        if resume && let Err(e) = self.resume(&spec.name, ResumeFrom::Newest).await {
+            self.remove(&spec.name).await;
+            return Err(e);
+        }
+        self.status(&spec.name)
+            .ok_or_else(|| ApiError::internal("installed actor vanished"))
+    }
+
+    pub(crate) async fn spec(&self, actor: &str, spec: &HostSpec) -> Result<ActorSpec, ApiError> {
+        stasis_contract::error::check_label("actor", actor)?;
+        Ok(ActorSpec {
+            name: actor.to_owned(),
+            template: self.templates.template(&spec.digest).await?,
+            env: spec.env.clone(),
+        })
+    }
+}

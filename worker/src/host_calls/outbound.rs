@@ -1,0 +1,219 @@
+//! Outbound HTTP for the `fetch` host function: the allow-list of
+//! `--allow-outbound HOST[:PORT]` ([`AllowList`]) and the client
+//! ([`Outbound`]): HTTP/1.1, and HTTPS with rustls (ring) trusting the
+//! system's root certificates (`rustls-native-certs`).
+//!
+//! A rule is a host name or IP literal, or `*.` and a domain (any name
+//! under that domain, not the domain itself), optionally with `:PORT`.
+//! Without a port only the scheme's default port (80, 443) is allowed.
+//! Names compare case-insensitively; nothing else reaches the network.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::Uri;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use stasis_core::host::ServiceError;
+use stasis_host_api::imports::HostError;
+use stasis_host_api::{Request, Response};
+
+pub use stasis_contract::settings::AllowList;
+
+type HttpsClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
+
+/// The outbound client of one worker.
+pub struct Outbound {
+    allow: AllowList,
+    client: Result<HttpsClient, String>,
+    max_body: usize,
+}
+
+impl std::fmt::Debug for Outbound {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Outbound")
+            .field("allow", &self.allow)
+            .finish_non_exhaustive()
+    }
+}
+
+fn error(kind: HostError, message: impl Into<String>) -> ServiceError {
+    ServiceError::new(kind, message)
+}
+
+impl Outbound {
+    /// A client for the hosts of `allow`, with bodies up to `max_body`
+    /// bytes each way. The system's root certificates are loaded now; if
+    /// they cannot be, HTTPS fetches fail as unavailable with the reason.
+    #[must_use]
+    pub fn new(allow: AllowList, max_body: usize) -> Arc<Self> {
+        let client = if allow.is_empty() {
+            Err("no --allow-outbound".to_owned())
+        } else {
+            hyper_rustls::HttpsConnectorBuilder::new()
+                .with_provider_and_native_roots(rustls::crypto::ring::default_provider())
+                .map(|b| {
+                    let connector = b.https_or_http().enable_http1().build();
+                    Client::builder(TokioExecutor::new()).build(connector)
+                })
+                .map_err(|e| format!("loading the system's root certificates: {e}"))
+        };
+        Arc::new(Self {
+            allow,
+            client,
+            max_body,
+        })
+    }
+
+    /// Sends `request` (its `uri` an absolute http(s) URL) and reads the
+    /// answer, all before `deadline`.
+    ///
+    /// # Errors
+    /// [`HostError::Refused`] (host not allowed), [`HostError::BadInput`]
+    /// (no absolute http(s) URL, a bad method or header),
+    /// [`HostError::TooLarge`] (a body over `--max-body`),
+    /// [`HostError::Unavailable`] (connection, TLS, protocol),
+    /// [`HostError::Deadline`].
+    pub async fn fetch(
+        &self,
+        request: Request,
+        deadline: Instant,
+    ) -> Result<Response, ServiceError> {
+        let uri: Uri = request
+            .uri
+            .parse()
+            .map_err(|e| error(HostError::BadInput, format!("URL {:?}: {e}", request.uri)))?;
+        let default_port = match uri.scheme_str() {
+            Some("http") => 80,
+            Some("https") => 443,
+            _ => {
+                return Err(error(
+                    HostError::BadInput,
+                    format!(
+                        "URL {:?} is not an absolute http:// or https:// URL",
+                        request.uri
+                    ),
+                ));
+            }
+        };
+        let host = uri
+            .host()
+            .ok_or_else(|| {
+                error(
+                    HostError::BadInput,
+                    format!("URL {:?} has no host", request.uri),
+                )
+            })?
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_ascii_lowercase();
+        let port = uri.port_u16().unwrap_or(default_port);
+        if !self.allow.allows(&host, port, default_port) {
+            return Err(error(
+                HostError::Refused,
+                format!("{host}:{port} is not allowed by --allow-outbound"),
+            ));
+        }
+        if request.body.len() > self.max_body {
+            return Err(error(
+                HostError::TooLarge,
+                format!(
+                    "request body of {} bytes exceeds --max-body ({} bytes)",
+                    request.body.len(),
+                    self.max_body
+                ),
+            ));
+        }
+        let client = self
+            .client
+            .as_ref()
+            .map_err(|e| error(HostError::Unavailable, e.clone()))?;
+        let mut builder = hyper::Request::builder()
+            .method(request.method.as_str())
+            .uri(uri);
+        for (name, value) in &request.headers {
+            if stasis_contract::headers::not_passed_on(&name.to_ascii_lowercase())
+                || name.eq_ignore_ascii_case("host")
+            {
+                continue;
+            }
+            builder = builder.header(name.as_str(), value.as_slice());
+        }
+        let outgoing = builder
+            .body(Full::new(Bytes::from(request.body)))
+            .map_err(|e| error(HostError::BadInput, format!("the request: {e}")))?;
+        let max_body = self.max_body;
+        let exchange = async {
+            let answer = client
+                .request(outgoing)
+                .await
+                .map_err(|e| error(HostError::Unavailable, format!("{host}:{port}: {e:#}")))?;
+            let (parts, body) = answer.into_parts();
+            let body = Limited::new(body, max_body)
+                .collect()
+                .await
+                .map_err(|e| {
+                    if e.is::<http_body_util::LengthLimitError>() {
+                        error(
+                            HostError::TooLarge,
+                            format!("the answer's body exceeds --max-body ({max_body} bytes)"),
+                        )
+                    } else {
+                        error(HostError::Unavailable, format!("reading the answer: {e}"))
+                    }
+                })?
+                .to_bytes();
+            Ok(Response {
+                status: parts.status.as_u16(),
+                headers: parts
+                    .headers
+                    .iter()
+                    .map(|(n, v)| (n.as_str().to_owned(), v.as_bytes().to_vec()))
+                    .collect(),
+                body: body.to_vec(),
+            })
+        };
+        match tokio::time::timeout_at(deadline.into(), exchange).await {
+            Ok(result) => result,
+            Err(_) => Err(error(
+                HostError::Deadline,
+                format!("fetch {host}:{port}: the request's time ran out first"),
+            )),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rules_match_hosts_ports_and_wildcards() {
+        let list = AllowList::parse(&[
+            "api.example.com",
+            "*.svc.test:8443",
+            "127.0.0.1:9000",
+            "[::1]:81",
+        ])
+        .expect("valid");
+        assert!(list.allows("api.example.com", 443, 443));
+        assert!(list.allows("api.example.com", 80, 80));
+        assert!(!list.allows("api.example.com", 8080, 80));
+        assert!(!list.allows("x.api.example.com", 443, 443));
+        assert!(list.allows("a.svc.test", 8443, 443));
+        assert!(list.allows("a.b.svc.test", 8443, 443));
+        assert!(!list.allows("svc.test", 8443, 443));
+        assert!(!list.allows("evilsvc.test", 8443, 443));
+        assert!(!list.allows("a.svc.test", 443, 443));
+        assert!(list.allows("127.0.0.1", 9000, 80));
+        assert!(!list.allows("127.0.0.1", 9001, 80));
+        assert!(list.allows("::1", 81, 80));
+        assert!(AllowList::parse(&["a b"]).is_err());
+        assert!(AllowList::parse(&["host:99999"]).is_err());
+        assert!(AllowList::parse(&["*.*.x"]).is_err());
+        assert!(AllowList::default().is_empty());
+    }
+}

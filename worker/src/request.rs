@@ -1,0 +1,108 @@
+//! A request to an actor on this worker: handed to its mailbox, answered,
+//! or given up (full mailbox, hold timeout, client gone) — never both given
+//! up and executed.
+
+use std::sync::Arc;
+
+use stasis_host_api::{Request, Response};
+use tokio::sync::oneshot;
+
+use super::actor::{Command, Ticket};
+use super::{Undelivered, Worker};
+use stasis_contract::client_gone::{self, ClientGone};
+use stasis_contract::error::{ApiError, ErrorKind};
+use stasis_contract::metrics::Metrics;
+
+/// Gives a request up if [`Worker::call`] is dropped before its answer
+/// (the remote worker's serving loop dropped it: the router's connection
+/// closed), and counts it when it was never started.
+struct AbandonOnDrop<'a> {
+    ticket: Option<Arc<Ticket>>,
+    metrics: &'a Metrics,
+}
+
+impl Drop for AbandonOnDrop<'_> {
+    fn drop(&mut self) {
+        if let Some(ticket) = self.ticket.take()
+            && ticket.abandon()
+        {
+            self.metrics.abandoned();
+        }
+    }
+}
+
+impl Worker {
+    /// Hands `request` to `actor`'s mailbox and waits for the answer. A full
+    /// mailbox (`--max-held`) or a wait past `--hold-timeout` before the
+    /// actor starts the request is 503 with `Retry-After`; a request is never
+    /// both given up and executed. When `gone` is cancelled (or this future
+    /// is dropped) before the guest runs the request, the request is given
+    /// up (see [`stasis_contract::client_gone`]); one the guest runs is waited for.
+    ///
+    /// # Errors
+    /// 421 if the actor is not on this worker (or at another epoch); the
+    /// actor's or guest's failure as an [`ApiError`];
+    /// [`stasis_contract::error::ErrorKind::Abandoned`] when the client left first.
+    pub async fn call(
+        &self,
+        actor: &str,
+        epoch: u64,
+        request: impl Into<Arc<Request>>,
+        gone: &ClientGone,
+    ) -> Result<Response, ApiError> {
+        if !self.is_serving() {
+            return Err(ApiError::unavailable(format!(
+                "worker {} lost contact with the control plane and stopped serving",
+                self.name
+            )));
+        }
+        // Not here (moved away, or never here): misdirected, so the router
+        // asks the current owner (421, as for a stale epoch).
+        let ticket = Arc::new(Ticket::default());
+        let (reply, answer) = oneshot::channel();
+        let command = Command::Call {
+            epoch,
+            request: request.into(),
+            ticket: ticket.clone(),
+            reply,
+        };
+        self.post(actor, command).map_err(|e| match e {
+            Undelivered::NotHere(e) => ApiError::new(ErrorKind::StaleEpoch, e.message()),
+            Undelivered::Full => ApiError::unavailable(format!(
+                "actor {actor} already holds {} requests (--max-held)",
+                self.settings.max_held
+            )),
+            Undelivered::Stopping => ApiError::unavailable(format!("actor {actor} is stopping")),
+        })?;
+        let mut waiting = AbandonOnDrop {
+            ticket: Some(ticket.clone()),
+            metrics: &self.metrics,
+        };
+        let stopped = || ApiError::unavailable(format!("actor {actor} stopped"));
+        let hold = tokio::time::sleep(self.settings.hold_timeout);
+        tokio::pin!(answer, hold);
+        let (mut holding, mut listening) = (true, true);
+        let result = loop {
+            tokio::select! {
+                result = &mut answer => break result.map_err(|_| stopped()).and_then(|r| r),
+                () = &mut hold, if holding => {
+                    holding = false;
+                    if ticket.cancel() {
+                        break Err(ApiError::unavailable(format!(
+                            "actor {actor} did not take the request within the hold timeout of {:?}",
+                            self.settings.hold_timeout
+                        )));
+                    }
+                }
+                () = gone.cancelled(), if listening => {
+                    listening = false;
+                    if ticket.abandon() {
+                        break Err(client_gone::abandoned(actor));
+                    }
+                }
+            }
+        };
+        waiting.ticket = None;
+        result
+    }
+}

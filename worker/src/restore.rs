@@ -1,0 +1,268 @@
+//! The restore path of an actor task: resume from the newest snapshot, a
+//! named one or the template (a repair), reading and verifying the
+//! snapshot, and deciding whether a failure leaves the actor `failed` or
+//! just busy.
+
+use std::time::Instant;
+
+use stasis_core::instance::{ActorInstance, CallError};
+use stasis_core::snapshot::{self, DeltaBase, VerifiedChain};
+use stasis_core::snapshot_store::{
+    ChainError, SnapshotBytes, StoreError, open_chain, remove_corrupt,
+};
+
+use super::actor::ActorTask;
+use stasis_contract::error::ApiError;
+use stasis_contract::status::{ActorState, ResumeFrom, ms};
+
+impl ActorTask {
+    /// Restores the actor from `from` into a fresh instance (a repair when
+    /// it runs: the new instance is built next to the old one, which keeps
+    /// running if the repair fails); the state becomes `running`, or
+    /// `failed` with the reason when `from` cannot give a working instance.
+    ///
+    /// # Errors
+    /// 409 repair of a running actor with `--max-live` 1; 503 no live
+    /// instance now, or the restore failed (with the reason).
+    pub(super) async fn resume(&mut self, from: ResumeFrom) -> Result<(), ApiError> {
+        self.take_slot().await?;
+        // A repair of a running actor builds the new instance next to the
+        // old one (which keeps running if the repair fails): a second slot.
+        let second_slot = match (&self.live, &self.instance, from) {
+            (Some(live), Some(_), ResumeFrom::Snapshot(_) | ResumeFrom::Template) => {
+                if live.max() == 1 {
+                    return Err(ApiError::conflict(format!(
+                        "actor {} is running and --max-live is 1: resuming it from a snapshot or \
+                         the template needs a second live instance; pause it first",
+                        self.name
+                    )));
+                }
+                Some(live.acquire(&self.name).await?)
+            }
+            _ => None,
+        };
+        // Timed from here: the wait for a slot is not part of the resume.
+        let started = Instant::now();
+        if let Some(live) = &self.instance {
+            self.clock.replaced(live.clock_ns());
+        }
+        self.set_state(ActorState::Resuming);
+        let result = match from {
+            ResumeFrom::Template => self.fresh_from_template().await.map(|i| (i, None)),
+            ResumeFrom::Newest => match self.newest_seq() {
+                Some(seq) => self.restore(seq).await,
+                None => Err(Unrestorable::Broken(format!(
+                    "actor {} has no snapshot",
+                    self.name
+                ))),
+            },
+            ResumeFrom::Snapshot(seq) => self.restore(seq).await,
+        };
+        match result {
+            Ok((instance, base)) => {
+                let memory_bytes = instance.memory_bytes();
+                self.instance = Some(instance);
+                // A repair's snapshot below is full: it starts a new chain.
+                self.delta_base = base.filter(|_| from == ResumeFrom::Newest);
+                if second_slot.is_some() {
+                    // The old instance is gone: keep one slot.
+                    self.slot = second_slot;
+                }
+                let elapsed = started.elapsed();
+                self.metrics.resume_seconds.observe(elapsed.as_secs_f64());
+                self.metrics.resumed(&self.worker, &self.name);
+                {
+                    let mut status = self.status();
+                    status.state = ActorState::Running;
+                    status.resumes += 1;
+                    status.last_resume_ms = Some(ms(elapsed));
+                    status.last_active = Some(Instant::now());
+                    status.memory_bytes = memory_bytes;
+                    if from != ResumeFrom::Newest {
+                        status.error = None;
+                    }
+                }
+                if from != ResumeFrom::Newest {
+                    // Make the repaired state the newest snapshot, so a later
+                    // rollback does not land on the bad one again; corrupt
+                    // snapshots go first, so retention keeps good ones.
+                    self.remove_corrupt_snapshots(from).await;
+                    self.snapshot(started).await?;
+                }
+                Ok(())
+            }
+            Err(Unrestorable::Busy(e)) => {
+                // Out of instance capacity for now: nothing is wrong with
+                // the actor, which stays as it was.
+                let state = if self.instance.is_some() {
+                    ActorState::Running
+                } else {
+                    ActorState::Paused
+                };
+                self.set_state(state);
+                Err(ApiError::unavailable(format!(
+                    "actor {} cannot get a live instance now: {e}",
+                    self.name
+                )))
+            }
+            Err(Unrestorable::Broken(reason)) if self.instance.is_some() => {
+                // A repair attempt on a live actor failed: it keeps running
+                // as it was.
+                self.set_state(ActorState::Running);
+                Err(ApiError::failed(format!(
+                    "actor {} keeps running; resume failed: {reason}",
+                    self.name
+                )))
+            }
+            Err(Unrestorable::Broken(reason)) => {
+                tracing::error!(actor = %self.name, "resume failed: {reason}");
+                let mut status = self.status();
+                status.state = ActorState::Failed;
+                status.error = Some(reason.clone());
+                Err(ApiError::failed(format!(
+                    "actor {} failed: {reason}",
+                    self.name
+                )))
+            }
+        }
+    }
+
+    /// Deletes, for a repair from `from`, every snapshot but the repair's
+    /// source that does not verify (known corrupt), so retention keeps the
+    /// source and good snapshots instead (docs/operations.md, "Retention
+    /// and repairs"). Failures are logged: the repair itself succeeded.
+    async fn remove_corrupt_snapshots(&mut self, from: ResumeFrom) {
+        let source = match from {
+            ResumeFrom::Snapshot(seq) => Some(seq),
+            ResumeFrom::Template | ResumeFrom::Newest => None,
+        };
+        let (store, actor) = (self.store.clone(), self.name.clone());
+        let (template, max_memory) = (self.template.clone(), self.engine.limits().max_memory);
+        let removed = tokio::task::spawn_blocking(move || {
+            remove_corrupt(store.as_ref(), &actor, &template, max_memory, source)
+        })
+        .await;
+        match removed {
+            Ok(Ok(removed)) => {
+                for (seq, problem) in removed {
+                    tracing::warn!(actor = %self.name, seq, "repair deleted corrupt snapshot: {problem}");
+                }
+            }
+            Ok(Err(e)) => tracing::warn!(actor = %self.name, "removing corrupt snapshots: {e}"),
+            Err(e) => tracing::warn!(actor = %self.name, "removing corrupt snapshots: {e}"),
+        }
+    }
+
+    /// The newest snapshot this actor acknowledged. Known in memory from
+    /// the write (or from the folder and its acknowledgement marker when
+    /// the actor was adopted), so a newest file deleted behind the actor's
+    /// back makes the resume fail instead of silently rolling back.
+    pub(super) fn newest_seq(&self) -> Option<u64> {
+        let known = self.status().snapshot.map(|s| s.seq).or_else(|| {
+            self.store
+                .list(&self.name)
+                .ok()
+                .and_then(|list| list.last().map(|e| e.seq))
+        });
+        // An acknowledged snapshot missing from the folder at adoption left
+        // `next_seq` past every file there: a plain resume names it (and
+        // fails) instead of rolling back to an older file.
+        known.max(self.next_seq.checked_sub(1))
+    }
+
+    /// Restores snapshot `seq` (with its chain, for a delta) and runs
+    /// `on_resume`; returns the instance and the base its next delta can
+    /// be taken against.
+    async fn restore(
+        &mut self,
+        seq: u64,
+    ) -> Result<(ActorInstance, Option<DeltaBase>), Unrestorable> {
+        let broken = |what: &str, e: &dyn std::fmt::Display| {
+            Unrestorable::Broken(format!("{what} {seq}: {e}"))
+        };
+        self.clock.load(self.store.as_ref(), &self.name);
+        let chain = match self.primed.take() {
+            Some((primed, chain)) if primed == seq => chain,
+            _ => self.open_verified(seq)?,
+        };
+        let restored =
+            snapshot::restore_chain(&self.engine, self.template.clone(), self.config(), &chain)
+                .await;
+        let mut instance = match restored {
+            Ok(instance) => instance,
+            Err(snapshot::RestoreError::Call(e @ CallError::Capacity(_))) => {
+                return Err(Unrestorable::Busy(e.to_string()));
+            }
+            Err(e) => return Err(broken("restoring snapshot", &e)),
+        };
+        let base = DeltaBase::new(
+            chain.head_seq(),
+            chain.head_crc32c(),
+            chain.head(),
+            chain.root_pages(),
+        );
+        drop(chain);
+        self.lease_clock(instance.clock_ns());
+        instance.on_resume().await.map_err(|e| match e {
+            CallError::Capacity(_) => Unrestorable::Busy(e.to_string()),
+            _ => broken("on_resume hook after snapshot", &e),
+        })?;
+        self.status().memory_bytes = instance.memory_bytes();
+        Ok((instance, Some(base)))
+    }
+
+    /// Reads snapshot `seq` (and, for a delta, its chain) from the store
+    /// and verifies it against the template.
+    fn open_verified(&self, seq: u64) -> Result<VerifiedChain<SnapshotBytes>, Unrestorable> {
+        let max_memory = self.engine.limits().max_memory;
+        open_chain(
+            self.store.as_ref(),
+            &self.name,
+            seq,
+            &self.template,
+            max_memory,
+        )
+        .map_err(|e| {
+            if let Some(store) = e.store_error() {
+                tracing::warn!(actor = %self.name, "opening snapshot {seq}: {}", store.detail());
+            }
+            unrestorable(seq, &e)
+        })
+    }
+
+    async fn fresh_from_template(&mut self) -> Result<ActorInstance, Unrestorable> {
+        match ActorInstance::spawn(&self.engine, self.template.clone(), self.config()).await {
+            Ok(instance) => Ok(instance),
+            Err(e @ CallError::Capacity(_)) => Err(Unrestorable::Busy(e.to_string())),
+            Err(e) => Err(Unrestorable::Broken(format!(
+                "creating a fresh instance: {e}"
+            ))),
+        }
+    }
+}
+
+/// What a [`ChainError`] for snapshot `seq` makes of a resume: a missing
+/// acknowledged snapshot or a broken one fails the actor; a file that
+/// cannot be mapped for want of mappings or memory is the host being full.
+fn unrestorable(seq: u64, e: &ChainError) -> Unrestorable {
+    let out_of_memory = matches!(e.store_error(), Some(StoreError::Io { source, .. })
+        if source.raw_os_error() == Some(libc::ENOMEM));
+    if out_of_memory {
+        Unrestorable::Busy(e.to_string())
+    } else if let Some(store) = e.store_error().filter(|_| e.is_missing()) {
+        Unrestorable::Broken(format!(
+            "snapshot {seq} was acknowledged but is missing: {store}"
+        ))
+    } else {
+        Unrestorable::Broken(e.to_string())
+    }
+}
+
+/// Why a resume did not produce an instance.
+enum Unrestorable {
+    /// The snapshot (or template) cannot give a working instance: the actor
+    /// becomes `failed` with this reason.
+    Broken(String),
+    /// No instance can be allocated right now (503); the actor is unharmed.
+    Busy(String),
+}
