@@ -76,8 +76,8 @@ impl ControlPlane {
             let _ = self.store.remove_actor(name);
             return Err(e);
         }
-        self.placement_mut().insert(
-            name.to_owned(),
+        self.placements.place(
+            name,
             Placement::new(member.name.clone(), member.incarnation, template, epoch),
         );
         Ok(())
@@ -377,7 +377,7 @@ impl ControlPlane {
         let _gate = gate.barrier.write().await;
         // Re-read under the gate: a move may have finished meanwhile.
         let placement = self.placement_of(name)?;
-        self.placement_mut().remove(name);
+        self.placements.remove(name);
         if let Some(member) = self.member(&placement.worker) {
             member.api.remove(name).await;
         }

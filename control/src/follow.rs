@@ -21,9 +21,8 @@ impl ControlPlane {
     /// Loads every placement of the directory (`rows`), to route by (a
     /// follower's start).
     pub(super) fn load_placements(&self, rows: &[ActorRow]) {
-        let mut placements = self.placement_mut();
         for row in rows {
-            placements.insert(row.name.clone(), follower_placement(row));
+            self.placements.place(&row.name, follower_placement(row));
         }
     }
 
@@ -55,23 +54,7 @@ impl ControlPlane {
     }
 
     fn apply_placements(&self, current: &BTreeMap<String, ActorRow>) {
-        let mut placements = self.placement_mut();
-        placements.retain(|name, _| current.contains_key(name));
-        for (name, row) in current {
-            match placements.get_mut(name) {
-                Some(p) if p.epoch > row.epoch => {}
-                Some(p) => {
-                    if *p.worker != *row.worker {
-                        p.worker = Arc::from(row.worker.as_str());
-                    }
-                    p.epoch = row.epoch;
-                    p.incarnation = ANY_INCARNATION;
-                }
-                None => {
-                    placements.insert(name.clone(), follower_placement(row));
-                }
-            }
-        }
+        self.placements.follow(current, follower_placement);
     }
 }
 

@@ -62,7 +62,6 @@ use anyhow::Context as _;
 pub use actors::Route;
 use membership::Member;
 pub use membership::WorkerState;
-use placement::Placement;
 use stasis_contract::directory::{Directory, WorkerRecord};
 use stasis_contract::error::ApiError;
 use stasis_contract::metrics::{Metrics, StateLabel};
@@ -178,7 +177,7 @@ pub struct ControlPlane {
     /// there instead of being sent them.
     shared: Option<Arc<ObjectSnapshotStore>>,
     members: RwLock<Vec<Arc<Member>>>,
-    placements: RwLock<HashMap<String, Placement>>,
+    placements: placement::PlacementTable,
     metrics: Arc<Metrics>,
     config: ServeConfig,
     /// Serialises operations that change the directory's set of names
@@ -286,7 +285,7 @@ impl ControlPlane {
             store: parts.store,
             shared: parts.shared,
             members: RwLock::new(members),
-            placements: RwLock::new(HashMap::new()),
+            placements: placement::PlacementTable::default(),
             metrics,
             config,
             ops: tokio::sync::RwLock::new(()),

@@ -1,7 +1,8 @@
-//! Where each actor lives: the in-memory [`Placement`] table (kept in step
-//! with the directory by [`ControlPlane::switch_placement`], the one place
-//! a placement changes), the gate every request and move passes, and the
-//! lookups built on it (an actor's worker, the least-loaded worker).
+//! Where each actor lives: the [`PlacementTable`], the only writer of the
+//! in-memory placements (kept in step with the directory by
+//! [`ControlPlane::switch_placement`], the one place a placed actor changes
+//! worker), the gate every request and move passes, and the lookups built
+//! on it (an actor's worker, the least-loaded worker).
 //!
 //! An actor's epoch lives in the directory and, as its in-memory copy, in
 //! its placement; both change together, only in `switch_placement`. Whether
@@ -101,15 +102,90 @@ impl Drop for HeldAtGate<'_> {
     }
 }
 
-impl ControlPlane {
-    pub(super) fn placement_mut(
-        &self,
-    ) -> std::sync::RwLockWriteGuard<'_, HashMap<String, Placement>> {
-        self.placements.write().unwrap_or_else(|p| p.into_inner())
+/// Every actor's [`Placement`], by name: the one owner of the in-memory
+/// placements. Its writes say what happened (an actor placed, gone,
+/// failed, moved), so that no other code edits a placement's fields.
+#[derive(Default)]
+pub(super) struct PlacementTable {
+    map: std::sync::RwLock<HashMap<String, Placement>>,
+}
+
+impl PlacementTable {
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<String, Placement>> {
+        self.map.write().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Reads every placement (held briefly: a lookup or a count).
+    pub(super) fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, Placement>> {
+        self.map.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Places `actor` as `placement` (a new actor, or one brought back),
+    /// replacing whatever was there.
+    pub(super) fn place(&self, actor: &str, placement: Placement) {
+        self.write().insert(actor.to_owned(), placement);
+    }
+
+    /// Forgets `actor` (deleted).
+    pub(super) fn remove(&self, actor: &str) {
+        self.write().remove(actor);
+    }
+
+    /// Marks `actor` as failed for `reason`: it cannot be hosted until
+    /// repaired.
+    pub(super) fn fail(&self, actor: &str, reason: String) {
+        if let Some(p) = self.write().get_mut(actor) {
+            p.failure_reason = Some(reason);
+        }
+    }
+
+    /// Points `actor` at `worker` (as `incarnation`) under `epoch`; only
+    /// [`ControlPlane::switch_placement`] calls it, after the directory
+    /// recorded the switch, and a follower following the directory.
+    fn point(&self, actor: &str, worker: Arc<str>, incarnation: u64, epoch: u64) {
+        if let Some(p) = self.write().get_mut(actor) {
+            p.worker = worker;
+            p.incarnation = incarnation;
+            p.epoch = epoch;
+        }
+    }
+
+    /// A follower's table: the directory's `rows` by name, each made a
+    /// placement by `placement`. Actors no longer listed go; one listed at
+    /// an older epoch than it has here keeps its placement (the watch may
+    /// lag a switch this replica already saw); the others point where the
+    /// rows say, keeping their gates.
+    pub(super) fn follow<'a>(
+        &self,
+        rows: impl IntoIterator<Item = (&'a String, &'a stasis_contract::directory::ActorRow)>,
+        placement: impl Fn(&stasis_contract::directory::ActorRow) -> Placement,
+    ) {
+        let rows: HashMap<&String, &stasis_contract::directory::ActorRow> =
+            rows.into_iter().collect();
+        let mut placements = self.write();
+        placements.retain(|name, _| rows.contains_key(name));
+        for (name, row) in rows {
+            match placements.get_mut(name) {
+                Some(p) if p.epoch > row.epoch => {}
+                Some(p) => {
+                    let fresh = placement(row);
+                    if *p.worker != *fresh.worker {
+                        p.worker = fresh.worker;
+                    }
+                    p.epoch = fresh.epoch;
+                    p.incarnation = fresh.incarnation;
+                }
+                None => {
+                    placements.insert(name.clone(), placement(row));
+                }
+            }
+        }
+    }
+}
+
+impl ControlPlane {
     pub(super) fn placements(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, Placement>> {
-        self.placements.read().unwrap_or_else(|p| p.into_inner())
+        self.placements.read()
     }
 
     /// Actor `actor`'s placement.
@@ -176,11 +252,8 @@ impl ControlPlane {
         epoch: u64,
     ) -> Result<(), ApiError> {
         self.directory.place_actor(actor, &target.name, epoch)?;
-        if let Some(p) = self.placement_mut().get_mut(actor) {
-            p.worker = target.name.clone();
-            p.incarnation = target.incarnation;
-            p.epoch = epoch;
-        }
+        self.placements
+            .point(actor, target.name.clone(), target.incarnation, epoch);
         Ok(())
     }
 

@@ -36,7 +36,7 @@ impl ControlPlane {
             let mut placement = Placement::new(Arc::from(""), 0, &row.template, row.epoch);
             let Some(member) = self.member(&row.worker).or_else(|| self.least_loaded()) else {
                 tracing::warn!(actor = %row.name, "no worker can host it (--workers 0); it waits for one to join");
-                self.placement_mut().insert(row.name.clone(), placement);
+                self.placements.place(&row.name, placement);
                 continue;
             };
             if !member.is_in_process() {
@@ -55,13 +55,13 @@ impl ControlPlane {
                     // One broken template must not keep the other actors down.
                     tracing::error!(actor = %row.name, "cannot load its template: {e}");
                     placement.failure_reason = Some(format!("template {}: {e}", row.template));
-                    self.placement_mut().insert(row.name.clone(), placement);
+                    self.placements.place(&row.name, placement);
                     continue;
                 }
             };
             placement.worker = member.name.clone();
             placement.incarnation = member.incarnation;
-            self.placement_mut().insert(row.name.clone(), placement);
+            self.placements.place(&row.name, placement);
             if moved {
                 self.switch_placement(&row.name, &member, epoch)?;
             }
@@ -115,7 +115,7 @@ impl ControlPlane {
                 tracing::warn!(actor = %row.name, worker = %member.name, "left migrating by the previous leader; cancelling the move");
                 member.api.cancel_move(&row.name).await;
             }
-            self.placement_mut().insert(row.name.clone(), placement);
+            self.placements.place(&row.name, placement);
         }
         for (worker, statuses) in &hosted {
             let Some(member) = self.member(worker) else {
@@ -291,9 +291,7 @@ impl ControlPlane {
         if good.is_none() {
             let reason = format!("no snapshot can be restored: {}", problems.join("; "));
             tracing::error!(actor, "re-placement failed: {reason}");
-            if let Some(p) = self.placement_mut().get_mut(actor) {
-                p.failure_reason = Some(reason);
-            }
+            self.placements.fail(actor, reason);
         }
         Ok(good)
     }

@@ -204,7 +204,7 @@ impl ActorTask {
             }
         };
         self.instance = Some(instance);
-        let captured = self.capture_live();
+        let captured = crate::blocking::off_the_executor(|| self.capture_live());
         if !keep {
             // A borrowed slot is given back before the write. Snapshot 0
             // holds the clock's reading: no mark is needed.

@@ -19,7 +19,7 @@ impl ActorTask {
     /// (a delta when [`ActorTask::capture_live`] can take one), then
     /// applies retention. The instance is kept.
     pub(super) async fn snapshot(&mut self, started: Instant) -> Result<SnapshotReport, ApiError> {
-        let (bytes, _) = self.capture_live()?;
+        let (bytes, _) = crate::blocking::off_the_executor(|| self.capture_live())?;
         self.write_snapshot(bytes, started).await
     }
 
@@ -32,7 +32,7 @@ impl ActorTask {
         &mut self,
         started: Instant,
     ) -> Result<SnapshotReport, ApiError> {
-        let (bytes, kind) = self.capture_live()?;
+        let (bytes, kind) = crate::blocking::off_the_executor(|| self.capture_live())?;
         let unchanged = match kind {
             Kind::Delta { unchanged } => unchanged,
             Kind::Full => self.status().snapshot.is_some_and(|newest| {

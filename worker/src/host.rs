@@ -13,6 +13,7 @@ use stasis_core::snapshot_store::{ChainError, SnapshotBytes, SnapshotEntry, open
 use tokio::sync::oneshot;
 
 use crate::actor::Command;
+use crate::blocking::on_blocking_thread;
 use crate::{ActorSpec, Entry, Worker};
 use stasis_contract::status::ResumeFrom;
 
@@ -38,14 +39,20 @@ impl Worker {
         // Snapshots under a new actor's name are another's leftovers (a
         // create or fork that failed half-way, a delete that could not
         // remove every file): a new actor never adopts them.
-        if !self.store.list(&spec.name)?.is_empty() {
-            tracing::warn!(actor = %spec.name, "removing snapshots left under a new actor's name");
-            self.store.remove_actor(&spec.name)?;
-        }
+        let (store, name) = (self.store.clone(), spec.name.clone());
+        on_blocking_thread(move || {
+            if !store.list(&name)?.is_empty() {
+                tracing::warn!(actor = %name, "removing snapshots left under a new actor's name");
+                store.remove_actor(&name)?;
+            }
+            Ok(())
+        })
+        .await?;
         let mut task = self.task(spec, epoch, ActorState::Creating);
         let report = task.create().await;
         if report.is_err() {
-            let _ = self.store.remove_actor(&spec.name);
+            let (store, name) = (self.store.clone(), spec.name.clone());
+            let _ = on_blocking_thread(move || Ok(store.remove_actor(&name)?)).await;
             return report;
         }
         self.start(task);

@@ -19,6 +19,7 @@
 pub mod actor;
 mod alarm;
 pub mod api;
+mod blocking;
 mod capture;
 mod clock;
 mod host;
