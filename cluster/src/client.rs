@@ -11,6 +11,7 @@ use hyper::Method;
 use serde::{Deserialize, Serialize};
 use stasis_host_api::{Request, Response};
 
+use stasis_contract::alarm::AlarmOutcome;
 use stasis_contract::client_gone::ClientGone;
 use stasis_contract::error::{ApiError, ErrorKind};
 use stasis_contract::proto::{
@@ -244,6 +245,23 @@ impl WorkerApi for WorkerClient {
         }?;
         stasis_host_api::decode_response(&answer.body)
             .map_err(|e| ApiError::bad_gateway(format!("worker {}: {e}", self.name)))
+    }
+
+    async fn alarm(&self, actor: &str, epoch: u64) -> Result<AlarmOutcome, ApiError> {
+        let path = WorkerPath::Op(actor, Ok(Op::Alarm)).to_path();
+        let epoch = epoch.to_string();
+        let answer = self
+            .peer
+            .send(
+                Method::POST,
+                &path,
+                &[(EPOCH_HEADER, epoch.as_str())],
+                Bytes::new(),
+            )
+            .await?;
+        serde_json::from_slice(&answer.body).map_err(|e| {
+            ApiError::bad_gateway(format!("worker {}: bad alarm answer: {e}", self.name))
+        })
     }
 
     async fn pause(&self, actor: &str) -> Result<SnapshotReport, ApiError> {

@@ -4,9 +4,10 @@
 //!
 //! A request from outside (the ingress) or from a guest (`call`, `send`)
 //! loses every header of [`HOST_ONLY`] before it reaches an actor, so that
-//! neither a client nor a guest can name another actor, forge a chain of
-//! callers or pose as an alarm. The worker protocol's own headers
-//! ([`crate::proto`]) travel only between Stasis processes.
+//! neither a client nor a guest can name another actor or forge a chain of
+//! callers. (An alarm is not a request at all: see [`crate::alarm`].) The
+//! worker protocol's own headers ([`crate::proto`]) travel only between
+//! Stasis processes.
 
 /// Names the actor directly, overriding the host name (ingress).
 pub const ACTOR_HEADER: &str = "stasis-actor";
@@ -14,10 +15,6 @@ pub const ACTOR_HEADER: &str = "stasis-actor";
 /// The chain of callers of a request made by `call` (see the host-call
 /// docs of `stasis-worker`): set by the host only.
 pub const CALL_CHAIN_HEADER: &str = "stasis-call-chain";
-
-/// Marks the request that delivers an alarm (see [`crate::alarm`]); set by
-/// the host only.
-pub const ALARM_HEADER: &str = "stasis-alarm";
 
 /// Marks a request one replica forwarded to another; its value is the
 /// forwarding replica's name.
@@ -29,7 +26,7 @@ pub const REVISION_HEADER: &str = "stasis-etcd-revision";
 
 /// Headers only the host sets on a request to a guest: removed from every
 /// request that comes from a client or a guest.
-pub const HOST_ONLY: [&str; 3] = [ACTOR_HEADER, CALL_CHAIN_HEADER, ALARM_HEADER];
+pub const HOST_ONLY: [&str; 2] = [ACTOR_HEADER, CALL_CHAIN_HEADER];
 
 /// Hop-by-hop headers (RFC 9110 §7.6.1), never forwarded either way.
 pub const HOP_BY_HOP: [&str; 7] = [
@@ -63,11 +60,10 @@ mod tests {
 
     #[test]
     fn host_only_headers_match_in_any_case() {
-        assert!(is_host_only("Stasis-Alarm"));
         assert!(is_host_only("STASIS-CALL-CHAIN"));
         assert!(is_host_only("stasis-actor"));
         assert!(!is_host_only("stasis-epoch"));
-        assert!(!is_host_only("x-stasis-alarm"));
+        assert!(!is_host_only("x-stasis-actor"));
     }
 
     #[test]

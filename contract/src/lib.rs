@@ -14,8 +14,8 @@
 //! - [`directory`]: the durable record of templates, actors, placements and
 //!   alarms behind [`directory::Directory`];
 //! - [`proto`]: the wire types of the worker protocol; [`headers`]: every
-//!   header Stasis reserves, in one list; [`alarm`]: how an alarm travels as
-//!   a request;
+//!   header Stasis reserves, in one list; [`alarm`]: what delivering an
+//!   alarm did;
 //! - [`settings`]: what every worker of a deployment shares;
 //!   [`templates`]: template modules by digest, compiled once;
 //!   [`metrics`]: the Prometheus registry both sides count in;

@@ -56,6 +56,9 @@ pub enum Op {
     /// Header [`EPOCH_HEADER`]; body and answer: the host-API encoding of
     /// the request and the response.
     Call,
+    /// Header [`EPOCH_HEADER`]: deliver a due alarm. Answer:
+    /// `AlarmOutcome` (JSON).
+    Alarm,
     /// Answer: `SnapshotReport` (JSON).
     Pause,
     /// Answer: `SnapshotReport` (JSON).
@@ -74,10 +77,11 @@ pub enum Op {
 }
 
 impl Op {
-    const ALL: [Op; 9] = [
+    const ALL: [Op; 10] = [
         Op::Create,
         Op::Install,
         Op::Call,
+        Op::Alarm,
         Op::Pause,
         Op::Checkpoint,
         Op::Resume,
@@ -93,6 +97,7 @@ impl Op {
             Op::Create => "create",
             Op::Install => "install",
             Op::Call => "call",
+            Op::Alarm => "alarm",
             Op::Pause => "pause",
             Op::Checkpoint => "checkpoint",
             Op::Resume => "resume",

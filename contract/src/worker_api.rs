@@ -10,6 +10,7 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use stasis_host_api::{Request, Response};
 
+use crate::alarm::AlarmOutcome;
 use crate::client_gone::ClientGone;
 use crate::error::ApiError;
 use crate::status::{ActorStatus, Captured, ResumeFrom, SnapshotReport};
@@ -91,6 +92,16 @@ pub trait WorkerApi: Send + Sync {
         request: Arc<Request>,
         gone: &ClientGone,
     ) -> Result<Response, ApiError>;
+
+    /// Delivers a due alarm to `actor` under placement `epoch`: a mailbox
+    /// command of its own (see [`crate::alarm`]), run after the requests
+    /// before it, resuming a paused actor.
+    ///
+    /// # Errors
+    /// Stale epoch; unavailable (full mailbox, hold timeout); the guest's
+    /// failure (its handler trapped: the actor is rolled back as after a
+    /// failed request).
+    async fn alarm(&self, actor: &str, epoch: u64) -> Result<AlarmOutcome, ApiError>;
 
     /// Pauses `actor` (idempotent).
     ///

@@ -3,17 +3,13 @@
 //! worker).
 
 use std::io;
-use std::sync::Arc;
 
 use stasis_core::snapshot_store::StoreError;
 
-use stasis_host_api::{Request, Response};
-
 use super::ControlPlane;
 use super::membership::Member;
-use super::placement::{Gate, HeldAtGate, Placement};
+use super::placement::Placement;
 use super::views::{ActorInfo, PauseInfo};
-use stasis_contract::client_gone::{self, ClientGone};
 use stasis_contract::directory::ActorRow;
 use stasis_contract::error::{ApiError, ErrorKind, check_label};
 use stasis_contract::status::{ActorState, ActorStatus, ResumeFrom, SnapshotReport};
@@ -390,104 +386,6 @@ impl ControlPlane {
         tracing::info!(actor = name, "actor deleted");
         Ok(())
     }
-
-    /// Looks actor `name` up for a request: the one placement lookup
-    /// before the request body is read.
-    ///
-    /// # Errors
-    /// 404 unknown actor.
-    pub fn route(&self, name: &str) -> Result<Route, ApiError> {
-        let placements = self.placements();
-        let placement = placements
-            .get(name)
-            .ok_or_else(|| ApiError::not_found(format!("no actor named {name:?}")))?;
-        Ok(Route {
-            actor: name.to_owned(),
-            gate: placement.gate.clone(),
-        })
-    }
-
-    /// The worker and epoch actor `name` is placed on now.
-    ///
-    /// # Errors
-    /// 404 unknown actor; 503 as [`ControlPlane::host_of`].
-    fn current_host(&self, name: &str) -> Result<(Arc<Member>, u64), ApiError> {
-        let placements = self.placements();
-        let placement = placements
-            .get(name)
-            .ok_or_else(|| ApiError::not_found(format!("no actor named {name:?}")))?;
-        Ok((self.host_of(placement, name)?, placement.epoch))
-    }
-
-    /// Hands an HTTP request to the actor of `route`, through its gate:
-    /// while the actor moves, the request waits; a call refused for a stale
-    /// epoch is sent again to the current owner with the same request.
-    /// When `gone` is cancelled first, the request is given up unless the
-    /// guest runs it (see [`stasis_contract::client_gone`]).
-    ///
-    /// # Errors
-    /// 404 actor deleted meanwhile; the worker's or guest's failure;
-    /// [`stasis_contract::error::ErrorKind::Abandoned`] when the client left first.
-    pub async fn call(
-        &self,
-        route: Route,
-        request: Request,
-        gone: &ClientGone,
-    ) -> Result<Response, ApiError> {
-        let Route { actor, mut gate } = route;
-        let request = Arc::new(request);
-        let name = actor.as_str();
-        let hold = self.config.worker.hold_timeout;
-        let mut attempts = 0;
-        loop {
-            let open = match gate.barrier.try_read() {
-                Ok(open) => open,
-                Err(_) => {
-                    let _held = HeldAtGate::enter(&gate.held, self.config.worker.max_held, name)?;
-                    let open = async {
-                        tokio::time::timeout(hold, gate.barrier.read()).await.map_err(|_| {
-                            ApiError::unavailable(format!(
-                                "actor {name} is moving and did not take the request within the hold timeout of {hold:?}"
-                            ))
-                        })
-                    };
-                    client_gone::unless_gone(gone, name, open).await?
-                }
-            };
-            // Read under the gate: a move switches the placement only
-            // while it holds the gate closed.
-            let (member, epoch) = self.current_host(name)?;
-            match member.api.call(name, epoch, request.clone(), gone).await {
-                Err(e) if e.is(ErrorKind::StaleEpoch) && attempts < self.misdirected_retries() => {
-                    attempts += 1;
-                    tracing::debug!(actor = name, "retrying on the current owner: {e}");
-                    drop(open);
-                    if self.role() == super::Role::Follower {
-                        // A follower learns of the new placement from its
-                        // watch of etcd, a moment after the move.
-                        let pause_ms = 25 * u64::from(attempts);
-                        tokio::time::sleep(std::time::Duration::from_millis(pause_ms)).await;
-                    }
-                    gate = self.route(name)?.gate;
-                }
-                other => return other,
-            }
-        }
-    }
-}
-
-impl ControlPlane {
-    /// How often a call refused as misdirected (421) is sent again by the
-    /// refreshed placement: a leader's placement is current after one
-    /// retry; a follower's follows the watch, so it tries for about 2 s
-    /// (25 ms, 50 ms, ... between attempts).
-    fn misdirected_retries(&self) -> u32 {
-        if self.role() == super::Role::Follower {
-            12
-        } else {
-            3
-        }
-    }
 }
 
 /// A name held in the control plane's `pending` set while its create
@@ -519,11 +417,4 @@ impl Drop for Reserved<'_> {
     fn drop(&mut self) {
         self.control.lock_pending().remove(&self.name);
     }
-}
-
-/// An actor found for a request ([`ControlPlane::route`]): the gate its
-/// request passes.
-pub struct Route {
-    actor: String,
-    gate: Arc<Gate>,
 }

@@ -9,7 +9,8 @@
 //!
 //! - [`placement`]: the placement table, the request gate, lookups, and the
 //!   one placement switch;
-//! - [`actors`]: actor operations and the request path (`route`, `call`);
+//! - [`actors`]: actor operations (create, fork, pause, delete, ...);
+//! - [`request`]: the request path (`route`, then `call` or `alarm`);
 //! - [`templates`]: template push, list, delete;
 //! - [`migrate`]: one move, rebalance and drain, planned by the pure
 //!   functions of [`balance`];
@@ -46,6 +47,7 @@ pub mod membership;
 pub mod migrate;
 pub mod placement;
 pub mod recover;
+pub mod request;
 pub mod ship;
 pub mod templates;
 pub mod views;
@@ -59,9 +61,9 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 
-pub use actors::Route;
 use membership::Member;
 pub use membership::WorkerState;
+pub use request::Route;
 use stasis_contract::directory::{Directory, WorkerRecord};
 use stasis_contract::error::ApiError;
 use stasis_contract::metrics::{Metrics, StateLabel};

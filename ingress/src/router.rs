@@ -100,7 +100,7 @@ pub fn actor_of(parts: &Parts, domain: &str) -> Result<String, ApiError> {
 }
 
 /// Converts the HTTP request into the guest's request, dropping hop-by-hop
-/// headers, `stasis-actor`, `stasis-call-chain` and `stasis-alarm`.
+/// headers and the host-only ones (`stasis-actor`, `stasis-call-chain`).
 fn guest_request(parts: &Parts, body: Bytes) -> stasis_host_api::Request {
     let uri = parts
         .uri

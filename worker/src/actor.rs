@@ -21,12 +21,12 @@ use stasis_core::instance::{ActorInstance, CallError, InstanceConfig};
 use stasis_core::module::Template;
 use stasis_core::snapshot::{DeltaBase, VerifiedChain};
 use stasis_core::snapshot_store::{SnapshotBytes, SnapshotStore};
-use stasis_host_api::{Request, Response};
 use tokio::sync::{OwnedSemaphorePermit, mpsc};
 
 use super::clock::ActorClock;
 use super::live::LiveSlots;
-pub use super::mailbox::{Command, Ticket};
+pub use super::mailbox::{Command, Input, Ticket};
+use crate::guest::{Answer, Work};
 use crate::host_calls::services::ActorHostServices;
 use stasis_contract::client_gone;
 use stasis_contract::error::{ApiError, ErrorKind};
@@ -113,14 +113,9 @@ pub(crate) enum Ended {
     Stopped,
 }
 
-/// A call held while the actor moves: its epoch, request, ticket and
-/// where its answer goes.
-pub(crate) type HeldCall = (
-    u64,
-    Arc<Request>,
-    Arc<Ticket>,
-    tokio::sync::oneshot::Sender<Result<Response, ApiError>>,
-);
+/// A delivery held while the actor moves: its epoch, ticket, and what
+/// runs with where its answer goes.
+pub(crate) type HeldCall = (u64, Arc<Ticket>, Input);
 
 pub(crate) fn new_status(state: ActorState) -> Arc<Mutex<ActorStatus>> {
     Arc::new(Mutex::new(ActorStatus::new(state)))
@@ -281,7 +276,7 @@ impl ActorTask {
     /// held for a move, nothing in the mailbox), when the worker parks it.
     pub(crate) async fn run(&mut self, mailbox: &mut mpsc::Receiver<Command>) -> Ended {
         while let Some(command) = mailbox.recv().await {
-            let used = matches!(command, Command::Call { .. });
+            let used = matches!(command, Command::Deliver { .. });
             // Boxed so that the future of a waiting actor's task does not
             // carry the space of a guest call's future.
             let go_on = Box::pin(self.handle(command)).await;
@@ -299,16 +294,15 @@ impl ActorTask {
     /// Handles one command; false once the task must end.
     async fn handle(&mut self, command: Command) -> bool {
         match command {
-            Command::Call {
+            Command::Deliver {
                 epoch,
-                request,
                 ticket,
-                reply,
+                input,
             } => {
                 if self.status().state == ActorState::Migrating {
-                    self.hold_for_move((epoch, request, ticket, reply));
+                    self.hold_for_move((epoch, ticket, input));
                 } else {
-                    self.answer_call(epoch, &request, &ticket, reply).await;
+                    self.deliver(epoch, &ticket, input).await;
                 }
             }
             Command::Capture(reply) => {
@@ -323,8 +317,8 @@ impl ActorTask {
                 self.set_state(state);
                 let _ = reply.send(());
                 // The actor stays here: the calls held meanwhile run now.
-                for (epoch, request, ticket, reply) in std::mem::take(&mut self.held_by_move) {
-                    self.answer_call(epoch, &request, &ticket, reply).await;
+                for (epoch, ticket, input) in std::mem::take(&mut self.held_by_move) {
+                    self.deliver(epoch, &ticket, input).await;
                 }
             }
             Command::Pause(reply) => {
@@ -361,11 +355,11 @@ impl ActorTask {
             }
             Command::Stop(reply) => {
                 self.instance = None;
-                for (_, _, _, reply) in std::mem::take(&mut self.held_by_move) {
-                    let _ = reply.send(Err(ApiError::new(
+                for (_, _, input) in std::mem::take(&mut self.held_by_move) {
+                    input.refuse(ApiError::new(
                         ErrorKind::StaleEpoch,
                         format!("actor {} moved to another worker", self.name),
-                    )));
+                    ));
                 }
                 let _ = reply.send(());
                 return false;
@@ -384,32 +378,44 @@ impl ActorTask {
         self.held_by_move.push(call);
     }
 
-    /// Runs one call unless its ticket was given up, and sends the answer.
-    async fn answer_call(
-        &mut self,
-        epoch: u64,
-        request: &Request,
-        ticket: &Ticket,
-        reply: tokio::sync::oneshot::Sender<Result<Response, ApiError>>,
-    ) {
+    /// Runs one delivery unless its ticket was given up, and sends the
+    /// answer.
+    async fn deliver(&mut self, epoch: u64, ticket: &Ticket, input: Input) {
         if !ticket.start() {
             return;
         }
-        let result = if epoch == self.epoch {
-            self.call(request, ticket).await
-        } else {
-            Err(ApiError::new(
+        if epoch != self.epoch {
+            input.refuse(ApiError::new(
                 ErrorKind::StaleEpoch,
                 format!(
                     "stale placement epoch {epoch} for actor {} (now {})",
                     self.name, self.epoch
                 ),
-            ))
-        };
-        let _ = reply.send(result);
+            ));
+            return;
+        }
+        match input {
+            Input::Request { request, reply } => {
+                let result = self.run_guest(Work::Request(&request), ticket).await;
+                let _ = reply.send(result.and_then(|answer| match answer {
+                    Answer::Response(response) => Ok(response),
+                    Answer::Alarm(_) => Err(ApiError::internal("an alarm answered a request")),
+                }));
+            }
+            Input::Alarm { reply } => {
+                let result = self.run_guest(Work::Alarm, ticket).await;
+                let _ = reply.send(result.and_then(|answer| match answer {
+                    Answer::Alarm(outcome) => Ok(outcome),
+                    Answer::Response(_) => Err(ApiError::internal("a request answered an alarm")),
+                }));
+            }
+        }
     }
 
-    async fn call(&mut self, request: &Request, ticket: &Ticket) -> Result<Response, ApiError> {
+    /// Runs `work` in the guest (resuming the actor first if it has no
+    /// instance), then counts it and checkpoints as `--checkpoint-every`
+    /// says.
+    async fn run_guest(&mut self, work: Work<'_>, ticket: &Ticket) -> Result<Answer, ApiError> {
         if self.instance.is_none() {
             if let Some(reason) = self.failed_reason() {
                 return Err(ApiError::failed(format!(
@@ -438,7 +444,7 @@ impl ActorTask {
             .instance
             .as_mut()
             .ok_or_else(|| ApiError::internal("no instance"))?;
-        let result = crate::alarm::run(instance, &self.services, request).await;
+        let result = crate::guest::run(instance, &self.services, work).await;
         let memory_bytes = instance.memory_bytes();
         {
             let mut status = self.status();

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use bytes::Bytes;
+use stasis_contract::alarm::AlarmOutcome;
 use stasis_contract::client_gone::ClientGone;
 use stasis_contract::error::ApiError;
 use stasis_contract::status::{ActorStatus, Captured, ResumeFrom, SnapshotReport};
@@ -52,6 +53,10 @@ impl WorkerApi for Worker {
         gone: &ClientGone,
     ) -> Result<Response, ApiError> {
         Worker::call(self, actor, epoch, request, gone).await
+    }
+
+    async fn alarm(&self, actor: &str, epoch: u64) -> Result<AlarmOutcome, ApiError> {
+        Worker::alarm(self, actor, epoch).await
     }
 
     async fn pause(&self, actor: &str) -> Result<SnapshotReport, ApiError> {

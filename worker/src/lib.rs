@@ -17,11 +17,11 @@
 #![warn(missing_docs)]
 
 pub mod actor;
-mod alarm;
 pub mod api;
 mod blocking;
 mod capture;
 mod clock;
+mod guest;
 mod host;
 pub mod host_calls;
 pub mod live;

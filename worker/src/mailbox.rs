@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use stasis_host_api::{Request, Response};
 use tokio::sync::{Notify, oneshot};
 
+use stasis_contract::alarm::AlarmOutcome;
 use stasis_contract::error::ApiError;
 use stasis_contract::status::{Captured, ResumeFrom, SnapshotReport};
 
@@ -84,21 +85,50 @@ impl Ticket {
     }
 }
 
-/// One mailbox entry.
-pub enum Command {
-    /// Handle one HTTP request.
-    Call {
-        /// The placement epoch the router saw; a stale one is refused (421).
-        epoch: u64,
+/// What a delivery asks the guest to run, and where its answer goes.
+pub enum Input {
+    /// An HTTP request, for the guest's handler.
+    Request {
         /// The request (behind a pointer: every actor's mailbox allocates
         /// room for its commands up front, so the command is kept small;
         /// shared, so a caller that must retry elsewhere keeps it).
         request: Arc<Request>,
+        /// Where the answer goes.
+        reply: oneshot::Sender<Result<Response, ApiError>>,
+    },
+    /// A due alarm, for the guest's `stasis_on_alarm`.
+    Alarm {
+        /// Where the outcome goes.
+        reply: oneshot::Sender<Result<AlarmOutcome, ApiError>>,
+    },
+}
+
+impl Input {
+    /// Answers with `error` instead of running.
+    pub(crate) fn refuse(self, error: ApiError) {
+        match self {
+            Input::Request { reply, .. } => {
+                let _ = reply.send(Err(error));
+            }
+            Input::Alarm { reply } => {
+                let _ = reply.send(Err(error));
+            }
+        }
+    }
+}
+
+/// One mailbox entry.
+pub enum Command {
+    /// Run one delivery in the guest: an HTTP request or an alarm, in
+    /// arrival order with every other command.
+    Deliver {
+        /// The placement epoch the router saw; a stale one is refused (421).
+        epoch: u64,
         /// Decides between running it and giving it up (hold timeout, or
         /// its client left).
         ticket: Arc<Ticket>,
-        /// Where the answer goes.
-        reply: oneshot::Sender<Result<Response, ApiError>>,
+        /// What runs, and where its answer goes.
+        input: Input,
     },
     /// Pause (idempotent).
     Pause(oneshot::Sender<Result<SnapshotReport, ApiError>>),

@@ -1,14 +1,15 @@
-//! A request to an actor on this worker: handed to its mailbox, answered,
-//! or given up (full mailbox, hold timeout, client gone) — never both given
-//! up and executed.
+//! A delivery to an actor on this worker (an HTTP request, or a due
+//! alarm): handed to its mailbox, answered, or given up (full mailbox, hold
+//! timeout, client gone) — never both given up and executed.
 
 use std::sync::Arc;
 
 use stasis_host_api::{Request, Response};
 use tokio::sync::oneshot;
 
-use super::actor::{Command, Ticket};
+use super::actor::{Command, Input, Ticket};
 use super::{Undelivered, Worker};
+use stasis_contract::alarm::AlarmOutcome;
 use stasis_contract::client_gone::{self, ClientGone};
 use stasis_contract::error::{ApiError, ErrorKind};
 use stasis_contract::metrics::Metrics;
@@ -50,6 +51,37 @@ impl Worker {
         request: impl Into<Arc<Request>>,
         gone: &ClientGone,
     ) -> Result<Response, ApiError> {
+        let request = request.into();
+        self.deliver(actor, epoch, gone, |reply| Input::Request {
+            request,
+            reply,
+        })
+        .await
+    }
+
+    /// Delivers a due alarm to `actor`: a command of its own in the
+    /// actor's mailbox, after the requests before it (see
+    /// [`stasis_contract::alarm`]); held and refused as a request is.
+    ///
+    /// # Errors
+    /// As [`Worker::call`].
+    pub async fn alarm(&self, actor: &str, epoch: u64) -> Result<AlarmOutcome, ApiError> {
+        self.deliver(actor, epoch, &ClientGone::new(), |reply| Input::Alarm {
+            reply,
+        })
+        .await
+    }
+
+    /// Hands the delivery `input` (made with the channel its answer comes
+    /// back on) to `actor`'s mailbox and waits for the answer (see
+    /// [`Worker::call`]).
+    async fn deliver<T>(
+        &self,
+        actor: &str,
+        epoch: u64,
+        gone: &ClientGone,
+        input: impl FnOnce(oneshot::Sender<Result<T, ApiError>>) -> Input,
+    ) -> Result<T, ApiError> {
         if !self.is_serving() {
             return Err(ApiError::unavailable(format!(
                 "worker {} lost contact with the control plane and stopped serving",
@@ -60,11 +92,10 @@ impl Worker {
         // asks the current owner (421, as for a stale epoch).
         let ticket = Arc::new(Ticket::default());
         let (reply, answer) = oneshot::channel();
-        let command = Command::Call {
+        let command = Command::Deliver {
             epoch,
-            request: request.into(),
             ticket: ticket.clone(),
-            reply,
+            input: input(reply),
         };
         self.post(actor, command).map_err(|e| match e {
             Undelivered::NotHere(e) => ApiError::new(ErrorKind::StaleEpoch, e.message()),

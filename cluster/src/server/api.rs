@@ -151,6 +151,12 @@ impl RemoteWorker {
                     stasis_host_api::encode_response(&response).map_err(ApiError::internal)?;
                 Ok(Response::new(Full::new(Bytes::from(bytes))))
             }
+            Op::Alarm => {
+                let epoch = header(EPOCH_HEADER)
+                    .and_then(|v| v.parse().ok())
+                    .ok_or_else(|| ApiError::bad_request(format!("missing {EPOCH_HEADER}")))?;
+                Ok(json(StatusCode::OK, &w.alarm(name, epoch).await?))
+            }
             Op::Abandon => {
                 let id = header(CALL_HEADER)
                     .ok_or_else(|| ApiError::bad_request(format!("missing {CALL_HEADER}")))?;

@@ -1,16 +1,13 @@
-//! Delivering a due alarm: [`ControlDeliver`] sends the alarm request
-//! ([`alarm_request`]) the way an ingress request goes — the actor's
-//! placement and gate, its worker (in process or remote), its mailbox,
-//! resumed on demand — and reads from the answer whether the guest's
-//! `stasis_on_alarm` ran (the worker side runs it).
+//! Delivering a due alarm: [`ControlDeliver`] hands it to the actor the way
+//! an ingress request goes — the actor's placement and gate, its worker (in
+//! process or remote) — where it is a mailbox command of its own, resumed
+//! on demand; the worker says whether the guest's `stasis_on_alarm` ran.
 
 use std::sync::{Arc, Weak};
 
 use async_trait::async_trait;
-use stasis_contract::alarm::{ALARM_HEADER, NO_HOOK, RAN, alarm_request};
-use stasis_contract::client_gone::ClientGone;
+use stasis_contract::alarm::AlarmOutcome;
 use stasis_contract::error::ErrorKind;
-use stasis_host_api::Response;
 
 use super::scheduler::{Deliver, Delivery};
 use crate::ControlPlane;
@@ -42,30 +39,11 @@ impl Deliver for ControlDeliver {
             Err(e) if e.is(ErrorKind::NotFound) => return Delivery::Gone,
             Err(e) => return Delivery::Failed(e.message().to_owned()),
         };
-        match control
-            .call(route, alarm_request(), &ClientGone::new())
-            .await
-        {
-            Ok(answer) => outcome(&answer),
+        match control.alarm(route).await {
+            Ok(AlarmOutcome::Ran) => Delivery::Ran,
+            Ok(AlarmOutcome::NoHook) => Delivery::NoHook,
             Err(e) if e.is(ErrorKind::NotFound) => Delivery::Gone,
             Err(e) => Delivery::Failed(format!("{} ({})", e.message(), e.kind().status())),
         }
-    }
-}
-
-/// What the actor task's answer to an alarm request says.
-fn outcome(answer: &Response) -> Delivery {
-    let marker = answer
-        .headers
-        .iter()
-        .find(|(name, _)| name.eq_ignore_ascii_case(ALARM_HEADER))
-        .map(|(_, value)| value.as_slice());
-    match marker {
-        Some(RAN) => Delivery::Ran,
-        Some(NO_HOOK) => Delivery::NoHook,
-        _ => Delivery::Failed(format!(
-            "the worker answered {} without running the alarm (a worker without alarms?)",
-            answer.status
-        )),
     }
 }

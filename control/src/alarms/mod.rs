@@ -1,22 +1,22 @@
 //! Alarms: each actor's one durable alarm (ABI 2 `set_alarm`,
 //! `cancel_alarm`, `alarm`) and their delivery.
 //!
-//! Rooms: this file (the alarm request marker, the metrics, and
-//! [`AlarmRouter`], how an actor's host functions reach the alarms);
-//! [`scheduler`] (the control plane's [`scheduler::Scheduler`]: pending
-//! alarms in time order, firing, retries with backoff); [`deliver`] (how a
-//! due alarm reaches the actor: through the placement, gate and mailbox,
-//! and how the actor task runs it); [`route`] (the two ways an actor's
-//! alarm call reaches the scheduler: in process, or from a remote worker
-//! through the control plane's internal API).
+//! Rooms: this file (the retry backoff); [`scheduler`] (the control
+//! plane's [`scheduler::Scheduler`]: pending alarms in time order, firing,
+//! retries with backoff); [`deliver`] (how a due alarm reaches the actor:
+//! through the placement and gate to its worker, where it is a mailbox
+//! command of its own). An actor's alarm host functions reach the
+//! scheduler through the `ControlApi` (`crate::local` in process, the
+//! internal API from a remote worker).
 //!
 //! # Semantics
 //!
 //! The alarm lives in the directory (`alarms` table of `stasis.db`, or
 //! `<prefix>/alarms/<actor>` in etcd), never only in memory; the control
 //! plane (the leader, in a cluster) loads every pending alarm when it
-//! starts. At its time the alarm is delivered as a request in the actor's
-//! mailbox — so it waits behind requests in flight, resumes a paused
+//! starts. At its time the alarm is delivered to the actor's mailbox as a
+//! command of its own (`WorkerApi::alarm`, never a request a client or a
+//! guest could forge) — so it waits behind requests in flight, resumes a paused
 //! actor, is never in the middle of a pause or a snapshot, and follows the
 //! actor to whatever worker holds it — and the actor task calls the guest's
 //! `stasis_on_alarm` export. Delivery is at least once: a handler that

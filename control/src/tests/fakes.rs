@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use bytes::Bytes;
+use stasis_contract::alarm::AlarmOutcome;
 use stasis_contract::client_gone::ClientGone;
 use stasis_contract::directory::{ActorRow, Directory, TemplateRow};
 use stasis_contract::error::{ApiError, ErrorKind};
@@ -174,6 +175,18 @@ impl WorkerApi for FakeWorker {
             200,
             format!("{} {} {} epoch {epoch}", self.name, request.method, actor),
         ))
+    }
+
+    async fn alarm(&self, actor: &str, epoch: u64) -> Result<AlarmOutcome, ApiError> {
+        let hosted = self.hosted(actor).ok_or_else(|| self.not_here(actor))?;
+        if hosted.epoch != epoch {
+            return Err(ApiError::new(
+                ErrorKind::StaleEpoch,
+                format!("stale placement epoch {epoch} for actor {actor}"),
+            ));
+        }
+        self.note(format!("alarm {actor} epoch {epoch}"));
+        Ok(AlarmOutcome::Ran)
     }
 
     async fn pause(&self, actor: &str) -> Result<SnapshotReport, ApiError> {

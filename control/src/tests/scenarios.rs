@@ -96,6 +96,37 @@ async fn a_move_the_target_refuses_rolls_back_and_keeps_the_epoch() {
 }
 
 #[tokio::test]
+async fn an_alarm_is_delivered_to_the_actors_current_owner() {
+    let h = harness(Role::Embedded, 2, &[]);
+    h.control
+        .create_actor("a0", TEMPLATE)
+        .await
+        .expect("create");
+    let (from, _) = h.placed("a0").await;
+    let to = if from == "worker-1" {
+        "worker-2"
+    } else {
+        "worker-1"
+    };
+    h.control.migrate("a0", to).await.expect("move");
+    let route = h.control.route("a0").expect("route");
+    let outcome = h.control.alarm(route).await.expect("delivered");
+    assert_eq!(outcome, stasis_contract::alarm::AlarmOutcome::Ran);
+    let target = h.workers.iter().find(|w| w.name() == to).expect("target");
+    assert!(
+        target.log().contains(&"alarm a0 epoch 2".to_owned()),
+        "{:?}",
+        target.log()
+    );
+    let source = h.workers.iter().find(|w| w.name() == from).expect("source");
+    assert!(
+        !source.log().iter().any(|l| l.starts_with("alarm")),
+        "{:?}",
+        source.log()
+    );
+}
+
+#[tokio::test]
 async fn a_drain_moves_every_actor_off_the_worker() {
     let h = harness(Role::Embedded, 2, &[]);
     for i in 0..6 {

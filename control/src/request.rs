@@ -1,0 +1,178 @@
+//! The request path: [`ControlPlane::route`] looks an actor up once, then
+//! [`ControlPlane::call`] (an HTTP request) or [`ControlPlane::alarm`] (a
+//! due alarm) passes the actor's gate and reaches its current owner through
+//! the [`stasis_contract::worker_api::WorkerApi`], again by the refreshed
+//! placement after a stale epoch.
+
+use std::sync::Arc;
+
+use stasis_contract::alarm::AlarmOutcome;
+use stasis_contract::client_gone::{self, ClientGone};
+use stasis_contract::error::{ApiError, ErrorKind};
+use stasis_host_api::{Request, Response};
+
+use crate::ControlPlane;
+use crate::membership::Member;
+use crate::placement::{Gate, HeldAtGate};
+
+/// What goes through an actor's gate to its worker.
+enum Delivery {
+    /// An HTTP request (shared: a retry on the new owner sends the same).
+    Request(Arc<Request>),
+    /// A due alarm.
+    Alarm,
+}
+
+/// What the worker answered to a [`Delivery`].
+enum Delivered {
+    Response(Response),
+    Alarm(AlarmOutcome),
+}
+
+impl ControlPlane {
+    /// Looks actor `name` up for a request: the one placement lookup
+    /// before the request body is read.
+    ///
+    /// # Errors
+    /// 404 unknown actor.
+    pub fn route(&self, name: &str) -> Result<Route, ApiError> {
+        let placements = self.placements();
+        let placement = placements
+            .get(name)
+            .ok_or_else(|| ApiError::not_found(format!("no actor named {name:?}")))?;
+        Ok(Route {
+            actor: name.to_owned(),
+            gate: placement.gate.clone(),
+        })
+    }
+
+    /// The worker and epoch actor `name` is placed on now.
+    ///
+    /// # Errors
+    /// 404 unknown actor; 503 as [`ControlPlane::host_of`].
+    fn current_host(&self, name: &str) -> Result<(Arc<Member>, u64), ApiError> {
+        let placements = self.placements();
+        let placement = placements
+            .get(name)
+            .ok_or_else(|| ApiError::not_found(format!("no actor named {name:?}")))?;
+        Ok((self.host_of(placement, name)?, placement.epoch))
+    }
+
+    /// Hands an HTTP request to the actor of `route`, through its gate:
+    /// while the actor moves, the request waits; a call refused for a stale
+    /// epoch is sent again to the current owner with the same request.
+    /// When `gone` is cancelled first, the request is given up unless the
+    /// guest runs it (see [`stasis_contract::client_gone`]).
+    ///
+    /// # Errors
+    /// 404 actor deleted meanwhile; the worker's or guest's failure;
+    /// [`stasis_contract::error::ErrorKind::Abandoned`] when the client left first.
+    pub async fn call(
+        &self,
+        route: Route,
+        request: Request,
+        gone: &ClientGone,
+    ) -> Result<Response, ApiError> {
+        let delivery = Delivery::Request(Arc::new(request));
+        match self.through_gate(route, gone, &delivery).await? {
+            Delivered::Response(response) => Ok(response),
+            Delivered::Alarm(_) => Err(ApiError::internal("an alarm answered a request")),
+        }
+    }
+
+    /// Delivers a due alarm to the actor of `route` the way a request
+    /// goes (through its gate, to its current owner, again to the new one
+    /// after a stale epoch), as a delivery of its own on the worker (see
+    /// [`stasis_contract::alarm`]).
+    ///
+    /// # Errors
+    /// As [`ControlPlane::call`].
+    pub async fn alarm(&self, route: Route) -> Result<AlarmOutcome, ApiError> {
+        match self
+            .through_gate(route, &ClientGone::new(), &Delivery::Alarm)
+            .await?
+        {
+            Delivered::Alarm(outcome) => Ok(outcome),
+            Delivered::Response(_) => Err(ApiError::internal("a request answered an alarm")),
+        }
+    }
+
+    /// Hands `delivery` to the current owner of the actor of `route`,
+    /// through its gate: while the actor moves, it waits (up to
+    /// `--hold-timeout`, at most `--max-held` at once); one refused for a
+    /// stale epoch is sent again to the current owner.
+    async fn through_gate(
+        &self,
+        route: Route,
+        gone: &ClientGone,
+        delivery: &Delivery,
+    ) -> Result<Delivered, ApiError> {
+        let Route { actor, mut gate } = route;
+        let name = actor.as_str();
+        let hold = self.config.worker.hold_timeout;
+        let mut attempts = 0;
+        loop {
+            let open = match gate.barrier.try_read() {
+                Ok(open) => open,
+                Err(_) => {
+                    let _held = HeldAtGate::enter(&gate.held, self.config.worker.max_held, name)?;
+                    let open = async {
+                        tokio::time::timeout(hold, gate.barrier.read()).await.map_err(|_| {
+                            ApiError::unavailable(format!(
+                                "actor {name} is moving and did not take the request within the hold timeout of {hold:?}"
+                            ))
+                        })
+                    };
+                    client_gone::unless_gone(gone, name, open).await?
+                }
+            };
+            // Read under the gate: a move switches the placement only
+            // while it holds the gate closed.
+            let (member, epoch) = self.current_host(name)?;
+            let answer = match delivery {
+                Delivery::Request(request) => member
+                    .api
+                    .call(name, epoch, request.clone(), gone)
+                    .await
+                    .map(Delivered::Response),
+                Delivery::Alarm => member.api.alarm(name, epoch).await.map(Delivered::Alarm),
+            };
+            match answer {
+                Err(e) if e.is(ErrorKind::StaleEpoch) && attempts < self.misdirected_retries() => {
+                    attempts += 1;
+                    tracing::debug!(actor = name, "retrying on the current owner: {e}");
+                    drop(open);
+                    if self.role() == super::Role::Follower {
+                        // A follower learns of the new placement from its
+                        // watch of etcd, a moment after the move.
+                        let pause_ms = 25 * u64::from(attempts);
+                        tokio::time::sleep(std::time::Duration::from_millis(pause_ms)).await;
+                    }
+                    gate = self.route(name)?.gate;
+                }
+                other => return other,
+            }
+        }
+    }
+}
+
+impl ControlPlane {
+    /// How often a call refused as misdirected (421) is sent again by the
+    /// refreshed placement: a leader's placement is current after one
+    /// retry; a follower's follows the watch, so it tries for about 2 s
+    /// (25 ms, 50 ms, ... between attempts).
+    fn misdirected_retries(&self) -> u32 {
+        if self.role() == super::Role::Follower {
+            12
+        } else {
+            3
+        }
+    }
+}
+
+/// An actor found for a request ([`ControlPlane::route`]): the gate its
+/// request passes.
+pub struct Route {
+    actor: String,
+    gate: Arc<Gate>,
+}
