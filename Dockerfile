@@ -20,8 +20,9 @@ WORKDIR /src
 COPY . .
 # The caches keep downloaded crates and compiled dependencies across builds
 # (BuildKit); the results are copied out of the cached target/ in the same
-# step. Line tables are stripped (about 150 MB -> 30 MB); symbols stay, so
-# backtraces still name functions.
+# step. The release profile carries no debug info; `strip --strip-debug`
+# also drops what the standard library brings. Symbols stay, so backtraces
+# still name functions.
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
     CARGO_PROFILE_RELEASE_INCREMENTAL=false \

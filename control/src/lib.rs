@@ -55,13 +55,12 @@ pub mod views;
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use anyhow::Context as _;
 
-use membership::Member;
 pub use membership::WorkerState;
 pub use request::Route;
 use stasis_contract::directory::{Directory, WorkerRecord};
@@ -178,7 +177,7 @@ pub struct ControlPlane {
     /// template modules are kept there too, and workers read snapshots
     /// there instead of being sent them.
     shared: Option<Arc<ObjectSnapshotStore>>,
-    members: RwLock<Vec<Arc<Member>>>,
+    members: membership::Members,
     placements: placement::PlacementTable,
     metrics: Arc<Metrics>,
     config: ServeConfig,
@@ -187,15 +186,12 @@ pub struct ControlPlane {
     /// their names in `pending`.
     ops: tokio::sync::RwLock<()>,
     pending: std::sync::Mutex<std::collections::HashSet<String>>,
-    incarnations: AtomicU64,
     /// Set when graceful shutdown begins: no move or drain starts after it.
     shutting_down: AtomicBool,
     role: Role,
     /// Every actor's alarm (fired only by an embedded or leading control
     /// plane, see [`crate::alarms`]).
     alarms: crate::alarms::scheduler::Scheduler,
-    /// How a joining remote worker is reached (`None`: none can join).
-    connect: Option<Arc<dyn ConnectWorker>>,
     _lock: Option<File>,
 }
 
@@ -272,11 +268,6 @@ impl ControlPlane {
         parts: ControlParts,
         role: Role,
     ) -> Arc<Self> {
-        let members = parts
-            .workers
-            .into_iter()
-            .map(|w| Arc::new(Member::new(w, 0)))
-            .collect();
         let alarms = crate::alarms::scheduler::Scheduler::new(
             parts.directory.clone(),
             metrics.alarms.clone(),
@@ -286,17 +277,15 @@ impl ControlPlane {
             templates: parts.templates,
             store: parts.store,
             shared: parts.shared,
-            members: RwLock::new(members),
+            members: membership::Members::new(parts.workers, parts.connect),
             placements: placement::PlacementTable::default(),
             metrics,
             config,
             ops: tokio::sync::RwLock::new(()),
             pending: std::sync::Mutex::default(),
-            incarnations: AtomicU64::new(1),
             shutting_down: AtomicBool::new(false),
             role,
             alarms,
-            connect: parts.connect,
             _lock: parts.lock,
         })
     }

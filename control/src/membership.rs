@@ -3,8 +3,8 @@
 //! remote workers joining and heartbeating, and failure detection.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -16,7 +16,7 @@ use super::views::WorkerInfo;
 use stasis_contract::directory::WorkerRecord;
 use stasis_contract::error::{ApiError, ErrorKind, check_label};
 use stasis_contract::status::ActorStatus;
-use stasis_contract::worker_api::{Location, WorkerApi};
+use stasis_contract::worker_api::{ConnectWorker, Location, WorkerApi};
 
 /// Lifecycle of a worker as the control plane sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -189,23 +189,100 @@ impl Member {
     }
 }
 
-impl ControlPlane {
+/// The roster of members: the one owner of the list of workers, the
+/// incarnation counter of joins, and the way to reach a joining worker.
+pub(super) struct Members {
+    list: RwLock<Vec<Arc<Member>>>,
+    incarnations: AtomicU64,
+    connect: Option<Arc<dyn ConnectWorker>>,
+}
+
+impl Members {
+    /// A roster of `workers` (the in-process ones, incarnation 0), reaching
+    /// joining workers through `connect` (none can join without it).
+    pub(super) fn new(
+        workers: Vec<Arc<dyn WorkerApi>>,
+        connect: Option<Arc<dyn ConnectWorker>>,
+    ) -> Self {
+        Self {
+            list: RwLock::new(
+                workers
+                    .into_iter()
+                    .map(|w| Arc::new(Member::new(w, 0)))
+                    .collect(),
+            ),
+            incarnations: AtomicU64::new(1),
+            connect,
+        }
+    }
+
     /// Every member, in admission order.
-    pub(super) fn members(&self) -> Vec<Arc<Member>> {
-        self.members
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+    pub(super) fn all(&self) -> Vec<Arc<Member>> {
+        self.list.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// Member `name`.
-    pub(super) fn member(&self, name: &str) -> Option<Arc<Member>> {
-        self.members
+    pub(super) fn get(&self, name: &str) -> Option<Arc<Member>> {
+        self.list
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .iter()
             .find(|w| *w.name == *name)
             .cloned()
+    }
+
+    /// A new incarnation number for a join.
+    fn next_incarnation(&self) -> u64 {
+        self.incarnations.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Makes remote worker `name` at `address` a member as `incarnation`,
+    /// replacing any earlier incarnation of it.
+    ///
+    /// # Errors
+    /// Bad request for a bad name or address; conflict if the name is an
+    /// in-process worker's, or no worker can join.
+    fn admit(&self, name: &str, address: &str, incarnation: u64) -> Result<Arc<Member>, ApiError> {
+        check_label("worker", name)?;
+        let client = self
+            .connect
+            .as_ref()
+            .ok_or_else(|| ApiError::conflict("this control plane does not admit remote workers"))?
+            .connect(name, address)?;
+        let mut members = self.list.write().unwrap_or_else(|p| p.into_inner());
+        if let Some(existing) = members.iter().find(|w| *w.name == *name)
+            && existing.is_in_process()
+        {
+            return Err(ApiError::conflict(format!(
+                "worker name {name} is taken by an in-process worker"
+            )));
+        }
+        // A worker always joins empty (a new process, or one that dropped
+        // its actors): its earlier incarnation's actors are re-placed.
+        members.retain(|w| *w.name != *name);
+        let member = Arc::new(Member::new(client, incarnation));
+        members.push(member.clone());
+        Ok(member)
+    }
+
+    /// Removes `member` (that incarnation only).
+    fn forget(&self, member: &Member) {
+        self.list
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|w| !(w.name == member.name && w.incarnation == member.incarnation));
+    }
+}
+
+impl ControlPlane {
+    /// Every member, in admission order.
+    pub(super) fn members(&self) -> Vec<Arc<Member>> {
+        self.members.all()
+    }
+
+    /// Member `name`.
+    pub(super) fn member(&self, name: &str) -> Option<Arc<Member>> {
+        self.members.get(name)
     }
 
     /// Admits remote worker `name` at `address` (`host:port`), or re-admits
@@ -220,7 +297,7 @@ impl ControlPlane {
                 "this cluster's workers register in etcd: start the worker with --directory etcd://... and --snapshot-store instead of --join",
             ));
         }
-        let incarnation = self.incarnations.fetch_add(1, Ordering::Relaxed);
+        let incarnation = self.members.next_incarnation();
         self.admit(name, address, incarnation)?;
         let control = self.clone();
         tokio::spawn(async move {
@@ -243,26 +320,7 @@ impl ControlPlane {
         address: &str,
         incarnation: u64,
     ) -> Result<Arc<Member>, ApiError> {
-        check_label("worker", name)?;
-        let client = self
-            .connect
-            .as_ref()
-            .ok_or_else(|| ApiError::conflict("this control plane does not admit remote workers"))?
-            .connect(name, address)?;
-        let mut members = self.members.write().unwrap_or_else(|p| p.into_inner());
-        if let Some(existing) = members.iter().find(|w| *w.name == *name)
-            && existing.is_in_process()
-        {
-            return Err(ApiError::conflict(format!(
-                "worker name {name} is taken by an in-process worker"
-            )));
-        }
-        // A worker always joins empty (a new process, or one that dropped
-        // its actors): its earlier incarnation's actors are re-placed.
-        members.retain(|w| *w.name != *name);
-        let member = Arc::new(Member::new(client, incarnation));
-        members.push(member.clone());
-        drop(members);
+        let member = self.members.admit(name, address, incarnation)?;
         tracing::info!(worker = name, address, incarnation, "worker admitted");
         Ok(member)
     }
@@ -345,10 +403,7 @@ impl ControlPlane {
 
     /// Removes `member` (that incarnation only) from the members.
     fn forget(&self, member: &Member) {
-        self.members
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .retain(|w| !(w.name == member.name && w.incarnation == member.incarnation));
+        self.members.forget(member);
     }
 
     /// Records a heartbeat of remote worker `name`.
