@@ -7,8 +7,46 @@ use stasis_contract::error::ErrorKind;
 use stasis_contract::status::ActorState;
 use stasis_contract::worker_api::WorkerApi as _;
 
-use super::{HEARTBEAT_TIMEOUT, TEMPLATE, harness, registered, row, until};
+use super::fakes::FakeWorker;
+use super::{HEARTBEAT_TIMEOUT, Harness, TEMPLATE, harness, registered, row, until};
 use crate::{Role, WorkerState};
+
+/// Creates `a0` on one of two in-process workers: its worker's name, that
+/// worker, and the other one.
+async fn one_actor_and_another_worker(h: &Harness) -> (String, &FakeWorker, &FakeWorker) {
+    h.control
+        .create_actor("a0", TEMPLATE)
+        .await
+        .expect("create");
+    let (from, _) = h.placed("a0").await;
+    let (source, target) = if from == "worker-1" {
+        (&*h.workers[0], &*h.workers[1])
+    } else {
+        (&*h.workers[1], &*h.workers[0])
+    };
+    (from, source, target)
+}
+
+/// Makes remote worker `w2` join beside `worker-1` and creates `a0` and
+/// `a1` (the least-loaded worker takes each create: one actor each); the
+/// one on `w2`.
+async fn one_actor_on_a_remote_worker(h: &Harness) -> &'static str {
+    let remote = h.join_remote("w2");
+    h.control.join("w2", "w2.test:7071").expect("join");
+    h.control
+        .create_actor("a0", TEMPLATE)
+        .await
+        .expect("create");
+    h.control
+        .create_actor("a1", TEMPLATE)
+        .await
+        .expect("create");
+    if remote.hosted("a0").is_some() {
+        "a0"
+    } else {
+        "a1"
+    }
+}
 
 #[tokio::test]
 async fn a_request_reaches_the_actors_worker_under_its_epoch() {
@@ -30,16 +68,7 @@ async fn a_request_reaches_the_actors_worker_under_its_epoch() {
 #[tokio::test]
 async fn a_move_switches_the_placement_once_and_the_old_worker_lets_go() {
     let h = harness(Role::Embedded, 2, &[]);
-    h.control
-        .create_actor("a0", TEMPLATE)
-        .await
-        .expect("create");
-    let (from, _) = h.placed("a0").await;
-    let (source, target) = if from == "worker-1" {
-        (&h.workers[0], &h.workers[1])
-    } else {
-        (&h.workers[1], &h.workers[0])
-    };
+    let (from, source, target) = one_actor_and_another_worker(&h).await;
     let to = target.name().to_owned();
     let moved = h.control.migrate("a0", &to).await.expect("move");
     assert_eq!((moved.from.as_str(), moved.actor.epoch), (from.as_str(), 2));
@@ -61,16 +90,7 @@ async fn a_move_switches_the_placement_once_and_the_old_worker_lets_go() {
 #[tokio::test]
 async fn a_move_the_target_refuses_rolls_back_and_keeps_the_epoch() {
     let h = harness(Role::Embedded, 2, &[]);
-    h.control
-        .create_actor("a0", TEMPLATE)
-        .await
-        .expect("create");
-    let (from, _) = h.placed("a0").await;
-    let (source, target) = if from == "worker-1" {
-        (&h.workers[0], &h.workers[1])
-    } else {
-        (&h.workers[1], &h.workers[0])
-    };
+    let (from, source, target) = one_actor_and_another_worker(&h).await;
     target.refuse_installs();
     let refused = h
         .control
@@ -156,22 +176,7 @@ async fn a_drain_moves_every_actor_off_the_worker() {
 #[tokio::test(start_paused = true)]
 async fn a_silent_remote_worker_is_declared_lost_and_its_actors_come_back() {
     let h = harness(Role::Embedded, 1, &[]);
-    let remote = h.join_remote("w2");
-    h.control.join("w2", "w2.test:7071").expect("join");
-    // The least-loaded worker takes each create: one actor each.
-    h.control
-        .create_actor("a0", TEMPLATE)
-        .await
-        .expect("create");
-    h.control
-        .create_actor("a1", TEMPLATE)
-        .await
-        .expect("create");
-    let on_remote = if remote.hosted("a0").is_some() {
-        "a0"
-    } else {
-        "a1"
-    };
+    let on_remote = one_actor_on_a_remote_worker(&h).await;
     assert_eq!(h.placed(on_remote).await, ("w2".to_owned(), 1));
     let detector = tokio::spawn(h.control.clone().run_failure_detector());
     // w2 never heartbeats: after twice the timeout it is lost, and its
@@ -209,21 +214,7 @@ async fn a_silent_remote_worker_is_declared_lost_and_its_actors_come_back() {
 async fn a_heartbeating_remote_worker_keeps_its_actors() {
     tokio::time::pause();
     let h = harness(Role::Embedded, 1, &[]);
-    let remote = h.join_remote("w2");
-    h.control.join("w2", "w2.test:7071").expect("join");
-    h.control
-        .create_actor("a0", TEMPLATE)
-        .await
-        .expect("create");
-    h.control
-        .create_actor("a1", TEMPLATE)
-        .await
-        .expect("create");
-    let on_remote = if remote.hosted("a0").is_some() {
-        "a0"
-    } else {
-        "a1"
-    };
+    let on_remote = one_actor_on_a_remote_worker(&h).await;
     let detector = tokio::spawn(h.control.clone().run_failure_detector());
     for _ in 0..20 {
         tokio::time::sleep(HEARTBEAT_TIMEOUT / 2).await;
