@@ -9,41 +9,13 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use serde::{Deserialize, Serialize};
-
 use super::ControlPlane;
 use super::views::WorkerInfo;
+pub use super::views::WorkerState;
 use stasis_contract::directory::WorkerRecord;
 use stasis_contract::error::{ApiError, ErrorKind, check_label};
 use stasis_contract::status::ActorStatus;
 use stasis_contract::worker_api::{ConnectWorker, Location, WorkerApi};
-
-/// Lifecycle of a worker as the control plane sees it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum WorkerState {
-    /// Takes new actors.
-    Ready,
-    /// Its actors are being moved off.
-    Draining,
-    /// Holds no actors and takes none.
-    Drained,
-    /// Missed heartbeats for twice the timeout; its actors were re-placed.
-    Lost,
-}
-
-impl WorkerState {
-    /// The lower-case name.
-    #[must_use]
-    pub fn as_str(self) -> &'static str {
-        match self {
-            WorkerState::Ready => "ready",
-            WorkerState::Draining => "draining",
-            WorkerState::Drained => "drained",
-            WorkerState::Lost => "lost",
-        }
-    }
-}
 
 /// A worker as a member of this control plane's cluster.
 pub struct Member {

@@ -2,9 +2,8 @@
 //! workers, moves and gc (docs/api.md). Plain data, filled by the control
 //! plane's operations.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-use super::membership::WorkerState;
 use stasis_contract::status::ActorState;
 use stasis_core::snapshot_store::SnapshotEntry;
 
@@ -131,4 +130,31 @@ pub struct GcReport {
     pub reclaimed_bytes: u64,
     /// Bytes left in the snapshot folder.
     pub snapshot_bytes: u64,
+}
+
+/// Lifecycle of a worker as the control plane sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WorkerState {
+    /// Takes new actors.
+    Ready,
+    /// Its actors are being moved off.
+    Draining,
+    /// Holds no actors and takes none.
+    Drained,
+    /// Missed heartbeats for twice the timeout; its actors were re-placed.
+    Lost,
+}
+
+impl WorkerState {
+    /// The lower-case name.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorkerState::Ready => "ready",
+            WorkerState::Draining => "draining",
+            WorkerState::Drained => "drained",
+            WorkerState::Lost => "lost",
+        }
+    }
 }

@@ -3,6 +3,7 @@
 //! serve` (the listeners, the control plane, in-process workers, background
 //! tasks, graceful shutdown); [`replica`] is one replica of a cluster
 //! (leader election, forwarding to the leader, read-your-writes);
+//! [`listen`] is what both share (options, listeners);
 //! [`assemble`] builds a control plane from its parts. `stasis worker run`
 //! is `stasis_cluster::server`.
 //!
@@ -19,6 +20,7 @@
 #![warn(missing_docs)]
 
 pub mod assemble;
+pub mod listen;
 pub mod replica;
 pub mod server;
 

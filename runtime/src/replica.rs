@@ -55,7 +55,7 @@ use stasis_ingress::api::AdminApi;
 use stasis_ingress::forward::Forwarder;
 use stasis_ingress::router::Router;
 
-use crate::server::{Bound, ClusterConfig, DRAIN, ServeOptions};
+use crate::listen::{Bound, ClusterConfig, DRAIN, ServeOptions};
 
 /// A control plane this replica serves with, and its background tasks
 /// (aborted when it is dropped).
@@ -253,7 +253,7 @@ pub async fn serve_replica(
             "refusing to start: {conflict}; start with the cluster's value (or use another --directory prefix for another cluster)"
         );
     }
-    let (ingress, admin, bound) = crate::server::bind(&options).await?;
+    let (ingress, admin, bound) = crate::listen::bind(&options).await?;
     let advertise = cluster.advertise.as_deref();
     let admin_address = advertised(bound.admin, advertise);
     let me = LeaderRecord {
