@@ -60,8 +60,17 @@ pub fn actor_from_host(host: &str, domain: &str) -> Result<String, ApiError> {
         ))
     };
     let label = host.strip_suffix(&suffix).ok_or_else(not_routed)?;
-    if !is_label(label) {
+    if label.contains('.') || label.is_empty() {
         return Err(not_routed());
+    }
+    if !is_label(label) {
+        // The host has the right shape; the name in it is not one.
+        return Err(ApiError::not_found(format!(
+            "no actor at host {}: {} is not an actor name (1-63 lower-case letters, digits \
+             and '-', not starting or ending with '-')",
+            echo_cut(&host, 255),
+            echo_name(label)
+        )));
     }
     Ok(label.to_owned())
 }
@@ -314,6 +323,25 @@ mod tests {
         assert_eq!(
             route("/", &[("host", &format!("{max}.actors.localhost"))]),
             Ok(max)
+        );
+    }
+
+    #[test]
+    fn a_host_of_the_right_shape_with_a_bad_name_says_so() {
+        let refused =
+            actor_from_host("Bad_Name.actors.localhost", "localhost").expect_err("not a label");
+        assert!(refused.is(ErrorKind::NotFound), "{refused:?}");
+        assert!(
+            refused
+                .message()
+                .contains(r#""bad_name" is not an actor name"#),
+            "{refused}"
+        );
+        let elsewhere =
+            actor_from_host("a.b.actors.localhost", "localhost").expect_err("two labels");
+        assert!(
+            elsewhere.message().contains("actors are reached at"),
+            "{elsewhere}"
         );
     }
 
