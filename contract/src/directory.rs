@@ -135,6 +135,11 @@ pub trait Directory: Send + Sync {
 pub struct ActorsAt {
     /// The actors by name, placement included.
     pub actors: BTreeMap<String, ActorRow>,
+    /// Each actor's generation: the etcd revision its record was created
+    /// at. A name deleted and created again has a new one, so a follower
+    /// tells the new actor (epoch 1 again) from a stale placement of the
+    /// old one.
+    pub generations: BTreeMap<String, i64>,
     /// The etcd revision they are current at: the revision of the listing,
     /// or of the newest change to an actor's record applied since.
     pub revision: i64,

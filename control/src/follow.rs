@@ -10,7 +10,6 @@
 //! answered once that revision reaches the write's (read-your-writes, see
 //! `stasis-runtime`'s `replica`).
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::ControlPlane;
@@ -22,7 +21,8 @@ impl ControlPlane {
     /// follower's start).
     pub(super) fn load_placements(&self, rows: &[ActorRow]) {
         for row in rows {
-            self.placements.place(&row.name, follower_placement(row));
+            self.placements
+                .place(&row.name, follower_placement(row, None));
         }
     }
 
@@ -39,7 +39,7 @@ impl ControlPlane {
     ) {
         loop {
             let current = actors.borrow_and_update().clone();
-            self.apply_placements(&current.actors);
+            self.apply_placements(&current);
             applied_revision.send_if_modified(|applied| {
                 let newer = current.revision > *applied;
                 if newer {
@@ -53,18 +53,23 @@ impl ControlPlane {
         }
     }
 
-    fn apply_placements(&self, current: &BTreeMap<String, ActorRow>) {
-        self.placements.follow(current, follower_placement);
+    /// Applies the directory's actors as a watch of etcd published them.
+    pub(super) fn apply_placements(&self, current: &ActorsAt) {
+        self.placements.follow(&current.actors, |row| {
+            follower_placement(row, current.generations.get(&row.name).copied())
+        });
     }
 }
 
-/// A follower's placement for `row`: on whichever incarnation of its worker
-/// is registered (the worker checks the epoch).
-fn follower_placement(row: &ActorRow) -> Placement {
-    Placement::new(
+/// A follower's placement for `row` of `generation`: on whichever
+/// incarnation of its worker is registered (the worker checks the epoch).
+fn follower_placement(row: &ActorRow, generation: Option<i64>) -> Placement {
+    let mut placement = Placement::new(
         Arc::from(row.worker.as_str()),
         ANY_INCARNATION,
         &row.template,
         row.epoch,
-    )
+    );
+    placement.generation = generation;
+    placement
 }

@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::ControlPlane;
 use super::membership::{Member, WorkerState};
+use stasis_contract::directory::ActorRow;
 use stasis_contract::error::ApiError;
 
 /// The incarnation of a follower replica's placements: whichever
@@ -43,6 +44,10 @@ pub(super) struct Placement {
     /// Why the actor cannot be hosted at all (e.g. its template file is
     /// unreadable); it is `failed` with this reason.
     pub failure_reason: Option<String>,
+    /// A follower's placements: which creation of the name this is (see
+    /// `ActorsAt::generations`); `None` where the placements are decided
+    /// here.
+    pub generation: Option<i64>,
 }
 
 impl Placement {
@@ -55,6 +60,7 @@ impl Placement {
             epoch,
             gate: Arc::default(),
             failure_reason: None,
+            generation: None,
         }
     }
 }
@@ -151,24 +157,25 @@ impl PlacementTable {
     }
 
     /// A follower's table: the directory's `rows` by name, each made a
-    /// placement by `placement`. Actors no longer listed go; one listed at
-    /// an older epoch than it has here keeps its placement (the watch may
-    /// lag a switch this replica already saw); the others point where the
-    /// rows say, keeping their gates.
-    pub(super) fn follow<'a>(
+    /// placement by `placement`. Actors no longer listed go, and so does
+    /// the placement of an actor whose name was deleted and created again
+    /// (another generation: its epochs start over); one listed at an older
+    /// epoch than it has here keeps its placement (the watch may lag a
+    /// switch this replica already saw); the others point where the rows
+    /// say, keeping their gates.
+    pub(super) fn follow(
         &self,
-        rows: impl IntoIterator<Item = (&'a String, &'a stasis_contract::directory::ActorRow)>,
-        placement: impl Fn(&stasis_contract::directory::ActorRow) -> Placement,
+        rows: &std::collections::BTreeMap<String, ActorRow>,
+        placement: impl Fn(&ActorRow) -> Placement,
     ) {
-        let rows: HashMap<&String, &stasis_contract::directory::ActorRow> =
-            rows.into_iter().collect();
         let mut placements = self.write();
         placements.retain(|name, _| rows.contains_key(name));
         for (name, row) in rows {
+            let fresh = placement(row);
             match placements.get_mut(name) {
+                Some(p) if p.generation != fresh.generation => *p = fresh,
                 Some(p) if p.epoch > row.epoch => {}
                 Some(p) => {
-                    let fresh = placement(row);
                     if *p.worker != *fresh.worker {
                         p.worker = fresh.worker;
                     }
@@ -176,7 +183,7 @@ impl PlacementTable {
                     p.incarnation = fresh.incarnation;
                 }
                 None => {
-                    placements.insert(name.clone(), placement(row));
+                    placements.insert(name.clone(), fresh);
                 }
             }
         }

@@ -540,3 +540,56 @@ async fn an_actor_created_or_deleted_through_a_follower_is_seen_by_it_at_once() 
         );
     }
 }
+
+/// Issue 30, input 3: while a follower is frozen, an actor placed at epoch
+/// 3 is deleted and created again through the leader (epoch 1 again). Woken,
+/// the follower used to keep the old placement (epoch 3 > 1) and answer
+/// `421 stale placement` for as long as nothing else changed; the actor's
+/// generation (its record's etcd create revision) now tells the new actor
+/// from the old one.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_follower_frozen_across_a_delete_and_create_routes_to_the_new_actor() {
+    let _one = ONE_CLUSTER.lock().await;
+    let d = deployment(1, 2, 2, &[]);
+    let leader = d.leader();
+    let follower = 1 - leader;
+    d.push_counter(leader);
+    d.cli_json(leader, &["actor", "create", "x", "--template", "counter"]);
+    let workers = d.wait_for_workers(2);
+    // Two moves: epoch 3.
+    for _ in 0..2 {
+        let on = d.cli_json(leader, &["actor", "get", "x"])["worker"]
+            .as_str()
+            .expect("worker")
+            .to_owned();
+        let to = workers.iter().find(|w| **w != on).expect("another worker");
+        d.cli_json(leader, &["actor", "migrate", "x", "--to", to]);
+    }
+    assert_eq!(d.cli_json(leader, &["actor", "get", "x"])["epoch"], 3);
+    assert_eq!(served(&d, follower, "x").await, 1, "the follower routes x");
+    let frozen = d.replica(follower).process.pid();
+    signal(frozen, "STOP");
+    d.cli_ok(leader, &["actor", "delete", "x"]);
+    d.cli_json(leader, &["actor", "create", "x", "--template", "counter"]);
+    assert_eq!(d.cli_json(leader, &["actor", "get", "x"])["epoch"], 1);
+    signal(frozen, "CONT");
+    // The follower's watch delivers the delete and the create at once;
+    // its first answers may still come from before it applied them, but
+    // once applied every answer is the new actor's (count from 1).
+    let c = client();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut last = None;
+    loop {
+        let answer = to_actor(&c, d.replica(follower).ingress, "x", "POST", "/").await;
+        if answer.status == 200 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the follower still refuses x: {answer:?} (before: {last:?})"
+        );
+        last = Some(answer);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(served(&d, leader, "x").await, 2, "one actor, both replicas");
+}

@@ -174,7 +174,9 @@ impl Etcd {
     pub fn watch_leader(&self) -> watch::Receiver<Option<LeaderRecord>> {
         self.follow(
             Range::Key(self.leader_key()),
-            |map: &std::collections::BTreeMap<String, LeaderRecord>, _| map.get("").cloned(),
+            |map: &std::collections::BTreeMap<String, super::watch::Versioned<LeaderRecord>>, _| {
+                map.get("").map(|v| v.value.clone())
+            },
             None,
         )
     }

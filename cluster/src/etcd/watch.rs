@@ -47,9 +47,20 @@ impl Range {
     }
 }
 
-fn decode<V: DeserializeOwned>(kv: &KeyValue) -> Option<V> {
+/// A record as a watch holds it: its value, and the etcd revision its key
+/// was created at (a new one when the key is deleted and put again).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Versioned<V> {
+    pub(crate) value: V,
+    pub(crate) created: i64,
+}
+
+fn decode<V: DeserializeOwned>(kv: &KeyValue) -> Option<Versioned<V>> {
     match serde_json::from_slice(kv.value()) {
-        Ok(v) => Some(v),
+        Ok(value) => Some(Versioned {
+            value,
+            created: kv.create_revision(),
+        }),
         Err(e) => {
             tracing::warn!(key = %String::from_utf8_lossy(kv.key()), "ignoring an undecodable record: {e}");
             None
@@ -57,16 +68,22 @@ fn decode<V: DeserializeOwned>(kv: &KeyValue) -> Option<V> {
     }
 }
 
+/// The registered workers of a watch's map.
+fn workers(
+    map: &BTreeMap<String, Versioned<WorkerRecord>>,
+    _revision: i64,
+) -> BTreeMap<String, WorkerRecord> {
+    map.iter()
+        .map(|(name, v)| (name.clone(), v.value.clone()))
+        .collect()
+}
+
 impl Etcd {
     /// The registered workers by name, kept current by a background task
     /// (empty until the first listing arrives). The task ends when every
     /// receiver is dropped.
     pub fn watch_workers(&self) -> watch::Receiver<BTreeMap<String, WorkerRecord>> {
-        self.follow(
-            Range::Under(self.key("workers/")),
-            |map, _| map.clone(),
-            None,
-        )
+        self.follow(Range::Under(self.key("workers/")), workers, None)
     }
 
     /// [`Etcd::watch_workers`], returned once the first listing is in
@@ -78,11 +95,7 @@ impl Etcd {
         &self,
     ) -> anyhow::Result<watch::Receiver<BTreeMap<String, WorkerRecord>>> {
         let (listed, first) = tokio::sync::oneshot::channel();
-        let rx = self.follow(
-            Range::Under(self.key("workers/")),
-            |map, _| map.clone(),
-            Some(listed),
-        );
+        let rx = self.follow(Range::Under(self.key("workers/")), workers, Some(listed));
         first
             .await
             .map_err(|_| anyhow::anyhow!("the watch of the workers ended before listing them"))?;
@@ -102,10 +115,14 @@ impl Etcd {
         let (listed, first) = tokio::sync::oneshot::channel();
         let rx = self.follow(
             Range::Under(self.key("actors/")),
-            |map: &BTreeMap<String, ActorValue>, revision| ActorsAt {
+            |map: &BTreeMap<String, Versioned<ActorValue>>, revision| ActorsAt {
                 actors: map
                     .iter()
-                    .map(|(name, value)| (name.clone(), value.row(name)))
+                    .map(|(name, v)| (name.clone(), v.value.row(name)))
+                    .collect(),
+                generations: map
+                    .iter()
+                    .map(|(name, v)| (name.clone(), v.created))
                     .collect(),
                 revision,
             },
@@ -129,7 +146,7 @@ impl Etcd {
     where
         V: DeserializeOwned + Send + Sync + 'static,
         O: PartialEq + Send + Sync + 'static,
-        P: Fn(&BTreeMap<String, V>, i64) -> O + Send + Sync + 'static,
+        P: Fn(&BTreeMap<String, Versioned<V>>, i64) -> O + Send + Sync + 'static,
     {
         let (tx, rx) = watch::channel(project(&BTreeMap::new(), 0));
         let etcd = self.clone();
@@ -164,9 +181,9 @@ async fn follow<V, O, P>(
 ) where
     V: DeserializeOwned,
     O: PartialEq,
-    P: Fn(&BTreeMap<String, V>, i64) -> O,
+    P: Fn(&BTreeMap<String, Versioned<V>>, i64) -> O,
 {
-    let publish = |map: &BTreeMap<String, V>, revision: i64| {
+    let publish = |map: &BTreeMap<String, Versioned<V>>, revision: i64| {
         let now = project(map, revision);
         tx.send_if_modified(|old| {
             let changed = *old != now;
@@ -189,7 +206,7 @@ async fn follow<V, O, P>(
                 continue;
             }
         };
-        let mut map: BTreeMap<String, V> = kvs
+        let mut map: BTreeMap<String, Versioned<V>> = kvs
             .iter()
             .filter_map(|kv| Some((range.name(kv.key()), decode(kv)?)))
             .collect();

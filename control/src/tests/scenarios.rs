@@ -259,3 +259,36 @@ async fn a_new_leader_takes_placements_as_the_workers_report_them() {
     // The copy nobody owns is removed.
     assert!(w1.hosted("stray").is_none(), "{:?}", w1.log());
 }
+
+#[tokio::test]
+async fn a_follower_forgets_a_placement_whose_actor_was_created_again() {
+    let h = harness(Role::Follower, 0, &[]);
+    let at = |worker: &str, epoch: u64, generation: i64, revision: i64| {
+        let mut actors = std::collections::BTreeMap::new();
+        actors.insert("x".to_owned(), row("x", worker, epoch));
+        let mut generations = std::collections::BTreeMap::new();
+        generations.insert("x".to_owned(), generation);
+        stasis_contract::directory::ActorsAt {
+            actors,
+            generations,
+            revision,
+        }
+    };
+    let placed = |h: &super::Harness| {
+        let p = h.control.placement_of("x").expect("placed");
+        (p.worker.to_string(), p.epoch)
+    };
+    h.control.apply_placements(&at("w1", 3, 10, 100));
+    assert_eq!(placed(&h), ("w1".to_owned(), 3));
+    // A watch that lags a switch this replica saw does not move it back.
+    h.control.apply_placements(&at("w1", 2, 10, 101));
+    assert_eq!(placed(&h), ("w1".to_owned(), 3));
+    // Deleted and created again (while this follower was frozen, say):
+    // another generation, whose epochs start over at 1.
+    h.control.apply_placements(&at("w2", 1, 20, 102));
+    assert_eq!(placed(&h), ("w2".to_owned(), 1));
+    // Gone from the directory: gone here.
+    h.control
+        .apply_placements(&stasis_contract::directory::ActorsAt::default());
+    assert!(h.control.placement_of("x").is_err());
+}
