@@ -125,7 +125,16 @@ impl AdminApi {
             );
         let mut response = match self.route(request, &path).await {
             Ok(response) => response,
-            Err(e) => json_error(&e),
+            Err(e) => {
+                let mut response = json_error(&e);
+                if e.is(ErrorKind::MethodNotAllowed) {
+                    let allow = crate::routes::allowed(&path).join(", ");
+                    if let Ok(value) = hyper::header::HeaderValue::from_str(&allow) {
+                        response.headers_mut().insert(hyper::header::ALLOW, value);
+                    }
+                }
+                response
+            }
         };
         if forwarded_write && let Some(revision) = self.control.actors_revision() {
             response
@@ -230,11 +239,7 @@ impl AdminApi {
                 ok(&detached(async move { Ok(c.rebalance().await) }).await?)
             }
             (&Method::POST, ["v1", "gc"]) => ok(&c.gc().await?),
-            (_, ["healthz" | "metrics"]) | (_, ["v1" | "internal", ..]) => Err(ApiError::new(
-                ErrorKind::MethodNotAllowed,
-                format!("method {method} not allowed on {path}"),
-            )),
-            _ => Err(ApiError::not_found(format!("no admin route {path}"))),
+            _ => Err(crate::routes::unrouted(&method, path)),
         }
     }
 }
@@ -302,10 +307,7 @@ impl AdminApi {
                 Some(at) => Ok(text(StatusCode::OK, at.to_string(), "text/plain")),
                 None => Ok(no_content()),
             },
-            _ => Err(ApiError::new(
-                ErrorKind::MethodNotAllowed,
-                format!("method {method} not allowed on {path}"),
-            )),
+            _ => Err(crate::routes::unrouted(method, path)),
         }
     }
 }

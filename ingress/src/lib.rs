@@ -2,7 +2,8 @@
 //! (the ingress: host name to actor, after [`ingress`]'s strict checks of
 //! the request, handed to the control plane), [`forward`] (a follower
 //! replica's forwarding to the leader) and [`api`] (the admin HTTP API,
-//! including the internal routes remote workers use). It depends on the
+//! including the internal routes remote workers use), with [`routes`]
+//! (which methods each admin path takes: 404 or 405 with `Allow`). It depends on the
 //! control side (`stasis-control`) and the contract, never on the worker
 //! side or the cluster backends.
 
@@ -12,3 +13,4 @@ pub mod api;
 pub mod forward;
 pub mod ingress;
 pub mod router;
+pub mod routes;

@@ -533,3 +533,33 @@ async fn a_module_whose_memory_starts_above_max_memory_is_refused_at_push() {
     );
     assert_path_free(&stderr, &server.data_dir, "the refusal");
 }
+
+/// An admin path no route takes is `404`; a path a route takes under
+/// another method is `405` with `Allow` naming the methods (issue 30, item
+/// 10: every unknown `/v1/...` path used to answer 405, with no `Allow`).
+/// Both carry the error's kind in their JSON.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_admin_routes_are_404_and_wrong_methods_405_with_allow() {
+    let server = Server::start(&["--workers", "1"]);
+    for path in ["/v1/nothing", "/v1/actors/a/extra", "/internal/nothing"] {
+        let answer = admin(&server, "GET", path, Vec::new()).await;
+        assert_eq!(answer.status, 404, "{path}: {answer:?}");
+        let json: serde_json::Value = serde_json::from_str(&answer.body).expect("JSON error");
+        assert_eq!(json["kind"], "not_found", "{path}: {json}");
+    }
+    for (method, path, allow) in [
+        ("GET", "/v1/actors/a/pause", "POST"),
+        ("DELETE", "/v1/actors", "GET, POST"),
+        ("POST", "/v1/workers", "GET"),
+    ] {
+        let answer = admin(&server, method, path, Vec::new()).await;
+        assert_eq!(answer.status, 405, "{method} {path}: {answer:?}");
+        assert_eq!(
+            answer.headers.get("allow").and_then(|v| v.to_str().ok()),
+            Some(allow),
+            "{method} {path}: {answer:?}"
+        );
+        let json: serde_json::Value = serde_json::from_str(&answer.body).expect("JSON error");
+        assert_eq!(json["kind"], "method_not_allowed", "{json}");
+    }
+}
