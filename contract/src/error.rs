@@ -37,6 +37,8 @@ pub enum ErrorKind {
     LoopDetected,
     /// A failure inside Stasis or the guest (500).
     Internal,
+    /// Something Stasis does not do yet, such as a WebSocket upgrade (501).
+    NotImplemented,
     /// Another process answered nonsense, or a guest's answer is not one
     /// (502).
     BadGateway,
@@ -73,6 +75,7 @@ impl ErrorKind {
             Self::Unprocessable => 422,
             Self::LoopDetected => 508,
             Self::Internal => 500,
+            Self::NotImplemented => 501,
             Self::BadGateway => 502,
             Self::Unavailable | Self::Abandoned | Self::OutcomeUnknown => 503,
             Self::Timeout => 504,
@@ -95,6 +98,7 @@ impl ErrorKind {
             421 => Self::StaleEpoch,
             422 => Self::Unprocessable,
             508 => Self::LoopDetected,
+            501 => Self::NotImplemented,
             502 => Self::BadGateway,
             503 => Self::Unavailable,
             504 => Self::Timeout,
@@ -124,6 +128,7 @@ impl ErrorKind {
             Self::Unprocessable => "unprocessable",
             Self::LoopDetected => "loop_detected",
             Self::Internal => "internal",
+            Self::NotImplemented => "not_implemented",
             Self::BadGateway => "bad_gateway",
             Self::Unavailable => "unavailable",
             Self::Timeout => "timeout",
@@ -136,7 +141,7 @@ impl ErrorKind {
     /// The kind named `name` on the wire ([`ErrorKind::name`]).
     #[must_use]
     pub fn from_name(name: &str) -> Option<Self> {
-        const ALL: [ErrorKind; 17] = [
+        const ALL: [ErrorKind; 18] = [
             ErrorKind::BadRequest,
             ErrorKind::Unauthorized,
             ErrorKind::NotFound,
@@ -148,6 +153,7 @@ impl ErrorKind {
             ErrorKind::Unprocessable,
             ErrorKind::LoopDetected,
             ErrorKind::Internal,
+            ErrorKind::NotImplemented,
             ErrorKind::BadGateway,
             ErrorKind::Unavailable,
             ErrorKind::Timeout,
@@ -368,6 +374,7 @@ mod tests {
             "unprocessable",
             "loop_detected",
             "internal",
+            "not_implemented",
             "bad_gateway",
             "unavailable",
             "timeout",
@@ -383,6 +390,6 @@ mod tests {
         }
         assert_eq!(ErrorKind::from_name("teapot"), None);
         assert_eq!(ErrorKind::from_status(418), ErrorKind::BadRequest);
-        assert_eq!(ErrorKind::from_status(501), ErrorKind::Internal);
+        assert_eq!(ErrorKind::from_status(505), ErrorKind::Internal);
     }
 }

@@ -212,7 +212,10 @@ async fn route(
         Ok(actor) => actor,
         Err(e) => return text_error(&e),
     };
-    let route = match control.route(&actor) {
+    let route = match control.route(&actor).and_then(|route| {
+        ingress::refuse_upgrade(&parts)?;
+        Ok(route)
+    }) {
         Ok(route) => route,
         Err(e) => return text_error(&e),
     };

@@ -75,3 +75,27 @@ async fn malformed_requests_are_400_and_never_routed() {
         "only the agreeing h2 POST ran"
     );
 }
+
+/// A WebSocket upgrade is refused with 501 naming why (issue 30, item 10:
+/// it used to reach the actor as a plain GET and be answered 200), and the
+/// actor never sees it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_websocket_upgrade_is_refused_and_never_reaches_the_actor() {
+    let server = Server::start(&["--workers", "1"]);
+    server.push("counter");
+    server.create("ws1", "counter");
+    let upgrade = raw(
+        server.ingress,
+        "GET / HTTP/1.1\r\nHost: ws1.actors.localhost\r\nConnection: Upgrade\r\n\
+         Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\n\
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n",
+    )
+    .await;
+    assert_eq!(raw_status(&upgrade), 501, "{upgrade}");
+    assert!(
+        upgrade.contains("WebSocket upgrades are not supported"),
+        "{upgrade}"
+    );
+    let first = support::to_actor(&client(), server.ingress, "ws1", "POST", "/").await;
+    assert_eq!(count(&first), 1, "the upgrade never ran: {first:?}");
+}
