@@ -70,6 +70,9 @@ pub struct Metrics {
     /// `stasis_requests_abandoned_total`: requests given up, never
     /// executed, because their client left first (see [`crate::client_gone`]).
     abandoned: Counter,
+    /// `stasis_replacement_failures_total`: attempts to re-place an actor
+    /// whose worker is gone that failed (each is retried).
+    replacement_failures: Counter,
     /// `stasis_resumes_total{worker}`: snapshots restored into fresh instances.
     resumes: Family<WorkerLabel, Counter>,
     /// `stasis_checkpoints_total{worker}`: checkpoints written.
@@ -238,6 +241,7 @@ impl Metrics {
         let mut registry = Registry::default();
         let requests = Family::<RequestLabels, Counter>::default();
         let abandoned = Counter::default();
+        let replacement_failures = Counter::default();
         let resumes = Family::<WorkerLabel, Counter>::default();
         let checkpoints = Family::<WorkerLabel, Counter>::default();
         let traps = Family::<WorkerLabel, Counter>::default();
@@ -256,6 +260,11 @@ impl Metrics {
             "stasis_requests_abandoned",
             "Requests never executed because their client left first",
             abandoned.clone(),
+        );
+        registry.register(
+            "stasis_replacement_failures",
+            "Failed attempts to re-place an actor whose worker is gone (each is retried)",
+            replacement_failures.clone(),
         );
         registry.register(
             "stasis_resumes",
@@ -305,6 +314,7 @@ impl Metrics {
             registry,
             requests,
             abandoned,
+            replacement_failures,
             resumes,
             checkpoints,
             traps,
@@ -346,6 +356,11 @@ impl Metrics {
     /// left first.
     pub fn abandoned(&self) {
         self.abandoned.inc();
+    }
+
+    /// Counts one failed attempt to re-place an actor.
+    pub fn replacement_failed(&self) {
+        self.replacement_failures.inc();
     }
 
     /// Counts one restore of `actor` into a fresh instance on `worker`.

@@ -240,11 +240,15 @@ impl ControlPlane {
     }
 
     /// The status of an actor that no worker hosts: failed with its
-    /// reason, or waiting for a worker.
+    /// reason, or waiting for a worker (with why its last re-placement
+    /// failed, if one did: it is retried).
     fn status_without_host(&self, placement: &Placement) -> ActorStatus {
-        match &placement.failure_reason {
-            Some(reason) => ActorStatus::failed(reason),
-            None => ActorStatus::waiting("waiting for a worker to host it"),
+        match (&placement.failure_reason, &placement.replacement_error) {
+            (Some(reason), _) => ActorStatus::failed(reason),
+            (None, Some(error)) => {
+                ActorStatus::waiting(&format!("waiting for a worker to host it; {error}"))
+            }
+            (None, None) => ActorStatus::waiting("waiting for a worker to host it"),
         }
     }
 

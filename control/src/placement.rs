@@ -44,6 +44,9 @@ pub(super) struct Placement {
     /// Why the actor cannot be hosted at all (e.g. its template file is
     /// unreadable); it is `failed` with this reason.
     pub failure_reason: Option<String>,
+    /// Why the last attempt to re-place the actor failed, while it waits
+    /// for a worker (retried; shown by `actor get`).
+    pub replacement_error: Option<String>,
     /// A follower's placements: which creation of the name this is (see
     /// `ActorsAt::generations`); `None` where the placements are decided
     /// here.
@@ -60,6 +63,7 @@ impl Placement {
             epoch,
             gate: Arc::default(),
             failure_reason: None,
+            replacement_error: None,
             generation: None,
         }
     }
@@ -142,6 +146,13 @@ impl PlacementTable {
     pub(super) fn fail(&self, actor: &str, reason: String) {
         if let Some(p) = self.write().get_mut(actor) {
             p.failure_reason = Some(reason);
+        }
+    }
+
+    /// Keeps (or clears) why the last re-placement of `actor` failed.
+    pub(super) fn note_replacement_error(&self, actor: &str, error: Option<String>) {
+        if let Some(p) = self.write().get_mut(actor) {
+            p.replacement_error = error;
         }
     }
 

@@ -18,6 +18,12 @@ use stasis_contract::worker_api::HostSpec;
 use stasis_core::snapshot_store::{ChainError, SnapshotEntry, open_chain, remove_corrupt};
 use std::collections::HashMap;
 
+/// The first retry of a failed re-placement comes this long after it.
+const REPLACE_RETRY_FIRST: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// Re-placement retries back off by doubling up to this pause.
+const REPLACE_RETRY_CAP: std::time::Duration = std::time::Duration::from_secs(30);
+
 impl ControlPlane {
     /// Embedded, at start-up: re-places every actor of the directory on
     /// the in-process workers, on its recorded worker if that is one of
@@ -154,11 +160,52 @@ impl ControlPlane {
             let control = self.clone();
             tasks.spawn(async move {
                 if let Err(e) = control.re_place(&actor).await {
-                    tracing::error!(actor, "could not place: {e}");
+                    control.replacement_failed(&actor, &e);
+                    // Retried in the background (whoever waits for this
+                    // round, a join's rebalance, goes on) while a worker
+                    // could take it; with none, the next join or
+                    // registration places it.
+                    if control.least_loaded().is_some() {
+                        tokio::spawn(async move { control.re_place_until_done(actor).await });
+                    }
                 }
             });
         }
         while tasks.join_next().await.is_some() {}
+    }
+
+    /// Counts and logs a failed re-placement of `actor`, and keeps its
+    /// reason for `actor get` until the actor is placed.
+    fn replacement_failed(&self, actor: &str, e: &ApiError) {
+        self.metrics.replacement_failed();
+        tracing::error!(actor, "could not place: {e}; retrying");
+        self.placements
+            .note_replacement_error(actor, Some(format!("re-placement failed: {e}")));
+    }
+
+    /// Re-places `actor` again after [`REPLACE_RETRY_FIRST`], doubling the
+    /// pause up to [`REPLACE_RETRY_CAP`], until it is placed (by this or any
+    /// other decision), deleted or failed, no worker is ready (the next
+    /// join or registration places it), or the control plane shuts down.
+    async fn re_place_until_done(self: Arc<Self>, actor: String) {
+        let mut pause = REPLACE_RETRY_FIRST;
+        loop {
+            tokio::time::sleep(pause).await;
+            let waits = self
+                .placement_of(&actor)
+                .is_ok_and(|p| self.needs_a_host(&p, &actor));
+            if !waits
+                || self.least_loaded().is_none()
+                || self.refuse_if_shutting_down("re-placement").is_err()
+            {
+                return;
+            }
+            match self.re_place(&actor).await {
+                Ok(()) => return,
+                Err(e) => self.replacement_failed(&actor, &e),
+            }
+            pause = (pause * 2).min(REPLACE_RETRY_CAP);
+        }
     }
 
     /// Whether `actor`, placed as `placement`, waits for a worker: not
@@ -222,6 +269,7 @@ impl ControlPlane {
             target.api.remove(actor).await;
             return Err(e);
         }
+        self.placements.note_replacement_error(actor, None);
         tracing::info!(actor, worker = %target.name, seq = newest.seq, "actor re-placed from its newest snapshot");
         Ok(())
     }

@@ -37,7 +37,8 @@ pub(crate) struct FakeWorker {
     store: Arc<dyn SnapshotStore>,
     actors: Mutex<BTreeMap<String, Hosted>>,
     log: Mutex<Vec<String>>,
-    refuse_installs: Mutex<bool>,
+    /// Installs still to refuse (`u32::MAX`: all).
+    refuse_installs: Mutex<u32>,
 }
 
 impl FakeWorker {
@@ -50,13 +51,19 @@ impl FakeWorker {
             store,
             actors: Mutex::default(),
             log: Mutex::default(),
-            refuse_installs: Mutex::new(false),
+            refuse_installs: Mutex::new(0),
         })
     }
 
     /// Makes every later install fail as unavailable.
     pub(crate) fn refuse_installs(&self) {
-        *self.refuse_installs.lock().expect("lock") = true;
+        *self.refuse_installs.lock().expect("lock") = u32::MAX;
+    }
+
+    /// Makes the next `n` installs fail as unavailable (a store that is
+    /// down for a moment).
+    pub(crate) fn refuse_next_installs(&self, n: u32) {
+        *self.refuse_installs.lock().expect("lock") = n;
     }
 
     /// Hosts `actor` at `epoch` in `state` (what a worker holds before the
@@ -136,11 +143,17 @@ impl WorkerApi for FakeWorker {
         resume: bool,
     ) -> Result<(), ApiError> {
         self.note(format!("install {actor} epoch {} seq {seq}", spec.epoch));
-        if *self.refuse_installs.lock().expect("lock") {
-            return Err(ApiError::unavailable(format!(
-                "worker {} refuses installs",
-                self.name
-            )));
+        {
+            let mut refuse = self.refuse_installs.lock().expect("lock");
+            if *refuse > 0 {
+                if *refuse != u32::MAX {
+                    *refuse -= 1;
+                }
+                return Err(ApiError::unavailable(format!(
+                    "worker {} refuses installs",
+                    self.name
+                )));
+            }
         }
         let state = if resume {
             ActorState::Running

@@ -292,3 +292,37 @@ async fn a_follower_forgets_a_placement_whose_actor_was_created_again() {
         .apply_placements(&stasis_contract::directory::ActorsAt::default());
     assert!(h.control.placement_of("x").is_err());
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_re_placement_is_retried_until_it_succeeds_and_shown_meanwhile() {
+    let h = harness(Role::Embedded, 1, &[]);
+    let on_remote = one_actor_on_a_remote_worker(&h).await;
+    // The survivor cannot install for a moment (its store is down, say).
+    h.workers[0].refuse_next_installs(3);
+    let detector = tokio::spawn(h.control.clone().run_failure_detector());
+    until(HEARTBEAT_TIMEOUT * 4, "the failure shown", async || {
+        h.control
+            .actor(on_remote)
+            .await
+            .is_ok_and(|a| a.error.is_some_and(|e| e.contains("re-placement failed")))
+    })
+    .await;
+    until(
+        Duration::from_secs(60),
+        "the retried re-placement",
+        async || h.placed(on_remote).await == ("worker-1".to_owned(), 2),
+    )
+    .await;
+    let info = h.control.actor(on_remote).await.expect("actor");
+    assert_eq!(info.error, None, "{info:?}");
+    let text = h.control.metrics().encode();
+    assert!(
+        text.contains("stasis_replacement_failures_total 3"),
+        "{text}"
+    );
+    assert_eq!(
+        h.post(on_remote).await.expect("served again"),
+        format!("worker-1 POST {on_remote} epoch 2")
+    );
+    detector.abort();
+}
