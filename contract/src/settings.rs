@@ -71,11 +71,30 @@ pub struct AllowList {
 
 /// Splits `host[:port]` (an IPv6 literal in brackets) into its parts.
 fn split_host_port(text: &str) -> Result<(String, Option<u16>), String> {
+    if text.contains("://") {
+        return Err(format!(
+            "{text:?} is a URL: give HOST[:PORT] (e.g. api.example.com or api.example.com:8443)"
+        ));
+    }
     let (host, port) = if let Some(rest) = text.strip_prefix('[') {
         let (host, after) = rest
             .split_once(']')
             .ok_or_else(|| format!("{text:?}: unclosed '['"))?;
-        (host, after.strip_prefix(':'))
+        match after {
+            "" => (host, None),
+            _ => (
+                host,
+                Some(
+                    after
+                        .strip_prefix(':')
+                        .ok_or_else(|| format!("{text:?}: want [IPV6] or [IPV6]:PORT"))?,
+                ),
+            ),
+        }
+    } else if text.matches(':').count() > 1 {
+        return Err(format!(
+            "{text:?}: an IPv6 address goes in brackets, e.g. [{text}] or [{text}]:443"
+        ));
     } else {
         match text.rsplit_once(':') {
             Some((host, port)) => (host, Some(port)),
@@ -83,9 +102,12 @@ fn split_host_port(text: &str) -> Result<(String, Option<u16>), String> {
         }
     };
     let port = port
-        .map(|p| {
-            p.parse::<u16>()
-                .map_err(|_| format!("{text:?}: port {p:?} is not a number up to 65535"))
+        .map(|p| match p.parse::<u16>() {
+            Ok(0) => Err(format!("{text:?}: port 0 is not a port (1 to 65535)")),
+            Ok(port) => Ok(port),
+            Err(_) => Err(format!(
+                "{text:?}: port {p:?} is not a number from 1 to 65535"
+            )),
         })
         .transpose()?;
     Ok((host.to_ascii_lowercase(), port))
@@ -101,16 +123,21 @@ impl AllowList {
             .iter()
             .map(|v| {
                 let text = v.as_ref().trim();
-                let (host, port) = split_host_port(text)?;
+                let (host, port) =
+                    split_host_port(text).map_err(|e| format!("--allow-outbound {e}"))?;
                 let (host, wildcard) = match host.strip_prefix("*.") {
                     Some(domain) => (domain.to_owned(), true),
                     None => (host, false),
                 };
+                let ipv6 = host.contains(':');
                 let valid = !host.is_empty()
                     && !host.contains('*')
                     && host
                         .chars()
-                        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':'));
+                        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':'))
+                    // Names: no empty label (`a..b`, a leading or trailing
+                    // dot).
+                    && (ipv6 || host.split('.').all(|label| !label.is_empty()));
                 if !valid {
                     return Err(format!(
                         "--allow-outbound {text:?}: want HOST[:PORT] or *.DOMAIN[:PORT]"

@@ -110,7 +110,15 @@ impl Outbound {
             .trim_start_matches('[')
             .trim_end_matches(']')
             .to_ascii_lowercase();
-        let port = uri.port_u16().unwrap_or(default_port);
+        let port = url_port(&uri, default_port).map_err(|p| {
+            error(
+                HostError::BadInput,
+                format!(
+                    "URL {:?}: port {p:?} is not a number from 1 to 65535",
+                    request.uri
+                ),
+            )
+        })?;
         if !self.allow.allows(&host, port, default_port) {
             return Err(error(
                 HostError::Refused,
@@ -186,6 +194,28 @@ impl Outbound {
     }
 }
 
+/// The port `uri` names, or `default_port` when it names none (or an
+/// empty one).
+///
+/// # Errors
+/// The text of a port that is not a number from 1 to 65535 (`http`'s own
+/// parser reads such a port as none at all).
+fn url_port(uri: &Uri, default_port: u16) -> Result<u16, String> {
+    let authority = uri.authority().map_or("", |a| a.as_str());
+    // After an IPv6 literal's `]`, or after the last `@` of user info.
+    let after_host = authority.rsplit_once(']').map_or_else(
+        || authority.rsplit_once('@').map_or(authority, |(_, h)| h),
+        |(_, rest)| rest,
+    );
+    match after_host.rsplit_once(':') {
+        None | Some((_, "")) => Ok(default_port),
+        Some((_, text)) => match text.parse::<u16>() {
+            Ok(port) if port > 0 => Ok(port),
+            _ => Err(text.to_owned()),
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -215,5 +245,49 @@ mod tests {
         assert!(AllowList::parse(&["host:99999"]).is_err());
         assert!(AllowList::parse(&["*.*.x"]).is_err());
         assert!(AllowList::default().is_empty());
+    }
+
+    #[test]
+    fn allow_list_values_are_parsed_strictly() {
+        for bad in [
+            "::1",
+            "fe80::1:443",
+            "127.0.0.1:0",
+            "a..b",
+            ".example.com",
+            "example.com.",
+            "http://127.0.0.1",
+            "[::1]x",
+            "host:65536",
+        ] {
+            let refused = AllowList::parse(&[bad]).expect_err(bad);
+            assert!(
+                refused.contains(bad) || refused.contains("IPv6"),
+                "{bad}: {refused}"
+            );
+        }
+        assert!(
+            AllowList::parse(&["::1"])
+                .expect_err("unbracketed")
+                .contains("[::1]")
+        );
+        assert!(
+            AllowList::parse(&["http://127.0.0.1"])
+                .expect_err("a URL")
+                .contains("give HOST[:PORT]")
+        );
+        assert!(AllowList::parse(&["[::1]", "[::1]:8080", "a.b", "*.a.b:1"]).is_ok());
+    }
+
+    #[test]
+    fn a_url_port_over_65535_is_refused_not_read_as_the_default() {
+        let port = |url: &str| url_port(&url.parse::<Uri>().expect("URL"), 80);
+        assert_eq!(port("http://h/"), Ok(80));
+        assert_eq!(port("http://h:/"), Ok(80));
+        assert_eq!(port("http://h:8080/"), Ok(8080));
+        assert_eq!(port("http://[::1]:81/"), Ok(81));
+        assert_eq!(port("http://[::1]/"), Ok(80));
+        assert_eq!(port("http://h:99999/"), Err("99999".to_owned()));
+        assert_eq!(port("http://h:0/"), Err("0".to_owned()));
     }
 }
