@@ -140,15 +140,8 @@ impl TemplateDir {
         }
         // Cranelift takes tens of ms: keep it off the async workers' backs
         // when there is a runtime to keep.
-        let load = || self.cache.load(bytes);
-        let loaded = if tokio::runtime::Handle::try_current()
-            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread)
-        {
-            tokio::task::block_in_place(load)
-        } else {
-            load()
-        };
-        loaded.map_err(|e| ApiError::unprocessable(e.to_string()))
+        stasis_core::blocking::off_the_executor(|| self.cache.load(bytes))
+            .map_err(|e| ApiError::unprocessable(e.to_string()))
     }
 }
 

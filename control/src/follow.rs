@@ -55,9 +55,8 @@ impl ControlPlane {
 
     /// Applies the directory's actors as a watch of etcd published them.
     pub(super) fn apply_placements(&self, current: &ActorsAt) {
-        self.placements.follow(&current.actors, |row| {
-            follower_placement(row, current.generations.get(&row.name).copied())
-        });
+        self.placements
+            .follow(&current.actors, &current.generations, follower_placement);
     }
 }
 

@@ -158,7 +158,7 @@ impl PlacementTable {
 
     /// Points `actor` at `worker` (as `incarnation`) under `epoch`; only
     /// [`ControlPlane::switch_placement`] calls it, after the directory
-    /// recorded the switch, and a follower following the directory.
+    /// recorded the switch.
     fn point(&self, actor: &str, worker: Arc<str>, incarnation: u64, epoch: u64) {
         if let Some(p) = self.write().get_mut(actor) {
             p.worker = worker;
@@ -167,34 +167,37 @@ impl PlacementTable {
         }
     }
 
-    /// A follower's table: the directory's `rows` by name, each made a
-    /// placement by `placement`. Actors no longer listed go, and so does
-    /// the placement of an actor whose name was deleted and created again
-    /// (another generation: its epochs start over); one listed at an older
-    /// epoch than it has here keeps its placement (the watch may lag a
-    /// switch this replica already saw); the others point where the rows
-    /// say, keeping their gates.
+    /// A follower's table: the directory's `rows` by name, of the
+    /// `generations` the watch saw; `placement` makes the placement of a
+    /// name new here. Actors no longer listed go, and so does the placement
+    /// of an actor whose name was deleted and created again (another
+    /// generation: its epochs start over); one listed at an older epoch
+    /// than it has here keeps its placement (the watch may lag a switch
+    /// this replica already saw); the others point where the rows say, on
+    /// any incarnation of their worker, keeping their gates. Only new
+    /// placements are built, so an event costs no allocation per actor.
     pub(super) fn follow(
         &self,
         rows: &std::collections::BTreeMap<String, ActorRow>,
-        placement: impl Fn(&ActorRow) -> Placement,
+        generations: &std::collections::BTreeMap<String, i64>,
+        placement: impl Fn(&ActorRow, Option<i64>) -> Placement,
     ) {
         let mut placements = self.write();
         placements.retain(|name, _| rows.contains_key(name));
         for (name, row) in rows {
-            let fresh = placement(row);
+            let generation = generations.get(name).copied();
             match placements.get_mut(name) {
-                Some(p) if p.generation != fresh.generation => *p = fresh,
+                Some(p) if p.generation != generation => *p = placement(row, generation),
                 Some(p) if p.epoch > row.epoch => {}
                 Some(p) => {
-                    if *p.worker != *fresh.worker {
-                        p.worker = fresh.worker;
+                    if *p.worker != *row.worker {
+                        p.worker = Arc::from(row.worker.as_str());
                     }
-                    p.epoch = fresh.epoch;
-                    p.incarnation = fresh.incarnation;
+                    p.epoch = row.epoch;
+                    p.incarnation = ANY_INCARNATION;
                 }
                 None => {
-                    placements.insert(name.clone(), fresh);
+                    placements.insert(name.clone(), placement(row, generation));
                 }
             }
         }

@@ -83,13 +83,14 @@ impl ControlPlane {
             )));
         }
         // Cranelift takes tens of ms: keep it off the async workers' backs.
-        let template = tokio::task::block_in_place(|| self.templates.cache().load(&bytes))
-            .map_err(|e| match e {
-                ModuleError::Malformed(_) | ModuleError::NotWasm(_) => {
-                    ApiError::bad_request(e.to_string())
-                }
-                _ => ApiError::unprocessable(e.to_string()),
-            })?;
+        let template =
+            stasis_core::blocking::off_the_executor(|| self.templates.cache().load(&bytes))
+                .map_err(|e| match e {
+                    ModuleError::Malformed(_) | ModuleError::NotWasm(_) => {
+                        ApiError::bad_request(e.to_string())
+                    }
+                    _ => ApiError::unprocessable(e.to_string()),
+                })?;
         // A memory that starts above --max-memory could never be created.
         let max_memory = self.config.limits.max_memory;
         if let Some(memory) = template
@@ -109,12 +110,13 @@ impl ControlPlane {
         self.templates.keep(&digest, &bytes)?;
         if let Some(shared) = &self.shared {
             // Workers and other replicas fetch the module from the store.
-            tokio::task::block_in_place(|| shared.put_template(&digest, &bytes)).map_err(|e| {
-                tracing::error!("storing template {name}: {}", e.detail());
-                ApiError::internal(format!(
-                    "storing template {name} in the snapshot store: {e}"
-                ))
-            })?;
+            stasis_core::blocking::off_the_executor(|| shared.put_template(&digest, &bytes))
+                .map_err(|e| {
+                    tracing::error!("storing template {name}: {}", e.detail());
+                    ApiError::internal(format!(
+                        "storing template {name} in the snapshot store: {e}"
+                    ))
+                })?;
         }
         let row = TemplateRow {
             name: name.to_owned(),

@@ -5,6 +5,8 @@
 //!
 //! Modules, bottom-up (each depends only on those before it):
 //!
+//! * [`blocking`]: blocking work run from async code without stalling
+//!   the executor.
 //! * [`sync_group`]: group commit of durability (one `syncfs` for many
 //!   writers).
 //! * [`durable`]: the one atomic-write routine and the data dir's `LOCK`.
@@ -37,6 +39,7 @@
 
 #![warn(missing_docs)]
 
+pub mod blocking;
 pub mod cow;
 pub mod durable;
 pub mod engine;

@@ -92,18 +92,27 @@ fn the_edge_depends_on_the_control_side_only() {
 }
 
 /// Every `.rs` file under `dir`, recursively.
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+fn rust_files_in(dir: &Path, out: &mut Vec<PathBuf>) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
     for entry in entries.flatten() {
         let path = entry.path();
         if path.is_dir() {
-            rust_files(&path, out);
+            rust_files_in(&path, out);
         } else if path.extension().is_some_and(|e| e == "rs") {
             out.push(path);
         }
     }
+}
+
+/// Every `.rs` file under each of `dirs` (relative to the project root).
+fn rust_files(dirs: &[&str]) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for dir in dirs {
+        rust_files_in(&root().join(dir), &mut files);
+    }
+    files
 }
 
 #[test]
@@ -122,10 +131,7 @@ fn no_source_file_outside_tests_and_benches_is_over_600_lines() {
         "runtime/src",
         "test-util/src",
     ];
-    let mut files = Vec::new();
-    for dir in crates {
-        rust_files(&root().join(dir), &mut files);
-    }
+    let files = rust_files(&crates);
     assert!(files.len() > 50, "found only {} files", files.len());
     let long: Vec<String> = files
         .iter()
@@ -140,8 +146,7 @@ fn no_source_file_outside_tests_and_benches_is_over_600_lines() {
 
 #[test]
 fn every_source_file_opens_with_a_module_doc() {
-    let mut files = Vec::new();
-    for dir in [
+    let files = rust_files(&[
         "contract/src",
         "http/src",
         "worker/src",
@@ -149,9 +154,7 @@ fn every_source_file_opens_with_a_module_doc() {
         "cluster/src",
         "ingress/src",
         "runtime/src",
-    ] {
-        rust_files(&root().join(dir), &mut files);
-    }
+    ]);
     let undocumented: Vec<String> = files
         .iter()
         .filter(|f| {

@@ -1,24 +1,11 @@
 //! Work that must not hold an async worker thread: memory copies of a
-//! capture, store listings and file removals. [`off_the_executor`] runs
-//! borrowing work (the actor's instance) in place on a thread that tokio
-//! has handed its other tasks away from; [`on_blocking_thread`] runs owned
-//! work on tokio's blocking pool.
+//! capture, store listings and file removals. Borrowing work (the actor's
+//! instance) runs in place through [`off_the_executor`] (re-exported from
+//! `stasis_core::blocking`); owned work runs on tokio's blocking pool
+//! through [`on_blocking_thread`].
 
 use stasis_contract::error::ApiError;
-
-/// Runs `work` on this thread after telling tokio to move its other tasks
-/// elsewhere (`block_in_place`), so that a long memory copy does not stall
-/// the requests of other actors. On a current-thread runtime (tests), where
-/// that is not possible, `work` simply runs.
-pub(crate) fn off_the_executor<T>(work: impl FnOnce() -> T) -> T {
-    let multi_thread = tokio::runtime::Handle::try_current()
-        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
-    if multi_thread {
-        tokio::task::block_in_place(work)
-    } else {
-        work()
-    }
-}
+pub(crate) use stasis_core::blocking::off_the_executor;
 
 /// Runs `work` on tokio's blocking pool and waits for it.
 ///
