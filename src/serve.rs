@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::Args;
 use stasis_core::engine::Limits;
-use stasis_runtime::contract::settings::{ActorSettings, AllowList, WorkerSettings};
+use stasis_runtime::contract::settings::{ActorSettings, AllowList, Durability, WorkerSettings};
 use stasis_runtime::control::{RebalanceBy, ServeConfig};
 use stasis_runtime::server::{ClusterConfig, ServeOptions, serve};
 
@@ -86,7 +86,13 @@ pub(crate) struct ServeArgs {
     /// Cap on the snapshot folder; a pause past it fails and the actor keeps running.
     #[arg(long, value_parser = parse_size)]
     snapshot_quota: Option<u64>,
-    /// Checkpoint a running actor after this many requests.
+    /// When a request's effect is durable: request (its answer waits for
+    /// the worker journal's group commit), interval (at each
+    /// --checkpoint-interval, default 1s) or pause (at pause and checkpoints).
+    #[arg(long, value_name = "LEVEL", value_parser = Durability::parse)]
+    durability: Option<Durability>,
+    /// Checkpoint a running actor after this many requests (1 is a
+    /// spelling of --durability request).
     #[arg(long)]
     checkpoint_every: Option<u64>,
     /// Checkpoint running actors this often.
@@ -146,6 +152,11 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
         lease_ttl: args.cluster.lease_ttl,
         advertise: args.advertise.clone(),
     });
+    let durability = args.durability.unwrap_or_default();
+    let checkpoint_interval = match (durability, args.checkpoint_interval) {
+        (Durability::Interval, None) => Some(Duration::from_secs(1)),
+        (_, every) => every,
+    };
     let options = ServeOptions {
         config: ServeConfig {
             data_dir: args.data_dir,
@@ -163,7 +174,9 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
                 hold_timeout: args.hold_timeout,
                 actor: ActorSettings {
                     keep_snapshots: usize::try_from(args.keep_snapshots).unwrap_or(usize::MAX),
-                    checkpoint_every: args.checkpoint_every.unwrap_or(0),
+                    // `--checkpoint-every 1` is a spelling of `request`.
+                    checkpoint_every: args.checkpoint_every.filter(|&n| n != 1).unwrap_or(0),
+                    durability,
                 },
                 max_live: args
                     .max_live
@@ -173,7 +186,7 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
             },
             snapshot_quota: args.snapshot_quota,
             idle_timeout: args.idle_timeout,
-            checkpoint_interval: args.checkpoint_interval,
+            checkpoint_interval,
             heartbeat_timeout: args.heartbeat_timeout,
             rebalance_by: args.rebalance_by,
             max_concurrent_moves: usize::try_from(args.max_concurrent_moves).unwrap_or(usize::MAX),

@@ -93,6 +93,14 @@ pub struct Metrics {
     pub held_requests: Gauge,
     /// `stasis_snapshot_bytes`: bytes in the snapshot folder (set at scrape time).
     pub snapshot_bytes: Gauge,
+    /// `stasis_journal_entries_total`: entries appended to the worker
+    /// journal (durability level `request`).
+    journal_entries: Counter,
+    /// `stasis_journal_bytes_total`: bytes of those entries.
+    journal_bytes: Counter,
+    /// `stasis_journal_syncs_total`: the journal's group commits (one
+    /// `fdatasync` each); fewer than entries when commits are shared.
+    pub journal_syncs: Counter,
     /// Calls, messages and outbound requests of the host functions.
     pub host_calls: HostCallMetrics,
     /// Alarms fired, failed and pending.
@@ -251,6 +259,23 @@ impl Metrics {
         let actors = Family::<StateLabel, Gauge>::default();
         let held_requests = Gauge::default();
         let snapshot_bytes = Gauge::default();
+        let (journal_entries, journal_bytes, journal_syncs) =
+            (Counter::default(), Counter::default(), Counter::default());
+        registry.register(
+            "stasis_journal_entries",
+            "Entries appended to the worker journal (durability request)",
+            journal_entries.clone(),
+        );
+        registry.register(
+            "stasis_journal_bytes",
+            "Bytes appended to the worker journal",
+            journal_bytes.clone(),
+        );
+        registry.register(
+            "stasis_journal_syncs",
+            "Group commits of the worker journal (one fdatasync each)",
+            journal_syncs.clone(),
+        );
         registry.register(
             "stasis_requests",
             "Requests answered, by template and status",
@@ -325,6 +350,9 @@ impl Metrics {
             actors,
             held_requests,
             snapshot_bytes,
+            journal_entries,
+            journal_bytes,
+            journal_syncs,
             host_calls,
             alarms,
         }
@@ -356,6 +384,12 @@ impl Metrics {
     /// left first.
     pub fn abandoned(&self) {
         self.abandoned.inc();
+    }
+
+    /// Counts one journal entry of `bytes` bytes.
+    pub fn journaled(&self, bytes: usize) {
+        self.journal_entries.inc();
+        self.journal_bytes.inc_by(bytes as u64);
     }
 
     /// Counts one failed attempt to re-place an actor.

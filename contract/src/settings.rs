@@ -38,6 +38,7 @@ impl Default for WorkerSettings {
             actor: ActorSettings {
                 keep_snapshots: 2,
                 checkpoint_every: 0,
+                durability: Durability::Request,
             },
             max_live: None,
             allow_outbound: AllowList::default(),
@@ -52,6 +53,54 @@ pub struct ActorSettings {
     pub keep_snapshots: usize,
     /// Checkpoint after this many requests (0 = never).
     pub checkpoint_every: u64,
+    /// When a request's effect becomes durable (`--durability`).
+    pub durability: Durability,
+}
+
+/// When the effect of a request becomes durable (`--durability`, and a
+/// template's override at push; docs/api.md, "Durability").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Durability {
+    /// The answer leaves Stasis only once the state the request produced
+    /// is in the worker journal on disk: a trap, a `kill -9` or a restart
+    /// loses no answered request.
+    #[default]
+    Request,
+    /// Durable at each `--checkpoint-interval` checkpoint and at pause.
+    Interval,
+    /// Durable at pause and at checkpoints only; a trap or a crash rolls
+    /// the actor back to its newest snapshot.
+    Pause,
+}
+
+impl Durability {
+    /// Every level, as named in flags and JSON.
+    pub const NAMES: [&'static str; 3] = ["request", "interval", "pause"];
+
+    /// The level's name in flags and JSON.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Request => "request",
+            Self::Interval => "interval",
+            Self::Pause => "pause",
+        }
+    }
+
+    /// The level named `name`.
+    ///
+    /// # Errors
+    /// A message naming the levels when `name` is none of them.
+    pub fn parse(name: &str) -> Result<Self, String> {
+        match name {
+            "request" => Ok(Self::Request),
+            "interval" => Ok(Self::Interval),
+            "pause" => Ok(Self::Pause),
+            _ => Err(format!(
+                "unknown durability {name:?}: use request, interval or pause"
+            )),
+        }
+    }
 }
 
 /// One `--allow-outbound` rule.

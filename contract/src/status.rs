@@ -78,6 +78,10 @@ pub struct ActorStatus {
     pub memory_bytes: u64,
     /// Requests answered by the guest.
     pub requests: u64,
+    /// When its requests' effects are durable on its worker (`request`,
+    /// `interval` or `pause`; `None` while no worker hosts it).
+    #[serde(default)]
+    pub durability: Option<String>,
     /// When the actor last ran a request or command (not serialized:
     /// idle pauses and `--max-live` eviction read it).
     #[serde(skip)]
@@ -97,6 +101,7 @@ impl ActorStatus {
             error: None,
             memory_bytes: 0,
             requests: 0,
+            durability: None,
             last_active: Some(Instant::now()),
         }
     }

@@ -270,6 +270,7 @@ impl ControlPlane {
             requests: status.requests,
             memory_bytes: status.memory_bytes,
             error: status.error,
+            durability: status.durability,
         }
     }
 

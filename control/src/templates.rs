@@ -141,6 +141,7 @@ impl ControlPlane {
             bytes: row.bytes,
             env: row.env.into_iter().collect(),
             actors,
+            durability: self.config.worker.actor.durability.name().to_owned(),
         }
     }
 

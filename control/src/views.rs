@@ -20,6 +20,8 @@ pub struct TemplateInfo {
     pub env: std::collections::BTreeMap<String, String>,
     /// Actors using it.
     pub actors: usize,
+    /// When its actors' requests are durable (`--durability`).
+    pub durability: String,
 }
 
 /// An actor as the API shows it (docs/api.md, "Actor").
@@ -54,6 +56,9 @@ pub struct ActorInfo {
     pub memory_bytes: u64,
     /// Why it failed, or the last trap.
     pub error: Option<String>,
+    /// When its requests' effects are durable (docs/api.md, "Durability"):
+    /// `request`, `interval` or `pause`; absent while no worker hosts it.
+    pub durability: Option<String>,
 }
 
 /// The answer to a pause or checkpoint: the actor plus the snapshot.

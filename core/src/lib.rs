@@ -28,6 +28,8 @@
 //!   ([`snapshot::capture`](mod@snapshot::capture)), restore
 //!   ([`snapshot::restore`](mod@snapshot::restore))
 //!   and the memory helpers they share ([`snapshot::memory`]).
+//! * [`journal`]: the worker journal, snapshots of requests made durable
+//!   by group commit, replayed into the store at start-up.
 //! * [`snapshot_store`]: the [`snapshot_store::SnapshotStore`] trait that
 //!   workers and the control plane keep snapshots through.
 //! * [`snapshot_files`]: its embedded implementation, snapshot files in the
@@ -46,6 +48,7 @@ pub mod engine;
 pub mod host;
 pub mod host_functions;
 pub mod instance;
+pub mod journal;
 pub mod module;
 pub mod snapshot;
 mod snapshot_checked;

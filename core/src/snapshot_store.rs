@@ -484,6 +484,23 @@ pub fn open_chain(
     template: &crate::module::Template,
     max_memory: u64,
 ) -> Result<VerifiedChain<SnapshotBytes>, ChainError> {
+    open_chain_over(store, actor, seq, template, max_memory, None)
+}
+
+/// [`open_chain`] where snapshot `head.0` is the bytes `head.1` instead of
+/// the store's file: a journal entry not yet written to the store
+/// ([`crate::journal`]), on a chain that is.
+///
+/// # Errors
+/// As [`open_chain`].
+pub fn open_chain_over(
+    store: &dyn SnapshotStore,
+    actor: &str,
+    seq: u64,
+    template: &crate::module::Template,
+    max_memory: u64,
+    head: Option<(u64, &[u8])>,
+) -> Result<VerifiedChain<SnapshotBytes>, ChainError> {
     use crate::snapshot::{MAX_DELTA_DEPTH, recorded_crc32c, verify};
     let in_chain = |error: ChainError, at: u64| {
         if at == seq {
@@ -499,9 +516,11 @@ pub fn open_chain(
     let mut at = seq;
     let mut named: Option<crate::snapshot::BaseRef> = None;
     loop {
-        let bytes = store
-            .open_snapshot(actor, at)
-            .map_err(|source| in_chain(ChainError::Open { seq: at, source }, at))?;
+        let bytes = match head {
+            Some((entry, bytes)) if entry == at => Ok(SnapshotBytes::from(bytes.to_vec())),
+            _ => store.open_snapshot(actor, at),
+        }
+        .map_err(|source| in_chain(ChainError::Open { seq: at, source }, at))?;
         let computed = !bytes.checksum_verified();
         let verified = verify(bytes, template, max_memory)
             .map_err(|source| in_chain(ChainError::Invalid { seq: at, source }, at))?;

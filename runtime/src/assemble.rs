@@ -21,7 +21,9 @@ use stasis_control::directory::SqliteDirectory;
 use stasis_control::local::LocalControl;
 use stasis_control::{ControlParts, ControlPlane, OpenedStore, Role, ServeConfig};
 use stasis_core::engine::StasisEngine;
+use stasis_core::journal::Journal;
 use stasis_core::module::ModuleCache;
+use stasis_core::snapshot_store::SnapshotStore;
 use stasis_worker::Worker;
 
 /// Creates the data dir's folders (`templates/`, `cache/`).
@@ -60,6 +62,8 @@ struct Backend {
     directory: Arc<dyn Directory>,
     store: OpenedStore,
     lock: Option<std::fs::File>,
+    /// The data dir's worker journal, for the in-process workers.
+    journal: Option<Arc<Journal>>,
 }
 
 /// Builds the control plane in `role` over `backend`, with the engine,
@@ -98,6 +102,11 @@ fn build(
             )
         })
         .collect();
+    if let Some(journal) = &backend.journal {
+        for worker in &locals {
+            worker.set_journal(journal.clone());
+        }
+    }
     let connect = Arc::new(Connector::new(config.admin_token.clone()));
     let parts = ControlParts {
         directory: backend.directory,
@@ -119,6 +128,35 @@ fn build(
     Ok(control)
 }
 
+/// Opens the data dir's worker journal (`journal/`), replaying what a
+/// previous run left into `store` first (see [`stasis_core::journal`]).
+fn open_journal(
+    dir: &Path,
+    store: &dyn SnapshotStore,
+    metrics: &Arc<Metrics>,
+) -> anyhow::Result<Arc<Journal>> {
+    let syncs = metrics.journal_syncs.clone();
+    let (journal, replayed) = Journal::open(
+        &dir.join("journal"),
+        store,
+        Box::new(move || {
+            syncs.inc();
+        }),
+    )
+    .context("opening the worker journal")?;
+    if replayed.entries > 0 {
+        tracing::info!(
+            entries = replayed.entries,
+            applied = replayed.applied,
+            skipped = replayed.skipped,
+            torn_bytes = replayed.torn_bytes,
+            ms = replayed.duration.as_secs_f64() * 1e3,
+            "journal replayed"
+        );
+    }
+    Ok(Arc::new(journal))
+}
+
 /// Opens an embedded control plane: the data dir (created if missing,
 /// guarded by its `LOCK`), `stasis.db`, the snapshot store and the
 /// in-process workers; brings every actor of the directory back, `paused`
@@ -137,10 +175,12 @@ pub fn open_embedded(
     let directory = SqliteDirectory::open(&dir.join("stasis.db")).context("opening stasis.db")?;
     let store =
         stasis_control::open_snapshot_store(&config.snapshot_store, &dir, config.snapshot_quota)?;
+    let journal = open_journal(&dir, store.0.as_ref(), &metrics)?;
     let backend = Backend {
         directory: Arc::new(directory),
         store,
         lock: Some(lock),
+        journal: Some(journal),
     };
     let control = build(config, metrics, backend, Role::Embedded)?;
     control.recover()?;
@@ -179,6 +219,7 @@ pub async fn open_replica(
             directory,
             store,
             lock: None,
+            journal: None,
         };
         build(config, metrics, backend, role)
     })

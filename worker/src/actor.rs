@@ -17,18 +17,18 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use stasis_core::engine::StasisEngine;
-use stasis_core::instance::{ActorInstance, CallError, InstanceConfig};
+use stasis_core::instance::{ActorInstance, InstanceConfig};
+use stasis_core::journal::{Durable, Journal};
 use stasis_core::module::Template;
 use stasis_core::snapshot::{DeltaBase, VerifiedChain};
 use stasis_core::snapshot_store::{SnapshotBytes, SnapshotStore};
 use tokio::sync::{OwnedSemaphorePermit, mpsc};
 
 use super::clock::ActorClock;
+use super::journaled::Journaled;
 use super::live::LiveSlots;
 pub use super::mailbox::{Command, Input, Ticket};
-use crate::guest::{Answer, Work};
 use crate::host_calls::services::ActorHostServices;
-use stasis_contract::client_gone;
 use stasis_contract::error::{ApiError, ErrorKind};
 use stasis_contract::metrics::Metrics;
 use stasis_contract::settings::ActorSettings;
@@ -85,6 +85,14 @@ pub(crate) struct ActorTask {
     /// What the instance's host functions call; told the chain and
     /// deadline of each request before the guest runs it.
     pub services: Arc<ActorHostServices>,
+    /// The worker journal (durability level `request`, see
+    /// [`super::journaled`]).
+    pub journal: Option<Arc<Journal>>,
+    /// The newest journal entry, not yet in the store.
+    pub journaled: Option<Journaled>,
+    /// The durability of the newest entry appended: an answer that
+    /// changed nothing still waits for it (it may show its effect).
+    pub gate: Option<Durable>,
 }
 
 /// What a parked actor keeps while no task runs it: the fields of its
@@ -102,6 +110,8 @@ pub(crate) struct ParkedActor {
     pub epoch: u64,
     pub clock: ActorClock,
     pub primed: Option<(u64, VerifiedChain<SnapshotBytes>)>,
+    pub journaled: Option<Journaled>,
+    pub gate: Option<Durable>,
 }
 
 /// Why [`ActorTask::run`] returned.
@@ -136,6 +146,8 @@ impl ActorTask {
             epoch: self.epoch,
             clock: self.clock,
             primed: self.primed,
+            journaled: self.journaled,
+            gate: self.gate,
         }
     }
 
@@ -163,7 +175,7 @@ impl ActorTask {
 
     /// Drops the live instance, remembering its clock (see
     /// [`ActorClock::dropped`]; `paused`: by a pause).
-    fn drop_instance(&mut self, paused: bool) {
+    pub(super) fn drop_instance(&mut self, paused: bool) {
         self.delta_base = None;
         if let Some(instance) = self.instance.take() {
             let clock_ns = instance.clock_ns();
@@ -199,7 +211,8 @@ impl ActorTask {
             }
         };
         self.instance = Some(instance);
-        let captured = crate::blocking::off_the_executor(|| self.capture_live());
+        let captured =
+            crate::blocking::off_the_executor(|| self.capture_live(super::capture::For::Snapshot));
         if !keep {
             // A borrowed slot is given back before the write. Snapshot 0
             // holds the clock's reading: no mark is needed.
@@ -242,7 +255,7 @@ impl ActorTask {
     /// instance: a running actor is in the recency order (moved to its
     /// most recent end when `used`), an actor without an instance holds
     /// no slot.
-    fn sync_live(&mut self, used: bool) {
+    pub(super) fn sync_live(&mut self, used: bool) {
         let Some(live) = &self.live else {
             return;
         };
@@ -353,8 +366,14 @@ impl ActorTask {
                 };
                 let _ = reply.send(result);
             }
+            Command::Fold => {
+                if let Err(e) = self.seal(Instant::now()).await {
+                    tracing::warn!(actor = %self.name, "writing its journal entry to the store: {e}");
+                }
+            }
             Command::Stop(reply) => {
                 self.instance = None;
+                self.forget_journal();
                 for (_, _, input) in std::mem::take(&mut self.held_by_move) {
                     input.refuse(ApiError::new(
                         ErrorKind::StaleEpoch,
@@ -376,147 +395,6 @@ impl ActorTask {
     /// (421, so the router asks the new owner) once the actor has left.
     fn hold_for_move(&mut self, call: HeldCall) {
         self.held_by_move.push(call);
-    }
-
-    /// Runs one delivery unless its ticket was given up, and sends the
-    /// answer.
-    async fn deliver(&mut self, epoch: u64, ticket: &Ticket, input: Input) {
-        if !ticket.start() {
-            return;
-        }
-        if epoch != self.epoch {
-            input.refuse(ApiError::new(
-                ErrorKind::StaleEpoch,
-                format!(
-                    "stale placement epoch {epoch} for actor {} (now {})",
-                    self.name, self.epoch
-                ),
-            ));
-            return;
-        }
-        match input {
-            Input::Request { request, reply } => {
-                let result = self.run_guest(Work::Request(&request), ticket).await;
-                let _ = reply.send(result.and_then(|answer| match answer {
-                    Answer::Response(response) => Ok(response),
-                    Answer::Alarm(_) => Err(ApiError::internal("an alarm answered a request")),
-                }));
-            }
-            Input::Alarm { reply } => {
-                let result = self.run_guest(Work::Alarm, ticket).await;
-                let _ = reply.send(result.and_then(|answer| match answer {
-                    Answer::Alarm(outcome) => Ok(outcome),
-                    Answer::Response(_) => Err(ApiError::internal("a request answered an alarm")),
-                }));
-            }
-        }
-    }
-
-    /// Runs `work` in the guest (resuming the actor first if it has no
-    /// instance), then counts it and checkpoints as `--checkpoint-every`
-    /// says.
-    async fn run_guest(&mut self, work: Work<'_>, ticket: &Ticket) -> Result<Answer, ApiError> {
-        if self.instance.is_none() {
-            if let Some(reason) = self.failed_reason() {
-                return Err(ApiError::failed(format!(
-                    "actor {} failed: {reason}",
-                    self.name
-                )));
-            }
-            // A client that leaves while its request waits for a slot
-            // takes the request with it.
-            tokio::select! {
-                taken = self.take_slot() => taken?,
-                () = ticket.abandoned() => return Err(client_gone::abandoned(&self.name)),
-            }
-            self.resume(ResumeFrom::Newest).await?;
-        }
-        if !ticket.run() {
-            return Err(client_gone::abandoned(&self.name));
-        }
-        let now_ns = self
-            .instance
-            .as_ref()
-            .ok_or_else(|| ApiError::internal("no instance"))?
-            .clock_ns();
-        self.lease_clock(now_ns);
-        let instance = self
-            .instance
-            .as_mut()
-            .ok_or_else(|| ApiError::internal("no instance"))?;
-        let result = crate::guest::run(instance, &self.services, work).await;
-        let memory_bytes = instance.memory_bytes();
-        {
-            let mut status = self.status();
-            status.requests += 1;
-            status.last_active = Some(Instant::now());
-            status.memory_bytes = memory_bytes;
-        }
-        match result {
-            Ok(response) => {
-                self.since_checkpoint += 1;
-                if self.settings.checkpoint_every > 0
-                    && self.since_checkpoint >= self.settings.checkpoint_every
-                {
-                    match self.snapshot(Instant::now()).await {
-                        Ok(_) => {
-                            self.metrics.checkpointed(&self.worker, &self.name);
-                        }
-                        Err(e) if self.settings.checkpoint_every == 1 => {
-                            return Err(self.after_failed_checkpoint(e).await);
-                        }
-                        Err(e) => tracing::warn!(actor = %self.name, "checkpoint failed: {e}"),
-                    }
-                }
-                Ok(response)
-            }
-            Err(e) => Err(self.after_failed_call(e).await),
-        }
-    }
-
-    /// Drops a poisoned instance and rolls the actor back to its newest
-    /// snapshot (DESIGN.md, "Traps").
-    async fn after_failed_call(&mut self, error: CallError) -> ApiError {
-        let answer = ApiError::call(&error, error.to_string());
-        if !error.poisons_instance() {
-            return answer;
-        }
-        self.metrics.trapped(&self.worker, &self.name);
-        tracing::warn!(actor = %self.name, "{error}; rolling back to the newest snapshot");
-        self.drop_instance(false);
-        self.status().error = Some(error.to_string());
-        if let Err(e) = self.resume(ResumeFrom::Newest).await {
-            tracing::error!(actor = %self.name, "rollback failed: {e}");
-        }
-        answer
-    }
-
-    /// With `--checkpoint-every 1` a 200 is sent only after its snapshot
-    /// is durable: when that checkpoint fails (`error`: the quota, the
-    /// disk), the request's effect is undone by rolling the actor back to
-    /// its newest snapshot, as after a trap, and the answer is `error`'s
-    /// status, so a client may send the request again.
-    async fn after_failed_checkpoint(&mut self, error: ApiError) -> ApiError {
-        tracing::warn!(
-            actor = %self.name,
-            "checkpoint failed: {}; rolling back to the newest snapshot",
-            error.message()
-        );
-        self.drop_instance(false);
-        if let Err(e) = self.resume(ResumeFrom::Newest).await {
-            tracing::error!(actor = %self.name, "rollback failed: {e}");
-        }
-        let message = format!(
-            "the request ran but its checkpoint failed, so it was undone (the actor is back at \
-             its newest snapshot): {}",
-            error.message()
-        );
-        error.with_message(message)
-    }
-
-    fn failed_reason(&self) -> Option<String> {
-        let status = self.status();
-        (status.state == ActorState::Failed).then(|| status.error.clone().unwrap_or_default())
     }
 
     async fn pause(&mut self) -> Result<SnapshotReport, ApiError> {

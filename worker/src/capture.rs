@@ -18,8 +18,14 @@ impl ActorTask {
     /// Captures the live instance and writes the next snapshot durably
     /// (a delta when [`ActorTask::capture_live`] can take one), then
     /// applies retention. The instance is kept.
+    /// With a journal entry newer than the store's snapshots, that entry
+    /// is the instance's state (no guest code ran since it was taken): it
+    /// is written as the snapshot instead ([`ActorTask::seal`]).
     pub(super) async fn snapshot(&mut self, started: Instant) -> Result<SnapshotReport, ApiError> {
-        let (bytes, _) = crate::blocking::off_the_executor(|| self.capture_live())?;
+        if let Some(report) = self.seal(started).await? {
+            return Ok(report);
+        }
+        let (bytes, _) = crate::blocking::off_the_executor(|| self.capture_live(For::Snapshot))?;
         self.write_snapshot(bytes, started).await
     }
 
@@ -32,7 +38,10 @@ impl ActorTask {
         &mut self,
         started: Instant,
     ) -> Result<SnapshotReport, ApiError> {
-        let (bytes, kind) = crate::blocking::off_the_executor(|| self.capture_live())?;
+        // A journal entry goes to the store first, so the capture below
+        // (of what `on_pause` changed, if anything) is a delta on it.
+        self.seal(started).await?;
+        let (bytes, kind) = crate::blocking::off_the_executor(|| self.capture_live(For::Snapshot))?;
         let unchanged = match kind {
             Kind::Delta { unchanged } => unchanged,
             Kind::Full => self.status().snapshot.is_some_and(|newest| {
@@ -64,8 +73,9 @@ impl ActorTask {
     /// when there is one and it is the newest snapshot, the store keeps
     /// chains, and no replicator needs self-contained files; otherwise (or
     /// when [`snapshot::capture_delta`] says a full snapshot is due) a full
-    /// snapshot. Also says which it took.
-    pub(super) fn capture_live(&mut self) -> Result<(Vec<u8>, Kind), ApiError> {
+    /// snapshot. Also says which it took. `purpose`: a journal entry takes
+    /// a delta on any chain ([`snapshot::capture_entry_delta`]).
+    pub(super) fn capture_live(&mut self, purpose: For) -> Result<(Vec<u8>, Kind), ApiError> {
         let newest = self.next_seq.checked_sub(1);
         let base = self
             .delta_base
@@ -110,9 +120,11 @@ impl ActorTask {
         if let Some((base, chain)) = &chain {
             let pages = ChainPages::of(chain);
             let mut bytes = Vec::new();
-            match snapshot::capture_delta(instance, base, Some(&pages), &mut bytes)
-                .map_err(internal)?
-            {
+            let capture = match purpose {
+                For::Snapshot => snapshot::capture_delta,
+                For::Entry => snapshot::capture_entry_delta,
+            };
+            match capture(instance, base, Some(&pages), &mut bytes).map_err(internal)? {
                 Ok(delta) => {
                     tracing::debug!(
                         actor = %self.name,
@@ -144,10 +156,10 @@ impl ActorTask {
     /// replicator), then applies retention.
     pub(super) async fn write_snapshot(
         &mut self,
-        bytes: Vec<u8>,
+        bytes: impl Into<Arc<Vec<u8>>>,
         started: Instant,
     ) -> Result<SnapshotReport, ApiError> {
-        let bytes = Arc::new(bytes);
+        let bytes: Arc<Vec<u8>> = bytes.into();
         let seq = self.next_seq;
         let store = self.store.clone();
         let actor = self.name.clone();
@@ -178,6 +190,15 @@ impl ActorTask {
             changed: true,
         })
     }
+}
+
+/// What [`ActorTask::capture_live`] captures for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum For {
+    /// A snapshot file of the store.
+    Snapshot,
+    /// A journal entry.
+    Entry,
 }
 
 /// What [`ActorTask::capture_live`] took.

@@ -24,16 +24,19 @@ mod clock;
 mod guest;
 mod host;
 pub mod host_calls;
+mod journaled;
 pub mod live;
 mod mailbox;
 mod request;
 mod restore;
+mod run;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use stasis_core::engine::StasisEngine;
+use stasis_core::journal::{EntryKind, Journal};
 use stasis_core::module::Template;
 use stasis_core::snapshot_store::SnapshotStore;
 use tokio::sync::{mpsc, oneshot};
@@ -110,6 +113,8 @@ pub struct Worker {
     serving: AtomicBool,
     /// What the actors' host functions share (see [`crate::host_calls`]).
     host_calls: Arc<HostCalls>,
+    /// The data dir's journal, once set (durability level `request`).
+    journal: OnceLock<Arc<Journal>>,
 }
 
 impl std::fmt::Debug for Worker {
@@ -175,7 +180,34 @@ impl Worker {
             replicator,
             templates,
             serving: AtomicBool::new(true),
+            journal: OnceLock::new(),
         })
+    }
+
+    /// Gives the worker the data dir's journal (once, before its first
+    /// actor), which its actors at level `request` append to, and starts
+    /// the compaction loop: every second, the actors of this worker whose
+    /// newest entry is in a closed segment write it to the store, and
+    /// segments no entry needs are deleted.
+    pub fn set_journal(&self, journal: Arc<Journal>) {
+        if self.journal.set(journal.clone()).is_err() {
+            return;
+        }
+        let worker = self.this.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let Some(worker) = worker.upgrade() else {
+                    return;
+                };
+                for actor in journal.pinning() {
+                    let _ = worker.post(&actor, Command::Fold);
+                }
+                journal.collect();
+            }
+        });
     }
 
     /// Starts or stops serving calls. A remote worker that lost contact with
@@ -229,6 +261,8 @@ impl Worker {
             epoch,
             clock: ActorClock::default(),
             primed: None,
+            journaled: None,
+            gate: None,
         };
         self.unpark(&spec.name, parked)
     }
@@ -236,7 +270,7 @@ impl Worker {
     /// The task of actor `name` as `parked` left it, with the worker's
     /// shared parts and no instance.
     fn unpark(&self, name: &str, parked: ParkedActor) -> ActorTask {
-        ActorTask {
+        let task = ActorTask {
             name: name.to_owned(),
             worker: self.name.clone(),
             template: parked.template,
@@ -258,7 +292,13 @@ impl Worker {
             clock: parked.clock,
             held_by_move: Vec::new(),
             services: ActorHostServices::new(name, self.host_calls.clone()),
-        }
+            journal: self.journal.get().cloned(),
+            journaled: parked.journaled,
+            gate: parked.gate,
+        };
+        let level = task.effective_durability().name();
+        task.status().durability = Some(level.to_owned());
+        task
     }
 
     /// Enters `task` in the table: running if it holds an instance, else
@@ -453,7 +493,10 @@ impl Worker {
             let mut actors = self.lock();
             match actors.get(actor) {
                 None => return,
-                Some(Entry::Parked(_)) => {
+                Some(Entry::Parked(parked)) => {
+                    if let Some(journal) = self.journal.get() {
+                        let _ = journal.append(EntryKind::Forget, parked.epoch, 0, actor, &[]);
+                    }
                     actors.remove(actor);
                     return;
                 }

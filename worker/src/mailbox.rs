@@ -144,6 +144,9 @@ pub enum Command {
     Capture(oneshot::Sender<Result<Captured, ApiError>>),
     /// A move was rolled back: back to `running` (or `paused`).
     CancelMove(oneshot::Sender<()>),
+    /// Write the newest journal entry to the store: its journal segment
+    /// is old (see `super::journaled`).
+    Fold,
     /// Stop the task and drop the instance (files are the caller's).
     Stop(oneshot::Sender<()>),
 }

@@ -8,7 +8,7 @@ use std::time::Instant;
 use stasis_core::instance::{ActorInstance, CallError};
 use stasis_core::snapshot::{self, DeltaBase, VerifiedChain};
 use stasis_core::snapshot_store::{
-    ChainError, SnapshotBytes, StoreError, open_chain, remove_corrupt,
+    ChainError, SnapshotBytes, StoreError, open_chain_over, remove_corrupt,
 };
 
 use super::actor::ActorTask;
@@ -63,7 +63,11 @@ impl ActorTask {
                 let memory_bytes = instance.memory_bytes();
                 self.instance = Some(instance);
                 // A repair's snapshot below is full: it starts a new chain.
-                self.delta_base = base.filter(|_| from == ResumeFrom::Newest);
+                // A journal entry is no base until it is in the store.
+                let entry = self.journaled.as_ref().map(|newest| newest.seq);
+                self.delta_base = base
+                    .filter(|_| from == ResumeFrom::Newest)
+                    .filter(|base| Some(base.seq) != entry);
                 if second_slot.is_some() {
                     // The old instance is gone: keep one slot.
                     self.slot = second_slot;
@@ -87,6 +91,8 @@ impl ActorTask {
                     // rollback does not land on the bad one again; corrupt
                     // snapshots go first, so retention keeps good ones.
                     self.remove_corrupt_snapshots(from).await;
+                    // The journal's entries are of the state left behind.
+                    self.forget_journal();
                     self.snapshot(started).await?;
                 }
                 Ok(())
@@ -158,6 +164,10 @@ impl ActorTask {
     /// the actor was adopted), so a newest file deleted behind the actor's
     /// back makes the resume fail instead of silently rolling back.
     pub(super) fn newest_seq(&self) -> Option<u64> {
+        // A journal entry not yet in the store is newer than any snapshot.
+        if let Some(newest) = &self.journaled {
+            return Some(newest.seq);
+        }
         let known = self.status().snapshot.map(|s| s.seq).or_else(|| {
             self.store
                 .list(&self.name)
@@ -215,12 +225,18 @@ impl ActorTask {
     /// and verifies it against the template.
     fn open_verified(&self, seq: u64) -> Result<VerifiedChain<SnapshotBytes>, Unrestorable> {
         let max_memory = self.engine.limits().max_memory;
-        open_chain(
+        let entry = self
+            .journaled
+            .as_ref()
+            .filter(|newest| newest.seq == seq)
+            .map(|newest| (newest.seq, newest.bytes.as_slice()));
+        open_chain_over(
             self.store.as_ref(),
             &self.name,
             seq,
             &self.template,
             max_memory,
+            entry,
         )
         .map_err(|e| {
             if let Some(store) = e.store_error() {

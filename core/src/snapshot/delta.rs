@@ -135,10 +135,36 @@ pub fn capture_delta(
     chain: Option<&ChainPages<'_>>,
     out: &mut Vec<u8>,
 ) -> Result<Result<DeltaCapture, FullInstead>, SnapshotError> {
+    capture_delta_over(instance, base, chain, out, MIN_DELTA_ROOT_PAGES)
+}
+
+/// [`capture_delta`] for a journal entry ([`crate::journal`]): a delta
+/// on any chain, however small its full snapshot, since an entry costs no
+/// file of its own (a full snapshot of a small actor would still be many
+/// pages where the delta is one or two).
+///
+/// # Errors
+/// As [`capture_delta`].
+pub fn capture_entry_delta(
+    instance: &mut ActorInstance,
+    base: &DeltaBase,
+    chain: Option<&ChainPages<'_>>,
+    out: &mut Vec<u8>,
+) -> Result<Result<DeltaCapture, FullInstead>, SnapshotError> {
+    capture_delta_over(instance, base, chain, out, 0)
+}
+
+fn capture_delta_over(
+    instance: &mut ActorInstance,
+    base: &DeltaBase,
+    chain: Option<&ChainPages<'_>>,
+    out: &mut Vec<u8>,
+    min_root_pages: u64,
+) -> Result<Result<DeltaCapture, FullInstead>, SnapshotError> {
     if base.depth >= MAX_DELTA_DEPTH {
         return Ok(Err(FullInstead::ChainFull));
     }
-    if base.root_pages < MIN_DELTA_ROOT_PAGES {
+    if base.root_pages < min_root_pages {
         return Ok(Err(FullInstead::SmallRoot));
     }
     let info = instance.template.info.clone();

@@ -1,0 +1,424 @@
+//! The worker journal: one append-only log per data dir that receives the
+//! snapshots of every actor's requests and makes them durable by **group
+//! commit** — one `fdatasync` covers every entry appended while the
+//! previous one ran, across all actors.
+//!
+//! An entry ([`entry`]) is a snapshot file of one actor: a delta on the
+//! newest snapshot in the store (or a full one), holding every page that
+//! changed since that snapshot, so the newest entry of an actor alone
+//! gives its state. [`Journal::append`] returns at once with a
+//! [`Durable`] that resolves when the entry is on disk: the worker's
+//! *output gate* holds the request's answer until then while the actor
+//! already runs its next request.
+//!
+//! The journal tracks, per actor, its newest entry not yet written to the
+//! store ([`Journal::settled`] says it was). Segments (`NNN.log`, named by
+//! the position of their first byte) roll at [`SEGMENT_BYTES`]; a segment
+//! is deleted ([`Journal::collect`]) once no actor's newest entry is in it
+//! or before it, so the actors pinning old segments are asked to write
+//! theirs to the store ([`Journal::pinning`]).
+//!
+//! At start-up ([`Journal::open`]) the segments are replayed: the newest
+//! entry of each actor is written to the store as the snapshot it is,
+//! when it still applies ([`replay`]), and the segments are deleted. A
+//! torn tail is ignored, never applied.
+
+pub mod entry;
+mod replay;
+
+use std::collections::{HashMap, VecDeque};
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write as _};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use tokio::sync::watch;
+
+pub use entry::EntryKind;
+pub use replay::Replayed;
+
+use crate::durable::sync_dir;
+use crate::snapshot_store::SnapshotStore;
+
+/// A segment is closed and a new one started once it holds this many
+/// bytes.
+pub const SEGMENT_BYTES: u64 = 64 << 20;
+
+/// Why the journal refused or lost an entry. Once a write or an
+/// `fdatasync` failed, what reached the disk is unknown: the journal
+/// refuses every later entry and every entry not yet durable fails, so no
+/// request is answered as done unless it is on disk. A restart replays
+/// what is.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("the worker journal failed: {0}; requests are refused until the server restarts")]
+pub struct JournalError(Arc<str>);
+
+/// The durable end of the log, and the failure that stopped it.
+#[derive(Debug, Clone, Default)]
+struct Committed {
+    durable: u64,
+    failed: Option<Arc<str>>,
+}
+
+#[derive(Debug)]
+struct State {
+    /// Records appended and not yet handed to the writer.
+    pending: Vec<u8>,
+    /// The position after the last appended record.
+    next: u64,
+    /// Per actor, the position and epoch of its newest entry not yet in
+    /// the store.
+    live: HashMap<String, (u64, u64)>,
+    /// Start positions of the segments on disk, oldest first; the last is
+    /// written now.
+    segments: VecDeque<u64>,
+    failed: Option<Arc<str>>,
+    stopping: bool,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    work: Condvar,
+    committed: watch::Sender<Committed>,
+    syncs: AtomicU64,
+    entries: AtomicU64,
+    bytes: AtomicU64,
+    /// Called after each group commit (a metrics counter).
+    on_sync: Box<dyn Fn() + Send + Sync>,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared").finish_non_exhaustive()
+    }
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn fail(&self, why: String) {
+        let why: Arc<str> = why.into();
+        tracing::error!("worker journal: {why}");
+        self.lock().failed = Some(why.clone());
+        self.committed.send_modify(|c| c.failed = Some(why));
+    }
+}
+
+/// Counters of a journal since it was opened.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct JournalStats {
+    /// `fdatasync` calls (group commits).
+    pub syncs: u64,
+    /// Entries appended.
+    pub entries: u64,
+    /// Bytes appended.
+    pub bytes: u64,
+    /// Segments on disk now.
+    pub segments: u64,
+}
+
+/// The worker journal of one data dir (module docs).
+#[derive(Debug)]
+pub struct Journal {
+    dir: PathBuf,
+    shared: Arc<Shared>,
+    writer: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// An appended entry's durability: [`Durable::wait`] resolves once it is
+/// on disk.
+#[derive(Debug, Clone)]
+pub struct Durable {
+    end: u64,
+    committed: watch::Receiver<Committed>,
+}
+
+impl Durable {
+    /// Waits until the entry is durable.
+    ///
+    /// # Errors
+    /// [`JournalError`] if the journal failed before the entry reached the
+    /// disk.
+    pub async fn wait(mut self) -> Result<(), JournalError> {
+        let end = self.end;
+        let committed = self
+            .committed
+            .wait_for(|c| c.durable >= end || c.failed.is_some())
+            .await
+            .map_err(|_| JournalError("the journal writer stopped".into()))?;
+        if committed.durable >= end {
+            Ok(())
+        } else {
+            Err(JournalError(committed.failed.clone().unwrap_or_default()))
+        }
+    }
+
+    /// Whether the entry is durable already.
+    #[must_use]
+    pub fn is_durable(&self) -> bool {
+        self.committed.borrow().durable >= self.end
+    }
+}
+
+fn segment_path(dir: &Path, start: u64) -> PathBuf {
+    dir.join(format!("{start:020}.log"))
+}
+
+/// The segments in `dir`, by start position, oldest first.
+fn list_segments(dir: &Path) -> io::Result<Vec<u64>> {
+    let mut starts = Vec::new();
+    for entry in fs::read_dir(dir)? {
+        let name = entry?.file_name();
+        let name = name.to_string_lossy();
+        if let Some(start) = name.strip_suffix(".log").and_then(|s| s.parse().ok()) {
+            starts.push(start);
+        }
+    }
+    starts.sort_unstable();
+    Ok(starts)
+}
+
+impl Journal {
+    /// Opens the journal in `dir` (created if missing): replays the
+    /// segments a previous run left into `store` ([`replay`]), deletes
+    /// them, and starts a new segment and its writer thread, which calls
+    /// `on_sync` after each group commit.
+    ///
+    /// # Errors
+    /// If the folder or a segment cannot be read, or the store refuses a
+    /// replayed snapshot (the segments are then kept for the next start).
+    pub fn open(
+        dir: &Path,
+        store: &dyn SnapshotStore,
+        on_sync: Box<dyn Fn() + Send + Sync>,
+    ) -> anyhow::Result<(Self, Replayed)> {
+        use anyhow::Context as _;
+        fs::create_dir_all(dir).context("creating the journal folder")?;
+        let started = Instant::now();
+        let old = list_segments(dir).context("listing the journal")?;
+        let mut replayed = replay::replay(dir, &old, store)?;
+        replayed.duration = started.elapsed();
+        // Positions go on past the old segments' (named by theirs).
+        let start = old.last().map_or(0, |&last| {
+            let len = fs::metadata(segment_path(dir, last)).map_or(0, |m| m.len());
+            last + len + 1
+        });
+        for &segment in &old {
+            fs::remove_file(segment_path(dir, segment)).context("deleting a replayed segment")?;
+        }
+        let file = new_segment(dir, start).context("starting a journal segment")?;
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State {
+                pending: Vec::new(),
+                next: start,
+                live: HashMap::new(),
+                segments: VecDeque::from([start]),
+                failed: None,
+                stopping: false,
+            }),
+            work: Condvar::new(),
+            committed: watch::Sender::new(Committed {
+                durable: start,
+                failed: None,
+            }),
+            syncs: AtomicU64::new(0),
+            entries: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+            on_sync,
+        });
+        let writer = {
+            let (shared, dir) = (shared.clone(), dir.to_owned());
+            std::thread::Builder::new()
+                .name("stasis-journal".into())
+                .spawn(move || write_rounds(&shared, &dir, file, start))
+                .context("starting the journal writer")?
+        };
+        Ok((
+            Self {
+                dir: dir.to_owned(),
+                shared,
+                writer: Mutex::new(Some(writer)),
+            },
+            replayed,
+        ))
+    }
+
+    /// Appends an entry: `body` (a snapshot file) as snapshot `seq` of
+    /// `actor` at placement `epoch`, or a [`EntryKind::Forget`] of
+    /// `actor`'s earlier entries at `epoch` or before. Returns at once; the entry is durable
+    /// when the [`Durable`] resolves.
+    ///
+    /// # Errors
+    /// [`JournalError`] once the journal has failed.
+    pub fn append(
+        &self,
+        kind: EntryKind,
+        epoch: u64,
+        seq: u64,
+        actor: &str,
+        body: &[u8],
+    ) -> Result<Durable, JournalError> {
+        let mut state = self.shared.lock();
+        if let Some(failed) = &state.failed {
+            return Err(JournalError(failed.clone()));
+        }
+        let at = state.next;
+        entry::encode(&mut state.pending, kind, epoch, seq, actor, body);
+        let len = entry::record_len(actor, body) as u64;
+        state.next += len;
+        match kind {
+            EntryKind::Snapshot => {
+                state.live.insert(actor.to_owned(), (at, epoch));
+            }
+            EntryKind::Forget => settle(&mut state.live, actor, epoch),
+        }
+        let end = state.next;
+        drop(state);
+        self.shared.work.notify_one();
+        self.shared.entries.fetch_add(1, Ordering::Relaxed);
+        self.shared.bytes.fetch_add(len, Ordering::Relaxed);
+        Ok(Durable {
+            end,
+            committed: self.shared.committed.subscribe(),
+        })
+    }
+
+    /// Says that `actor`'s newest entry at `epoch` or before is in the
+    /// store now (or no longer matters): no segment is kept for it. An
+    /// entry at a later epoch (the actor moved to another worker of this
+    /// data dir meanwhile) stays.
+    pub fn settled(&self, actor: &str, epoch: u64) {
+        settle(&mut self.shared.lock().live, actor, epoch);
+    }
+
+    /// The actors whose newest entry is in a segment that is no longer
+    /// written: they keep it from being deleted until they write the entry
+    /// to the store.
+    #[must_use]
+    pub fn pinning(&self) -> Vec<String> {
+        let state = self.shared.lock();
+        let current = state.segments.back().copied().unwrap_or(0);
+        state
+            .live
+            .iter()
+            .filter(|&(_, &(at, _))| at < current)
+            .map(|(actor, _)| actor.clone())
+            .collect()
+    }
+
+    /// Deletes the segments no actor's newest entry needs (module docs);
+    /// returns how many.
+    pub fn collect(&self) -> usize {
+        let mut removed = 0;
+        loop {
+            let doomed = {
+                let mut state = self.shared.lock();
+                let needed = state.live.values().map(|&(at, _)| at).min();
+                let needed = needed.unwrap_or(u64::MAX);
+                match (state.segments.front(), state.segments.get(1)) {
+                    (Some(&first), Some(&next)) if next <= needed => {
+                        state.segments.pop_front();
+                        first
+                    }
+                    _ => break,
+                }
+            };
+            match fs::remove_file(segment_path(&self.dir, doomed)) {
+                Ok(()) => removed += 1,
+                Err(e) => tracing::warn!("deleting journal segment {doomed}: {e}"),
+            }
+        }
+        removed
+    }
+
+    /// The failure that stopped the journal, if any.
+    #[must_use]
+    pub fn failed(&self) -> Option<JournalError> {
+        self.shared.lock().failed.clone().map(JournalError)
+    }
+
+    /// Counters since the journal was opened.
+    #[must_use]
+    pub fn stats(&self) -> JournalStats {
+        JournalStats {
+            syncs: self.shared.syncs.load(Ordering::Relaxed),
+            entries: self.shared.entries.load(Ordering::Relaxed),
+            bytes: self.shared.bytes.load(Ordering::Relaxed),
+            segments: self.shared.lock().segments.len() as u64,
+        }
+    }
+}
+
+impl Drop for Journal {
+    fn drop(&mut self) {
+        self.shared.lock().stopping = true;
+        self.shared.work.notify_all();
+        let writer = self.writer.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(writer) = writer {
+            let _ = writer.join();
+        }
+    }
+}
+
+/// Drops `actor`'s live entry if it is from `epoch` or before.
+fn settle(live: &mut HashMap<String, (u64, u64)>, actor: &str, epoch: u64) {
+    if live.get(actor).is_some_and(|&(_, at)| at <= epoch) {
+        live.remove(actor);
+    }
+}
+
+/// Creates segment `start` and makes its name durable.
+fn new_segment(dir: &Path, start: u64) -> io::Result<File> {
+    let file = OpenOptions::new()
+        .create_new(true)
+        .append(true)
+        .open(segment_path(dir, start))?;
+    sync_dir(dir)?;
+    Ok(file)
+}
+
+/// The writer thread: takes everything appended since the last round,
+/// writes it with one `write` and one `fdatasync`, publishes the new
+/// durable end, and rolls the segment when it is full.
+fn write_rounds(shared: &Shared, dir: &Path, mut file: File, mut start: u64) {
+    let mut len = 0u64;
+    loop {
+        let (batch, end) = {
+            let mut state = shared.lock();
+            while state.pending.is_empty() && !state.stopping {
+                state = shared.work.wait(state).unwrap_or_else(|p| p.into_inner());
+            }
+            if state.pending.is_empty() {
+                return;
+            }
+            (std::mem::take(&mut state.pending), state.next)
+        };
+        if let Err(e) = file.write_all(&batch).and_then(|()| file.sync_data()) {
+            shared.fail(format!("writing segment {start}: {e}"));
+            return;
+        }
+        len += batch.len() as u64;
+        shared.syncs.fetch_add(1, Ordering::Relaxed);
+        (shared.on_sync)();
+        shared.committed.send_modify(|c| c.durable = end);
+        if len >= SEGMENT_BYTES {
+            match new_segment(dir, end) {
+                Ok(next) => {
+                    file = next;
+                    start = end;
+                    len = 0;
+                    shared.lock().segments.push_back(end);
+                }
+                Err(e) => {
+                    shared.fail(format!("starting segment {end}: {e}"));
+                    return;
+                }
+            }
+        }
+    }
+}

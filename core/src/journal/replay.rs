@@ -1,0 +1,124 @@
+//! Start-up replay: the newest entry of each actor, from the segments a
+//! previous run left, is written to the store as the snapshot it is, when
+//! it still applies.
+//!
+//! An entry applies when the store still holds what it was taken on: a
+//! delta's base (its sequence number *and* its CRC32C, so a snapshot
+//! replaced or an actor deleted and re-created under the same name does
+//! not take it), and a sequence number past the actor's newest snapshot.
+//! An entry at or below the newest is older than it: the actor wrote its
+//! entry to the store itself (the same bytes), or a later snapshot
+//! superseded it. A [`EntryKind::Forget`] drops the actor's entries
+//! before it at its epoch or an earlier one (not those of a worker the
+//! actor moved to meanwhile).
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::Context as _;
+
+use super::entry::{Entry, EntryKind, scan};
+use super::segment_path;
+use crate::snapshot::{peek_header, recorded_crc32c};
+use crate::snapshot_store::SnapshotStore;
+
+/// What a replay found and did.
+#[derive(Debug, Clone, Default)]
+pub struct Replayed {
+    /// Whole entries read.
+    pub entries: u64,
+    /// Actors whose newest entry was written to the store.
+    pub applied: u64,
+    /// Actors whose newest entry no longer applied (module docs).
+    pub skipped: u64,
+    /// Bytes of torn tails ignored.
+    pub torn_bytes: u64,
+    /// How long the replay took.
+    pub duration: Duration,
+}
+
+/// Replays segments `segments` of `dir` into `store` (module docs).
+pub(super) fn replay(
+    dir: &Path,
+    segments: &[u64],
+    store: &dyn SnapshotStore,
+) -> anyhow::Result<Replayed> {
+    let mut newest: HashMap<String, Entry> = HashMap::new();
+    let mut replayed = Replayed::default();
+    for &start in segments {
+        let path = segment_path(dir, start);
+        let bytes =
+            std::fs::read(&path).with_context(|| format!("reading journal segment {start}"))?;
+        let (entries, end) = scan(&bytes);
+        if end < bytes.len() {
+            tracing::warn!(
+                segment = start,
+                ignored_bytes = bytes.len() - end,
+                "journal: a torn tail is ignored"
+            );
+            replayed.torn_bytes += (bytes.len() - end) as u64;
+        }
+        replayed.entries += entries.len() as u64;
+        for (_, entry) in entries {
+            match entry.kind {
+                EntryKind::Snapshot => {
+                    newest.insert(entry.actor.clone(), entry);
+                }
+                EntryKind::Forget => {
+                    if newest
+                        .get(&entry.actor)
+                        .is_some_and(|older| older.epoch <= entry.epoch)
+                    {
+                        newest.remove(&entry.actor);
+                    }
+                }
+            }
+        }
+    }
+    let mut actors: Vec<_> = newest.into_values().collect();
+    actors.sort_by(|a, b| a.actor.cmp(&b.actor));
+    for entry in actors {
+        match applies(store, &entry) {
+            Ok(()) => {
+                store
+                    .write(&entry.actor, entry.seq, entry.epoch, &entry.body)
+                    .with_context(|| {
+                        format!(
+                            "replaying the journal: writing snapshot {} of actor {}",
+                            entry.seq, entry.actor
+                        )
+                    })?;
+                replayed.applied += 1;
+            }
+            Err(why) => {
+                tracing::info!(actor = %entry.actor, seq = entry.seq, "journal entry not replayed: {why}");
+                replayed.skipped += 1;
+            }
+        }
+    }
+    Ok(replayed)
+}
+
+/// Whether `entry` still applies to `store` (module docs), or why not.
+fn applies(store: &dyn SnapshotStore, entry: &Entry) -> Result<(), String> {
+    let header = peek_header(&entry.body).map_err(|e| format!("not a snapshot: {e}"))?;
+    let list = store
+        .list(&entry.actor)
+        .map_err(|e| format!("listing its snapshots: {e}"))?;
+    let Some(head) = list.last().map(|s| s.seq) else {
+        return Err("the actor has no snapshot (deleted)".into());
+    };
+    if entry.seq <= head {
+        return Err(format!("snapshot {head} is as new or newer"));
+    }
+    if let Some(base) = header.base {
+        let stored = store
+            .open_snapshot(&entry.actor, base.seq)
+            .map_err(|e| format!("its base {}: {e}", base.seq))?;
+        if recorded_crc32c(&stored) != Some(base.crc32c) {
+            return Err(format!("its base {} was replaced", base.seq));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,165 @@
+//! Durability level `request` in an actor task: after each request (or
+//! alarm) the state it produced is captured as a delta on the actor's
+//! newest snapshot — every page changed since that snapshot, so the newest
+//! entry alone gives the state — and appended to the worker journal
+//! ([`stasis_core::journal`]). The answer waits for the journal's group
+//! commit (the *output gate*, [`send_gated`]) while the actor runs its next
+//! request.
+//!
+//! The newest entry is the actor's acknowledged state: a trap rolls back
+//! to it, not to the newest snapshot. It is *sealed* — written to the
+//! store as the snapshot it is, so later entries are deltas on it — when
+//! it passes [`SEAL_BYTES`], before every snapshot (pause, checkpoint,
+//! capture for a move), before a rollback, and when the journal asks
+//! ([`Command::Fold`](super::mailbox::Command::Fold): its segment is old).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use stasis_core::journal::{Durable, EntryKind, Journal};
+use stasis_core::snapshot;
+use tokio::sync::oneshot;
+
+use super::actor::ActorTask;
+use super::capture::Kind;
+use stasis_contract::error::ApiError;
+use stasis_contract::settings::Durability;
+use stasis_contract::status::SnapshotReport;
+
+/// An entry grown past this many bytes (the actor changed many pages since
+/// its newest snapshot) is sealed after its append, so that the next
+/// entries are small again.
+pub(crate) const SEAL_BYTES: usize = 64 << 10;
+
+/// The actor's newest journal entry, not yet in the store.
+#[derive(Debug, Clone)]
+pub(crate) struct Journaled {
+    /// The snapshot it becomes when sealed: the actor's next sequence
+    /// number.
+    pub seq: u64,
+    /// The snapshot file.
+    pub bytes: Arc<Vec<u8>>,
+}
+
+/// Sends `result` on `reply` once `gate` (the durability of the newest
+/// entry the answer depends on) resolves; at once if there is none or it
+/// is durable already. If the journal fails first, the answer is 503: the
+/// request's effect may not survive a restart, so it is not reported done.
+pub(crate) fn send_gated<T: Send + 'static>(
+    reply: oneshot::Sender<Result<T, ApiError>>,
+    result: Result<T, ApiError>,
+    gate: Option<Durable>,
+) {
+    match gate {
+        Some(gate) if result.is_ok() && !gate.is_durable() => {
+            tokio::spawn(async move {
+                let answer = match gate.wait().await {
+                    Ok(()) => result,
+                    Err(e) => Err(ApiError::unavailable(e.to_string())),
+                };
+                let _ = reply.send(answer);
+            });
+        }
+        _ => {
+            let _ = reply.send(result);
+        }
+    }
+}
+
+impl ActorTask {
+    /// The journal, when this actor's requests go through it: level
+    /// `request`, on a worker with a journal and no replicator, over a
+    /// store that keeps deltas (an entry is sealed as one).
+    pub(super) fn journal_on(&self) -> Option<Arc<Journal>> {
+        let journaled = self.settings.durability == Durability::Request
+            && self.replicator.is_none()
+            && self.store.supports_deltas();
+        journaled.then(|| self.journal.clone()).flatten()
+    }
+
+    /// The durability level the actor runs at here (a worker without a
+    /// journal makes `request` durable at pause and checkpoints).
+    pub(crate) fn effective_durability(&self) -> Durability {
+        match self.settings.durability {
+            Durability::Request if self.journal_on().is_none() => Durability::Pause,
+            level => level,
+        }
+    }
+
+    /// After a request or alarm ran: appends the state it produced to the
+    /// journal, and returns what its answer must wait for (its entry, or
+    /// the newest entry still in flight when it changed nothing).
+    ///
+    /// # Errors
+    /// 503 when the journal failed or the capture did: the caller rolls the
+    /// request back.
+    pub(super) async fn journal_request(&mut self) -> Result<Option<Durable>, ApiError> {
+        let Some(journal) = self.journal_on() else {
+            return Ok(None);
+        };
+        if let Some(e) = journal.failed() {
+            return Err(ApiError::unavailable(e.to_string()));
+        }
+        let (bytes, kind) =
+            crate::blocking::off_the_executor(|| self.capture_live(super::capture::For::Entry))?;
+        let same = match &self.journaled {
+            Some(newest) => snapshot::same_state(&newest.bytes, &bytes),
+            None => kind == (Kind::Delta { unchanged: true }),
+        };
+        if same {
+            return Ok(self.gate.clone().filter(|gate| !gate.is_durable()));
+        }
+        let seq = self.next_seq;
+        let durable = journal
+            .append(EntryKind::Snapshot, self.epoch, seq, &self.name, &bytes)
+            .map_err(|e| ApiError::unavailable(e.to_string()))?;
+        self.metrics.journaled(bytes.len());
+        let big = bytes.len() > SEAL_BYTES;
+        self.journaled = Some(Journaled {
+            seq,
+            bytes: Arc::new(bytes),
+        });
+        self.gate = Some(durable.clone());
+        if big && let Err(e) = self.seal(Instant::now()).await {
+            tracing::warn!(actor = %self.name, "sealing a large journal entry: {e}");
+        }
+        Ok(Some(durable))
+    }
+
+    /// Writes the newest journal entry to the store as the snapshot it is
+    /// (module docs) and reports it; `None` when there is none.
+    ///
+    /// # Errors
+    /// The store's (507 quota, 500 I/O): the entry stays the newest.
+    pub(super) async fn seal(
+        &mut self,
+        started: Instant,
+    ) -> Result<Option<SnapshotReport>, ApiError> {
+        let Some(newest) = self.journaled.take() else {
+            return Ok(None);
+        };
+        debug_assert_eq!(newest.seq, self.next_seq);
+        match self.write_snapshot(newest.bytes.clone(), started).await {
+            Ok(report) => {
+                if let Some(journal) = &self.journal {
+                    journal.settled(&self.name, self.epoch);
+                }
+                Ok(Some(report))
+            }
+            Err(e) => {
+                self.journaled = Some(newest);
+                Err(e)
+            }
+        }
+    }
+
+    /// The actor's journal entries no longer apply (it is deleted, moved
+    /// away, or repaired from another source).
+    pub(super) fn forget_journal(&mut self) {
+        self.journaled = None;
+        self.gate = None;
+        if let Some(journal) = &self.journal {
+            let _ = journal.append(EntryKind::Forget, self.epoch, 0, &self.name, &[]);
+        }
+    }
+}

@@ -1,0 +1,200 @@
+//! One delivery in an actor task: resume the actor if it has no instance,
+//! run the request or alarm in the guest, make its effect as durable as
+//! the actor's level says (a journal entry behind the output gate, or a
+//! checkpoint), and roll the actor back when the guest trapped.
+
+use std::time::Instant;
+
+use stasis_core::instance::CallError;
+use stasis_core::journal::Durable;
+
+use super::actor::{ActorTask, Input, Ticket};
+use super::journaled::send_gated;
+use crate::guest::{Answer, Work};
+use stasis_contract::client_gone;
+use stasis_contract::error::{ApiError, ErrorKind};
+use stasis_contract::status::{ActorState, ResumeFrom};
+
+impl ActorTask {
+    /// Runs one delivery unless its ticket was given up, and sends the
+    /// answer (through the output gate, [`send_gated`]).
+    pub(super) async fn deliver(&mut self, epoch: u64, ticket: &Ticket, input: Input) {
+        if !ticket.start() {
+            return;
+        }
+        if epoch != self.epoch {
+            input.refuse(ApiError::new(
+                ErrorKind::StaleEpoch,
+                format!(
+                    "stale placement epoch {epoch} for actor {} (now {})",
+                    self.name, self.epoch
+                ),
+            ));
+            return;
+        }
+        match input {
+            Input::Request { request, reply } => {
+                let (result, gate) = split(self.run_guest(Work::Request(&request), ticket).await);
+                let result = result.and_then(|answer| match answer {
+                    Answer::Response(response) => Ok(response),
+                    Answer::Alarm(_) => Err(ApiError::internal("an alarm answered a request")),
+                });
+                send_gated(reply, result, gate);
+            }
+            Input::Alarm { reply } => {
+                let (result, gate) = split(self.run_guest(Work::Alarm, ticket).await);
+                let result = result.and_then(|answer| match answer {
+                    Answer::Alarm(outcome) => Ok(outcome),
+                    Answer::Response(_) => Err(ApiError::internal("a request answered an alarm")),
+                });
+                send_gated(reply, result, gate);
+            }
+        }
+    }
+
+    /// Runs `work` in the guest (resuming the actor first if it has no
+    /// instance), then makes its effect durable as the actor's level says
+    /// (a journal entry, whose durability the answer waits for; or a
+    /// checkpoint as `--checkpoint-every` says).
+    async fn run_guest(
+        &mut self,
+        work: Work<'_>,
+        ticket: &Ticket,
+    ) -> Result<(Answer, Option<Durable>), ApiError> {
+        if self.instance.is_none() {
+            if let Some(reason) = self.failed_reason() {
+                return Err(ApiError::failed(format!(
+                    "actor {} failed: {reason}",
+                    self.name
+                )));
+            }
+            // A client that leaves while its request waits for a slot
+            // takes the request with it.
+            tokio::select! {
+                taken = self.take_slot() => taken?,
+                () = ticket.abandoned() => return Err(client_gone::abandoned(&self.name)),
+            }
+            self.resume(ResumeFrom::Newest).await?;
+        }
+        if !ticket.run() {
+            return Err(client_gone::abandoned(&self.name));
+        }
+        let now_ns = self
+            .instance
+            .as_ref()
+            .ok_or_else(|| ApiError::internal("no instance"))?
+            .clock_ns();
+        self.lease_clock(now_ns);
+        let instance = self
+            .instance
+            .as_mut()
+            .ok_or_else(|| ApiError::internal("no instance"))?;
+        let result = crate::guest::run(instance, &self.services, work).await;
+        let memory_bytes = instance.memory_bytes();
+        {
+            let mut status = self.status();
+            status.requests += 1;
+            status.last_active = Some(Instant::now());
+            status.memory_bytes = memory_bytes;
+        }
+        let answer = match result {
+            Ok(answer) => answer,
+            Err(e) => return Err(self.after_failed_call(e).await),
+        };
+        self.since_checkpoint += 1;
+        let gate = match self.journal_request().await {
+            Ok(gate) => gate,
+            Err(e) => return Err(self.after_failed_entry(e)),
+        };
+        if self.settings.checkpoint_every > 0
+            && self.since_checkpoint >= self.settings.checkpoint_every
+        {
+            match self.snapshot(Instant::now()).await {
+                Ok(_) => {
+                    self.metrics.checkpointed(&self.worker, &self.name);
+                }
+                Err(e) if self.settings.checkpoint_every == 1 => {
+                    return Err(self.after_failed_checkpoint(e).await);
+                }
+                Err(e) => tracing::warn!(actor = %self.name, "checkpoint failed: {e}"),
+            }
+        }
+        Ok((answer, gate))
+    }
+
+    /// Drops a poisoned instance and rolls the actor back to its newest
+    /// acknowledged state: its newest journal entry, written to the store
+    /// first, or else its newest snapshot (DESIGN.md, "Traps").
+    pub(super) async fn after_failed_call(&mut self, error: CallError) -> ApiError {
+        let answer = ApiError::call(&error, error.to_string());
+        if !error.poisons_instance() {
+            return answer;
+        }
+        self.metrics.trapped(&self.worker, &self.name);
+        tracing::warn!(actor = %self.name, "{error}; rolling back to the last acknowledged state");
+        if let Err(e) = self.seal(Instant::now()).await {
+            // The entry stays the newest: the restore below reads it.
+            tracing::warn!(actor = %self.name, "writing its journal entry to the store: {e}");
+        }
+        self.drop_instance(false);
+        self.status().error = Some(error.to_string());
+        if let Err(e) = self.resume(ResumeFrom::Newest).await {
+            tracing::error!(actor = %self.name, "rollback failed: {e}");
+        }
+        answer
+    }
+
+    /// The journal refused the request's entry (it failed: what reached
+    /// the disk is unknown). The request ran, so the actor's memory holds
+    /// an effect that is not durable; it must not be answered as done nor
+    /// seen by a later request. The actor is failed until the server
+    /// restarts, which replays what is on disk.
+    fn after_failed_entry(&mut self, error: ApiError) -> ApiError {
+        tracing::error!(actor = %self.name, "journal: {}", error.message());
+        self.drop_instance(false);
+        self.sync_live(false);
+        self.journaled = None;
+        let mut status = self.status();
+        status.state = ActorState::Failed;
+        status.error = Some(error.message().to_owned());
+        error
+    }
+
+    /// With `--checkpoint-every 1` at level `pause` a 200 is sent only
+    /// after its snapshot is durable: when that checkpoint fails (`error`:
+    /// the quota, the disk), the request's effect is undone by rolling the
+    /// actor back to its newest snapshot, as after a trap, and the answer
+    /// is `error`'s status, so a client may send the request again.
+    async fn after_failed_checkpoint(&mut self, error: ApiError) -> ApiError {
+        tracing::warn!(
+            actor = %self.name,
+            "checkpoint failed: {}; rolling back to the newest snapshot",
+            error.message()
+        );
+        self.drop_instance(false);
+        if let Err(e) = self.resume(ResumeFrom::Newest).await {
+            tracing::error!(actor = %self.name, "rollback failed: {e}");
+        }
+        let message = format!(
+            "the request ran but its checkpoint failed, so it was undone (the actor is back at \
+             its newest snapshot): {}",
+            error.message()
+        );
+        error.with_message(message)
+    }
+
+    pub(super) fn failed_reason(&self) -> Option<String> {
+        let status = self.status();
+        (status.state == ActorState::Failed).then(|| status.error.clone().unwrap_or_default())
+    }
+}
+
+/// The answer and its gate, or the error (which waits for nothing).
+fn split<T>(
+    result: Result<(T, Option<Durable>), ApiError>,
+) -> (Result<T, ApiError>, Option<Durable>) {
+    match result {
+        Ok((answer, gate)) => (Ok(answer), gate),
+        Err(e) => (Err(e), None),
+    }
+}
