@@ -426,6 +426,7 @@ fn direct(ctx: &Ctx) -> Direct {
         name: "counter".into(),
         template,
         env: Vec::new(),
+        durability: None,
     };
     ctx.rt
         .block_on(worker.create(&spec, EPOCH))

@@ -174,8 +174,12 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
                 hold_timeout: args.hold_timeout,
                 actor: ActorSettings {
                     keep_snapshots: usize::try_from(args.keep_snapshots).unwrap_or(usize::MAX),
-                    // `--checkpoint-every 1` is a spelling of `request`.
-                    checkpoint_every: args.checkpoint_every.filter(|&n| n != 1).unwrap_or(0),
+                    // `--checkpoint-every 1` is a spelling of `request`
+                    // (at an explicit `pause`, a checkpoint per request).
+                    checkpoint_every: args
+                        .checkpoint_every
+                        .filter(|&n| n != 1 || durability != Durability::Request)
+                        .unwrap_or(0),
                     durability,
                 },
                 max_live: args

@@ -124,6 +124,10 @@ pub(crate) enum TemplateCommand {
         /// WASI environment variable of the template; repeatable.
         #[arg(long = "env", value_name = "K=V", value_parser = parse_env_pair)]
         env: Vec<(String, String)>,
+        /// When its actors' requests are durable (request, interval or
+        /// pause), instead of the server's --durability.
+        #[arg(long, value_name = "LEVEL", value_parser = parse_durability)]
+        durability: Option<String>,
         #[command(flatten)]
         client: ClientArgs,
     },
@@ -272,6 +276,12 @@ fn parse_env_pair(s: &str) -> Result<(String, String), String> {
         Some((key, value)) => Ok((key.to_owned(), value.to_owned())),
         None => Err(format!("{s:?} is not K=V")),
     }
+}
+
+/// A durability level's name, checked here so a typo fails before the
+/// upload.
+fn parse_durability(s: &str) -> Result<String, String> {
+    stasis_runtime::contract::settings::Durability::parse(s).map(|level| level.name().to_owned())
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::error::ApiError;
+use crate::settings::Durability;
 
 /// A registered template.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -22,6 +23,9 @@ pub struct TemplateRow {
     pub bytes: u64,
     /// WASI environment, in push order.
     pub env: Vec<(String, String)>,
+    /// The durability level its actors run at, when the push set one
+    /// (`template push --durability`); else the server's `--durability`.
+    pub durability: Option<Durability>,
 }
 
 /// A registered actor and its placement.

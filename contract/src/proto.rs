@@ -536,6 +536,7 @@ mod tests {
                 digest: "d".into(),
                 env: vec![("K".into(), "V".into())],
                 epoch: 3,
+                durability: None,
             },
             seq: 5,
             resume: true,

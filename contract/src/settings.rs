@@ -59,7 +59,8 @@ pub struct ActorSettings {
 
 /// When the effect of a request becomes durable (`--durability`, and a
 /// template's override at push; docs/api.md, "Durability").
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Durability {
     /// The answer leaves Stasis only once the state the request produced
     /// is in the worker journal on disk: a trap, a `kill -9` or a restart

@@ -13,6 +13,7 @@ use stasis_host_api::{Request, Response};
 use crate::alarm::AlarmOutcome;
 use crate::client_gone::ClientGone;
 use crate::error::ApiError;
+use crate::settings::Durability;
 use crate::status::{ActorStatus, Captured, ResumeFrom, SnapshotReport};
 
 /// What a worker needs to host an actor, in a form every worker
@@ -26,6 +27,10 @@ pub struct HostSpec {
     pub env: Vec<(String, String)>,
     /// Placement epoch: calls carrying another epoch are refused (421).
     pub epoch: u64,
+    /// The template's durability level, when its push set one (else the
+    /// worker's `--durability`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub durability: Option<Durability>,
 }
 
 /// Where a worker runs.

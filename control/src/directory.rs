@@ -8,12 +8,13 @@ use std::sync::{Condvar, Mutex};
 use rusqlite::{Connection, OptionalExtension, params};
 use stasis_contract::directory::{ActorRow, Directory, TemplateRow};
 use stasis_contract::error::ApiError;
+use stasis_contract::settings::Durability;
 
 /// The schema version `stasis.db` is migrated to (`PRAGMA user_version`):
 /// 0 is templates and actors (every data dir before alarms), 1 adds the
-/// `alarms` table. Opening migrates an older file in place; nothing in it
+/// `alarms` table, 2 a template's `durability`. Opening migrates an older file in place; nothing in it
 /// changes.
-const SCHEMA_VERSION: i64 = 1;
+const SCHEMA_VERSION: i64 = 2;
 
 /// The embedded directory in one SQLite file. Every write is one
 /// transaction, durable on return (WAL, `synchronous=FULL`). Actor
@@ -140,8 +141,15 @@ impl Directory for SqliteDirectory {
         let env = serde_json::to_string(&row.env).map_err(ApiError::internal)?;
         self.conn()
             .execute(
-                "INSERT INTO templates (name, digest, bytes, env) VALUES (?1, ?2, ?3, ?4)",
-                params![row.name, row.digest, row.bytes as i64, env],
+                "INSERT INTO templates (name, digest, bytes, env, durability)
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![
+                    row.name,
+                    row.digest,
+                    row.bytes as i64,
+                    env,
+                    row.durability.map(Durability::name)
+                ],
             )
             .map_err(db)?;
         Ok(())
@@ -150,7 +158,9 @@ impl Directory for SqliteDirectory {
     fn template(&self, name: &str) -> Result<Option<TemplateRow>, ApiError> {
         let conn = self.reader();
         let mut stmt = conn
-            .prepare_cached("SELECT name, digest, bytes, env FROM templates WHERE name = ?1")
+            .prepare_cached(
+                "SELECT name, digest, bytes, env, durability FROM templates WHERE name = ?1",
+            )
             .map_err(db)?;
         stmt.query_row([name], template_row).optional().map_err(db)
     }
@@ -158,7 +168,7 @@ impl Directory for SqliteDirectory {
     fn templates(&self) -> Result<Vec<TemplateRow>, ApiError> {
         let conn = self.reader();
         let mut stmt = conn
-            .prepare("SELECT name, digest, bytes, env FROM templates ORDER BY name")
+            .prepare("SELECT name, digest, bytes, env, durability FROM templates ORDER BY name")
             .map_err(db)?;
         let rows = stmt.query_map([], template_row).map_err(db)?;
         rows.collect::<Result<_, _>>().map_err(db)
@@ -326,16 +336,26 @@ fn migrate(conn: &Connection) -> anyhow::Result<()> {
              COMMIT;",
         )?;
     }
+    if version < 2 {
+        conn.execute_batch(
+            "BEGIN;
+             ALTER TABLE templates ADD COLUMN durability TEXT;
+             PRAGMA user_version = 2;
+             COMMIT;",
+        )?;
+    }
     Ok(())
 }
 
 fn template_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TemplateRow> {
     let env: String = r.get(3)?;
+    let durability: Option<String> = r.get(4)?;
     Ok(TemplateRow {
         name: r.get(0)?,
         digest: r.get(1)?,
         bytes: r.get::<_, i64>(2)? as u64,
         env: serde_json::from_str(&env).unwrap_or_default(),
+        durability: durability.and_then(|d| Durability::parse(&d).ok()),
     })
 }
 
@@ -351,6 +371,7 @@ mod tests {
             digest: "00".into(),
             bytes: 0,
             env: Vec::new(),
+            durability: None,
         })
         .expect("template");
         dir

@@ -122,13 +122,13 @@ impl ControlPlane {
     /// Runs the periodic duties until the process ends: pausing actors idle
     /// past `--idle-timeout` and checkpointing running ones every
     /// `--checkpoint-interval`, on the in-process workers.
+    /// Actors at durability `interval` (a template may choose it at push)
+    /// are checkpointed at that interval, 1 s without the flag.
     pub async fn run_housekeeping(self: std::sync::Arc<Self>) {
         let idle = self.config.idle_timeout;
         let every = self.config.checkpoint_interval;
-        if idle.is_none() && every.is_none() {
-            return;
-        }
-        let tick = [idle.map(|d| d / 4), every]
+        let interval_every = every.unwrap_or(Duration::from_secs(1));
+        let tick = [idle.map(|d| d / 4), Some(interval_every)]
             .into_iter()
             .flatten()
             .min()
@@ -137,7 +137,7 @@ impl ControlPlane {
         let mut last_checkpoint = Instant::now();
         loop {
             tokio::time::sleep(tick).await;
-            let checkpoint_due = every.is_some_and(|e| last_checkpoint.elapsed() >= e);
+            let checkpoint_due = last_checkpoint.elapsed() >= interval_every;
             if checkpoint_due {
                 last_checkpoint = Instant::now();
             }
@@ -158,7 +158,10 @@ impl ControlPlane {
                         if let Err(e) = worker.pause(&name).await {
                             tracing::warn!(actor = %name, "idle pause failed: {e}");
                         }
-                    } else if checkpoint_due && let Err(e) = worker.checkpoint(&name).await {
+                    } else if checkpoint_due
+                        && (every.is_some() || status.durability.as_deref() == Some("interval"))
+                        && let Err(e) = worker.checkpoint(&name).await
+                    {
                         tracing::warn!(actor = %name, "checkpoint failed: {e}");
                     }
                 }

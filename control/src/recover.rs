@@ -14,7 +14,6 @@ use stasis_contract::directory::ActorRow;
 use stasis_contract::error::{ApiError, ErrorKind};
 use stasis_contract::status::ActorState;
 use stasis_contract::templates::Templates as _;
-use stasis_contract::worker_api::HostSpec;
 use stasis_core::snapshot_store::{ChainError, SnapshotEntry, open_chain, remove_corrupt};
 use std::collections::HashMap;
 
@@ -50,11 +49,7 @@ impl ControlPlane {
             }
             let moved = *member.name != *row.worker;
             let epoch = if moved { row.epoch + 1 } else { row.epoch };
-            let spec = HostSpec {
-                digest: template.digest.clone(),
-                env: template.env.clone(),
-                epoch,
-            };
+            let spec = Self::host_spec(&template, epoch);
             let status = match member.api.adopt(&row.name, &spec) {
                 Ok(status) => status,
                 Err(e) => {

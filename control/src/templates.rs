@@ -5,6 +5,7 @@ use super::ControlPlane;
 use super::views::TemplateInfo;
 use stasis_contract::directory::TemplateRow;
 use stasis_contract::error::{ApiError, ErrorKind, check_label};
+use stasis_contract::settings::Durability;
 use stasis_contract::worker_api::HostSpec;
 use stasis_core::module::ModuleError;
 
@@ -28,6 +29,7 @@ impl ControlPlane {
             digest: template.digest.clone(),
             env: template.env.clone(),
             epoch,
+            durability: template.durability,
         }
     }
 
@@ -44,6 +46,7 @@ impl ControlPlane {
         name: &str,
         bytes: Vec<u8>,
         env: Vec<(String, String)>,
+        durability: Option<Durability>,
     ) -> Result<(TemplateInfo, bool), ApiError> {
         check_label("template", name)?;
         if bytes.len() > MAX_TEMPLATE_BYTES {
@@ -70,15 +73,18 @@ impl ControlPlane {
         let _guard = self.ops.write().await;
         let digest = hex::encode(stasis_core::module::digest(&bytes));
         if let Some(existing) = self.directory.template(name)? {
-            if existing.digest == digest && existing.env == env {
+            if existing.digest == digest && existing.env == env && existing.durability == durability
+            {
                 return Ok((self.template_info(existing), false));
             }
             return Err(ApiError::conflict(format!(
                 "template {name} exists with {}; delete it first or push under another name",
-                if existing.digest == digest {
+                if existing.digest != digest {
+                    "other module bytes"
+                } else if existing.env != env {
                     "another environment"
                 } else {
-                    "other module bytes"
+                    "another --durability"
                 }
             )));
         }
@@ -123,6 +129,7 @@ impl ControlPlane {
             digest,
             bytes: bytes.len() as u64,
             env,
+            durability,
         };
         self.directory.insert_template(&row)?;
         tracing::info!(template = name, digest = %row.digest, "template pushed");
@@ -141,7 +148,11 @@ impl ControlPlane {
             bytes: row.bytes,
             env: row.env.into_iter().collect(),
             actors,
-            durability: self.config.worker.actor.durability.name().to_owned(),
+            durability: row
+                .durability
+                .unwrap_or(self.config.worker.actor.durability)
+                .name()
+                .to_owned(),
         }
     }
 

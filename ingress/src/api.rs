@@ -12,6 +12,7 @@ use serde::Serialize;
 use stasis_contract::error::{ApiError, ErrorKind};
 use stasis_contract::headers::{FORWARDED_HEADER, REVISION_HEADER};
 use stasis_contract::proto::{ControlPath, JoinRequest, ResumeRequest};
+use stasis_contract::settings::Durability;
 use stasis_control::{ControlPlane, MAX_TEMPLATE_BYTES};
 use stasis_http::auth::authorize;
 use stasis_http::serve::{Body, collect_body, json, json_error};
@@ -182,8 +183,10 @@ impl AdminApi {
             (&Method::GET, ["v1", "templates"]) => ok(&c.templates()?),
             (&Method::GET, ["v1", "templates", name]) => ok(&c.template(name)?),
             (&Method::PUT | &Method::POST, ["v1", "templates", name]) => {
-                let env = parse_env(&query)?;
-                let (info, created) = c.push_template(name, body.to_vec(), env).await?;
+                let (env, durability) = parse_push_query(&query)?;
+                let (info, created) = c
+                    .push_template(name, body.to_vec(), env, durability)
+                    .await?;
                 let status = if created {
                     StatusCode::CREATED
                 } else {
@@ -318,10 +321,19 @@ fn decode_host_request(body: &[u8]) -> Result<stasis_host_api::Request, ApiError
         .map_err(|e| ApiError::bad_request(format!("the encoded request: {e}")))
 }
 
-/// `env=K=V` query parameters (percent-encoded), in order.
-fn parse_env(query: &str) -> Result<Vec<(String, String)>, ApiError> {
+/// A template push's query: `env=K=V` parameters (percent-encoded), in
+/// order, and at most one `durability=LEVEL`.
+fn parse_push_query(query: &str) -> Result<(Vec<(String, String)>, Option<Durability>), ApiError> {
     let mut env = Vec::new();
+    let mut durability = None;
     for (key, value) in form_urlencoded::parse(query.as_bytes()) {
+        if key == "durability" {
+            if durability.is_some() {
+                return Err(ApiError::bad_request("durability given twice"));
+            }
+            durability = Some(Durability::parse(&value).map_err(ApiError::bad_request)?);
+            continue;
+        }
         if key != "env" {
             return Err(ApiError::bad_request(format!(
                 "unknown query parameter {key:?}"
@@ -335,5 +347,5 @@ fn parse_env(query: &str) -> Result<Vec<(String, String)>, ApiError> {
         }
         env.push((k.to_owned(), v.to_owned()));
     }
-    Ok(env)
+    Ok((env, durability))
 }

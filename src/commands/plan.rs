@@ -131,9 +131,10 @@ pub(super) fn plan(command: ClientCommand) -> anyhow::Result<Call> {
             name,
             file,
             env,
+            durability,
             client,
         }) => {
-            let mut query = Vec::with_capacity(env.len());
+            let mut query = Vec::with_capacity(env.len() + 1);
             for (i, (key, value)) in env.iter().enumerate() {
                 if env[..i].iter().any(|(k, _)| k == key) {
                     bail!("template push {name}: --env {key} given twice");
@@ -142,6 +143,9 @@ pub(super) fn plan(command: ClientCommand) -> anyhow::Result<Call> {
                     "env={}",
                     encode_component(&format!("{key}={value}"))
                 ));
+            }
+            if let Some(level) = durability {
+                query.push(format!("durability={level}"));
             }
             let mut path = template_path(&name);
             if !query.is_empty() {

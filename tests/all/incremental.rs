@@ -167,36 +167,44 @@ async fn a_small_change_of_a_large_actor_pauses_as_a_small_delta_and_restores_ex
     assert_eq!(get(&server, "big", "after").await, "restart");
 }
 
+/// The delta depth of snapshot `seq` of `actor` (0 for a full snapshot).
+fn depth(server: &Server, actor: &str, seq: u64) -> u32 {
+    let path = server
+        .data_dir
+        .join("snapshots")
+        .join(actor)
+        .join(format!("{seq:020}.snap"));
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let header = stasis_core::snapshot::peek_header(&bytes).expect("a snapshot header");
+    header.base.map_or(0, |base| base.depth)
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn chains_are_bounded_and_retention_keeps_their_bases() {
     let server = Server::start(&["--keep-snapshots", "1"]);
     kv_actor(&server, "kvbig", PRELOAD, "big");
     put(&server, "big", "k", "0").await;
     pause(&server, "big");
-    let mut versions = Vec::new();
+    let mut depths = Vec::new();
     for round in 1..=10 {
         put(&server, "big", "k", &round.to_string()).await;
         let paused = pause(&server, "big");
         let seq = paused["snapshot"]["seq"].as_u64().expect("seq");
-        versions.push(version(&server, "big", seq));
+        assert_eq!(version(&server, "big", seq), 2, "a delta: {paused}");
+        depths.push(depth(&server, "big", seq));
         // Every file of the newest chain is still there: it restores.
         assert_eq!(get(&server, "big", "k").await, round.to_string());
     }
-    // Eight deltas at most on one full snapshot, then a full one again.
-    let deltas_in_a_row = versions
-        .split(|v| *v == 1)
-        .map(<[u32]>::len)
-        .max()
-        .unwrap_or(0);
-    assert!(deltas_in_a_row <= 8, "{versions:?}");
-    assert!(
-        versions.contains(&1) && versions.contains(&2),
-        "{versions:?}"
-    );
+    // Eight deltas at most on one full snapshot (the first pause before
+    // the loop wrote depth 1); then the chain is compacted by merging its
+    // deltas into one on the same root (depth 1: the read after the
+    // eighth pause wrote it, as its journal entry grew past 64 KiB), never
+    // by a full snapshot.
+    assert_eq!(depths, [2, 3, 4, 5, 6, 7, 8, 2, 3, 4], "{depths:?}");
     // --keep-snapshots 1 kept the newest snapshot's chain, nothing older.
     let list = server.cli_json(&["actor", "get", "big"]);
     let snapshots = list["snapshots"].as_array().expect("snapshots").len();
-    let newest_depth = versions.iter().rev().take_while(|v| **v == 2).count();
+    let newest_depth = *depths.last().expect("ten pauses") as usize;
     assert_eq!(snapshots, newest_depth + 1, "{list}");
     // gc applies the same retention: it deletes no base of the chain, and
     // the actor still restores from it.
@@ -214,7 +222,9 @@ async fn chains_are_bounded_and_retention_keeps_their_bases() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_small_actor_keeps_writing_full_snapshots() {
-    let server = Server::start(&[]);
+    // At level `request` its pauses write its newest journal entry, a
+    // delta on any chain (docs/architecture.md, "The worker journal").
+    let server = Server::start(&["--durability", "pause"]);
     kv_actor(&server, "kvsmall", "0", "small");
     for round in 0..3 {
         put(&server, "small", "k", &round.to_string()).await;
@@ -438,14 +448,16 @@ async fn a_failed_fork_leaves_nothing_a_later_actor_could_adopt() {
     assert_eq!(answer.status, 404, "dst starts fresh: {answer:?}");
 }
 
-/// Found by trying to break it: with `--checkpoint-every 1` a request
-/// whose checkpoint failed (over the quota) still answered 200, and a
+/// Found by trying to break it: with `--checkpoint-every 1` (at level
+/// `pause`: a checkpoint per request) a request whose checkpoint failed (over the quota) still answered 200, and a
 /// kill -9 then lost it. Now it is undone and answers the quota's 507.
 #[tokio::test(flavor = "multi_thread")]
 async fn with_checkpoint_every_1_a_request_whose_checkpoint_fails_is_undone() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path().join("data");
     let args = [
+        "--durability",
+        "pause",
         "--checkpoint-every",
         "1",
         "--keep-snapshots",
@@ -457,10 +469,7 @@ async fn with_checkpoint_every_1_a_request_whose_checkpoint_fails_is_undone() {
     kv_actor(&server, "kvbig", PRELOAD, "big");
     let host = "big.actors.localhost";
     let mut acknowledged = None;
-    let mut refused = None;
-    // Eight deltas fit; the ninth snapshot of the chain is full, and two
-    // full snapshots do not fit in 3 MiB.
-    for round in 1..=12 {
+    for round in 1..=3 {
         let value = format!("v{round}");
         let answer = send(
             &client(),
@@ -471,24 +480,29 @@ async fn with_checkpoint_every_1_a_request_whose_checkpoint_fails_is_undone() {
             value.as_bytes().to_vec(),
         )
         .await;
-        match answer.status {
-            200 | 201 => acknowledged = Some(value),
-            _ => {
-                refused = Some(answer);
-                break;
-            }
-        }
+        assert!(matches!(answer.status, 200 | 201), "{answer:?}");
+        acknowledged = Some(value);
     }
-    let refused = refused.expect("a checkpoint over the quota");
+    // A 2 MiB value changes more than half the actor's pages: its
+    // checkpoint is a full snapshot, and two do not fit in 3 MiB.
+    let big = "x".repeat(2 << 20);
+    let refused = send(
+        &client(),
+        server.ingress,
+        "PUT",
+        host,
+        "/k",
+        big.into_bytes(),
+    )
+    .await;
     assert_eq!(refused.status, 507, "{refused:?}");
     assert!(
         refused.body.contains("undone") && refused.body.contains("--snapshot-quota"),
         "{refused:?}"
     );
     let acknowledged = acknowledged.expect("some requests fit");
-    // Every request now needs that full snapshot: each is undone alike.
-    let read = to_actor(&client(), server.ingress, "big", "GET", "/k").await;
-    assert_eq!(read.status, 507, "{read:?}");
+    // The refused PUT was not applied.
+    assert_eq!(get(&server, "big", "k").await, acknowledged);
     // What survives a kill -9 is every acknowledged PUT, and nothing else.
     server.kill();
     let server = Server::start_in(&dir, &[]).expect("restart after kill -9");

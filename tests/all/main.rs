@@ -25,6 +25,9 @@
 //!   codes, cluster mode;
 //! * `errors`: error hygiene (limits named, no server paths, `Retry-After`
 //!   only where a retry helps) and documented behaviours;
+//! * `durability`: the durability levels: at `request` (the default) an
+//!   answered request survives a trap, `kill -9` under load and a torn
+//!   journal tail, and is never applied twice;
 //! * `documented`: behaviours the docs promise and nothing else tested
 //!   (template env, `--rebalance-by memory`, `--max-concurrent-moves`, a
 //!   worker told 410 by its heartbeat drops its actors and joins again);
@@ -56,6 +59,7 @@ mod cli;
 mod cluster;
 mod demos;
 mod documented;
+mod durability;
 mod errors;
 mod fork;
 mod hardening;

@@ -31,7 +31,7 @@ pub use super::mailbox::{Command, Input, Ticket};
 use crate::host_calls::services::ActorHostServices;
 use stasis_contract::error::{ApiError, ErrorKind};
 use stasis_contract::metrics::Metrics;
-use stasis_contract::settings::ActorSettings;
+use stasis_contract::settings::{ActorSettings, Durability};
 use stasis_contract::status::{ActorState, ActorStatus, Captured, ResumeFrom, SnapshotReport, ms};
 
 /// Copies every acknowledged snapshot somewhere durable before the pause
@@ -90,6 +90,9 @@ pub(crate) struct ActorTask {
     pub journal: Option<Arc<Journal>>,
     /// The newest journal entry, not yet in the store.
     pub journaled: Option<Journaled>,
+    /// The verified chain of `delta_base`, kept from one journal entry's
+    /// capture to the next (dropped with the instance).
+    pub entry_chain: Option<Arc<VerifiedChain<SnapshotBytes>>>,
     /// The durability of the newest entry appended: an answer that
     /// changed nothing still waits for it (it may show its effect).
     pub gate: Option<Durable>,
@@ -112,6 +115,8 @@ pub(crate) struct ParkedActor {
     pub primed: Option<(u64, VerifiedChain<SnapshotBytes>)>,
     pub journaled: Option<Journaled>,
     pub gate: Option<Durable>,
+    /// Its level (the template's, else the worker's).
+    pub durability: Durability,
 }
 
 /// Why [`ActorTask::run`] returned.
@@ -148,6 +153,7 @@ impl ActorTask {
             primed: self.primed,
             journaled: self.journaled,
             gate: self.gate,
+            durability: self.settings.durability,
         }
     }
 
@@ -177,6 +183,7 @@ impl ActorTask {
     /// [`ActorClock::dropped`]; `paused`: by a pause).
     pub(super) fn drop_instance(&mut self, paused: bool) {
         self.delta_base = None;
+        self.entry_chain = None;
         if let Some(instance) = self.instance.take() {
             let clock_ns = instance.clock_ns();
             self.clock

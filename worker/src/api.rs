@@ -103,6 +103,7 @@ impl WorkerApi for Worker {
             name: actor.to_owned(),
             template,
             env: spec.env.clone(),
+            durability: spec.durability,
         };
         Ok(Worker::adopt(self, &local, spec.epoch))
     }

@@ -40,7 +40,7 @@ impl ActorTask {
     ) -> Result<SnapshotReport, ApiError> {
         // A journal entry goes to the store first, so the capture below
         // (of what `on_pause` changed, if anything) is a delta on it.
-        self.seal(started).await?;
+        let sealed = self.seal(started).await?;
         let (bytes, kind) = crate::blocking::off_the_executor(|| self.capture_live(For::Snapshot))?;
         let unchanged = match kind {
             Kind::Delta { unchanged } => unchanged,
@@ -50,10 +50,15 @@ impl ActorTask {
                     .is_ok_and(|map| snapshot::same_state(&map, &bytes))
             }),
         };
-        if unchanged {
-            return Ok(self.newest_unchanged(started));
+        match (unchanged, sealed) {
+            (true, Some(sealed)) => Ok(sealed),
+            (true, None) => Ok(self.newest_unchanged(started)),
+            (false, sealed) => {
+                let mut report = self.write_snapshot(bytes, started).await?;
+                report.bytes_written += sealed.map_or(0, |s| s.bytes_written);
+                Ok(report)
+            }
         }
-        self.write_snapshot(bytes, started).await
     }
 
     /// The report of a snapshot that wrote nothing: the newest one holds
@@ -87,38 +92,55 @@ impl ActorTask {
         // restores, and leaves out pages that hold what it holds (those a
         // restore copied in count as dirty). A chain damaged or replaced
         // since gives a full snapshot: the live instance holds the state.
+        // A journal entry (one per request) takes the chain the previous
+        // entry opened, while its head is still the base.
         let max_memory = self.engine.limits().max_memory;
-        let chain = base.and_then(|base| {
-            open_chain(
-                self.store.as_ref(),
-                &self.name,
-                base.seq,
-                &self.template,
-                max_memory,
-            )
-            .map_err(|e| e.to_string())
-            .and_then(|chain| {
-                if chain.head_crc32c() == base.crc32c {
-                    Ok((base, chain))
-                } else {
-                    Err(format!("snapshot {} was replaced", base.seq))
-                }
-            })
-            .inspect_err(|e| {
-                tracing::warn!(
-                    actor = %self.name,
-                    "full snapshot instead of a delta: the base chain cannot be used: {e}"
-                );
-            })
-            .ok()
+        let cached = self.entry_chain.take().filter(|chain| {
+            purpose == For::Entry
+                && base
+                    .is_some_and(|b| chain.head_seq() == b.seq && chain.head_crc32c() == b.crc32c)
         });
+        let chain = base.and_then(|base| {
+            cached
+                .map_or_else(
+                    || {
+                        open_chain(
+                            self.store.as_ref(),
+                            &self.name,
+                            base.seq,
+                            &self.template,
+                            max_memory,
+                        )
+                        .map(Arc::new)
+                        .map_err(|e| e.to_string())
+                    },
+                    Ok,
+                )
+                .and_then(|chain| {
+                    if chain.head_crc32c() == base.crc32c {
+                        Ok((base, chain))
+                    } else {
+                        Err(format!("snapshot {} was replaced", base.seq))
+                    }
+                })
+                .inspect_err(|e| {
+                    tracing::warn!(
+                        actor = %self.name,
+                        "full snapshot instead of a delta: the base chain cannot be used: {e}"
+                    );
+                })
+                .ok()
+        });
+        if purpose == For::Entry {
+            self.entry_chain = chain.as_ref().map(|(_, chain)| chain.clone());
+        }
         let instance = self
             .instance
             .as_mut()
             .ok_or_else(|| ApiError::internal("no instance"))?;
         let internal = |e: snapshot::SnapshotError| ApiError::internal(e.to_string());
         if let Some((base, chain)) = &chain {
-            let pages = ChainPages::of(chain);
+            let pages = ChainPages::of(chain.as_ref());
             let mut bytes = Vec::new();
             let capture = match purpose {
                 For::Snapshot => snapshot::capture_delta,
@@ -143,6 +165,26 @@ impl ActorTask {
                 }
                 Err(FullInstead::NoDirtyTracking(why)) => {
                     tracing::debug!(actor = %self.name, "full snapshot: no dirty tracking: {why}");
+                }
+                Err(FullInstead::ChainFull) => {
+                    // Compacted by merging the chain's deltas into one on
+                    // its root; a full snapshot only past half the root.
+                    if let Ok(merged) =
+                        snapshot::capture_merged(instance, base, chain.as_ref(), &mut bytes)
+                            .map_err(internal)?
+                    {
+                        tracing::debug!(
+                            actor = %self.name,
+                            stored_pages = merged.stats.stored_pages,
+                            "chain full: its deltas merged into one"
+                        );
+                        return Ok((
+                            bytes,
+                            Kind::Delta {
+                                unchanged: merged.unchanged,
+                            },
+                        ));
+                    }
                 }
                 Err(_) => {}
             }

@@ -271,6 +271,7 @@ impl Worker {
             name: actor.to_owned(),
             template: self.templates.template(&spec.digest).await?,
             env: spec.env.clone(),
+            durability: spec.durability,
         })
     }
 }

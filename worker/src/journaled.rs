@@ -18,6 +18,7 @@ use std::time::Instant;
 
 use stasis_core::journal::{Durable, EntryKind, Journal};
 use stasis_core::snapshot;
+use stasis_core::snapshot_store::open_chain;
 use tokio::sync::oneshot;
 
 use super::actor::ActorTask;
@@ -139,6 +140,20 @@ impl ActorTask {
             return Ok(None);
         };
         debug_assert_eq!(newest.seq, self.next_seq);
+        if self.instance.is_some() && !self.chain_holds(&newest) {
+            // Its chain was broken behind the actor's back (a file
+            // removed or replaced): the live instance holds the state, and
+            // the caller's capture writes it in full.
+            tracing::warn!(
+                actor = %self.name,
+                "the chain of its journal entry no longer restores; a full snapshot instead"
+            );
+            self.entry_chain = None;
+            if let Some(journal) = &self.journal {
+                journal.settled(&self.name, self.epoch);
+            }
+            return Ok(None);
+        }
         match self.write_snapshot(newest.bytes.clone(), started).await {
             Ok(report) => {
                 if let Some(journal) = &self.journal {
@@ -151,6 +166,26 @@ impl ActorTask {
                 Err(e)
             }
         }
+    }
+
+    /// Whether the store still holds the chain `entry` is a delta on (a
+    /// full entry needs none).
+    fn chain_holds(&self, entry: &Journaled) -> bool {
+        let Some(base) = snapshot::peek_header(&entry.bytes)
+            .ok()
+            .and_then(|header| header.base)
+        else {
+            return true;
+        };
+        let max_memory = self.engine.limits().max_memory;
+        open_chain(
+            self.store.as_ref(),
+            &self.name,
+            base.seq,
+            &self.template,
+            max_memory,
+        )
+        .is_ok_and(|chain| chain.head_crc32c() == base.crc32c)
     }
 
     /// The actor's journal entries no longer apply (it is deleted, moved

@@ -49,7 +49,7 @@ use live::LiveSlots;
 use stasis_contract::control_api::ControlApi;
 use stasis_contract::error::ApiError;
 use stasis_contract::metrics::Metrics;
-use stasis_contract::settings::WorkerSettings;
+use stasis_contract::settings::{ActorSettings, Durability, WorkerSettings};
 use stasis_contract::status::{ActorState, ActorStatus, Captured, ResumeFrom, SnapshotReport};
 use stasis_contract::templates::Templates;
 pub use stasis_contract::worker_api::{HostSpec, Location, WorkerApi};
@@ -134,6 +134,9 @@ pub struct ActorSpec {
     pub template: Arc<Template>,
     /// WASI environment of the template.
     pub env: Vec<(String, String)>,
+    /// The template's durability level, if its push set one (else the
+    /// worker's).
+    pub durability: Option<Durability>,
 }
 
 impl Worker {
@@ -263,6 +266,7 @@ impl Worker {
             primed: None,
             journaled: None,
             gate: None,
+            durability: spec.durability.unwrap_or(self.settings.actor.durability),
         };
         self.unpark(&spec.name, parked)
     }
@@ -278,7 +282,10 @@ impl Worker {
             engine: self.engine.clone(),
             store: self.store.clone(),
             metrics: self.metrics.clone(),
-            settings: self.settings.actor.clone(),
+            settings: ActorSettings {
+                durability: parked.durability,
+                ..self.settings.actor.clone()
+            },
             status: parked.status,
             instance: None,
             next_seq: parked.next_seq,
@@ -294,6 +301,7 @@ impl Worker {
             services: ActorHostServices::new(name, self.host_calls.clone()),
             journal: self.journal.get().cloned(),
             journaled: parked.journaled,
+            entry_chain: None,
             gate: parked.gate,
         };
         let level = task.effective_durability().name();

@@ -31,6 +31,7 @@ use serde::{Deserialize, Serialize};
 use super::{Etcd, retry, retryable};
 use stasis_contract::directory::{ActorRow, Directory, TemplateRow};
 use stasis_contract::error::ApiError;
+use stasis_contract::settings::Durability;
 
 /// How many times a placement re-reads and retries after losing a race to
 /// another writer of the same actor or an etcd error (each retry re-checks
@@ -108,6 +109,8 @@ struct TemplateValue {
     digest: String,
     bytes: u64,
     env: Vec<(String, String)>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    durability: Option<Durability>,
 }
 
 /// `<prefix>/actors/<name>`'s value.
@@ -320,6 +323,7 @@ impl Directory for EtcdDirectory {
             digest: row.digest.clone(),
             bytes: row.bytes,
             env: row.env.clone(),
+            durability: row.durability,
         })
         .map_err(failed)?;
         let fut = put_if_absent(
@@ -346,6 +350,7 @@ impl Directory for EtcdDirectory {
                 digest: v.digest,
                 bytes: v.bytes,
                 env: v.env,
+                durability: v.durability,
             }))
         })
     }
@@ -363,6 +368,7 @@ impl Directory for EtcdDirectory {
                         digest: v.digest,
                         bytes: v.bytes,
                         env: v.env,
+                        durability: v.durability,
                     })
                 })
                 .collect()

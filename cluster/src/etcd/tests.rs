@@ -49,6 +49,7 @@ fn template(name: &str, digest: &str) -> TemplateRow {
         digest: digest.into(),
         bytes: 3,
         env: vec![("K".into(), "V".into())],
+        durability: None,
     }
 }
 

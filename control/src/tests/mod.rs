@@ -62,6 +62,7 @@ fn harness(role: Role, in_process: usize, actors: &[ActorRow]) -> Harness {
             digest: "0".repeat(64),
             bytes: 0,
             env: Vec::new(),
+            durability: None,
         })
         .expect("template");
     for row in actors {

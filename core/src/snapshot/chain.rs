@@ -199,6 +199,20 @@ impl<'a> ChainPages<'a> {
         }
     }
 
+    /// The pages of `chain`'s root alone (its full snapshot): what a
+    /// merged delta ([`capture_merged`](super::capture_merged)) is
+    /// compared with.
+    #[must_use]
+    pub fn root_of<B: SnapshotSource>(chain: &'a VerifiedChain<B>) -> Self {
+        Self {
+            links: chain
+                .links()
+                .take(1)
+                .map(|(_, link)| (link.header(), link.bytes()))
+                .collect(),
+        }
+    }
+
     /// Page `page` (4 KiB) of memory `m` (in header order) as the chain
     /// leaves it: the bytes of the newest file that stores it; `None` if
     /// the newest file to mention it records it as zero, or none does (a

@@ -229,6 +229,121 @@ fn capture_delta_over(
     }))
 }
 
+/// Captures `instance` as one delta on the *root* (full snapshot) of
+/// `chain`, the chain its next delta would be taken on, when that chain is
+/// [`MAX_DELTA_DEPTH`] deep: the chain is compacted by merging, not by a
+/// full snapshot. The candidates are every page a delta of the chain
+/// mentions (stored or zero) and every page dirty tracking reports; each
+/// is taken from the live memory and left out when equal to the root's.
+/// So the merged delta holds the union of the chain's changes and the
+/// instance's, newest winning, at depth 1. `unchanged` says whether the
+/// instance still holds the state of `base` (the chain's head). Call it
+/// only between guest calls.
+///
+/// # Errors
+/// `Ok(Err(TooManyChanged))` when the union passes half the root's stored
+/// pages (a full snapshot is due), `Ok(Err(Mismatch | NoDirtyTracking))`
+/// as for [`capture_delta`]; `Err` only if the header cannot be encoded.
+pub fn capture_merged<B: super::SnapshotSource>(
+    instance: &mut ActorInstance,
+    base: &DeltaBase,
+    chain: &super::VerifiedChain<B>,
+    out: &mut Vec<u8>,
+) -> Result<Result<DeltaCapture, FullInstead>, SnapshotError> {
+    let Some((root_seq, root)) = chain.links().next() else {
+        return Ok(Err(FullInstead::Mismatch));
+    };
+    let root_header = root.header();
+    let root_pages = root_header.stored_pages();
+    let Some(root_crc) = recorded_crc32c(root.bytes()) else {
+        return Ok(Err(FullInstead::Mismatch));
+    };
+    let info = instance.template.info.clone();
+    let globals = capture_globals(instance)?;
+    let store = &instance.store;
+    let data: Vec<&[u8]> = instance.memories.iter().map(|m| m.data(store)).collect();
+    if data.len() != root_header.memories.len()
+        || data
+            .iter()
+            .zip(&root_header.memories)
+            .any(|(d, image)| (d.len() as u64 / WASM_PAGE) < image.wasm_pages)
+    {
+        return Ok(Err(FullInstead::Mismatch));
+    }
+    let root_view = ChainPages::root_of(chain);
+    let head_view = ChainPages::of(chain);
+    let mut memories = Vec::with_capacity(data.len());
+    let (mut changed, mut dirty_pages) = (0u64, 0u64);
+    let mut differs_from_head = false;
+    for (m, (image, bytes)) in info.memories.iter().zip(&data).enumerate() {
+        let dirty = match changed_pages(bytes) {
+            Ok(spans) => spans,
+            Err(e) => return Ok(Err(FullInstead::NoDirtyTracking(e.to_string()))),
+        };
+        dirty_pages += dirty.iter().map(|s| s.pages).sum::<u64>();
+        let (stored, zeroed) = classify(bytes, &dirty, |page| Some(head_view.page(m, page)));
+        differs_from_head |= !stored.is_empty() || !zeroed.is_empty();
+        let limit = bytes.len() as u64 / PAGE_SIZE as u64;
+        let mut pages: Vec<u64> = dirty
+            .iter()
+            .flat_map(|s| s.first_page..s.first_page + s.pages)
+            .collect();
+        for (_, link) in chain.links().skip(1) {
+            if let Some(delta) = link.header().memories.get(m) {
+                let runs = delta.runs.iter().map(|r| (r.first_page, r.pages));
+                let zeros = delta.zero_runs.iter().map(|z| (z.first_page, z.pages));
+                for (first, count) in runs.chain(zeros) {
+                    pages.extend((first..first + count).filter(|&p| p < limit));
+                }
+            }
+        }
+        pages.sort_unstable();
+        pages.dedup();
+        let mut spans: Vec<PageSpan> = Vec::new();
+        for page in pages {
+            push_page(&mut spans, page);
+        }
+        let (runs, zero_runs) = classify(bytes, &spans, |page| Some(root_view.page(m, page)));
+        changed += runs.iter().map(|r| r.pages).sum::<u64>();
+        changed += zero_runs.iter().map(|z| z.pages).sum::<u64>();
+        if changed * 2 > root_pages {
+            return Ok(Err(FullInstead::TooManyChanged {
+                changed,
+                root_pages,
+            }));
+        }
+        memories.push(MemoryImage {
+            index: image.index,
+            wasm_pages: bytes.len() as u64 / WASM_PAGE,
+            runs,
+            zero_runs,
+        });
+    }
+    let sizes_same = memories
+        .iter()
+        .zip(&base.wasm_pages)
+        .all(|(m, &pages)| m.wasm_pages == pages);
+    let unchanged = !differs_from_head && sizes_same && globals == base.globals;
+    let mut header = Header {
+        module_digest: info.digest,
+        abi_version: info.abi_version,
+        clock_ns: instance.clock.now_ns(),
+        globals,
+        memories,
+        base: Some(BaseRef {
+            seq: root_seq,
+            crc32c: root_crc,
+            depth: 1,
+        }),
+    };
+    let stats = write_file(out, &mut header, &data)?;
+    Ok(Ok(DeltaCapture {
+        stats,
+        dirty_pages,
+        unchanged,
+    }))
+}
+
 /// Sorts the candidate `spans` of `memory` into runs of pages to store and
 /// runs of pages to record as zero, leaving out each page equal to what
 /// `prior` says the chain holds there (`Some(None)`: zero, `Some(Some(p))`:

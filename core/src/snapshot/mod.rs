@@ -26,7 +26,9 @@ pub mod verify;
 
 pub use capture::{CaptureStats, capture, capture_into};
 pub use chain::{ChainPages, VerifiedChain, flatten};
-pub use delta::{DeltaBase, DeltaCapture, FullInstead, capture_delta, capture_entry_delta};
+pub use delta::{
+    DeltaBase, DeltaCapture, FullInstead, capture_delta, capture_entry_delta, capture_merged,
+};
 pub use format::{
     BaseRef, FORMAT_VERSION, FULL_FORMAT_VERSION, GlobalValue, Header, MAGIC, MAX_DELTA_DEPTH,
     MemoryImage, OLDEST_READABLE_VERSION, PageRun, PageSpan, SnapshotError, decode_header,
