@@ -13,6 +13,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::error::ApiError;
+use crate::settings::Durability;
 use crate::status::ResumeFrom;
 use crate::worker_api::HostSpec;
 
@@ -307,6 +308,9 @@ pub struct JoinAnswer {
     pub keep_snapshots: usize,
     /// Checkpoint after this many requests (0 = never).
     pub checkpoint_every: u64,
+    /// When a request's effect is durable (`--durability`).
+    #[serde(default)]
+    pub durability: Durability,
     /// Live instances per worker (`--max-live`).
     #[serde(default)]
     pub max_live: Option<usize>,
@@ -334,7 +338,7 @@ impl JoinAnswer {
     /// flag refuses to start and names it.
     #[must_use]
     pub fn conflict(&self, stored: &JoinAnswer) -> Option<String> {
-        let fields: [(&str, String, String); 14] = [
+        let fields: [(&str, String, String); 15] = [
             (
                 "--heartbeat-timeout (ms)",
                 self.heartbeat_timeout_ms.to_string(),
@@ -379,6 +383,11 @@ impl JoinAnswer {
                 "--checkpoint-every",
                 self.checkpoint_every.to_string(),
                 stored.checkpoint_every.to_string(),
+            ),
+            (
+                "--durability",
+                self.durability.name().to_owned(),
+                stored.durability.name().to_owned(),
             ),
             (
                 "--max-live",
@@ -455,6 +464,7 @@ mod tests {
             hold_timeout_ms: 30_000,
             keep_snapshots: 2,
             checkpoint_every: 0,
+            durability: Durability::Request,
             max_live: None,
             checkpoint_interval_ms: None,
             idle_timeout_ms: None,

@@ -158,6 +158,7 @@ impl ServeConfig {
             hold_timeout_ms: ms(self.worker.hold_timeout),
             keep_snapshots: self.worker.actor.keep_snapshots,
             checkpoint_every: self.worker.actor.checkpoint_every,
+            durability: self.worker.actor.durability,
             max_live: self.worker.max_live,
             checkpoint_interval_ms: self.checkpoint_interval.map(ms),
             idle_timeout_ms: self.idle_timeout.map(ms),

@@ -108,13 +108,7 @@ async fn kill_nine_under_load_loses_no_acknowledged_increment() {
     let names: Vec<String> = (0..ACTORS).map(|i| format!("c{i}")).collect();
     let mut acked: HashMap<String, u64> = HashMap::new();
     let mut sent: HashMap<String, u64> = HashMap::new();
-    let mut seed = 0x2545_f491_4f6c_dd1du64;
-    let mut rand = move |n: u64| {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed % n
-    };
+    let mut rand = crate::support::xorshift(0x2545_f491_4f6c_dd1d);
     for round in 0..10 {
         let mut server = Server::start_in(&dir, &[]).expect("serve starts");
         if round == 0 {
@@ -237,23 +231,106 @@ async fn a_template_overrides_the_servers_level() {
     let path = crate::support::demo("faulty");
     let file = path.to_str().expect("utf-8 path");
     server.cli_ok(&["template", "push", "fast", file, "--durability", "pause"]);
-    assert_eq!(server.cli_json(&["template", "get", "fast"])["durability"], "pause");
+    assert_eq!(
+        server.cli_json(&["template", "get", "fast"])["durability"],
+        "pause"
+    );
     server.create("f", "fast");
-    assert_eq!(server.cli_json(&["actor", "get", "f"])["durability"], "pause");
+    assert_eq!(
+        server.cli_json(&["actor", "get", "f"])["durability"],
+        "pause"
+    );
     for n in 1..=2 {
         assert_eq!(count(&post(&server, "f", "/").await), n);
     }
     assert_eq!(post(&server, "f", "/trap").await.status, 500);
-    assert_eq!(read(&server, "f").await, 0, "level pause rolls back to snapshot 0");
+    assert_eq!(
+        read(&server, "f").await,
+        0,
+        "level pause rolls back to snapshot 0"
+    );
     // The server's default for a template pushed without the flag.
     server.cli_ok(&["template", "push", "kept", file]);
-    assert_eq!(server.cli_json(&["template", "get", "kept"])["durability"], "request");
+    assert_eq!(
+        server.cli_json(&["template", "get", "kept"])["durability"],
+        "request"
+    );
     let again = server.cli(&["template", "push", "fast", file, "--durability", "request"]);
     assert!(!again.status.success());
     let stderr = String::from_utf8_lossy(&again.stderr);
-    assert!(stderr.contains("409") || stderr.contains("--durability"), "{stderr}");
+    assert!(
+        stderr.contains("409") || stderr.contains("--durability"),
+        "{stderr}"
+    );
     let bad = server.cli(&["template", "push", "other", file, "--durability", "never"]);
     assert!(!bad.status.success());
     let stderr = String::from_utf8_lossy(&bad.stderr);
     assert!(stderr.contains("request, interval or pause"), "{stderr}");
+}
+
+/// `kill -9` while a large chained actor's journal entries are being
+/// sealed into its chain and the chain merged (compaction), 10 rounds:
+/// every acknowledged write is there after each restart, with its value.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_nine_during_compaction_loses_nothing() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path().join("data");
+    let mut acked: HashMap<String, String> = HashMap::new();
+    let mut rand = crate::support::xorshift(0x9e37_79b9_7f4a_7c15);
+    for round in 0..10u64 {
+        let mut server = Server::start_in(&dir, &[]).expect("serve starts");
+        if round == 0 {
+            let path = crate::support::demo("kv");
+            let file = path.to_str().expect("utf-8 path");
+            server.cli_ok(&["template", "push", "kv", file, "--env", "KV_PRELOAD=20000"]);
+            server.create("big", "kv");
+        }
+        let http = client();
+        for (key, value) in &acked {
+            let answer = to_actor(&http, server.ingress, "big", "GET", &format!("/{key}")).await;
+            assert_eq!(answer.status, 200, "round {round}: {key}: {answer:?}");
+            assert_eq!(&answer.body, value, "round {round}: {key}");
+        }
+        let (ingress, admin) = (server.ingress, server.admin_url());
+        let deadline = Duration::from_millis(100 + rand(400));
+        let work = async {
+            let mut i = 0u64;
+            loop {
+                let (key, value) = (format!("r{round}k{i}"), format!("v{round}-{i}"));
+                let answer = crate::support::send(
+                    &http,
+                    ingress,
+                    "PUT",
+                    &crate::support::actor_host("big"),
+                    &format!("/{key}"),
+                    value.clone().into_bytes(),
+                )
+                .await;
+                if matches!(answer.status, 200 | 201) {
+                    acked.insert(key, value);
+                }
+                // Seals (pause, checkpoint) and with them merges.
+                let op = ["pause", "checkpoint", "none"][(i % 3) as usize];
+                if op != "none" {
+                    let req = hyper::Request::post(format!("{admin}/v1/actors/big/{op}"))
+                        .body(http_body_util::Full::new(bytes::Bytes::new()))
+                        .expect("req");
+                    let _ = http.request(req).await;
+                }
+                i += 1;
+            }
+        };
+        let _ = tokio::time::timeout(deadline, work).await;
+        server.kill();
+    }
+    assert!(
+        acked.len() > 10,
+        "only {} writes were answered",
+        acked.len()
+    );
+    let server = Server::start_in(&dir, &[]).expect("final start");
+    for (key, value) in &acked {
+        let answer = to_actor(&client(), server.ingress, "big", "GET", &format!("/{key}")).await;
+        assert_eq!(&answer.body, value, "{key}: {answer:?}");
+    }
 }

@@ -66,12 +66,13 @@ async fn sdk_guests_run_static_constructors_once() {
         ),
         once
     );
-    // The trap rolled the actor back to its pause snapshot (count 5).
+    // The trap rolled the actor back to its last answered request
+    // (count 6: the trapping request's increment is undone).
     assert_eq!(
         support::to_actor(&client(), server.ingress, "ctor", "GET", "/")
             .await
             .body,
-        "count: 5\n"
+        "count: 6\n"
     );
 }
 

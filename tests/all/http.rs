@@ -322,7 +322,8 @@ async fn bad_input_gets_clear_errors_and_harms_nothing() {
     assert_eq!(big.status, 413);
     assert_eq!(count(&post(&server, "a1").await), 2);
 
-    // A trap: 500 with the reason; the actor continues from its newest snapshot.
+    // A trap: 500 with the reason; the actor continues from its last
+    // answered request (durability `request`), not its newest snapshot.
     server.push("faulty");
     server.create("f1", "faulty");
     let c = client();
@@ -337,7 +338,10 @@ async fn bad_input_gets_clear_errors_and_harms_nothing() {
     assert_eq!(trap.status, 500);
     assert!(trap.body.contains("unreachable"), "{trap:?}");
     let after = send(&c, addr, "GET", "f1.actors.localhost", "/", Vec::new()).await;
-    assert_eq!(after.body, "count: 2\n", "rolled back to the paused state");
+    assert_eq!(
+        after.body, "count: 3\n",
+        "rolled back to the last answered request"
+    );
     assert_eq!(count(&post(&server, "a1").await), 3, "neighbour unharmed");
 
     // A second serve on the same data dir is refused.

@@ -58,14 +58,19 @@ fn field(v: &Value, name: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {name} in {v}"))
 }
 
-/// The format version of snapshot `seq` of `actor` in the data dir.
-fn version(server: &Server, actor: &str, seq: u64) -> u32 {
+/// The file of snapshot `seq` of `actor` in the data dir.
+fn snapshot_file(server: &Server, actor: &str, seq: u64) -> Vec<u8> {
     let path = server
         .data_dir
         .join("snapshots")
         .join(actor)
         .join(format!("{seq:020}.snap"));
-    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The format version of snapshot `seq` of `actor` in the data dir.
+fn version(server: &Server, actor: &str, seq: u64) -> u32 {
+    let bytes = snapshot_file(server, actor, seq);
     u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"))
 }
 
@@ -169,12 +174,7 @@ async fn a_small_change_of_a_large_actor_pauses_as_a_small_delta_and_restores_ex
 
 /// The delta depth of snapshot `seq` of `actor` (0 for a full snapshot).
 fn depth(server: &Server, actor: &str, seq: u64) -> u32 {
-    let path = server
-        .data_dir
-        .join("snapshots")
-        .join(actor)
-        .join(format!("{seq:020}.snap"));
-    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let bytes = snapshot_file(server, actor, seq);
     let header = stasis_core::snapshot::peek_header(&bytes).expect("a snapshot header");
     header.base.map_or(0, |base| base.depth)
 }

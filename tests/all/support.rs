@@ -372,3 +372,14 @@ pub(crate) async fn h2c(
     .expect("h2c handshake");
     (sender, tokio::spawn(conn))
 }
+
+/// A xorshift generator from `seed`: `rand(n)` is in `0..n`. Tests draw
+/// their kill moments from it, so a failing round can be replayed.
+pub(crate) fn xorshift(mut seed: u64) -> impl FnMut(u64) -> u64 {
+    move |n| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    }
+}

@@ -374,7 +374,10 @@ impl ActorTask {
                 let _ = reply.send(result);
             }
             Command::Fold => {
-                if let Err(e) = self.seal(Instant::now()).await {
+                if let Err(e) = self
+                    .seal(Instant::now(), super::journaled::Then::Keep)
+                    .await
+                {
                     tracing::warn!(actor = %self.name, "writing its journal entry to the store: {e}");
                 }
             }

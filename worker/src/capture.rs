@@ -10,6 +10,7 @@ use stasis_core::snapshot::{self, ChainPages, DeltaBase, FullInstead};
 use stasis_core::snapshot_store::{SnapshotEntry, StoreError, open_chain};
 
 use super::actor::ActorTask;
+use super::journaled::Then;
 use stasis_contract::error::ApiError;
 use stasis_contract::status::SnapshotReport;
 use stasis_contract::status::ms;
@@ -22,7 +23,7 @@ impl ActorTask {
     /// is the instance's state (no guest code ran since it was taken): it
     /// is written as the snapshot instead ([`ActorTask::seal`]).
     pub(super) async fn snapshot(&mut self, started: Instant) -> Result<SnapshotReport, ApiError> {
-        if let Some(report) = self.seal(started).await? {
+        if let Some(report) = self.seal(started, Then::Capture).await? {
             return Ok(report);
         }
         let (bytes, _) = crate::blocking::off_the_executor(|| self.capture_live(For::Snapshot))?;
@@ -40,7 +41,7 @@ impl ActorTask {
     ) -> Result<SnapshotReport, ApiError> {
         // A journal entry goes to the store first, so the capture below
         // (of what `on_pause` changed, if anything) is a delta on it.
-        let sealed = self.seal(started).await?;
+        let sealed = self.seal(started, Then::Capture).await?;
         let (bytes, kind) = crate::blocking::off_the_executor(|| self.capture_live(For::Snapshot))?;
         let unchanged = match kind {
             Kind::Delta { unchanged } => unchanged,
@@ -222,6 +223,12 @@ impl ActorTask {
         }
         self.next_seq += 1;
         self.since_checkpoint = 0;
+        // The actor's journal entries are in the store now (this snapshot,
+        // or an older state a live capture superseded).
+        self.journaled = None;
+        if let Some(journal) = &self.journal {
+            journal.settled(&self.name, self.epoch);
+        }
         self.delta_base = next_base;
         self.status().snapshot = Some(SnapshotEntry { seq, bytes: len });
         Ok(SnapshotReport {

@@ -18,6 +18,7 @@ use std::time::Instant;
 
 use stasis_core::journal::{Durable, EntryKind, Journal};
 use stasis_core::snapshot;
+use stasis_core::snapshot::delta::MIN_DELTA_ROOT_PAGES;
 use stasis_core::snapshot_store::open_chain;
 use tokio::sync::oneshot;
 
@@ -26,6 +27,16 @@ use super::capture::Kind;
 use stasis_contract::error::ApiError;
 use stasis_contract::settings::Durability;
 use stasis_contract::status::SnapshotReport;
+
+/// What follows a [`ActorTask::seal`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Then {
+    /// A capture of the live instance, which may replace the entry.
+    Capture,
+    /// Nothing: the entry must reach the store as it is (a trap's
+    /// rollback, a fold, a grown entry).
+    Keep,
+}
 
 /// An entry grown past this many bytes (the actor changed many pages since
 /// its newest snapshot) is sealed after its append, so that the next
@@ -78,12 +89,15 @@ impl ActorTask {
         journaled.then(|| self.journal.clone()).flatten()
     }
 
-    /// The durability level the actor runs at here (a worker without a
-    /// journal makes `request` durable at pause and checkpoints).
-    pub(crate) fn effective_durability(&self) -> Durability {
-        match self.settings.durability {
-            Durability::Request if self.journal_on().is_none() => Durability::Pause,
-            level => level,
+    /// After how many requests the actor checkpoints: `--checkpoint-every`,
+    /// or after each one at level `request` without a journal (a worker
+    /// process, or a store without deltas), which makes each answer wait
+    /// for its snapshot instead.
+    pub(super) fn checkpoint_every(&self) -> u64 {
+        if self.settings.durability == Durability::Request && self.journal_on().is_none() {
+            1
+        } else {
+            self.settings.checkpoint_every
         }
     }
 
@@ -121,46 +135,51 @@ impl ActorTask {
             bytes: Arc::new(bytes),
         });
         self.gate = Some(durable.clone());
-        if big && let Err(e) = self.seal(Instant::now()).await {
+        if big && let Err(e) = self.seal(Instant::now(), Then::Keep).await {
             tracing::warn!(actor = %self.name, "sealing a large journal entry: {e}");
         }
         Ok(Some(durable))
     }
 
     /// Writes the newest journal entry to the store as the snapshot it is
-    /// (module docs) and reports it; `None` when there is none.
+    /// (module docs) and reports it; `None` when there is none, or when
+    /// `then` is [`Then::Capture`] and a capture of the live instance is
+    /// the better snapshot: the actor's chain is below a delta's 1 MiB (a
+    /// full snapshot costs the same and keeps one file per snapshot), or
+    /// the chain the entry is a delta on was broken behind the actor's back
+    /// (a file removed or replaced). The journal lets the entry go once a
+    /// snapshot is written ([`ActorTask::write_snapshot`]).
     ///
     /// # Errors
     /// The store's (507 quota, 500 I/O): the entry stays the newest.
     pub(super) async fn seal(
         &mut self,
         started: Instant,
+        then: Then,
     ) -> Result<Option<SnapshotReport>, ApiError> {
         let Some(newest) = self.journaled.take() else {
             return Ok(None);
         };
         debug_assert_eq!(newest.seq, self.next_seq);
-        if self.instance.is_some() && !self.chain_holds(&newest) {
-            // Its chain was broken behind the actor's back (a file
-            // removed or replaced): the live instance holds the state, and
-            // the caller's capture writes it in full.
-            tracing::warn!(
-                actor = %self.name,
-                "the chain of its journal entry no longer restores; a full snapshot instead"
-            );
-            self.entry_chain = None;
-            if let Some(journal) = &self.journal {
-                journal.settled(&self.name, self.epoch);
+        if then == Then::Capture && self.instance.is_some() {
+            let small = self
+                .delta_base
+                .as_ref()
+                .is_some_and(|base| base.root_pages < MIN_DELTA_ROOT_PAGES);
+            if small {
+                return Ok(None);
             }
-            return Ok(None);
+            if !self.chain_holds(&newest) {
+                tracing::warn!(
+                    actor = %self.name,
+                    "the chain of its journal entry no longer restores; a full snapshot instead"
+                );
+                self.entry_chain = None;
+                return Ok(None);
+            }
         }
         match self.write_snapshot(newest.bytes.clone(), started).await {
-            Ok(report) => {
-                if let Some(journal) = &self.journal {
-                    journal.settled(&self.name, self.epoch);
-                }
-                Ok(Some(report))
-            }
+            Ok(report) => Ok(Some(report)),
             Err(e) => {
                 self.journaled = Some(newest);
                 Err(e)

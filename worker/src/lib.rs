@@ -304,7 +304,7 @@ impl Worker {
             entry_chain: None,
             gate: parked.gate,
         };
-        let level = task.effective_durability().name();
+        let level = task.settings.durability.name();
         task.status().durability = Some(level.to_owned());
         task
     }

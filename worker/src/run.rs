@@ -9,7 +9,7 @@ use stasis_core::instance::CallError;
 use stasis_core::journal::Durable;
 
 use super::actor::{ActorTask, Input, Ticket};
-use super::journaled::send_gated;
+use super::journaled::{Then, send_gated};
 use crate::guest::{Answer, Work};
 use stasis_contract::client_gone;
 use stasis_contract::error::{ApiError, ErrorKind};
@@ -106,14 +106,13 @@ impl ActorTask {
             Ok(gate) => gate,
             Err(e) => return Err(self.after_failed_entry(e)),
         };
-        if self.settings.checkpoint_every > 0
-            && self.since_checkpoint >= self.settings.checkpoint_every
-        {
+        let every = self.checkpoint_every();
+        if every > 0 && self.since_checkpoint >= every {
             match self.snapshot(Instant::now()).await {
                 Ok(_) => {
                     self.metrics.checkpointed(&self.worker, &self.name);
                 }
-                Err(e) if self.settings.checkpoint_every == 1 => {
+                Err(e) if every == 1 => {
                     return Err(self.after_failed_checkpoint(e).await);
                 }
                 Err(e) => tracing::warn!(actor = %self.name, "checkpoint failed: {e}"),
@@ -132,7 +131,7 @@ impl ActorTask {
         }
         self.metrics.trapped(&self.worker, &self.name);
         tracing::warn!(actor = %self.name, "{error}; rolling back to the last acknowledged state");
-        if let Err(e) = self.seal(Instant::now()).await {
+        if let Err(e) = self.seal(Instant::now(), Then::Keep).await {
             // The entry stays the newest: the restore below reads it.
             tracing::warn!(actor = %self.name, "writing its journal entry to the store: {e}");
         }
@@ -160,8 +159,9 @@ impl ActorTask {
         error
     }
 
-    /// With `--checkpoint-every 1` at level `pause` a 200 is sent only
-    /// after its snapshot is durable: when that checkpoint fails (`error`:
+    /// With a checkpoint per request (`--checkpoint-every 1` at level
+    /// `pause`, or level `request` without a journal) an answer is sent
+    /// only after its snapshot is durable: when that checkpoint fails (`error`:
     /// the quota, the disk), the request's effect is undone by rolling the
     /// actor back to its newest snapshot, as after a trap, and the answer
     /// is `error`'s status, so a client may send the request again.

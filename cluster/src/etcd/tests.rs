@@ -1,7 +1,6 @@
 //! Tests of the etcd building blocks against a real etcd cluster of three
-//! members (stasis-test-util's `EtcdCluster`), one cluster per test, tests
-//! run one at a time (each freezes, kills or loads etcd), each bounded in
-//! time.
+//! members (stasis-test-util's `EtcdCluster`), one cluster per test, run
+//! one at a time (each freezes, kills or loads etcd), each bounded in time.
 
 use std::collections::BTreeSet;
 use std::future::Future;

@@ -36,7 +36,7 @@ use membership::{join_until_admitted, settings_when_written};
 use stasis_contract::error::ApiError;
 use stasis_contract::metrics::Metrics;
 use stasis_contract::proto::{ControlPath, JoinAnswer, JoinRequest};
-use stasis_contract::settings::{ActorSettings, Durability, WorkerSettings};
+use stasis_contract::settings::{ActorSettings, WorkerSettings};
 use stasis_contract::templates::{FetchTemplate, TemplateDir};
 use stasis_core::engine::{Limits, StasisEngine};
 use stasis_core::module::ModuleCache;
@@ -314,10 +314,7 @@ pub async fn run(
             actor: ActorSettings {
                 keep_snapshots: answer.keep_snapshots,
                 checkpoint_every: answer.checkpoint_every,
-                // A worker process keeps no journal yet: its actors are
-                // durable at pause and checkpoints (docs/api.md,
-                // "Durability").
-                durability: Durability::Pause,
+                durability: answer.durability,
             },
             max_live: answer.max_live,
             allow_outbound: options.allow_outbound.clone(),

@@ -204,24 +204,40 @@ fn capture_delta_over(
             zero_runs,
         });
     }
-    let sizes_same = memories
-        .iter()
-        .zip(&base.wasm_pages)
-        .all(|(m, &pages)| m.wasm_pages == pages);
-    let unchanged = changed == 0 && sizes_same && globals == base.globals;
-    let mut header = Header {
+    let on = BaseRef {
+        seq: base.seq,
+        crc32c: base.crc32c,
+        depth: base.depth + 1,
+    };
+    let header = Header {
         module_digest: info.digest,
         abi_version: info.abi_version,
         clock_ns: instance.clock.now_ns(),
         globals,
         memories,
-        base: Some(BaseRef {
-            seq: base.seq,
-            crc32c: base.crc32c,
-            depth: base.depth + 1,
-        }),
+        base: Some(on),
     };
-    let stats = write_file(out, &mut header, &data)?;
+    finish(header, base, changed == 0, dirty_pages, &data, out)
+}
+
+/// Writes the delta `header` describes (its pages read from `data`) into
+/// `out`; `unchanged` when `same_pages` (no page differs from `base`'s
+/// state) and its sizes and globals are `base`'s too.
+fn finish(
+    mut header: Header,
+    base: &DeltaBase,
+    same_pages: bool,
+    dirty_pages: u64,
+    data: &[&[u8]],
+    out: &mut Vec<u8>,
+) -> Result<Result<DeltaCapture, FullInstead>, SnapshotError> {
+    let sizes_same = header
+        .memories
+        .iter()
+        .zip(&base.wasm_pages)
+        .all(|(m, &pages)| m.wasm_pages == pages);
+    let unchanged = same_pages && sizes_same && header.globals == base.globals;
+    let stats = write_file(out, &mut header, data)?;
     Ok(Ok(DeltaCapture {
         stats,
         dirty_pages,
@@ -319,29 +335,20 @@ pub fn capture_merged<B: super::SnapshotSource>(
             zero_runs,
         });
     }
-    let sizes_same = memories
-        .iter()
-        .zip(&base.wasm_pages)
-        .all(|(m, &pages)| m.wasm_pages == pages);
-    let unchanged = !differs_from_head && sizes_same && globals == base.globals;
-    let mut header = Header {
+    let on = BaseRef {
+        seq: root_seq,
+        crc32c: root_crc,
+        depth: 1,
+    };
+    let header = Header {
         module_digest: info.digest,
         abi_version: info.abi_version,
         clock_ns: instance.clock.now_ns(),
         globals,
         memories,
-        base: Some(BaseRef {
-            seq: root_seq,
-            crc32c: root_crc,
-            depth: 1,
-        }),
+        base: Some(on),
     };
-    let stats = write_file(out, &mut header, &data)?;
-    Ok(Ok(DeltaCapture {
-        stats,
-        dirty_pages,
-        unchanged,
-    }))
+    finish(header, base, !differs_from_head, dirty_pages, &data, out)
 }
 
 /// Sorts the candidate `spans` of `memory` into runs of pages to store and

@@ -210,6 +210,62 @@ async fn a_chain_of_deltas_restores_exactly_and_flattens_to_the_same_state() {
     );
 }
 
+/// A chain at its depth limit is compacted by merging: one delta on the
+/// root, at depth 1, holding the union of the deltas' pages and the live
+/// changes; the two-file chain restores byte-identically, twice in a row
+/// (a merge after a restore from a merged chain, whose deltas are older).
+#[tokio::test]
+async fn a_full_chain_merges_into_one_delta_that_restores_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut actor = Actor::new(dir.path()).await;
+    let mut seq = 0;
+    for round in 0..2 {
+        while actor.base.depth < MAX_DELTA_DEPTH {
+            seq += 1;
+            actor.step().await;
+            actor.delta(seq);
+        }
+        actor.step().await;
+        let chain = actor.chain(seq);
+        let mut out = Vec::new();
+        let merged = snapshot::capture_merged(&mut actor.live, &actor.base, &chain, &mut out)
+            .expect("encodes")
+            .unwrap_or_else(|why| panic!("round {round}: merge refused: {why:?}"));
+        assert!(
+            !merged.unchanged,
+            "round {round}: the step changed something"
+        );
+        assert!(
+            out.len() * 4 < actor.full_bytes,
+            "round {round}: merged delta of {} bytes, full snapshot {}",
+            out.len(),
+            actor.full_bytes
+        );
+        let header = snapshot::peek_header(&out).expect("header");
+        let base = header.base.expect("a delta");
+        assert_eq!((base.seq, base.depth), (0, 1), "round {round}: on the root");
+        seq += 1;
+        actor.store.write("a", seq, 0, &out).expect("write");
+        actor.base = DeltaBase::of_file(seq, &out, Some(&actor.base)).expect("next base");
+        assert_eq!(actor.chain(seq).links().len(), 2, "root and merged delta");
+        let mut restored = actor.restore(seq).await;
+        assert_same_state(
+            &mut restored,
+            &mut actor.original,
+            &format!("merged {round}"),
+        );
+        // Go on from the restored two-file chain.
+        actor.live = restored;
+    }
+    // Nothing changed since the merge: a merge says so.
+    let chain = actor.chain(seq);
+    let mut out = Vec::new();
+    let again = snapshot::capture_merged(&mut actor.live, &actor.base, &chain, &mut out)
+        .expect("encodes")
+        .expect("merges");
+    assert!(again.unchanged);
+}
+
 #[tokio::test]
 async fn a_big_change_or_a_small_actor_is_written_full() {
     let dir = tempfile::tempdir().unwrap();
