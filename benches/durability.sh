@@ -73,16 +73,18 @@ metric() {
 run() {
     local level=$1 actors=$2
     start "$level" "$actors"
-    local syncs0 entries0
+    local syncs0 entries0 bytes0
     syncs0=$(metric stasis_journal_syncs_total)
     entries0=$(metric stasis_journal_entries_total)
+    bytes0=$(metric stasis_journal_bytes_total)
     echo "== --durability $level, $actors actor(s): wrk -t$threads -c$connections -d$duration POST"
     wrk -t"$threads" -c"$connections" -d"$duration" --latency -s "$script" "http://$ingress/" \
         | grep -E 'Requests/sec|50%|99%|requests in'
-    local syncs entries
+    local syncs entries bytes
     syncs=$(metric stasis_journal_syncs_total)
     entries=$(metric stasis_journal_entries_total)
-    echo "journal: $((entries - entries0)) entries, $((syncs - syncs0)) fdatasyncs"
+    bytes=$(metric stasis_journal_bytes_total)
+    echo "journal: $((entries - entries0)) entries, $((bytes - bytes0)) bytes, $((syncs - syncs0)) fdatasyncs"
     kill "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null || true
 }
 

@@ -323,7 +323,10 @@ fn decode_host_request(body: &[u8]) -> Result<stasis_host_api::Request, ApiError
 
 /// A template push's query: `env=K=V` parameters (percent-encoded), in
 /// order, and at most one `durability=LEVEL`.
-fn parse_push_query(query: &str) -> Result<(Vec<(String, String)>, Option<Durability>), ApiError> {
+/// A template push's environment and durability override.
+type PushQuery = (Vec<(String, String)>, Option<Durability>);
+
+fn parse_push_query(query: &str) -> Result<PushQuery, ApiError> {
     let mut env = Vec::new();
     let mut durability = None;
     for (key, value) in form_urlencoded::parse(query.as_bytes()) {

@@ -2,7 +2,8 @@
 //! alarm) the state it produced is captured as a delta on the actor's
 //! newest snapshot — every page changed since that snapshot, so the newest
 //! entry alone gives the state — and appended to the worker journal
-//! ([`stasis_core::journal`]). The answer waits for the journal's group
+//! ([`stasis_core::journal`]) — as a patch of its previous entry when only
+//! bytes within the same pages changed. The answer waits for the journal's group
 //! commit (the *output gate*, [`send_gated`]) while the actor runs its next
 //! request.
 //!
@@ -16,7 +17,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use stasis_core::journal::{Durable, EntryKind, Journal};
+use stasis_core::journal::{Durable, EntryKind, Journal, patch};
 use stasis_core::snapshot;
 use stasis_core::snapshot::delta::MIN_DELTA_ROOT_PAGES;
 use stasis_core::snapshot_store::open_chain;
@@ -51,7 +52,13 @@ pub(crate) struct Journaled {
     pub seq: u64,
     /// The snapshot file.
     pub bytes: Arc<Vec<u8>>,
+    /// Patches appended since the journal last received it whole.
+    pub patches: u32,
 }
+
+/// A whole entry is appended at least every this many records of an
+/// actor (module docs).
+const PATCHES_PER_ENTRY: u32 = 256;
 
 /// Sends `result` on `reply` once `gate` (the durability of the newest
 /// entry the answer depends on) resolves; at once if there is none or it
@@ -115,8 +122,9 @@ impl ActorTask {
         if let Some(e) = journal.failed() {
             return Err(ApiError::unavailable(e.to_string()));
         }
-        let (bytes, kind) =
-            crate::blocking::off_the_executor(|| self.capture_live(super::capture::For::Entry))?;
+        // On the actor's task itself: a delta of a few pages takes tens of
+        // microseconds, less than a hop to a blocking thread.
+        let (bytes, kind) = self.capture_live(super::capture::For::Entry)?;
         let same = match &self.journaled {
             Some(newest) => snapshot::same_state(&newest.bytes, &bytes),
             None => kind == (Kind::Delta { unchanged: true }),
@@ -125,14 +133,29 @@ impl ActorTask {
             return Ok(self.gate.clone().filter(|gate| !gate.is_durable()));
         }
         let seq = self.next_seq;
+        // A patch of the previous entry when it is one of the same
+        // snapshot, with a whole entry every PATCHES_PER_ENTRY records so
+        // the journal's pin on old segments moves on.
+        let patch = self
+            .journaled
+            .as_ref()
+            .filter(|previous| previous.seq == seq && previous.patches < PATCHES_PER_ENTRY)
+            .and_then(|previous| {
+                patch::diff(&previous.bytes, &bytes).map(|p| (p, previous.patches))
+            });
+        let (kind, record, patches) = match &patch {
+            Some((record, patches)) => (EntryKind::Patch, record.as_slice(), patches + 1),
+            None => (EntryKind::Snapshot, bytes.as_slice(), 0),
+        };
         let durable = journal
-            .append(EntryKind::Snapshot, self.epoch, seq, &self.name, &bytes)
+            .append(kind, self.epoch, seq, &self.name, record)
             .map_err(|e| ApiError::unavailable(e.to_string()))?;
-        self.metrics.journaled(bytes.len());
+        self.metrics.journaled(record.len());
         let big = bytes.len() > SEAL_BYTES;
         self.journaled = Some(Journaled {
             seq,
             bytes: Arc::new(bytes),
+            patches,
         });
         self.gate = Some(durable.clone());
         if big && let Err(e) = self.seal(Instant::now(), Then::Keep).await {

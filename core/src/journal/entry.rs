@@ -6,11 +6,13 @@
 //! length u32 LE   bytes of the payload
 //! crc32c u32 LE   CRC32C of the payload
 //! payload:
-//!   kind   u8     1 = snapshot, 2 = forget
+//!   kind   u8     1 = snapshot, 2 = forget, 3 = pad (ignored),
+//!                 4 = patch of the actor's previous entry
 //!   epoch  u64 LE the actor's placement epoch on the writing worker
 //!   seq    u64 LE the snapshot's sequence number (0 for a forget)
 //!   name   u16 LE length, then that many bytes of UTF-8: the actor
-//!   body          the rest: a snapshot file (format version 1 or 2)
+//!   body          the rest: a snapshot file (format version 1 or 2), or
+//!                 a patch (`super::patch`)
 //! ```
 //!
 //! A record is valid only whole: a short read, another magic, a length
@@ -36,6 +38,12 @@ pub enum EntryKind {
     /// The actor's entries before this one no longer apply (deleted,
     /// re-created or repaired).
     Forget,
+    /// Nothing: fills a group commit's last page, so the next commit never
+    /// writes into a page still being written back.
+    Pad,
+    /// The actor's state as snapshot `seq`, as a patch of its previous
+    /// entry ([`super::patch`]).
+    Patch,
 }
 
 impl EntryKind {
@@ -43,6 +51,8 @@ impl EntryKind {
         match self {
             Self::Snapshot => 1,
             Self::Forget => 2,
+            Self::Pad => 3,
+            Self::Patch => 4,
         }
     }
 
@@ -50,6 +60,8 @@ impl EntryKind {
         match code {
             1 => Some(Self::Snapshot),
             2 => Some(Self::Forget),
+            3 => Some(Self::Pad),
+            4 => Some(Self::Patch),
             _ => None,
         }
     }
@@ -100,6 +112,24 @@ pub(super) fn encode(
     out.extend_from_slice(body);
     let crc = crc32c::crc32c(&out[payload..]);
     out[start + 8..start + 12].copy_from_slice(&crc.to_le_bytes());
+}
+
+/// Appends a [`EntryKind::Pad`] record that ends at the next multiple of
+/// `page` from `offset` (the file offset `out` starts at); returns its
+/// length.
+pub(super) fn pad_to_page(out: &mut Vec<u8>, offset: u64, page: u64) -> u64 {
+    let end = offset + out.len() as u64;
+    let mut gap = (page - end % page) % page;
+    if gap == 0 {
+        return 0;
+    }
+    let least = (HEADER_BYTES + FIXED_PAYLOAD) as u64;
+    if gap < least {
+        gap += page;
+    }
+    let body = vec![0u8; (gap - least) as usize];
+    encode(out, EntryKind::Pad, 0, 0, "", &body);
+    gap
 }
 
 /// The size of the record [`encode`] writes.
@@ -184,6 +214,19 @@ mod tests {
         );
         assert_eq!(first.body.as_slice(), b"state");
         assert_eq!(entries[1].1.kind, EntryKind::Forget);
+    }
+
+    #[test]
+    fn padding_ends_on_a_page_and_is_a_record() {
+        for offset in [0u64, 100, 4000, 4090, 4096] {
+            let mut out = record("a", 1, b"x");
+            let added = pad_to_page(&mut out, offset, 4096);
+            assert_eq!((offset + out.len() as u64) % 4096, 0, "offset {offset}");
+            assert!(added == 0 || added >= 31);
+            let (entries, end) = scan(&out);
+            assert_eq!(end, out.len());
+            assert_eq!(entries.len(), if added == 0 { 1 } else { 2 });
+        }
     }
 
     #[test]

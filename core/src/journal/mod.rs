@@ -13,7 +13,8 @@
 //!
 //! The journal tracks, per actor, its newest entry not yet written to the
 //! store ([`Journal::settled`] says it was). Segments (`NNN.log`, named by
-//! the position of their first byte) roll at [`SEGMENT_BYTES`]; a segment
+//! the position of their first byte, zero-filled ahead) roll at
+//! [`SEGMENT_BYTES`]; a segment
 //! is deleted ([`Journal::collect`]) once no actor's newest entry is in it
 //! or before it, so the actors pinning old segments are asked to write
 //! theirs to the store ([`Journal::pinning`]).
@@ -24,11 +25,13 @@
 //! torn tail is ignored, never applied.
 
 pub mod entry;
+pub mod patch;
 mod replay;
 
 use std::collections::{HashMap, VecDeque};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write as _};
+use std::os::unix::fs::FileExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -45,7 +48,11 @@ use crate::snapshot_store::SnapshotStore;
 
 /// A segment is closed and a new one started once it holds this many
 /// bytes.
-pub const SEGMENT_BYTES: u64 = 64 << 20;
+/// Each segment is created at this size, zero-filled and synced, and then
+/// written in place: an `fdatasync` of bytes within the file's size
+/// flushes the data alone, no size change (half the cost of an append's,
+/// measured in BENCHMARKS.md, section 18).
+pub const SEGMENT_BYTES: u64 = 16 << 20;
 
 /// Why the journal refused or lost an entry. Once a write or an
 /// `fdatasync` failed, what reached the disk is unknown: the journal
@@ -77,6 +84,9 @@ struct State {
     segments: VecDeque<u64>,
     failed: Option<Arc<str>>,
     stopping: bool,
+    /// The writer waits for work: the next append wakes it (appends while
+    /// it writes need no wake-up, it looks again when done).
+    idle: bool,
 }
 
 struct Shared {
@@ -220,6 +230,7 @@ impl Journal {
                 segments: VecDeque::from([start]),
                 failed: None,
                 stopping: false,
+                idle: false,
             }),
             work: Condvar::new(),
             committed: watch::Sender::new(Committed {
@@ -276,10 +287,15 @@ impl Journal {
                 state.live.insert(actor.to_owned(), (at, epoch));
             }
             EntryKind::Forget => settle(&mut state.live, actor, epoch),
+            // A patch needs the entry before it: the pin stays there.
+            EntryKind::Pad | EntryKind::Patch => {}
         }
         let end = state.next;
+        let wake = std::mem::take(&mut state.idle);
         drop(state);
-        self.shared.work.notify_one();
+        if wake {
+            self.shared.work.notify_one();
+        }
         self.shared.entries.fetch_add(1, Ordering::Relaxed);
         self.shared.bytes.fetch_add(len, Ordering::Relaxed);
         Ok(Durable {
@@ -365,6 +381,9 @@ impl Drop for Journal {
     }
 }
 
+/// The page size group commits are padded to.
+const PAGE: u64 = 4096;
+
 /// Drops `actor`'s live entry if it is from `epoch` or before.
 fn settle(live: &mut HashMap<String, (u64, u64)>, actor: &str, epoch: u64) {
     if live.get(actor).is_some_and(|&(_, at)| at <= epoch) {
@@ -374,10 +393,15 @@ fn settle(live: &mut HashMap<String, (u64, u64)>, actor: &str, epoch: u64) {
 
 /// Creates segment `start` and makes its name durable.
 fn new_segment(dir: &Path, start: u64) -> io::Result<File> {
-    let file = OpenOptions::new()
+    let mut file = OpenOptions::new()
         .create_new(true)
-        .append(true)
+        .write(true)
         .open(segment_path(dir, start))?;
+    let zeros = vec![0u8; 1 << 20];
+    for _ in 0..SEGMENT_BYTES / zeros.len() as u64 {
+        file.write_all(&zeros)?;
+    }
+    file.sync_all()?;
     sync_dir(dir)?;
     Ok(file)
 }
@@ -391,14 +415,23 @@ fn write_rounds(shared: &Shared, dir: &Path, mut file: File, mut start: u64) {
         let (batch, end) = {
             let mut state = shared.lock();
             while state.pending.is_empty() && !state.stopping {
+                state.idle = true;
                 state = shared.work.wait(state).unwrap_or_else(|p| p.into_inner());
             }
+            state.idle = false;
             if state.pending.is_empty() {
                 return;
             }
+            // The next round starts on a page of its own.
+            let offset = state.next - state.pending.len() as u64 - start;
+            let padded = entry::pad_to_page(&mut state.pending, offset, PAGE);
+            state.next += padded;
             (std::mem::take(&mut state.pending), state.next)
         };
-        if let Err(e) = file.write_all(&batch).and_then(|()| file.sync_data()) {
+        let written = file
+            .write_all_at(&batch, len)
+            .and_then(|()| file.sync_data());
+        if let Err(e) = written {
             shared.fail(format!("writing segment {start}: {e}"));
             return;
         }

@@ -26,13 +26,14 @@ use crate::snapshot_store::SnapshotStore;
 /// What a replay found and did.
 #[derive(Debug, Clone, Default)]
 pub struct Replayed {
-    /// Whole entries read.
+    /// Whole entries read (padding not counted).
     pub entries: u64,
     /// Actors whose newest entry was written to the store.
     pub applied: u64,
     /// Actors whose newest entry no longer applied (module docs).
     pub skipped: u64,
-    /// Bytes of torn tails ignored.
+    /// Bytes of torn tails ignored (the zeros of a segment's unused space
+    /// are none).
     pub torn_bytes: u64,
     /// How long the replay took.
     pub duration: Duration,
@@ -51,7 +52,8 @@ pub(super) fn replay(
         let bytes =
             std::fs::read(&path).with_context(|| format!("reading journal segment {start}"))?;
         let (entries, end) = scan(&bytes);
-        if end < bytes.len() {
+        // Zeros after the records are the segment's unused space.
+        if bytes[end..].iter().any(|&b| b != 0) {
             tracing::warn!(
                 segment = start,
                 ignored_bytes = bytes.len() - end,
@@ -59,11 +61,33 @@ pub(super) fn replay(
             );
             replayed.torn_bytes += (bytes.len() - end) as u64;
         }
-        replayed.entries += entries.len() as u64;
+        replayed.entries += entries
+            .iter()
+            .filter(|(_, entry)| entry.kind != EntryKind::Pad)
+            .count() as u64;
         for (_, entry) in entries {
             match entry.kind {
                 EntryKind::Snapshot => {
                     newest.insert(entry.actor.clone(), entry);
+                }
+                EntryKind::Pad => {}
+                EntryKind::Patch => {
+                    // On the actor's previous entry, which must be there.
+                    let patched = newest
+                        .get(&entry.actor)
+                        .filter(|previous| previous.seq == entry.seq)
+                        .and_then(|previous| super::patch::apply(&previous.body, &entry.body));
+                    match patched {
+                        Some(body) => {
+                            let mut whole = entry;
+                            whole.kind = EntryKind::Snapshot;
+                            whole.body = std::sync::Arc::new(body);
+                            newest.insert(whole.actor.clone(), whole);
+                        }
+                        None => {
+                            tracing::warn!(actor = %entry.actor, seq = entry.seq, "journal: a patch without its entry is ignored");
+                        }
+                    }
                 }
                 EntryKind::Forget => {
                     if newest
