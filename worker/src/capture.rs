@@ -6,8 +6,10 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use stasis_core::snapshot::{self, ChainPages, DeltaBase, FullInstead};
-use stasis_core::snapshot_store::{SnapshotEntry, StoreError, open_chain};
+use stasis_core::snapshot::{self, ChainPages, DeltaBase, FullInstead, VerifiedChain};
+use stasis_core::snapshot_store::{
+    ChainError, SnapshotBytes, SnapshotEntry, StoreError, open_chain,
+};
 
 use super::actor::ActorTask;
 use super::journaled::Then;
@@ -95,7 +97,6 @@ impl ActorTask {
         // since gives a full snapshot: the live instance holds the state.
         // A journal entry (one per request) takes the chain the previous
         // entry opened, while its head is still the base.
-        let max_memory = self.engine.limits().max_memory;
         let cached = self.entry_chain.take().filter(|chain| {
             purpose == For::Entry
                 && base
@@ -105,15 +106,9 @@ impl ActorTask {
             cached
                 .map_or_else(
                     || {
-                        open_chain(
-                            self.store.as_ref(),
-                            &self.name,
-                            base.seq,
-                            &self.template,
-                            max_memory,
-                        )
-                        .map(Arc::new)
-                        .map_err(|e| e.to_string())
+                        self.open_chain_at(base.seq)
+                            .map(Arc::new)
+                            .map_err(|e| e.to_string())
                     },
                     Ok,
                 )
@@ -193,6 +188,22 @@ impl ActorTask {
         snapshot::capture(instance)
             .map(|(bytes, _)| (bytes, Kind::Full))
             .map_err(internal)
+    }
+
+    /// Snapshot `seq` of this actor with its chain, from the store,
+    /// verified against the template.
+    pub(super) fn open_chain_at(
+        &self,
+        seq: u64,
+    ) -> Result<VerifiedChain<SnapshotBytes>, ChainError> {
+        let max_memory = self.engine.limits().max_memory;
+        open_chain(
+            self.store.as_ref(),
+            &self.name,
+            seq,
+            &self.template,
+            max_memory,
+        )
     }
 
     /// Writes `bytes` as the next snapshot durably (and through the

@@ -20,7 +20,6 @@ use std::time::Instant;
 use stasis_core::journal::{Durable, EntryKind, Journal, patch};
 use stasis_core::snapshot;
 use stasis_core::snapshot::delta::MIN_DELTA_ROOT_PAGES;
-use stasis_core::snapshot_store::open_chain;
 use tokio::sync::oneshot;
 
 use super::actor::ActorTask;
@@ -219,15 +218,8 @@ impl ActorTask {
         else {
             return true;
         };
-        let max_memory = self.engine.limits().max_memory;
-        open_chain(
-            self.store.as_ref(),
-            &self.name,
-            base.seq,
-            &self.template,
-            max_memory,
-        )
-        .is_ok_and(|chain| chain.head_crc32c() == base.crc32c)
+        self.open_chain_at(base.seq)
+            .is_ok_and(|chain| chain.head_crc32c() == base.crc32c)
     }
 
     /// The actor's journal entries no longer apply (it is deleted, moved
