@@ -77,6 +77,10 @@ pub fn json_error(error: &ApiError) -> Response<Body> {
     response
 }
 
+/// A refused body declared this large or smaller is read and dropped,
+/// so its client can read the refusal.
+const DRAIN_BYTES: u64 = 64 << 20;
+
 /// Collects a request body of at most `limit` bytes; `limit_name` names
 /// that limit in the 413 (a flag such as `--max-body`, or what it is for).
 ///
@@ -100,7 +104,16 @@ pub async fn collect_body(
         .get(hyper::header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > limit as u64) {
+    if let Some(n) = declared.filter(|&n| n > limit as u64) {
+        // The client may still be sending it: read it away in the
+        // background (up to DRAIN_BYTES) so that its write completes and it
+        // reads the 413, instead of a broken pipe when the connection
+        // closes under its write.
+        if n <= DRAIN_BYTES {
+            tokio::spawn(async move {
+                let _ = Limited::new(body, DRAIN_BYTES as usize).collect().await;
+            });
+        }
         return Err(too_large());
     }
     match Limited::new(body, limit).collect().await {
