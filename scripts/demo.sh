@@ -35,6 +35,10 @@ step cargo test --release --workspace --all-targets --no-run
 cargo test --release --workspace --all-targets --no-run
 STASIS=./target/release/stasis
 
+# A data dir this script creates is removed again if serve cannot start
+# (a busy port), so a failed run leaves no LOCK or stasis.db behind.
+created_data_dir=
+[ -e "$DATA_DIR" ] || created_data_dir=1
 mkdir -p "$DATA_DIR"
 if curl -fsS "http://$ADMIN_ADDR/healthz" >/dev/null 2>&1; then
   echo "stasis serve is already running on $ADMIN_ADDR; using it"
@@ -48,6 +52,7 @@ else
     if ! kill -0 "$pid" 2>/dev/null; then
       echo "stasis serve exited; its log:" >&2
       cat "$DATA_DIR/serve.log" >&2
+      if [ -n "$created_data_dir" ]; then rm -rf "$DATA_DIR"; fi
       exit 1
     fi
     sleep 0.1

@@ -236,7 +236,15 @@ pub struct GuestOutput {
     stream: &'static str,
     pending: Arc<Mutex<Vec<u8>>>,
     tap: Option<Arc<Mutex<Vec<u8>>>>,
+    /// The last lines written since [`GuestOutput::recent`] was last
+    /// taken (at most [`RECENT_LINES`], each cut at [`RECENT_LINE_BYTES`]).
+    recent: Arc<Mutex<std::collections::VecDeque<String>>>,
 }
+
+/// Lines [`GuestOutput::recent`] keeps.
+const RECENT_LINES: usize = 3;
+/// Bytes of a line [`GuestOutput::recent`] keeps.
+const RECENT_LINE_BYTES: usize = 300;
 
 /// Longest partial line kept before it is logged anyway, in bytes.
 const MAX_PENDING_LINE: usize = 16 << 10;
@@ -250,7 +258,27 @@ impl GuestOutput {
             stream,
             pending: Arc::default(),
             tap: None,
+            recent: Arc::default(),
         }
+    }
+
+    /// The last lines written since the last call (a guest call's output:
+    /// a Rust guest's panic message, for its trap's answer), oldest first;
+    /// a partial last line included.
+    #[must_use]
+    pub fn recent(&self) -> Vec<String> {
+        let mut recent: Vec<String> = std::mem::take(&mut *self.recent_lines()).into();
+        let pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        if !pending.is_empty() {
+            recent.push(cut(&String::from_utf8_lossy(&pending)));
+        }
+        let skip = recent.len().saturating_sub(RECENT_LINES);
+        recent.drain(..skip);
+        recent
+    }
+
+    fn recent_lines(&self) -> std::sync::MutexGuard<'_, std::collections::VecDeque<String>> {
+        self.recent.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Also appends every byte written to `tap`.
@@ -279,6 +307,13 @@ impl GuestOutput {
     }
 
     fn emit(&self, line: &[u8]) {
+        {
+            let mut recent = self.recent_lines();
+            if recent.len() == RECENT_LINES {
+                recent.pop_front();
+            }
+            recent.push_back(cut(&String::from_utf8_lossy(line)));
+        }
         tracing::info!(
             target: "stasis::guest",
             actor = %self.actor,
@@ -287,6 +322,15 @@ impl GuestOutput {
             String::from_utf8_lossy(line)
         );
     }
+}
+
+/// `line` cut at [`RECENT_LINE_BYTES`] (on a character boundary).
+fn cut(line: &str) -> String {
+    let mut end = line.len().min(RECENT_LINE_BYTES);
+    while !line.is_char_boundary(end) {
+        end -= 1;
+    }
+    line[..end].to_owned()
 }
 
 impl IsTerminal for GuestOutput {

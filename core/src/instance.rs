@@ -122,6 +122,9 @@ pub struct ActorInstance {
     handle: TypedFunc<(u32, u32), u64>,
     hooks: Hooks,
     limits: Limits,
+    /// The guest's stderr: a trap's answer carries what the call wrote
+    /// last (a Rust guest's panic message).
+    stderr: GuestOutput,
 }
 
 #[derive(Default)]
@@ -205,7 +208,16 @@ impl ActorInstance {
             Ok(r) => r.map_err(|e| classify_instantiation(e, engine))?,
             Err(_) => return Err(CallError::Timeout(limits.request_timeout)),
         };
-        Self::bind(store, instance, template, clock, config.context, limits)
+        let stderr = config.stderr.clone();
+        Self::bind(
+            store,
+            instance,
+            template,
+            clock,
+            config.context,
+            limits,
+            stderr,
+        )
     }
 
     fn bind(
@@ -215,6 +227,7 @@ impl ActorInstance {
         clock: VirtualClock,
         context: Context,
         limits: Limits,
+        stderr: GuestOutput,
     ) -> Result<Self, CallError> {
         let missing = |what: String| CallError::Host(format!("instrumented export {what} missing"));
         let mut memories = Vec::with_capacity(template.info.memories.len());
@@ -267,6 +280,7 @@ impl ActorInstance {
             handle,
             hooks,
             limits,
+            stderr,
         })
     }
 
@@ -341,7 +355,7 @@ impl ActorInstance {
             .map_err(|_| CallError::Host("request larger than 4 GiB".into()))?;
         let timeout = self.limits.request_timeout;
         let packed = match tokio::time::timeout(timeout, self.invoke(&bytes, len)).await {
-            Ok(r) => r?,
+            Ok(r) => r.map_err(|e| self.with_stderr(e))?,
             Err(_) => return Err(CallError::Timeout(timeout)),
         };
         let (ptr, len) = ((packed >> 32) as usize, (packed & 0xffff_ffff) as usize);
@@ -436,7 +450,7 @@ impl ActorInstance {
         self.reset_cpu();
         let (timeout, cpu_limit) = (self.limits.request_timeout, self.limits.cpu_limit);
         match tokio::time::timeout(timeout, f.call_async(&mut self.store, ())).await {
-            Ok(r) => r.map_err(|e| classify(e, cpu_limit)),
+            Ok(r) => r.map_err(|e| self.with_stderr(classify(e, cpu_limit))),
             Err(_) => Err(CallError::Timeout(timeout)),
         }
     }
@@ -444,6 +458,24 @@ impl ActorInstance {
     fn reset_cpu(&mut self) {
         self.store.data_mut().cpu_ticks_left = self.limits.cpu_ticks();
         self.store.set_epoch_deadline(1);
+        // What this call writes to stderr starts now.
+        let _ = self.stderr.recent();
+    }
+
+    /// `error` with what the guest wrote to stderr last in this call
+    /// appended, for a trap: a Rust guest's panic message.
+    fn with_stderr(&self, error: CallError) -> CallError {
+        match error {
+            CallError::Trap(message) => {
+                let lines = self.stderr.recent();
+                if lines.is_empty() {
+                    CallError::Trap(message)
+                } else {
+                    CallError::Trap(format!("{message}; guest stderr: {}", lines.join(" / ")))
+                }
+            }
+            other => other,
+        }
     }
 }
 

@@ -567,3 +567,44 @@ async fn unknown_admin_routes_are_404_and_wrong_methods_405_with_allow() {
         assert_eq!(json["kind"], "method_not_allowed", "{json}");
     }
 }
+
+/// Found by a new user (issue 30, item 10): a Rust guest's panic answered
+/// 500 "wasm `unreachable` instruction executed", its message only in the
+/// server log. The answer now carries what the call wrote to stderr last,
+/// and `actor get` keeps it as the last trap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guest_panic_answers_with_its_message() {
+    let server = Server::start(&["--workers", "1"]);
+    server.push("faulty");
+    server.create("p", "faulty");
+    let host = support::actor_host("p");
+    let panicked = send(
+        &client(),
+        server.ingress,
+        "POST",
+        &host,
+        "/panic",
+        Vec::new(),
+    )
+    .await;
+    assert_eq!(panicked.status, 500, "{panicked:?}");
+    assert!(
+        panicked.body.contains("faulty panicked on purpose"),
+        "{panicked:?}"
+    );
+    let got = server.cli_json(&["actor", "get", "p"]);
+    let error = got["error"].as_str().expect("the last trap");
+    assert!(error.contains("faulty panicked on purpose"), "{got}");
+    // Output of an earlier call is not taken for a later trap's.
+    let trapped = send(
+        &client(),
+        server.ingress,
+        "POST",
+        &host,
+        "/trap",
+        Vec::new(),
+    )
+    .await;
+    assert_eq!(trapped.status, 500);
+    assert!(!trapped.body.contains("panicked"), "{trapped:?}");
+}

@@ -2,6 +2,8 @@
 //!
 //! * `POST /` adds one to a counter, `GET /` reads it: `count: <n>\n`;
 //! * `POST /trap` adds one, then traps (`unreachable`);
+//! * `POST /panic` adds one, then panics with the message
+//!   `faulty panicked on purpose`;
 //! * `POST /spin` loops forever;
 //! * `POST /sleep?ms=N` sleeps N ms in WASI `poll_oneoff`, then answers;
 //! * `POST /grow?mib=N` keeps N more MiB (touched); 507 with the reason if
@@ -68,6 +70,10 @@ impl Actor for Faulty {
             ("POST", "/trap") => {
                 self.count += 1;
                 core::arch::wasm32::unreachable()
+            }
+            ("POST", "/panic") => {
+                self.count += 1;
+                panic!("faulty panicked on purpose");
             }
             ("POST", "/spin") => {
                 let mut x = 0u64;
