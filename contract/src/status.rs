@@ -78,6 +78,9 @@ pub struct ActorStatus {
     pub memory_bytes: u64,
     /// Requests answered by the guest.
     pub requests: u64,
+    /// When `error` was set, in ms since the Unix epoch.
+    #[serde(default)]
+    pub error_at_unix_ms: Option<u64>,
     /// When its requests' effects are durable on its worker (`request`,
     /// `interval` or `pause`; `None` while no worker hosts it).
     #[serde(default)]
@@ -89,6 +92,15 @@ pub struct ActorStatus {
 }
 
 impl ActorStatus {
+    /// Records `error` (why the actor failed, or its last trap), now.
+    pub fn set_error(&mut self, error: String) {
+        self.error = Some(error);
+        self.error_at_unix_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .ok()
+            .and_then(|d| u64::try_from(d.as_millis()).ok());
+    }
+
     /// A fresh status in `state`, active now.
     #[must_use]
     pub fn new(state: ActorState) -> Self {
@@ -101,6 +113,7 @@ impl ActorStatus {
             error: None,
             memory_bytes: 0,
             requests: 0,
+            error_at_unix_ms: None,
             durability: None,
             last_active: Some(Instant::now()),
         }

@@ -270,6 +270,7 @@ impl ControlPlane {
             requests: status.requests,
             memory_bytes: status.memory_bytes,
             error: status.error,
+            error_at_unix_ms: status.error_at_unix_ms,
             durability: status.durability,
         }
     }

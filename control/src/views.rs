@@ -56,6 +56,8 @@ pub struct ActorInfo {
     pub memory_bytes: u64,
     /// Why it failed, or the last trap.
     pub error: Option<String>,
+    /// When `error` was set, ms since the Unix epoch.
+    pub error_at_unix_ms: Option<u64>,
     /// When its requests' effects are durable (docs/api.md, "Durability"):
     /// `request`, `interval` or `pause`; absent while no worker hosts it.
     pub durability: Option<String>,

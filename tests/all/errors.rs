@@ -595,6 +595,13 @@ async fn a_guest_panic_answers_with_its_message() {
     let got = server.cli_json(&["actor", "get", "p"]);
     let error = got["error"].as_str().expect("the last trap");
     assert!(error.contains("faulty panicked on purpose"), "{got}");
+    // With its time, so an old trap is told from a new one.
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_millis() as u64;
+    let at = got["error_at_unix_ms"].as_u64().expect("error_at_unix_ms");
+    assert!(at <= now_ms && now_ms - at < 60_000, "{got}");
     // Output of an earlier call is not taken for a later trap's.
     let trapped = send(
         &client(),

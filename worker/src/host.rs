@@ -178,7 +178,7 @@ impl Worker {
                 let location = self.store.location(&spec.name);
                 tracing::error!(actor = %spec.name, %location, "{problem}");
                 status.state = ActorState::Failed;
-                status.error = Some(problem);
+                status.set_error(problem);
             }
         }
         let status = task

@@ -84,6 +84,7 @@ impl ActorTask {
                     status.memory_bytes = memory_bytes;
                     if from != ResumeFrom::Newest {
                         status.error = None;
+                        status.error_at_unix_ms = None;
                     }
                 }
                 if from != ResumeFrom::Newest {
@@ -124,7 +125,7 @@ impl ActorTask {
                 tracing::error!(actor = %self.name, "resume failed: {reason}");
                 let mut status = self.status();
                 status.state = ActorState::Failed;
-                status.error = Some(reason.clone());
+                status.set_error(reason.clone());
                 Err(ApiError::failed(format!(
                     "actor {} failed: {reason}",
                     self.name

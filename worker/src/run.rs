@@ -136,7 +136,7 @@ impl ActorTask {
             tracing::warn!(actor = %self.name, "writing its journal entry to the store: {e}");
         }
         self.drop_instance(false);
-        self.status().error = Some(error.to_string());
+        self.status().set_error(error.to_string());
         if let Err(e) = self.resume(ResumeFrom::Newest).await {
             tracing::error!(actor = %self.name, "rollback failed: {e}");
         }
@@ -155,7 +155,7 @@ impl ActorTask {
         self.journaled = None;
         let mut status = self.status();
         status.state = ActorState::Failed;
-        status.error = Some(error.message().to_owned());
+        status.set_error(error.message().to_owned());
         error
     }
 
