@@ -44,6 +44,10 @@ pub(crate) fn init_logging() {
         .with_env_filter(filter)
         .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr)
+        // A log that cannot be written (a full disk) loses lines; it must
+        // never stop the server: the default reports the failure with
+        // `eprintln!`, which panics the thread that logged.
+        .log_internal_errors(false)
         .init();
 }
 

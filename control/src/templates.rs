@@ -83,6 +83,8 @@ impl ControlPlane {
                     "other module bytes"
                 } else if existing.env != env {
                     "another environment"
+                } else if existing.durability.is_none() {
+                    "no --durability of its own (it follows the server's)"
                 } else {
                     "another --durability"
                 }

@@ -150,6 +150,7 @@ fn open_journal(
             applied = replayed.applied,
             skipped = replayed.skipped,
             torn_bytes = replayed.torn_bytes,
+            damaged_bytes = replayed.damaged_bytes,
             ms = replayed.duration.as_secs_f64() * 1e3,
             "journal replayed"
         );

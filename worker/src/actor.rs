@@ -157,6 +157,36 @@ impl ActorTask {
         }
     }
 
+    /// After a panic in the task (a bug): the instance may be half-way
+    /// through anything, so it is dropped and the actor is `failed` with
+    /// the panic's message until a repair; the task can be parked. The
+    /// request it was running was answered as of unknown outcome (see
+    /// `Worker::call`).
+    pub(crate) fn panicked(&mut self, panic: &(dyn std::any::Any + Send)) -> Ended {
+        let what = panic
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic".to_owned());
+        tracing::error!(actor = %self.name, "the actor's task panicked: {what}");
+        self.instance = None;
+        self.delta_base = None;
+        self.entry_chain = None;
+        self.slot = None;
+        if let Some(live) = &self.live {
+            live.remove(&self.name);
+        }
+        for (_, _, input) in std::mem::take(&mut self.held_by_move) {
+            input.refuse(ApiError::unavailable(format!("actor {} failed", self.name)));
+        }
+        let mut status = self.status();
+        status.state = ActorState::Failed;
+        status.set_error(format!(
+            "the actor's task panicked: {what}; repair it with a resume from a snapshot"
+        ));
+        Ended::Idle
+    }
+
     pub(super) fn status(&self) -> std::sync::MutexGuard<'_, ActorStatus> {
         self.status.lock().unwrap_or_else(|p| p.into_inner())
     }

@@ -572,8 +572,12 @@ async fn drive(
     mut task: Box<ActorTask>,
     mut mailbox: mpsc::Receiver<Command>,
 ) {
+    use futures_util::FutureExt as _;
     loop {
-        let ended = task.run(&mut mailbox).await;
+        let ended = std::panic::AssertUnwindSafe(task.run(&mut mailbox))
+            .catch_unwind()
+            .await
+            .unwrap_or_else(|panic| task.panicked(panic.as_ref()));
         let Some(worker) = worker.upgrade() else {
             return;
         };

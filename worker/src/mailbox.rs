@@ -53,6 +53,11 @@ impl Ticket {
         self.claim(STARTED, RUNNING)
     }
 
+    /// Whether the guest was given the delivery.
+    pub(super) fn ran(&self) -> bool {
+        self.state.load(Ordering::Acquire) == RUNNING
+    }
+
     /// Resolves once the client has left (or at once if it has).
     pub(super) async fn abandoned(&self) {
         loop {

@@ -109,7 +109,19 @@ impl Worker {
             ticket: Some(ticket.clone()),
             metrics: &self.metrics,
         };
-        let stopped = || ApiError::unavailable(format!("actor {actor} stopped"));
+        // The task ended without an answer: before the guest had the
+        // delivery it was not applied; after, whether its effect stays is
+        // unknown, and the answer says so rather than "failed".
+        let stopped = || {
+            if ticket.ran() {
+                ApiError::internal(format!(
+                    "actor {actor} stopped while running the request: it may or may not have \
+                     been applied"
+                ))
+            } else {
+                ApiError::unavailable(format!("actor {actor} stopped"))
+            }
+        };
         let hold = tokio::time::sleep(self.settings.hold_timeout);
         tokio::pin!(answer, hold);
         let (mut holding, mut listening) = (true, true);

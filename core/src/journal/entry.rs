@@ -189,6 +189,22 @@ pub(super) fn scan(bytes: &[u8]) -> (Vec<(usize, Entry)>, usize) {
     (entries, at)
 }
 
+/// The offset of the next whole record after `from` in `bytes`, if any:
+/// where a scan resumes past a damaged record (a flipped bit in the
+/// middle of a segment, not a torn tail).
+pub(super) fn resync(bytes: &[u8], from: usize) -> Option<usize> {
+    let magic = MAGIC.to_le_bytes();
+    let mut at = from + 1;
+    while at + HEADER_BYTES <= bytes.len() {
+        let next = bytes[at..].windows(4).position(|w| w == magic)? + at;
+        if decode(&bytes[next..]).is_some() {
+            return Some(next);
+        }
+        at = next + 1;
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -214,6 +230,23 @@ mod tests {
         );
         assert_eq!(first.body.as_slice(), b"state");
         assert_eq!(entries[1].1.kind, EntryKind::Forget);
+    }
+
+    #[test]
+    fn a_damaged_record_in_the_middle_is_skipped_to_the_next_whole_one() {
+        let mut bytes = record("a", 1, b"first");
+        let second = bytes.len();
+        bytes.extend_from_slice(&record("b", 1, b"second, damaged below"));
+        let third = bytes.len();
+        bytes.extend_from_slice(&record("c", 1, b"third"));
+        bytes[second + 30] ^= 0x10;
+        let (entries, end) = scan(&bytes);
+        assert_eq!((entries.len(), end), (1, second));
+        assert_eq!(resync(&bytes, end), Some(third));
+        let (rest, _) = scan(&bytes[third..]);
+        assert_eq!(rest[0].1.actor, "c");
+        // A torn tail has nothing whole after it.
+        assert_eq!(resync(&bytes[..third + 20], end), None);
     }
 
     #[test]

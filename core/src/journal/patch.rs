@@ -11,6 +11,8 @@
 //!
 //! ```text
 //! length u32 LE   the length of both entries
+//! crc32c u32 LE   CRC32C of the entry it applies to (a patch never lands
+//!                 on another entry of the same length)
 //! then, per run of differing blocks:
 //!   offset u32 LE, count u32 LE, count bytes
 //! ```
@@ -28,6 +30,7 @@ pub fn diff(old: &[u8], new: &[u8]) -> Option<Vec<u8>> {
     let len = u32::try_from(new.len()).ok()?;
     let mut out = Vec::with_capacity(256);
     out.extend_from_slice(&len.to_le_bytes());
+    out.extend_from_slice(&crc32c::crc32c(old).to_le_bytes());
     let mut at = 0;
     while at < new.len() {
         let end = (at + BLOCK).min(new.len());
@@ -73,8 +76,12 @@ pub fn apply(old: &[u8], patch: &[u8]) -> Option<Vec<u8>> {
     if u32_at(patch, 0)? != old.len() {
         return None;
     }
+    let crc = u32::from_le_bytes(patch.get(4..8)?.try_into().ok()?);
+    if crc32c::crc32c(old) != crc {
+        return None;
+    }
     let mut new = old.to_vec();
-    let mut at = 4;
+    let mut at = 8;
     while at < patch.len() {
         let (offset, count) = (u32_at(patch, at)?, u32_at(patch, at + 4)?);
         let bytes = patch.get(at + 8..at + 8 + count)?;
@@ -107,8 +114,11 @@ mod tests {
         assert!(diff(&old, &new[1..]).is_none());
         let flipped: Vec<u8> = old.iter().map(|b| !b).collect();
         assert!(diff(&old, &flipped).is_none());
-        // A patch of another entry does not apply.
+        // A patch of another entry does not apply, even of the same length.
         assert!(apply(&old[1..], &patch).is_none());
+        let mut other = old.clone();
+        other[7] ^= 1;
+        assert!(apply(&other, &patch).is_none());
         assert!(apply(&old, &patch[..patch.len() - 1]).is_none());
     }
 }

@@ -35,6 +35,8 @@ pub struct Replayed {
     /// Bytes of torn tails ignored (the zeros of a segment's unused space
     /// are none).
     pub torn_bytes: u64,
+    /// Bytes of damaged records skipped between whole ones.
+    pub damaged_bytes: u64,
     /// How long the replay took.
     pub duration: Duration,
 }
@@ -51,7 +53,21 @@ pub(super) fn replay(
         let path = segment_path(dir, start);
         let bytes =
             std::fs::read(&path).with_context(|| format!("reading journal segment {start}"))?;
-        let (entries, end) = scan(&bytes);
+        let (mut entries, mut end) = scan(&bytes);
+        // A damaged record with whole ones after it: those still count
+        // (a patch after a lost record no longer applies, see `patch`).
+        while let Some(next) = super::entry::resync(&bytes, end) {
+            tracing::error!(
+                segment = start,
+                offset = end,
+                skipped_bytes = next - end,
+                "journal: a damaged record is skipped; the records after it are replayed"
+            );
+            replayed.damaged_bytes += (next - end) as u64;
+            let (more, more_end) = scan(&bytes[next..]);
+            entries.extend(more.into_iter().map(|(at, entry)| (at + next, entry)));
+            end = next + more_end;
+        }
         // Zeros after the records are the segment's unused space.
         if bytes[end..].iter().any(|&b| b != 0) {
             tracing::warn!(
