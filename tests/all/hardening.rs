@@ -286,3 +286,81 @@ async fn monotonic_clock_never_goes_back_across_traps_and_kill_nine() {
         "a move jumped the clock: {before_move} -> {after_move}"
     );
 }
+
+/// Found by trying to break it (issue 29): with its log on a full disk,
+/// the first line the server could not write panicked the thread that
+/// logged it (an actor's task, after its journal entry: a request answered
+/// 503 was then applied at the restart; or the whole process). A log that
+/// cannot be written now loses lines and nothing else.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_log_that_cannot_be_written_stops_nothing() {
+    use std::io::BufRead as _;
+    let tmp = tempfile::tempdir().expect("tmp");
+    let mut command = support::STASIS.serve(&tmp.path().join("data"), &[]);
+    command
+        .env("STASIS_LOG", "info")
+        .stdout(std::process::Stdio::piped())
+        .stderr(
+            std::fs::File::options()
+                .write(true)
+                .open("/dev/full")
+                .expect("/dev/full"),
+        );
+    let mut child = command.spawn().expect("serve");
+    let stdout = child.stdout.take().expect("stdout");
+    let ready = std::io::BufReader::new(stdout)
+        .lines()
+        .map_while(Result::ok)
+        .find(|line| line.starts_with("stasis ready"))
+        .expect("serve gets ready");
+    let addr = |key: &str| -> SocketAddr {
+        ready
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix(key))
+            .and_then(|a| a.parse().ok())
+            .expect("an address")
+    };
+    let (ingress, admin) = (addr("ingress="), addr("admin="));
+    let cli = |args: &[&str]| {
+        let out = support::STASIS
+            .command()
+            .args(args)
+            .env("STASIS_ADMIN", format!("http://{admin}"))
+            .output()
+            .expect("cli");
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let faulty = support::demo("faulty");
+    cli(&[
+        "template",
+        "push",
+        "faulty",
+        faulty.to_str().expect("utf-8"),
+    ]);
+    cli(&["actor", "create", "f", "--template", "faulty"]);
+    let host = support::actor_host("f");
+    let c = client();
+    assert_eq!(
+        send(&c, ingress, "POST", &host, "/", Vec::new()).await.body,
+        "count: 1\n"
+    );
+    // A trap logs a warning (and used to kill the actor's task there).
+    for _ in 0..3 {
+        let trap = send(&c, ingress, "POST", &host, "/trap", Vec::new()).await;
+        assert_eq!(trap.status, 500, "{trap:?}");
+    }
+    assert_eq!(
+        send(&c, ingress, "POST", &host, "/", Vec::new()).await.body,
+        "count: 2\n"
+    );
+    assert!(
+        child.try_wait().expect("wait").is_none(),
+        "serve is still running"
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+}
