@@ -171,12 +171,7 @@ fn capture_delta_over(
     let globals = capture_globals(instance)?;
     let store = &instance.store;
     let data: Vec<&[u8]> = instance.memories.iter().map(|m| m.data(store)).collect();
-    if data.len() != base.wasm_pages.len()
-        || data
-            .iter()
-            .zip(&base.wasm_pages)
-            .any(|(d, &pages)| (d.len() as u64 / WASM_PAGE) < pages)
-    {
+    if !fits(&data, base.wasm_pages.iter().copied()) {
         return Ok(Err(FullInstead::Mismatch));
     }
     let mut memories = Vec::with_capacity(data.len());
@@ -218,6 +213,16 @@ fn capture_delta_over(
         base: Some(on),
     };
     finish(header, base, changed == 0, dirty_pages, &data, out)
+}
+
+/// Whether the live memories `data` fit a base whose memories have
+/// `pages` 64 KiB pages each: as many memories, none smaller now.
+fn fits(data: &[&[u8]], pages: impl ExactSizeIterator<Item = u64>) -> bool {
+    data.len() == pages.len()
+        && data
+            .iter()
+            .zip(pages)
+            .all(|(d, pages)| d.len() as u64 / WASM_PAGE >= pages)
 }
 
 /// Writes the delta `header` describes (its pages read from `data`) into
@@ -278,12 +283,7 @@ pub fn capture_merged<B: super::SnapshotSource>(
     let globals = capture_globals(instance)?;
     let store = &instance.store;
     let data: Vec<&[u8]> = instance.memories.iter().map(|m| m.data(store)).collect();
-    if data.len() != root_header.memories.len()
-        || data
-            .iter()
-            .zip(&root_header.memories)
-            .any(|(d, image)| (d.len() as u64 / WASM_PAGE) < image.wasm_pages)
-    {
+    if !fits(&data, root_header.memories.iter().map(|m| m.wasm_pages)) {
         return Ok(Err(FullInstead::Mismatch));
     }
     let root_view = ChainPages::root_of(chain);
