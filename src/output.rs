@@ -344,10 +344,10 @@ pub(crate) fn actors_table(list: &Json) -> String {
     table_or_none(&table, "actors")
 }
 
-/// Templates: NAME DIGEST (first 12 hex digits) BYTES ACTORS ENV.
+/// Templates: NAME DIGEST (first 12 hex digits) BYTES ACTORS DURABILITY ENV.
 #[must_use]
 pub(crate) fn templates_table(list: &Json) -> String {
-    let mut table = Table::new(&["NAME", "DIGEST", "BYTES", "ACTORS", "ENV"]);
+    let mut table = Table::new(&["NAME", "DIGEST", "BYTES", "ACTORS", "DURABILITY", "ENV"]);
     for template in items(list) {
         let digest = cell(template.get("digest"));
         table.push(vec![
@@ -355,6 +355,7 @@ pub(crate) fn templates_table(list: &Json) -> String {
             digest.chars().take(12).collect(),
             bytes_cell(template.get("bytes")),
             cell(template.get("actors")),
+            cell(template.get("durability")),
             env_cell(template.get("env")),
         ]);
     }
@@ -529,14 +530,14 @@ mod tests {
     fn templates_table_shortens_digest_and_joins_env() {
         let list = parse(
             r#"[{"name":"counter","digest":"0123456789abcdef0123","bytes":83871,
-                 "env":{"A":"1","B":"x y"},"actors":2},
+                 "env":{"A":"1","B":"x y"},"actors":2,"durability":"request"},
                 {"name":"kv","digest":"fedcba9876543210","bytes":100,"env":{},"actors":0}]"#,
         );
         assert_eq!(
             templates_table(&list),
-            "NAME      DIGEST         BYTES      ACTORS   ENV\n\
-             counter   0123456789ab   81.9 KiB   2        A=1,B=x y\n\
-             kv        fedcba987654   100 B      0        -\n"
+            "NAME      DIGEST         BYTES      ACTORS   DURABILITY   ENV\n\
+             counter   0123456789ab   81.9 KiB   2        request      A=1,B=x y\n\
+             kv        fedcba987654   100 B      0        -            -\n"
         );
     }
 
