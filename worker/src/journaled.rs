@@ -179,7 +179,10 @@ impl ActorTask {
         started: Instant,
         then: Then,
     ) -> Result<Option<SnapshotReport>, ApiError> {
-        let Some(newest) = self.journaled.take() else {
+        // Kept until a snapshot is written (`write_snapshot` lets it go):
+        // if the caller's capture is not written (the quota, the disk, or
+        // nothing changed), a rollback still finds it and a fold writes it.
+        let Some(newest) = self.journaled.clone() else {
             return Ok(None);
         };
         debug_assert_eq!(newest.seq, self.next_seq);
@@ -200,13 +203,7 @@ impl ActorTask {
                 return Ok(None);
             }
         }
-        match self.write_snapshot(newest.bytes.clone(), started).await {
-            Ok(report) => Ok(Some(report)),
-            Err(e) => {
-                self.journaled = Some(newest);
-                Err(e)
-            }
-        }
+        self.write_snapshot(newest.bytes, started).await.map(Some)
     }
 
     /// Whether the store still holds the chain `entry` is a delta on (a
