@@ -44,6 +44,15 @@ pub struct ActorRow {
 /// The durable record of templates, actors and placements. Every write is
 /// durable on return; errors are 500s naming the directory.
 pub trait Directory: Send + Sync {
+    /// Whether its writer may still act on what it decided: false once a
+    /// leader's lease is past its deadline by this process's clock (its
+    /// writes are refused by then too). A deposed leader delivers nothing
+    /// more, such as a due alarm, once this turns false. Always true for a
+    /// directory of one process.
+    fn may_act(&self) -> bool {
+        true
+    }
+
     /// Inserts a template.
     ///
     /// # Errors

@@ -287,14 +287,18 @@ impl ApiError {
 }
 
 impl From<stasis_core::snapshot_store::StoreError> for ApiError {
-    /// Insufficient storage for the quota, else internal. The answer names
+    /// Insufficient storage for the quota, unavailable for a fenced-off
+    /// worker (nothing was written), else internal. The answer names
     /// the file by its store key only; the server log gets the path.
     fn from(e: stasis_core::snapshot_store::StoreError) -> Self {
-        let kind = if matches!(e, stasis_core::snapshot_store::StoreError::Quota { .. }) {
-            ErrorKind::InsufficientStorage
-        } else {
-            tracing::error!("snapshot store: {}", e.detail());
-            ErrorKind::Internal
+        use stasis_core::snapshot_store::StoreError;
+        let kind = match &e {
+            StoreError::Quota { .. } => ErrorKind::InsufficientStorage,
+            StoreError::Fenced { .. } => ErrorKind::Unavailable,
+            StoreError::Io { .. } => {
+                tracing::error!("snapshot store: {}", e.detail());
+                ErrorKind::Internal
+            }
         };
         Self::new(kind, e.to_string())
     }

@@ -85,6 +85,10 @@ pub struct ActorStatus {
     /// `interval` or `pause`; `None` while no worker hosts it).
     #[serde(default)]
     pub durability: Option<String>,
+    /// Deliveries waiting in its mailbox (requests, alarms and commands
+    /// not yet taken by its task), when its worker reported the status.
+    #[serde(default)]
+    pub mailbox: usize,
     /// When the actor last ran a request or command (not serialized:
     /// idle pauses and `--max-live` eviction read it).
     #[serde(skip)]
@@ -113,6 +117,7 @@ impl ActorStatus {
             error: None,
             memory_bytes: 0,
             requests: 0,
+            mailbox: 0,
             error_at_unix_ms: None,
             durability: None,
             last_active: Some(Instant::now()),

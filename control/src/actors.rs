@@ -269,6 +269,7 @@ impl ControlPlane {
             last_resume_ms: status.last_resume_ms,
             requests: status.requests,
             memory_bytes: status.memory_bytes,
+            mailbox: status.mailbox,
             error: status.error,
             error_at_unix_ms: status.error_at_unix_ms,
             durability: status.durability,

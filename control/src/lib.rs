@@ -342,6 +342,13 @@ impl ControlPlane {
         self.role
     }
 
+    /// Whether it may still act on its decisions: a leader, only while
+    /// its lease holds by this process's clock ([`Directory::may_act`]).
+    #[must_use]
+    pub fn may_act(&self) -> bool {
+        self.directory.may_act()
+    }
+
     /// The etcd revision of the newest actor record this control plane
     /// wrote (see [`Directory::actors_revision`]); `None` with the embedded
     /// directory.

@@ -31,6 +31,9 @@ pub struct Member {
     last_heartbeat: Mutex<Instant>,
     /// Moves under way to this worker (see [`Member::expect_move`]).
     incoming_moves: AtomicUsize,
+    /// Cancelled when the worker is declared lost (it never comes back:
+    /// a worker that registers again is a new member).
+    lost: tokio_util::sync::CancellationToken,
 }
 
 /// A move to a member, counted from before the move checks that the member
@@ -56,6 +59,7 @@ impl Member {
             state: Mutex::new(WorkerState::Ready),
             last_heartbeat: Mutex::new(Instant::now()),
             incoming_moves: AtomicUsize::new(0),
+            lost: tokio_util::sync::CancellationToken::new(),
         }
     }
 
@@ -68,6 +72,16 @@ impl Member {
     /// Sets its state.
     pub fn set_state(&self, state: WorkerState) {
         *self.state.lock().unwrap_or_else(|p| p.into_inner()) = state;
+        if state == WorkerState::Lost {
+            self.lost.cancel();
+        }
+    }
+
+    /// Resolves once the worker is declared lost: calls still waiting for
+    /// its answer are given up then, so that they do not hold the gate a
+    /// re-placement of their actor waits for.
+    pub async fn lost(&self) {
+        self.lost.cancelled().await;
     }
 
     /// Sets its state to `to` if it is `from`; whether it was.
@@ -77,6 +91,9 @@ impl Member {
         let swapped = *state == from;
         if swapped {
             *state = to;
+            if to == WorkerState::Lost {
+                self.lost.cancel();
+            }
         }
         swapped
     }

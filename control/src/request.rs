@@ -129,13 +129,27 @@ impl ControlPlane {
             // Read under the gate: a move switches the placement only
             // while it holds the gate closed.
             let (member, epoch) = self.current_host(name)?;
-            let answer = match delivery {
-                Delivery::Request(request) => member
-                    .api
-                    .call(name, epoch, request.clone(), gone)
-                    .await
-                    .map(Delivered::Response),
-                Delivery::Alarm => member.api.alarm(name, epoch).await.map(Delivered::Alarm),
+            let forward = async {
+                match delivery {
+                    Delivery::Request(request) => member
+                        .api
+                        .call(name, epoch, request.clone(), gone)
+                        .await
+                        .map(Delivered::Response),
+                    Delivery::Alarm => member.api.alarm(name, epoch).await.map(Delivered::Alarm),
+                }
+            };
+            // A worker declared lost (frozen, cut off) is not waited for:
+            // its actor is re-placed under this gate. Whether it ran the
+            // delivery is unknown here (a woken worker is fenced off: see
+            // `stasis_worker::fence`), and the answer says so.
+            let answer = tokio::select! {
+                answer = forward => answer,
+                () = member.lost() => Err(ApiError::internal(format!(
+                    "worker {} was lost while it held the request for actor {name}: it may or \
+                     may not have been applied",
+                    member.name
+                ))),
             };
             match answer {
                 Err(e) if e.is(ErrorKind::StaleEpoch) && attempts < self.misdirected_retries() => {

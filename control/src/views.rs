@@ -54,6 +54,8 @@ pub struct ActorInfo {
     pub requests: u64,
     /// Live linear memory, bytes.
     pub memory_bytes: u64,
+    /// Deliveries waiting in its mailbox.
+    pub mailbox: usize,
     /// Why it failed, or the last trap.
     pub error: Option<String>,
     /// When `error` was set, ms since the Unix epoch.

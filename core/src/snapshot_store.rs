@@ -45,6 +45,18 @@ pub enum StoreError {
         /// The OS error (`NotFound` for a missing snapshot).
         source: io::Error,
     },
+    /// Refused before anything was written or deleted: the worker no
+    /// longer holds the lease it hosts the actor under (it may be placed
+    /// on another worker now), so it may not change the actor's snapshots.
+    #[error(
+        "worker {worker} holds no valid lease for actor {actor}: nothing was written (the actor may be placed on another worker now)"
+    )]
+    Fenced {
+        /// The worker.
+        worker: String,
+        /// The actor.
+        actor: String,
+    },
 }
 
 impl StoreError {
@@ -56,7 +68,7 @@ impl StoreError {
             Self::Io {
                 op, path, source, ..
             } => format!("{op} {path}: {source}"),
-            Self::Quota { .. } => self.to_string(),
+            Self::Quota { .. } | Self::Fenced { .. } => self.to_string(),
         }
     }
 }
@@ -291,6 +303,32 @@ pub trait SnapshotStore: Send + Sync + std::fmt::Debug {
     /// # Errors
     /// [`StoreError::Io`] if one cannot be deleted.
     fn retain(&self, actor: &str, keep: usize) -> Result<Vec<u64>, StoreError>;
+
+    /// Whether this store handle may change `actor`'s snapshots now: a
+    /// worker's handle refuses once the worker lost the lease it hosts its
+    /// actors under (`stasis-worker`'s `FencedStore`). Always by default.
+    ///
+    /// # Errors
+    /// [`StoreError::Fenced`].
+    fn check_fence(&self, actor: &str) -> Result<(), StoreError> {
+        let _ = actor;
+        Ok(())
+    }
+
+    /// Fences off `actor`'s earlier owners: the worker that took it over
+    /// at placement `epoch`, restoring snapshot `seq`, records so before
+    /// it writes anything, and from then on snapshots written at a lower
+    /// epoch past `seq` (by a worker woken after its lease ended) are
+    /// never listed, opened nor kept. Nothing by default: a store of one
+    /// process has no other owner.
+    ///
+    /// # Errors
+    /// [`StoreError::Io`] if the fence cannot be written (the new owner
+    /// must not serve then).
+    fn adopt(&self, actor: &str, seq: u64, epoch: u64) -> Result<(), StoreError> {
+        let _ = (actor, seq, epoch);
+        Ok(())
+    }
 
     /// Deletes snapshot `seq` of `actor` (nothing if it does not exist).
     ///

@@ -28,7 +28,7 @@ async fn set_alarm(server: &Server, actor: &str, in_ms: u64, extra: &str) {
 }
 
 /// [`set_alarm`] through the ingress at `ingress`.
-async fn set_alarm_at(ingress: SocketAddr, actor: &str, in_ms: u64, extra: &str) {
+pub(crate) async fn set_alarm_at(ingress: SocketAddr, actor: &str, in_ms: u64, extra: &str) {
     let path = format!("/?in_ms={in_ms}{extra}");
     let (status, body) = ask_at(ingress, actor, "POST", &path).await;
     assert_eq!(status, 202, "{body}");
@@ -41,7 +41,7 @@ async fn fired(server: &Server, actor: &str) -> u64 {
 }
 
 /// [`fired`] through the ingress at `ingress`.
-async fn fired_at(ingress: SocketAddr, actor: &str) -> u64 {
+pub(crate) async fn fired_at(ingress: SocketAddr, actor: &str) -> u64 {
     let (status, body) = ask_at(ingress, actor, "GET", "/").await;
     assert_eq!(status, 200, "{body}");
     body.trim()
@@ -56,7 +56,7 @@ async fn wait_fired(server: &Server, actor: &str, k: u64, within: Duration) {
 }
 
 /// [`wait_fired`] through the ingress at `ingress`.
-async fn wait_fired_at(ingress: SocketAddr, actor: &str, k: u64, within: Duration) {
+pub(crate) async fn wait_fired_at(ingress: SocketAddr, actor: &str, k: u64, within: Duration) {
     let deadline = Instant::now() + within;
     loop {
         let now = fired_at(ingress, actor).await;

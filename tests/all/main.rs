@@ -61,6 +61,7 @@ mod demos;
 mod documented;
 mod durability;
 mod errors;
+mod fencing;
 mod fork;
 mod hardening;
 mod host_calls;

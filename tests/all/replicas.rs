@@ -242,6 +242,12 @@ async fn a_worker_cut_off_from_etcd_past_its_lease_never_serves_its_old_actors()
     // from the newest acknowledged snapshot.
     signal(frozen.process.pid(), "STOP");
     let stopped = Instant::now();
+    // A request sent before the worker is declared lost is answered as of
+    // unknown outcome (tests/all/fencing.rs); one sent after re-places the
+    // actor.
+    crate::fencing::wait_for_actor(&d, "p1", "saw its worker lost", |info| {
+        info["worker_state"] == "lost"
+    });
     let next = served(&d, 0, "p1").await;
     assert_eq!(
         next, 4,

@@ -96,6 +96,15 @@ pub(crate) struct ActorTask {
     /// The durability of the newest entry appended: an answer that
     /// changed nothing still waits for it (it may show its effect).
     pub gate: Option<Durable>,
+    /// The store holds this placement epoch's claim on the actor: an
+    /// adoption fence or a snapshot written at `epoch` (see
+    /// [`SnapshotStore::adopt`]). Until it does, a restore puts the fence
+    /// up first.
+    pub adopted: bool,
+    /// A write of this task's state reached the store after the worker
+    /// lost its lease: whether the store keeps it is unknown here, so the
+    /// request it was for is answered as of unknown outcome.
+    pub wrote_unfenced: bool,
 }
 
 /// What a parked actor keeps while no task runs it: the fields of its
@@ -117,6 +126,7 @@ pub(crate) struct ParkedActor {
     pub gate: Option<Durable>,
     /// Its level (the template's, else the worker's).
     pub durability: Durability,
+    pub adopted: bool,
 }
 
 /// Why [`ActorTask::run`] returned.
@@ -154,6 +164,7 @@ impl ActorTask {
             journaled: self.journaled,
             gate: self.gate,
             durability: self.settings.durability,
+            adopted: self.adopted,
         }
     }
 

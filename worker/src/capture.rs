@@ -221,13 +221,29 @@ impl ActorTask {
         let keep = self.settings.keep_snapshots;
         let len = bytes.len() as u64;
         let local = bytes.clone();
-        tokio::task::spawn_blocking(move || -> Result<(), StoreError> {
+        let fenced = tokio::task::spawn_blocking(move || -> Result<bool, StoreError> {
             store.write(&actor, seq, epoch, &local)?;
-            store.retain(&actor, keep)?;
-            Ok(())
+            // Written: from here on the outcome is the snapshot's, and a
+            // failed cleanup of older ones changes nothing of it.
+            if let Err(e) = store.retain(&actor, keep) {
+                tracing::warn!(actor, seq, "retention after snapshot: {}", e.detail());
+            }
+            Ok(store.check_fence(&actor).is_err())
         })
         .await
         .map_err(|e| ApiError::internal(format!("snapshot writer panicked: {e}")))??;
+        if fenced {
+            // The lease ended while the snapshot was written: it may have
+            // landed before the actor was placed elsewhere (then the new
+            // owner continues from it) or after (then it is stale).
+            self.wrote_unfenced = true;
+            return Err(ApiError::internal(format!(
+                "worker {} lost its lease while writing snapshot {seq} of actor {}: the request \
+                 may or may not have been applied",
+                self.worker, self.name
+            )));
+        }
+        self.adopted = true;
         let next_base = DeltaBase::of_file(seq, &bytes, self.delta_base.as_ref());
         if let Some(replicator) = &self.replicator {
             replicator.replicate(&self.name, seq, bytes).await?;

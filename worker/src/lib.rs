@@ -21,6 +21,7 @@ pub mod api;
 mod blocking;
 mod capture;
 mod clock;
+pub mod fence;
 mod guest;
 mod host;
 pub mod host_calls;
@@ -76,6 +77,25 @@ impl Entry {
         match self {
             Entry::Parked(parked) => &parked.status,
             Entry::Active { status, .. } => status,
+        }
+    }
+
+    /// The actor's status as reported: a copy, with its mailbox's depth.
+    fn reported_status(&self) -> ActorStatus {
+        let mut status = self
+            .status()
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        status.mailbox = self.mailbox_depth();
+        status
+    }
+
+    /// Deliveries waiting in the mailbox (none while parked).
+    fn mailbox_depth(&self) -> usize {
+        match self {
+            Entry::Active { mailbox, .. } => mailbox.max_capacity() - mailbox.capacity(),
+            Entry::Parked(_) => 0,
         }
     }
 
@@ -267,6 +287,7 @@ impl Worker {
             journaled: None,
             gate: None,
             durability: spec.durability.unwrap_or(self.settings.actor.durability),
+            adopted: false,
         };
         self.unpark(&spec.name, parked)
     }
@@ -303,6 +324,8 @@ impl Worker {
             journaled: parked.journaled,
             entry_chain: None,
             gate: parked.gate,
+            adopted: parked.adopted,
+            wrote_unfenced: false,
         };
         let level = task.settings.durability.name();
         task.status().durability = Some(level.to_owned());
@@ -521,13 +544,7 @@ impl Worker {
     /// `actor`'s status, if this worker hosts it.
     #[must_use]
     pub fn status(&self, actor: &str) -> Option<ActorStatus> {
-        self.lock().get(actor).map(|entry| {
-            entry
-                .status()
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .clone()
-        })
+        self.lock().get(actor).map(Entry::reported_status)
     }
 
     /// Status of every hosted actor.
@@ -535,27 +552,14 @@ impl Worker {
     pub fn statuses(&self) -> Vec<(String, ActorStatus)> {
         self.lock()
             .iter()
-            .map(|(name, entry)| {
-                let status = entry
-                    .status()
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .clone();
-                (name.clone(), status)
-            })
+            .map(|(name, entry)| (name.clone(), entry.reported_status()))
             .collect()
     }
 
     /// Requests waiting in mailboxes right now.
     #[must_use]
     pub fn held_requests(&self) -> usize {
-        self.lock()
-            .values()
-            .map(|entry| match entry {
-                Entry::Active { mailbox, .. } => mailbox.max_capacity() - mailbox.capacity(),
-                Entry::Parked(_) => 0,
-            })
-            .sum()
+        self.lock().values().map(Entry::mailbox_depth).sum()
     }
 
     /// Names of hosted actors.

@@ -112,6 +112,15 @@ impl ActorTask {
                     self.name
                 )))
             }
+            Err(Unrestorable::Unfenced(e)) => {
+                let state = if self.instance.is_some() {
+                    ActorState::Running
+                } else {
+                    ActorState::Paused
+                };
+                self.set_state(state);
+                Err(e)
+            }
             Err(Unrestorable::Broken(reason)) if self.instance.is_some() => {
                 // A repair attempt on a live actor failed: it keeps running
                 // as it was.
@@ -191,6 +200,9 @@ impl ActorTask {
         let broken = |what: &str, e: &dyn std::fmt::Display| {
             Unrestorable::Broken(format!("{what} {seq}: {e}"))
         };
+        if !self.adopted {
+            self.adopt(seq).await?;
+        }
         self.clock.load(self.store.as_ref(), &self.name);
         let chain = match self.primed.take() {
             Some((primed, chain)) if primed == seq => chain,
@@ -220,6 +232,34 @@ impl ActorTask {
         })?;
         self.status().memory_bytes = instance.memory_bytes();
         Ok((instance, Some(base)))
+    }
+
+    /// Puts up this placement's fence in the store before the actor runs
+    /// from snapshot `seq` ([`SnapshotStore::adopt`]): from then on, what
+    /// an earlier owner woken after its lease writes is never the actor's
+    /// state.
+    ///
+    /// [`SnapshotStore::adopt`]: stasis_core::snapshot_store::SnapshotStore::adopt
+    async fn adopt(&mut self, seq: u64) -> Result<(), Unrestorable> {
+        let (store, actor, epoch) = (self.store.clone(), self.name.clone(), self.epoch);
+        let adopted = tokio::task::spawn_blocking(move || store.adopt(&actor, seq, epoch))
+            .await
+            .map_err(|e| Unrestorable::Unfenced(ApiError::internal(e)))?;
+        match adopted {
+            Ok(()) => {
+                self.adopted = true;
+                Ok(())
+            }
+            Err(e @ StoreError::Fenced { .. }) => Err(Unrestorable::Unfenced(e.into())),
+            Err(e) => {
+                tracing::warn!(actor = %self.name, epoch, "fencing off earlier owners: {}", e.detail());
+                Err(Unrestorable::Unfenced(ApiError::unavailable(format!(
+                    "actor {} cannot run until its earlier owners are fenced off in the store: \
+                     {e}",
+                    self.name
+                ))))
+            }
+        }
     }
 
     /// Reads snapshot `seq` (and, for a delta, its chain) from the store
@@ -282,4 +322,7 @@ enum Unrestorable {
     Broken(String),
     /// No instance can be allocated right now (503); the actor is unharmed.
     Busy(String),
+    /// The worker may not run the actor now (it lost its lease, or the
+    /// store did not take the adoption fence); the actor is unharmed.
+    Unfenced(ApiError),
 }

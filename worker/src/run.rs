@@ -61,6 +61,15 @@ impl ActorTask {
         work: Work<'_>,
         ticket: &Ticket,
     ) -> Result<(Answer, Option<Durable>), ApiError> {
+        // A worker woken after its lease ended runs nothing more: the
+        // actor may be placed elsewhere now (see `crate::fence`).
+        if self.store.check_fence(&self.name).is_err() {
+            return Err(ApiError::unavailable(format!(
+                "worker {} holds no valid lease for actor {}: the request was not run (the \
+                 actor may be placed on another worker now; send it again)",
+                self.worker, self.name
+            )));
+        }
         if self.instance.is_none() {
             if let Some(reason) = self.failed_reason() {
                 return Err(ApiError::failed(format!(
@@ -165,6 +174,11 @@ impl ActorTask {
     /// the quota, the disk), the request's effect is undone by rolling the
     /// actor back to its newest snapshot, as after a trap, and the answer
     /// is `error`'s status, so a client may send the request again.
+    ///
+    /// A worker that lost its lease does not roll back (the actor may run
+    /// elsewhere now): it drops the instance; and when the lease ended
+    /// while the snapshot was written, nothing is undone and the answer
+    /// says the outcome is unknown.
     async fn after_failed_checkpoint(&mut self, error: ApiError) -> ApiError {
         tracing::warn!(
             actor = %self.name,
@@ -172,7 +186,13 @@ impl ActorTask {
             error.message()
         );
         self.drop_instance(false);
-        if let Err(e) = self.resume(ResumeFrom::Newest).await {
+        if std::mem::take(&mut self.wrote_unfenced) {
+            return error;
+        }
+        // Fenced off, nothing was written: the effect is gone with the
+        // instance, and the actor may run elsewhere now.
+        let fenced = self.store.check_fence(&self.name).is_err();
+        if !fenced && let Err(e) = self.resume(ResumeFrom::Newest).await {
             tracing::error!(actor = %self.name, "rollback failed: {e}");
         }
         let message = format!(

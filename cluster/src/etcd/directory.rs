@@ -52,11 +52,13 @@ pub struct EtcdDirectory {
     actors_revision: AtomicI64,
 }
 
-/// A leader's fence: `key` (`<prefix>/leader`) must be under `lease`.
+/// A leader's fence: `key` (`<prefix>/leader`) must be under `lease`,
+/// which `valid` tells this process may still believe in.
 #[derive(Clone)]
 struct Fence {
     key: String,
     lease: i64,
+    valid: super::lease::LeaseCheck,
 }
 
 impl Fence {
@@ -97,6 +99,7 @@ impl Etcd {
             fence: Some(Fence {
                 key: self.leader_key(),
                 lease: leadership.lease_id(),
+                valid: leadership.check(),
             }),
             actors_revision: AtomicI64::new(0),
         })
@@ -318,6 +321,12 @@ impl EtcdDirectory {
 }
 
 impl Directory for EtcdDirectory {
+    /// A leader's directory: while its lease holds by this process's clock
+    /// (see the lease module); a follower's reads only and may act.
+    fn may_act(&self) -> bool {
+        self.fence.as_ref().is_none_or(|f| f.valid.is_valid())
+    }
+
     fn insert_template(&self, row: &TemplateRow) -> Result<(), ApiError> {
         let value = serde_json::to_vec(&TemplateValue {
             digest: row.digest.clone(),

@@ -51,6 +51,11 @@ impl Leadership {
         self.lease.expired().await;
     }
 
+    /// [`is_leader`](Self::is_leader), detached from this handle.
+    pub(crate) fn check(&self) -> super::lease::LeaseCheck {
+        self.lease.check()
+    }
+
     /// The etcd lease the leader key is attached to.
     pub fn lease_id(&self) -> i64 {
         self.lease.id()

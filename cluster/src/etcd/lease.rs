@@ -86,6 +86,18 @@ impl Belief {
     }
 }
 
+/// [`KeptLease::is_valid`], detached from the lease's handle (a leader's
+/// directory asks it before acting).
+#[derive(Clone)]
+pub(crate) struct LeaseCheck(Arc<Belief>);
+
+impl LeaseCheck {
+    /// Whether the lease is still valid by this process's clock.
+    pub(crate) fn is_valid(&self) -> bool {
+        self.0.is_valid()
+    }
+}
+
 /// A lease granted by etcd and kept alive by a task on the background
 /// runtime until it expires, is revoked, or this value is dropped (then
 /// etcd expires it after its TTL).
@@ -146,6 +158,11 @@ impl KeptLease {
 
     pub(crate) fn is_valid(&self) -> bool {
         self.belief.is_valid()
+    }
+
+    /// A check of this lease's validity that can outlive this handle.
+    pub(crate) fn check(&self) -> LeaseCheck {
+        LeaseCheck(self.belief.clone())
     }
 
     pub(crate) async fn expired(&self) {

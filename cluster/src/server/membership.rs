@@ -200,11 +200,7 @@ impl RemoteWorker {
     pub(super) fn may_serve(&self) -> bool {
         match &self.cluster {
             Cluster::Joined { .. } => true,
-            Cluster::Registered { lease, .. } => lease
-                .read()
-                .unwrap_or_else(|p| p.into_inner())
-                .as_ref()
-                .is_some_and(|l| l.is_valid()),
+            Cluster::Registered { lease, .. } => super::lease_holds(lease),
         }
     }
 

@@ -45,6 +45,7 @@ use stasis_core::snapshot_objects::{ObjectSnapshotStore, StoreUrl};
 use stasis_core::snapshot_store::SnapshotStore;
 use stasis_worker::Worker;
 use stasis_worker::actor::Replicator;
+use stasis_worker::fence::{Fence, FencedStore};
 
 /// Flags of `stasis worker run`.
 #[derive(Debug, Clone)]
@@ -165,8 +166,38 @@ enum Cluster {
         etcd: Etcd,
         address: String,
         lease_ttl: Duration,
-        lease: std::sync::RwLock<Option<Arc<WorkerLease>>>,
+        lease: LeaseSlot,
     },
+}
+
+/// The lease a cluster-mode worker holds now (none between an expiry and
+/// the next registration), shared with its store's fence.
+type LeaseSlot = Arc<std::sync::RwLock<Option<Arc<WorkerLease>>>>;
+
+/// The fence of a cluster-mode worker's store: it holds while the worker
+/// believes in its lease (see the lease module: the worker gives it up
+/// before etcd expires it, so before the leader can place its actors
+/// elsewhere).
+struct LeaseFence(LeaseSlot);
+
+impl std::fmt::Debug for LeaseFence {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("LeaseFence").field(&self.holds()).finish()
+    }
+}
+
+impl Fence for LeaseFence {
+    fn holds(&self) -> bool {
+        lease_holds(&self.0)
+    }
+}
+
+/// Whether the lease in `slot` is one this worker may still believe in.
+fn lease_holds(slot: &LeaseSlot) -> bool {
+    slot.read()
+        .unwrap_or_else(|p| p.into_inner())
+        .as_ref()
+        .is_some_and(|l| l.is_valid())
 }
 
 /// Runs a remote worker until `shutdown` resolves; then, unless the control
@@ -267,14 +298,20 @@ pub async fn run(
                 Some(address) => address.clone(),
                 None => bound.to_string(),
             };
+            let lease = LeaseSlot::default();
+            let fenced = FencedStore::new(
+                shared.clone(),
+                Arc::new(LeaseFence(lease.clone())),
+                &options.name,
+            );
             let cluster = Cluster::Registered {
                 etcd,
                 address,
                 lease_ttl: registered.lease_ttl,
-                lease: std::sync::RwLock::new(None),
+                lease,
             };
-            let fetch = Box::new(StoreTemplates::new(shared.clone()));
-            (cluster, answer, shared, fetch)
+            let fetch = Box::new(StoreTemplates::new(shared));
+            (cluster, answer, fenced, fetch)
         }
     };
     let ms = Duration::from_millis;

@@ -34,6 +34,11 @@ impl Deliver for ControlDeliver {
         let Some(control) = self.control.upgrade() else {
             return Delivery::Failed("the control plane is shutting down".to_owned());
         };
+        // A leader woken after its lease delivers nothing: another replica
+        // may lead, and deliver this alarm, by now.
+        if !control.may_act() {
+            return Delivery::Failed("this replica no longer leads".to_owned());
+        }
         let route = match control.route(actor) {
             Ok(route) => route,
             Err(e) if e.is(ErrorKind::NotFound) => return Delivery::Gone,

@@ -8,6 +8,9 @@
 //!   newest acknowledged snapshot, written after its object is complete;
 //! * `snapshots/<actor>/clock.mark`: the actor's clock mark, decimal
 //!   nanoseconds and a newline;
+//! * `snapshots/<actor>/adopted-<epoch:020>-<seq:020>`: an empty object,
+//!   the fence a new owner puts up when it takes the actor over at
+//!   placement epoch `epoch` from snapshot `seq` (see [`Folder::effective`]);
 //! * `templates/<digest>.wasm`: a template module by its digest.
 //!
 //! Names the store did not write (anything else under an actor's folder)
@@ -26,6 +29,8 @@ pub(super) const ACKNOWLEDGED: &str = "acknowledged";
 pub(super) const CLOCK_MARK: &str = "clock.mark";
 /// Suffix of snapshot objects.
 const SNAP: &str = ".snap";
+/// Prefix of adoption fences.
+const ADOPTED: &str = "adopted-";
 
 /// Checks that `name` (an actor name or a template digest) can be one
 /// segment of an object key and of a cache path unchanged: not empty, not
@@ -63,6 +68,20 @@ pub(super) fn parse_snapshot_name(name: &str) -> Option<(u64, u64)> {
     Some((number(seq)?, number(epoch)?))
 }
 
+/// The object name of the fence put up by the owner that took the actor
+/// over at `epoch` from snapshot `seq`.
+#[must_use]
+pub(super) fn adoption_name(epoch: u64, seq: u64) -> String {
+    format!("{ADOPTED}{epoch:020}-{seq:020}")
+}
+
+/// The epoch and sequence number of a canonical adoption fence name.
+#[must_use]
+pub(super) fn parse_adoption_name(name: &str) -> Option<(u64, u64)> {
+    let rest = name.strip_prefix(ADOPTED)?;
+    parse_snapshot_name(&format!("{rest}{SNAP}"))
+}
+
 /// The key of `actor`'s folder.
 #[must_use]
 pub(super) fn actor_key(actor: &str) -> String {
@@ -89,12 +108,22 @@ pub(super) struct Found {
     pub(super) bytes: u64,
 }
 
-/// What an actor's folder holds: its snapshot objects and whether the
-/// acknowledged pointer is there.
+/// An adoption fence: the owner at `epoch` took the actor over from
+/// snapshot `seq`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) struct Adoption {
+    pub(super) epoch: u64,
+    pub(super) seq: u64,
+}
+
+/// What an actor's folder holds: its snapshot objects, its adoption
+/// fences and whether the acknowledged pointer is there.
 #[derive(Debug, Default)]
 pub(super) struct Folder {
     /// Every snapshot object, by (seq, epoch).
     pub(super) snapshots: Vec<Found>,
+    /// Every adoption fence.
+    pub(super) adoptions: Vec<Adoption>,
     /// The folder has an `acknowledged` object.
     pub(super) acknowledged: bool,
 }
@@ -109,35 +138,82 @@ impl Folder {
                 folder.acknowledged = true;
             } else if let Some((seq, epoch)) = parse_snapshot_name(&name) {
                 folder.snapshots.push(Found { seq, epoch, bytes });
+            } else if let Some((epoch, seq)) = parse_adoption_name(&name) {
+                folder.adoptions.push(Adoption { epoch, seq });
             }
         }
         folder
     }
 
-    /// The snapshot each sequence number stands for: the one at the
-    /// highest epoch (a write by a fenced worker at an older epoch never
-    /// shadows the new owner's), oldest sequence number first.
+    /// The snapshots that make up the actor's history, oldest first: one
+    /// per sequence number, ordered by (epoch, sequence number).
+    ///
+    /// An owner at epoch `e` continues the history it took over, so a
+    /// snapshot written at a lower epoch is *stale* (written by a worker
+    /// that was fenced off, woken after its lease ended) when its sequence
+    /// number is at or past where a higher epoch took over: at or past a
+    /// snapshot of that epoch, or past the snapshot an adoption fence of
+    /// that epoch names. Stale snapshots are never listed, opened or
+    /// restored, and retention deletes them; so a late write by an old
+    /// owner never shadows, extends or deletes the new owner's history.
     #[must_use]
     pub(super) fn effective(&self) -> Vec<Found> {
-        let mut best: BTreeMap<u64, Found> = BTreeMap::new();
-        for found in &self.snapshots {
-            let slot = best.entry(found.seq).or_insert(*found);
-            if found.epoch > slot.epoch {
-                *slot = *found;
-            }
+        let claims = self.claims();
+        let mut live: Vec<Found> = self
+            .snapshots
+            .iter()
+            .filter(|f| f.seq < lowest_claim_above(&claims, f.epoch))
+            .copied()
+            .collect();
+        live.sort_by_key(|f| (f.seq, f.epoch));
+        live
+    }
+
+    /// Whether a write of `seq` at `epoch` is stale by the snapshots and
+    /// fences of this folder (see [`Folder::effective`]).
+    #[must_use]
+    pub(super) fn is_stale(&self, seq: u64, epoch: u64) -> bool {
+        seq >= lowest_claim_above(&self.claims(), epoch)
+    }
+
+    /// For each epoch, the lowest sequence number it claims: its lowest
+    /// snapshot, or one past the snapshot its fence names.
+    fn claims(&self) -> BTreeMap<u64, u64> {
+        let mut claims: BTreeMap<u64, u64> = BTreeMap::new();
+        let claimed = self.snapshots.iter().map(|f| (f.epoch, f.seq)).chain(
+            self.adoptions
+                .iter()
+                .map(|a| (a.epoch, a.seq.saturating_add(1))),
+        );
+        for (epoch, seq) in claimed {
+            let slot = claims.entry(epoch).or_insert(seq);
+            *slot = (*slot).min(seq);
         }
-        best.into_values().collect()
+        claims
     }
 
     /// The snapshot standing for `seq` (see [`Folder::effective`]).
     #[must_use]
     pub(super) fn find(&self, seq: u64) -> Option<Found> {
-        self.snapshots
-            .iter()
-            .filter(|f| f.seq == seq)
-            .max_by_key(|f| f.epoch)
-            .copied()
+        self.effective().into_iter().find(|f| f.seq == seq)
     }
+
+    /// The newest adoption fence, if any (the others are implied by the
+    /// snapshots after them and may be deleted).
+    #[must_use]
+    pub(super) fn newest_adoption(&self) -> Option<Adoption> {
+        self.adoptions.iter().max().copied()
+    }
+}
+
+/// The lowest sequence number any epoch above `epoch` claims in `claims`
+/// (see [`Folder::effective`]).
+fn lowest_claim_above(claims: &BTreeMap<u64, u64>, epoch: u64) -> u64 {
+    claims
+        .range(epoch.saturating_add(1)..)
+        .map(|(_, &seq)| seq)
+        .min()
+        .unwrap_or(u64::MAX)
 }
 
 /// The acknowledged pointer's content.
@@ -188,9 +264,58 @@ mod tests {
             .iter()
             .map(|f| (f.seq, f.epoch, f.bytes))
             .collect();
-        assert_eq!(seqs, [(1, 5, 11), (2, 0, 13)]);
+        // Epoch 5 took over at 1: epoch 0's 2 is a late write, stale.
+        assert_eq!(seqs, [(1, 5, 11)]);
         assert_eq!(folder.find(1).map(|f| f.epoch), Some(5));
         assert_eq!(folder.find(3), None);
+    }
+
+    fn effective(names: &[String]) -> Vec<(u64, u64)> {
+        let folder = Folder::from_names(names.iter().map(|n| (n.clone(), 1)));
+        folder
+            .effective()
+            .iter()
+            .map(|f| (f.seq, f.epoch))
+            .collect()
+    }
+
+    #[test]
+    fn a_fenced_off_owners_late_writes_are_stale() {
+        // Owner at epoch 1 wrote 0..=3; the owner at epoch 2 took over from
+        // 3 and wrote 4 and 5; the old owner, woken, wrote 4..=9 at epoch 1.
+        let mut names: Vec<String> = (0..=3).map(|s| snapshot_name(s, 1)).collect();
+        names.extend([snapshot_name(4, 2), snapshot_name(5, 2)]);
+        names.extend((4..=9).map(|s| snapshot_name(s, 1)));
+        assert_eq!(
+            effective(&names),
+            [(0, 1), (1, 1), (2, 1), (3, 1), (4, 2), (5, 2)]
+        );
+        // Before the new owner wrote anything, its fence already hides them.
+        let mut names: Vec<String> = (0..=3).map(|s| snapshot_name(s, 1)).collect();
+        names.push(adoption_name(2, 3));
+        names.extend((4..=9).map(|s| snapshot_name(s, 1)));
+        assert_eq!(effective(&names), [(0, 1), (1, 1), (2, 1), (3, 1)]);
+        // A fence of an older epoch hides nothing of a newer one.
+        let names = [
+            adoption_name(1, 0),
+            snapshot_name(0, 1),
+            snapshot_name(1, 2),
+        ];
+        assert_eq!(effective(&names), [(0, 1), (1, 2)]);
+        // Three owners: each one's history up to the next one's takeover.
+        let names = [
+            snapshot_name(0, 1),
+            snapshot_name(1, 1),
+            snapshot_name(2, 1),
+            snapshot_name(2, 2),
+            snapshot_name(3, 2),
+            adoption_name(3, 3),
+            snapshot_name(4, 2),
+            snapshot_name(4, 3),
+        ];
+        assert_eq!(effective(&names), [(0, 1), (1, 1), (2, 2), (3, 2), (4, 3)]);
+        assert_eq!(parse_adoption_name(&adoption_name(7, 9)), Some((7, 9)));
+        assert_eq!(parse_adoption_name("adopted-7-9"), None);
     }
 
     #[test]

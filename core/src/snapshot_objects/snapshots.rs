@@ -78,22 +78,25 @@ impl ObjectSnapshotStore {
     }
 
     /// Deletes the objects and cache copies of `found` (snapshots of
-    /// `actor`), releasing their bytes from the count.
-    fn delete_snapshots(&self, actor: &str, found: &[names::Found]) -> Result<(), StoreError> {
-        if found.is_empty() {
+    /// `actor`) and the adoption fences `fences`, releasing the snapshots'
+    /// bytes from the count.
+    fn delete_snapshots(
+        &self,
+        actor: &str,
+        found: &[names::Found],
+        fences: &[names::Adoption],
+    ) -> Result<(), StoreError> {
+        if found.is_empty() && fences.is_empty() {
             return Ok(());
         }
         let key = names::actor_key(actor);
         let paths = found
             .iter()
-            .map(|f| {
-                self.path(&names::actor_object_key(
-                    actor,
-                    &names::snapshot_name(f.seq, f.epoch),
-                ))
-            })
-            .collect();
-        let limit = OP_TIMEOUT + Duration::from_secs(found.len() as u64);
+            .map(|f| names::snapshot_name(f.seq, f.epoch))
+            .chain(fences.iter().map(|a| names::adoption_name(a.epoch, a.seq)))
+            .map(|name| self.path(&names::actor_object_key(actor, &name)))
+            .collect::<Vec<_>>();
+        let limit = OP_TIMEOUT + Duration::from_secs(paths.len() as u64);
         let result = self
             .run(limit, transfer::delete(self.objects.clone(), paths))
             .map_err(|e| e.named("remove", &key, &self.location));
@@ -181,7 +184,51 @@ impl SnapshotStore for ObjectSnapshotStore {
             self.usage.recount(len, replaced);
             return Err(e);
         }
-        self.acknowledge(actor, seq, epoch)
+        // The snapshot is in the store and listed from now on: a pointer
+        // that cannot be moved only weakens a later check, it must not
+        // make a stored snapshot be reported as not written.
+        if let Err(e) = self.acknowledge(actor, seq, epoch) {
+            tracing::warn!(
+                actor,
+                seq,
+                "snapshot stored; moving the acknowledged pointer: {}",
+                e.detail()
+            );
+        }
+        Ok(())
+    }
+
+    /// Puts up the fence `adopted-<epoch>-<seq>` unless the folder already
+    /// holds one or a snapshot at `epoch` or later (module docs of
+    /// `names`: snapshots a fenced-off owner writes after it are stale),
+    /// then moves the acknowledged pointer to (`seq`, `epoch`).
+    fn adopt(&self, actor: &str, seq: u64, epoch: u64) -> Result<(), StoreError> {
+        let folder = self.folder(actor)?;
+        let fenced = folder.newest_adoption().is_some_and(|a| a.epoch >= epoch)
+            || folder.snapshots.iter().any(|f| f.epoch >= epoch);
+        if fenced {
+            return Ok(());
+        }
+        let key = names::actor_object_key(actor, &names::adoption_name(epoch, seq));
+        let objects = self.objects.clone();
+        let path = self.path(&key);
+        self.run(OP_TIMEOUT, async move {
+            objects.put(&path, PutPayload::new()).await?;
+            Ok(())
+        })
+        .map_err(|e| e.named("put", &key, &self.location))?;
+        // The pointer at the new epoch too, so a fenced-off owner's late
+        // acknowledgement (older in (epoch, seq) order) cannot move it.
+        if let Err(e) = self.acknowledge(actor, seq, epoch) {
+            tracing::warn!(
+                actor,
+                seq,
+                epoch,
+                "adopted; moving the acknowledged pointer: {}",
+                e.detail()
+            );
+        }
+        Ok(())
     }
 
     /// A server-side copy of the object standing for `seq` (the highest
@@ -236,8 +283,12 @@ impl SnapshotStore for ObjectSnapshotStore {
                 bytes: f.bytes,
             })
             .collect();
+        // A pointer a fenced-off owner moved to its own stale write names
+        // nothing of the actor's history.
         let acked = if folder.acknowledged {
-            self.acknowledged(actor)?.map(|a| a.seq)
+            self.acknowledged(actor)?
+                .filter(|a| !folder.is_stale(a.seq, a.epoch))
+                .map(|a| a.seq)
         } else {
             None
         };
@@ -293,7 +344,9 @@ impl SnapshotStore for ObjectSnapshotStore {
     }
 
     /// Deletes every object (all epochs) of the oldest sequence numbers
-    /// beyond `keep`, and the shadowed lower-epoch objects of the kept ones.
+    /// beyond `keep`, the stale objects (shadowed or written by a
+    /// fenced-off owner, see `names::Folder::effective`), and every
+    /// adoption fence but the newest.
     fn retain(&self, actor: &str, keep: usize) -> Result<Vec<u64>, StoreError> {
         let folder = self.folder(actor)?;
         let effective = folder.effective();
@@ -305,7 +358,14 @@ impl SnapshotStore for ObjectSnapshotStore {
             .filter(|f| removed.contains(&f.seq) || !effective.contains(f))
             .copied()
             .collect();
-        self.delete_snapshots(actor, &doomed)?;
+        let newest = folder.newest_adoption();
+        let fences: Vec<names::Adoption> = folder
+            .adoptions
+            .iter()
+            .filter(|a| Some(**a) != newest)
+            .copied()
+            .collect();
+        self.delete_snapshots(actor, &doomed, &fences)?;
         Ok(removed)
     }
 
@@ -317,7 +377,7 @@ impl SnapshotStore for ObjectSnapshotStore {
             .filter(|f| f.seq == seq)
             .copied()
             .collect();
-        self.delete_snapshots(actor, &doomed)
+        self.delete_snapshots(actor, &doomed, &[])
     }
 
     /// Deletes every object of the actor's folder (snapshots, pointer,

@@ -91,7 +91,7 @@ fn seqs(store: &ObjectSnapshotStore, actor: &str) -> Vec<u64> {
 fn kind(err: &StoreError) -> ErrorKind {
     match err {
         StoreError::Io { source, .. } => source.kind(),
-        StoreError::Quota { .. } => panic!("unexpected quota error: {err}"),
+        StoreError::Quota { .. } | StoreError::Fenced { .. } => panic!("unexpected error: {err}"),
     }
 }
 
@@ -226,20 +226,72 @@ fn objects_the_highest_epoch_wins() {
         store.write("x", 6, 3, b"six").unwrap();
         store.write("x", 7, 2, b"fenced seven").unwrap();
         assert_eq!(other.list_acknowledged("x").unwrap().1, Some(6));
-        // Both epochs' objects count; retention drops the shadowed one.
+        // Epoch 3 took over at 5: epoch 2's 7 is a late write, stale.
+        assert_eq!(
+            other
+                .list("x")
+                .unwrap()
+                .iter()
+                .map(|e| e.seq)
+                .collect::<Vec<_>>(),
+            [5, 6]
+        );
+        // Every object counts; retention drops the shadowed and the stale.
         assert_eq!(store.used_bytes(), 16 + 6 + 16 + 6 + 3 + 12);
         assert_eq!(store.retain("x", 10).unwrap(), Vec::<u64>::new());
-        assert_eq!(store.used_bytes(), 16 + 6 + 16 + 3 + 12);
+        assert_eq!(store.used_bytes(), 16 + 6 + 16 + 3);
         let cache_c = tempfile::tempdir().unwrap();
         assert_eq!(
             shared.open(cache_c.path(), None).used_bytes(),
-            16 + 6 + 16 + 3 + 12
+            16 + 6 + 16 + 3
         );
         assert!(!store.cache_path("x", 5, 2).exists());
+        assert!(!store.cache_path("x", 7, 2).exists());
         assert_eq!(
             &store.open_snapshot("x", 5).unwrap()[..],
             b"owner at epoch 3"
         );
+    });
+}
+
+/// The class (reliability round 3, input 1): the new owner takes
+/// an actor over at a higher epoch before it has written anything; the old
+/// owner, woken after its lease, writes later sequence numbers at its old
+/// epoch and runs retention. None of that is the actor's history, and
+/// nothing of the new owner's is deleted.
+#[test]
+fn objects_an_adoption_fence_hides_a_fenced_off_owners_writes() {
+    each_backend(|shared| {
+        let cache = tempfile::tempdir().unwrap();
+        let store = shared.open(cache.path(), None);
+        for seq in 0..=3 {
+            store
+                .write("f", seq, 1, format!("old {seq}").as_bytes())
+                .unwrap();
+        }
+        // Taken over at epoch 2 from snapshot 3: the fence goes up once.
+        store.adopt("f", 3, 2).unwrap();
+        store.adopt("f", 3, 2).unwrap();
+        // The old owner, woken, writes 4..=9 at epoch 1 and keeps 2.
+        for seq in 4..=9 {
+            store.write("f", seq, 1, b"zombie").unwrap();
+        }
+        let (list, acked) = store.list_acknowledged("f").unwrap();
+        assert_eq!(list.iter().map(|e| e.seq).collect::<Vec<_>>(), [0, 1, 2, 3]);
+        assert_eq!(acked, Some(3), "a stale pointer names nothing");
+        assert_eq!(store.retain("f", 2).unwrap(), [0, 1]);
+        assert!(store.open_snapshot("f", 9).is_err());
+        // The new owner goes on from 3.
+        store.write("f", 4, 2, b"new 4").unwrap();
+        let other_cache = tempfile::tempdir().unwrap();
+        let other = shared.open(other_cache.path(), None);
+        let (list, acked) = other.list_acknowledged("f").unwrap();
+        assert_eq!(list.iter().map(|e| e.seq).collect::<Vec<_>>(), [2, 3, 4]);
+        assert_eq!(acked, Some(4));
+        assert_eq!(&other.open_snapshot("f", 4).unwrap()[..], b"new 4");
+        // An adoption at an older epoch than the folder's changes nothing.
+        other.adopt("f", 4, 1).unwrap();
+        assert_eq!(other.list("f").unwrap().len(), 3);
     });
 }
 

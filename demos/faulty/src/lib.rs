@@ -5,7 +5,8 @@
 //! * `POST /panic` adds one, then panics with the message
 //!   `faulty panicked on purpose`;
 //! * `POST /spin` loops forever;
-//! * `POST /sleep?ms=N` sleeps N ms in WASI `poll_oneoff`, then answers;
+//! * `POST /sleep?ms=N` writes `sleeping N ms` to stderr, sleeps N ms in
+//!   WASI `poll_oneoff`, then answers;
 //! * `POST /grow?mib=N` keeps N more MiB (touched); 507 with the reason if
 //!   the allocation is refused;
 //! * `GET /clock`: `monotonic=<ns> wall=<ns since epoch>\n`;
@@ -83,6 +84,7 @@ impl Actor for Faulty {
             }
             ("POST", "/sleep") => {
                 let ms = n("ms").unwrap_or(1000);
+                eprintln!("sleeping {ms} ms");
                 std::thread::sleep(std::time::Duration::from_millis(ms));
                 Response::text(200, format!("slept {ms} ms\n"))
             }
