@@ -103,7 +103,7 @@ pub(super) async fn checked_addresses(
 /// Answers the addresses it was made with, whatever the name: the
 /// resolver of one connection's `HttpConnector`.
 #[derive(Clone)]
-struct Checked(Arc<[SocketAddr]>);
+struct Checked(Vec<SocketAddr>);
 
 impl Service<Name> for Checked {
     type Response = std::vec::IntoIter<SocketAddr>;
@@ -115,7 +115,7 @@ impl Service<Name> for Checked {
     }
 
     fn call(&mut self, _: Name) -> Self::Future {
-        std::future::ready(Ok(self.0.to_vec().into_iter()))
+        std::future::ready(Ok(self.0.clone().into_iter()))
     }
 }
 
@@ -147,7 +147,7 @@ impl Service<Uri> for PinnedConnector {
             let addresses = checked_addresses(&allow, &host, port, default_port).await?;
             // An IP literal is connected to as it is (the address checked
             // above); a name through `Checked`, never looked up again.
-            let mut http = HttpConnector::new_with_resolver(Checked(addresses.into()));
+            let mut http = HttpConnector::new_with_resolver(Checked(addresses));
             http.enforce_http(false);
             http.call(uri).await.map_err(Into::into)
         })
