@@ -32,8 +32,11 @@ pub(crate) struct WorkerRunArgs {
     /// Bearer token of the control plane (and of this worker's API).
     #[arg(long, env = "STASIS_ADMIN_TOKEN", hide_env_values = true)]
     admin_token: Option<String>,
-    /// Hosts actors may fetch from (HOST[:PORT] or *.DOMAIN[:PORT];
-    /// repeatable; without a port only 80/443).
+    /// Hosts actors may fetch from (HOST[:PORT], [IPV6][:PORT],
+    /// *.DOMAIN[:PORT] or public[:PORT]; repeatable; without a port only
+    /// 80/443). A name resolving to a loopback, private or other special
+    /// address is refused unless a rule names that IP; `public` allows
+    /// every host whose addresses are all public.
     #[arg(long = "allow-outbound", value_name = "HOST[:PORT]")]
     allow_outbound: Vec<String>,
     #[command(flatten)]

@@ -17,6 +17,7 @@
 //!   header Stasis reserves, in one list; [`alarm`]: what delivering an
 //!   alarm did;
 //! - [`settings`]: what every worker of a deployment shares;
+//!   [`outbound`]: the hosts and addresses the actors' `fetch` may reach;
 //!   [`templates`]: template modules by digest, compiled once;
 //!   [`metrics`]: the Prometheus registry both sides count in;
 //! - [`error`]: [`error::ApiError`], the typed error; [`client_gone`]: the
@@ -31,6 +32,7 @@ pub mod directory;
 pub mod error;
 pub mod headers;
 pub mod metrics;
+pub mod outbound;
 pub mod proto;
 pub mod settings;
 pub mod status;

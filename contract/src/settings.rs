@@ -4,13 +4,12 @@
 //! in-process workers and tells them to joining remote workers
 //! ([`crate::proto::JoinAnswer`]).
 //!
-//! An allow-list rule is a host name or IP literal, or `*.` and a domain
-//! (any name under that domain, not the domain itself), optionally with
-//! `:PORT`. Without a port only the scheme's default port (80, 443) is
-//! allowed. Names compare case-insensitively; nothing else reaches the
-//! network.
+//! The allow-list, its grammar and the address rule are in
+//! [`crate::outbound`] ([`AllowList`] is re-exported here).
 
 use std::time::Duration;
+
+pub use crate::outbound::AllowList;
 
 /// Settings of a worker.
 #[derive(Debug, Clone)]
@@ -101,127 +100,5 @@ impl Durability {
                 "unknown durability {name:?}: use request, interval or pause"
             )),
         }
-    }
-}
-
-/// One `--allow-outbound` rule.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Rule {
-    /// Lower-case host, without the `*.` of a wildcard.
-    host: String,
-    wildcard: bool,
-    port: Option<u16>,
-}
-
-/// The hosts `fetch` may reach (module docs). Empty: none.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct AllowList {
-    rules: Vec<Rule>,
-}
-
-/// Splits `host[:port]` (an IPv6 literal in brackets) into its parts.
-fn split_host_port(text: &str) -> Result<(String, Option<u16>), String> {
-    if text.contains("://") {
-        return Err(format!(
-            "{text:?} is a URL: give HOST[:PORT] (e.g. api.example.com or api.example.com:8443)"
-        ));
-    }
-    let (host, port) = if let Some(rest) = text.strip_prefix('[') {
-        let (host, after) = rest
-            .split_once(']')
-            .ok_or_else(|| format!("{text:?}: unclosed '['"))?;
-        match after {
-            "" => (host, None),
-            _ => (
-                host,
-                Some(
-                    after
-                        .strip_prefix(':')
-                        .ok_or_else(|| format!("{text:?}: want [IPV6] or [IPV6]:PORT"))?,
-                ),
-            ),
-        }
-    } else if text.matches(':').count() > 1 {
-        return Err(format!(
-            "{text:?}: an IPv6 address goes in brackets, e.g. [{text}] or [{text}]:443"
-        ));
-    } else {
-        match text.rsplit_once(':') {
-            Some((host, port)) => (host, Some(port)),
-            None => (text, None),
-        }
-    };
-    let port = port
-        .map(|p| match p.parse::<u16>() {
-            Ok(0) => Err(format!("{text:?}: port 0 is not a port (1 to 65535)")),
-            Ok(port) => Ok(port),
-            Err(_) => Err(format!(
-                "{text:?}: port {p:?} is not a number from 1 to 65535"
-            )),
-        })
-        .transpose()?;
-    Ok((host.to_ascii_lowercase(), port))
-}
-
-impl AllowList {
-    /// Parses the `--allow-outbound` values.
-    ///
-    /// # Errors
-    /// Naming the first value that is not `HOST[:PORT]` or `*.DOMAIN[:PORT]`.
-    pub fn parse<S: AsRef<str>>(values: &[S]) -> Result<Self, String> {
-        let rules = values
-            .iter()
-            .map(|v| {
-                let text = v.as_ref().trim();
-                let (host, port) =
-                    split_host_port(text).map_err(|e| format!("--allow-outbound {e}"))?;
-                let (host, wildcard) = match host.strip_prefix("*.") {
-                    Some(domain) => (domain.to_owned(), true),
-                    None => (host, false),
-                };
-                let ipv6 = host.contains(':');
-                let valid = !host.is_empty()
-                    && !host.contains('*')
-                    && host
-                        .chars()
-                        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':'))
-                    // Names: no empty label (`a..b`, a leading or trailing
-                    // dot).
-                    && (ipv6 || host.split('.').all(|label| !label.is_empty()));
-                if !valid {
-                    return Err(format!(
-                        "--allow-outbound {text:?}: want HOST[:PORT] or *.DOMAIN[:PORT]"
-                    ));
-                }
-                Ok(Rule {
-                    host,
-                    wildcard,
-                    port,
-                })
-            })
-            .collect::<Result<_, _>>()?;
-        Ok(Self { rules })
-    }
-
-    /// Whether no host is allowed.
-    #[must_use]
-    pub fn is_empty(&self) -> bool {
-        self.rules.is_empty()
-    }
-
-    /// Whether `host` (lower case) on `port` (`default_port` when the URL
-    /// names none) is allowed.
-    #[must_use]
-    pub fn allows(&self, host: &str, port: u16, default_port: u16) -> bool {
-        let host = host.trim_end_matches('.');
-        self.rules.iter().any(|rule| {
-            let name = if rule.wildcard {
-                host.strip_suffix(&rule.host)
-                    .is_some_and(|head| head.len() > 1 && head.ends_with('.'))
-            } else {
-                host == rule.host
-            };
-            name && port == rule.port.unwrap_or(default_port)
-        })
     }
 }

@@ -214,7 +214,9 @@ pub fn alarm() -> Result<Option<u64>, HostError> {
 
 /// Sends `request` to the outside world: its `uri` is an absolute
 /// `http://` or `https://` URL whose host the operator allowed with
-/// `stasis serve --allow-outbound HOST[:PORT]`.
+/// `stasis serve --allow-outbound HOST[:PORT]` (or `public`), and whose
+/// addresses are public or named by a rule (docs/api.md, "fetch"). A 3xx
+/// answer is returned as it is, never followed.
 ///
 /// ```no_run
 /// use stasis_guest_sdk::{host, Request};

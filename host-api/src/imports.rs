@@ -70,8 +70,10 @@
 //!   [`HostError::NotFound`] (`alarm` only: no alarm is set).
 //! * **`fetch`** sends the request to the outside world: its `uri` is an
 //!   absolute `http://` or `https://` URL (HTTP/1.1, TLS by rustls with the
-//!   system's roots) to a host listed by `--allow-outbound`. Errors:
-//!   [`HostError::Refused`] (host not allowed, or fetch not enabled),
+//!   system's roots) to a host allowed by `--allow-outbound` whose
+//!   addresses are public or named by a rule; redirects are returned, not
+//!   followed. Errors: [`HostError::Refused`] (host not allowed, an
+//!   address it resolves to special and not named, or fetch not enabled),
 //!   [`HostError::BadInput`] (not an absolute http(s) URL), [`HostError::Unavailable`]
 //!   (connection or TLS failure), [`HostError::Deadline`], [`HostError::TooLarge`]
 //!   (response body over `--max-body`), [`HostError::Internal`].

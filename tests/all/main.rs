@@ -42,6 +42,8 @@
 //!   count across pause and restart, and answers malformed bytes with 400;
 //! * `host_calls`: the ABI 2 host functions (call, send) through the
 //!   `caller` demo, across processes, paused, and loops answered 508;
+//! * `outbound`: `fetch` and `--allow-outbound`: names resolving to
+//!   special addresses, IP rules, `public`, redirects, malformed rules;
 //! * `hardening`: faults found by trying Stasis as new users and attackers
 //!   would (static constructors, the bearer scheme, metric series, the
 //!   guest clock).
@@ -68,6 +70,7 @@ mod host_calls;
 mod http;
 mod incremental;
 mod ingress;
+mod outbound;
 mod reliability;
 mod replicas;
 mod replicas_faults;
