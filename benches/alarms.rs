@@ -105,7 +105,11 @@ fn main() {
     let directory = Arc::new(SqliteDirectory::open(&tmp.path().join("stasis.db")).expect("db"));
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     runtime.block_on(async {
-        let scheduler = Scheduler::new(directory, AlarmMetrics::default());
+        let scheduler = Scheduler::new(
+            directory,
+            AlarmMetrics::default(),
+            stasis_runtime::control::alarms::DEFAULT_RETRIES,
+        );
         let recorder = Arc::new(Recorder::default());
         let later = now_unix_ms() + 3_600_000;
         let pending = (0..background)

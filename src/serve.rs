@@ -117,6 +117,13 @@ pub(crate) struct ServeArgs {
     /// Moves a rebalance or drain runs at once.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..))]
     max_concurrent_moves: u64,
+    /// Failed deliveries of an alarm (its handler trapped or ran out of
+    /// time, or its actor could not be reached) after which it is given
+    /// up: removed, logged as an error and counted in
+    /// stasis_alarms_given_up_total. Retries back off from 0.5 s, doubling
+    /// up to 60 s.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
+    alarm_retries: u32,
     /// Also label metrics per actor (stasis_actor_*), for at most 10,000
     /// actors at a time; an actor's series are removed with it.
     #[arg(long)]
@@ -197,6 +204,7 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
             heartbeat_timeout: args.heartbeat_timeout,
             rebalance_by: args.rebalance_by,
             max_concurrent_moves: usize::try_from(args.max_concurrent_moves).unwrap_or(usize::MAX),
+            alarm_retries: args.alarm_retries,
             admin_token: args.admin_token.clone(),
             snapshot_store: args.cluster.snapshot_store.clone(),
         },

@@ -109,6 +109,9 @@ pub struct ServeConfig {
     /// Where snapshots and template modules are kept (`--snapshot-store`):
     /// the data dir (`local`), a shared volume or an object store.
     pub snapshot_store: StoreUrl,
+    /// Failed deliveries after which an alarm is given up
+    /// (`--alarm-retries`).
+    pub alarm_retries: u32,
 }
 
 /// What rebalancing evens out.
@@ -137,6 +140,7 @@ impl Default for ServeConfig {
             max_concurrent_moves: 4,
             admin_token: None,
             snapshot_store: StoreUrl::Local,
+            alarm_retries: alarms::DEFAULT_RETRIES,
         }
     }
 }
@@ -272,6 +276,7 @@ impl ControlPlane {
         let alarms = crate::alarms::scheduler::Scheduler::new(
             parts.directory.clone(),
             metrics.alarms.clone(),
+            config.alarm_retries,
         );
         Arc::new(Self {
             directory: parts.directory,

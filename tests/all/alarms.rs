@@ -226,6 +226,53 @@ async fn a_trapping_alarm_handler_is_retried_until_it_succeeds() {
     assert!(server.log().contains("retrying in"), "{}", server.log());
 }
 
+/// The issue's input (reliability round 3, 9): a handler that always traps
+/// was retried for ever, and `alarm()` kept answering the past time. With
+/// `--alarm-retries 3` it is given up after the third failure (removed,
+/// logged, counted), and meanwhile `alarm()` answers the next retry's time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_alarm_whose_handler_always_traps_is_given_up_after_its_retries() {
+    let server = Server::start(&["--workers", "1", "--alarm-retries", "3"]);
+    server.push("alarm");
+    server.create("doomed", "alarm");
+    let (status, body) = ask(&server, "doomed", "POST", "/?in_ms=200&fail_ms=3600000").await;
+    assert_eq!(status, 202, "{body}");
+    let set: u64 = body
+        .trim()
+        .strip_prefix("alarm at ")
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("{body}"));
+    wait_metric(&server, "stasis_alarm_failures_total", 1.0).await;
+    // Retried 0.5 s, then 1 s later: until the third failure, `alarm()`
+    // names the retry to come.
+    let (_, pending) = ask(&server, "doomed", "GET", "/alarm").await;
+    let next: u64 = pending
+        .trim()
+        .strip_prefix("alarm: ")
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("{pending}"));
+    assert!(
+        next > set,
+        "alarm() answers the next attempt, not {set}: {next}"
+    );
+    wait_metric(&server, "stasis_alarms_given_up_total", 1.0).await;
+    wait_metric(&server, "stasis_alarms_pending", 0.0).await;
+    let text = server.metrics().await;
+    assert_eq!(metric(&text, "stasis_alarm_failures_total"), 3.0, "{text}");
+    assert_eq!(metric(&text, "stasis_alarms_fired_total"), 0.0, "{text}");
+    assert_eq!(
+        ask(&server, "doomed", "GET", "/alarm").await.1,
+        "alarm: none\n"
+    );
+    assert!(
+        server
+            .log()
+            .contains("giving the alarm up after 3 failed deliveries"),
+        "{}",
+        server.log()
+    );
+}
+
 /// An ABI 2 module without `stasis_on_alarm`: `POST /` sets an alarm long
 /// past (due at once) and answers 200.
 const NO_HOOK_WAT: &str = r#"(module

@@ -22,7 +22,11 @@
 //! `stasis_on_alarm` export. Delivery is at least once: a handler that
 //! traps rolls the actor back as a trapped request does and is retried
 //! after [`RETRY_FIRST`], doubling each time up to [`RETRY_CAP`], until it
-//! succeeds, the alarm is cancelled or replaced, or the actor is deleted.
+//! succeeds, the alarm is cancelled or replaced, the actor is deleted, or
+//! `--alarm-retries` deliveries ([`DEFAULT_RETRIES`]) have failed: then it
+//! is given up (removed, logged as an error, counted in
+//! `stasis_alarms_given_up_total`). While it waits for a retry, `alarm()`
+//! reads the retry's time.
 //! After a success the alarm is removed unless the handler set a new one.
 //! A module without the export gets its alarm removed and
 //! `stasis_alarms_without_hook_total` counted.
@@ -37,6 +41,11 @@ pub const RETRY_FIRST: Duration = Duration::from_millis(500);
 
 /// Retries back off by doubling up to this pause, then keep it.
 pub const RETRY_CAP: Duration = Duration::from_secs(60);
+
+/// Failed deliveries after which an alarm is given up, unless
+/// `--alarm-retries` says otherwise: with the backoff above, about three
+/// and a half minutes of retries.
+pub const DEFAULT_RETRIES: u32 = 10;
 
 /// The pause before retry number `attempt` (1 for the first retry):
 /// [`RETRY_FIRST`] × 2^(attempt − 1), at most [`RETRY_CAP`].

@@ -102,6 +102,8 @@ impl State {
 struct Inner {
     directory: Arc<dyn Directory>,
     metrics: AlarmMetrics,
+    /// Failed deliveries after which an alarm is given up.
+    retries: u32,
     state: Mutex<State>,
     /// Held across a directory write and the memory update.
     writes: tokio::sync::Mutex<()>,
@@ -145,14 +147,16 @@ async fn blocking<T: Send + 'static>(
 }
 
 impl Scheduler {
-    /// A scheduler over `directory`, counting in `metrics`; it fires
+    /// A scheduler over `directory`, counting in `metrics`, giving an
+    /// alarm up after `retries` failed deliveries (at least 1); it fires
     /// nothing before [`Scheduler::start`].
     #[must_use]
-    pub fn new(directory: Arc<dyn Directory>, metrics: AlarmMetrics) -> Self {
+    pub fn new(directory: Arc<dyn Directory>, metrics: AlarmMetrics, retries: u32) -> Self {
         Self {
             inner: Arc::new(Inner {
                 directory,
                 metrics,
+                retries: retries.max(1),
                 state: Mutex::default(),
                 writes: tokio::sync::Mutex::new(()),
                 wake: Notify::new(),
@@ -231,13 +235,21 @@ impl Scheduler {
         Ok(())
     }
 
-    /// `actor`'s pending alarm (Unix ms), as the directory holds it.
+    /// `actor`'s pending alarm (Unix ms), as the directory holds it; while
+    /// a failed delivery waits for its retry, the retry's time.
     ///
     /// # Errors
     /// The directory's.
     pub async fn get(&self, actor: &str) -> Result<Option<u64>, ApiError> {
         let name = actor.to_owned();
-        blocking(&self.inner.directory, move |d| d.alarm(&name)).await
+        let set = blocking(&self.inner.directory, move |d| d.alarm(&name)).await?;
+        let state = self.inner.state();
+        let retry = state
+            .entries
+            .get(actor)
+            .filter(|e| e.failures > 0 && Some(e.at_unix_ms) == set)
+            .map(|e| e.due_unix_ms);
+        Ok(retry.or(set))
     }
 
     /// Forgets `actor`'s alarm in memory (its directory record went with
@@ -284,7 +296,8 @@ impl Inner {
 
     /// After a delivery of `actor`'s alarm of `generation`: clears it
     /// (memory and directory) if it is still that alarm, or schedules a
-    /// retry with backoff after a failure.
+    /// retry with backoff after a failure, or gives it up (clears it) after
+    /// the last failure `retries` allows.
     async fn finish(&self, actor: &str, generation: u64, delivery: Delivery) {
         match &delivery {
             Delivery::Ran => {
@@ -304,29 +317,57 @@ impl Inner {
             }
             Delivery::Failed(reason) => {
                 self.metrics.failures.inc();
-                let mut state = self.state();
-                let Some(entry) = state.entries.get_mut(actor) else {
-                    return;
-                };
-                if entry.generation != generation {
+                if self.retry_later(actor, generation, reason) {
                     return;
                 }
-                entry.failures = entry.failures.saturating_add(1);
-                let pause = super::backoff(entry.failures);
-                entry.due_unix_ms =
-                    now_unix_ms().saturating_add(u64::try_from(pause.as_millis()).unwrap_or(0));
-                let key = (entry.due_unix_ms, generation, actor.to_owned());
-                tracing::warn!(
-                    actor,
-                    failures = entry.failures,
-                    "alarm handler failed ({reason}); retrying in {pause:?}"
-                );
-                state.queue.insert(key);
-                drop(state);
-                self.wake.notify_one();
-                return;
             }
         }
+        self.clear(actor, generation).await;
+    }
+
+    /// After a failed delivery of `actor`'s alarm of `generation`: true if
+    /// a retry is scheduled (or the alarm was replaced or removed
+    /// meanwhile, so there is nothing to do); false once its retries are
+    /// spent, when the caller gives it up.
+    fn retry_later(&self, actor: &str, generation: u64, reason: &str) -> bool {
+        let mut state = self.state();
+        let Some(entry) = state.entries.get_mut(actor) else {
+            return true;
+        };
+        if entry.generation != generation {
+            return true;
+        }
+        entry.failures = entry.failures.saturating_add(1);
+        if entry.failures >= self.retries {
+            tracing::error!(
+                actor,
+                failures = entry.failures,
+                "alarm handler failed ({reason}); giving the alarm up after {} failed \
+                 deliveries (--alarm-retries)",
+                entry.failures
+            );
+            self.metrics.given_up.inc();
+            return false;
+        }
+        let pause = super::backoff(entry.failures);
+        entry.due_unix_ms =
+            now_unix_ms().saturating_add(u64::try_from(pause.as_millis()).unwrap_or(0));
+        let key = (entry.due_unix_ms, generation, actor.to_owned());
+        tracing::warn!(
+            actor,
+            failures = entry.failures,
+            "alarm handler failed ({reason}); retrying in {pause:?}"
+        );
+        state.queue.insert(key);
+        drop(state);
+        self.wake.notify_one();
+        true
+    }
+
+    /// Removes `actor`'s alarm of `generation` (memory and directory) if
+    /// it is still that alarm; a failed directory write is tried again a
+    /// second later.
+    async fn clear(&self, actor: &str, generation: u64) {
         let _writes = self.writes.lock().await;
         let at_unix_ms = {
             let state = self.state();
