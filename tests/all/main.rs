@@ -76,4 +76,5 @@ mod replicas;
 mod replicas_faults;
 mod restart;
 mod retention;
+mod store_deltas;
 mod structure;

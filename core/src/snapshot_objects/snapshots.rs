@@ -15,7 +15,11 @@ use super::remote::{Failure, OP_TIMEOUT, timeout_for};
 use super::transfer::Source;
 use super::{ObjectSnapshotStore, names, transfer};
 use crate::durable::replace_atomically;
-use crate::snapshot_store::{SnapshotBytes, SnapshotEntry, SnapshotStore, StoreError};
+use crate::snapshot::verify_header;
+use crate::snapshot_store::{
+    ChainLink, SnapshotBytes, SnapshotEntry, SnapshotStore, StoreError, chain_files,
+    chain_retention,
+};
 
 impl ObjectSnapshotStore {
     /// What `actor`'s folder holds now, from the store.
@@ -128,6 +132,47 @@ impl ObjectSnapshotStore {
         }
     }
 
+    /// A server-side copy of snapshot `found` of `src` as `new`'s snapshot
+    /// of the same number at `epoch` (quota counted), and a hard link of
+    /// the cache copy; returns its size.
+    fn copy_snapshot(
+        &self,
+        src: &str,
+        found: names::Found,
+        new: &str,
+        epoch: u64,
+    ) -> Result<u64, StoreError> {
+        let key = names::actor_object_key(new, &names::snapshot_name(found.seq, epoch));
+        self.usage.reserve(found.bytes, 0)?;
+        let from = names::actor_object_key(src, &names::snapshot_name(found.seq, found.epoch));
+        let copied = self
+            .run(
+                timeout_for(found.bytes),
+                transfer::copy(self.objects.clone(), self.path(&from), self.path(&key)),
+            )
+            .map_err(|e| e.named("copy", &key, &self.location));
+        if let Err(e) = copied {
+            self.usage.release(found.bytes);
+            return Err(e);
+        }
+        self.link_cached(src, found, new, epoch);
+        Ok(found.bytes)
+    }
+
+    /// Snapshot `seq`'s place in its chain, from its header (downloaded
+    /// into the cache if this store holds no copy); unknown when it cannot
+    /// be read or does not verify.
+    fn link_of(&self, actor: &str, seq: u64) -> ChainLink {
+        let Ok(bytes) = self.open_snapshot(actor, seq) else {
+            return ChainLink::Unknown;
+        };
+        match verify_header(&bytes).map(|h| h.base) {
+            Ok(None) => ChainLink::Full,
+            Ok(Some(base)) => ChainLink::Delta { base: base.seq },
+            Err(_) => ChainLink::Unknown,
+        }
+    }
+
     /// Uploads the cache copy `cached` (`len` bytes) as object `key`.
     fn upload_snapshot(&self, key: &str, cached: PathBuf, len: u64) -> Result<(), StoreError> {
         let source = Source::File {
@@ -231,21 +276,22 @@ impl SnapshotStore for ObjectSnapshotStore {
         Ok(())
     }
 
-    /// A server-side copy of the object standing for `seq` (the highest
-    /// epoch) to `snapshots/<new>/<seq>-<epoch>.snap`, a hard link of this
-    /// store's cache copy if it holds one, then `new`'s acknowledged
-    /// pointer.
+    /// Server-side copies of the objects standing for `seq` and, for a
+    /// delta, every snapshot of its chain (see `chain_files`) to
+    /// `snapshots/<new>/<seq>-<epoch>.snap`, hard links of this store's
+    /// cache copies where it holds them, then `new`'s acknowledged pointer.
     fn fork(&self, src: &str, seq: u64, new: &str, epoch: u64) -> Result<u64, StoreError> {
         let key = names::actor_object_key(new, &names::snapshot_name(seq, epoch));
         self.check("copy", &key, "actor name", new)?;
-        let Some(found) = self.folder(src)?.find(seq) else {
+        let folder = self.folder(src)?;
+        if folder.find(seq).is_none() {
             let key = names::actor_object_key(src, &format!("{seq:020}-*.snap"));
             return Err(Failure::Io(io::ErrorKind::NotFound.into()).named(
                 "open",
                 &key,
                 &self.location,
             ));
-        };
+        }
         if self.folder(new)?.find(seq).is_some() {
             return Err(Failure::Io(io::ErrorKind::AlreadyExists.into()).named(
                 "copy",
@@ -253,21 +299,23 @@ impl SnapshotStore for ObjectSnapshotStore {
                 &self.location,
             ));
         }
-        self.usage.reserve(found.bytes, 0)?;
-        let from = names::actor_object_key(src, &names::snapshot_name(seq, found.epoch));
-        let copied = self
-            .run(
-                timeout_for(found.bytes),
-                transfer::copy(self.objects.clone(), self.path(&from), self.path(&key)),
-            )
-            .map_err(|e| e.named("copy", &key, &self.location));
-        if let Err(e) = copied {
-            self.usage.release(found.bytes);
-            return Err(e);
+        let chain: Vec<u64> = chain_files(self, src, seq)?
+            .into_iter()
+            .map(|(at, _)| at)
+            .collect();
+        let mut total = 0;
+        for at in chain {
+            let Some(found) = folder.find(at) else {
+                continue;
+            };
+            total += self.copy_snapshot(src, found, new, epoch)?;
         }
-        self.link_cached(src, found, new, epoch);
         self.acknowledge(new, seq, epoch)?;
-        Ok(found.bytes)
+        Ok(total)
+    }
+
+    fn supports_deltas(&self) -> bool {
+        true
     }
 
     fn list_acknowledged(
@@ -344,14 +392,25 @@ impl SnapshotStore for ObjectSnapshotStore {
     }
 
     /// Deletes every object (all epochs) of the oldest sequence numbers
-    /// beyond `keep`, the stale objects (shadowed or written by a
+    /// beyond `keep` that no kept delta's chain needs (`chain_retention`),
+    /// the stale objects (shadowed or written by a
     /// fenced-off owner, see `names::Folder::effective`), and every
     /// adoption fence but the newest.
     fn retain(&self, actor: &str, keep: usize) -> Result<Vec<u64>, StoreError> {
         let folder = self.folder(actor)?;
         let effective = folder.effective();
-        let excess = effective.len().saturating_sub(keep.max(1));
-        let removed: Vec<u64> = effective[..excess].iter().map(|f| f.seq).collect();
+        let entries: Vec<SnapshotEntry> = effective
+            .iter()
+            .map(|f| SnapshotEntry {
+                seq: f.seq,
+                bytes: f.bytes,
+            })
+            .collect();
+        let removed = if entries.len() > keep.max(1) {
+            chain_retention(&entries, keep, |seq| self.link_of(actor, seq))
+        } else {
+            Vec::new()
+        };
         let doomed: Vec<names::Found> = folder
             .snapshots
             .iter()

@@ -84,6 +84,19 @@ fn each_backend(check: impl Fn(&Shared)) {
     check(&Shared::s3());
 }
 
+/// A real full snapshot (of the small guest), made once.
+fn real_snapshot() -> &'static [u8] {
+    static SNAPSHOT: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    SNAPSHOT.get_or_init(|| {
+        let runtime = tokio::runtime::Runtime::new().expect("runtime");
+        runtime.block_on(async {
+            crate::support::small_snapshot(&crate::support::small_guest(None))
+                .await
+                .2
+        })
+    })
+}
+
 fn seqs(store: &ObjectSnapshotStore, actor: &str) -> Vec<u64> {
     store.list(actor).unwrap().iter().map(|e| e.seq).collect()
 }
@@ -279,19 +292,24 @@ fn objects_an_adoption_fence_hides_a_fenced_off_owners_writes() {
         let (list, acked) = store.list_acknowledged("f").unwrap();
         assert_eq!(list.iter().map(|e| e.seq).collect::<Vec<_>>(), [0, 1, 2, 3]);
         assert_eq!(acked, Some(3), "a stale pointer names nothing");
-        assert_eq!(store.retain("f", 2).unwrap(), [0, 1]);
+        // (These bytes are no snapshots, so retention keeps every older
+        // one, as for an unreadable header; it deletes the stale ones.)
+        assert_eq!(store.retain("f", 2).unwrap(), Vec::<u64>::new());
         assert!(store.open_snapshot("f", 9).is_err());
         // The new owner goes on from 3.
         store.write("f", 4, 2, b"new 4").unwrap();
         let other_cache = tempfile::tempdir().unwrap();
         let other = shared.open(other_cache.path(), None);
         let (list, acked) = other.list_acknowledged("f").unwrap();
-        assert_eq!(list.iter().map(|e| e.seq).collect::<Vec<_>>(), [2, 3, 4]);
+        assert_eq!(
+            list.iter().map(|e| e.seq).collect::<Vec<_>>(),
+            [0, 1, 2, 3, 4]
+        );
         assert_eq!(acked, Some(4));
         assert_eq!(&other.open_snapshot("f", 4).unwrap()[..], b"new 4");
         // An adoption at an older epoch than the folder's changes nothing.
         other.adopt("f", 4, 1).unwrap();
-        assert_eq!(other.list("f").unwrap().len(), 3);
+        assert_eq!(other.list("f").unwrap().len(), 5);
     });
 }
 
@@ -318,14 +336,18 @@ fn objects_retain_and_remove_delete_objects_and_cache_copies() {
         let (cache_a, cache_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
         let a = shared.open(cache_a.path(), None);
         let b = shared.open(cache_b.path(), None);
+        // Real (full) snapshots: retention reads their headers to keep
+        // every base a kept delta needs.
+        let snap = real_snapshot();
+        let len = snap.len() as u64;
         for seq in 0..=4u64 {
-            a.write("a", seq, 1, &[seq as u8; 10]).unwrap();
+            a.write("a", seq, 1, snap).unwrap();
         }
         a.write("keep", 0, 1, b"other actor").unwrap();
-        assert_eq!(a.used_bytes(), 61);
+        assert_eq!(a.used_bytes(), 5 * len + 11);
         assert_eq!(a.retain("a", 2).unwrap(), [0, 1, 2]);
         assert_eq!(seqs(&b, "a"), [3, 4]);
-        assert_eq!(a.used_bytes(), 31);
+        assert_eq!(a.used_bytes(), 2 * len + 11);
         for seq in 0..=2 {
             assert!(!a.cache_path("a", seq, 1).exists(), "cache copy of {seq}");
         }
@@ -339,11 +361,11 @@ fn objects_retain_and_remove_delete_objects_and_cache_copies() {
         a.remove("a", 3).unwrap(); // gone already: fine
         assert_eq!(seqs(&b, "a"), [4]);
         assert!(!a.cache_path("a", 3, 1).exists());
-        assert_eq!(a.used_bytes(), 21);
+        assert_eq!(a.used_bytes(), len + 11);
 
         // B holds a cache copy of 4; once the actor is removed the store
         // (the truth) says it is gone.
-        assert_eq!(&b.open_snapshot("a", 4).unwrap()[..], &[4u8; 10]);
+        assert_eq!(&b.open_snapshot("a", 4).unwrap()[..], &snap[..]);
         a.write_clock_mark("a", 99).unwrap();
         a.remove_actor("a").unwrap();
         a.remove_actor("a").unwrap(); // none left: fine
