@@ -365,7 +365,7 @@ fn objects_retain_and_remove_delete_objects_and_cache_copies() {
 
         // B holds a cache copy of 4; once the actor is removed the store
         // (the truth) says it is gone.
-        assert_eq!(&b.open_snapshot("a", 4).unwrap()[..], &snap[..]);
+        assert_eq!(&b.open_snapshot("a", 4).unwrap()[..], snap);
         a.write_clock_mark("a", 99).unwrap();
         a.remove_actor("a").unwrap();
         a.remove_actor("a").unwrap(); // none left: fine
