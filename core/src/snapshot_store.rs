@@ -45,6 +45,23 @@ pub enum StoreError {
         /// The OS error (`NotFound` for a missing snapshot).
         source: io::Error,
     },
+    /// A write's answer was lost and the object could not be read back to
+    /// know whether it took effect: it may or may not have. The message
+    /// names the object by its key only, as [`StoreError::Io`]'s does;
+    /// [`StoreError::detail`] adds the path and the full errors.
+    #[error(
+        "{op} {key}: the write may or may not have taken effect (its answer was lost): {reason}"
+    )]
+    Unknown {
+        /// What was being done.
+        op: &'static str,
+        /// The object, relative to the store.
+        key: String,
+        /// The object as the server knows it, with the full errors.
+        path: String,
+        /// Why it is unknown, path-free.
+        reason: String,
+    },
     /// Refused before anything was written or deleted: the worker no
     /// longer holds the lease it hosts the actor under (it may be placed
     /// on another worker now), so it may not change the actor's snapshots.
@@ -68,6 +85,9 @@ impl StoreError {
             Self::Io {
                 op, path, source, ..
             } => format!("{op} {path}: {source}"),
+            Self::Unknown {
+                op, path, reason, ..
+            } => format!("{op} {path}: the write may or may not have taken effect: {reason}"),
             Self::Quota { .. } | Self::Fenced { .. } => self.to_string(),
         }
     }
@@ -219,7 +239,9 @@ pub trait SnapshotStore: Send + Sync + std::fmt::Debug {
     ///
     /// # Errors
     /// [`StoreError::Quota`] (nothing written) or [`StoreError::Io`]
-    /// (earlier snapshots untouched).
+    /// (earlier snapshots untouched); [`StoreError::Unknown`] when the
+    /// store's answer was lost and the snapshot could not be read back
+    /// (it may be in the store).
     ///
     /// [`ObjectSnapshotStore`]: crate::snapshot_objects::ObjectSnapshotStore
     fn write(&self, actor: &str, seq: u64, epoch: u64, bytes: &[u8]) -> Result<(), StoreError>;
