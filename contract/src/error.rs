@@ -288,14 +288,16 @@ impl ApiError {
 
 impl From<stasis_core::snapshot_store::StoreError> for ApiError {
     /// Insufficient storage for the quota, unavailable for a fenced-off
-    /// worker (nothing was written), else internal. The answer names
-    /// the file by its store key only; the server log gets the path.
+    /// worker (nothing was written), else internal (for a write of
+    /// unknown outcome, saying it may or may not have taken effect). The
+    /// answer names the file by its store key only; the server log gets
+    /// the path.
     fn from(e: stasis_core::snapshot_store::StoreError) -> Self {
         use stasis_core::snapshot_store::StoreError;
         let kind = match &e {
             StoreError::Quota { .. } => ErrorKind::InsufficientStorage,
             StoreError::Fenced { .. } => ErrorKind::Unavailable,
-            StoreError::Io { .. } => {
+            StoreError::Io { .. } | StoreError::Unknown { .. } => {
                 tracing::error!("snapshot store: {}", e.detail());
                 ErrorKind::Internal
             }

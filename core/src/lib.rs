@@ -56,4 +56,5 @@ pub mod snapshot_files;
 pub mod snapshot_objects;
 mod snapshot_quota;
 pub mod snapshot_store;
+mod store_error;
 pub mod sync_group;

@@ -20,63 +20,7 @@ pub use chain::{
     remove_corrupt,
 };
 
-/// Why a snapshot could not be stored, listed, read or removed.
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    /// Writing would exceed `--snapshot-quota`.
-    #[error(
-        "--snapshot-quota exceeded: {needed} more bytes needed, {used} of {quota} bytes in use"
-    )]
-    Quota {
-        /// Size of the new snapshot, in bytes.
-        needed: u64,
-        /// Bytes in use now.
-        used: u64,
-        /// The quota, in bytes.
-        quota: u64,
-    },
-    /// An I/O operation failed. The message names the file by its key in
-    /// the store (e.g. `snapshots/NAME/SEQ.snap`), never by a server path,
-    /// so it can be shown to API clients; [`StoreError::detail`] adds the
-    /// path for the server log.
-    #[error("{op} {key}: {source}")]
-    Io {
-        /// What was being done.
-        op: &'static str,
-        /// The file, folder or object, relative to the store.
-        key: String,
-        /// The file, folder or object as the server knows it (a path).
-        path: String,
-        /// The OS error (`NotFound` for a missing snapshot).
-        source: io::Error,
-    },
-    /// Refused before anything was written or deleted: the worker no
-    /// longer holds the lease it hosts the actor under (it may be placed
-    /// on another worker now), so it may not change the actor's snapshots.
-    #[error(
-        "worker {worker} holds no valid lease for actor {actor}: nothing was written (the actor may be placed on another worker now)"
-    )]
-    Fenced {
-        /// The worker.
-        worker: String,
-        /// The actor.
-        actor: String,
-    },
-}
-
-impl StoreError {
-    /// The message with the server-side path, for the server log (never
-    /// for an API answer: [`Display`](std::fmt::Display) is path-free).
-    #[must_use]
-    pub fn detail(&self) -> String {
-        match self {
-            Self::Io {
-                op, path, source, ..
-            } => format!("{op} {path}: {source}"),
-            Self::Quota { .. } | Self::Fenced { .. } => self.to_string(),
-        }
-    }
-}
+pub use crate::store_error::StoreError;
 
 /// One stored snapshot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -224,7 +168,9 @@ pub trait SnapshotStore: Send + Sync + std::fmt::Debug {
     ///
     /// # Errors
     /// [`StoreError::Quota`] (nothing written) or [`StoreError::Io`]
-    /// (earlier snapshots untouched).
+    /// (earlier snapshots untouched); [`StoreError::Unknown`] when the
+    /// store's answer was lost and the snapshot could not be read back
+    /// (it may be in the store).
     ///
     /// [`ObjectSnapshotStore`]: crate::snapshot_objects::ObjectSnapshotStore
     fn write(&self, actor: &str, seq: u64, epoch: u64, bytes: &[u8]) -> Result<(), StoreError>;

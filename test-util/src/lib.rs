@@ -22,6 +22,8 @@
 //! * [`bench`]: criterion's test mode and quiet `stasis` processes;
 //! * [`s3`]: a real S3-compatible server (`s3s-fs`) on loopback, with its
 //!   URL and the `AWS_*` settings to reach it.
+//! * [`fault_proxy`]: an HTTP proxy on loopback that loses answers, drops
+//!   requests or cuts bodies short, for the object store's failure paths.
 //! * [`etcd`]: a real etcd cluster of N members on loopback (kill and
 //!   restart members).
 //! * [`cluster`]: a cluster-mode deployment on loopback (etcd members, an
@@ -41,6 +43,7 @@ pub mod data;
 pub mod demos;
 pub mod engine;
 pub mod etcd;
+pub mod fault_proxy;
 pub mod http;
 pub mod ports;
 pub mod process;

@@ -155,6 +155,12 @@ impl S3Server {
         format!("http://{}", self.addr)
     }
 
+    /// The server's address (for a proxy in front of it).
+    #[must_use]
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
     /// The bucket's name.
     #[must_use]
     pub fn bucket(&self) -> &str {

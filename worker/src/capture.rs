@@ -231,7 +231,14 @@ impl ActorTask {
             Ok(store.check_fence(&actor).is_err())
         })
         .await
-        .map_err(|e| ApiError::internal(format!("snapshot writer panicked: {e}")))??;
+        .map_err(|e| ApiError::internal(format!("snapshot writer panicked: {e}")))?
+        .inspect_err(|e| {
+            // The snapshot may be in the store: nothing is undone and the
+            // answer says the outcome is unknown (as when unfenced).
+            if matches!(e, StoreError::Unknown { .. }) {
+                self.wrote_unfenced = true;
+            }
+        })?;
         if fenced {
             // The lease ended while the snapshot was written: it may have
             // landed before the actor was placed elsewhere (then the new

@@ -48,7 +48,19 @@
 //! (`snapshots/a/...snap`) with a short reason in its message, never an
 //! endpoint, a local path or a credential; [`StoreError::detail`] adds the
 //! store URL and the full error for the server log. A missing object has
-//! [`io::ErrorKind::NotFound`].
+//! [`io::ErrorKind::NotFound`]. A write whose answer was lost is read back
+//! before it is reported (the `upload` module): it succeeded if the object
+//! holds the bytes sent, failed if not, and is [`StoreError::Unknown`] (it
+//! may or may not have taken effect) if the read-back fails too.
+//! Downloads are checked against the listed size and the snapshot's
+//! CRC32C trailer before they are cached (the `transfer` module).
+//!
+//! # Unfinished uploads
+//! Every failed multipart upload is aborted. Parts a killed process left
+//! are swept when a `file://` store is opened (older than
+//! [`STALE_UPLOAD_AGE`]); `object_store` cannot list an S3 bucket's
+//! uploads, so an S3 bucket relies on its lifecycle rule
+//! `AbortIncompleteMultipartUpload` (docs/operations.md).
 //!
 //! # S3 settings
 //! [`ObjectSnapshotStore::open`] reads the standard variables
@@ -65,6 +77,7 @@ mod names;
 mod remote;
 mod snapshots;
 mod transfer;
+mod upload;
 mod url;
 
 use std::fs;
@@ -193,6 +206,7 @@ impl ObjectSnapshotStore {
                         e.to_string(),
                     )
                 })?;
+                sweep_staged(root, STALE_UPLOAD_AGE);
                 let local = LocalFileSystem::new_with_prefix(root)
                     .map_err(|e| {
                         let (source, full) = Failure::from(e).split();
@@ -319,8 +333,8 @@ impl ObjectSnapshotStore {
         self.check("put", &key, "template digest", digest)?;
         let source = Source::Memory(Bytes::copy_from_slice(bytes));
         self.run(
-            timeout_for(bytes.len() as u64),
-            transfer::upload(self.objects.clone(), self.path(&key), source),
+            upload::upload_time(bytes.len() as u64),
+            upload::upload(self.objects.clone(), self.path(&key), source),
         )
         .map_err(|e| e.named("put", &key, &self.location))
     }
@@ -370,6 +384,48 @@ impl ObjectSnapshotStore {
             path: format!("{}/{key}", self.location),
             source,
         })
+    }
+}
+
+/// Age after which an unfinished multipart upload is taken for one a
+/// killed process left (no upload of a live one runs this long: its
+/// timeout is far shorter for any snapshot under 3 GiB).
+pub const STALE_UPLOAD_AGE: Duration = Duration::from_secs(60 * 60);
+
+/// Removes, under `root` (a `file://` store's folder), the part files of
+/// multipart uploads older than `age`: `object_store`'s local store stages
+/// an upload as `<name>#<digits>` next to the object, which only an abort
+/// removes, so a process killed mid-upload leaves them. Best effort,
+/// logged. (An S3 store relies on the bucket's lifecycle rule
+/// `AbortIncompleteMultipartUpload`: `object_store` cannot list uploads.)
+fn sweep_staged(root: &FsPath, age: Duration) {
+    let Ok(entries) = fs::read_dir(root) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let Ok(kind) = entry.file_type() else {
+            continue;
+        };
+        let path = entry.path();
+        if kind.is_dir() {
+            sweep_staged(&path, age);
+            continue;
+        }
+        let name = entry.file_name();
+        let staged = name
+            .to_str()
+            .and_then(|n| n.rsplit_once('#'))
+            .is_some_and(|(_, part)| !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit()));
+        let old = entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .is_ok_and(|at| at.elapsed().is_ok_and(|elapsed| elapsed >= age));
+        if staged && old {
+            match fs::remove_file(&path) {
+                Ok(()) => tracing::info!("removed a stale upload part {}", path.display()),
+                Err(e) => tracing::warn!("cannot remove stale upload part {}: {e}", path.display()),
+            }
+        }
     }
 }
 

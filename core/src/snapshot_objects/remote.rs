@@ -57,6 +57,24 @@ pub(super) enum Failure {
     TimedOut(Duration),
     /// The store's runtime is gone (the operation was dropped).
     Stopped,
+    /// A download does not match what the store listed (`what`: the
+    /// mismatch, path-free).
+    Garbled(String),
+    /// A multipart upload failed (`cause`) and aborting it failed too.
+    AbortFailed {
+        /// Why the upload failed.
+        cause: Box<Failure>,
+        /// Why the abort failed.
+        abort: Box<Failure>,
+    },
+    /// A write's answer was lost (`write`) and reading the object back
+    /// failed too (`read_back`): it may or may not have taken effect.
+    Unknown {
+        /// The write's failure.
+        write: Box<Failure>,
+        /// The read-back's failure.
+        read_back: Box<Failure>,
+    },
 }
 
 impl From<object_store::Error> for Failure {
@@ -86,7 +104,19 @@ impl Failure {
     /// clients names the key and a path-free reason; the full error (which
     /// may name the endpoint or a local path) goes to
     /// [`StoreError::detail`] only.
+    ///
+    /// A [`Failure::Unknown`] (also behind a failed abort) becomes
+    /// [`StoreError::Unknown`].
     pub(super) fn named(self, op: &'static str, key: &str, location: &str) -> StoreError {
+        if self.is_unknown() {
+            let (reason, full) = self.split();
+            return StoreError::Unknown {
+                op,
+                key: key.to_owned(),
+                path: format!("{location}/{key} ({full})"),
+                reason: reason.to_string(),
+            };
+        }
         let (source, full) = self.split();
         StoreError::Io {
             op,
@@ -96,11 +126,25 @@ impl Failure {
         }
     }
 
+    /// Whether the outcome of the write that failed is unknown.
+    fn is_unknown(&self) -> bool {
+        match self {
+            Self::Unknown { .. } => true,
+            Self::AbortFailed { cause, .. } => cause.is_unknown(),
+            _ => false,
+        }
+    }
+
     /// A path-free [`io::Error`] (kind and short reason) and the full
     /// error text for the server log.
     pub(super) fn split(self) -> (io::Error, String) {
-        let full = self.full();
-        let (kind, reason) = match &self {
+        let (kind, reason) = self.describe();
+        (io::Error::new(kind, reason), self.full())
+    }
+
+    /// The kind and the path-free reason of [`Failure::split`].
+    fn describe(&self) -> (io::ErrorKind, String) {
+        match self {
             Self::Store(object_store::Error::NotFound { .. }) => {
                 (io::ErrorKind::NotFound, "not found".to_owned())
             }
@@ -113,11 +157,27 @@ impl Failure {
                     object_store::Error::Generic { store, .. } => *store,
                     _ => "object",
                 };
-                if kind == io::ErrorKind::Other {
-                    (kind, format!("{store} store request failed"))
-                } else {
-                    (kind, format!("{store} store request failed ({kind})"))
+                match cause_of(e) {
+                    Some(cause) => (kind, format!("{store} store request failed: {cause}")),
+                    None => (kind, format!("{store} store request failed")),
                 }
+            }
+            Self::Garbled(what) => (io::ErrorKind::InvalidData, what.clone()),
+            Self::AbortFailed { cause, abort } => {
+                let (kind, cause) = cause.describe();
+                let (_, abort) = abort.describe();
+                (
+                    kind,
+                    format!("{cause}; aborting the multipart upload failed too: {abort}"),
+                )
+            }
+            Self::Unknown { write, read_back } => {
+                let (_, write) = write.describe();
+                let (_, read_back) = read_back.describe();
+                (
+                    io::ErrorKind::Other,
+                    format!("{write}; reading the object back failed: {read_back}"),
+                )
             }
             // An OS error's text names no file; a wrapped one may.
             Self::Io(e) if e.raw_os_error().is_some() => (e.kind(), e.to_string()),
@@ -133,19 +193,68 @@ impl Failure {
                 io::ErrorKind::Other,
                 "the object store client has stopped".to_owned(),
             ),
-        };
-        (io::Error::new(kind, reason), full)
+        }
     }
 
     /// The whole error chain, for the server log.
-    fn full(&self) -> String {
+    pub(super) fn full(&self) -> String {
         match self {
             Self::Store(e) => chain(e),
             Self::Io(e) => chain(e),
             Self::TimedOut(after) => format!("timed out after {after:?}"),
             Self::Stopped => "the store's runtime has shut down".to_owned(),
+            Self::Garbled(what) => what.clone(),
+            Self::AbortFailed { cause, abort } => format!(
+                "{}; aborting the multipart upload failed too: {}",
+                cause.full(),
+                abort.full()
+            ),
+            Self::Unknown { write, read_back } => format!(
+                "{}; reading the object back failed: {}",
+                write.full(),
+                read_back.full()
+            ),
         }
     }
+}
+
+/// A path-free cause of store error `e`: the HTTP status the store
+/// answered, else the connection's failure (`connection reset`, ...),
+/// else the kind of request failure; `None` if nothing is known.
+fn cause_of(e: &object_store::Error) -> Option<String> {
+    use object_store::client::{HttpError, HttpErrorKind};
+    const STATUS: &str = "Server returned non-2xx status code: ";
+    let mut http = None;
+    let mut io_kind = None;
+    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(cause) = next {
+        // The status line only: the body may name the bucket or the key.
+        if let Some(rest) = cause.to_string().strip_prefix(STATUS) {
+            let status = rest.split(':').next().unwrap_or_default().trim();
+            return Some(format!("answered {status}"));
+        }
+        if let Some(h) = cause.downcast_ref::<HttpError>() {
+            http.get_or_insert(h.kind());
+        }
+        if let Some(io) = cause.downcast_ref::<io::Error>() {
+            io_kind.get_or_insert(io.kind());
+        }
+        next = cause.source();
+    }
+    if let Some(kind) = io_kind {
+        return Some(kind.to_string());
+    }
+    http.map(|kind| {
+        match kind {
+            HttpErrorKind::Connect => "cannot connect",
+            HttpErrorKind::Request => "the request failed",
+            HttpErrorKind::Timeout => "the request timed out",
+            HttpErrorKind::Interrupted => "the connection was interrupted",
+            HttpErrorKind::Decode => "the answer could not be read",
+            _ => "unknown HTTP failure",
+        }
+        .to_owned()
+    })
 }
 
 /// `e` and its sources, joined by `: `.

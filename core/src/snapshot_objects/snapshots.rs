@@ -8,12 +8,10 @@ use std::path::{Path as FsPath, PathBuf};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use object_store::{ObjectStoreExt as _, PutPayload};
-
 use super::names::{Acknowledged, Folder};
 use super::remote::{Failure, OP_TIMEOUT, timeout_for};
-use super::transfer::Source;
-use super::{ObjectSnapshotStore, names, transfer};
+use super::transfer::{Fetched, Source};
+use super::{ObjectSnapshotStore, names, transfer, upload};
 use crate::durable::replace_atomically;
 use crate::snapshot::verify_header;
 use crate::snapshot_store::{
@@ -71,14 +69,21 @@ impl ObjectSnapshotStore {
             return Ok(());
         }
         let key = names::actor_object_key(actor, names::ACKNOWLEDGED);
-        let body = serde_json::to_vec(&now).map_err(|e| Failure::Io(io::Error::other(e)));
-        let objects = self.objects.clone();
-        let path = self.path(&key);
-        self.run(OP_TIMEOUT, async move {
-            objects.put(&path, PutPayload::from(body?)).await?;
-            Ok(())
-        })
-        .map_err(|e| e.named("put", &key, &self.location))
+        let body = serde_json::to_vec(&now)
+            .map_err(|e| Failure::Io(io::Error::other(e)).named("put", &key, &self.location))?;
+        self.put_small(&key, body)
+    }
+
+    /// Puts small object `key` (a pointer, a fence, a clock mark), read
+    /// back when the answer is lost (`upload` module docs).
+    fn put_small(&self, key: &str, body: Vec<u8>) -> Result<(), StoreError> {
+        let len = body.len() as u64;
+        let source = Source::Memory(body.into());
+        self.run(
+            upload::upload_time(len),
+            upload::upload(self.objects.clone(), self.path(key), source),
+        )
+        .map_err(|e| e.named("put", key, &self.location))
     }
 
     /// Deletes the objects and cache copies of `found` (snapshots of
@@ -180,8 +185,8 @@ impl ObjectSnapshotStore {
             len_bytes: len,
         };
         self.run(
-            timeout_for(len),
-            transfer::upload(self.objects.clone(), self.path(key), source),
+            upload::upload_time(len),
+            upload::upload(self.objects.clone(), self.path(key), source),
         )
         .map_err(|e| e.named("put", key, &self.location))
     }
@@ -255,13 +260,7 @@ impl SnapshotStore for ObjectSnapshotStore {
             return Ok(());
         }
         let key = names::actor_object_key(actor, &names::adoption_name(epoch, seq));
-        let objects = self.objects.clone();
-        let path = self.path(&key);
-        self.run(OP_TIMEOUT, async move {
-            objects.put(&path, PutPayload::new()).await?;
-            Ok(())
-        })
-        .map_err(|e| e.named("put", &key, &self.location))?;
+        self.put_small(&key, Vec::new())?;
         // The pointer at the new epoch too, so a fenced-off owner's late
         // acknowledgement (older in (epoch, seq) order) cannot move it.
         if let Err(e) = self.acknowledge(actor, seq, epoch) {
@@ -381,12 +380,24 @@ impl SnapshotStore for ObjectSnapshotStore {
         let cached = self.cache_path(actor, seq, found.epoch);
         let have = cached.metadata().is_ok_and(|m| m.len() == found.bytes);
         if !have {
-            self.run(
-                timeout_for(found.bytes),
-                transfer::download(self.objects.clone(), self.path(&key), cached.clone()),
-            )
-            .map_err(|e| e.named("get", &key, &self.location))?;
+            // Two tries (`transfer::download`).
+            let fetched = self
+                .run(
+                    timeout_for(found.bytes) * 2,
+                    transfer::download(
+                        self.objects.clone(),
+                        self.path(&key),
+                        cached.clone(),
+                        found.bytes,
+                    ),
+                )
+                .map_err(|e| e.named("get", &key, &self.location))?;
             self.downloads.fetch_add(1, Ordering::Relaxed);
+            if let Fetched::Corrupt(file) = fetched {
+                // Not cached: verifying these bytes names the object.
+                return SnapshotBytes::map_file(file)
+                    .map_err(|e| Failure::Io(e).named("map", &key, &self.location));
+            }
         }
         map(&cached).map_err(|e| Failure::Io(e).named("map", &key, &self.location))
     }
@@ -489,14 +500,7 @@ impl SnapshotStore for ObjectSnapshotStore {
     fn write_clock_mark(&self, actor: &str, clock_ns: u64) -> Result<(), StoreError> {
         let key = names::actor_object_key(actor, names::CLOCK_MARK);
         self.check("put", &key, "actor name", actor)?;
-        let objects = self.objects.clone();
-        let path = self.path(&key);
-        self.run(OP_TIMEOUT, async move {
-            let body = PutPayload::from(format!("{clock_ns}\n").into_bytes());
-            objects.put(&path, body).await?;
-            Ok(())
-        })
-        .map_err(|e| e.named("put", &key, &self.location))
+        self.put_small(&key, format!("{clock_ns}\n").into_bytes())
     }
 
     fn clock_mark(&self, actor: &str) -> u64 {

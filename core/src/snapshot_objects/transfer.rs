@@ -1,27 +1,21 @@
 //! The async object operations an [`ObjectSnapshotStore`](super::ObjectSnapshotStore)
-//! runs on its own runtime: uploads (one request up to
-//! [`MULTIPART_THRESHOLD_BYTES`], multipart above, aborted on error),
-//! streamed downloads into a cache file (temp file + rename), server-side
-//! copies, small reads, listings and deletions.
+//! runs on its own runtime (uploads are in `upload`): streamed downloads
+//! into a cache file (temp file, checked against the listed length and
+//! the snapshot's checksum trailer, then renamed), server-side copies,
+//! small reads, listings and deletions.
 
 use std::fs::File;
-use std::io::{Read as _, Write as _};
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use bytes::Bytes;
 use futures_util::{StreamExt as _, TryStreamExt as _};
 use object_store::path::Path;
-use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt as _, PutPayload, WriteMultipart};
+use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt as _};
 
 use super::remote::{Failure, OP_TIMEOUT};
 use crate::durable::TEMP_SUFFIX;
-
-/// Objects larger than this are uploaded in parts of this size (bytes).
-pub(super) const MULTIPART_THRESHOLD_BYTES: usize = 8 << 20;
-
-/// Parts of one multipart upload sent at once.
-const PARTS_IN_FLIGHT: usize = 4;
 
 /// What an upload sends.
 #[derive(Debug)]
@@ -33,94 +27,150 @@ pub(super) enum Source {
     File { path: PathBuf, len_bytes: u64 },
 }
 
-/// Uploads `source` to `path`: one PUT up to [`MULTIPART_THRESHOLD_BYTES`],
-/// else a multipart upload that is aborted if any part fails. The object
-/// appears whole or not at all.
-pub(super) async fn upload(
-    store: Arc<dyn ObjectStore>,
-    path: Path,
-    source: Source,
-) -> Result<(), Failure> {
-    match source {
-        Source::Memory(bytes) if bytes.len() <= MULTIPART_THRESHOLD_BYTES => {
-            store.put(&path, PutPayload::from(bytes)).await?;
-            Ok(())
-        }
-        Source::File {
-            path: file,
-            len_bytes,
-        } if len_bytes <= MULTIPART_THRESHOLD_BYTES as u64 => {
-            let bytes = std::fs::read(file)?;
-            store.put(&path, PutPayload::from(bytes)).await?;
-            Ok(())
-        }
-        source => {
-            let upload = store.put_multipart(&path).await?;
-            let mut writer = WriteMultipart::new_with_chunk_size(upload, MULTIPART_THRESHOLD_BYTES);
-            match send_parts(&mut writer, source).await {
-                Ok(()) => {
-                    // `finish` aborts the upload itself when it fails.
-                    writer.finish().await?;
-                    Ok(())
-                }
-                Err(e) => {
-                    if let Err(abort) = writer.abort().await {
-                        tracing::warn!(%path, "cannot abort a failed multipart upload: {abort}");
-                    }
-                    Err(e)
-                }
-            }
-        }
-    }
+/// What [`download`] left.
+#[derive(Debug)]
+pub(super) enum Fetched {
+    /// The object is in the cache file, its length and checksum checked.
+    Cached,
+    /// Two downloads of the listed length both fail the snapshot's own
+    /// checksum: the object itself is corrupt. Its bytes (an unlinked
+    /// temp file), never cached, so that verifying them names it.
+    Corrupt(File),
 }
 
-/// Hands `source` to `writer` part by part, at most [`PARTS_IN_FLIGHT`]
-/// parts in flight.
-async fn send_parts(writer: &mut WriteMultipart, source: Source) -> Result<(), Failure> {
-    match source {
-        Source::Memory(bytes) => {
-            writer.put(bytes);
-            Ok(())
-        }
-        Source::File { path, .. } => {
-            let mut file = File::open(path)?;
-            loop {
-                writer.wait_for_capacity(PARTS_IN_FLIGHT).await?;
-                let mut part = Vec::with_capacity(MULTIPART_THRESHOLD_BYTES);
-                let read = (&mut file)
-                    .take(MULTIPART_THRESHOLD_BYTES as u64)
-                    .read_to_end(&mut part)?;
-                if read == 0 {
-                    return Ok(());
-                }
-                writer.put(Bytes::from(part));
-            }
-        }
-    }
+/// Why one download was not cached.
+enum Bad {
+    /// The store or the cache failed.
+    Failed(Failure),
+    /// The bytes differ from the listed length (path-free description).
+    Length(String),
+    /// The listed length, but the checksum trailer does not match: the
+    /// description and the downloaded file.
+    Checksum(String, File),
 }
 
-/// Downloads `path` into `dest` (a cache file): streamed into a temp file
-/// in `dest`'s folder, then renamed, so `dest` is whole or absent.
+/// Downloads `path`, listed as `listed` bytes, into `dest` (a cache file):
+/// streamed into a temp file in `dest`'s folder, checked, then renamed, so
+/// `dest` is whole or absent. Checked: the length equals `listed` and the
+/// CRC32C trailer (a snapshot's last 4 bytes, over the bytes before it)
+/// matches. A download that fails a check, or breaks off, is tried once
+/// more; only then is it an error ([`Failure::Garbled`], naming the
+/// mismatch) or, for two downloads of the right length with the same bad
+/// checksum, the object's own corruption ([`Fetched::Corrupt`]).
 pub(super) async fn download(
     store: Arc<dyn ObjectStore>,
     path: Path,
     dest: PathBuf,
-) -> Result<(), Failure> {
+    listed: u64,
+) -> Result<Fetched, Failure> {
+    let first = match fetch_once(&store, &path, &dest, listed).await {
+        Ok(()) => return Ok(Fetched::Cached),
+        Err(Bad::Failed(e)) if e.is_not_found() => return Err(e),
+        Err(Bad::Failed(e)) => e.full(),
+        Err(Bad::Length(what) | Bad::Checksum(what, _)) => what,
+    };
+    tracing::warn!(%path, "downloading again: {first}");
+    match fetch_once(&store, &path, &dest, listed).await {
+        Ok(()) => Ok(Fetched::Cached),
+        Err(Bad::Failed(e)) => Err(e),
+        Err(Bad::Length(what)) => Err(Failure::Garbled(what)),
+        Err(Bad::Checksum(what, file)) => {
+            tracing::error!(%path, "downloaded twice, the object itself is corrupt: {what}");
+            Ok(Fetched::Corrupt(file))
+        }
+    }
+}
+
+/// One download of [`download`].
+async fn fetch_once(
+    store: &Arc<dyn ObjectStore>,
+    path: &Path,
+    dest: &std::path::Path,
+    listed: u64,
+) -> Result<(), Bad> {
     let dir = dest
         .parent()
         .map(std::path::Path::to_path_buf)
         .unwrap_or_default();
-    std::fs::create_dir_all(&dir)?;
+    let failed = |e: Failure| Bad::Failed(e);
+    std::fs::create_dir_all(&dir).map_err(|e| failed(e.into()))?;
     let mut tmp = tempfile::Builder::new()
         .prefix(".stasis-")
         .suffix(TEMP_SUFFIX)
-        .tempfile_in(&dir)?;
-    let mut stream = store.get(&path).await?.into_stream();
+        .tempfile_in(&dir)
+        .map_err(|e| failed(e.into()))?;
+    let mut stream = store
+        .get(path)
+        .await
+        .map_err(|e| failed(e.into()))?
+        .into_stream();
+    let mut crc = Trailer::default();
+    let mut got = 0u64;
     while let Some(chunk) = stream.next().await {
-        tmp.write_all(&chunk?)?;
+        let chunk = chunk.map_err(|e| failed(e.into()))?;
+        got += chunk.len() as u64;
+        if got > listed {
+            break;
+        }
+        crc.feed(&chunk);
+        tmp.write_all(&chunk).map_err(|e| failed(e.into()))?;
     }
-    tmp.persist(&dest).map_err(|e| e.error)?;
+    if got != listed {
+        let got = if got > listed {
+            "more than".to_owned()
+        } else {
+            format!("{got} of")
+        };
+        return Err(Bad::Length(format!(
+            "the download does not match the store's listing: {got} the {listed} bytes listed"
+        )));
+    }
+    if let Some((recorded, computed)) = crc.mismatch() {
+        let what = format!(
+            "the download does not match its checksum trailer (recorded {recorded:#010x}, \
+             computed {computed:#010x})"
+        );
+        return Err(Bad::Checksum(what, tmp.into_file()));
+    }
+    tmp.persist(dest).map_err(|e| failed(e.error.into()))?;
     Ok(())
+}
+
+/// A CRC32C over all but the last 4 bytes fed, and those 4 bytes (the
+/// snapshot's trailer, `format.rs`).
+#[derive(Default)]
+struct Trailer {
+    crc: u32,
+    /// The last (up to) 4 bytes seen, not yet in `crc`.
+    tail: Vec<u8>,
+}
+
+impl Trailer {
+    fn feed(&mut self, mut bytes: &[u8]) {
+        if bytes.len() >= 4 {
+            self.crc = crc32c::crc32c_append(self.crc, &self.tail);
+            self.tail.clear();
+            let (body, tail) = bytes.split_at(bytes.len() - 4);
+            self.crc = crc32c::crc32c_append(self.crc, body);
+            bytes = tail;
+        }
+        self.tail.extend_from_slice(bytes);
+        if self.tail.len() > 4 {
+            let extra = self.tail.len() - 4;
+            self.crc = crc32c::crc32c_append(self.crc, &self.tail[..extra]);
+            self.tail.drain(..extra);
+        }
+    }
+
+    /// The recorded and computed checksums when they differ (recorded 0
+    /// when fewer than 4 bytes came: no trailer at all).
+    fn mismatch(&self) -> Option<(u32, u32)> {
+        let Ok(trailer) = <[u8; 4]>::try_from(self.tail.as_slice()) else {
+            return Some((0, self.crc));
+        };
+        let recorded = u32::from_le_bytes(trailer);
+        (recorded != self.crc).then_some((recorded, self.crc))
+    }
 }
 
 /// Copies object `from` to `to` inside the store, replacing `to`: no byte

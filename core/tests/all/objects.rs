@@ -12,6 +12,10 @@ use stasis_core::snapshot_objects::{ObjectSnapshotStore, StoreUrl};
 use stasis_core::snapshot_store::{SnapshotEntry, SnapshotStore, StoreError};
 use stasis_test_util::s3::S3Server;
 
+use self::faults::sealed;
+
+mod faults;
+
 /// One shared store location: a folder or an S3 server.
 struct Shared {
     url: StoreUrl,
@@ -104,7 +108,9 @@ fn seqs(store: &ObjectSnapshotStore, actor: &str) -> Vec<u64> {
 fn kind(err: &StoreError) -> ErrorKind {
     match err {
         StoreError::Io { source, .. } => source.kind(),
-        StoreError::Quota { .. } | StoreError::Fenced { .. } => panic!("unexpected error: {err}"),
+        StoreError::Quota { .. } | StoreError::Fenced { .. } | StoreError::Unknown { .. } => {
+            panic!("unexpected error: {err}")
+        }
     }
 }
 
@@ -189,27 +195,23 @@ fn objects_are_shared_and_downloaded_once() {
         let (cache_a, cache_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
         let a = shared.open(cache_a.path(), None);
         let b = shared.open(cache_b.path(), None);
-        a.write("counter", 3, 7, b"three at seven").unwrap();
+        let three = sealed(b"three at seven");
+        a.write("counter", 3, 7, &three).unwrap();
         assert_eq!(b.list_acknowledged("counter").unwrap().1, Some(3));
         assert_eq!(b.actors().unwrap(), ["counter"]);
-        assert_eq!(
-            &b.open_snapshot("counter", 3).unwrap()[..],
-            b"three at seven"
-        );
+        assert_eq!(&b.open_snapshot("counter", 3).unwrap()[..], &three[..]);
         assert_eq!(b.downloads(), 1);
         assert!(b.cache_path("counter", 3, 7).is_file());
         // Served from the cache from now on: a cache copy of the same size
         // but other bytes is what comes back (nothing downloaded).
-        std::fs::write(b.cache_path("counter", 3, 7), b"THREE AT SEVEN").unwrap();
-        assert_eq!(
-            &b.open_snapshot("counter", 3).unwrap()[..],
-            b"THREE AT SEVEN"
-        );
+        let other = sealed(b"THREE AT SEVEN");
+        std::fs::write(b.cache_path("counter", 3, 7), &other).unwrap();
+        assert_eq!(&b.open_snapshot("counter", 3).unwrap()[..], &other[..]);
         assert_eq!(b.downloads(), 1);
         assert_eq!(a.downloads(), 0);
         // A third store opened now counts A's bytes.
         let cache_c = tempfile::tempdir().unwrap();
-        assert_eq!(shared.open(cache_c.path(), None).used_bytes(), 14);
+        assert_eq!(shared.open(cache_c.path(), None).used_bytes(), 18);
     });
 }
 
@@ -388,7 +390,7 @@ fn objects_big_snapshot_round_trips_in_parts() {
     each_backend(|shared| {
         let (cache_a, cache_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
         let a = shared.open(cache_a.path(), None);
-        let big = pattern((20 << 20) + 123, 7);
+        let big = sealed(&pattern((20 << 20) + 123, 7));
         a.write("big", 1, 4, &big).unwrap();
         let b = shared.open(cache_b.path(), None);
         assert_eq!(
@@ -525,8 +527,10 @@ fn objects_dead_server_answers_an_error_in_bounded_time() {
     } = shared;
     drop(server);
     let started = Instant::now();
+    // An earlier attempt may have landed before the server went away:
+    // with no read-back possible the outcome is unknown.
     let err = store.write("a", 1, 1, b"one").unwrap_err();
-    assert!(matches!(err, StoreError::Io { .. }), "{err:?}");
+    assert!(matches!(err, StoreError::Unknown { .. }), "{err:?}");
     assert!(store.list("a").is_err());
     assert!(
         store.open_snapshot("a", 0).is_err(),

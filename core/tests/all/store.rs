@@ -193,7 +193,9 @@ fn store_fork_links_the_file_and_survives_either_deletion() {
     // Refusals: no such snapshot, a name taken, the quota.
     let kind = |e: StoreError| match e {
         StoreError::Io { source, .. } => source.kind(),
-        StoreError::Quota { .. } | StoreError::Fenced { .. } => panic!("unexpected error"),
+        StoreError::Quota { .. } | StoreError::Fenced { .. } | StoreError::Unknown { .. } => {
+            panic!("unexpected error")
+        }
     };
     assert_eq!(
         kind(store.fork("src", 9, "other", 1).unwrap_err()),
