@@ -262,15 +262,17 @@ fn chain(
         // SAFETY: an SA_SIGINFO action's `sa_sigaction` is a handler of
         // this signature, called with what the kernel gave this one.
         unsafe {
-            let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
-                std::mem::transmute(handler);
+            let f = std::mem::transmute::<
+                usize,
+                extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void),
+            >(handler);
             f(signum, info, context);
         }
     } else {
         // SAFETY: without SA_SIGINFO, `sa_sigaction` holds an
         // `sa_handler` taking the signal number only.
         unsafe {
-            let f: extern "C" fn(libc::c_int) = std::mem::transmute(handler);
+            let f = std::mem::transmute::<usize, extern "C" fn(libc::c_int)>(handler);
             f(signum);
         }
     }
