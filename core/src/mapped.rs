@@ -235,8 +235,8 @@ extern "C" fn on_sigbus(
     }
     // SAFETY: `PREVIOUS` was written once by `install` before this handler
     // was installed and is only read here.
-    let previous = unsafe { &*(&raw const PREVIOUS) };
-    chain(previous, signum, info, context);
+    let previous = unsafe { std::ptr::read(&raw const PREVIOUS) };
+    chain(&previous, signum, info, context);
 }
 
 /// Hands a `SIGBUS` this module does not own to the action installed
