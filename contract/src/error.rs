@@ -174,7 +174,7 @@ impl From<&CallError> for ErrorKind {
             CallError::CpuLimit(_) | CallError::Timeout(_) => Self::Timeout,
             CallError::BadResponse(_) => Self::BadGateway,
             CallError::Trap(_) | CallError::Host(_) => Self::Internal,
-            CallError::Capacity(_) => Self::Unavailable,
+            CallError::Capacity(_) | CallError::MappedFileChanged(_) => Self::Unavailable,
         }
     }
 }

@@ -25,9 +25,15 @@
 //! either, runs are copied.
 //!
 //! # Files
-//! The file is never written in place (every store writes a new file and
+//! Stores never write a file in place (every store writes a new file and
 //! renames it over the old name), so the mapped bytes stay the verified
-//! ones. Unlinking a mapped file (retention, gc) is safe on Linux: the
+//! ones as long as nobody else writes them. Someone else may (an operator
+//! truncating or overwriting a file in the data dir): every memory with
+//! mapped runs is registered with [`crate::mapped`]'s `SIGBUS` handler, and
+//! every mapped file is held with its stamp, so that a truncated file's
+//! pages read zeros instead of killing the process and
+//! [`CowMappings::check`] reports the change (the instance is then failed,
+//! never captured). Unlinking a mapped file (retention, gc) is safe on Linux: the
 //! mapping keeps the inode alive until the instance is dropped; only the
 //! disk space is freed later than the store counts it.
 
@@ -38,6 +44,7 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::engine::{MAPPING_HEADROOM, MAPPINGS_PER_INSTANCE, max_map_count};
+use crate::mapped::{FileStamp, Guard, HeldFile};
 
 /// Runs shorter than this (bytes; 16 pages of 4 KiB) are copied, not
 /// mapped: copying 64 KiB costs about as much as the `mmap` call and the
@@ -97,6 +104,11 @@ struct Region {
 pub(crate) struct CowMappings {
     regions: Vec<Region>,
     charged: u64,
+    /// The registered extent of each memory with mapped runs: (memory,
+    /// base, guard).
+    guards: Vec<(usize, usize, Guard)>,
+    /// Every file mapped, held open with its stamp at map time.
+    files: Vec<HeldFile>,
 }
 
 impl CowMappings {
@@ -162,6 +174,8 @@ impl CowMappings {
         }
         let file_offset = libc::off_t::try_from(file_offset)
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "file offset too large"))?;
+        self.guard(memory, base as usize, memory_len)?;
+        self.hold(file)?;
         // SAFETY: [base + offset, base + offset + len) is page-aligned and
         // lies inside the accessible part of a linear memory that this
         // instance owns alone (checked above against its current size);
@@ -192,6 +206,50 @@ impl CowMappings {
             offset,
             len,
         });
+        Ok(())
+    }
+
+    /// Registers memory `memory` at `base` with the `SIGBUS` handler, once.
+    fn guard(&mut self, memory: usize, base: usize, len: usize) -> io::Result<()> {
+        if self
+            .guards
+            .iter()
+            .any(|(m, b, _)| *m == memory && *b == base)
+        {
+            return Ok(());
+        }
+        let guard = Guard::register(base, len, true).ok_or_else(|| {
+            io::Error::other("no free slot in the mapped-file registry (copying instead)")
+        })?;
+        self.guards.push((memory, base, guard));
+        Ok(())
+    }
+
+    /// Holds `file` (a descriptor of its own) with its stamp, once.
+    fn hold(&mut self, file: &File) -> io::Result<()> {
+        let id = FileStamp::of(file)?.identity();
+        if !self.files.iter().any(|f| f.stamp().identity() == id) {
+            self.files.push(HeldFile::new(file.try_clone()?)?);
+        }
+        Ok(())
+    }
+
+    /// Whether the mapped files still back the memory as they did when
+    /// mapped: `Err` with what went wrong when a fault inside a mapped
+    /// memory was answered with zeros (a file shrank) or a file's stamp
+    /// changed ([`crate::mapped`]). Cheap: atomic loads and an `fstat` per
+    /// mapped file; nothing for an instance without mapped runs.
+    pub(crate) fn check(&self) -> Result<(), String> {
+        if self.guards.iter().any(|(_, _, guard)| guard.poisoned()) {
+            return Err(
+                "a mapped page lies past the file's end now (the file was truncated)".into(),
+            );
+        }
+        for file in &self.files {
+            if let Some(change) = file.changed() {
+                return Err(change);
+            }
+        }
         Ok(())
     }
 
@@ -237,6 +295,9 @@ impl CowMappings {
                 std::process::abort();
             }
         }
+        // Unregistered only now: the memories are anonymous again.
+        self.guards.clear();
+        self.files.clear();
         IN_USE.fetch_sub(self.charged, Ordering::AcqRel);
         self.charged = 0;
     }

@@ -216,6 +216,9 @@ impl StasisEngine {
         let engine = Engine::new(&config)
             .map_err(anyhow::Error::from)
             .context("creating the wasmtime engine")?;
+        // After wasmtime installed its handlers (SIGSEGV, SIGILL, SIGFPE on
+        // Linux), so ours runs first for SIGBUS and chains (crate::mapped).
+        crate::mapped::install();
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p1::add_to_linker_async(&mut linker, |host: &mut Host| host.wasi())
             .map_err(anyhow::Error::from)

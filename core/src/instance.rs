@@ -83,6 +83,10 @@ pub enum CallError {
     /// actor's state is untouched; a later attempt may succeed.
     #[error("no room for another instance: {0}")]
     Capacity(String),
+    /// A file mapped by its restore changed ([`crate::mapped`]) (HTTP
+    /// 503): drop the instance, never capture it.
+    #[error("a snapshot file mapped into its memory changed under the mapping: {0}")]
+    MappedFileChanged(String),
 }
 
 impl CallError {
@@ -100,7 +104,7 @@ impl CallError {
             CallError::CpuLimit(_) | CallError::Timeout(_) => 504,
             CallError::BadResponse(_) => 502,
             CallError::Trap(_) | CallError::Host(_) => 500,
-            CallError::Capacity(_) => 503,
+            CallError::Capacity(_) | CallError::MappedFileChanged(_) => 503,
         }
     }
 }
@@ -322,6 +326,16 @@ impl ActorInstance {
     }
 
     /// Memory `index`'s base address and accessible length in bytes.
+    /// Whether the files mapped by a copy-on-write restore still back the
+    /// memory as when mapped ([`crate::mapped`]); checked after each guest
+    /// call and by each capture. Cheap (atomics and an `fstat` per file).
+    ///
+    /// # Errors
+    /// What changed (path-free): drop the instance, never capture it.
+    pub fn mapped_intact(&self) -> Result<(), String> {
+        self.cow.check()
+    }
+
     pub(crate) fn memory_extent(&self, index: usize) -> Option<(*mut u8, usize)> {
         let memory = self.memories.get(index)?;
         Some((memory.data_ptr(&self.store), memory.data_size(&self.store)))
@@ -354,7 +368,9 @@ impl ActorInstance {
         let len = u32::try_from(bytes.len())
             .map_err(|_| CallError::Host("request larger than 4 GiB".into()))?;
         let timeout = self.limits.request_timeout;
-        let packed = match tokio::time::timeout(timeout, self.invoke(&bytes, len)).await {
+        let packed = tokio::time::timeout(timeout, self.invoke(&bytes, len)).await;
+        self.cow.check().map_err(CallError::MappedFileChanged)?;
+        let packed = match packed {
             Ok(r) => r.map_err(|e| self.with_stderr(e))?,
             Err(_) => return Err(CallError::Timeout(timeout)),
         };
@@ -449,7 +465,9 @@ impl ActorInstance {
     async fn run_hook(&mut self, f: TypedFunc<(), ()>) -> Result<(), CallError> {
         self.reset_cpu();
         let (timeout, cpu_limit) = (self.limits.request_timeout, self.limits.cpu_limit);
-        match tokio::time::timeout(timeout, f.call_async(&mut self.store, ())).await {
+        let result = tokio::time::timeout(timeout, f.call_async(&mut self.store, ())).await;
+        self.cow.check().map_err(CallError::MappedFileChanged)?;
+        match result {
             Ok(r) => r.map_err(|e| self.with_stderr(classify(e, cpu_limit))),
             Err(_) => Err(CallError::Timeout(timeout)),
         }

@@ -20,6 +20,9 @@
 //! * [`module`]: templates: validate ([`module::validate`]), rewrite into
 //!   the spawn and resume variants ([`module::rewrite`]), compile once and
 //!   cache ([`module::cache`]).
+//! * [`mapped`]: the `SIGBUS` handler and registry of mapped snapshot
+//!   files, and their stamps: a file changed under a mapping fails its
+//!   actor, never the process.
 //! * [`cow`]: copy-on-write restore's mappings of snapshot files into
 //!   linear memory, their budget, and the re-map that zeroes them.
 //! * [`instance`]: one live actor and the ABI calls into it.
@@ -49,6 +52,7 @@ pub mod host;
 pub mod host_functions;
 pub mod instance;
 pub mod journal;
+pub mod mapped;
 pub mod module;
 pub mod snapshot;
 mod snapshot_checked;

@@ -13,6 +13,8 @@ use std::ops::Deref;
 
 use memmap2::Mmap;
 
+use crate::mapped::{Guard, HeldFile};
+
 mod chain;
 
 pub use chain::{
@@ -42,23 +44,62 @@ pub struct SnapshotBytes {
 
 enum Repr {
     Mapped(Mmap),
-    File(Mmap, File),
+    /// The map (registered with the `SIGBUS` handler by the guard) and the
+    /// file with its stamp at map time ([`crate::mapped`]). The guard is
+    /// declared after the map, so it is dropped after it is unmapped.
+    File(Mmap, HeldFile, Guard),
     Owned(Vec<u8>),
 }
 
 impl SnapshotBytes {
     /// Maps the whole of `file` read-only and keeps the file, for a
-    /// copy-on-write restore. The file must never be written in place
-    /// while mapped (stores replace files by rename; unlinking is fine).
+    /// copy-on-write restore. Stores never write a file in place (they
+    /// replace files by rename; unlinking is fine); should someone else
+    /// truncate or write it, the map is registered with the `SIGBUS`
+    /// handler and the file's stamp kept, so the process survives and
+    /// [`SnapshotBytes::intact`] says so ([`crate::mapped`]). When the
+    /// handler's registry is full (or the handler is not installed: no
+    /// engine was built), the file is read into memory instead.
     ///
     /// # Errors
     /// The OS error of `mmap` (`ENOMEM` when the process is out of
-    /// mappings).
+    /// mappings), `fstat` or the read.
     pub fn map_file(file: File) -> io::Result<Self> {
-        // SAFETY: the caller's contract (above): nobody writes the file in
-        // place, so the mapped bytes never change under the map.
-        let map = unsafe { Mmap::map(&file) }?;
-        Ok(Self::new(Repr::File(map, file)))
+        let held = HeldFile::new(file)?;
+        // SAFETY: the bytes are only read; a truncation under the map is
+        // answered by the guard's handler with zeros (never a crash once
+        // registered below) and a write in place is seen by `intact`.
+        let map = unsafe { Mmap::map(held.file()) }?;
+        match Guard::register(map.as_ptr() as usize, map.len(), false) {
+            Some(guard) => Ok(Self::new(Repr::File(map, held, guard))),
+            None => {
+                drop(map);
+                let mut bytes = Vec::new();
+                io::Read::read_to_end(&mut held.file(), &mut bytes)?;
+                Ok(Self::new(Repr::Owned(bytes)))
+            }
+        }
+    }
+
+    /// Whether a mapped file still holds what it held when mapped: `Err`
+    /// with what changed when a fault in the map was answered with zeros
+    /// (the file shrank) or its stamp moved ([`crate::mapped`]). Always
+    /// `Ok` for bytes that are not a mapped file.
+    ///
+    /// # Errors
+    /// What changed, path-free.
+    pub fn intact(&self) -> Result<(), String> {
+        match &self.repr {
+            Repr::File(_, held, guard) => {
+                if guard.poisoned() {
+                    return Err("a mapped page lies past the file's end now (the file was \
+                                truncated)"
+                        .into());
+                }
+                held.changed().map_or(Ok(()), Err)
+            }
+            Repr::Mapped(_) | Repr::Owned(_) => Ok(()),
+        }
     }
 
     fn new(repr: Repr) -> Self {
@@ -90,7 +131,7 @@ impl SnapshotBytes {
     #[must_use]
     pub fn file(&self) -> Option<&File> {
         match &self.repr {
-            Repr::File(_, file) => Some(file),
+            Repr::File(_, held, _) => Some(held.file()),
             Repr::Mapped(_) | Repr::Owned(_) => None,
         }
     }
@@ -101,7 +142,7 @@ impl Deref for SnapshotBytes {
 
     fn deref(&self) -> &[u8] {
         match &self.repr {
-            Repr::Mapped(map) | Repr::File(map, _) => map,
+            Repr::Mapped(map) | Repr::File(map, ..) => map,
             Repr::Owned(bytes) => bytes,
         }
     }

@@ -46,7 +46,10 @@
 //!   special addresses, IP rules, `public`, redirects, malformed rules;
 //! * `hardening`: faults found by trying Stasis as new users and attackers
 //!   would (static constructors, the bearer scheme, metric series, the
-//!   guest clock).
+//!   guest clock);
+//! * `mapped`: snapshot files truncated, overwritten in place or replaced
+//!   under a copy-on-write mapping fail that actor (no snapshot written),
+//!   never the process.
 //!
 //! Tests run in parallel in this one process: every server gets its own
 //! temporary data dir and kernel-picked loopback ports (see `support`), and
@@ -70,6 +73,7 @@ mod host_calls;
 mod http;
 mod incremental;
 mod ingress;
+mod mapped;
 mod outbound;
 mod reliability;
 mod replicas;

@@ -493,7 +493,11 @@ impl ActorTask {
                 Ok(report)
             }
             Err(e) => {
-                self.set_state(ActorState::Running);
+                // A capture that found its mapped files changed failed
+                // the actor (`fail_mapped`): it stays failed.
+                if self.instance.is_some() {
+                    self.set_state(ActorState::Running);
+                }
                 Err(e)
             }
         }

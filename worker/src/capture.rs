@@ -83,7 +83,17 @@ impl ActorTask {
     /// when [`snapshot::capture_delta`] says a full snapshot is due) a full
     /// snapshot. Also says which it took. `purpose`: a journal entry takes
     /// a delta on any chain ([`snapshot::capture_entry_delta`]).
+    /// An instance whose mapped snapshot files changed is failed instead
+    /// ([`ActorTask::fail_mapped`]), and nothing it captured is returned.
     pub(super) fn capture_live(&mut self, purpose: For) -> Result<(Vec<u8>, Kind), ApiError> {
+        let captured = self.capture_live_unchecked(purpose);
+        match self.instance.as_ref().map(|i| i.mapped_intact()) {
+            Some(Err(reason)) => Err(self.fail_mapped(&reason)),
+            _ => captured,
+        }
+    }
+
+    fn capture_live_unchecked(&mut self, purpose: For) -> Result<(Vec<u8>, Kind), ApiError> {
         let newest = self.next_seq.checked_sub(1);
         let base = self
             .delta_base
@@ -142,7 +152,16 @@ impl ActorTask {
                 For::Snapshot => snapshot::capture_delta,
                 For::Entry => snapshot::capture_entry_delta,
             };
-            match capture(instance, base, Some(&pages), &mut bytes).map_err(internal)? {
+            let delta = capture(instance, base, Some(&pages), &mut bytes).map_err(internal)?;
+            // A chain file changed while compared with: no delta on it.
+            let delta = delta.and_then(|d| match chain.intact() {
+                Ok(()) => Ok(d),
+                Err(e) => {
+                    tracing::warn!(actor = %self.name, "full snapshot instead of a delta: {e}");
+                    Err(FullInstead::Mismatch)
+                }
+            });
+            match delta {
                 Ok(delta) => {
                     tracing::debug!(
                         actor = %self.name,

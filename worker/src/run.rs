@@ -138,6 +138,9 @@ impl ActorTask {
         if !error.poisons_instance() {
             return answer;
         }
+        if let CallError::MappedFileChanged(reason) = &error {
+            return self.fail_mapped(reason);
+        }
         self.metrics.trapped(&self.worker, &self.name);
         tracing::warn!(actor = %self.name, "{error}; rolling back to the last acknowledged state");
         if let Err(e) = self.seal(Instant::now(), Then::Keep).await {
@@ -201,6 +204,25 @@ impl ActorTask {
             error.message()
         );
         error.with_message(message)
+    }
+
+    /// A snapshot file mapped into the instance's memory changed under
+    /// the mapping (`stasis_core::mapped`): the memory is not the actor's
+    /// state, so the instance is dropped uncaptured and the actor failed
+    /// until a repair (`resume --from-snapshot`/`--from-template`).
+    pub(super) fn fail_mapped(&mut self, reason: &str) -> ApiError {
+        let reason = format!(
+            "a snapshot file mapped into actor {}'s memory changed under its mapping ({reason}); \
+             nothing was captured from that memory: repair it with a resume from a snapshot",
+            self.name
+        );
+        tracing::error!(actor = %self.name, "{reason}");
+        self.drop_instance(false);
+        self.sync_live(false);
+        let mut status = self.status();
+        status.state = ActorState::Failed;
+        status.set_error(reason.clone());
+        ApiError::failed(reason)
     }
 
     pub(super) fn failed_reason(&self) -> Option<String> {

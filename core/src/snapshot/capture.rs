@@ -52,7 +52,9 @@ pub fn capture(instance: &mut ActorInstance) -> Result<(Vec<u8>, CaptureStats), 
 /// fault per 4 KiB of fresh allocation (research notes §3.3).
 ///
 /// # Errors
-/// Only if the header cannot be encoded (more than 16 MiB of page runs).
+/// If the header cannot be encoded (more than 16 MiB of page runs), or
+/// [`SnapshotError::MappedFileChanged`] when a snapshot file mapped into
+/// the memory changed ([`crate::mapped`]).
 pub fn capture_into(
     instance: &mut ActorInstance,
     out: &mut Vec<u8>,
@@ -88,7 +90,21 @@ pub fn capture_into(
         memories,
         base: None,
     };
-    write_file(out, &mut header, &data)
+    let stats = write_file(out, &mut header, &data)?;
+    intact(instance)?;
+    Ok(stats)
+}
+
+/// After a capture: [`SnapshotError::MappedFileChanged`] if a snapshot
+/// file mapped into `instance`'s memory changed, so that what was read is
+/// not its state ([`crate::mapped`]); the capture must not be written.
+///
+/// # Errors
+/// As said.
+pub(crate) fn intact(instance: &ActorInstance) -> Result<(), SnapshotError> {
+    instance
+        .mapped_intact()
+        .map_err(SnapshotError::MappedFileChanged)
 }
 
 /// Every defined mutable global of `instance`, in the module's order.

@@ -30,6 +30,20 @@ impl<B: SnapshotSource> std::fmt::Debug for VerifiedChain<B> {
 }
 
 impl<B: SnapshotSource> VerifiedChain<B> {
+    /// Whether every link's bytes still hold what was verified
+    /// ([`SnapshotSource::intact`]).
+    ///
+    /// # Errors
+    /// [`SnapshotError::MappedFileChanged`] naming the link that changed.
+    pub fn intact(&self) -> Result<(), SnapshotError> {
+        for (seq, link) in self.links() {
+            link.source()
+                .intact()
+                .map_err(|e| SnapshotError::MappedFileChanged(format!("snapshot {seq}: {e}")))?;
+        }
+        Ok(())
+    }
+
     /// Puts `links` (sequence number and verified snapshot, oldest first)
     /// together as a chain.
     ///

@@ -135,7 +135,9 @@ pub fn capture_delta(
     chain: Option<&ChainPages<'_>>,
     out: &mut Vec<u8>,
 ) -> Result<Result<DeltaCapture, FullInstead>, SnapshotError> {
-    capture_delta_over(instance, base, chain, out, MIN_DELTA_ROOT_PAGES)
+    let captured = capture_delta_over(instance, base, chain, out, MIN_DELTA_ROOT_PAGES)?;
+    super::capture::intact(instance)?;
+    Ok(captured)
 }
 
 /// [`capture_delta`] for a journal entry ([`crate::journal`]): a delta
@@ -151,7 +153,9 @@ pub fn capture_entry_delta(
     chain: Option<&ChainPages<'_>>,
     out: &mut Vec<u8>,
 ) -> Result<Result<DeltaCapture, FullInstead>, SnapshotError> {
-    capture_delta_over(instance, base, chain, out, 0)
+    let captured = capture_delta_over(instance, base, chain, out, 0)?;
+    super::capture::intact(instance)?;
+    Ok(captured)
 }
 
 fn capture_delta_over(
@@ -266,6 +270,17 @@ fn finish(
 /// pages (a full snapshot is due), `Ok(Err(Mismatch | NoDirtyTracking))`
 /// as for [`capture_delta`]; `Err` only if the header cannot be encoded.
 pub fn capture_merged<B: super::SnapshotSource>(
+    instance: &mut ActorInstance,
+    base: &DeltaBase,
+    chain: &super::VerifiedChain<B>,
+    out: &mut Vec<u8>,
+) -> Result<Result<DeltaCapture, FullInstead>, SnapshotError> {
+    let captured = capture_merged_unchecked(instance, base, chain, out)?;
+    super::capture::intact(instance)?;
+    Ok(captured)
+}
+
+fn capture_merged_unchecked<B: super::SnapshotSource>(
     instance: &mut ActorInstance,
     base: &DeltaBase,
     chain: &super::VerifiedChain<B>,

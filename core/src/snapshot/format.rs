@@ -257,6 +257,11 @@ pub enum SnapshotError {
     /// Page runs or globals do not fit the module or the file.
     #[error("snapshot layout invalid: {0}")]
     Layout(String),
+    /// A snapshot file mapped into memory (by a restore, or to be read)
+    /// was truncated or written in place since it was mapped
+    /// ([`crate::mapped`]): what was read from it is not its state.
+    #[error("a snapshot file changed under its mapping: {0}")]
+    MappedFileChanged(String),
 }
 
 pub(crate) fn header_config() -> impl bincode::config::Config {

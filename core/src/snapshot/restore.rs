@@ -184,6 +184,17 @@ async fn restore_links<B: SnapshotSource>(
             .set(&mut instance.store, global_val(value))
             .map_err(|e| CallError::Host(format!("setting global {}: {e:#}", value.index)))?;
     }
+    // A file truncated or written while it was read or mapped above: what
+    // landed in memory is not the snapshot (crate::mapped).
+    for snapshot in links {
+        snapshot
+            .source()
+            .intact()
+            .map_err(SnapshotError::MappedFileChanged)?;
+    }
+    instance
+        .mapped_intact()
+        .map_err(SnapshotError::MappedFileChanged)?;
     Ok(instance)
 }
 

@@ -28,6 +28,17 @@ pub trait SnapshotSource: AsRef<[u8]> {
     fn checksum_verified(&self) -> bool {
         false
     }
+
+    /// Whether these bytes still hold what they held when they were
+    /// verified: `Err` with what changed when they map a file that was
+    /// truncated or written since ([`crate::mapped`]). `Ok` (the default)
+    /// for bytes that cannot change.
+    ///
+    /// # Errors
+    /// What changed.
+    fn intact(&self) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 impl SnapshotSource for [u8] {}
@@ -43,6 +54,10 @@ impl<T: SnapshotSource + ?Sized> SnapshotSource for &T {
     fn checksum_verified(&self) -> bool {
         (**self).checksum_verified()
     }
+
+    fn intact(&self) -> Result<(), String> {
+        (**self).intact()
+    }
 }
 impl SnapshotSource for crate::snapshot_store::SnapshotBytes {
     fn file(&self) -> Option<&File> {
@@ -51,5 +66,9 @@ impl SnapshotSource for crate::snapshot_store::SnapshotBytes {
 
     fn checksum_verified(&self) -> bool {
         crate::snapshot_store::SnapshotBytes::checksum_verified(self)
+    }
+
+    fn intact(&self) -> Result<(), String> {
+        crate::snapshot_store::SnapshotBytes::intact(self)
     }
 }
