@@ -427,6 +427,7 @@ fn detail_value(key: &str, value: &Json) -> String {
         (k, Json::Number(n)) if k == "bytes" || k.ends_with("_bytes") || k == "bytes_written" => {
             n.as_u64().map_or_else(|| n.to_string(), human_bytes)
         }
+        (k, Json::Number(n)) if k.ends_with("_unix_ms") => n.to_string(),
         (k, Json::Number(n)) if k.ends_with("_ms") => {
             n.as_f64().map_or_else(|| n.to_string(), human_ms)
         }

@@ -214,3 +214,34 @@ fn bad_allow_outbound_rules_stop_serve_and_worker_run_naming_the_rule() {
     ]);
     drop(server);
 }
+
+/// Found by a new user: a fetch whose name does not resolve, or whose
+/// connection is refused, said only "client error (Connect)". The answer
+/// now names the cause (and an IPv6 address in brackets, as rules are
+/// written).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fetch_that_cannot_connect_says_why() {
+    // `.invalid` never resolves (RFC 6761); a closed port: one bound and
+    // dropped.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = closed.local_addr().expect("address").port();
+    drop(closed);
+    let server = serve_fetch(&[
+        "nosuch.invalid:8080".to_owned(),
+        format!("127.0.0.1:{port}"),
+    ]);
+    let unresolved = fetch(&server, "http://nosuch.invalid:8080/").await;
+    assert_eq!(unresolved.status, 502, "{unresolved:?}");
+    assert!(
+        unresolved.body.contains("resolving nosuch.invalid"),
+        "{unresolved:?}"
+    );
+    let refused = fetch(&server, &format!("http://127.0.0.1:{port}/")).await;
+    assert_eq!(refused.status, 502, "{refused:?}");
+    assert!(
+        refused.body.to_lowercase().contains("refused"),
+        "{refused:?}"
+    );
+    let v6 = fetch(&server, "http://[::1]:8080/").await;
+    assert!(v6.body.contains("[::1]:8080"), "{v6:?}");
+}

@@ -136,7 +136,10 @@ impl Outbound {
         if !self.allow.allows(&host, port, default_port) {
             return Err(error(
                 HostError::Refused,
-                format!("{host}:{port} is not allowed by --allow-outbound"),
+                format!(
+                    "{} is not allowed by --allow-outbound",
+                    authority(&host, port)
+                ),
             ));
         }
         if let Ok(ip) = host.parse::<IpAddr>() {
@@ -180,7 +183,10 @@ impl Outbound {
                 .await
                 .map_err(|e| match pinned::refusal(&e) {
                     Some(refusal) => error(HostError::Refused, refusal.to_string()),
-                    None => error(HostError::Unavailable, format!("{host}:{port}: {e:#}")),
+                    None => error(
+                        HostError::Unavailable,
+                        format!("{}: {}", authority(&host, port), with_causes(&e)),
+                    ),
                 })?;
             let (parts, body) = answer.into_parts();
             let body = Limited::new(body, max_body)
@@ -237,6 +243,32 @@ fn url_port(uri: &Uri, default_port: u16) -> Result<u16, String> {
             _ => Err(text.to_owned()),
         },
     }
+}
+
+/// `host:port`, with an IPv6 host in brackets (as rules are written).
+fn authority(host: &str, port: u16) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
+/// `error` and each of its causes, joined by ": " (hyper's client error
+/// says only "client error (Connect)"; the cause says why: a name that
+/// does not resolve, a refused connection, a TLS failure).
+fn with_causes(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
 }
 
 #[cfg(test)]
