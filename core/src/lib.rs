@@ -20,6 +20,7 @@
 //! * [`module`]: templates: validate ([`module::validate`]), rewrite into
 //!   the spawn and resume variants ([`module::rewrite`]), compile once and
 //!   cache ([`module::cache`]).
+//! * [`error_chain`]: an error shown with its causes.
 //! * [`mapped`]: the `SIGBUS` handler and registry of mapped snapshot
 //!   files, and their stamps: a file changed under a mapping fails its
 //!   actor, never the process.
@@ -48,6 +49,7 @@ pub mod blocking;
 pub mod cow;
 pub mod durable;
 pub mod engine;
+pub mod error_chain;
 pub mod host;
 pub mod host_functions;
 pub mod instance;

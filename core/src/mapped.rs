@@ -35,18 +35,18 @@
 //!   device, inode, length, mtime, ctime) is taken with `fstat` on the held
 //!   descriptor when it is mapped and compared again after every guest call
 //!   and every capture ([`crate::instance::ActorInstance::mapped_intact`]).
-//!   Truncation and writes move the length or the mtime. A rename over the
-//!   file's name or a deletion (retention) leaves the mapped inode as it
-//!   was: only its link count and ctime move, which is allowed.
+//!   Truncation and writes move the length or the mtime. A rename of the
+//!   file or over its name, or a deletion (retention), leaves the mapped
+//!   inode's bytes as they were: only its link count and ctime move, which
+//!   are not compared.
 //!
 //! A failed check (a poisoned range or a changed stamp) fails the actor:
 //! its memory is never captured again, so no snapshot is written from it.
 //!
 //! # Limits
-//! A write that restores the length and sets the mtime back to its old
-//! value (e.g. `touch -d`) without unlinking is still seen by its ctime; a
-//! write that also keeps the ctime is not seen (that takes changing the
-//! clock). A guest may compute on changed bytes for the rest of the call
+//! A write that keeps the length and sets the mtime back to its old value
+//! (e.g. `touch -d` after it) is not seen: the ctime would tell, but a
+//! plain rename of the file moves it too. A guest may compute on changed bytes for the rest of the call
 //! that reads them; that call's answer is replaced by the failure. When
 //! every slot is taken, copy-on-write restores copy instead of mapping and
 //! the stores read files into memory instead of mapping them.
@@ -286,8 +286,6 @@ pub struct FileStamp {
     ino: u64,
     len: u64,
     mtime_ns: i128,
-    ctime_ns: i128,
-    nlink: u64,
 }
 
 impl FileStamp {
@@ -303,8 +301,6 @@ impl FileStamp {
             ino: meta.ino(),
             len: meta.len(),
             mtime_ns: ns(meta.mtime(), meta.mtime_nsec()),
-            ctime_ns: ns(meta.ctime(), meta.ctime_nsec()),
-            nlink: meta.nlink(),
         })
     }
 
@@ -315,8 +311,8 @@ impl FileStamp {
     }
 
     /// What changed in `file` since this stamp was taken, if its content
-    /// may have: its length or mtime, or its ctime while its link count
-    /// stayed (a rename over its name or a deletion moves only those two).
+    /// may have: its length or its mtime (a rename of the file, over its
+    /// name, a link or a deletion moves only its ctime and link count).
     #[must_use]
     pub fn changed(&self, file: &File) -> Option<String> {
         let now = match Self::of(file) {
@@ -332,9 +328,8 @@ impl FileStamp {
         if now.mtime_ns != self.mtime_ns {
             return Some("it was written in place".to_owned());
         }
-        if now.ctime_ns != self.ctime_ns && now.nlink == self.nlink {
-            return Some("its status changed (it may have been written)".to_owned());
-        }
+        // The ctime is not compared: a rename of the file itself, a link,
+        // an unlink or a chmod move it without touching a byte.
         None
     }
 }

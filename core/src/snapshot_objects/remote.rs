@@ -259,17 +259,7 @@ fn cause_of(e: &object_store::Error) -> Option<String> {
 
 /// `e` and its sources, joined by `: `.
 fn chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = e.to_string();
-    let mut next = e.source();
-    while let Some(cause) = next {
-        let more = cause.to_string();
-        if !text.contains(&more) {
-            text.push_str(": ");
-            text.push_str(&more);
-        }
-        next = cause.source();
-    }
-    text
+    crate::error_chain::with_causes(e)
 }
 
 /// The kind of the first [`io::Error`] among `e`'s sources (e.g.

@@ -185,7 +185,11 @@ impl Outbound {
                     Some(refusal) => error(HostError::Refused, refusal.to_string()),
                     None => error(
                         HostError::Unavailable,
-                        format!("{}: {}", authority(&host, port), with_causes(&e)),
+                        format!(
+                            "{}: {}",
+                            authority(&host, port),
+                            stasis_core::error_chain::with_causes(&e)
+                        ),
                     ),
                 })?;
             let (parts, body) = answer.into_parts();
@@ -252,23 +256,6 @@ fn authority(host: &str, port: u16) -> String {
     } else {
         format!("{host}:{port}")
     }
-}
-
-/// `error` and each of its causes, joined by ": " (hyper's client error
-/// says only "client error (Connect)"; the cause says why: a name that
-/// does not resolve, a refused connection, a TLS failure).
-fn with_causes(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
 }
 
 #[cfg(test)]
