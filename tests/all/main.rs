@@ -73,6 +73,7 @@ mod host_calls;
 mod http;
 mod incremental;
 mod ingress;
+mod lost_answers;
 mod mapped;
 mod outbound;
 mod reliability;

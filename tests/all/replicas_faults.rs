@@ -194,7 +194,7 @@ async fn a_module_larger_than_max_body_is_pushed_through_a_follower() {
 
 /// Starts `stasis worker run --name NAME` of deployment `d` with `env`;
 /// Err(stderr) if it exits before it is ready.
-fn start_worker(
+pub(crate) fn start_worker(
     d: &Deployment,
     name: &str,
     env: &[(&str, &str)],
