@@ -106,6 +106,16 @@ impl ControlPlane {
                                 seq = report.seq,
                                 "paused for shutdown; stays on its worker"
                             ),
+                            // A remote worker stopping at the same time
+                            // pauses its actors itself and closes its API
+                            // once it has: gone by now, it is not a failure
+                            // here (as when it cannot be listed, above).
+                            Err(e) if member.statuses().await.is_err() => tracing::warn!(
+                                actor = %name,
+                                worker = %member.name,
+                                "cannot pause it at shutdown: its worker is gone ({e}); a worker that \
+                                 stops pauses its actors itself"
+                            ),
                             Err(e) => tracing::error!(
                                 actor = %name,
                                 worker = %member.name,
