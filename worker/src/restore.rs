@@ -201,7 +201,7 @@ impl ActorTask {
             Unrestorable::Broken(format!("{what} {seq}: {e}"))
         };
         if !self.adopted {
-            self.adopt(seq).await?;
+            self.adopt(seq)?;
         }
         self.clock.load(self.store.as_ref(), &self.name);
         let chain = match self.primed.take() {
@@ -240,11 +240,13 @@ impl ActorTask {
     /// state.
     ///
     /// [`SnapshotStore::adopt`]: stasis_core::snapshot_store::SnapshotStore::adopt
-    async fn adopt(&mut self, seq: u64) -> Result<(), Unrestorable> {
-        let (store, actor, epoch) = (self.store.clone(), self.name.clone(), self.epoch);
-        let adopted = tokio::task::spawn_blocking(move || store.adopt(&actor, seq, epoch))
-            .await
-            .map_err(|e| Unrestorable::Unfenced(ApiError::internal(e)))?;
+    fn adopt(&mut self, seq: u64) -> Result<(), Unrestorable> {
+        let epoch = self.epoch;
+        // In place (a no-op for a store of one process, one small listing
+        // and PUT for the object store), like the restore's other store
+        // calls: no blocking-pool round trip on every first resume.
+        let adopted =
+            crate::blocking::off_the_executor(|| self.store.adopt(&self.name, seq, epoch));
         match adopted {
             Ok(()) => {
                 self.adopted = true;
