@@ -87,7 +87,9 @@ pub(crate) struct ServeArgs {
     #[arg(long, value_parser = parse_size)]
     snapshot_quota: Option<u64>,
     /// When a request's effect is durable: request (its answer waits for
-    /// the worker journal's group commit), interval (at each
+    /// the worker journal's group commit), store (its answer waits until
+    /// its state is in the snapshot store: a cluster worker's journal
+    /// segment; on one machine the same as request), interval (at each
     /// --checkpoint-interval, default 1s) or pause (at pause and checkpoints).
     #[arg(long, value_name = "LEVEL", value_parser = Durability::parse)]
     durability: Option<Durability>,
@@ -188,7 +190,9 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
                     // (at an explicit `pause`, a checkpoint per request).
                     checkpoint_every: args
                         .checkpoint_every
-                        .filter(|&n| n != 1 || durability != Durability::Request)
+                        .filter(|&n| {
+                            n != 1 || !matches!(durability, Durability::Request | Durability::Store)
+                        })
                         .unwrap_or(0),
                     durability,
                 },

@@ -124,8 +124,8 @@ pub(crate) enum TemplateCommand {
         /// WASI environment variable of the template; repeatable.
         #[arg(long = "env", value_name = "K=V", value_parser = parse_env_pair)]
         env: Vec<(String, String)>,
-        /// When its actors' requests are durable (request, interval or
-        /// pause), instead of the server's --durability.
+        /// When its actors' requests are durable (request, store, interval
+        /// or pause), instead of the server's --durability.
         #[arg(long, value_name = "LEVEL", value_parser = parse_durability)]
         durability: Option<String>,
         #[command(flatten)]

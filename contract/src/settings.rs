@@ -66,6 +66,12 @@ pub enum Durability {
     /// loses no answered request.
     #[default]
     Request,
+    /// The answer leaves Stasis only once the state the request produced
+    /// is in the snapshot store: on a cluster worker, in a journal segment
+    /// group-committed into the object store, so losing the worker and its
+    /// disk loses no answered request. On one machine the store is the
+    /// data dir: the same as `request`.
+    Store,
     /// Durable at each `--checkpoint-interval` checkpoint and at pause.
     Interval,
     /// Durable at pause and at checkpoints only; a trap or a crash rolls
@@ -75,13 +81,14 @@ pub enum Durability {
 
 impl Durability {
     /// Every level, as named in flags and JSON.
-    pub const NAMES: [&'static str; 3] = ["request", "interval", "pause"];
+    pub const NAMES: [&'static str; 4] = ["request", "store", "interval", "pause"];
 
     /// The level's name in flags and JSON.
     #[must_use]
     pub fn name(self) -> &'static str {
         match self {
             Self::Request => "request",
+            Self::Store => "store",
             Self::Interval => "interval",
             Self::Pause => "pause",
         }
@@ -94,10 +101,11 @@ impl Durability {
     pub fn parse(name: &str) -> Result<Self, String> {
         match name {
             "request" => Ok(Self::Request),
+            "store" => Ok(Self::Store),
             "interval" => Ok(Self::Interval),
             "pause" => Ok(Self::Pause),
             _ => Err(format!(
-                "unknown durability {name:?}: use request, interval or pause"
+                "unknown durability {name:?}: use request, store, interval or pause"
             )),
         }
     }

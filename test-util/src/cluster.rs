@@ -57,6 +57,9 @@ pub struct Setup {
     /// ([`EtcdCluster::start_tls`]); every process gets `--etcd-ca`,
     /// `--etcd-cert` and `--etcd-key`.
     pub tls: bool,
+    /// Environment variables every `stasis` process gets too (failpoints
+    /// such as `STASIS_FAILPOINT_FOLD_AFTER_MS`).
+    pub env: Vec<(String, String)>,
 }
 
 impl Setup {
@@ -75,6 +78,7 @@ impl Setup {
             log: "info".to_owned(),
             echo: false,
             tls: false,
+            env: Vec::new(),
         }
     }
 }
@@ -252,7 +256,8 @@ impl Deployment {
             .arg(&data_dir)
             .args(self.cluster_args())
             .env("STASIS_LOG", &self.setup.log)
-            .envs(self.store_env());
+            .envs(self.store_env())
+            .envs(self.setup.env.iter().cloned());
         let process = Proc::start(command, "stasis worker ready", name, self.setup.echo)
             .unwrap_or_else(|stderr| panic!("worker {name} exited: {stderr}"));
         self.workers.push(Some(ClusterWorker {

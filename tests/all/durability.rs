@@ -90,7 +90,7 @@ fn an_unknown_level_is_refused_naming_the_levels() {
         panic!("serve started with --durability always");
     };
     assert!(
-        stderr.contains("always") && stderr.contains("request, interval or pause"),
+        stderr.contains("always") && stderr.contains("request, store, interval or pause"),
         "{stderr}"
     );
 }
@@ -265,7 +265,10 @@ async fn a_template_overrides_the_servers_level() {
     let bad = server.cli(&["template", "push", "other", file, "--durability", "never"]);
     assert!(!bad.status.success());
     let stderr = String::from_utf8_lossy(&bad.stderr);
-    assert!(stderr.contains("request, interval or pause"), "{stderr}");
+    assert!(
+        stderr.contains("request, store, interval or pause"),
+        "{stderr}"
+    );
 }
 
 /// `kill -9` while a large chained actor's journal entries are being

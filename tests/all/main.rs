@@ -82,4 +82,5 @@ mod replicas_faults;
 mod restart;
 mod retention;
 mod store_deltas;
+mod store_journal;
 mod structure;

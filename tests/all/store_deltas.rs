@@ -50,11 +50,14 @@ async fn a_checkpoint_in_cluster_mode_ships_a_delta_and_the_chain_restores_elsew
     // 4 MiB of touched memory: a full snapshot stores over 1,000 pages.
     let grown = to_actor(&c, ingress, "g1", "POST", "/grow?mib=4").await;
     assert_eq!(grown.status, 200, "{grown:?}");
+    // A checkpoint after each request (the requests themselves go to the
+    // shipped journal; a checkpoint writes the actor's chain).
     for expected in 1..=4 {
         assert_eq!(
             count(&to_actor(&c, ingress, "g1", "POST", "/").await),
             expected
         );
+        d.cli_json(0, &["actor", "checkpoint", "g1"]);
     }
     let bucket = d.s3.as_ref().expect("s3").bucket_dir();
     let sizes = snapshot_sizes(&bucket, "g1");

@@ -18,7 +18,7 @@ use std::time::Instant;
 
 use stasis_core::engine::StasisEngine;
 use stasis_core::instance::{ActorInstance, InstanceConfig};
-use stasis_core::journal::{Durable, Journal};
+use stasis_core::journal::Durable;
 use stasis_core::module::Template;
 use stasis_core::snapshot::{DeltaBase, VerifiedChain};
 use stasis_core::snapshot_store::{SnapshotBytes, SnapshotStore};
@@ -87,7 +87,7 @@ pub(crate) struct ActorTask {
     pub services: Arc<ActorHostServices>,
     /// The worker journal (durability level `request`, see
     /// [`super::journaled`]).
-    pub journal: Option<Arc<Journal>>,
+    pub journal: Option<super::journaled::Log>,
     /// The newest journal entry, not yet in the store.
     pub journaled: Option<Journaled>,
     /// The verified chain of `delta_base`, kept from one journal entry's

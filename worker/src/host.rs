@@ -135,12 +135,23 @@ impl Worker {
             let _ = mailbox.try_send(Command::Stop(reply));
         }
         let mut task = self.task(spec, epoch, ActorState::Paused);
+        // A cluster worker taking the actor over: the newest entry its
+        // earlier owner shipped (and acknowledged) becomes its newest
+        // snapshot first.
+        let recovered = match (self.shipped(), &installed) {
+            (Some(shipped), None) => shipped.recover(&spec.name).map_err(|e| {
+                tracing::error!(actor = %spec.name, "reading the journal segments in the store: {}", e.detail());
+                format!("the journal segments in the snapshot store cannot be read ({e}); the actor's newest acknowledged state may be there")
+            }),
+            _ => Ok(None),
+        };
         let (mut list, acknowledged) = self.store.list_acknowledged(&spec.name).unwrap_or_default();
         self.drop_torn_newest(spec, &mut list, acknowledged, installed.as_ref());
         // Answers name the folder by its key; the log gets where it is.
         let dir = || format!("snapshots/{}", spec.name);
         let missing = acknowledged.filter(|&acked| list.last().is_none_or(|n| n.seq < acked));
         let problem = match (list.last(), missing) {
+            _ if recovered.is_err() => recovered.err(),
             (_, Some(acked)) => {
                 task.next_seq = acked + 1;
                 Some(format!(
@@ -207,6 +218,28 @@ impl Worker {
         bytes: Option<Bytes>,
         resume: bool,
     ) -> Result<ActorStatus, ApiError> {
+        // A cluster worker taking the actor over from the shared store:
+        // the newest entry its earlier owner shipped (and acknowledged)
+        // becomes its newest snapshot first, and is the one installed.
+        let seq = match (self.shipped(), &bytes) {
+            (Some(shipped), None) => {
+                let (shipped, name) = (shipped.clone(), spec.name.clone());
+                let recovered = tokio::task::spawn_blocking(move || shipped.recover(&name))
+                    .await
+                    .map_err(ApiError::internal)?;
+                match recovered {
+                    Ok(recovered) => recovered.map_or(seq, |r| r.max(seq)),
+                    Err(e) => {
+                        tracing::error!(actor = %spec.name, "reading the journal segments in the store: {}", e.detail());
+                        return Err(ApiError::unavailable(format!(
+                            "actor {}: the journal segments in the snapshot store cannot be read ({e}); its newest acknowledged state may be there",
+                            spec.name
+                        )));
+                    }
+                }
+            }
+            _ => seq,
+        };
         let max_memory = self.engine.limits().max_memory;
         let what = format!("snapshot {seq} of {}", spec.name);
         let refused =

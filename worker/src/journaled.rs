@@ -17,7 +17,8 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use stasis_core::journal::{Durable, EntryKind, Journal, patch};
+use stasis_core::journal::shipped::ShippedJournal;
+use stasis_core::journal::{Durable, EntryKind, Journal, JournalError, patch};
 use stasis_core::snapshot;
 use stasis_core::snapshot::delta::MIN_DELTA_ROOT_PAGES;
 use tokio::sync::oneshot;
@@ -27,6 +28,66 @@ use super::capture::Kind;
 use stasis_contract::error::ApiError;
 use stasis_contract::settings::Durability;
 use stasis_contract::status::SnapshotReport;
+
+/// Where a worker's actors append their journal entries.
+#[derive(Debug, Clone)]
+pub enum Log {
+    /// The data dir's journal, group-committed by `fdatasync` (one machine).
+    Local(Arc<Journal>),
+    /// Journal segments group-committed into the snapshot store (a cluster
+    /// worker, [`stasis_core::journal::shipped`]).
+    Shipped(Arc<ShippedJournal>),
+}
+
+impl Log {
+    fn append(
+        &self,
+        kind: EntryKind,
+        epoch: u64,
+        seq: u64,
+        actor: &str,
+        body: &Arc<Vec<u8>>,
+    ) -> Result<Durable, JournalError> {
+        match self {
+            Self::Local(journal) => journal.append(kind, epoch, seq, actor, body),
+            Self::Shipped(journal) => journal.append(kind, epoch, seq, actor, body.clone()),
+        }
+    }
+
+    /// Appends a forget of `actor`'s entries at `epoch` or before.
+    pub(crate) fn forget(&self, actor: &str, epoch: u64) {
+        let _ = self.append(EntryKind::Forget, epoch, 0, actor, &Arc::default());
+    }
+
+    fn failed(&self) -> Option<JournalError> {
+        match self {
+            Self::Local(journal) => journal.failed(),
+            Self::Shipped(_) => None,
+        }
+    }
+
+    /// Whether an entry may be appended as a patch of the one before it
+    /// (a shipped round keeps each actor's newest entry only: whole).
+    fn patches(&self) -> bool {
+        matches!(self, Self::Local(_))
+    }
+
+    /// `actor`'s newest entry at `epoch` or before is in the store.
+    pub(crate) fn settled(&self, actor: &str, epoch: u64) {
+        match self {
+            Self::Local(journal) => journal.settled(actor, epoch),
+            Self::Shipped(journal) => journal.settled(actor, epoch),
+        }
+    }
+
+    /// The actors whose entry keeps an old segment (to be folded).
+    pub(crate) fn pinning(&self) -> Vec<String> {
+        match self {
+            Self::Local(journal) => journal.pinning(),
+            Self::Shipped(journal) => journal.pinning(),
+        }
+    }
+}
 
 /// What follows a [`ActorTask::seal`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,8 +129,18 @@ pub(crate) fn send_gated<T: Send + 'static>(
     result: Result<T, ApiError>,
     gate: Option<Durable>,
 ) {
-    match gate {
-        Some(gate) if result.is_ok() && !gate.is_durable() => {
+    let Some(gate) = gate.filter(|_| result.is_ok()) else {
+        let _ = reply.send(result);
+        return;
+    };
+    match gate.outcome() {
+        Some(Ok(())) => {
+            let _ = reply.send(result);
+        }
+        Some(Err(e)) => {
+            let _ = reply.send(Err(ApiError::unavailable(e.to_string())));
+        }
+        None => {
             tokio::spawn(async move {
                 let answer = match gate.wait().await {
                     Ok(()) => result,
@@ -78,21 +149,26 @@ pub(crate) fn send_gated<T: Send + 'static>(
                 let _ = reply.send(answer);
             });
         }
-        _ => {
-            let _ = reply.send(result);
-        }
     }
 }
 
 impl ActorTask {
     /// The journal, when this actor's requests go through it: level
-    /// `request`, on a worker with a journal and no replicator, over a
-    /// store that keeps deltas (an entry is sealed as one).
-    pub(super) fn journal_on(&self) -> Option<Arc<Journal>> {
-        let journaled = self.settings.durability == Durability::Request
-            && self.replicator.is_none()
-            && self.store.supports_deltas();
-        journaled.then(|| self.journal.clone()).flatten()
+    /// `request` or `store`, over a store that keeps deltas (an entry is
+    /// sealed as one), on a worker with the data dir's journal and no
+    /// replicator, or with a shipped journal (a cluster worker).
+    pub(super) fn journal_on(&self) -> Option<Log> {
+        let level = matches!(
+            self.settings.durability,
+            Durability::Request | Durability::Store
+        );
+        if !level || !self.store.supports_deltas() {
+            return None;
+        }
+        match self.journal.as_ref()? {
+            Log::Local(_) if self.replicator.is_some() => None,
+            log => Some(log.clone()),
+        }
     }
 
     /// After how many requests the actor checkpoints: `--checkpoint-every`,
@@ -100,7 +176,11 @@ impl ActorTask {
     /// process, or a store without deltas), which makes each answer wait
     /// for its snapshot instead.
     pub(super) fn checkpoint_every(&self) -> u64 {
-        if self.settings.durability == Durability::Request && self.journal_on().is_none() {
+        let level = matches!(
+            self.settings.durability,
+            Durability::Request | Durability::Store
+        );
+        if level && self.journal_on().is_none() {
             1
         } else {
             self.settings.checkpoint_every
@@ -121,6 +201,9 @@ impl ActorTask {
         if let Some(e) = journal.failed() {
             return Err(ApiError::unavailable(e.to_string()));
         }
+        // A worker past its lease keeps nothing of what it ran: its actor
+        // may have an owner elsewhere (see `fence`).
+        self.store.check_fence(&self.name)?;
         // On the actor's task itself: a delta of a few pages takes tens of
         // microseconds, less than a hop to a blocking thread.
         let (bytes, kind) = self.capture_live(super::capture::For::Entry)?;
@@ -132,28 +215,30 @@ impl ActorTask {
             return Ok(self.gate.clone().filter(|gate| !gate.is_durable()));
         }
         let seq = self.next_seq;
+        let bytes = Arc::new(bytes);
         // A patch of the previous entry when it is one of the same
         // snapshot, with a whole entry every PATCHES_PER_ENTRY records so
         // the journal's pin on old segments moves on.
         let patch = self
             .journaled
             .as_ref()
+            .filter(|_| journal.patches())
             .filter(|previous| previous.seq == seq && previous.patches < PATCHES_PER_ENTRY)
             .and_then(|previous| {
                 patch::diff(&previous.bytes, &bytes).map(|p| (p, previous.patches))
             });
-        let (kind, record, patches) = match &patch {
-            Some((record, patches)) => (EntryKind::Patch, record.as_slice(), patches + 1),
-            None => (EntryKind::Snapshot, bytes.as_slice(), 0),
+        let (kind, record, patches) = match patch {
+            Some((record, patches)) => (EntryKind::Patch, Arc::new(record), patches + 1),
+            None => (EntryKind::Snapshot, bytes.clone(), 0),
         };
         let durable = journal
-            .append(kind, self.epoch, seq, &self.name, record)
+            .append(kind, self.epoch, seq, &self.name, &record)
             .map_err(|e| ApiError::unavailable(e.to_string()))?;
         self.metrics.journaled(record.len());
         let big = bytes.len() > SEAL_BYTES;
         self.journaled = Some(Journaled {
             seq,
-            bytes: Arc::new(bytes),
+            bytes,
             patches,
         });
         self.gate = Some(durable.clone());
@@ -225,7 +310,7 @@ impl ActorTask {
         self.journaled = None;
         self.gate = None;
         if let Some(journal) = &self.journal {
-            let _ = journal.append(EntryKind::Forget, self.epoch, 0, &self.name, &[]);
+            journal.forget(&self.name, self.epoch);
         }
     }
 }

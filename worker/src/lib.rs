@@ -21,11 +21,13 @@ pub mod api;
 mod blocking;
 mod capture;
 mod clock;
+mod compaction;
 pub mod fence;
 mod guest;
 mod host;
 pub mod host_calls;
 mod journaled;
+pub use journaled::Log;
 pub mod live;
 mod mailbox;
 mod request;
@@ -37,7 +39,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use stasis_core::engine::StasisEngine;
-use stasis_core::journal::{EntryKind, Journal};
 use stasis_core::module::Template;
 use stasis_core::snapshot_store::SnapshotStore;
 use tokio::sync::{mpsc, oneshot};
@@ -133,8 +134,9 @@ pub struct Worker {
     serving: AtomicBool,
     /// What the actors' host functions share (see [`crate::host_calls`]).
     host_calls: Arc<HostCalls>,
-    /// The data dir's journal, once set (durability level `request`).
-    journal: OnceLock<Arc<Journal>>,
+    /// The journal its actors append to, once set (durability levels
+    /// `request` and `store`): the data dir's, or a shipped one.
+    journal: OnceLock<Log>,
 }
 
 impl std::fmt::Debug for Worker {
@@ -205,32 +207,6 @@ impl Worker {
             serving: AtomicBool::new(true),
             journal: OnceLock::new(),
         })
-    }
-
-    /// Gives the worker the data dir's journal (once, before its first
-    /// actor), which its actors at level `request` append to, and starts
-    /// the compaction loop: every second, the actors of this worker whose
-    /// newest entry is in a closed segment write it to the store, and
-    /// segments no entry needs are deleted.
-    pub fn set_journal(&self, journal: Arc<Journal>) {
-        if self.journal.set(journal.clone()).is_err() {
-            return;
-        }
-        let worker = self.this.clone();
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tick.tick().await;
-                let Some(worker) = worker.upgrade() else {
-                    return;
-                };
-                for actor in journal.pinning() {
-                    let _ = worker.post(&actor, Command::Fold);
-                }
-                journal.collect();
-            }
-        });
     }
 
     /// Starts or stops serving calls. A remote worker that lost contact with
@@ -526,7 +502,7 @@ impl Worker {
                 None => return,
                 Some(Entry::Parked(parked)) => {
                     if let Some(journal) = self.journal.get() {
-                        let _ = journal.append(EntryKind::Forget, parked.epoch, 0, actor, &[]);
+                        journal.forget(actor, parked.epoch);
                     }
                     actors.remove(actor);
                     return;

@@ -161,9 +161,15 @@ impl ActorTask {
     /// seen by a later request. The actor is failed until the server
     /// restarts, which replays what is on disk.
     fn after_failed_entry(&mut self, error: ApiError) -> ApiError {
-        tracing::error!(actor = %self.name, "journal: {}", error.message());
         self.drop_instance(false);
         self.sync_live(false);
+        if self.store.check_fence(&self.name).is_err() {
+            // Fenced off: the instance goes, and whatever this worker
+            // acknowledged stays for the actor's next owner.
+            tracing::warn!(actor = %self.name, "{}", error.message());
+            return error;
+        }
+        tracing::error!(actor = %self.name, "journal: {}", error.message());
         self.journaled = None;
         let mut status = self.status();
         status.state = ActorState::Failed;

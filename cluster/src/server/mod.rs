@@ -39,6 +39,7 @@ use stasis_contract::proto::{ControlPath, JoinAnswer, JoinRequest};
 use stasis_contract::settings::{ActorSettings, WorkerSettings};
 use stasis_contract::templates::{FetchTemplate, TemplateDir};
 use stasis_core::engine::{Limits, StasisEngine};
+use stasis_core::journal::shipped::{SegmentObjects, ShippedJournal};
 use stasis_core::module::ModuleCache;
 use stasis_core::snapshot_files::LocalSnapshotStore;
 use stasis_core::snapshot_objects::{ObjectSnapshotStore, StoreUrl};
@@ -200,6 +201,14 @@ fn lease_holds(slot: &LeaseSlot) -> bool {
         .is_some_and(|l| l.is_valid())
 }
 
+/// Where a worker keeps its actors' snapshots, finds template modules and
+/// ships its journal (cluster mode: the object store takes the segments).
+struct Storage {
+    store: Arc<dyn SnapshotStore>,
+    fetch: Box<dyn FetchTemplate>,
+    segments: Option<Arc<dyn SegmentObjects>>,
+}
+
 /// Runs a remote worker until `shutdown` resolves; then, unless the control
 /// plane already drained it, asks the control plane to drain it (every
 /// actor moves to another worker) before exiting.
@@ -239,12 +248,7 @@ pub async fn run(
     } else {
         local
     };
-    let (cluster, answer, store, fetch): (
-        Cluster,
-        JoinAnswer,
-        Arc<dyn SnapshotStore>,
-        Box<dyn FetchTemplate>,
-    ) = match &options.membership {
+    let (cluster, answer, storage): (Cluster, JoinAnswer, Storage) = match &options.membership {
         Membership::Join(url) => {
             let snapshots = options.data_dir.join("snapshots");
             // The control plane's store is authoritative: local copies
@@ -272,8 +276,11 @@ pub async fn run(
                     join,
                 },
                 answer,
-                store,
-                fetch,
+                Storage {
+                    store,
+                    fetch,
+                    segments: None,
+                },
             )
         }
         Membership::Registered(registered) => {
@@ -310,10 +317,20 @@ pub async fn run(
                 lease_ttl: registered.lease_ttl,
                 lease,
             };
-            let fetch = Box::new(StoreTemplates::new(shared));
-            (cluster, answer, fenced, fetch)
+            let fetch = Box::new(StoreTemplates::new(shared.clone()));
+            let storage = Storage {
+                store: fenced,
+                fetch,
+                segments: Some(shared),
+            };
+            (cluster, answer, storage)
         }
     };
+    let Storage {
+        store,
+        fetch,
+        segments,
+    } = storage;
     let ms = Duration::from_millis;
     let limits = Limits {
         max_memory: answer.max_memory,
@@ -343,7 +360,7 @@ pub async fn run(
     let worker = Worker::new(
         &options.name,
         engine.clone(),
-        store,
+        store.clone(),
         Arc::new(Metrics::default()),
         WorkerSettings {
             max_held: answer.max_held,
@@ -370,6 +387,19 @@ pub async fn run(
         },
     };
     worker.set_control(Arc::new(control));
+    if let Some(segments) = segments {
+        // Tests lengthen the fold delay to find entries in segments.
+        let fold_after = std::env::var("STASIS_FAILPOINT_FOLD_AFTER_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .map_or(
+                stasis_core::journal::shipped::FOLD_AFTER,
+                Duration::from_millis,
+            );
+        let shipped = ShippedJournal::start(store, segments, &options.name, fold_after)
+            .context("starting the shipped journal")?;
+        worker.set_shipped(Arc::new(shipped));
+    }
     let remote = Arc::new(RemoteWorker {
         worker,
         calls: calls::Calls::default(),

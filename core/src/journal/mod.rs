@@ -27,6 +27,7 @@
 pub mod entry;
 pub mod patch;
 mod replay;
+pub mod shipped;
 
 use std::collections::{HashMap, VecDeque};
 use std::fs::{self, File, OpenOptions};
@@ -60,7 +61,7 @@ pub const SEGMENT_BYTES: u64 = 16 << 20;
 /// request is answered as done unless it is on disk. A restart replays
 /// what is.
 #[derive(Debug, Clone, thiserror::Error)]
-#[error("the worker journal failed: {0}; requests are refused until the server restarts")]
+#[error("{0}")]
 pub struct JournalError(Arc<str>);
 
 /// The durable end of the log, and the failure that stopped it.
@@ -68,6 +69,10 @@ pub struct JournalError(Arc<str>);
 struct Committed {
     durable: u64,
     failed: Option<Arc<str>>,
+    /// Group commits at or below `durable` that did not make their
+    /// entries durable, with why (the shipped journal's lost rounds,
+    /// newest last; a local journal fails for good instead).
+    lost: VecDeque<(u64, Arc<str>)>,
 }
 
 #[derive(Debug)]
@@ -112,7 +117,10 @@ impl Shared {
     }
 
     fn fail(&self, why: String) {
-        let why: Arc<str> = why.into();
+        let why: Arc<str> = format!(
+            "the worker journal failed: {why}; requests are refused until the server restarts"
+        )
+        .into();
         tracing::error!("worker journal: {why}");
         self.lock().failed = Some(why.clone());
         self.committed.send_modify(|c| c.failed = Some(why));
@@ -161,14 +169,32 @@ impl Durable {
             .wait_for(|c| c.durable >= end || c.failed.is_some())
             .await
             .map_err(|_| JournalError("the journal writer stopped".into()))?;
-        if committed.durable >= end {
-            Ok(())
-        } else {
-            Err(JournalError(committed.failed.clone().unwrap_or_default()))
+        if committed.durable < end {
+            return Err(JournalError(committed.failed.clone().unwrap_or_default()));
+        }
+        match committed.lost.iter().find(|(round, _)| *round == end) {
+            Some((_, why)) => Err(JournalError(why.clone())),
+            None => Ok(()),
         }
     }
 
-    /// Whether the entry is durable already.
+    /// How the entry's group commit ended: `None` while it runs.
+    #[must_use]
+    pub fn outcome(&self) -> Option<Result<(), JournalError>> {
+        let committed = self.committed.borrow();
+        if committed.durable < self.end {
+            return committed.failed.clone().map(|why| Err(JournalError(why)));
+        }
+        Some(
+            match committed.lost.iter().find(|(round, _)| *round == self.end) {
+                Some((_, why)) => Err(JournalError(why.clone())),
+                None => Ok(()),
+            },
+        )
+    }
+
+    /// Whether the entry's group commit is over (durable, or lost: then
+    /// [`Durable::wait`] says why at once).
     #[must_use]
     pub fn is_durable(&self) -> bool {
         self.committed.borrow().durable >= self.end
@@ -235,7 +261,7 @@ impl Journal {
             work: Condvar::new(),
             committed: watch::Sender::new(Committed {
                 durable: start,
-                failed: None,
+                ..Committed::default()
             }),
             syncs: AtomicU64::new(0),
             entries: AtomicU64::new(0),

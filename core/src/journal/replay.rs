@@ -141,7 +141,7 @@ pub(super) fn replay(
 }
 
 /// Whether `entry` still applies to `store` (module docs), or why not.
-fn applies(store: &dyn SnapshotStore, entry: &Entry) -> Result<(), String> {
+pub(super) fn applies(store: &dyn SnapshotStore, entry: &Entry) -> Result<(), String> {
     let header = peek_header(&entry.body).map_err(|e| format!("not a snapshot: {e}"))?;
     let list = store
         .list(&entry.actor)

@@ -75,6 +75,7 @@
 
 mod names;
 mod remote;
+mod segments;
 mod snapshots;
 mod transfer;
 mod upload;

@@ -1,0 +1,96 @@
+//! Journal segments in the object store: the objects a cluster worker's
+//! shipped journal ([`crate::journal::shipped`]) group-commits its
+//! actors' entries into, under `journal/<worker>/<name>.seg`, beside the
+//! snapshot folders (never counted by the snapshot quota, never listed as
+//! an actor).
+
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+
+use super::remote::{OP_TIMEOUT, timeout_for};
+use super::transfer::Source;
+use super::{ObjectSnapshotStore, transfer, upload};
+use crate::journal::shipped::{SegmentMeta, SegmentObjects};
+use crate::snapshot_store::StoreError;
+
+/// The prefix of every journal segment.
+const JOURNAL: &str = "journal";
+
+/// The key of segment `name` (`<worker>/<file>.seg`).
+fn segment_key(name: &str) -> String {
+    format!("{JOURNAL}/{name}")
+}
+
+impl ObjectSnapshotStore {
+    /// Checks every `/`-separated part of segment `name`.
+    fn check_segment_name(&self, op: &'static str, name: &str) -> Result<String, StoreError> {
+        let key = segment_key(name);
+        for part in name.split('/') {
+            self.check(op, &key, "journal segment name", part)?;
+        }
+        Ok(key)
+    }
+}
+
+impl SegmentObjects for ObjectSnapshotStore {
+    fn put_segment(&self, name: &str, bytes: Bytes) -> Result<(), StoreError> {
+        let key = self.check_segment_name("put", name)?;
+        let len = bytes.len() as u64;
+        self.run(
+            upload::upload_time(len),
+            upload::upload(self.objects.clone(), self.path(&key), Source::Memory(bytes)),
+        )
+        .map_err(|e| e.named("put", &key, &self.location))
+    }
+
+    fn list_segments(&self) -> Result<Vec<SegmentMeta>, StoreError> {
+        let listed = self
+            .run(
+                OP_TIMEOUT,
+                transfer::list(self.objects.clone(), self.path(JOURNAL)),
+            )
+            .map_err(|e| e.named("list", JOURNAL, &self.location))?;
+        let root = self.path(JOURNAL);
+        let now = SystemTime::now();
+        Ok(listed
+            .into_iter()
+            .filter_map(|meta| {
+                let parts: Vec<String> = meta
+                    .location
+                    .prefix_match(&root)?
+                    .map(|p| p.as_ref().to_owned())
+                    .collect();
+                let name = parts.join("/");
+                let age = now
+                    .duration_since(SystemTime::from(meta.last_modified))
+                    .unwrap_or(Duration::ZERO);
+                name.ends_with(".seg").then_some(SegmentMeta {
+                    name,
+                    size: meta.size,
+                    age,
+                })
+            })
+            .collect())
+    }
+
+    fn get_segment(&self, name: &str) -> Result<Bytes, StoreError> {
+        let key = self.check_segment_name("get", name)?;
+        self.run(
+            timeout_for(u64::from(u32::MAX)),
+            transfer::read_sized(self.objects.clone(), self.path(&key)),
+        )
+        .map_err(|e| e.named("get", &key, &self.location))
+    }
+
+    fn delete_segments(&self, names: &[String]) -> Result<(), StoreError> {
+        let mut paths = Vec::with_capacity(names.len());
+        for name in names {
+            let key = self.check_segment_name("delete", name)?;
+            paths.push(self.path(&key));
+        }
+        let limit = OP_TIMEOUT + Duration::from_secs(paths.len() as u64);
+        self.run(limit, transfer::delete(self.objects.clone(), paths))
+            .map_err(|e| e.named("delete", JOURNAL, &self.location))
+    }
+}
