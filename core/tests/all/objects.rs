@@ -15,6 +15,7 @@ use stasis_test_util::s3::S3Server;
 use self::faults::sealed;
 
 mod faults;
+mod shipped;
 
 /// One shared store location: a folder or an S3 server.
 struct Shared {

@@ -273,9 +273,13 @@ impl ShippedJournal {
                     .insert(actor.to_owned(), (round, epoch, Instant::now()));
             }
             _ => {
-                if let Some(&(round, at)) = state.acked.get(actor)
+                // Both the acknowledged entry's segment and the forget's
+                // own go to the sweep: the forget must not vanish before
+                // the entry it drops.
+                if let Some(&(acked, at)) = state.acked.get(actor)
                     && at <= epoch
                 {
+                    state.orphans.insert(acked);
                     state.orphans.insert(round);
                 }
                 state.settle(actor, epoch);
