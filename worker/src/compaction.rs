@@ -84,7 +84,8 @@ impl Worker {
     }
 
     /// The shipped journal, on a cluster worker.
-    pub(crate) fn shipped(&self) -> Option<&Arc<ShippedJournal>> {
+    #[must_use]
+    pub fn shipped(&self) -> Option<&Arc<ShippedJournal>> {
         match self.journal.get()? {
             Log::Shipped(journal) => Some(journal),
             Log::Local(_) => None,

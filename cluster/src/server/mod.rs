@@ -435,6 +435,17 @@ pub async fn run(
     ));
     ready(bound);
     shutdown.await;
+    if let Some(shipped) = remote.worker.shipped() {
+        let stats = shipped.stats();
+        tracing::info!(
+            rounds = stats.rounds,
+            lost_rounds = stats.lost_rounds,
+            entries = stats.entries,
+            shipped = stats.shipped,
+            bytes = stats.bytes,
+            "shipped journal: segments put since start"
+        );
+    }
     tracing::info!("shutting down: asking the control plane to drain this worker");
     remote
         .shutting_down
