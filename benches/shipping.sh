@@ -2,8 +2,11 @@
 # Cluster mode's shipped journal (issue 29, item 6; BENCHMARKS.md, section
 # 18): wrk POSTs to `counter` actors through a replica, 1 actor and 64
 # actors, at --durability store (each answer waits for the journal segment
-# holding its state to be in the object store) and pause (durable at pause
-# only), on one etcd member, a real s3s-fs, one replica and one worker,
+# holding its state to be in the object store), at a checkpoint per
+# request (`--durability pause --checkpoint-every 1`: each answer waits for
+# its own delta snapshot and pointer in the store, what a cluster worker
+# did at `request` before the shipped journal) and at pause (durable at
+# pause only), on one etcd member, a real s3s-fs, one replica and one worker,
 # all on loopback. Prints requests/s, latency and, from the worker's log at
 # its shutdown, the segment PUTs (group commits into the store) against
 # the entries they carried: PUTs per second follow the store's latency,
@@ -50,7 +53,8 @@ wait_for() {
     exit 1
 }
 
-# One cluster at level $1 with $2 counter actors; sets $ingress, $admin,
+# One cluster at level $1 (`every1`: pause with a checkpoint per request)
+# with $2 counter actors; sets $ingress, $admin,
 # $worker_pid and $worker_log.
 start() {
     local level=$1 actors=$2 dir=$tmp/$1-$2
@@ -75,8 +79,10 @@ start() {
         curl -fsS "http://127.0.0.1:$client/health" >/dev/null 2>&1 && break
         sleep 0.05
     done
+    local flags=(--durability "$level")
+    [ "$level" = every1 ] && flags=(--durability pause --checkpoint-every 1)
     STASIS_LOG=warn "$bin" serve --workers 0 --data-dir "$dir/replica" "${cluster[@]}" \
-        --durability "$level" --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
+        "${flags[@]}" --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
         >"$dir/replica.out" 2>"$dir/replica.err" &
     pids+=($!)
     wait_for "$dir/replica.out" '^stasis ready'
@@ -131,7 +137,7 @@ run() {
 
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(date -u)"
 for actors in 1 64; do
-    for level in store pause; do
+    for level in store every1 pause; do
         run "$level" "$actors"
     done
 done

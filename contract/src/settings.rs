@@ -62,8 +62,9 @@ pub struct ActorSettings {
 #[serde(rename_all = "lowercase")]
 pub enum Durability {
     /// The answer leaves Stasis only once the state the request produced
-    /// is in the worker journal on disk: a trap, a `kill -9` or a restart
-    /// loses no answered request.
+    /// is in the worker journal on disk (a cluster worker's journal is in
+    /// the snapshot store, as at [`Durability::Store`]): a trap, a
+    /// `kill -9` or a restart loses no answered request.
     #[default]
     Request,
     /// The answer leaves Stasis only once the state the request produced
