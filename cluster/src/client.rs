@@ -20,7 +20,7 @@ use stasis_contract::proto::{
 };
 use stasis_contract::status::{ActorStatus, Captured, ResumeFrom, SnapshotReport};
 use stasis_contract::worker_api::{HostSpec, Location, WorkerApi};
-use stasis_http::client::{Answer, HttpClient};
+use stasis_http::client::{Answer, HttpClient, Unanswered};
 
 /// An HTTP client for one peer of the cluster (a worker, or the control
 /// plane): a non-2xx answer becomes the [`ApiError`] it carries, a peer
@@ -81,9 +81,23 @@ impl Peer {
             .exchange(method, path, headers, body, Some(timeout))
             .await
             .map_err(|e| {
-                ApiError::unavailable(format!("{} unreachable ({}): {e}", self.what, self.base()))
+                let message = format!("{} unreachable ({}): {e}", self.what, self.base());
+                match e {
+                    // Refused before anything was sent: nothing ran there.
+                    Unanswered::Connect(_) => ApiError::new(ErrorKind::Unreachable, message),
+                    _ => ApiError::unavailable(message),
+                }
             })?
             .success()
+            .map_err(|e| {
+                // An answer was delivered: whatever the far side could not
+                // reach, this request reached it.
+                if e.is(ErrorKind::Unreachable) {
+                    ApiError::unavailable(e.message())
+                } else {
+                    e
+                }
+            })
     }
 
     /// Sends JSON and decodes a JSON answer.

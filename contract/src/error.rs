@@ -55,6 +55,11 @@ pub enum ErrorKind {
     /// The client left while the request was forwarded to a worker that
     /// could not be told, so whether it ran is unknown (never answered).
     OutcomeUnknown,
+    /// The actor's worker cannot be reached now and the request was never
+    /// delivered (its connection was refused, or the worker is declared
+    /// lost and the actor not placed again yet): the router holds it
+    /// until the actor has a host (503 past `--hold-timeout`).
+    Unreachable,
 }
 
 impl ErrorKind {
@@ -77,7 +82,7 @@ impl ErrorKind {
             Self::Internal => 500,
             Self::NotImplemented => 501,
             Self::BadGateway => 502,
-            Self::Unavailable | Self::Abandoned | Self::OutcomeUnknown => 503,
+            Self::Unavailable | Self::Abandoned | Self::OutcomeUnknown | Self::Unreachable => 503,
             Self::Timeout => 504,
             Self::InsufficientStorage => 507,
         }
@@ -135,13 +140,14 @@ impl ErrorKind {
             Self::InsufficientStorage => "insufficient_storage",
             Self::Abandoned => "abandoned",
             Self::OutcomeUnknown => "outcome_unknown",
+            Self::Unreachable => "unreachable",
         }
     }
 
     /// The kind named `name` on the wire ([`ErrorKind::name`]).
     #[must_use]
     pub fn from_name(name: &str) -> Option<Self> {
-        const ALL: [ErrorKind; 18] = [
+        const ALL: [ErrorKind; 19] = [
             ErrorKind::BadRequest,
             ErrorKind::Unauthorized,
             ErrorKind::NotFound,
@@ -160,6 +166,7 @@ impl ErrorKind {
             ErrorKind::InsufficientStorage,
             ErrorKind::Abandoned,
             ErrorKind::OutcomeUnknown,
+            ErrorKind::Unreachable,
         ];
         ALL.into_iter().find(|k| k.name() == name)
     }
@@ -387,10 +394,14 @@ mod tests {
             "insufficient_storage",
             "abandoned",
             "outcome_unknown",
+            "unreachable",
         ] {
             let kind = ErrorKind::from_name(name).expect(name);
             assert_eq!(kind.name(), name);
-            if !matches!(kind, ErrorKind::Abandoned | ErrorKind::OutcomeUnknown) {
+            if !matches!(
+                kind,
+                ErrorKind::Abandoned | ErrorKind::OutcomeUnknown | ErrorKind::Unreachable
+            ) {
                 assert_eq!(ErrorKind::from_status(kind.status()), kind, "{name}");
             }
         }

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use super::ControlPlane;
 use super::membership::{Member, WorkerState};
 use stasis_contract::directory::ActorRow;
-use stasis_contract::error::ApiError;
+use stasis_contract::error::{ApiError, ErrorKind};
 
 /// The incarnation of a follower replica's placements: whichever
 /// incarnation of the worker is registered (a follower does not know which
@@ -257,7 +257,10 @@ impl ControlPlane {
                     && w.state() != WorkerState::Lost
             })
             .ok_or_else(|| {
-                ApiError::unavailable(format!("actor {actor} waits for a worker to host it"))
+                ApiError::new(
+                    ErrorKind::Unreachable,
+                    format!("actor {actor} waits for a worker to host it"),
+                )
             })
     }
 

@@ -5,6 +5,7 @@
 //! placement after a stale epoch.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use stasis_contract::alarm::AlarmOutcome;
 use stasis_contract::client_gone::{self, ClientGone};
@@ -111,6 +112,8 @@ impl ControlPlane {
         let name = actor.as_str();
         let hold = self.config.worker.hold_timeout;
         let mut attempts = 0;
+        // Since when the actor has had no reachable host, if it has not.
+        let mut hostless = None;
         loop {
             let open = match gate.barrier.try_read() {
                 Ok(open) => open,
@@ -128,7 +131,18 @@ impl ControlPlane {
             };
             // Read under the gate: a move switches the placement only
             // while it holds the gate closed.
-            let (member, epoch) = self.current_host(name)?;
+            let (member, epoch) = match self.current_host(name) {
+                Ok(host) => host,
+                Err(e) if e.is(ErrorKind::Unreachable) => {
+                    // Open the gate for the re-placement while held.
+                    drop(open);
+                    self.hold_for_a_host(name, &gate, gone, &mut hostless, e)
+                        .await?;
+                    gate = self.route(name)?.gate;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
             let forward = async {
                 match delivery {
                     Delivery::Request(request) => member
@@ -164,6 +178,14 @@ impl ControlPlane {
                     }
                     gate = self.route(name)?.gate;
                 }
+                // Never delivered (the worker refused the connection): held
+                // until the worker is back or the actor is re-placed.
+                Err(e) if e.is(ErrorKind::Unreachable) => {
+                    drop(open);
+                    self.hold_for_a_host(name, &gate, gone, &mut hostless, e)
+                        .await?;
+                    gate = self.route(name)?.gate;
+                }
                 other => return other,
             }
         }
@@ -171,6 +193,43 @@ impl ControlPlane {
 }
 
 impl ControlPlane {
+    /// Holds a delivery to `name` that found no reachable host (`error`:
+    /// its worker refused the connection, or is lost and the actor not yet
+    /// placed again) for one more look at the placement: the request waits
+    /// like one at a closed gate (counted in `--max-held`, given up when
+    /// its client leaves) instead of failing while a re-placement is
+    /// pending. Past `--hold-timeout` since `since` (set at the first
+    /// hold), the answer is `error`'s 503 naming the timeout.
+    ///
+    /// # Errors
+    /// 503 past the hold timeout or over `--max-held`;
+    /// [`ErrorKind::Abandoned`] when the client left.
+    async fn hold_for_a_host(
+        &self,
+        name: &str,
+        gate: &Gate,
+        gone: &ClientGone,
+        since: &mut Option<Instant>,
+        error: ApiError,
+    ) -> Result<(), ApiError> {
+        let hold = self.config.worker.hold_timeout;
+        let held_for = since.get_or_insert_with(Instant::now).elapsed();
+        let Some(left) = hold.checked_sub(held_for).filter(|left| !left.is_zero()) else {
+            return Err(ApiError::unavailable(format!(
+                "{}; not served within the hold timeout of {hold:?}",
+                error.message()
+            )));
+        };
+        let _held = HeldAtGate::enter(&gate.held, self.config.worker.max_held, name)?;
+        tracing::debug!(actor = name, "held for a host: {}", error.message());
+        let pause = HOST_POLL.min(left);
+        client_gone::unless_gone(gone, name, async {
+            tokio::time::sleep(pause).await;
+            Ok(())
+        })
+        .await
+    }
+
     /// How often a call refused as misdirected (421) is sent again by the
     /// refreshed placement: a leader's placement is current after one
     /// retry; a follower's follows the watch, so it tries for about 2 s
@@ -183,6 +242,10 @@ impl ControlPlane {
         }
     }
 }
+
+/// How often a held delivery looks again for its actor's host (the
+/// placement, and the worker's connection).
+const HOST_POLL: Duration = Duration::from_millis(50);
 
 /// An actor found for a request ([`ControlPlane::route`]): the gate its
 /// request passes.

@@ -69,6 +69,7 @@ mod errors;
 mod fencing;
 mod fork;
 mod hardening;
+mod held;
 mod host_calls;
 mod http;
 mod incremental;
