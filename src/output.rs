@@ -344,14 +344,24 @@ pub(crate) fn actors_table(list: &Json) -> String {
     table_or_none(&table, "actors")
 }
 
-/// Templates: NAME DIGEST (first 12 hex digits) BYTES ACTORS DURABILITY ENV.
+/// Templates: NAME VERSION (the newest) DIGEST (first 12 hex digits)
+/// BYTES ACTORS (of every version) DURABILITY ENV.
 #[must_use]
 pub(crate) fn templates_table(list: &Json) -> String {
-    let mut table = Table::new(&["NAME", "DIGEST", "BYTES", "ACTORS", "DURABILITY", "ENV"]);
+    let mut table = Table::new(&[
+        "NAME",
+        "VERSION",
+        "DIGEST",
+        "BYTES",
+        "ACTORS",
+        "DURABILITY",
+        "ENV",
+    ]);
     for template in items(list) {
         let digest = cell(template.get("digest"));
         table.push(vec![
             cell(template.get("name")),
+            cell(template.get("version")),
             digest.chars().take(12).collect(),
             bytes_cell(template.get("bytes")),
             cell(template.get("actors")),
@@ -530,15 +540,15 @@ mod tests {
     #[test]
     fn templates_table_shortens_digest_and_joins_env() {
         let list = parse(
-            r#"[{"name":"counter","digest":"0123456789abcdef0123","bytes":83871,
+            r#"[{"name":"counter","version":2,"digest":"0123456789abcdef0123","bytes":83871,
                  "env":{"A":"1","B":"x y"},"actors":2,"durability":"request"},
-                {"name":"kv","digest":"fedcba9876543210","bytes":100,"env":{},"actors":0}]"#,
+                {"name":"kv","version":1,"digest":"fedcba9876543210","bytes":100,"env":{},"actors":0}]"#,
         );
         assert_eq!(
             templates_table(&list),
-            "NAME      DIGEST         BYTES      ACTORS   DURABILITY   ENV\n\
-             counter   0123456789ab   81.9 KiB   2        request      A=1,B=x y\n\
-             kv        fedcba987654   100 B      0        -            -\n"
+            "NAME      VERSION   DIGEST         BYTES      ACTORS   DURABILITY   ENV\n\
+             counter   2         0123456789ab   81.9 KiB   2        request      A=1,B=x y\n\
+             kv        1         fedcba987654   100 B      0        -            -\n"
         );
     }
 

@@ -28,6 +28,33 @@ pub struct TemplateRow {
     pub durability: Option<Durability>,
 }
 
+/// The directory row of version `version` of template `name`. A
+/// template's versions are rows of their own: version 1 under the
+/// template's name, version N ≥ 2 under `NAME@N` (`@` is in no name a
+/// user gives, so the two never meet). An actor's row names the row of
+/// the version it runs.
+#[must_use]
+pub fn version_row(name: &str, version: u64) -> String {
+    if version <= 1 {
+        name.to_owned()
+    } else {
+        format!("{name}@{version}")
+    }
+}
+
+/// The template name and version a row stands for (the inverse of
+/// [`version_row`]).
+#[must_use]
+pub fn row_version(row: &str) -> (&str, u64) {
+    match row.rsplit_once('@') {
+        Some((name, version)) => match version.parse() {
+            Ok(version) if version >= 2 => (name, version),
+            _ => (row, 1),
+        },
+        None => (row, 1),
+    }
+}
+
 /// A registered actor and its placement.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ActorRow {

@@ -10,7 +10,7 @@ use super::ControlPlane;
 use super::membership::Member;
 use super::placement::Placement;
 use super::views::{ActorInfo, PauseInfo};
-use stasis_contract::directory::ActorRow;
+use stasis_contract::directory::{ActorRow, row_version};
 use stasis_contract::error::{ApiError, ErrorKind, check_label};
 use stasis_contract::status::{ActorState, ActorStatus, ResumeFrom, SnapshotReport};
 
@@ -26,7 +26,8 @@ impl ControlPlane {
         // is placed (or failed).
         let _guard = self.ops.read().await;
         let _reserved = Reserved::take(self, name)?;
-        let row = self.template_row(template)?;
+        // New actors run the template's newest version.
+        let row = self.newest_version(template)?;
         let member = self.least_loaded().ok_or_else(|| {
             ApiError::unavailable("no worker can host actors (serve --workers 0 and none joined)")
         })?;
@@ -36,7 +37,7 @@ impl ControlPlane {
             let _ = self.store.remove_actor(name);
             return Err(e);
         }
-        self.record_new(name, template, &member, epoch).await?;
+        self.record_new(name, &row.name, &member, epoch).await?;
         tracing::info!(actor = name, template, worker = %member.name, "actor created");
         self.actor(name).await
     }
@@ -255,9 +256,11 @@ impl ControlPlane {
     /// The API view of actor `name` placed as `placement`, in `status`.
     fn actor_info(&self, name: &str, placement: Placement, status: ActorStatus) -> ActorInfo {
         let worker_state = self.member(&placement.worker).map(|m| m.state());
+        let (template, template_version) = row_version(&placement.template);
         ActorInfo {
             name: name.to_owned(),
-            template: placement.template,
+            template: template.to_owned(),
+            template_version,
             state: status.state,
             worker: placement.worker.to_string(),
             worker_state,

@@ -77,7 +77,8 @@ use stasis_core::snapshot_objects::{ObjectSnapshotStore, StoreUrl};
 use stasis_core::snapshot_store::SnapshotStore;
 pub use templates::MAX_TEMPLATE_BYTES;
 pub use views::{
-    ActorInfo, GcReport, MigrateInfo, Move, PauseInfo, RebalanceReport, TemplateInfo, WorkerInfo,
+    ActorInfo, GcReport, MigrateInfo, Move, PauseInfo, RebalanceReport, TemplateInfo,
+    TemplateVersionInfo, WorkerInfo,
 };
 
 /// Everything `stasis serve` is configured with.

@@ -234,7 +234,8 @@ impl ControlPlane {
     pub fn count_request(&self, name: &str, status: u16) {
         let placements = self.placements();
         if let Some(placement) = placements.get(name) {
-            self.metrics.request(&placement.template, name, status);
+            let (template, _) = stasis_contract::directory::row_version(&placement.template);
+            self.metrics.request(template, name, status);
         }
     }
 

@@ -2,8 +2,8 @@
 //! list, show, delete, and the module bytes remote workers fetch.
 
 use super::ControlPlane;
-use super::views::TemplateInfo;
-use stasis_contract::directory::TemplateRow;
+use super::views::{TemplateInfo, TemplateVersionInfo};
+use stasis_contract::directory::{TemplateRow, row_version, version_row};
 use stasis_contract::error::{ApiError, ErrorKind, check_label};
 use stasis_contract::settings::Durability;
 use stasis_contract::worker_api::HostSpec;
@@ -23,6 +23,32 @@ impl ControlPlane {
             .ok_or_else(|| ApiError::not_found(format!("no template named {name:?}")))
     }
 
+    /// Every version of template `name`, oldest first (none if unknown):
+    /// the rows `NAME`, `NAME@2`, ... read until the first missing one.
+    ///
+    /// # Errors
+    /// 500 on a directory failure.
+    pub(super) fn versions_of(&self, name: &str) -> Result<Vec<TemplateRow>, ApiError> {
+        let mut versions = Vec::new();
+        while let Some(row) = self
+            .directory
+            .template(&version_row(name, versions.len() as u64 + 1))?
+        {
+            versions.push(row);
+        }
+        Ok(versions)
+    }
+
+    /// The newest version of template `name`.
+    ///
+    /// # Errors
+    /// 404 if unknown.
+    pub(super) fn newest_version(&self, name: &str) -> Result<TemplateRow, ApiError> {
+        self.versions_of(name)?
+            .pop()
+            .ok_or_else(|| ApiError::not_found(format!("no template named {name:?}")))
+    }
+
     /// What a worker needs to host an actor of `template` at `epoch`.
     pub(super) fn host_spec(template: &TemplateRow, epoch: u64) -> HostSpec {
         HostSpec {
@@ -33,14 +59,17 @@ impl ControlPlane {
         }
     }
 
-    /// Registers `bytes` as template `name` with WASI environment `env`.
-    /// Returns the template and whether it was new (`false`: the same name,
-    /// bytes and env were already registered; nothing changed).
+    /// Registers `bytes` as template `name` with WASI environment `env`:
+    /// version 1 of a new name, or the next version of an existing one
+    /// whose newest version has other bytes, env or durability (actors stay
+    /// on the version they run). Returns the template and whether it
+    /// changed (`false`: the newest version has the same bytes, env and
+    /// durability; nothing changed).
     ///
     /// # Errors
-    /// 400 bad name, env or malformed wasm; 409 the name holds other bytes
-    /// or env; 413 too large; 422 the module is refused (the message names
-    /// the feature). Nothing is registered on error.
+    /// 400 bad name, env or malformed wasm; 413 too large; 422 the module
+    /// is refused (the message names the feature). Nothing is registered
+    /// on error.
     pub async fn push_template(
         &self,
         name: &str,
@@ -72,24 +101,15 @@ impl ControlPlane {
         env.sort();
         let _guard = self.ops.write().await;
         let digest = hex::encode(stasis_core::module::digest(&bytes));
-        if let Some(existing) = self.directory.template(name)? {
-            if existing.digest == digest && existing.env == env && existing.durability == durability
-            {
-                return Ok((self.template_info(existing), false));
-            }
-            return Err(ApiError::conflict(format!(
-                "template {name} exists with {}; delete it first or push under another name",
-                if existing.digest != digest {
-                    "other module bytes"
-                } else if existing.env != env {
-                    "another environment"
-                } else if existing.durability.is_none() {
-                    "no --durability of its own (it follows the server's)"
-                } else {
-                    "another --durability"
-                }
-            )));
+        let versions = self.versions_of(name)?;
+        if let Some(newest) = versions.last()
+            && newest.digest == digest
+            && newest.env == env
+            && newest.durability == durability
+        {
+            return Ok((self.template_info(versions), false));
         }
+        let version = versions.len() as u64 + 1;
         // Cranelift takes tens of ms: keep it off the async workers' backs.
         let template =
             stasis_core::blocking::off_the_executor(|| self.templates.cache().load(&bytes))
@@ -127,34 +147,59 @@ impl ControlPlane {
                 })?;
         }
         let row = TemplateRow {
-            name: name.to_owned(),
+            name: version_row(name, version),
             digest,
             bytes: bytes.len() as u64,
             env,
             durability,
         };
         self.directory.insert_template(&row)?;
-        tracing::info!(template = name, digest = %row.digest, "template pushed");
-        Ok((self.template_info(row), true))
+        tracing::info!(template = name, version, digest = %row.digest, "template pushed");
+        let mut versions = versions;
+        versions.push(row);
+        Ok((self.template_info(versions), true))
     }
 
-    fn template_info(&self, row: TemplateRow) -> TemplateInfo {
-        let actors = self
-            .placements()
-            .values()
-            .filter(|p| p.template == row.name)
-            .count();
-        TemplateInfo {
-            name: row.name,
-            digest: row.digest,
-            bytes: row.bytes,
-            env: row.env.into_iter().collect(),
-            actors,
-            durability: row
-                .durability
+    /// The view of a template from its `versions`, oldest first (at
+    /// least one).
+    fn template_info(&self, versions: Vec<TemplateRow>) -> TemplateInfo {
+        let placements = self.placements();
+        let level = |row: &TemplateRow| {
+            row.durability
                 .unwrap_or(self.config.worker.actor.durability)
                 .name()
-                .to_owned(),
+                .to_owned()
+        };
+        let listed: Vec<TemplateVersionInfo> = versions
+            .iter()
+            .map(|row| TemplateVersionInfo {
+                version: row_version(&row.name).1,
+                digest: row.digest.clone(),
+                bytes: row.bytes,
+                actors: placements
+                    .values()
+                    .filter(|p| p.template == row.name)
+                    .count(),
+                durability: level(row),
+            })
+            .collect();
+        let newest = versions.last().cloned().unwrap_or_else(|| TemplateRow {
+            name: String::new(),
+            digest: String::new(),
+            bytes: 0,
+            env: Vec::new(),
+            durability: None,
+        });
+        let (name, version) = row_version(&newest.name);
+        TemplateInfo {
+            name: name.to_owned(),
+            version,
+            durability: level(&newest),
+            digest: newest.digest,
+            bytes: newest.bytes,
+            env: newest.env.into_iter().collect(),
+            actors: listed.iter().map(|v| v.actors).sum(),
+            versions: listed,
         }
     }
 
@@ -163,11 +208,20 @@ impl ControlPlane {
     /// # Errors
     /// 500 on a directory failure.
     pub fn templates(&self) -> Result<Vec<TemplateInfo>, ApiError> {
-        Ok(self
-            .directory
-            .templates()?
-            .into_iter()
-            .map(|t| self.template_info(t))
+        let mut by_name: std::collections::BTreeMap<String, Vec<TemplateRow>> =
+            std::collections::BTreeMap::new();
+        for row in self.directory.templates()? {
+            by_name
+                .entry(row_version(&row.name).0.to_owned())
+                .or_default()
+                .push(row);
+        }
+        Ok(by_name
+            .into_values()
+            .map(|mut versions| {
+                versions.sort_by_key(|row| row_version(&row.name).1);
+                self.template_info(versions)
+            })
             .collect())
     }
 
@@ -176,7 +230,11 @@ impl ControlPlane {
     /// # Errors
     /// 404 if unknown.
     pub fn template(&self, name: &str) -> Result<TemplateInfo, ApiError> {
-        Ok(self.template_info(self.template_row(name)?))
+        let versions = self.versions_of(name)?;
+        if versions.is_empty() {
+            return Err(ApiError::not_found(format!("no template named {name:?}")));
+        }
+        Ok(self.template_info(versions))
     }
 
     /// The module bytes of the template with `digest` (for remote workers).
@@ -203,11 +261,14 @@ impl ControlPlane {
     /// 404 if unknown; 409 while actors use it.
     pub async fn delete_template(&self, name: &str) -> Result<(), ApiError> {
         let _guard = self.ops.write().await;
-        let row = self.template_row(name)?;
+        let versions = self.versions_of(name)?;
+        if versions.is_empty() {
+            return Err(ApiError::not_found(format!("no template named {name:?}")));
+        }
         let mut users: Vec<String> = self
             .placements()
             .iter()
-            .filter(|(_, p)| p.template == name)
+            .filter(|(_, p)| row_version(&p.template).0 == name)
             .map(|(a, _)| a.clone())
             .collect();
         if !users.is_empty() {
@@ -217,14 +278,16 @@ impl ControlPlane {
                 users.join(", ")
             )));
         }
-        self.directory.delete_template(name)?;
-        if !self
-            .directory
-            .templates()?
-            .iter()
-            .any(|t| t.digest == row.digest)
-        {
-            let _ = std::fs::remove_file(self.templates.path(&row.digest));
+        // Newest first: a delete cut short leaves the older versions, still
+        // one template.
+        for row in versions.iter().rev() {
+            self.directory.delete_template(&row.name)?;
+        }
+        let left = self.directory.templates()?;
+        for row in &versions {
+            if !left.iter().any(|t| t.digest == row.digest) {
+                let _ = std::fs::remove_file(self.templates.path(&row.digest));
+            }
         }
         Ok(())
     }

@@ -12,13 +12,34 @@ use stasis_core::snapshot_store::SnapshotEntry;
 pub struct TemplateInfo {
     /// Name.
     pub name: String,
-    /// SHA-256 hex of the module.
+    /// The newest version (the one new actors run; 1 for a template
+    /// pushed once).
+    pub version: u64,
+    /// SHA-256 hex of the newest version's module (as every field below
+    /// but `actors` and `versions`).
     pub digest: String,
     /// Module size in bytes.
     pub bytes: u64,
     /// WASI environment.
     pub env: std::collections::BTreeMap<String, String>,
-    /// Actors using it.
+    /// Actors using it, of every version.
+    pub actors: usize,
+    /// When its actors' requests are durable (`--durability`).
+    pub durability: String,
+    /// Every version, oldest first.
+    pub versions: Vec<TemplateVersionInfo>,
+}
+
+/// One version of a template as the API shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct TemplateVersionInfo {
+    /// Its number: 1, 2, ...
+    pub version: u64,
+    /// SHA-256 hex of its module.
+    pub digest: String,
+    /// Module size in bytes.
+    pub bytes: u64,
+    /// Actors running it.
     pub actors: usize,
     /// When its actors' requests are durable (`--durability`).
     pub durability: String,
@@ -31,6 +52,8 @@ pub struct ActorInfo {
     pub name: String,
     /// Template name.
     pub template: String,
+    /// The version of its template it runs.
+    pub template_version: u64,
     /// State.
     pub state: ActorState,
     /// Owning worker.

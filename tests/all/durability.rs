@@ -223,8 +223,9 @@ async fn a_torn_journal_tail_is_ignored() {
 
 /// A template pushed with `--durability` overrides the server's level for
 /// its actors (`template get`, `actor get`, and what a trap does); the
-/// same module pushed again with another level is a conflict, and an
-/// unknown level is refused before anything is stored.
+/// same module pushed again with another level is the template's next
+/// version (its actors keep the level of theirs), and an unknown level is
+/// refused before anything is stored.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_template_overrides_the_servers_level() {
     let server = Server::start(&[]);
@@ -255,12 +256,17 @@ async fn a_template_overrides_the_servers_level() {
         server.cli_json(&["template", "get", "kept"])["durability"],
         "request"
     );
-    let again = server.cli(&["template", "push", "fast", file, "--durability", "request"]);
-    assert!(!again.status.success());
-    let stderr = String::from_utf8_lossy(&again.stderr);
-    assert!(
-        stderr.contains("409") || stderr.contains("--durability"),
-        "{stderr}"
+    server.cli_ok(&["template", "push", "fast", file, "--durability", "request"]);
+    let fast = server.cli_json(&["template", "get", "fast"]);
+    assert_eq!(
+        (fast["version"].clone(), fast["durability"].clone()),
+        (2.into(), "request".into()),
+        "{fast}"
+    );
+    assert_eq!(
+        server.cli_json(&["actor", "get", "f"])["durability"],
+        "pause",
+        "f stays on version 1"
     );
     let bad = server.cli(&["template", "push", "other", file, "--durability", "never"]);
     assert!(!bad.status.success());

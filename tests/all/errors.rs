@@ -463,9 +463,12 @@ async fn a_second_process_on_the_same_data_dir_is_refused() {
     assert_eq!(health.status, 200, "the first one still serves");
 }
 
-/// docs/api.md: a template push is idempotent (200 for the same bytes and
-/// env), 409 for other bytes or env under the name; a template in use is
-/// not deleted (409 naming its actors), an unused one is (204).
+/// docs/api.md: a template push is idempotent (200 for the same bytes,
+/// env and durability as the newest version); other bytes or env under
+/// the name make its next version (201), which new actors run while
+/// existing ones stay on theirs; a template any of whose versions is in
+/// use is not deleted (409 naming its actors), an unused one is, every
+/// version (204).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn template_push_and_delete_answer_as_documented() {
     let server = Server::start(&["--workers", "1"]);
@@ -474,20 +477,72 @@ async fn template_push_and_delete_answer_as_documented() {
     assert_eq!(first.status, 201, "{first:?}");
     let again = admin(&server, "PUT", "/v1/templates/t", module.clone()).await;
     assert_eq!(again.status, 200, "{again:?}");
-    let env = admin(&server, "PUT", "/v1/templates/t?env=K%3DV", module.clone()).await;
-    assert_eq!(env.status, 409, "{env:?}");
-    let other = std::fs::read(support::demo("echo")).expect("demo");
-    let bytes = admin(&server, "PUT", "/v1/templates/t", other).await;
-    assert_eq!(bytes.status, 409, "{bytes:?}");
     server.create("user-1", "t");
+    assert_eq!(count(&post(&server, "user-1").await), 1);
+    let env = admin(&server, "PUT", "/v1/templates/t?env=K%3DV", module.clone()).await;
+    assert_eq!(env.status, 201, "{env:?}");
+    let version = |a: &Answer| {
+        serde_json::from_str::<serde_json::Value>(&a.body)
+            .ok()
+            .map(|v| v["version"].clone())
+    };
+    assert_eq!(version(&env), Some(2.into()), "{env:?}");
+    let other = std::fs::read(support::demo("echo")).expect("demo");
+    let bytes = admin(&server, "PUT", "/v1/templates/t", other.clone()).await;
+    assert_eq!(bytes.status, 201, "{bytes:?}");
+    assert_eq!(version(&bytes), Some(3.into()), "{bytes:?}");
+    let same = admin(&server, "PUT", "/v1/templates/t", other).await;
+    assert_eq!(same.status, 200, "the newest version again: {same:?}");
+    // New actors run the newest version (echo); user-1 stays a counter.
+    server.create("user-3", "t");
+    let echoed = post(&server, "user-3").await;
+    assert_eq!(echoed.status, 200, "{echoed:?}");
+    assert!(
+        !echoed.body.contains("count"),
+        "echo, not a counter: {echoed:?}"
+    );
+    assert_eq!(count(&post(&server, "user-1").await), 2);
+    let one = server.cli_json(&["actor", "get", "user-1"]);
+    assert_eq!(
+        (one["template"].clone(), one["template_version"].clone()),
+        ("t".into(), 1.into()),
+        "{one}"
+    );
+    assert_eq!(
+        server.cli_json(&["actor", "get", "user-3"])["template_version"],
+        3
+    );
+    let t = server.cli_json(&["template", "get", "t"]);
+    assert_eq!(t["version"], 3, "{t}");
+    assert_eq!(t["actors"], 2, "{t}");
+    let versions: Vec<(u64, u64)> = t["versions"]
+        .as_array()
+        .expect("versions")
+        .iter()
+        .map(|v| {
+            (
+                v["version"].as_u64().unwrap_or(0),
+                v["actors"].as_u64().unwrap_or(9),
+            )
+        })
+        .collect();
+    assert_eq!(versions, vec![(1, 1), (2, 0), (3, 1)], "{t}");
     let busy = admin(&server, "DELETE", "/v1/templates/t", Vec::new()).await;
     assert_eq!(busy.status, 409, "{busy:?}");
-    assert!(busy.body.contains("user-1"), "names the actors: {busy:?}");
+    assert!(
+        busy.body.contains("user-1") && busy.body.contains("user-3"),
+        "names the actors: {busy:?}"
+    );
     server.cli_ok(&["actor", "delete", "user-1"]);
+    server.cli_ok(&["actor", "delete", "user-3"]);
     let gone = admin(&server, "DELETE", "/v1/templates/t", Vec::new()).await;
     assert_eq!(gone.status, 204, "{gone:?}");
     let missing = admin(&server, "DELETE", "/v1/templates/t", Vec::new()).await;
     assert_eq!(missing.status, 404, "{missing:?}");
+    assert_eq!(
+        server.cli_json(&["template", "list"]),
+        serde_json::json!([])
+    );
 }
 
 /// docs/operations.md, `--checkpoint-interval`: a running actor that
