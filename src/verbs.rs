@@ -93,7 +93,7 @@ pub(crate) enum ClientCommand {
     /// Push, list, show and delete templates (guest modules).
     #[command(subcommand)]
     Template(TemplateCommand),
-    /// Create, list, inspect, pause, resume, checkpoint, migrate and delete actors.
+    /// Create, list, inspect, pause, resume, checkpoint, migrate, upgrade and delete actors.
     #[command(subcommand)]
     Actor(ActorCommand),
     /// List, drain and undrain workers.
@@ -233,6 +233,17 @@ pub(crate) enum ActorCommand {
         /// The worker to move it to.
         #[arg(long, value_name = "WORKER")]
         to: String,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Move an actor to another version of its template, keeping its state
+    /// (memory carry-over: both versions declare the same layout).
+    Upgrade {
+        /// Actor name.
+        name: String,
+        /// The version to move to (default: the template's newest).
+        #[arg(long, value_name = "V")]
+        to_version: Option<u64>,
         #[command(flatten)]
         client: ClientArgs,
     },

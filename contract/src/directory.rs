@@ -119,6 +119,21 @@ pub trait Directory: Send + Sync {
     /// meanwhile (nothing changed); 500 on a storage failure.
     fn place_actor(&self, name: &str, worker: &str, epoch: u64) -> Result<(), ApiError>;
 
+    /// [`Directory::place_actor`] that also sets the template version the
+    /// actor runs (`template`: that version's row, see [`version_row`]):
+    /// the durable switch of an upgrade, the same compare-and-set on the
+    /// epoch.
+    ///
+    /// # Errors
+    /// As [`Directory::place_actor`].
+    fn place_actor_as(
+        &self,
+        name: &str,
+        worker: &str,
+        epoch: u64,
+        template: &str,
+    ) -> Result<(), ApiError>;
+
     /// All actors, by name.
     ///
     /// # Errors

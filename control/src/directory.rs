@@ -232,6 +232,29 @@ impl Directory for SqliteDirectory {
         Ok(())
     }
 
+    fn place_actor_as(
+        &self,
+        name: &str,
+        worker: &str,
+        epoch: u64,
+        template: &str,
+    ) -> Result<(), ApiError> {
+        let changed = self
+            .conn()
+            .execute(
+                "UPDATE actors SET worker = ?2, epoch = ?3, template = ?4
+                 WHERE name = ?1 AND epoch < ?3",
+                params![name, worker, epoch as i64, template],
+            )
+            .map_err(db)?;
+        if changed == 0 {
+            return Err(ApiError::conflict(format!(
+                "actor {name} was deleted or placed at epoch {epoch} or later meanwhile"
+            )));
+        }
+        Ok(())
+    }
+
     fn actors(&self) -> Result<Vec<ActorRow>, ApiError> {
         let conn = self.reader();
         let mut stmt = conn

@@ -14,6 +14,8 @@
 //! - [`templates`]: template push, list, delete;
 //! - [`migrate`]: one move, rebalance and drain, planned by the pure
 //!   functions of [`balance`];
+//! - [`upgrade`]: one actor moved to another version of its template
+//!   through its gate;
 //! - [`ship`]: installing an actor from a stored snapshot on a worker, and
 //!   receiving snapshots remote workers replicate;
 //! - [`membership`]: the workers ([`membership::Member`]), joins,
@@ -50,6 +52,7 @@ pub mod recover;
 pub mod request;
 pub mod ship;
 pub mod templates;
+pub mod upgrade;
 pub mod views;
 
 use std::collections::{BTreeMap, HashMap};
@@ -78,7 +81,7 @@ use stasis_core::snapshot_store::SnapshotStore;
 pub use templates::MAX_TEMPLATE_BYTES;
 pub use views::{
     ActorInfo, GcReport, MigrateInfo, Move, PauseInfo, RebalanceReport, TemplateInfo,
-    TemplateVersionInfo, WorkerInfo,
+    TemplateVersionInfo, UpgradeInfo, WorkerInfo,
 };
 
 /// Everything `stasis serve` is configured with.

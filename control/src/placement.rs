@@ -159,6 +159,24 @@ impl PlacementTable {
     /// Points `actor` at `worker` (as `incarnation`) under `epoch`; only
     /// [`ControlPlane::switch_placement`] calls it, after the directory
     /// recorded the switch.
+    /// [`PlacementTable::point`] for an upgrade: also the template version's
+    /// row the actor runs now.
+    pub(super) fn point_as(
+        &self,
+        actor: &str,
+        worker: Arc<str>,
+        incarnation: u64,
+        epoch: u64,
+        template: &str,
+    ) {
+        if let Some(p) = self.write().get_mut(actor) {
+            p.worker = worker;
+            p.incarnation = incarnation;
+            p.epoch = epoch;
+            template.clone_into(&mut p.template);
+        }
+    }
+
     fn point(&self, actor: &str, worker: Arc<str>, incarnation: u64, epoch: u64) {
         if let Some(p) = self.write().get_mut(actor) {
             p.worker = worker;
@@ -195,6 +213,9 @@ impl PlacementTable {
                     }
                     p.epoch = row.epoch;
                     p.incarnation = ANY_INCARNATION;
+                    if p.template != row.template {
+                        p.template.clone_from(&row.template);
+                    }
                 }
                 None => {
                     placements.insert(name.clone(), placement(row, generation));

@@ -42,7 +42,12 @@ impl ControlPlane {
     /// file of a full snapshot, or a delta's chain (verified against the
     /// template `digest`) flattened into a full one, since the target
     /// keeps its own store.
-    async fn read_snapshot(&self, actor: &str, digest: &str, seq: u64) -> Result<Bytes, ApiError> {
+    pub(super) async fn read_snapshot(
+        &self,
+        actor: &str,
+        digest: &str,
+        seq: u64,
+    ) -> Result<Bytes, ApiError> {
         let store = self.store.clone();
         let name = actor.to_owned();
         let stored = tokio::task::spawn_blocking(move || store.open_snapshot(&name, seq))

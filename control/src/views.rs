@@ -116,6 +116,23 @@ pub struct MigrateInfo {
     pub from: String,
 }
 
+/// One actor's upgrade (`POST /v1/actors/{name}/upgrade`).
+#[derive(Debug, Clone, Serialize)]
+pub struct UpgradeInfo {
+    /// The actor after the upgrade.
+    #[serde(flatten)]
+    pub actor: ActorInfo,
+    /// The version of its template it ran before.
+    pub from_version: u64,
+    /// The version it runs now.
+    pub to_version: u64,
+    /// How its state moved: `carry_over` (its snapshot restored into the
+    /// new module).
+    pub path: &'static str,
+    /// Time the actor's gate was closed, in milliseconds.
+    pub downtime_ms: f64,
+}
+
 /// One move of a rebalance or drain.
 #[derive(Debug, Clone, Serialize)]
 pub struct Move {

@@ -53,6 +53,15 @@ pub const MIN_ABI_VERSION: u32 = 1;
 /// Name of the custom section holding the ABI version (`u32`, little-endian).
 pub const ABI_SECTION: &str = "stasis-abi";
 
+/// Name of the custom section in which a module declares the layout of its
+/// state in linear memory and globals: any non-empty bytes its author
+/// changes whenever that layout changes (`"todo-v1"`). An actor is
+/// upgraded to another version of its template by **memory carry-over**
+/// (its snapshot restored into the new module, `stasis actor upgrade`)
+/// only when both versions hold this section with the same bytes, and
+/// their memories and mutable globals match in number and type.
+pub const LAYOUT_SECTION: &str = "stasis-layout";
+
 /// The import module every guest may use: WASI preview 1 (a version-2
 /// guest may also use [`imports::MODULE`]).
 pub const WASI_MODULE: &str = "wasi_snapshot_preview1";

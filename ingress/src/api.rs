@@ -90,6 +90,14 @@ struct MigrateBody {
     to: String,
 }
 
+#[derive(serde::Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct UpgradeBody {
+    /// The version to move to; the template's newest when absent.
+    #[serde(default)]
+    to_version: Option<u64>,
+}
+
 fn bytes_response(bytes: Vec<u8>) -> Response<Body> {
     let mut response = Response::new(Full::new(Bytes::from(bytes)));
     response.headers_mut().insert(
@@ -230,6 +238,15 @@ impl AdminApi {
                 let req: MigrateBody = parse_json(&body)?;
                 let (c, name) = (c.clone(), (*name).to_owned());
                 ok(&detached(async move { c.migrate(&name, &req.to).await }).await?)
+            }
+            (&Method::POST, ["v1", "actors", name, "upgrade"]) => {
+                let req: UpgradeBody = if body.is_empty() {
+                    UpgradeBody::default()
+                } else {
+                    parse_json(&body)?
+                };
+                let (c, name) = (c.clone(), (*name).to_owned());
+                ok(&detached(async move { c.upgrade(&name, req.to_version).await }).await?)
             }
             (&Method::GET, ["v1", "workers"]) => ok(&c.workers().await),
             (&Method::POST, ["v1", "workers", name, "drain"]) => {

@@ -31,7 +31,7 @@ pub fn allowed(path: &str) -> &'static [&'static str] {
             "v1",
             "actors",
             _,
-            "fork" | "pause" | "checkpoint" | "resume" | "migrate",
+            "fork" | "pause" | "checkpoint" | "resume" | "migrate" | "upgrade",
         ]
         | ["v1", "workers", _, "drain" | "undrain"]
         | ["v1", "rebalance" | "gc"] => &["POST"],

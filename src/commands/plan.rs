@@ -265,6 +265,18 @@ pub(super) fn plan(command: ClientCommand) -> anyhow::Result<Call> {
             View::Details,
         )
         .with_body(Body::Json(serde_json::json!({ "to": to }))),
+        C::Actor(ActorCommand::Upgrade {
+            name,
+            to_version,
+            client,
+        }) => Call::new(
+            client,
+            format!("actor upgrade {name}"),
+            Method::POST,
+            actor_path(&name, "upgrade"),
+            View::Details,
+        )
+        .with_body(Body::Json(serde_json::json!({ "to_version": to_version }))),
         C::Worker(WorkerCommand::List { client }) => Call::new(
             client,
             "worker list".into(),

@@ -85,3 +85,4 @@ mod retention;
 mod store_deltas;
 mod store_journal;
 mod structure;
+mod upgrade;

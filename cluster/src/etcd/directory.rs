@@ -218,6 +218,82 @@ fn revision_of(resp: &TxnResponse) -> i64 {
 }
 
 impl EtcdDirectory {
+    /// The placement compare-and-set of [`Directory::place_actor`], and
+    /// of [`Directory::place_actor_as`] when `template` is given.
+    fn place(
+        &self,
+        name: &str,
+        worker: &str,
+        epoch: u64,
+        template: Option<String>,
+    ) -> Result<(), ApiError> {
+        let kv = self.kv();
+        let key = self.actor_key(name);
+        let (name, worker) = (name.to_string(), worker.to_string());
+        let fence = self.fence.clone();
+        let revision = self.etcd.run_blocking("a placement", async move {
+            let gone = || {
+                ApiError::conflict(format!(
+                    "actor {name} was deleted or placed at epoch {epoch} or later meanwhile"
+                ))
+            };
+            // Whether a transaction of ours may have been applied although
+            // its answer was lost (then finding our own placement is success).
+            let mut maybe_applied = false;
+            let mut last_error = None;
+            for _ in 0..PLACE_ATTEMPTS {
+                let Some(found) = Self::get(kv.clone(), key.clone()).await? else {
+                    return Err(gone());
+                };
+                let mut v: ActorValue = decode(found.key(), found.value())?;
+                if maybe_applied && v.epoch == epoch && v.worker == worker {
+                    return Ok(found.mod_revision());
+                }
+                if v.epoch >= epoch {
+                    return Err(gone());
+                }
+                let seen = found.mod_revision();
+                v.worker.clone_from(&worker);
+                v.epoch = epoch;
+                if let Some(template) = &template {
+                    v.template.clone_from(template);
+                }
+                let value = serde_json::to_vec(&v).map_err(failed)?;
+                let mut compares = vec![Compare::mod_revision(key.clone(), CompareOp::Equal, seen)];
+                compares.extend(fence.as_ref().map(Fence::compare));
+                let txn = Txn::new()
+                    .when(compares)
+                    .and_then([TxnOp::put(key.clone(), value, None)]);
+                match kv.clone().txn(txn).await {
+                    Ok(resp) if resp.succeeded() => return Ok(revision_of(&resp)),
+                    // This replica no longer leads: stop here. Else someone
+                    // wrote the actor between our read and our write: read
+                    // again, re-checking the epoch.
+                    Ok(_) => {
+                        if let Some(fence) = &fence {
+                            fence.check(kv.clone()).await?;
+                        }
+                        last_error = None;
+                    }
+                    Err(e) if retryable(&e) => {
+                        maybe_applied = true;
+                        last_error = Some(e);
+                        tokio::time::sleep(RETRY_PAUSE).await;
+                    }
+                    Err(e) => return Err(failed(e)),
+                }
+            }
+            Err(match last_error {
+                Some(e) => failed(format!("placing actor {name} at epoch {epoch}: {e}")),
+                None => ApiError::conflict(format!(
+                    "actor {name}: placement at epoch {epoch} lost {PLACE_ATTEMPTS} races to other writers"
+                )),
+            })
+        })?;
+        self.wrote_actor(revision);
+        Ok(())
+    }
+
     /// Notes that an actor's record was written at etcd's `revision`.
     fn wrote_actor(&self, revision: i64) {
         self.actors_revision.fetch_max(revision, Ordering::SeqCst);
@@ -408,68 +484,17 @@ impl Directory for EtcdDirectory {
     }
 
     fn place_actor(&self, name: &str, worker: &str, epoch: u64) -> Result<(), ApiError> {
-        let kv = self.kv();
-        let key = self.actor_key(name);
-        let (name, worker) = (name.to_string(), worker.to_string());
-        let fence = self.fence.clone();
-        let revision = self.etcd.run_blocking("a placement", async move {
-            let gone = || {
-                ApiError::conflict(format!(
-                    "actor {name} was deleted or placed at epoch {epoch} or later meanwhile"
-                ))
-            };
-            // Whether a transaction of ours may have been applied although
-            // its answer was lost (then finding our own placement is success).
-            let mut maybe_applied = false;
-            let mut last_error = None;
-            for _ in 0..PLACE_ATTEMPTS {
-                let Some(found) = Self::get(kv.clone(), key.clone()).await? else {
-                    return Err(gone());
-                };
-                let mut v: ActorValue = decode(found.key(), found.value())?;
-                if maybe_applied && v.epoch == epoch && v.worker == worker {
-                    return Ok(found.mod_revision());
-                }
-                if v.epoch >= epoch {
-                    return Err(gone());
-                }
-                let seen = found.mod_revision();
-                v.worker.clone_from(&worker);
-                v.epoch = epoch;
-                let value = serde_json::to_vec(&v).map_err(failed)?;
-                let mut compares = vec![Compare::mod_revision(key.clone(), CompareOp::Equal, seen)];
-                compares.extend(fence.as_ref().map(Fence::compare));
-                let txn = Txn::new()
-                    .when(compares)
-                    .and_then([TxnOp::put(key.clone(), value, None)]);
-                match kv.clone().txn(txn).await {
-                    Ok(resp) if resp.succeeded() => return Ok(revision_of(&resp)),
-                    // This replica no longer leads: stop here. Else someone
-                    // wrote the actor between our read and our write: read
-                    // again, re-checking the epoch.
-                    Ok(_) => {
-                        if let Some(fence) = &fence {
-                            fence.check(kv.clone()).await?;
-                        }
-                        last_error = None;
-                    }
-                    Err(e) if retryable(&e) => {
-                        maybe_applied = true;
-                        last_error = Some(e);
-                        tokio::time::sleep(RETRY_PAUSE).await;
-                    }
-                    Err(e) => return Err(failed(e)),
-                }
-            }
-            Err(match last_error {
-                Some(e) => failed(format!("placing actor {name} at epoch {epoch}: {e}")),
-                None => ApiError::conflict(format!(
-                    "actor {name}: placement at epoch {epoch} lost {PLACE_ATTEMPTS} races to other writers"
-                )),
-            })
-        })?;
-        self.wrote_actor(revision);
-        Ok(())
+        self.place(name, worker, epoch, None)
+    }
+
+    fn place_actor_as(
+        &self,
+        name: &str,
+        worker: &str,
+        epoch: u64,
+        template: &str,
+    ) -> Result<(), ApiError> {
+        self.place(name, worker, epoch, Some(template.to_owned()))
     }
 
     fn actors(&self) -> Result<Vec<ActorRow>, ApiError> {

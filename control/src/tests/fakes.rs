@@ -335,6 +335,20 @@ impl Directory for MemoryDirectory {
         Ok(())
     }
 
+    fn place_actor_as(
+        &self,
+        name: &str,
+        worker: &str,
+        epoch: u64,
+        template: &str,
+    ) -> Result<(), ApiError> {
+        self.place_actor(name, worker, epoch)?;
+        if let Some(row) = self.actors.lock().expect("lock").get_mut(name) {
+            row.template = template.to_owned();
+        }
+        Ok(())
+    }
+
     fn place_actor(&self, name: &str, worker: &str, epoch: u64) -> Result<(), ApiError> {
         let mut actors = self.actors.lock().expect("lock");
         match actors.get_mut(name) {

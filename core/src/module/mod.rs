@@ -149,6 +149,58 @@ pub struct ModuleInfo {
     pub memories: Vec<MemoryInfo>,
     /// Whether the module has a start section.
     pub has_start: bool,
+    /// The layout it declares in its
+    /// [`stasis_host_api::LAYOUT_SECTION`] section, if any.
+    pub layout: Option<Vec<u8>>,
+}
+
+impl ModuleInfo {
+    /// Why an actor's memory and globals, as a snapshot taken under
+    /// `self`, cannot be carried over into `new` (memory carry-over, see
+    /// [`stasis_host_api::LAYOUT_SECTION`]): the first difference found,
+    /// in words; `None` when they can.
+    #[must_use]
+    pub fn carry_over_refusal(&self, new: &ModuleInfo) -> Option<String> {
+        let shown = |layout: &Option<Vec<u8>>| match layout {
+            Some(bytes) => format!("{:?}", String::from_utf8_lossy(bytes)),
+            None => "none".to_owned(),
+        };
+        let section = stasis_host_api::LAYOUT_SECTION;
+        match (&self.layout, &new.layout) {
+            (Some(old), Some(now)) if old == now && !old.is_empty() => {}
+            _ => {
+                return Some(format!(
+                    "the layouts declared differ (custom section `{section}`: {} before, {} now)",
+                    shown(&self.layout),
+                    shown(&new.layout)
+                ));
+            }
+        }
+        if self.memories.len() != new.memories.len() {
+            return Some(format!(
+                "{} memories before, {} now",
+                self.memories.len(),
+                new.memories.len()
+            ));
+        }
+        if self.globals.len() != new.globals.len() {
+            return Some(format!(
+                "{} mutable globals before, {} now",
+                self.globals.len(),
+                new.globals.len()
+            ));
+        }
+        self.globals
+            .iter()
+            .zip(&new.globals)
+            .find(|(old, now)| old != now)
+            .map(|(old, now)| {
+                format!(
+                    "mutable global {} ({:?}) before is global {} ({:?}) now",
+                    old.index, old.kind, now.index, now.kind
+                )
+            })
+    }
 }
 
 /// Which rewrite of a template to produce.

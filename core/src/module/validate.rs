@@ -1,7 +1,9 @@
 //! Validation: [`analyze`] checks a guest module against every rule of the
 //! snapshot design and reports what a snapshot of it holds ([`ModuleInfo`]).
 
-use stasis_host_api::{ABI_SECTION, ABI_VERSION, MIN_ABI_VERSION, WASI_MODULE, exports, imports};
+use stasis_host_api::{
+    ABI_SECTION, ABI_VERSION, LAYOUT_SECTION, MIN_ABI_VERSION, WASI_MODULE, exports, imports,
+};
 use wasmparser::{
     CompositeInnerType, ExternalKind, FuncType, Operator, Parser, Payload, TypeRef, ValType,
     Validator,
@@ -107,6 +109,7 @@ pub fn analyze(bytes: &[u8]) -> Result<ModuleInfo, ModuleError> {
         globals: Vec::new(),
         memories: Vec::new(),
         has_start: false,
+        layout: None,
     };
     let mut abi = None;
     let mut imports_wasi = false;
@@ -236,6 +239,9 @@ pub fn analyze(bytes: &[u8]) -> Result<ModuleInfo, ModuleError> {
                         )));
                     }
                 }
+            }
+            Payload::CustomSection(section) if section.name() == LAYOUT_SECTION => {
+                info.layout = Some(section.data().to_vec());
             }
             Payload::CustomSection(section) if section.name() == ABI_SECTION => {
                 let data: [u8; 4] = section.data().try_into().map_err(|_| {

@@ -20,6 +20,7 @@ pub mod delta;
 mod dirty;
 pub mod format;
 pub mod memory;
+pub mod restamp;
 pub mod restore;
 pub mod source;
 pub mod verify;
@@ -35,6 +36,7 @@ pub use format::{
     encode_header,
 };
 pub use memory::{PAGE_SIZE, page_is_zero};
+pub use restamp::restamp;
 pub use restore::{RestoreError, restore, restore_chain};
 pub use source::SnapshotSource;
 pub use verify::{

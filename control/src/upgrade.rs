@@ -1,0 +1,212 @@
+//! Live code upgrade of one actor ([`ControlPlane::upgrade`]): through the
+//! actor's gate (requests in flight finish, new ones are held, not
+//! refused), its state moves to another version of its template by
+//! **memory carry-over** — the snapshot taken at the barrier is restored
+//! into the new version's module on the same worker — or, on any failure,
+//! the actor stays on its version with its state unchanged.
+
+use std::time::Instant;
+
+use super::ControlPlane;
+use super::membership::Member;
+use super::views::UpgradeInfo;
+use stasis_contract::directory::{TemplateRow, row_version};
+use stasis_contract::error::ApiError;
+use stasis_contract::status::{Captured, ms};
+use stasis_contract::templates::Templates as _;
+use stasis_core::snapshot;
+
+impl ControlPlane {
+    /// Upgrades actor `name` to version `to` of its template (the newest
+    /// when `None`) by memory carry-over: both versions must declare the
+    /// same layout and have the same memories and mutable globals
+    /// ([`stasis_core::module::ModuleInfo::carry_over_refusal`]), and the
+    /// actor's snapshot must verify against the new module.
+    ///
+    /// # Errors
+    /// 404 unknown actor or version; 409 already on that version, the
+    /// versions are not layout-compatible (the message names the
+    /// difference), or the actor was upgraded meanwhile; the failure that
+    /// left it on its version (422 its snapshot does not verify against
+    /// the new module, 503 its worker unreachable); 503 when the control
+    /// plane is shutting down.
+    pub async fn upgrade(&self, name: &str, to: Option<u64>) -> Result<UpgradeInfo, ApiError> {
+        self.refuse_if_shutting_down("upgrade")?;
+        let placement = self.placement_of(name)?;
+        let (template, from) = row_version(&placement.template);
+        let template = template.to_owned();
+        let versions = self.versions_of(&template)?;
+        let newest = versions.len() as u64;
+        let to = to.unwrap_or(newest);
+        let target = usize::try_from(to)
+            .ok()
+            .and_then(|to| to.checked_sub(1))
+            .and_then(|i| versions.get(i))
+            .cloned()
+            .ok_or_else(|| {
+                ApiError::not_found(format!(
+                    "template {template} has no version {to} (versions 1 to {newest})"
+                ))
+            })?;
+        if to == from {
+            return Err(ApiError::conflict(format!(
+                "actor {name} already runs version {to} of template {template}"
+            )));
+        }
+        let source = self.template_row(&placement.template)?;
+        let (old, new) = (
+            self.templates.template(&source.digest).await?,
+            self.templates.template(&target.digest).await?,
+        );
+        if let Some(why) = old.info.carry_over_refusal(&new.info) {
+            return Err(ApiError::conflict(format!(
+                "actor {name} cannot move from version {from} to version {to} of template \
+                 {template} by memory carry-over: {why}; it stays on version {from}"
+            )));
+        }
+        let gate = placement.gate.clone();
+        // New requests wait from the moment the upgrade asks for the gate.
+        let started = Instant::now();
+        let closed = gate.barrier.write().await;
+        let placement = self.placement_of(name)?;
+        if placement.template != source.name {
+            return Err(ApiError::conflict(format!(
+                "actor {name} was upgraded meanwhile"
+            )));
+        }
+        self.refuse_if_shutting_down("upgrade")?;
+        let member = self.host_of(&placement, name)?;
+        let captured = member.api.capture(name).await?;
+        let epoch = placement.epoch + 1;
+        if let Err((e, installed)) = self
+            .carry_over(name, &member, &captured, (&source, &target), epoch)
+            .await
+        {
+            self.stay(
+                name,
+                &member,
+                &captured,
+                &source,
+                placement.epoch,
+                installed,
+            )
+            .await;
+            drop(closed);
+            tracing::warn!(actor = name, from, to, "upgrade refused: {e}");
+            let message = format!(
+                "upgrade of {name} to version {to} of template {template} refused; it stays \
+                 on version {from} with its state: {}",
+                e.message()
+            );
+            return Err(e.with_message(message));
+        }
+        drop(closed);
+        let downtime = started.elapsed();
+        tracing::info!(
+            actor = name,
+            template,
+            from,
+            to,
+            downtime_ms = ms(downtime),
+            "actor upgraded"
+        );
+        Ok(UpgradeInfo {
+            actor: self.actor(name).await?,
+            from_version: from,
+            to_version: to,
+            path: "carry_over",
+            downtime_ms: ms(downtime),
+        })
+    }
+
+    /// Restores the `captured` snapshot into version `target` on `member`
+    /// at `epoch`: the snapshot (its chain flattened) is written again as
+    /// the actor's next one, full and stamped with the new module, and
+    /// installed, which verifies it against the new module; then the
+    /// actor's placement and version are switched durably. On failure,
+    /// also whether the new version was installed (the directory refused
+    /// the switch).
+    async fn carry_over(
+        &self,
+        name: &str,
+        member: &Member,
+        captured: &Captured,
+        (source, target): (&TemplateRow, &TemplateRow),
+        epoch: u64,
+    ) -> Result<(), (ApiError, bool)> {
+        let full = self
+            .read_snapshot(name, &source.digest, captured.seq)
+            .await
+            .map_err(|e| (e, false))?;
+        let digest = self
+            .templates
+            .template(&target.digest)
+            .await
+            .map_err(|e| (e, false))?
+            .info
+            .digest;
+        let stamped = snapshot::restamp(&full, digest).map_err(|e| {
+            let e = ApiError::unprocessable(format!("snapshot {}: {e}", captured.seq));
+            (e, false)
+        })?;
+        let seq = captured.seq + 1;
+        let (store, actor) = (self.store.clone(), name.to_owned());
+        let written =
+            tokio::task::spawn_blocking(move || store.write(&actor, seq, epoch, &stamped))
+                .await
+                .map_err(|e| (ApiError::internal(e), false))?;
+        written.map_err(|e| (ApiError::from(e), false))?;
+        let spec = Self::host_spec(target, epoch);
+        if let Err(e) = self.ship(member, name, &spec, seq, captured.live).await {
+            // Not the actor's state: its old version goes on from `seq`.
+            let (store, actor) = (self.store.clone(), name.to_owned());
+            let _ = tokio::task::spawn_blocking(move || store.remove(&actor, seq)).await;
+            return Err((e, false));
+        }
+        self.directory
+            .place_actor_as(name, &member.name, epoch, &target.name)
+            .map_err(|e| (e, true))?;
+        self.placements.point_as(
+            name,
+            member.name.clone(),
+            member.incarnation,
+            epoch,
+            &target.name,
+        );
+        Ok(())
+    }
+
+    /// After a refused carry-over: the actor serves on its own version
+    /// again, as it was at the barrier. A refusal before the install (the
+    /// snapshot does not verify against the new module) kept its instance:
+    /// the capture is cancelled. One after it (the restore into the new
+    /// module failed and the worker dropped the actor, or the directory
+    /// refused the switch: `installed`) is put back from the captured
+    /// snapshot.
+    async fn stay(
+        &self,
+        name: &str,
+        member: &Member,
+        captured: &Captured,
+        source: &TemplateRow,
+        epoch: u64,
+        installed: bool,
+    ) {
+        if !installed && member.api.status(name).await.is_ok() {
+            member.api.cancel_move(name).await;
+            return;
+        }
+        if installed {
+            // The re-stamped snapshot is not the old version's.
+            let (store, actor, seq) = (self.store.clone(), name.to_owned(), captured.seq + 1);
+            let _ = tokio::task::spawn_blocking(move || store.remove(&actor, seq)).await;
+        }
+        let spec = Self::host_spec(source, epoch);
+        if let Err(e) = self
+            .ship(member, name, &spec, captured.seq, captured.live)
+            .await
+        {
+            tracing::error!(actor = name, "putting the actor back on its version: {e}");
+        }
+    }
+}
