@@ -257,13 +257,13 @@ fn finish(
 /// Captures `instance` as one delta that replaces the newest deltas of
 /// `chain`, the chain its next delta would be taken on, when that chain is
 /// [`MAX_DELTA_DEPTH`] deep: the chain is compacted by merging, not by a
-/// full snapshot. The merge goes onto a delta at least as large (in file
-/// bytes) as all the deltas above it together ([`merge_point`]: the
-/// highest such one), or else onto the root (full snapshot): so a large
-/// delta near the root (an earlier merge of many changes) is kept, not
-/// rewritten by every merge, and what a merge writes is in proportion to
-/// the recent changes, as in a size-tiered log. The candidates are every
-/// page a merged delta mentions (stored or zero) and every page dirty
+/// full snapshot. The merge replaces the newest deltas and goes onto the
+/// first delta below them at least as large (in file bytes) as the deltas
+/// merged ([`merge_point`]), or else onto the root (full snapshot): so a
+/// large delta near the root (an earlier merge of many changes) is kept,
+/// not rewritten by every merge, and what a merge writes is in proportion
+/// to the recent changes, as in a size-tiered log. The candidates are
+/// every page a merged delta mentions (stored or zero) and every page dirty
 /// tracking reports; each is taken from the live memory and left out when
 /// equal to the kept links' state. So the merged delta holds the union of
 /// the merged deltas' changes and the instance's, newest winning, one
@@ -292,22 +292,30 @@ pub fn capture_merged<B: super::SnapshotSource>(
 }
 
 /// How many links of `chain` (the root first) a merge keeps
-/// ([`capture_merged`]): `j + 1` for the highest delta `j` whose file is
-/// at least as large as the deltas above it together, with at least two
-/// deltas above it (a merge makes the chain shorter); 1 (the root alone)
-/// when there is none. The highest, so a merge writes no more than the
-/// link it goes on holds, and link sizes fall from the root up (as the
-/// levels of a binary counter): a page is rewritten by a few merges, not
-/// by every one until the root's.
+/// ([`capture_merged`]). The newest [`MIN_MERGED`] deltas are always
+/// merged, so a merge leaves room for a few deltas before the next one;
+/// then each delta below them is merged too while its file is smaller than
+/// the deltas merged so far together. The first one that is not (a large
+/// delta near the root: an earlier merge of many changes) is kept, and
+/// the merge goes onto it; 1 (the root alone) when every delta is merged.
+/// So a merge writes at most about twice what the newest deltas hold, and
+/// a large lower delta is not rewritten until the deltas above it have
+/// grown as large (the levels of a size-tiered log).
 #[must_use]
 pub fn merge_point<B: super::SnapshotSource>(chain: &super::VerifiedChain<B>) -> usize {
     let sizes: Vec<usize> = chain.links().map(|(_, link)| link.bytes().len()).collect();
-    let n = sizes.len();
-    (1..n.saturating_sub(2))
-        .rev()
-        .find(|&j| sizes[j] >= sizes[j + 1..].iter().sum::<usize>())
-        .map_or(1, |j| j + 1)
+    let mut lowest = sizes.len().saturating_sub(MIN_MERGED).max(1);
+    let mut merged: usize = sizes.get(lowest..).map_or(0, |s| s.iter().sum());
+    while lowest > 1 && sizes[lowest - 1] < merged {
+        lowest -= 1;
+        merged += sizes[lowest];
+    }
+    lowest
 }
+
+/// The fewest deltas a merge ([`merge_point`]) replaces: the newest half
+/// of a full chain.
+pub const MIN_MERGED: usize = MAX_DELTA_DEPTH as usize / 2;
 
 fn capture_merged_onto<B: super::SnapshotSource>(
     instance: &mut ActorInstance,
