@@ -36,7 +36,7 @@ pub use format::{
     encode_header,
 };
 pub use memory::{PAGE_SIZE, page_is_zero};
-pub use restore::{RestoreError, restore, restore_chain};
+pub use restore::{RestoreError, map_written_snapshot, restore, restore_chain};
 pub use source::SnapshotSource;
 pub use verify::{
     VerifiedSnapshot, peek_header, recorded_crc32c, same_state, verify, verify_header,

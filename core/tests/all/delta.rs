@@ -325,6 +325,48 @@ async fn a_merge_keeps_a_large_lower_delta_and_merges_the_small_ones_above_it() 
     assert_eq!(snapshot::merge_point(&actor.chain(seq)), 1);
 }
 
+/// A full snapshot written from an instance never restored (every page
+/// it wrote is anonymous memory, all reported dirty) and mapped back over
+/// its memory: the next delta holds only the pages written since, and the
+/// instance keeps its state.
+#[tokio::test]
+async fn a_written_full_snapshot_mapped_over_the_live_memory_resets_what_counts_as_dirty() {
+    let dir = tempfile::tempdir().unwrap();
+    let actor = Actor::new(dir.path()).await;
+    let mut original = actor.original;
+    let (full, _) = snapshot::capture(&mut original).expect("capture");
+    actor.store.write("a", 1, 0, &full).expect("write");
+    let chain = open_chain(&actor.store, "a", 1, &actor.template, u64::MAX).expect("chain");
+    let (_, written) = chain.links().last().expect("one link");
+    let mapped = snapshot::map_written_snapshot(&actor.engine, &mut original, written);
+    assert!(
+        mapped as usize * 2 > full.len(),
+        "mapped {mapped} of {}",
+        full.len()
+    );
+    let (again, _) = snapshot::capture(&mut original).expect("capture");
+    assert!(
+        snapshot::same_state(&full, &again),
+        "mapping changed the state"
+    );
+    call_ok(&mut original).await;
+    let base = DeltaBase::of_file(1, &full, None).expect("base");
+    let pages = ChainPages::of(&chain);
+    let mut out = Vec::new();
+    let delta = snapshot::capture_delta(&mut original, &base, Some(&pages), &mut out)
+        .expect("encodes")
+        .expect("a delta, not a full snapshot");
+    // The 768 filled pages are file-backed again: only the step's pages
+    // and the zero pages the capture read (the shared zero page counts as
+    // present) are reported, and the delta stores the step's change alone.
+    assert!(
+        delta.dirty_pages < 300,
+        "{} pages dirty after one step",
+        delta.dirty_pages
+    );
+    assert!(delta.stats.stored_pages <= 2, "{:?}", delta.stats);
+}
+
 #[tokio::test]
 async fn a_big_change_or_a_small_actor_is_written_full() {
     let dir = tempfile::tempdir().unwrap();
