@@ -175,11 +175,11 @@ impl LocalSnapshotStore {
         }
     }
 
-    /// Hard-links `from` at `to` (a snapshot of `actor`), durably.
+    /// Hard-links `from` at `to` (a snapshot of `actor`); durable with the
+    /// caller's next sync round.
     fn link_file(&self, from: &Path, actor: &str, to: &Path) -> Result<(), StoreError> {
         self.create_actor_dir(actor)?;
-        fs::hard_link(from, to).map_err(io_err(&self.root, "link", to))?;
-        self.sync.sync().map_err(io_err(&self.root, "fsync", to))
+        fs::hard_link(from, to).map_err(io_err(&self.root, "link", to))
     }
 
     /// Snapshot `seq` of `actor`'s place in its chain, for retention: read
@@ -206,7 +206,8 @@ impl LocalSnapshotStore {
     }
 
     /// Hard-links snapshot `seq` of `src` as the same snapshot of `new`
-    /// (quota counted); returns its length.
+    /// (quota counted; durable with the caller's next sync round); returns
+    /// its length.
     fn link_snapshot(&self, src: &str, seq: u64, new: &str) -> Result<u64, StoreError> {
         let from = self.path(src, seq);
         let before = from.metadata().map_err(io_err(&self.root, "open", &from))?;
@@ -219,7 +220,7 @@ impl LocalSnapshotStore {
         }
         self.usage.reserve(len, 0)?;
         if let Err(e) = self.link_file(&from, new, &to) {
-            // Linked but not fsynced: the file is there and counted.
+            // Linked after all (a race): the file is there and counted.
             let linked = !matches!(&e, StoreError::Io { source, .. }
                 if source.kind() == io::ErrorKind::AlreadyExists)
                 && to.exists();
@@ -281,8 +282,10 @@ impl SnapshotStore for LocalSnapshotStore {
     }
 
     /// A hard link `snapshots/<new>/<seq>.snap` to `src`'s file (and, for
-    /// a delta, one to each file of its chain, oldest first), each folder
-    /// entry fsynced, then the acknowledged marker. Counted in the quota by
+    /// a delta, one to each file of its chain, oldest first), the folder
+    /// entries made durable by one sync round for the whole chain (a round
+    /// per link made a fork of a deep chain cost up to nine `syncfs`), then
+    /// the acknowledged marker. Counted in the quota by
     /// the files' lengths, as every file is when the store is opened;
     /// returns their sum.
     fn fork(&self, src: &str, seq: u64, new: &str, _epoch: u64) -> Result<u64, StoreError> {
@@ -294,6 +297,10 @@ impl SnapshotStore for LocalSnapshotStore {
         for at in chain {
             total += self.link_snapshot(src, at, new)?;
         }
+        let dir = self.actor_dir(new);
+        self.sync
+            .sync()
+            .map_err(io_err(&self.root, "fsync", &dir))?;
         self.mark_acknowledged(new, seq);
         Ok(total)
     }

@@ -6,6 +6,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use stasis_core::snapshot::delta::MIN_DELTA_ROOT_PAGES;
 use stasis_core::snapshot::{self, ChainPages, DeltaBase, FullInstead, VerifiedChain};
 use stasis_core::snapshot_store::{
     ChainError, SnapshotBytes, SnapshotEntry, StoreError, open_chain,
@@ -209,6 +210,38 @@ impl ActorTask {
             .map_err(internal)
     }
 
+    /// After full snapshot `seq` was written from the live instance: maps
+    /// its runs copy-on-write over the memory where they hold what it
+    /// holds ([`snapshot::map_written_snapshot`]), so the next deltas (a
+    /// journal entry per request) compare only the pages written since
+    /// with the chain. Without it an actor never restored since its create
+    /// reports every page it ever wrote as dirty: a 110 MiB `kv` actor
+    /// paid 28 ms per request at level `request` (BENCHMARKS.md, section
+    /// 18). Best effort: on any failure the memory stays as it is.
+    fn map_written(&mut self, seq: u64) {
+        let Some(instance) = self.instance.as_ref() else {
+            return;
+        };
+        if instance.mapped_intact().is_err() {
+            return;
+        }
+        let chain = match self.open_chain_at(seq) {
+            Ok(chain) => chain,
+            Err(e) => {
+                tracing::debug!(actor = %self.name, seq, "not mapping the snapshot written: {e}");
+                return;
+            }
+        };
+        let Some((_, written)) = chain.links().last() else {
+            return;
+        };
+        let engine = self.engine.clone();
+        if let Some(instance) = self.instance.as_mut() {
+            let mapped = snapshot::map_written_snapshot(&engine, instance, written);
+            tracing::debug!(actor = %self.name, seq, mapped, "snapshot mapped over the live memory");
+        }
+    }
+
     /// Snapshot `seq` of this actor with its chain, from the store,
     /// verified against the template.
     pub(super) fn open_chain_at(
@@ -282,7 +315,13 @@ impl ActorTask {
         if let Some(journal) = &self.journal {
             journal.settled(&self.name, self.epoch);
         }
+        let full = next_base
+            .as_ref()
+            .is_some_and(|b| b.depth == 0 && b.root_pages >= MIN_DELTA_ROOT_PAGES);
         self.delta_base = next_base;
+        if full && self.replicator.is_none() && self.store.supports_deltas() {
+            self.map_written(seq);
+        }
         self.status().snapshot = Some(SnapshotEntry { seq, bytes: len });
         Ok(SnapshotReport {
             seq,

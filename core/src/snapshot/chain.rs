@@ -213,15 +213,22 @@ impl<'a> ChainPages<'a> {
         }
     }
 
-    /// The pages of `chain`'s root alone (its full snapshot): what a
-    /// merged delta ([`capture_merged`](super::capture_merged)) is
-    /// compared with.
+    /// The pages of `chain`'s root alone (its full snapshot).
     #[must_use]
     pub fn root_of<B: SnapshotSource>(chain: &'a VerifiedChain<B>) -> Self {
+        Self::prefix_of(chain, 1)
+    }
+
+    /// The pages of the state of `chain`'s first `links` links (the root
+    /// and `links - 1` deltas): what a merged delta
+    /// ([`capture_merged`](super::capture_merged)) on the last of them is
+    /// compared with.
+    #[must_use]
+    pub fn prefix_of<B: SnapshotSource>(chain: &'a VerifiedChain<B>, links: usize) -> Self {
         Self {
             links: chain
                 .links()
-                .take(1)
+                .take(links)
                 .map(|(_, link)| (link.header(), link.bytes()))
                 .collect(),
         }

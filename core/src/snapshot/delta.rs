@@ -254,54 +254,94 @@ fn finish(
     }))
 }
 
-/// Captures `instance` as one delta on the *root* (full snapshot) of
+/// Captures `instance` as one delta that replaces the newest deltas of
 /// `chain`, the chain its next delta would be taken on, when that chain is
 /// [`MAX_DELTA_DEPTH`] deep: the chain is compacted by merging, not by a
-/// full snapshot. The candidates are every page a delta of the chain
-/// mentions (stored or zero) and every page dirty tracking reports; each
-/// is taken from the live memory and left out when equal to the root's.
-/// So the merged delta holds the union of the chain's changes and the
-/// instance's, newest winning, at depth 1. `unchanged` says whether the
-/// instance still holds the state of `base` (the chain's head). Call it
-/// only between guest calls.
+/// full snapshot. The merge replaces the newest deltas and goes onto the
+/// first delta below them at least as large (in file bytes) as the deltas
+/// merged ([`merge_point`]), or else onto the root (full snapshot): so a
+/// large delta near the root (an earlier merge of many changes) is kept,
+/// not rewritten by every merge, and what a merge writes is in proportion
+/// to the recent changes, as in a size-tiered log. The candidates are
+/// every page a merged delta mentions (stored or zero) and every page dirty
+/// tracking reports; each is taken from the live memory and left out when
+/// equal to the kept links' state. So the merged delta holds the union of
+/// the merged deltas' changes and the instance's, newest winning, one
+/// deeper than the link it is on. `unchanged` says whether the instance
+/// still holds the state of `base` (the chain's head). Call it only
+/// between guest calls.
 ///
 /// # Errors
-/// `Ok(Err(TooManyChanged))` when the union passes half the root's stored
-/// pages (a full snapshot is due), `Ok(Err(Mismatch | NoDirtyTracking))`
-/// as for [`capture_delta`]; `Err` only if the header cannot be encoded.
+/// `Ok(Err(TooManyChanged))` when the changes (since the root, for a
+/// merge onto it) pass half the root's stored pages (a full snapshot is
+/// due), `Ok(Err(Mismatch | NoDirtyTracking))` as for [`capture_delta`];
+/// `Err` only if the header cannot be encoded.
 pub fn capture_merged<B: super::SnapshotSource>(
     instance: &mut ActorInstance,
     base: &DeltaBase,
     chain: &super::VerifiedChain<B>,
     out: &mut Vec<u8>,
 ) -> Result<Result<DeltaCapture, FullInstead>, SnapshotError> {
-    let captured = capture_merged_unchecked(instance, base, chain, out)?;
+    let keep = merge_point(chain);
+    let mut captured = capture_merged_onto(instance, base, chain, keep, out)?;
+    if keep > 1 && matches!(captured, Err(FullInstead::TooManyChanged { .. })) {
+        captured = capture_merged_onto(instance, base, chain, 1, out)?;
+    }
     super::capture::intact(instance)?;
     Ok(captured)
 }
 
-fn capture_merged_unchecked<B: super::SnapshotSource>(
+/// How many links of `chain` (the root first) a merge keeps
+/// ([`capture_merged`]). The newest [`MIN_MERGED`] deltas are always
+/// merged, so a merge leaves room for a few deltas before the next one;
+/// then each delta below them is merged too while its file is smaller than
+/// the deltas merged so far together. The first one that is not (a large
+/// delta near the root: an earlier merge of many changes) is kept, and
+/// the merge goes onto it; 1 (the root alone) when every delta is merged.
+/// So a merge writes at most about twice what the newest deltas hold, and
+/// a large lower delta is not rewritten until the deltas above it have
+/// grown as large (the levels of a size-tiered log).
+#[must_use]
+pub fn merge_point<B: super::SnapshotSource>(chain: &super::VerifiedChain<B>) -> usize {
+    let sizes: Vec<usize> = chain.links().map(|(_, link)| link.bytes().len()).collect();
+    let mut lowest = sizes.len().saturating_sub(MIN_MERGED).max(1);
+    let mut merged: usize = sizes.get(lowest..).map_or(0, |s| s.iter().sum());
+    while lowest > 1 && sizes[lowest - 1] < merged {
+        lowest -= 1;
+        merged += sizes[lowest];
+    }
+    lowest
+}
+
+/// The fewest deltas a merge ([`merge_point`]) replaces: the newest half
+/// of a full chain.
+pub const MIN_MERGED: usize = MAX_DELTA_DEPTH as usize / 2;
+
+fn capture_merged_onto<B: super::SnapshotSource>(
     instance: &mut ActorInstance,
     base: &DeltaBase,
     chain: &super::VerifiedChain<B>,
+    keep: usize,
     out: &mut Vec<u8>,
 ) -> Result<Result<DeltaCapture, FullInstead>, SnapshotError> {
-    let Some((root_seq, root)) = chain.links().next() else {
+    let links: Vec<_> = chain.links().collect();
+    let (Some(&(_, root)), Some(&(on_seq, on))) = (links.first(), links.get(keep.max(1) - 1))
+    else {
         return Ok(Err(FullInstead::Mismatch));
     };
-    let root_header = root.header();
-    let root_pages = root_header.stored_pages();
-    let Some(root_crc) = recorded_crc32c(root.bytes()) else {
+    let root_pages = root.header().stored_pages();
+    let on_header = on.header();
+    let Some(on_crc) = recorded_crc32c(on.bytes()) else {
         return Ok(Err(FullInstead::Mismatch));
     };
     let info = instance.template.info.clone();
     let globals = capture_globals(instance)?;
     let store = &instance.store;
     let data: Vec<&[u8]> = instance.memories.iter().map(|m| m.data(store)).collect();
-    if !fits(&data, root_header.memories.iter().map(|m| m.wasm_pages)) {
+    if !fits(&data, on_header.memories.iter().map(|m| m.wasm_pages)) {
         return Ok(Err(FullInstead::Mismatch));
     }
-    let root_view = ChainPages::root_of(chain);
+    let kept_view = ChainPages::prefix_of(chain, keep.max(1));
     let head_view = ChainPages::of(chain);
     let mut memories = Vec::with_capacity(data.len());
     let (mut changed, mut dirty_pages) = (0u64, 0u64);
@@ -319,7 +359,7 @@ fn capture_merged_unchecked<B: super::SnapshotSource>(
             .iter()
             .flat_map(|s| s.first_page..s.first_page + s.pages)
             .collect();
-        for (_, link) in chain.links().skip(1) {
+        for (_, link) in links.iter().skip(keep.max(1)) {
             if let Some(delta) = link.header().memories.get(m) {
                 let runs = delta.runs.iter().map(|r| (r.first_page, r.pages));
                 let zeros = delta.zero_runs.iter().map(|z| (z.first_page, z.pages));
@@ -334,7 +374,7 @@ fn capture_merged_unchecked<B: super::SnapshotSource>(
         for page in pages {
             push_page(&mut spans, page);
         }
-        let (runs, zero_runs) = classify(bytes, &spans, |page| Some(root_view.page(m, page)));
+        let (runs, zero_runs) = classify(bytes, &spans, |page| Some(kept_view.page(m, page)));
         changed += runs.iter().map(|r| r.pages).sum::<u64>();
         changed += zero_runs.iter().map(|z| z.pages).sum::<u64>();
         if changed * 2 > root_pages {
@@ -350,10 +390,10 @@ fn capture_merged_unchecked<B: super::SnapshotSource>(
             zero_runs,
         });
     }
-    let on = BaseRef {
-        seq: root_seq,
-        crc32c: root_crc,
-        depth: 1,
+    let merged_on = BaseRef {
+        seq: on_seq,
+        crc32c: on_crc,
+        depth: on_header.base.map_or(0, |b| b.depth) + 1,
     };
     let header = Header {
         module_digest: info.digest,
@@ -361,7 +401,7 @@ fn capture_merged_unchecked<B: super::SnapshotSource>(
         clock_ns: instance.clock.now_ns(),
         globals,
         memories,
-        base: Some(on),
+        base: Some(merged_on),
     };
     finish(header, base, !differs_from_head, dirty_pages, &data, out)
 }

@@ -28,7 +28,8 @@ pub mod verify;
 pub use capture::{CaptureStats, capture, capture_into};
 pub use chain::{ChainPages, VerifiedChain, flatten};
 pub use delta::{
-    DeltaBase, DeltaCapture, FullInstead, capture_delta, capture_entry_delta, capture_merged,
+    DeltaBase, DeltaCapture, FullInstead, MIN_MERGED, capture_delta, capture_entry_delta,
+    capture_merged, merge_point,
 };
 pub use format::{
     BaseRef, FORMAT_VERSION, FULL_FORMAT_VERSION, GlobalValue, Header, MAGIC, MAX_DELTA_DEPTH,
@@ -37,7 +38,7 @@ pub use format::{
 };
 pub use memory::{PAGE_SIZE, page_is_zero};
 pub use restamp::restamp;
-pub use restore::{RestoreError, restore, restore_chain};
+pub use restore::{RestoreError, map_written_snapshot, restore, restore_chain};
 pub use source::SnapshotSource;
 pub use verify::{
     VerifiedSnapshot, peek_header, recorded_crc32c, same_state, verify, verify_header,

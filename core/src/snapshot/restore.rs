@@ -85,6 +85,66 @@ pub async fn restore_chain<B: SnapshotSource>(
     restore_links(engine, template, config, &links).await
 }
 
+/// Maps the page runs of the full snapshot `snapshot`, a file just
+/// captured from `instance` and written, copy-on-write over the live
+/// memory where they hold exactly what the memory holds now, as a restore
+/// from that file would ([`restore`]: runs of at least
+/// [`MIN_MAPPED_RUN_BYTES`], within the mapping budget); returns the bytes
+/// mapped. The memory's content does not change; what changes is what
+/// dirty tracking ([`dirty`](super::dirty)) reports afterwards: pages the
+/// guest wrote before the snapshot (an actor never restored since its
+/// create, whose every written page is anonymous memory) no longer count,
+/// so the next delta compares only the pages written since with the chain,
+/// not the whole memory. Each run is compared with the memory first, so a
+/// run that differs (or a snapshot that is not this instance's state) is
+/// left alone. Call it only between guest calls.
+#[must_use]
+pub fn map_written_snapshot<B: SnapshotSource>(
+    engine: &StasisEngine,
+    instance: &mut ActorInstance,
+    snapshot: &VerifiedSnapshot<B>,
+) -> u64 {
+    let Some(file) = snapshot.source().file() else {
+        return 0;
+    };
+    if snapshot.header().base.is_some() {
+        return 0;
+    }
+    let bytes = snapshot.bytes();
+    let chosen = choose_mapped_runs(engine, instance, &[snapshot]);
+    let mut mapped = 0u64;
+    for &(_, index, n) in &chosen {
+        let Some(run) = snapshot
+            .header()
+            .memories
+            .get(index)
+            .and_then(|image| image.runs.get(n))
+        else {
+            instance.cow.uncharge(1);
+            continue;
+        };
+        let (offset, len) = (
+            run.first_page as usize * PAGE_SIZE,
+            run.pages as usize * PAGE_SIZE,
+        );
+        let src = run.file_offset as usize;
+        let same = instance
+            .memory_data(index)
+            .and_then(|data| data.get(offset..offset + len))
+            .zip(bytes.get(src..src + len))
+            .is_some_and(|(now, file_bytes)| now == file_bytes);
+        if !same {
+            instance.cow.uncharge(1);
+            continue;
+        }
+        match map_run(instance, index, offset, len, file, run.file_offset) {
+            Ok(()) => mapped += len as u64,
+            Err(e) => tracing::debug!("mapping a written snapshot's run failed: {e}"),
+        }
+    }
+    mapped
+}
+
 /// The restore of a chain's `links` (a full snapshot, then deltas in
 /// order; checked to fit together by the caller).
 async fn restore_links<B: SnapshotSource>(

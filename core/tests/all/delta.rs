@@ -266,6 +266,107 @@ async fn a_full_chain_merges_into_one_delta_that_restores_exactly() {
     assert!(again.unchanged);
 }
 
+/// A merge keeps a large delta near the root (an earlier merge of many
+/// changes) and merges only the deltas above it, as a size-tiered log:
+/// what it writes is in proportion to the recent changes, not to all the
+/// changes since the root. The three-file chain restores exactly, and the
+/// next merge of a chain whose lower deltas are small goes onto the root.
+#[tokio::test]
+async fn a_merge_keeps_a_large_lower_delta_and_merges_the_small_ones_above_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut actor = Actor::new(dir.path()).await;
+    // Delta 1 holds 60 steps' pages, deltas 2..8 one step's each.
+    for _ in 0..60 {
+        actor.step().await;
+    }
+    let mut seq = 1;
+    let first = actor.delta(seq);
+    while actor.base.depth < MAX_DELTA_DEPTH {
+        seq += 1;
+        actor.step().await;
+        actor.delta(seq);
+    }
+    actor.step().await;
+    let chain = actor.chain(seq);
+    assert_eq!(snapshot::merge_point(&chain), 2, "delta 1 is kept");
+    let mut out = Vec::new();
+    let merged = snapshot::capture_merged(&mut actor.live, &actor.base, &chain, &mut out)
+        .expect("encodes")
+        .expect("merges");
+    assert!(!merged.unchanged);
+    assert!(
+        out.len() * 4 < first.len(),
+        "merged delta of {} bytes, delta 1 {}",
+        out.len(),
+        first.len()
+    );
+    let base = snapshot::peek_header(&out)
+        .expect("header")
+        .base
+        .expect("a delta");
+    assert_eq!((base.seq, base.depth), (1, 2), "on delta 1");
+    seq += 1;
+    actor.store.write("a", seq, 0, &out).expect("write");
+    actor.base = DeltaBase::of_file(seq, &out, Some(&actor.base)).expect("next base");
+    assert_eq!(actor.chain(seq).links().len(), 3, "root, delta 1, merged");
+    let mut restored = actor.restore(seq).await;
+    assert_same_state(&mut restored, &mut actor.original, "tiered merge");
+    actor.live = restored;
+    // A chain whose deltas are all about the same size merges onto the
+    // root (no delta is as large as those above it together).
+    let dir = tempfile::tempdir().unwrap();
+    let mut actor = Actor::new(dir.path()).await;
+    let mut seq = 0;
+    while actor.base.depth < MAX_DELTA_DEPTH {
+        seq += 1;
+        actor.step().await;
+        actor.delta(seq);
+    }
+    assert_eq!(snapshot::merge_point(&actor.chain(seq)), 1);
+}
+
+/// A full snapshot written from an instance never restored (every page
+/// it wrote is anonymous memory, all reported dirty) and mapped back over
+/// its memory: the next delta holds only the pages written since, and the
+/// instance keeps its state.
+#[tokio::test]
+async fn a_written_full_snapshot_mapped_over_the_live_memory_resets_what_counts_as_dirty() {
+    let dir = tempfile::tempdir().unwrap();
+    let actor = Actor::new(dir.path()).await;
+    let mut original = actor.original;
+    let (full, _) = snapshot::capture(&mut original).expect("capture");
+    actor.store.write("a", 1, 0, &full).expect("write");
+    let chain = open_chain(&actor.store, "a", 1, &actor.template, u64::MAX).expect("chain");
+    let (_, written) = chain.links().last().expect("one link");
+    let mapped = snapshot::map_written_snapshot(&actor.engine, &mut original, written);
+    assert!(
+        mapped as usize * 2 > full.len(),
+        "mapped {mapped} of {}",
+        full.len()
+    );
+    let (again, _) = snapshot::capture(&mut original).expect("capture");
+    assert!(
+        snapshot::same_state(&full, &again),
+        "mapping changed the state"
+    );
+    call_ok(&mut original).await;
+    let base = DeltaBase::of_file(1, &full, None).expect("base");
+    let pages = ChainPages::of(&chain);
+    let mut out = Vec::new();
+    let delta = snapshot::capture_delta(&mut original, &base, Some(&pages), &mut out)
+        .expect("encodes")
+        .expect("a delta, not a full snapshot");
+    // The 768 filled pages are file-backed again: only the step's pages
+    // and the zero pages the capture read (the shared zero page counts as
+    // present) are reported, and the delta stores the step's change alone.
+    assert!(
+        delta.dirty_pages < 300,
+        "{} pages dirty after one step",
+        delta.dirty_pages
+    );
+    assert!(delta.stats.stored_pages <= 2, "{:?}", delta.stats);
+}
+
 #[tokio::test]
 async fn a_big_change_or_a_small_actor_is_written_full() {
     let dir = tempfile::tempdir().unwrap();
