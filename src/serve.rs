@@ -93,8 +93,9 @@ pub(crate) struct ServeArgs {
     /// --checkpoint-interval, default 1s) or pause (at pause and checkpoints).
     #[arg(long, value_name = "LEVEL", value_parser = Durability::parse)]
     durability: Option<Durability>,
-    /// Checkpoint a running actor after this many requests (1 is a
-    /// spelling of --durability request).
+    /// Checkpoint a running actor after this many requests (0: never by
+    /// count; 1 is a spelling of --durability request, except with an
+    /// explicit --durability pause, where it checkpoints every request).
     #[arg(long)]
     checkpoint_every: Option<u64>,
     /// Checkpoint running actors this often.

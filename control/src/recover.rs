@@ -265,7 +265,12 @@ impl ControlPlane {
             return Err(e);
         }
         self.placements.note_replacement_error(actor, None);
-        tracing::info!(actor, worker = %target.name, seq = newest.seq, "actor re-placed from its newest snapshot");
+        tracing::info!(
+            actor,
+            worker = %target.name,
+            seq = newest.seq,
+            "actor re-placed from its newest snapshot (or a newer journal entry its worker recovered from the store)"
+        );
         Ok(())
     }
 
