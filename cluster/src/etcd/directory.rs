@@ -218,8 +218,7 @@ fn revision_of(resp: &TxnResponse) -> i64 {
 }
 
 impl EtcdDirectory {
-    /// The placement compare-and-set of [`Directory::place_actor`], and
-    /// of [`Directory::place_actor_as`] when `template` is given.
+    /// The compare-and-set of `place_actor` (and `place_actor_as`).
     fn place(
         &self,
         name: &str,
