@@ -304,6 +304,18 @@ impl Journal {
         })
     }
 
+    /// The durability of every entry appended so far: resolves once they
+    /// are all on disk (a delete waits for its forget this way, so a
+    /// restart never replays the create of an actor it deleted).
+    #[must_use]
+    pub fn appended(&self) -> Durable {
+        let end = self.shared.lock().next;
+        Durable {
+            end,
+            committed: self.shared.committed.subscribe(),
+        }
+    }
+
     /// Says that `actor`'s newest entry at `epoch` or before is in the
     /// store now (or no longer matters): no segment is kept for it. An
     /// entry at a later epoch (the actor moved to another worker of this
