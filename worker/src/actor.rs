@@ -422,7 +422,7 @@ impl ActorTask {
                 };
                 let _ = reply.send(result);
             }
-            Command::Fold => {
+            Command::Fold(_permit) => {
                 if let Err(e) = self
                     .seal(Instant::now(), super::journaled::Then::Keep)
                     .await
