@@ -89,6 +89,12 @@ pub struct ActorStatus {
     /// not yet taken by its task), when its worker reported the status.
     #[serde(default)]
     pub mailbox: usize,
+    /// `snapshot` is a create's snapshot 0 that its worker keeps in the
+    /// journal (durable there) and has not written to the snapshot store
+    /// yet: listings show it, and an operation that needs it in the store
+    /// (a fork from it) has the worker write it first.
+    #[serde(default)]
+    pub snapshot_journaled: bool,
     /// When the actor last ran a request or command (not serialized:
     /// idle pauses and `--max-live` eviction read it).
     #[serde(skip)]
@@ -118,6 +124,7 @@ impl ActorStatus {
             memory_bytes: 0,
             requests: 0,
             mailbox: 0,
+            snapshot_journaled: false,
             error_at_unix_ms: None,
             durability: None,
             last_active: Some(Instant::now()),

@@ -156,7 +156,9 @@ impl ControlPlane {
     /// (507 quota, 500).
     async fn fork_point(&self, src: &str, from: Option<u64>) -> Result<u64, ApiError> {
         if let Some(seq) = from {
-            if self.store.list(src)?.iter().any(|e| e.seq == seq) {
+            if self.store.list(src)?.iter().any(|e| e.seq == seq)
+                || self.write_journaled(src, seq).await?
+            {
                 return Ok(seq);
             }
             return Err(ApiError::not_found(format!(
@@ -176,6 +178,27 @@ impl ControlPlane {
             .last()
             .map(|e| e.seq)
             .ok_or_else(|| ApiError::not_found(format!("actor {src} has no snapshot")))
+    }
+
+    /// Has `name`'s worker write snapshot `seq` to the store when it is a
+    /// create's snapshot 0 that the worker keeps in its journal (a
+    /// checkpoint writes it, running or paused); says whether it did.
+    ///
+    /// # Errors
+    /// The checkpoint's.
+    async fn write_journaled(&self, name: &str, seq: u64) -> Result<bool, ApiError> {
+        let Ok(member) = self.host_of(&self.placement_of(name)?, name) else {
+            return Ok(false);
+        };
+        let journaled = member
+            .status(name)
+            .await
+            .is_ok_and(|s| s.snapshot_journaled && s.snapshot.is_some_and(|s| s.seq == seq));
+        if !journaled {
+            return Ok(false);
+        }
+        let report = member.api.checkpoint(name).await?;
+        Ok(report.seq == seq)
     }
 
     /// Actor `name`. An actor whose worker does not answer is shown in
@@ -265,8 +288,8 @@ impl ControlPlane {
             worker: placement.worker.to_string(),
             worker_state,
             epoch: placement.epoch,
+            snapshots: listed_snapshots(self.store.list(name).unwrap_or_default(), &status),
             snapshot: status.snapshot,
-            snapshots: self.store.list(name).unwrap_or_default(),
             resumes: status.resumes,
             last_pause_ms: status.last_pause_ms,
             last_resume_ms: status.last_resume_ms,
@@ -344,6 +367,7 @@ impl ControlPlane {
         let placement = self.placement_of(name)?;
         if let ResumeFrom::Snapshot(seq) = from
             && !self.store.list(name)?.iter().any(|e| e.seq == seq)
+            && !self.write_journaled(name, seq).await?
         {
             return Err(ApiError::bad_request(format!(
                 "actor {name} has no snapshot {seq}"
@@ -396,6 +420,22 @@ impl ControlPlane {
         tracing::info!(actor = name, "actor deleted");
         Ok(())
     }
+}
+
+/// The snapshots an actor's view lists: those in the store, and its
+/// create's snapshot 0 while its worker keeps that in the journal
+/// (durable, not yet a file; see [`ActorStatus::snapshot_journaled`]).
+fn listed_snapshots(
+    mut stored: Vec<stasis_core::snapshot_store::SnapshotEntry>,
+    status: &ActorStatus,
+) -> Vec<stasis_core::snapshot_store::SnapshotEntry> {
+    if let Some(journaled) = status.snapshot.filter(|_| status.snapshot_journaled)
+        && !stored.iter().any(|s| s.seq == journaled.seq)
+    {
+        stored.push(journaled);
+        stored.sort_by_key(|s| s.seq);
+    }
+    stored
 }
 
 /// A name held in the control plane's `pending` set while its create

@@ -192,9 +192,12 @@ async fn a_torn_journal_tail_is_ignored() {
     }
     server.kill();
     let journal = dir.join("journal");
+    // The newest segment (`<position>.log`; the folder also holds the
+    // next one being zero-filled, `next.spare`).
     let segment = std::fs::read_dir(&journal)
         .expect("journal folder")
         .map(|e| e.expect("entry").path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "log"))
         .max()
         .expect("a segment");
     let whole = std::fs::read(&segment).expect("segment");

@@ -25,6 +25,10 @@
 //!   codes, cluster mode;
 //! * `errors`: error hygiene (limits named, no server paths, `Retry-After`
 //!   only where a retry helps) and documented behaviours;
+//! * `creates`: a new actor's snapshot 0 is a journal entry at level
+//!   `request`: created actors survive `kill -9` right after their 201s,
+//!   deleted ones stay deleted, and a fresh actor pauses, forks, resumes
+//!   and moves at once;
 //! * `durability`: the durability levels: at `request` (the default) an
 //!   answered request survives a trap, `kill -9` under load and a torn
 //!   journal tail, and is never applied twice;
@@ -62,6 +66,7 @@ mod alarms;
 mod c_sdk;
 mod cli;
 mod cluster;
+mod creates;
 mod demos;
 mod documented;
 mod durability;

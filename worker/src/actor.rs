@@ -232,7 +232,8 @@ impl ActorTask {
         }
     }
 
-    /// Creates the first instance and snapshot seq 0. The actor is left
+    /// Creates the first instance and snapshot seq 0 (a journal entry at
+    /// level `request` with a journal, else a file). The actor is left
     /// `running`, or `paused` on a worker whose `--max-live` slots are full
     /// (see [`LiveSlots::acquire_for_creation`]).
     pub(crate) async fn create(&mut self) -> Result<SnapshotReport, ApiError> {
@@ -267,9 +268,16 @@ impl ActorTask {
             self.drop_instance(false);
             self.sync_live(false);
         }
-        let written = match captured {
-            Ok((bytes, _)) => self.write_snapshot(bytes, started).await,
-            Err(e) => Err(e),
+        // At level `request` with a journal, snapshot 0 is a journal entry
+        // (creates share group commits), written to the store later like
+        // any entry (`capture::journal_create`).
+        let written = match (captured, self.journal_on()) {
+            // (A cluster worker's store is shared: snapshot 0 goes there.)
+            (Ok((bytes, _)), Some(super::journaled::Log::Local(journal))) => {
+                self.journal_create(&journal, bytes, started).await
+            }
+            (Ok((bytes, _)), _) => self.write_snapshot(bytes, started).await,
+            (Err(e), _) => Err(e),
         };
         if !keep {
             // No delta base without an instance (the restore sets it).
@@ -397,6 +405,9 @@ impl ActorTask {
             Command::Checkpoint(reply) => {
                 let result = match self.instance {
                     Some(_) => self.snapshot(Instant::now()).await,
+                    // A paused actor whose newest state is a journal entry
+                    // (a create's snapshot 0): the checkpoint writes it.
+                    None if self.journaled.is_some() => self.seal_parked(Instant::now()).await,
                     None => Err(ApiError::new(
                         ErrorKind::Conflict,
                         format!("actor {} is not running", self.name),
@@ -414,7 +425,7 @@ impl ActorTask {
                 };
                 let _ = reply.send(result);
             }
-            Command::Fold => {
+            Command::Fold(_permit) => {
                 if let Err(e) = self
                     .seal(Instant::now(), super::journaled::Then::Keep)
                     .await
@@ -519,6 +530,9 @@ impl ActorTask {
         }
         let seq = if live {
             self.snapshot(Instant::now()).await?.seq
+        } else if self.journaled.is_some() {
+            // The target installs from the store.
+            self.seal_parked(Instant::now()).await?.seq
         } else {
             self.newest_seq()
                 .ok_or_else(|| ApiError::internal(format!("actor {} has no snapshot", self.name)))?

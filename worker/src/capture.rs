@@ -12,8 +12,10 @@ use stasis_core::snapshot_store::{
     ChainError, SnapshotBytes, SnapshotEntry, StoreError, open_chain,
 };
 
+use stasis_core::journal::{EntryKind, Journal};
+
 use super::actor::ActorTask;
-use super::journaled::Then;
+use super::journaled::{Journaled, Then};
 use stasis_contract::error::ApiError;
 use stasis_contract::status::SnapshotReport;
 use stasis_contract::status::ms;
@@ -258,6 +260,71 @@ impl ActorTask {
         )
     }
 
+    /// A new actor's snapshot 0 (`bytes`) as a journal entry instead of a
+    /// file: appended, and reported once the group commit that holds it
+    /// is durable, so concurrent creates share one `fdatasync` (and no
+    /// folder, file or `syncfs` round is made for it now). It is the
+    /// actor's journal entry from then on: written to the store
+    /// ([`ActorTask::seal`]) before the actor's first request runs, before
+    /// a pause, checkpoint or move, when the journal asks (its segment is
+    /// old), and by the start-up replay after a crash.
+    ///
+    /// # Errors
+    /// 503 if the journal failed (refused the entry, or lost it before it
+    /// was durable).
+    pub(super) async fn journal_create(
+        &mut self,
+        journal: &Journal,
+        bytes: Vec<u8>,
+        started: Instant,
+    ) -> Result<SnapshotReport, ApiError> {
+        debug_assert!(self.next_seq == 0 && self.journaled.is_none());
+        let seq = self.next_seq;
+        let len = bytes.len() as u64;
+        let unavailable = |e: stasis_core::journal::JournalError| {
+            ApiError::unavailable(format!("creating the actor: {e}"))
+        };
+        let durable = journal
+            .append(EntryKind::Snapshot, self.epoch, seq, &self.name, &bytes)
+            .map_err(unavailable)?;
+        self.metrics.journaled(bytes.len());
+        durable.clone().wait().await.map_err(unavailable)?;
+        self.journaled = Some(Journaled {
+            seq,
+            bytes: Arc::new(bytes),
+            patches: 0,
+        });
+        self.gate = Some(durable);
+        {
+            let mut status = self.status();
+            status.snapshot = Some(SnapshotEntry { seq, bytes: len });
+            status.snapshot_journaled = true;
+        }
+        Ok(SnapshotReport {
+            seq,
+            snapshot_bytes: len,
+            bytes_written: len,
+            duration_ms: ms(started.elapsed()),
+            changed: true,
+        })
+    }
+
+    /// Writes the journal entry of an actor without an instance (paused
+    /// with its newest state in the journal: a create's snapshot 0 when
+    /// `--max-live` was full) to the store, and reports it.
+    ///
+    /// # Errors
+    /// The store's (507 quota, 500 I/O): the entry stays the newest.
+    pub(super) async fn seal_parked(
+        &mut self,
+        started: Instant,
+    ) -> Result<SnapshotReport, ApiError> {
+        let report = self.seal(started, Then::Keep).await?;
+        // An entry sealed with no instance is no delta base.
+        self.delta_base = None;
+        report.ok_or_else(|| ApiError::internal("no journal entry to write"))
+    }
+
     /// Writes `bytes` as the next snapshot durably (and through the
     /// replicator), then applies retention.
     pub(super) async fn write_snapshot(
@@ -322,7 +389,11 @@ impl ActorTask {
         if full && self.replicator.is_none() && self.store.supports_deltas() {
             self.map_written(seq);
         }
-        self.status().snapshot = Some(SnapshotEntry { seq, bytes: len });
+        {
+            let mut status = self.status();
+            status.snapshot = Some(SnapshotEntry { seq, bytes: len });
+            status.snapshot_journaled = false;
+        }
         Ok(SnapshotReport {
             seq,
             snapshot_bytes: len,

@@ -79,14 +79,6 @@ impl Log {
             Self::Shipped(journal) => journal.settled(actor, epoch),
         }
     }
-
-    /// The actors whose entry keeps an old segment (to be folded).
-    pub(crate) fn pinning(&self) -> Vec<String> {
-        match self {
-            Self::Local(journal) => journal.pinning(),
-            Self::Shipped(journal) => journal.pinning(),
-        }
-    }
 }
 
 /// What follows a [`ActorTask::seal`].

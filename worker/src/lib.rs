@@ -494,8 +494,20 @@ impl Worker {
     }
 
     /// Stops `actor`'s task and drops its instance; its files stay.
-    /// Requests still held get 503.
+    /// Requests still held get 503. Returns once the journal's forget of
+    /// the actor is durable: a restart never replays an entry of an actor
+    /// removed here (a create's snapshot 0 would otherwise bring a deleted
+    /// actor's files back).
     pub async fn remove(&self, actor: &str) {
+        self.remove_task(actor).await;
+        if let Some(Log::Local(journal)) = self.journal.get()
+            && let Err(e) = journal.appended().wait().await
+        {
+            tracing::warn!(actor, "removing the actor: {e}");
+        }
+    }
+
+    async fn remove_task(&self, actor: &str) {
         let status = {
             let mut actors = self.lock();
             match actors.get(actor) {

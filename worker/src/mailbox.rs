@@ -150,8 +150,9 @@ pub enum Command {
     /// A move was rolled back: back to `running` (or `paused`).
     CancelMove(oneshot::Sender<()>),
     /// Write the newest journal entry to the store: its journal segment
-    /// is old (see `super::journaled`).
-    Fold,
+    /// is old (see `super::journaled`). The permit, if any, is one of the
+    /// compaction loop's folds in flight, given back once handled.
+    Fold(Option<tokio::sync::OwnedSemaphorePermit>),
     /// Stop the task and drop the instance (files are the caller's).
     Stop(oneshot::Sender<()>),
 }

@@ -85,6 +85,17 @@ impl ActorTask {
             }
             self.resume(ResumeFrom::Newest).await?;
         }
+        // A create's snapshot 0 that is still only a journal entry goes to
+        // the store before the first request runs: it stays the actor's
+        // initial state (a patch of the entry would change it), and the
+        // request's entry is a delta on it.
+        if self
+            .journaled
+            .as_ref()
+            .is_some_and(|newest| newest.seq == 0)
+        {
+            self.seal(Instant::now(), Then::Keep).await?;
+        }
         if !ticket.run() {
             return Err(client_gone::abandoned(&self.name));
         }

@@ -14,10 +14,11 @@
 //! The journal tracks, per actor, its newest entry not yet written to the
 //! store ([`Journal::settled`] says it was). Segments (`NNN.log`, named by
 //! the position of their first byte, zero-filled ahead) roll at
-//! [`SEGMENT_BYTES`]; a segment
-//! is deleted ([`Journal::collect`]) once no actor's newest entry is in it
-//! or before it, so the actors pinning old segments are asked to write
-//! theirs to the store ([`Journal::pinning`]).
+//! [`SEGMENT_BYTES`] (the next one is zero-filled ahead, by a thread of
+//! its own, so a roll costs a rename); a segment is deleted
+//! ([`Journal::collect`]) once no actor's newest entry is in it or before
+//! it, so the actors pinning old segments are asked to write theirs to the
+//! store ([`Journal::pinning`], [`Journal::pinning_behind`]).
 //!
 //! At start-up ([`Journal::open`]) the segments are replayed: the newest
 //! entry of each actor is written to the store as the snapshot it is,
@@ -247,6 +248,12 @@ impl Journal {
         for &segment in &old {
             fs::remove_file(segment_path(dir, segment)).context("deleting a replayed segment")?;
         }
+        match fs::remove_file(spare_path(dir)) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => {
+                return Err(e).context("deleting the spare segment");
+            }
+            _ => {}
+        }
         let file = new_segment(dir, start).context("starting a journal segment")?;
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
@@ -330,6 +337,18 @@ impl Journal {
         })
     }
 
+    /// The durability of every entry appended so far: resolves once they
+    /// are all on disk (a delete waits for its forget this way, so a
+    /// restart never replays the create of an actor it deleted).
+    #[must_use]
+    pub fn appended(&self) -> Durable {
+        let end = self.shared.lock().next;
+        Durable {
+            end,
+            committed: self.shared.committed.subscribe(),
+        }
+    }
+
     /// Says that `actor`'s newest entry at `epoch` or before is in the
     /// store now (or no longer matters): no segment is kept for it. An
     /// entry at a later epoch (the actor moved to another worker of this
@@ -351,6 +370,39 @@ impl Journal {
             .filter(|&(_, &(at, _))| at < current)
             .map(|(actor, _)| actor.clone())
             .collect()
+    }
+
+    /// Like [`Journal::pinning`], but leaving the newest `keep` closed
+    /// segments alone: the actors whose newest entry is in an older one.
+    /// A burst of creates fills a segment in a fraction of a second; its
+    /// entries written to the store while the burst lasts would compete
+    /// with it for the disk, so the compaction loop lets a few segments
+    /// wait while segments keep rolling.
+    #[must_use]
+    pub fn pinning_behind(&self, keep: usize) -> Vec<String> {
+        let state = self.shared.lock();
+        let closed = state.segments.len().saturating_sub(1);
+        let Some(&bound) = state.segments.get(closed.saturating_sub(keep)) else {
+            return Vec::new();
+        };
+        state
+            .live
+            .iter()
+            .filter(|&(_, &(at, _))| at < bound)
+            .map(|(actor, _)| actor.clone())
+            .collect()
+    }
+
+    /// The start of the segment written now: it changes when a segment
+    /// rolls.
+    #[must_use]
+    pub fn current_segment(&self) -> u64 {
+        self.shared
+            .lock()
+            .segments
+            .back()
+            .copied()
+            .unwrap_or_default()
     }
 
     /// Deletes the segments no actor's newest entry needs (module docs);
@@ -419,23 +471,92 @@ fn settle(live: &mut HashMap<String, (u64, u64)>, actor: &str, epoch: u64) {
 
 /// Creates segment `start` and makes its name durable.
 fn new_segment(dir: &Path, start: u64) -> io::Result<File> {
+    let file = zero_filled(&segment_path(dir, start), true)?;
+    sync_dir(dir)?;
+    Ok(file)
+}
+
+/// The next segment, zero-filled ahead of need by a thread of its own
+/// while the writer fills the current one: rolling renames it (one
+/// folder sync) instead of writing and syncing [`SEGMENT_BYTES`] of zeros
+/// between two group commits. A leftover one is removed at open.
+fn spare_path(dir: &Path) -> PathBuf {
+    dir.join("next.spare")
+}
+
+/// Creates `path` (`new`: it must not exist; else it is replaced) holding
+/// [`SEGMENT_BYTES`] of zeros, synced.
+fn zero_filled(path: &Path, new: bool) -> io::Result<File> {
     let mut file = OpenOptions::new()
-        .create_new(true)
+        .create_new(new)
+        .create(!new)
+        .truncate(!new)
         .write(true)
-        .open(segment_path(dir, start))?;
+        .open(path)?;
     let zeros = vec![0u8; 1 << 20];
     for _ in 0..SEGMENT_BYTES / zeros.len() as u64 {
         file.write_all(&zeros)?;
     }
     file.sync_all()?;
-    sync_dir(dir)?;
     Ok(file)
+}
+
+/// Starts zero-filling the spare segment ([`spare_path`]).
+fn prepare_spare(dir: &Path) -> Option<JoinHandle<io::Result<File>>> {
+    let path = spare_path(dir);
+    std::thread::Builder::new()
+        .name("stasis-journal-spare".into())
+        .spawn(move || zero_filled(&path, false))
+        .inspect_err(|e| tracing::warn!("journal: cannot prepare the next segment ahead: {e}"))
+        .ok()
+}
+
+/// Segment `start`: the spare renamed, when it is ready (or being made:
+/// waited for), else created now.
+fn next_segment(
+    dir: &Path,
+    start: u64,
+    spare: Option<JoinHandle<io::Result<File>>>,
+) -> io::Result<File> {
+    let prepared = spare.map(|spare| {
+        spare
+            .join()
+            .unwrap_or_else(|_| Err(io::Error::other("the spare segment's thread panicked")))
+    });
+    match prepared {
+        Some(Ok(file)) => {
+            fs::rename(spare_path(dir), segment_path(dir, start))?;
+            sync_dir(dir)?;
+            Ok(file)
+        }
+        Some(Err(e)) => {
+            tracing::warn!("journal: the spare segment failed ({e}); creating the next one now");
+            new_segment(dir, start)
+        }
+        None => new_segment(dir, start),
+    }
 }
 
 /// The writer thread: takes everything appended since the last round,
 /// writes it with one `write` and one `fdatasync`, publishes the new
 /// durable end, and rolls the segment when it is full.
-fn write_rounds(shared: &Shared, dir: &Path, mut file: File, mut start: u64) {
+fn write_rounds(shared: &Shared, dir: &Path, file: File, start: u64) {
+    let mut spare = prepare_spare(dir);
+    write_rounds_with(shared, dir, file, start, &mut spare);
+    // Not left half-written behind a closed journal (removed at the next
+    // open anyway).
+    if let Some(spare) = spare {
+        let _ = spare.join();
+    }
+}
+
+fn write_rounds_with(
+    shared: &Shared,
+    dir: &Path,
+    mut file: File,
+    mut start: u64,
+    spare: &mut Option<JoinHandle<io::Result<File>>>,
+) {
     let mut len = 0u64;
     loop {
         let (batch, end) = {
@@ -466,12 +587,13 @@ fn write_rounds(shared: &Shared, dir: &Path, mut file: File, mut start: u64) {
         (shared.on_sync)();
         shared.committed.send_modify(|c| c.durable = end);
         if len >= SEGMENT_BYTES {
-            match new_segment(dir, end) {
+            match next_segment(dir, end, spare.take()) {
                 Ok(next) => {
                     file = next;
                     start = end;
                     len = 0;
                     shared.lock().segments.push_back(end);
+                    *spare = prepare_spare(dir);
                 }
                 Err(e) => {
                     shared.fail(format!("starting segment {end}: {e}"));

@@ -8,7 +8,10 @@
 //! not take it), and a sequence number past the actor's newest snapshot.
 //! An entry at or below the newest is older than it: the actor wrote its
 //! entry to the store itself (the same bytes), or a later snapshot
-//! superseded it. A [`EntryKind::Forget`] drops the actor's entries
+//! superseded it. An actor with no snapshot at all takes only a *create*
+//! entry: snapshot 0, full (no base), which a create journals instead of
+//! writing a file; any other entry of such an actor was of one since
+//! deleted. A [`EntryKind::Forget`] drops the actor's entries
 //! before it at its epoch or an earlier one (not those of a worker the
 //! actor moved to meanwhile).
 
@@ -147,6 +150,12 @@ pub(super) fn applies(store: &dyn SnapshotStore, entry: &Entry) -> Result<(), St
         .list(&entry.actor)
         .map_err(|e| format!("listing its snapshots: {e}"))?;
     let Some(head) = list.last().map(|s| s.seq) else {
+        // A new actor's first snapshot, journaled by its create: it is the
+        // whole actor (no base), and a delete or re-create since appended
+        // a forget, which dropped it before this point.
+        if entry.seq == 0 && header.base.is_none() {
+            return Ok(());
+        }
         return Err("the actor has no snapshot (deleted)".into());
     };
     if entry.seq <= head {
@@ -161,4 +170,92 @@ pub(super) fn applies(store: &dyn SnapshotStore, entry: &Entry) -> Result<(), St
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{EntryKind, Journal};
+    use crate::snapshot_files::LocalSnapshotStore;
+    use crate::snapshot_store::SnapshotStore as _;
+
+    /// A valid full snapshot of no memory (a create's snapshot 0 as far as
+    /// replay is concerned), told apart by its clock.
+    fn full_snapshot(clock_ns: u64) -> Vec<u8> {
+        let mut header = crate::snapshot::Header {
+            module_digest: [0; 32],
+            abi_version: 1,
+            clock_ns,
+            globals: Vec::new(),
+            memories: Vec::new(),
+            base: None,
+        };
+        let mut out = Vec::new();
+        crate::snapshot::capture::write_file(&mut out, &mut header, &[]).expect("encodes");
+        out
+    }
+
+    fn journal(dir: &std::path::Path, store: &LocalSnapshotStore) -> (Journal, super::Replayed) {
+        Journal::open(dir, store, Box::new(|| {})).expect("journal")
+    }
+
+    fn durable(journal: &Journal) {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(journal.appended().wait()).expect("durable");
+    }
+
+    /// A create's snapshot 0, journaled, is written to an empty store at
+    /// the next start; one deleted (a forget after it) is not, and one
+    /// re-created after its forget is, as the new actor's.
+    #[test]
+    fn a_journaled_create_is_replayed_unless_a_forget_follows_it() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let store = LocalSnapshotStore::open(tmp.path().join("snapshots"), None).expect("store");
+        let dir = tmp.path().join("journal");
+        let (old, recreated) = (full_snapshot(1), full_snapshot(2));
+        {
+            let (journal, _) = journal(&dir, &store);
+            let append = |kind, seq, actor: &str, body: &[u8]| {
+                journal.append(kind, 1, seq, actor, body).expect("append");
+            };
+            append(EntryKind::Snapshot, 0, "created", &old);
+            append(EntryKind::Snapshot, 0, "deleted", &old);
+            append(EntryKind::Forget, 0, "deleted", &[]);
+            append(EntryKind::Snapshot, 0, "again", &old);
+            append(EntryKind::Forget, 0, "again", &[]);
+            append(EntryKind::Snapshot, 0, "again", &recreated);
+            // Not a create: an actor with no snapshot takes no later one.
+            append(EntryKind::Snapshot, 3, "gone", &old);
+            durable(&journal);
+        }
+        let (_journal, replayed) = journal(&dir, &store);
+        assert_eq!((replayed.applied, replayed.skipped), (2, 1));
+        let read = |actor: &str| store.open_snapshot(actor, 0).map(|b| b.to_vec());
+        assert_eq!(read("created").expect("created"), old);
+        assert_eq!(read("again").expect("re-created"), recreated);
+        assert!(store.list("deleted").expect("list").is_empty());
+        assert!(store.list("gone").expect("list").is_empty());
+    }
+
+    /// A create entry of an actor whose snapshot 0 reached the store (the
+    /// actor sealed it) changes nothing.
+    #[test]
+    fn a_create_entry_already_in_the_store_is_skipped() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let store = LocalSnapshotStore::open(tmp.path().join("snapshots"), None).expect("store");
+        let dir = tmp.path().join("journal");
+        let body = full_snapshot(1);
+        {
+            let (journal, _) = journal(&dir, &store);
+            journal
+                .append(EntryKind::Snapshot, 1, 0, "a", &body)
+                .expect("append");
+            durable(&journal);
+        }
+        store.write("a", 0, 1, &body).expect("sealed");
+        let (_journal, replayed) = journal(&dir, &store);
+        assert_eq!((replayed.applied, replayed.skipped), (0, 1));
+    }
 }
