@@ -83,4 +83,5 @@ mod restart;
 mod retention;
 mod store_deltas;
 mod store_journal;
+mod store_journal_faults;
 mod structure;
