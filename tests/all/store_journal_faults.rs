@@ -50,8 +50,7 @@ fn lose_worker_of(d: &mut Deployment, actor: &str) -> String {
 /// segments: the new actor counts from 1.
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "defect: recovery resurrects a deleted actor's acknowledged state into a re-created actor of the same name (old segments of a lost worker still apply: same epoch 1, same seq, same base CRC32C)"]
-async fn a_re_created_actor_does_not_recover_the_deleted_ones_state_from_a_lost_workers_segments()
-{
+async fn a_re_created_actor_does_not_recover_the_deleted_ones_state_from_a_lost_workers_segments() {
     let _one = ONE_CLUSTER.lock().await;
     let mut d = cluster(3);
     d.push_counter(0);
@@ -174,10 +173,18 @@ async fn kill_9_under_concurrent_load_at_level_store_keeps_exactly_the_acknowled
     };
     wait_until(&vec![3; actors.len()], "3 acknowledged counts per actor");
     // Mid-load: every actor's client has a request in flight or about to.
-    let before: Vec<usize> = seen.lock().expect("seen").iter().map(|s| s.acked.len()).collect();
+    let before: Vec<usize> = seen
+        .lock()
+        .expect("seen")
+        .iter()
+        .map(|s| s.acked.len())
+        .collect();
     d.kill_worker("w1");
     let after: Vec<usize> = before.iter().map(|n| n + 3).collect();
-    wait_until(&after, "3 more acknowledged counts per actor after the kill");
+    wait_until(
+        &after,
+        "3 more acknowledged counts per actor after the kill",
+    );
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     while let Some(run) = clients.join_next().await {
         run.expect("client");

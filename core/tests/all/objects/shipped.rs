@@ -43,7 +43,9 @@ fn segments(store: &ObjectSnapshotStore) -> Vec<String> {
 /// `actor` with its snapshot 0 in the store, and a full snapshot for its
 /// entries (seq 1: past the head, no base).
 fn created(store: &ObjectSnapshotStore, actor: &str) -> Arc<Vec<u8>> {
-    store.write(actor, 0, 1, real_snapshot()).expect("snapshot 0");
+    store
+        .write(actor, 0, 1, real_snapshot())
+        .expect("snapshot 0");
     Arc::new(real_snapshot().to_vec())
 }
 
@@ -104,14 +106,22 @@ fn shipped_segments_go_once_settled_and_stay_for_an_actor_that_left_unsettled() 
     let entry = created(&store, "a");
     created(&store, "b");
     created(&store, "c");
-    wait(w1.append(EntryKind::Snapshot, 1, 1, "a", entry.clone()).unwrap()).unwrap();
+    wait(
+        w1.append(EntryKind::Snapshot, 1, 1, "a", entry.clone())
+            .unwrap(),
+    )
+    .unwrap();
     let with_a = segments(&store);
     assert_eq!(with_a.len(), 1, "{with_a:?}");
     // a's entry is sealed into its chain: the next round deletes a's
     // segment.
     store.write("a", 1, 1, &entry).unwrap();
     w1.settled("a", 1);
-    wait(w1.append(EntryKind::Snapshot, 1, 1, "b", entry.clone()).unwrap()).unwrap();
+    wait(
+        w1.append(EntryKind::Snapshot, 1, 1, "b", entry.clone())
+            .unwrap(),
+    )
+    .unwrap();
     // (The shipper collects after each round too, once its answers are out.)
     w1.collect();
     let with_b = segments(&store);
@@ -123,7 +133,11 @@ fn shipped_segments_go_once_settled_and_stay_for_an_actor_that_left_unsettled() 
     // longer applies.
     w1.append(EntryKind::Forget, 1, 0, "b", Arc::default())
         .unwrap();
-    wait(w1.append(EntryKind::Snapshot, 1, 1, "c", entry.clone()).unwrap()).unwrap();
+    wait(
+        w1.append(EntryKind::Snapshot, 1, 1, "c", entry.clone())
+            .unwrap(),
+    )
+    .unwrap();
     w1.collect();
     let now = segments(&store);
     assert!(now.contains(&with_b[0]), "b's segment stays: {now:?}");
@@ -157,10 +171,16 @@ fn shipped_a_round_the_store_refuses_is_reported_as_maybe_applied() {
     // Every PUT of a segment is dropped before it reaches the store.
     proxy.on("PUT", "journal/", Fault::DropRequest, 1000);
     let started = std::time::Instant::now();
-    let lost = wait(w1.append(EntryKind::Snapshot, 1, 1, "a", entry.clone()).unwrap())
-        .expect_err("a round the store never took is not acknowledged");
+    let lost = wait(
+        w1.append(EntryKind::Snapshot, 1, 1, "a", entry.clone())
+            .unwrap(),
+    )
+    .expect_err("a round the store never took is not acknowledged");
     assert!(lost.contains("may or may not have been applied"), "{lost}");
-    assert!(started.elapsed() < Duration::from_secs(60), "bounded retries");
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "bounded retries"
+    );
     assert_eq!(w1.stats().lost_rounds, 1);
     // The store takes PUTs again: the next entry is whole and acknowledged.
     proxy.clear();
