@@ -324,3 +324,62 @@ async fn a_read_after_a_lost_round_shows_no_state_the_store_does_not_hold() {
         next - 1
     );
 }
+
+/// At level `store`, an actor with 5 acknowledged counts (in segments
+/// only) is moved to the other worker right after them, answers one
+/// more there, is paused and resumed, answers one more, and its new
+/// owner is then lost with its disk: the actor comes back on the first
+/// worker with exactly 7 counts.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_move_and_a_pause_right_after_acknowledged_counts_keep_them_at_level_store() {
+    let _one = ONE_CLUSTER.lock().await;
+    let mut d = cluster(2);
+    d.push_counter(0);
+    d.cli_json(0, &["actor", "create", "mv", "--template", "counter"]);
+    let c = client();
+    let ingress = d.replica(0).ingress;
+    for expected in 1..=5 {
+        let answer = to_actor(&c, ingress, "mv", "POST", "/").await;
+        assert_eq!(answer.status, 200, "{answer:?}");
+        assert_eq!(count(&answer), expected);
+    }
+    let first = worker_of(&d, "mv");
+    let to = if first == "w1" { "w2" } else { "w1" };
+    d.cli_json(0, &["actor", "migrate", "mv", "--to", to]);
+    assert_eq!(worker_of(&d, "mv"), to);
+    assert_eq!(count(&to_actor(&c, ingress, "mv", "POST", "/").await), 6);
+    d.cli_json(0, &["actor", "pause", "mv"]);
+    d.cli_json(0, &["actor", "resume", "mv"]);
+    assert_eq!(count(&to_actor(&c, ingress, "mv", "POST", "/").await), 7);
+    assert_eq!(lose_worker_of(&mut d, "mv"), to);
+    assert_eq!(served(&d, 0, "mv").await, 8);
+    assert_eq!(worker_of(&d, "mv"), first);
+}
+
+/// At level `store`, an actor with 5 acknowledged counts (in segments
+/// only) is deleted while its worker is alive and re-created under the
+/// same name; its worker is then lost before it takes a request: the
+/// new owner finds the old entry and the forget after it, and the new
+/// actor counts from 1.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_re_created_actor_does_not_recover_the_deleted_ones_state_from_a_live_workers_segments() {
+    let _one = ONE_CLUSTER.lock().await;
+    let mut d = cluster(2);
+    d.push_counter(0);
+    d.cli_json(0, &["actor", "create", "rl", "--template", "counter"]);
+    let c = client();
+    let ingress = d.replica(0).ingress;
+    for expected in 1..=5 {
+        let answer = to_actor(&c, ingress, "rl", "POST", "/").await;
+        assert_eq!(answer.status, 200, "{answer:?}");
+        assert_eq!(count(&answer), expected);
+    }
+    d.cli_ok(0, &["actor", "delete", "rl"]);
+    d.cli_json(0, &["actor", "create", "rl", "--template", "counter"]);
+    lose_worker_of(&mut d, "rl");
+    assert_eq!(
+        served(&d, 0, "rl").await,
+        1,
+        "the re-created actor got the deleted one's state"
+    );
+}
