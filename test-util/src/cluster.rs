@@ -247,6 +247,16 @@ impl Deployment {
     /// # Panics
     /// If it exits instead of getting ready (with its stderr).
     pub fn add_worker(&mut self, name: &str) {
+        self.add_worker_with(name, &[]);
+    }
+
+    /// [`Deployment::add_worker`] with `env` set last (e.g. an
+    /// `AWS_ENDPOINT_URL` of a [`crate::fault_proxy::FaultProxy`] in front
+    /// of the S3 server, for this worker only).
+    ///
+    /// # Panics
+    /// If it exits instead of getting ready (with its stderr).
+    pub fn add_worker_with(&mut self, name: &str, env: &[(String, String)]) {
         let dir = tempfile::tempdir().expect("tempdir");
         let data_dir = dir.path().join("data");
         let mut command = self.stasis.command();
@@ -257,7 +267,8 @@ impl Deployment {
             .args(self.cluster_args())
             .env("STASIS_LOG", &self.setup.log)
             .envs(self.store_env())
-            .envs(self.setup.env.iter().cloned());
+            .envs(self.setup.env.iter().cloned())
+            .envs(env.iter().cloned());
         let process = Proc::start(command, "stasis worker ready", name, self.setup.echo)
             .unwrap_or_else(|stderr| panic!("worker {name} exited: {stderr}"));
         self.workers.push(Some(ClusterWorker {

@@ -89,5 +89,6 @@ mod restart;
 mod retention;
 mod store_deltas;
 mod store_journal;
+mod store_journal_faults;
 mod structure;
 mod upgrade;
