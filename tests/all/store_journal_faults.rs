@@ -49,7 +49,6 @@ fn lose_worker_of(d: &mut Deployment, actor: &str) -> String {
 /// new owner must not recover the deleted actor's entry from w_a's
 /// segments: the new actor counts from 1.
 #[tokio::test(flavor = "multi_thread")]
-#[ignore = "defect: recovery resurrects a deleted actor's acknowledged state into a re-created actor of the same name (old segments of a lost worker still apply: same epoch 1, same seq, same base CRC32C)"]
 async fn a_re_created_actor_does_not_recover_the_deleted_ones_state_from_a_lost_workers_segments() {
     let _one = ONE_CLUSTER.lock().await;
     let mut d = cluster(3);

@@ -48,6 +48,17 @@ impl Worker {
             Ok(())
         })
         .await?;
+        // A cluster worker: no entry a deleted actor of this name left in
+        // the store (on a lost worker) may become the new actor's state.
+        if let Some(shipped) = self.shipped() {
+            let tombstone = shipped
+                .tombstone(&spec.name)
+                .map_err(|e| ApiError::unavailable(e.to_string()))?;
+            tombstone
+                .wait()
+                .await
+                .map_err(|e| ApiError::unavailable(format!("creating actor {}: {e}", spec.name)))?;
+        }
         let mut task = self.task(spec, epoch, ActorState::Creating);
         let report = task.create().await;
         if report.is_err() {

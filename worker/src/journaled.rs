@@ -203,7 +203,14 @@ impl ActorTask {
             Some(newest) => snapshot::same_state(&newest.bytes, &bytes),
             None => kind == (Kind::Delta { unchanged: true }),
         };
-        if same {
+        // The newest entry's round was lost (the store did not take it):
+        // an answer showing its state waits for the entry to ship again.
+        let lost = self.journaled.is_some()
+            && self
+                .gate
+                .as_ref()
+                .is_some_and(|gate| matches!(gate.outcome(), Some(Err(_))));
+        if same && !lost {
             return Ok(self.gate.clone().filter(|gate| !gate.is_durable()));
         }
         let seq = self.next_seq;

@@ -303,6 +303,27 @@ impl ShippedJournal {
         })
     }
 
+    /// Puts a *tombstone* of `actor` in the next round: a forget that
+    /// drops every earlier entry of the name in the store, of any worker
+    /// or run. A worker creating an actor waits for it, so that no entry
+    /// a deleted actor of the same name left on a lost worker ever becomes
+    /// the new actor's state. Its segment is kept until the sweep finds no
+    /// earlier entry of the name that still applies.
+    ///
+    /// # Errors
+    /// [`JournalError`] when the journal is stopping.
+    pub fn tombstone(&self, actor: &str) -> Result<Durable, JournalError> {
+        let durable = self.append(
+            EntryKind::Forget,
+            recover::TOMBSTONE,
+            0,
+            actor,
+            Arc::default(),
+        )?;
+        self.shared.lock().orphans.insert(durable.end);
+        Ok(durable)
+    }
+
     /// `actor`'s newest entry at `epoch` or before is in the store as a
     /// snapshot now (or no longer matters): no segment is kept for it.
     pub fn settled(&self, actor: &str, epoch: u64) {
@@ -428,6 +449,9 @@ fn ship_rounds(shared: &Shared) {
             Err(why) => {
                 stats.lost_rounds.fetch_add(1, Ordering::Relaxed);
                 tracing::error!(segment = %name, "journal round lost: {why}");
+                // A PUT whose answer was lost may have landed: the sweep
+                // deletes it once its entries no longer apply.
+                shared.lock().orphans.insert(round);
             }
         }
         shared.committed.send_modify(|c| {

@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::super::entry::{Entry, EntryKind};
 use super::{SWEEP_AFTER, ShippedJournal};
@@ -21,31 +22,7 @@ impl ShippedJournal {
     /// snapshot cannot be written: the actor must not run then.
     pub fn recover(&self, actor: &str) -> Result<Option<u64>, StoreError> {
         let segments = self.read_segments()?;
-        // Successive entries of an actor share a seq until one is sealed:
-        // of one worker's run, the later round (its name sorts later).
-        let records: Vec<(&String, &Entry)> = segments
-            .iter()
-            .filter_map(|(name, entries)| entries.get(actor).map(|entry| (name, entry)))
-            .collect();
-        let newest = records
-            .iter()
-            .filter(|(_, entry)| entry.kind == EntryKind::Snapshot)
-            .max_by_key(|(name, entry)| (entry.seq, entry.epoch, name.as_str()))
-            .copied();
-        let Some((name, entry)) = newest else {
-            return Ok(None);
-        };
-        // A forget after it in the same run (the actor was deleted,
-        // moved away or repaired there) drops it.
-        let run = name.rsplit_once('-').map_or(name.as_str(), |(run, _)| run);
-        let forgotten = records.iter().any(|(other, forget)| {
-            forget.kind == EntryKind::Forget
-                && other.as_str() > name.as_str()
-                && other.starts_with(run)
-                && forget.epoch >= entry.epoch
-        });
-        let newest = (!forgotten).then_some(entry);
-        let Some(entry) = newest else {
+        let Some(entry) = newest_entry(&segments, actor) else {
             return Ok(None);
         };
         match super::super::replay::applies(self.shared.store.as_ref(), entry) {
@@ -69,8 +46,8 @@ impl ShippedJournal {
     }
 
     /// Every segment in the store, decoded (each once; forgotten when it
-    /// is gone from the store).
-    fn read_segments(&self) -> Result<HashMap<String, Arc<HashMap<String, Entry>>>, StoreError> {
+    /// is gone from the store), with its age.
+    fn read_segments(&self) -> Result<HashMap<String, Segment>, StoreError> {
         let listed = self.shared.objects.list_segments()?;
         let known: HashMap<String, Arc<HashMap<String, Entry>>> = {
             let mut seen = self.shared.seen.lock().unwrap_or_else(|p| p.into_inner());
@@ -80,7 +57,11 @@ impl ShippedJournal {
         let mut all = HashMap::with_capacity(listed.len());
         for meta in listed {
             if let Some(entries) = known.get(&meta.name) {
-                all.insert(meta.name, entries.clone());
+                let segment = Segment {
+                    age: meta.age,
+                    entries: entries.clone(),
+                };
+                all.insert(meta.name, segment);
                 continue;
             }
             let bytes = match self.shared.objects.get_segment(&meta.name) {
@@ -99,7 +80,11 @@ impl ShippedJournal {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .insert(meta.name.clone(), entries.clone());
-            all.insert(meta.name, entries);
+            let segment = Segment {
+                age: meta.age,
+                entries,
+            };
+            all.insert(meta.name, segment);
         }
         Ok(all)
     }
@@ -141,13 +126,28 @@ impl ShippedJournal {
         }
         let segments = self.read_segments()?;
         let store = self.shared.store.as_ref();
+        // A snapshot entry goes when it no longer applies or a later
+        // forget dropped it; a tombstone when no older entry of its actor
+        // still applies.
+        let applies = |entry: &Entry| super::super::replay::applies(store, entry).is_ok();
         let doomed: Vec<String> = old
             .into_iter()
             .filter(|name| {
-                segments.get(name).is_none_or(|entries| {
-                    entries.values().all(|entry| {
-                        entry.kind != EntryKind::Snapshot
-                            || super::super::replay::applies(store, entry).is_err()
+                segments.get(name).is_none_or(|segment| {
+                    segment.entries.values().all(|entry| match entry.kind {
+                        EntryKind::Snapshot => {
+                            newest_entry(&segments, &entry.actor)
+                                .is_none_or(|newest| !std::ptr::eq(newest, entry))
+                                || !applies(entry)
+                        }
+                        _ if entry.epoch == TOMBSTONE => !segments.iter().any(|(other, older)| {
+                            newer((name, segment), (other, older))
+                                && older
+                                    .entries
+                                    .get(&entry.actor)
+                                    .is_some_and(|e| e.kind == EntryKind::Snapshot && applies(e))
+                        }),
+                        _ => true,
                     })
                 })
             })
@@ -169,6 +169,57 @@ impl ShippedJournal {
         }
         Ok(doomed.len())
     }
+}
+
+/// A decoded segment of the store.
+#[derive(Debug, Clone)]
+pub(super) struct Segment {
+    /// How long ago it was written.
+    age: Duration,
+    /// Each actor's newest entry in it.
+    entries: Arc<HashMap<String, Entry>>,
+}
+
+/// The epoch of a *tombstone*: a forget a worker puts in the store when it
+/// creates an actor ([`ShippedJournal::tombstone`]), which drops every
+/// earlier entry of the name whatever worker or run wrote it (a deleted
+/// actor's acknowledged state on a lost worker never becomes a new
+/// actor's).
+pub(super) const TOMBSTONE: u64 = u64::MAX;
+
+/// Whether segment `a` was written after segment `b`: by round within one
+/// worker's run (names sort by round), else by age.
+fn newer((a, sa): (&String, &Segment), (b, sb): (&String, &Segment)) -> bool {
+    let run = |name: &str| name.rsplit_once('-').map(|(run, _)| run.to_owned());
+    match (run(a), run(b)) {
+        (Some(ra), Some(rb)) if ra == rb => a > b,
+        _ => sa.age < sb.age,
+    }
+}
+
+/// `actor`'s newest snapshot entry in `segments`, unless a later forget
+/// dropped it: one of the same run at the entry's epoch or later (the
+/// actor was deleted, moved away or repaired there), or a tombstone of
+/// any worker. Successive entries of an actor share a seq until one is
+/// sealed: of one run, the later round wins.
+fn newest_entry<'a>(segments: &'a HashMap<String, Segment>, actor: &str) -> Option<&'a Entry> {
+    let records: Vec<((&String, &Segment), &Entry)> = segments
+        .iter()
+        .filter_map(|(name, segment)| segment.entries.get(actor).map(|e| ((name, segment), e)))
+        .collect();
+    let (at, entry) = records
+        .iter()
+        .filter(|(_, entry)| entry.kind == EntryKind::Snapshot)
+        .max_by_key(|((name, _), entry)| (entry.seq, entry.epoch, name.as_str()))
+        .copied()?;
+    let run = at.0.rsplit_once('-').map_or(at.0.as_str(), |(run, _)| run);
+    let forgotten = records.iter().any(|(other, forget)| {
+        forget.kind == EntryKind::Forget
+            && newer(*other, at)
+            && (forget.epoch == TOMBSTONE
+                || (other.0.starts_with(run) && forget.epoch >= entry.epoch))
+    });
+    (!forgotten).then_some(entry)
 }
 
 /// Each actor's newest entry in a segment's bytes (a damaged record ends
