@@ -24,6 +24,23 @@ fn cluster(workers: usize) -> Deployment {
     Deployment::start(STASIS, setup)
 }
 
+/// Creates counter `actor` and gets its counts 1 to 5 acknowledged (in
+/// segments only, at level `store`); returns the client and ingress.
+async fn create_and_count_to_five(
+    d: &Deployment,
+    actor: &str,
+) -> (stasis_test_util::http::Http, std::net::SocketAddr) {
+    d.cli_json(0, &["actor", "create", actor, "--template", "counter"]);
+    let c = client();
+    let ingress = d.replica(0).ingress;
+    for expected in 1..=5 {
+        let answer = to_actor(&c, ingress, actor, "POST", "/").await;
+        assert_eq!(answer.status, 200, "{answer:?}");
+        assert_eq!(count(&answer), expected);
+    }
+    (c, ingress)
+}
+
 fn worker_of(d: &Deployment, actor: &str) -> String {
     d.cli_json(0, &["actor", "get", actor])["worker"]
         .as_str()
@@ -53,14 +70,7 @@ async fn a_re_created_actor_does_not_recover_the_deleted_ones_state_from_a_lost_
     let _one = ONE_CLUSTER.lock().await;
     let mut d = cluster(3);
     d.push_counter(0);
-    d.cli_json(0, &["actor", "create", "rz", "--template", "counter"]);
-    let c = client();
-    let ingress = d.replica(0).ingress;
-    for expected in 1..=5 {
-        let answer = to_actor(&c, ingress, "rz", "POST", "/").await;
-        assert_eq!(answer.status, 200, "{answer:?}");
-        assert_eq!(count(&answer), expected);
-    }
+    create_and_count_to_five(&d, "rz").await;
     let first = lose_worker_of(&mut d, "rz");
     // Gone for good: a brand-new actor of the same name.
     d.cli_ok(0, &["actor", "delete", "rz"]);
@@ -216,14 +226,7 @@ async fn a_frozen_owner_woken_after_its_lease_ships_nothing_that_wins_at_level_s
     let _one = ONE_CLUSTER.lock().await;
     let mut d = cluster(2);
     d.push_counter(0);
-    d.cli_json(0, &["actor", "create", "fz", "--template", "counter"]);
-    let c = client();
-    let ingress = d.replica(0).ingress;
-    for expected in 1..=5 {
-        let answer = to_actor(&c, ingress, "fz", "POST", "/").await;
-        assert_eq!(answer.status, 200, "{answer:?}");
-        assert_eq!(count(&answer), expected);
-    }
+    create_and_count_to_five(&d, "fz").await;
     let first = worker_of(&d, "fz");
     let pid = d.worker(&first).process.pid();
     signal(pid, "STOP");
@@ -334,14 +337,7 @@ async fn a_move_and_a_pause_right_after_acknowledged_counts_keep_them_at_level_s
     let _one = ONE_CLUSTER.lock().await;
     let mut d = cluster(2);
     d.push_counter(0);
-    d.cli_json(0, &["actor", "create", "mv", "--template", "counter"]);
-    let c = client();
-    let ingress = d.replica(0).ingress;
-    for expected in 1..=5 {
-        let answer = to_actor(&c, ingress, "mv", "POST", "/").await;
-        assert_eq!(answer.status, 200, "{answer:?}");
-        assert_eq!(count(&answer), expected);
-    }
+    let (c, ingress) = create_and_count_to_five(&d, "mv").await;
     let first = worker_of(&d, "mv");
     let to = if first == "w1" { "w2" } else { "w1" };
     d.cli_json(0, &["actor", "migrate", "mv", "--to", to]);
@@ -365,14 +361,7 @@ async fn a_re_created_actor_does_not_recover_the_deleted_ones_state_from_a_live_
     let _one = ONE_CLUSTER.lock().await;
     let mut d = cluster(2);
     d.push_counter(0);
-    d.cli_json(0, &["actor", "create", "rl", "--template", "counter"]);
-    let c = client();
-    let ingress = d.replica(0).ingress;
-    for expected in 1..=5 {
-        let answer = to_actor(&c, ingress, "rl", "POST", "/").await;
-        assert_eq!(answer.status, 200, "{answer:?}");
-        assert_eq!(count(&answer), expected);
-    }
+    create_and_count_to_five(&d, "rl").await;
     d.cli_ok(0, &["actor", "delete", "rl"]);
     d.cli_json(0, &["actor", "create", "rl", "--template", "counter"]);
     lose_worker_of(&mut d, "rl");
