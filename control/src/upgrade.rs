@@ -14,6 +14,7 @@ use stasis_contract::directory::{TemplateRow, row_version};
 use stasis_contract::error::ApiError;
 use stasis_contract::status::{Captured, ms};
 use stasis_contract::templates::Templates as _;
+use stasis_core::module::Digest;
 use stasis_core::snapshot;
 
 impl ControlPlane {
@@ -79,7 +80,14 @@ impl ControlPlane {
         let captured = member.api.capture(name).await?;
         let epoch = placement.epoch + 1;
         if let Err((e, installed)) = self
-            .carry_over(name, &member, &captured, (&source, &target), epoch)
+            .carry_over(
+                name,
+                &member,
+                &captured,
+                (&source, &target),
+                new.info.digest,
+                epoch,
+            )
             .await
         {
             self.stay(
@@ -119,8 +127,8 @@ impl ControlPlane {
         })
     }
 
-    /// Restores the `captured` snapshot into version `target` on `member`
-    /// at `epoch`: the snapshot (its chain flattened) is written again as
+    /// Restores the `captured` snapshot into version `target` (module
+    /// `digest`) on `member` at `epoch`: the snapshot (its chain flattened) is written again as
     /// the actor's next one, full and stamped with the new module, and
     /// installed, which verifies it against the new module; then the
     /// actor's placement and version are switched durably. On failure,
@@ -132,19 +140,13 @@ impl ControlPlane {
         member: &Member,
         captured: &Captured,
         (source, target): (&TemplateRow, &TemplateRow),
+        digest: Digest,
         epoch: u64,
     ) -> Result<(), (ApiError, bool)> {
         let full = self
             .read_snapshot(name, &source.digest, captured.seq)
             .await
             .map_err(|e| (e, false))?;
-        let digest = self
-            .templates
-            .template(&target.digest)
-            .await
-            .map_err(|e| (e, false))?
-            .info
-            .digest;
         let stamped = snapshot::restamp(&full, digest).map_err(|e| {
             let e = ApiError::unprocessable(format!("snapshot {}: {e}", captured.seq));
             (e, false)

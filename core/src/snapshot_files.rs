@@ -470,28 +470,13 @@ impl SnapshotStore for LocalSnapshotStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A valid full snapshot of no memory and no global (retention reads
-    /// headers that pass their checksum).
-    fn tiny_snapshot(clock_ns: u64) -> Vec<u8> {
-        let mut header = crate::snapshot::Header {
-            module_digest: [0; 32],
-            abi_version: 1,
-            clock_ns,
-            globals: Vec::new(),
-            memories: Vec::new(),
-            base: None,
-        };
-        let mut out = Vec::new();
-        crate::snapshot::capture::write_file(&mut out, &mut header, &[]).expect("encodes");
-        out
-    }
+    use crate::snapshot::capture::empty_snapshot;
 
     #[test]
     fn only_canonical_names_are_snapshots() {
         let tmp = tempfile::tempdir().expect("tmp");
         let store = LocalSnapshotStore::open(tmp.path(), None).expect("open");
-        let (seven, eight) = (tiny_snapshot(7), tiny_snapshot(8));
+        let (seven, eight) = (empty_snapshot(7), empty_snapshot(8));
         store.write("a", 7, 0, &seven).expect("write");
         let dir = store.actor_dir("a");
         for stray in [

@@ -295,18 +295,7 @@ impl ActorTask {
             patches: 0,
         });
         self.gate = Some(durable);
-        {
-            let mut status = self.status();
-            status.snapshot = Some(SnapshotEntry { seq, bytes: len });
-            status.snapshot_journaled = true;
-        }
-        Ok(SnapshotReport {
-            seq,
-            snapshot_bytes: len,
-            bytes_written: len,
-            duration_ms: ms(started.elapsed()),
-            changed: true,
-        })
+        Ok(self.wrote(seq, len, true, started))
     }
 
     /// Writes the journal entry of an actor without an instance (paused
@@ -389,18 +378,25 @@ impl ActorTask {
         if full && self.replicator.is_none() && self.store.supports_deltas() {
             self.map_written(seq);
         }
+        Ok(self.wrote(seq, len, false, started))
+    }
+
+    /// Records snapshot `seq` of `len` bytes, just written (to the store,
+    /// or to the journal: `journaled`), as the actor's newest, and reports
+    /// it.
+    fn wrote(&self, seq: u64, len: u64, journaled: bool, started: Instant) -> SnapshotReport {
         {
             let mut status = self.status();
             status.snapshot = Some(SnapshotEntry { seq, bytes: len });
-            status.snapshot_journaled = false;
+            status.snapshot_journaled = journaled;
         }
-        Ok(SnapshotReport {
+        SnapshotReport {
             seq,
             snapshot_bytes: len,
             bytes_written: len,
             duration_ms: ms(started.elapsed()),
             changed: true,
-        })
+        }
     }
 }
 

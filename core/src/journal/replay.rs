@@ -175,24 +175,9 @@ pub(super) fn applies(store: &dyn SnapshotStore, entry: &Entry) -> Result<(), St
 #[cfg(test)]
 mod tests {
     use super::super::{EntryKind, Journal};
+    use crate::snapshot::capture::empty_snapshot;
     use crate::snapshot_files::LocalSnapshotStore;
     use crate::snapshot_store::SnapshotStore as _;
-
-    /// A valid full snapshot of no memory (a create's snapshot 0 as far as
-    /// replay is concerned), told apart by its clock.
-    fn full_snapshot(clock_ns: u64) -> Vec<u8> {
-        let mut header = crate::snapshot::Header {
-            module_digest: [0; 32],
-            abi_version: 1,
-            clock_ns,
-            globals: Vec::new(),
-            memories: Vec::new(),
-            base: None,
-        };
-        let mut out = Vec::new();
-        crate::snapshot::capture::write_file(&mut out, &mut header, &[]).expect("encodes");
-        out
-    }
 
     fn journal(dir: &std::path::Path, store: &LocalSnapshotStore) -> (Journal, super::Replayed) {
         Journal::open(dir, store, Box::new(|| {})).expect("journal")
@@ -214,7 +199,7 @@ mod tests {
         let tmp = tempfile::tempdir().expect("tmp");
         let store = LocalSnapshotStore::open(tmp.path().join("snapshots"), None).expect("store");
         let dir = tmp.path().join("journal");
-        let (old, recreated) = (full_snapshot(1), full_snapshot(2));
+        let (old, recreated) = (empty_snapshot(1), empty_snapshot(2));
         {
             let (journal, _) = journal(&dir, &store);
             let append = |kind, seq, actor: &str, body: &[u8]| {
@@ -246,7 +231,7 @@ mod tests {
         let tmp = tempfile::tempdir().expect("tmp");
         let store = LocalSnapshotStore::open(tmp.path().join("snapshots"), None).expect("store");
         let dir = tmp.path().join("journal");
-        let body = full_snapshot(1);
+        let body = empty_snapshot(1);
         {
             let (journal, _) = journal(&dir, &store);
             journal
