@@ -5,6 +5,7 @@ use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// A started `stasis` process that has printed its ready line.
@@ -18,6 +19,9 @@ pub struct Proc {
     child: Child,
     ready: String,
     log: Arc<Mutex<String>>,
+    /// The thread that drains stderr into `log`; it ends when the process
+    /// (and with it the pipe) is gone.
+    reader: Option<JoinHandle<()>>,
 }
 
 impl Proc {
@@ -55,7 +59,7 @@ impl Proc {
         let log = Arc::new(Mutex::new(String::new()));
         let sink = log.clone();
         let tag = tag.to_owned();
-        std::thread::spawn(move || {
+        let reader = std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                 if echo {
                     eprintln!("[{tag}] {line}");
@@ -65,7 +69,12 @@ impl Proc {
                 log.push('\n');
             }
         });
-        Ok(Proc { child, ready, log })
+        Ok(Proc {
+            child,
+            ready,
+            log,
+            reader: Some(reader),
+        })
     }
 
     /// The ready line the process printed.
@@ -91,16 +100,54 @@ impl Proc {
         self.child.id()
     }
 
-    /// Everything the process wrote to stderr so far (its log).
+    /// Everything the process wrote to stderr so far (its log), as far as
+    /// the draining thread has read it: a line the process just wrote may
+    /// not be here yet while it runs (use [`Proc::wait_for_log`]); once
+    /// [`Proc::kill`] or [`Proc::terminate`] returned, the log is whole.
     #[must_use]
     pub fn log(&self) -> String {
         self.log.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Waits until the log contains `text`, up to `timeout`; panics with
+    /// the log otherwise. The wait ends as soon as the draining thread has
+    /// read the line, so it is the way to assert on a line of a process
+    /// that is still running.
+    pub fn wait_for_log(&self, text: &str, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let log = self.log();
+            if log.contains(text) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "stasis {} never logged {text:?} within {timeout:?}:\n{log}",
+                self.child.id()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 
     /// Sends SIGKILL and reaps the process (a no-op once it has exited).
     pub fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        self.finish_log();
+    }
+
+    /// Waits (5 s at most) for the draining thread to read the rest of the
+    /// log of a process that has exited.
+    fn finish_log(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        if let Some(reader) = self.reader.take() {
+            while !reader.is_finished() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            if reader.is_finished() {
+                let _ = reader.join();
+            }
+        }
     }
 
     /// Sends SIGTERM (graceful shutdown) and waits up to `timeout` for the
@@ -115,6 +162,7 @@ impl Proc {
         let deadline = Instant::now() + timeout;
         loop {
             if let Some(status) = self.child.try_wait().expect("wait for stasis") {
+                self.finish_log();
                 return status;
             }
             assert!(

@@ -223,7 +223,7 @@ async fn a_trapping_alarm_handler_is_retried_until_it_succeeds() {
     wait_metric(&server, "stasis_alarms_pending", 0.0).await;
     let text = server.metrics().await;
     assert_eq!(metric(&text, "stasis_alarm_failures_total"), 2.0, "{text}");
-    assert!(server.log().contains("retrying in"), "{}", server.log());
+    server.wait_for_log("retrying in");
 }
 
 /// The input (reliability round 3, 9): a handler that always traps
@@ -304,11 +304,7 @@ async fn an_alarm_of_a_module_without_the_hook_is_removed_and_counted() {
     wait_metric(&server, "stasis_alarms_pending", 0.0).await;
     let text = server.metrics().await;
     assert_eq!(metric(&text, "stasis_alarms_fired_total"), 0.0, "{text}");
-    assert!(
-        server.log().contains("no stasis_on_alarm export"),
-        "{}",
-        server.log()
-    );
+    server.wait_for_log("no stasis_on_alarm export");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -146,7 +146,7 @@ async fn target_killed_mid_migration_rolls_back_to_the_source() {
     let migrate = server.migrate_in_background("steady", "w-slow");
     // Under way once the install reached the target: the gate is closed
     // for the 3 s the target delays it.
-    target.wait_for_log(&install_delay_line("steady")).await;
+    target.wait_for_log(&install_delay_line("steady"));
     // A request during the move is held at the gate, then served.
     let held = tokio::spawn({
         let addr = server.ingress;
@@ -197,7 +197,7 @@ async fn requests_held_at_a_moving_actors_gate_count_against_max_held() {
     // Once the install reached the target, the gate stays closed for the
     // 1.5 s the target delays it: two requests wait there, the next three
     // are refused at once.
-    target.wait_for_log(&install_delay_line("gated")).await;
+    target.wait_for_log(&install_delay_line("gated"));
     let c = client();
     let mut waiting = Vec::new();
     for _ in 0..5 {

@@ -96,11 +96,7 @@ async fn created_actors_survive_kill_nine_right_after_their_201s() {
         );
         assert_eq!(read(&server, name).await, 0, "{name}");
     }
-    assert!(
-        server.log().contains("journal replayed"),
-        "{}",
-        server.log()
-    );
+    server.wait_for_log("journal replayed");
     let listed = server.cli_json(&["actor", "list"]);
     assert_eq!(
         listed.as_array().map(Vec::len),

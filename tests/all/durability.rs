@@ -54,11 +54,7 @@ async fn acknowledged_writes_survive_a_trap_and_kill_nine() {
         4,
         "kill -9 lost answered requests"
     );
-    assert!(
-        server.log().contains("journal replayed"),
-        "{}",
-        server.log()
-    );
+    server.wait_for_log("journal replayed");
     assert_eq!(server.cli_json(&["actor", "get", "f"])["state"], "running");
 }
 
@@ -217,11 +213,7 @@ async fn a_torn_journal_tail_is_ignored() {
     drop(file);
     let server = Server::start_in(&dir, &[]).expect("restart");
     assert_eq!(read(&server, "f").await, 3);
-    assert!(
-        server.log().contains("torn tail is ignored"),
-        "{}",
-        server.log()
-    );
+    server.wait_for_log("torn tail is ignored");
 }
 
 /// A template pushed with `--durability` overrides the server's level for

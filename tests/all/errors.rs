@@ -228,11 +228,7 @@ async fn http_errors_show_no_server_path() {
         "the CLI",
     );
     // The log has the path, for the operator.
-    let log = server.log();
-    assert!(
-        log.contains(&folder.display().to_string()),
-        "the log keeps the path: {log}"
-    );
+    server.wait_for_log(&folder.display().to_string());
 
     // A corrupt snapshot and a missing one: the reasons are path-free in
     // answers, in `actor get` and in the actor list.

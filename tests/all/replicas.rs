@@ -288,11 +288,9 @@ async fn a_worker_cut_off_from_etcd_past_its_lease_never_serves_its_old_actors()
         answer.text()
     );
     // Its log says it stopped serving when the lease could not be renewed.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !frozen.process.log().contains("stopping to serve") {
-        assert!(Instant::now() < deadline, "{}", frozen.process.log());
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    frozen
+        .process
+        .wait_for_log("stopping to serve", Duration::from_secs(10));
     // And the count goes on where it was, on the new owner.
     assert_eq!(
         count(&to_actor(&c, d.replica(0).ingress, "p1", "POST", "/").await),

@@ -280,16 +280,8 @@ async fn every_process_outlives_etcd_quorum_frozen_past_the_lease() {
     }
     // Workers fenced themselves.
     for w in d.workers.iter().flatten() {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !w.process.log().contains("stopping to serve") {
-            assert!(
-                Instant::now() < deadline,
-                "{} never fenced itself: {}",
-                w.name,
-                w.process.log()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        w.process
+            .wait_for_log("stopping to serve", Duration::from_secs(10));
     }
     // Nothing was restarted: every replica and worker still runs, and every
     // actor serves through both replicas with its count intact.
@@ -354,16 +346,7 @@ async fn a_leader_frozen_mid_move_cannot_switch_the_placement_once_another_leads
     });
     // Captured on w1, waiting for w2 (which logs the install it delays):
     // freeze the leader past its lease.
-    let installing = install_delay_line("z1");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !w2.log().contains(&installing) {
-        assert!(
-            Instant::now() < deadline,
-            "the move never reached w2: {}",
-            w2.log()
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    w2.wait_for_log(&install_delay_line("z1"), Duration::from_secs(10));
     let pid = d.replica(old).process.pid();
     signal(pid, "STOP");
     let deadline = Instant::now() + Duration::from_secs(20);

@@ -6,6 +6,7 @@
 //! segments.
 
 use std::path::Path;
+use std::time::Duration;
 
 use stasis_test_util::cluster::{Deployment, Setup};
 
@@ -108,10 +109,9 @@ async fn lose_a_worker_and_keep_every_answer(level: &str) {
             "{actor}"
         );
     }
-    let log = d.worker("w2").process.log();
-    assert!(
-        log.contains("recovered the actor's newest journal entry from the store"),
-        "{log}"
+    d.worker("w2").process.wait_for_log(
+        "recovered the actor's newest journal entry from the store",
+        Duration::from_secs(10),
     );
 }
 

@@ -60,9 +60,16 @@ impl Server {
         })
     }
 
-    /// Everything the server wrote to stderr so far (its log).
+    /// Everything the server wrote to stderr so far (its log); a line it
+    /// is writing now may not be here yet (see [`Server::wait_for_log`]).
     pub(crate) fn log(&self) -> String {
         self.process.log()
+    }
+
+    /// Waits until the server's log contains `text` (10 s at most); panics
+    /// with the log otherwise.
+    pub(crate) fn wait_for_log(&self, text: &str) {
+        self.process.wait_for_log(text, Duration::from_secs(10));
     }
 
     /// The admin URL.
@@ -283,20 +290,8 @@ impl RemoteWorker {
 
     /// Waits until the worker's log contains `text` (10 s at most); panics
     /// with the log otherwise.
-    pub(crate) async fn wait_for_log(&self, text: &str) {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let log = self.log();
-            if log.contains(text) {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "worker {} never logged {text:?}:\n{log}",
-                self.name
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+    pub(crate) fn wait_for_log(&self, text: &str) {
+        self.process.wait_for_log(text, Duration::from_secs(10));
     }
 }
 
