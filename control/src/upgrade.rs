@@ -2,8 +2,11 @@
 //! actor's gate (requests in flight finish, new ones are held, not
 //! refused), its state moves to another version of its template by
 //! **memory carry-over** — the snapshot taken at the barrier is restored
-//! into the new version's module on the same worker — or, on any failure,
-//! the actor stays on its version with its state unchanged.
+//! into the new version's module on the same worker — when both versions
+//! declare the same layout, else by **state hand-over** — the old
+//! instance's `stasis_save_state` bytes go to a fresh instance of the new
+//! version's `stasis_load_state` — when they export that pair; on any
+//! failure the actor stays on its version with its state unchanged.
 
 use std::time::Instant;
 
@@ -19,18 +22,21 @@ use stasis_core::snapshot;
 
 impl ControlPlane {
     /// Upgrades actor `name` to version `to` of its template (the newest
-    /// when `None`) by memory carry-over: both versions must declare the
+    /// when `None`) by memory carry-over when both versions declare the
     /// same layout and have the same memories and mutable globals
-    /// ([`stasis_core::module::ModuleInfo::carry_over_refusal`]), and the
-    /// actor's snapshot must verify against the new module.
+    /// ([`stasis_core::module::ModuleInfo::carry_over_refusal`]; the
+    /// actor's snapshot must then verify against the new module), else by
+    /// state hand-over when the old version exports `stasis_save_state`
+    /// and the new one `stasis_load_state`
+    /// ([`stasis_core::module::ModuleInfo::hand_over_refusal`]).
     ///
     /// # Errors
-    /// 404 unknown actor or version; 409 already on that version, the
-    /// versions are not layout-compatible (the message names the
-    /// difference), or the actor was upgraded meanwhile; the failure that
-    /// left it on its version (422 its snapshot does not verify against
-    /// the new module, 503 its worker unreachable); 503 when the control
-    /// plane is shutting down.
+    /// 404 unknown actor or version; 409 already on that version, neither
+    /// path applies (the message names why for each), or the actor was
+    /// upgraded meanwhile; the failure that left it on its version (422
+    /// its snapshot does not verify against the new module, or a version
+    /// failed its side of the hand-over; 503 its worker unreachable); 503
+    /// when the control plane is shutting down.
     pub async fn upgrade(&self, name: &str, to: Option<u64>) -> Result<UpgradeInfo, ApiError> {
         self.refuse_if_shutting_down("upgrade")?;
         let placement = self.placement_of(name)?;
@@ -59,12 +65,20 @@ impl ControlPlane {
             self.templates.template(&source.digest).await?,
             self.templates.template(&target.digest).await?,
         );
-        if let Some(why) = old.info.carry_over_refusal(&new.info) {
-            return Err(ApiError::conflict(format!(
-                "actor {name} cannot move from version {from} to version {to} of template \
-                 {template} by memory carry-over: {why}; it stays on version {from}"
-            )));
-        }
+        let path = match (
+            old.info.carry_over_refusal(&new.info),
+            old.info.hand_over_refusal(&new.info),
+        ) {
+            (None, _) => Path::CarryOver,
+            (Some(_), None) => Path::HandOver,
+            (Some(carry), Some(hand)) => {
+                return Err(ApiError::conflict(format!(
+                    "actor {name} cannot move from version {from} to version {to} of template \
+                     {template}: not by memory carry-over ({carry}), not by state hand-over \
+                     ({hand}); it stays on version {from}"
+                )));
+            }
+        };
         let gate = placement.gate.clone();
         // New requests wait from the moment the upgrade asks for the gate.
         let started = Instant::now();
@@ -79,17 +93,24 @@ impl ControlPlane {
         let member = self.host_of(&placement, name)?;
         let captured = member.api.capture(name).await?;
         let epoch = placement.epoch + 1;
-        if let Err((e, installed)) = self
-            .carry_over(
-                name,
-                &member,
-                &captured,
-                (&source, &target),
-                new.info.digest,
-                epoch,
-            )
-            .await
-        {
+        let moved = match path {
+            Path::CarryOver => {
+                self.carry_over(
+                    name,
+                    &member,
+                    &captured,
+                    (&source, &target),
+                    new.info.digest,
+                    epoch,
+                )
+                .await
+            }
+            Path::HandOver => {
+                self.hand_over(name, &member, &captured, &target, epoch)
+                    .await
+            }
+        };
+        if let Err((e, installed)) = moved {
             self.stay(
                 name,
                 &member,
@@ -122,7 +143,7 @@ impl ControlPlane {
             actor: self.actor(name).await?,
             from_version: from,
             to_version: to,
-            path: "carry_over",
+            path: path.as_str(),
             downtime_ms: ms(downtime),
         })
     }
@@ -165,15 +186,52 @@ impl ControlPlane {
             let _ = tokio::task::spawn_blocking(move || store.remove(&actor, seq)).await;
             return Err((e, false));
         }
-        self.directory
-            .place_actor_as(name, &member.name, epoch, &target.name)
+        self.switch(name, member, &target.name, epoch)
+            .map_err(|e| (e, true))
+    }
+
+    /// Hands the captured actor over to version `target` on `member` at
+    /// `epoch` (the worker writes the new instance's snapshot as the next
+    /// one, see [`stasis_contract::worker_api::WorkerApi::hand_over`]),
+    /// then switches its placement and version durably. On failure, also
+    /// whether the actor must be put back from the captured snapshot: the
+    /// old instance ran `stasis_save_state` (its memory is not the
+    /// captured state's any more), so it always is.
+    async fn hand_over(
+        &self,
+        name: &str,
+        member: &Member,
+        captured: &Captured,
+        target: &TemplateRow,
+        epoch: u64,
+    ) -> Result<(), (ApiError, bool)> {
+        let spec = Self::host_spec(target, epoch);
+        member
+            .api
+            .hand_over(name, &spec, captured.seq + 1)
+            .await
             .map_err(|e| (e, true))?;
+        self.switch(name, member, &target.name, epoch)
+            .map_err(|e| (e, true))
+    }
+
+    /// Points actor `name` at version row `version` on `member` under
+    /// `epoch`, in the directory and the placement table.
+    fn switch(
+        &self,
+        name: &str,
+        member: &Member,
+        version: &str,
+        epoch: u64,
+    ) -> Result<(), ApiError> {
+        self.directory
+            .place_actor_as(name, &member.name, epoch, version)?;
         self.placements.point_as(
             name,
             member.name.clone(),
             member.incarnation,
             epoch,
-            &target.name,
+            version,
         );
         Ok(())
     }
@@ -209,6 +267,23 @@ impl ControlPlane {
             .await
         {
             tracing::error!(actor = name, "putting the actor back on its version: {e}");
+        }
+    }
+}
+
+/// How an upgrade moves the state (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Path {
+    CarryOver,
+    HandOver,
+}
+
+impl Path {
+    /// Its name in answers (`UpgradeInfo::path`).
+    fn as_str(self) -> &'static str {
+        match self {
+            Path::CarryOver => "carry_over",
+            Path::HandOver => "hand_over",
         }
     }
 }
