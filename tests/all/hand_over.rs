@@ -166,3 +166,22 @@ async fn requests_during_upgrades_are_held_and_none_is_lost_or_doubled() {
         3
     );
 }
+
+/// The C SDK's hand-over pair: the C counter hands its count to its next
+/// version (the same module with another environment).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_c_counter_hands_its_count_to_its_next_version() {
+    if !crate::c_sdk::c_demos_built() {
+        return;
+    }
+    let server = Server::start(&["--workers", "1"]);
+    push_demo(&server, "cc", "counter-c", &[]);
+    server.create("c", "cc");
+    for n in 1..=3 {
+        assert_eq!(count(&post(&server, "c").await), n);
+    }
+    assert_eq!(push_demo(&server, "cc", "counter-c", &["V=2"]), 2);
+    let upgraded = server.cli_json(&["actor", "upgrade", "c"]);
+    assert_eq!(upgraded["path"], "hand_over", "{upgraded}");
+    assert_eq!(count(&post(&server, "c").await), 4);
+}
