@@ -69,7 +69,7 @@ impl ControlPlane {
             old.info.carry_over_refusal(&new.info),
             old.info.hand_over_refusal(&new.info),
         ) {
-            (None, _) => Path::CarryOver,
+            (None, _) => Path::CarryOver(new.info.digest),
             (Some(_), None) => Path::HandOver,
             (Some(carry), Some(hand)) => {
                 return Err(ApiError::conflict(format!(
@@ -79,7 +79,88 @@ impl ControlPlane {
                 )));
             }
         };
-        let gate = placement.gate.clone();
+        let moved = self
+            .change_version(name, &source, &target, path, &template, (from, to))
+            .await?;
+        Ok(UpgradeInfo {
+            actor: self.actor(name).await?,
+            from_version: from,
+            to_version: to,
+            path: path.as_str(),
+            downtime_ms: ms(moved),
+        })
+    }
+
+    /// `actor resume --from-snapshot` of snapshot `seq`, written by
+    /// another version of the actor's template than the one it runs
+    /// (`None` when the snapshot is the running version's: an ordinary
+    /// resume): through the gate, the snapshot becomes the actor's newest
+    /// and it runs the version that wrote it, the newest version of its
+    /// template with that module.
+    ///
+    /// # Errors
+    /// 409 when no version of the template has the module the snapshot
+    /// names; 422 the snapshot does not verify; the failures of an
+    /// upgrade, which leave the actor as it was.
+    pub(super) async fn resume_in_its_version(
+        &self,
+        name: &str,
+        seq: u64,
+    ) -> Result<Option<()>, ApiError> {
+        let placement = self.placement_of(name)?;
+        let source = self.template_row(&placement.template)?;
+        let (store, actor) = (self.store.clone(), name.to_owned());
+        let stored = tokio::task::spawn_blocking(move || store.open_snapshot(&actor, seq))
+            .await
+            .map_err(ApiError::internal)??;
+        let header = snapshot::peek_header(&stored)
+            .map_err(|e| ApiError::unprocessable(format!("snapshot {seq} of {name}: {e}")))?;
+        drop(stored);
+        let digest = hex::encode(header.module_digest);
+        if digest == source.digest {
+            return Ok(None);
+        }
+        let (template, from) = row_version(&placement.template);
+        let template = template.to_owned();
+        let versions = self.versions_of(&template)?;
+        let Some((i, target)) = versions
+            .iter()
+            .enumerate()
+            .rev()
+            .find(|(_, row)| row.digest == digest)
+        else {
+            return Err(ApiError::conflict(format!(
+                "snapshot {seq} of actor {name} was written by module {digest}, which is no \
+                 version of template {template}"
+            )));
+        };
+        let to = i as u64 + 1;
+        self.change_version(
+            name,
+            &source,
+            &target.clone(),
+            Path::Restore(seq),
+            &template,
+            (from, to),
+        )
+        .await?;
+        Ok(Some(()))
+    }
+
+    /// Moves actor `name` from version row `source` to `target` by `path`
+    /// through its gate (`versions`: their numbers, for the log and the
+    /// answers); returns how long new requests were held. On failure the
+    /// actor stays on `source` with its state.
+    async fn change_version(
+        &self,
+        name: &str,
+        source: &TemplateRow,
+        target: &TemplateRow,
+        path: Path,
+        template: &str,
+        (from, to): (u64, u64),
+    ) -> Result<std::time::Duration, ApiError> {
+        let gate = self.placement_of(name)?.gate;
         // New requests wait from the moment the upgrade asks for the gate.
         let started = Instant::now();
         let closed = gate.barrier.write().await;
@@ -94,32 +175,38 @@ impl ControlPlane {
         let captured = member.api.capture(name).await?;
         let epoch = placement.epoch + 1;
         let moved = match path {
-            Path::CarryOver => {
+            Path::CarryOver(stamp) => {
                 self.carry_over(
                     name,
                     &member,
+                    (&source.digest, captured.seq),
                     &captured,
-                    (&source, &target),
-                    new.info.digest,
+                    target,
+                    Some(stamp),
+                    epoch,
+                )
+                .await
+            }
+            Path::Restore(seq) => {
+                self.carry_over(
+                    name,
+                    &member,
+                    (&target.digest, seq),
+                    &captured,
+                    target,
+                    None,
                     epoch,
                 )
                 .await
             }
             Path::HandOver => {
-                self.hand_over(name, &member, &captured, &target, epoch)
+                self.hand_over(name, &member, &captured, target, epoch)
                     .await
             }
         };
         if let Err((e, installed)) = moved {
-            self.stay(
-                name,
-                &member,
-                &captured,
-                &source,
-                placement.epoch,
-                installed,
-            )
-            .await;
+            self.stay(name, &member, &captured, source, placement.epoch, installed)
+                .await;
             drop(closed);
             tracing::warn!(actor = name, from, to, "upgrade refused: {e}");
             let message = format!(
@@ -136,42 +223,46 @@ impl ControlPlane {
             template,
             from,
             to,
+            path = path.as_str(),
             downtime_ms = ms(downtime),
             "actor upgraded"
         );
-        Ok(UpgradeInfo {
-            actor: self.actor(name).await?,
-            from_version: from,
-            to_version: to,
-            path: path.as_str(),
-            downtime_ms: ms(downtime),
-        })
+        Ok(downtime)
     }
 
-    /// Restores the `captured` snapshot into version `target` (module
-    /// `digest`) on `member` at `epoch`: the snapshot (its chain flattened) is written again as
-    /// the actor's next one, full and stamped with the new module, and
-    /// installed, which verifies it against the new module; then the
-    /// actor's placement and version are switched durably. On failure,
-    /// also whether the new version was installed (the directory refused
-    /// the switch).
+    /// Writes snapshot `read.1` of the actor (read against module
+    /// `read.0`, its chain flattened), re-stamped with module `stamp` when
+    /// given, as the actor's next snapshot after the `captured` one, full,
+    /// and installs it on `member` under version `target` at `epoch`,
+    /// which verifies it against that version's module; then switches the
+    /// actor's placement and version durably. On failure, also whether the
+    /// new version was installed (the directory refused the switch).
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "one call per path; the parts are the change's, not a type's"
+    )]
     async fn carry_over(
         &self,
         name: &str,
         member: &Member,
+        read: (&str, u64),
         captured: &Captured,
-        (source, target): (&TemplateRow, &TemplateRow),
-        digest: Digest,
+        target: &TemplateRow,
+        stamp: Option<Digest>,
         epoch: u64,
     ) -> Result<(), (ApiError, bool)> {
+        let (digest, at) = read;
         let full = self
-            .read_snapshot(name, &source.digest, captured.seq)
+            .read_snapshot(name, digest, at)
             .await
             .map_err(|e| (e, false))?;
-        let stamped = snapshot::restamp(&full, digest).map_err(|e| {
-            let e = ApiError::unprocessable(format!("snapshot {}: {e}", captured.seq));
-            (e, false)
-        })?;
+        let stamped = match stamp {
+            Some(stamp) => snapshot::restamp(&full, stamp).map_err(|e| {
+                let e = ApiError::unprocessable(format!("snapshot {at}: {e}"));
+                (e, false)
+            })?,
+            None => full.to_vec(),
+        };
         let seq = captured.seq + 1;
         let (store, actor) = (self.store.clone(), name.to_owned());
         let written =
@@ -274,16 +365,20 @@ impl ControlPlane {
 /// How an upgrade moves the state (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Path {
-    CarryOver,
+    /// Re-stamped with the new version's module.
+    CarryOver(Digest),
     HandOver,
+    /// Snapshot `seq`, written by the target version, becomes the newest.
+    Restore(u64),
 }
 
 impl Path {
     /// Its name in answers (`UpgradeInfo::path`).
     fn as_str(self) -> &'static str {
         match self {
-            Path::CarryOver => "carry_over",
+            Path::CarryOver(_) => "carry_over",
             Path::HandOver => "hand_over",
+            Path::Restore(_) => "restore",
         }
     }
 }

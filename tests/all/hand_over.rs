@@ -39,7 +39,9 @@ fn trapping_loader() -> Vec<u8> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn counter_moves_to_counter_v2_with_its_count_and_a_refusal_changes_nothing() {
-    let server = Server::start(&["--workers", "1"]);
+    // Snapshots of version 1 are kept for the resume at the end.
+    let flags = ["--workers", "1", "--keep-snapshots", "10"];
+    let server = Server::start(&flags);
     assert_eq!(push_demo(&server, "c", "counter", &[]), 1);
     server.create("run", "c");
     server.create("idle", "c");
@@ -48,6 +50,10 @@ async fn counter_moves_to_counter_v2_with_its_count_and_a_refusal_changes_nothin
         assert_eq!(count(&post(&server, "idle").await), n);
     }
     server.cli_ok(&["actor", "pause", "idle"]);
+    server.cli_ok(&["actor", "checkpoint", "run"]);
+    let v1 = server.cli_json(&["actor", "get", "run"])["snapshot"]["seq"]
+        .as_u64()
+        .expect("seq");
     assert_eq!(push_demo(&server, "c", "counter-v2", &[]), 2);
 
     // Running: the barrier, then version 2's code with the count.
@@ -98,7 +104,7 @@ async fn counter_moves_to_counter_v2_with_its_count_and_a_refusal_changes_nothin
         server.cli_json(&["actor", "get", "run"])["template_version"],
         2
     );
-    let server = server.restart(&["--workers", "1"]);
+    let server = server.restart(&flags);
     let answer = post(&server, "run").await;
     assert_eq!(count(&answer), 6);
     assert!(
@@ -106,6 +112,15 @@ async fn counter_moves_to_counter_v2_with_its_count_and_a_refusal_changes_nothin
         "{answer:?}"
     );
     assert_eq!(count(&post(&server, "idle").await), 5);
+
+    // History: the snapshot checkpointed under version 1 resumes in
+    // version 1, the version that wrote it.
+    let v1 = v1.to_string();
+    let resumed = server.cli_json(&["actor", "resume", "run", "--from-snapshot", &v1]);
+    assert_eq!(resumed["template_version"], 1, "{resumed}");
+    let answer = post(&server, "run").await;
+    assert_eq!(count(&answer), 4);
+    assert!(!answer.body.contains("version 2"), "{answer:?}");
 }
 
 /// Eight clients post without pause while the actor is upgraded twice
