@@ -79,7 +79,7 @@ impl ControlPlane {
                 )));
             }
         };
-        let moved = self
+        let (downtime, barrier) = self
             .change_version(name, &source, &target, path, &template, (from, to))
             .await?;
         Ok(UpgradeInfo {
@@ -87,7 +87,8 @@ impl ControlPlane {
             from_version: from,
             to_version: to,
             path: path.as_str(),
-            downtime_ms: ms(moved),
+            downtime_ms: ms(downtime),
+            barrier_snapshot: barrier,
         })
     }
 
@@ -149,8 +150,9 @@ impl ControlPlane {
 
     /// Moves actor `name` from version row `source` to `target` by `path`
     /// through its gate (`versions`: their numbers, for the log and the
-    /// answers); returns how long new requests were held. On failure the
-    /// actor stays on `source` with its state.
+    /// answers); returns how long new requests were held and the snapshot
+    /// taken at the barrier. On failure the actor stays on `source` with
+    /// its state.
     async fn change_version(
         &self,
         name: &str,
@@ -159,7 +161,7 @@ impl ControlPlane {
         path: Path,
         template: &str,
         (from, to): (u64, u64),
-    ) -> Result<std::time::Duration, ApiError> {
+    ) -> Result<(std::time::Duration, u64), ApiError> {
         let gate = self.placement_of(name)?.gate;
         // New requests wait from the moment the upgrade asks for the gate.
         let started = Instant::now();
@@ -227,7 +229,7 @@ impl ControlPlane {
             downtime_ms = ms(downtime),
             "actor upgraded"
         );
-        Ok(downtime)
+        Ok((downtime, captured.seq))
     }
 
     /// Writes snapshot `read.1` of the actor (read against module

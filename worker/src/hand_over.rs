@@ -21,9 +21,10 @@ fn refused(what: &str, e: &CallError) -> ApiError {
         | CallError::Timeout(_)
         | CallError::CpuLimit(_)
         | CallError::MappedFileChanged(_) => ErrorKind::from(e),
-        CallError::Trap(_) | CallError::BadResponse(_) | CallError::Host(_) => {
-            ErrorKind::Unprocessable
-        }
+        CallError::Trap(_)
+        | CallError::BadResponse(_)
+        | CallError::Host(_)
+        | CallError::StateRefused(_) => ErrorKind::Unprocessable,
     };
     ApiError::new(kind, format!("{what}: {e}"))
 }

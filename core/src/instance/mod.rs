@@ -77,6 +77,10 @@ pub enum CallError {
     /// The guest answered something that is not a valid response (HTTP 502).
     #[error("guest returned an invalid response: {0}")]
     BadResponse(String),
+    /// The guest refused the state handed over by another version of its
+    /// module (`stasis_load_state` returned non-zero; HTTP 422).
+    #[error("{0}")]
+    StateRefused(String),
     /// The request could not be handed to the guest (HTTP 500).
     #[error("could not call the guest: {0}")]
     Host(String),
@@ -96,7 +100,10 @@ impl CallError {
     /// or its shadow stack leaked; research notes §4, pitfall 5).
     #[must_use]
     pub fn poisons_instance(&self) -> bool {
-        !matches!(self, CallError::BadResponse(_) | CallError::Capacity(_))
+        !matches!(
+            self,
+            CallError::BadResponse(_) | CallError::Capacity(_) | CallError::StateRefused(_)
+        )
     }
 
     /// The HTTP status the router answers with.
@@ -105,6 +112,7 @@ impl CallError {
         match self {
             CallError::CpuLimit(_) | CallError::Timeout(_) => 504,
             CallError::BadResponse(_) => 502,
+            CallError::StateRefused(_) => 422,
             CallError::Trap(_) | CallError::Host(_) => 500,
             CallError::Capacity(_) | CallError::MappedFileChanged(_) => 503,
         }

@@ -53,7 +53,7 @@ impl ActorInstance {
     /// # Errors
     /// [`CallError::Host`] if the guest exports no `stasis_load_state` or
     /// the state is over 4 GiB; a trap, the CPU limit or the timeout;
-    /// [`CallError::BadResponse`] when the guest refused the bytes (it
+    /// [`CallError::StateRefused`] when the guest refused the bytes (it
     /// returned non-zero): drop the instance either way.
     pub async fn load_state(&mut self, state: &[u8]) -> Result<(), CallError> {
         let f = self
@@ -77,7 +77,7 @@ impl ActorInstance {
             } else {
                 format!("; guest stderr: {}", said.join(" / "))
             };
-            return Err(CallError::BadResponse(format!(
+            return Err(CallError::StateRefused(format!(
                 "`{LOAD_STATE}` refused the state ({len} bytes): it returned {code}{said}"
             )));
         }
