@@ -200,3 +200,45 @@ async fn the_c_counter_hands_its_count_to_its_next_version() {
     assert_eq!(upgraded["path"], "hand_over", "{upgraded}");
     assert_eq!(count(&post(&server, "c").await), 4);
 }
+
+/// Cluster mode (item 5): versions are rows in etcd, seen by every
+/// replica; an actor is upgraded by hand-over through a follower on a
+/// remote worker; after `kill -9` of that worker, its next owner runs the
+/// new version with the count (the upgrade's snapshot is in the store).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cluster_upgrade_through_a_follower_survives_the_workers_loss() {
+    use crate::fencing::wait_for_actor;
+    use crate::replicas::{ONE_CLUSTER, deployment, served};
+    let _one = ONE_CLUSTER.lock().await;
+    let mut d = deployment(1, 2, 2, &[]);
+    d.push_counter(0);
+    d.cli_json(0, &["actor", "create", "u1", "--template", "counter"]);
+    for n in 1..=3 {
+        assert_eq!(served(&d, 0, "u1").await, n);
+    }
+    let v2 = demo("counter-v2");
+    d.cli_ok(1, &["template", "push", "counter", v2.to_str().expect("utf-8")]);
+    assert_eq!(d.cli_json(0, &["template", "get", "counter"])["version"], 2);
+    let upgraded = d.cli_json(1, &["actor", "upgrade", "u1"]);
+    assert_eq!(upgraded["path"], "hand_over", "{upgraded}");
+    assert_eq!(upgraded["template_version"], 2, "{upgraded}");
+    let answer = to_actor(&client(), d.replica(0).ingress, "u1", "POST", "/").await;
+    assert_eq!(count(&answer), 4);
+    assert!(answer.body.contains("version 2 since count: 3"), "{answer:?}");
+    let host = d.cli_json(0, &["actor", "get", "u1"])["worker"]
+        .as_str()
+        .expect("worker")
+        .to_owned();
+    let other = if host == "w1" { "w2" } else { "w1" };
+    d.kill_worker(&host);
+    wait_for_actor(&d, "u1", "saw its worker lost", |info| {
+        info["worker_state"] == "lost" || info["worker"] == other
+    });
+    assert_eq!(served(&d, 1, "u1").await, 5);
+    let info = d.cli_json(0, &["actor", "get", "u1"]);
+    assert_eq!(info["worker"], other, "{info}");
+    assert_eq!(info["template_version"], 2, "{info}");
+    let answer = to_actor(&client(), d.replica(1).ingress, "u1", "POST", "/").await;
+    assert_eq!(count(&answer), 6);
+    assert!(answer.body.contains("version 2 since count: 3"), "{answer:?}");
+}
