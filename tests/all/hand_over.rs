@@ -217,14 +217,20 @@ async fn a_cluster_upgrade_through_a_follower_survives_the_workers_loss() {
         assert_eq!(served(&d, 0, "u1").await, n);
     }
     let v2 = demo("counter-v2");
-    d.cli_ok(1, &["template", "push", "counter", v2.to_str().expect("utf-8")]);
+    d.cli_ok(
+        1,
+        &["template", "push", "counter", v2.to_str().expect("utf-8")],
+    );
     assert_eq!(d.cli_json(0, &["template", "get", "counter"])["version"], 2);
     let upgraded = d.cli_json(1, &["actor", "upgrade", "u1"]);
     assert_eq!(upgraded["path"], "hand_over", "{upgraded}");
     assert_eq!(upgraded["template_version"], 2, "{upgraded}");
     let answer = to_actor(&client(), d.replica(0).ingress, "u1", "POST", "/").await;
     assert_eq!(count(&answer), 4);
-    assert!(answer.body.contains("version 2 since count: 3"), "{answer:?}");
+    assert!(
+        answer.body.contains("version 2 since count: 3"),
+        "{answer:?}"
+    );
     let host = d.cli_json(0, &["actor", "get", "u1"])["worker"]
         .as_str()
         .expect("worker")
@@ -240,5 +246,8 @@ async fn a_cluster_upgrade_through_a_follower_survives_the_workers_loss() {
     assert_eq!(info["template_version"], 2, "{info}");
     let answer = to_actor(&client(), d.replica(1).ingress, "u1", "POST", "/").await;
     assert_eq!(count(&answer), 6);
-    assert!(answer.body.contains("version 2 since count: 3"), "{answer:?}");
+    assert!(
+        answer.body.contains("version 2 since count: 3"),
+        "{answer:?}"
+    );
 }
