@@ -95,6 +95,19 @@ pub struct ActorStatus {
     /// (a fork from it) has the worker write it first.
     #[serde(default)]
     pub snapshot_journaled: bool,
+    /// When the guest last ran a request, in ms since the Unix epoch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_request_at_unix_ms: Option<u64>,
+    /// When `snapshot` was written (or journaled), in ms since the Unix
+    /// epoch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_snapshot_at_unix_ms: Option<u64>,
+    /// When the last pause ended, in ms since the Unix epoch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_pause_at_unix_ms: Option<u64>,
+    /// When the last resume ended, in ms since the Unix epoch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_resume_at_unix_ms: Option<u64>,
     /// When the actor last ran a request or command (not serialized:
     /// idle pauses and `--max-live` eviction read it).
     #[serde(skip)]
@@ -105,10 +118,7 @@ impl ActorStatus {
     /// Records `error` (why the actor failed, or its last trap), now.
     pub fn set_error(&mut self, error: String) {
         self.error = Some(error);
-        self.error_at_unix_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .ok()
-            .and_then(|d| u64::try_from(d.as_millis()).ok());
+        self.error_at_unix_ms = now_unix_ms();
     }
 
     /// A fresh status in `state`, active now.
@@ -127,6 +137,10 @@ impl ActorStatus {
             snapshot_journaled: false,
             error_at_unix_ms: None,
             durability: None,
+            last_request_at_unix_ms: None,
+            last_snapshot_at_unix_ms: None,
+            last_pause_at_unix_ms: None,
+            last_resume_at_unix_ms: None,
             last_active: Some(Instant::now()),
         }
     }
@@ -215,4 +229,22 @@ pub struct Captured {
 pub fn ms(d: Duration) -> f64 {
     // u128 microseconds fit an f64 exactly below 2^53 µs (285 years).
     d.as_micros() as f64 / 1000.0
+}
+
+/// Now, in ms since the Unix epoch (`None` on a clock before 1970).
+#[must_use]
+pub fn now_unix_ms() -> Option<u64> {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()
+        .and_then(|d| u64::try_from(d.as_millis()).ok())
+}
+
+/// `unix_ms` (ms since the Unix epoch) as an RFC 3339 UTC timestamp with
+/// milliseconds (`2026-12-04T22:10:05.123Z`), the form of every `*_at`
+/// field of the API.
+#[must_use]
+pub fn rfc3339(unix_ms: u64) -> String {
+    let at = std::time::UNIX_EPOCH + Duration::from_millis(unix_ms);
+    humantime::format_rfc3339_millis(at).to_string()
 }

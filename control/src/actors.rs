@@ -12,7 +12,7 @@ use super::placement::Placement;
 use super::views::{ActorInfo, PauseInfo};
 use stasis_contract::directory::{ActorRow, row_version};
 use stasis_contract::error::{ApiError, ErrorKind, check_label};
-use stasis_contract::status::{ActorState, ActorStatus, ResumeFrom, SnapshotReport};
+use stasis_contract::status::{ActorState, ActorStatus, ResumeFrom, SnapshotReport, rfc3339};
 
 impl ControlPlane {
     /// Creates actor `name` from `template` on the least-loaded worker.
@@ -299,6 +299,11 @@ impl ControlPlane {
             error: status.error,
             error_at_unix_ms: status.error_at_unix_ms,
             durability: status.durability,
+            last_request_at: status.last_request_at_unix_ms.map(rfc3339),
+            last_snapshot_at: status.last_snapshot_at_unix_ms.map(rfc3339),
+            last_pause_at: status.last_pause_at_unix_ms.map(rfc3339),
+            last_resume_at: status.last_resume_at_unix_ms.map(rfc3339),
+            last_error_at: status.error_at_unix_ms.map(rfc3339),
         }
     }
 

@@ -86,6 +86,17 @@ pub struct ActorInfo {
     /// When its requests' effects are durable (docs/api.md, "Durability"):
     /// `request`, `interval` or `pause`; absent while no worker hosts it.
     pub durability: Option<String>,
+    /// When the guest last ran a request (RFC 3339, UTC, ms), as its
+    /// worker saw it since it hosts the actor.
+    pub last_request_at: Option<String>,
+    /// When its newest snapshot was written (RFC 3339), on its worker.
+    pub last_snapshot_at: Option<String>,
+    /// When its last pause ended (RFC 3339), on its worker.
+    pub last_pause_at: Option<String>,
+    /// When its last resume ended (RFC 3339), on its worker.
+    pub last_resume_at: Option<String>,
+    /// When `error` was set (RFC 3339): `error_at_unix_ms` as a time.
+    pub last_error_at: Option<String>,
 }
 
 /// The answer to a pause or checkpoint: the actor plus the snapshot.

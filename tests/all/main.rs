@@ -92,4 +92,5 @@ mod store_deltas;
 mod store_journal;
 mod store_journal_faults;
 mod structure;
+mod timestamps;
 mod upgrade;

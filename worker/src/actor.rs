@@ -520,6 +520,7 @@ impl ActorTask {
                 let mut status = self.status();
                 status.state = ActorState::Paused;
                 status.last_pause_ms = Some(report.duration_ms);
+                status.last_pause_at_unix_ms = stasis_contract::status::now_unix_ms();
                 status.memory_bytes = 0;
                 Ok(report)
             }

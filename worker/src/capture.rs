@@ -389,6 +389,7 @@ impl ActorTask {
             let mut status = self.status();
             status.snapshot = Some(SnapshotEntry { seq, bytes: len });
             status.snapshot_journaled = journaled;
+            status.last_snapshot_at_unix_ms = stasis_contract::status::now_unix_ms();
         }
         SnapshotReport {
             seq,

@@ -80,6 +80,7 @@ impl ActorTask {
                     status.state = ActorState::Running;
                     status.resumes += 1;
                     status.last_resume_ms = Some(ms(elapsed));
+                    status.last_resume_at_unix_ms = stasis_contract::status::now_unix_ms();
                     status.last_active = Some(Instant::now());
                     status.memory_bytes = memory_bytes;
                     if from != ResumeFrom::Newest {

@@ -114,6 +114,7 @@ impl ActorTask {
         {
             let mut status = self.status();
             status.requests += 1;
+            status.last_request_at_unix_ms = stasis_contract::status::now_unix_ms();
             status.last_active = Some(Instant::now());
             status.memory_bytes = memory_bytes;
         }

@@ -1,0 +1,64 @@
+//! What `actor get` tells of when things happened to an actor (issue 33,
+//! item 3): `last_request_at`, `last_snapshot_at`, `last_pause_at`,
+//! `last_resume_at` and `last_error_at`, RFC 3339 UTC with milliseconds,
+//! absent until the event happened, each within the time of the command
+//! that caused it.
+
+use std::time::SystemTime;
+
+use crate::support::{Server, post, to_actor};
+
+/// The `*_at` field `field` of `actor get NAME`, parsed; `None` if null.
+fn at(server: &Server, actor: &str, field: &str) -> Option<SystemTime> {
+    let info = server.cli_json(&["actor", "get", actor]);
+    let text = info[field].as_str()?;
+    assert!(
+        text.ends_with('Z') && text.contains('.'),
+        "{field} is not RFC 3339 UTC with ms: {text}"
+    );
+    Some(humantime::parse_rfc3339(text).unwrap_or_else(|e| panic!("{field} {text}: {e}")))
+}
+
+/// Asserts that `field` of `actor` lies in `[before, now]` (ms
+/// precision: `before` rounded down to the ms).
+fn within(server: &Server, actor: &str, field: &str, before: SystemTime) -> SystemTime {
+    let after = SystemTime::now();
+    let value = at(server, actor, field).unwrap_or_else(|| panic!("{field} is null"));
+    let floor = before - std::time::Duration::from_millis(1);
+    assert!(
+        value >= floor && value <= after,
+        "{field} {value:?} outside [{before:?}, {after:?}]"
+    );
+    value
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn actor_get_says_when_the_actor_last_ran_snapshotted_paused_resumed_and_failed() {
+    let server = Server::start(&["--workers", "1"]);
+    server.push("faulty");
+    server.create("t", "faulty");
+    assert_eq!(at(&server, "t", "last_request_at"), None);
+    assert_eq!(at(&server, "t", "last_error_at"), None);
+
+    let before = SystemTime::now();
+    assert_eq!(post(&server, "t").await.status, 200);
+    let request = within(&server, "t", "last_request_at", before);
+
+    let before = SystemTime::now();
+    server.cli_ok(&["actor", "pause", "t"]);
+    let paused = within(&server, "t", "last_pause_at", before);
+    let snapshot = within(&server, "t", "last_snapshot_at", before);
+    assert!(paused >= request && snapshot <= paused);
+
+    let before = SystemTime::now();
+    assert_eq!(post(&server, "t").await.status, 200);
+    let resumed = within(&server, "t", "last_resume_at", before);
+    assert!(resumed >= paused);
+    assert!(within(&server, "t", "last_request_at", before) >= resumed);
+
+    let before = SystemTime::now();
+    let client = crate::support::client();
+    let trapped = to_actor(&client, server.ingress, "t", "POST", "/trap").await;
+    assert_eq!(trapped.status, 500, "{trapped:?}");
+    within(&server, "t", "last_error_at", before);
+}
