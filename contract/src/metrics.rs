@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -12,8 +13,11 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 mod alarms;
+mod latency;
 
 pub use alarms::AlarmMetrics;
+use latency::{Histograms, histogram, latency_buckets};
+pub use latency::{LatencyLabels, RequestLatency};
 
 /// Labels `{template, status}` of `stasis_requests_total`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -71,6 +75,8 @@ pub struct Metrics {
     registry: Registry,
     /// `stasis_requests_total{template,status}`: requests answered.
     requests: Family<RequestLabels, Counter>,
+    /// `stasis_request_duration_seconds{template,class}`.
+    latency: RequestLatency,
     /// `stasis_requests_abandoned_total`: requests given up, never
     /// executed, because their client left first (see [`crate::client_gone`]).
     abandoned: Counter,
@@ -115,6 +121,8 @@ pub struct Metrics {
 struct PerActor {
     /// `stasis_actor_requests_total{actor,status}`.
     requests: Family<ActorRequestLabels, Counter>,
+    /// `stasis_actor_request_duration_seconds{actor}`.
+    latency: Histograms<ActorLabel>,
     /// `stasis_actor_resumes_total{actor}`.
     resumes: Family<ActorLabel, Counter>,
     /// `stasis_actor_checkpoints_total{actor}`.
@@ -131,7 +139,8 @@ struct PerActor {
 /// Which per-actor counter an event bumps.
 #[derive(Clone, Copy)]
 enum Event {
-    Request(u16),
+    /// Its status, and seconds from arrival to answer.
+    Request(u16, f64),
     Resume,
     Checkpoint,
     Trap,
@@ -141,6 +150,7 @@ impl PerActor {
     fn new(registry: &mut Registry) -> Self {
         let this = Self {
             requests: Family::default(),
+            latency: Family::new_with_constructor(histogram as fn() -> Histogram),
             resumes: Family::default(),
             checkpoints: Family::default(),
             traps: Family::default(),
@@ -151,6 +161,11 @@ impl PerActor {
             "stasis_actor_requests",
             "Requests answered, by actor and status (--metrics-per-actor)",
             this.requests.clone(),
+        );
+        registry.register(
+            "stasis_actor_request_duration_seconds",
+            "Request latency, ingress to answer, by actor (--metrics-per-actor)",
+            this.latency.clone(),
         );
         registry.register(
             "stasis_actor_resumes",
@@ -191,7 +206,8 @@ impl PerActor {
             actor: actor.to_owned(),
         };
         match event {
-            Event::Request(status) => {
+            Event::Request(status, seconds) => {
+                self.latency.get_or_create(&label()).observe(seconds);
                 if !statuses.contains(&status) {
                     statuses.push(status);
                 }
@@ -228,14 +244,11 @@ impl PerActor {
         let label = ActorLabel {
             actor: actor.to_owned(),
         };
+        self.latency.remove(&label);
         self.resumes.remove(&label);
         self.checkpoints.remove(&label);
         self.traps.remove(&label);
     }
-}
-
-fn latency_buckets() -> impl Iterator<Item = f64> {
-    prometheus_client::metrics::histogram::exponential_buckets(0.000_05, 2.0, 20)
 }
 
 impl Default for Metrics {
@@ -252,6 +265,7 @@ impl Metrics {
     pub fn new(per_actor: bool) -> Self {
         let mut registry = Registry::default();
         let requests = Family::<RequestLabels, Counter>::default();
+        let latency = RequestLatency::register(&mut registry);
         let abandoned = Counter::default();
         let replacement_failures = Counter::default();
         let resumes = Family::<WorkerLabel, Counter>::default();
@@ -342,6 +356,7 @@ impl Metrics {
         Self {
             registry,
             requests,
+            latency,
             abandoned,
             replacement_failures,
             resumes,
@@ -372,16 +387,19 @@ impl Metrics {
         out
     }
 
-    /// Counts one request answered by `actor` (of template `template`).
-    /// Call it only for an actor that exists (see [`Metrics::forget_actor`]).
-    pub fn request(&self, template: &str, actor: &str, status: u16) {
+    /// Counts one request answered `status` by `actor` (of template
+    /// `template`) `took` after it arrived. Call it only for an actor that
+    /// exists (see [`Metrics::forget_actor`]).
+    pub fn request(&self, template: &str, actor: &str, status: u16, took: Duration) {
         self.requests
             .get_or_create(&RequestLabels {
                 template: template.to_owned(),
                 status,
             })
             .inc();
-        self.per_actor(actor, Event::Request(status));
+        let seconds = took.as_secs_f64();
+        self.latency.observe(template, status, seconds);
+        self.per_actor(actor, Event::Request(status, seconds));
     }
 
     /// Counts one request given up, never executed, because its client
@@ -457,7 +475,7 @@ mod tests {
     #[test]
     fn default_series_do_not_name_actors() {
         let metrics = Metrics::default();
-        metrics.request("counter", "a1", 200);
+        metrics.request("counter", "a1", 200, Duration::from_millis(1));
         metrics.resumed("worker-1", "a1");
         metrics.trapped("worker-1", "a1");
         let text = metrics.encode();
@@ -472,22 +490,22 @@ mod tests {
     #[test]
     fn per_actor_series_go_with_the_actor_and_are_bounded() {
         let metrics = Metrics::new(true);
-        metrics.request("counter", "a1", 200);
-        metrics.request("counter", "a1", 500);
+        metrics.request("counter", "a1", 200, Duration::from_millis(1));
+        metrics.request("counter", "a1", 500, Duration::from_millis(1));
         metrics.resumed("worker-1", "a1");
         metrics.checkpointed("worker-1", "a1");
         metrics.trapped("worker-1", "a1");
         assert_eq!(series_of(&metrics, "a1"), 5);
         metrics.forget_actor("a1");
         assert_eq!(series_of(&metrics, "a1"), 0);
-        metrics.request("counter", "a1", 200);
+        metrics.request("counter", "a1", 200, Duration::from_millis(1));
         assert!(
             metrics
                 .encode()
                 .contains("stasis_actor_requests_total{actor=\"a1\",status=\"200\"} 1")
         );
         for i in 0..MAX_ACTORS_WITH_SERIES + 5 {
-            metrics.request("counter", &format!("b{i}"), 200);
+            metrics.request("counter", &format!("b{i}"), 200, Duration::from_millis(1));
         }
         let text = metrics.encode();
         assert!(

@@ -23,12 +23,13 @@ pub async fn call_via(
     actor: &str,
     request: Request,
 ) -> Result<Response, ApiError> {
+    let started = std::time::Instant::now();
     let route = control.route(actor)?;
     let answer = control.call(route, request, &ClientGone::new()).await;
     let status = answer
         .as_ref()
         .map_or_else(|e| e.kind().status(), |r| r.status);
-    control.count_request(actor, status);
+    control.count_request(actor, status, started.elapsed());
     answer
 }
 

@@ -247,16 +247,17 @@ impl ControlPlane {
         self.placements().contains_key(name)
     }
 
-    /// Counts one request answered by actor `name` in the metrics, under
+    /// Counts one request answered `status` by actor `name`, `took` after
+    /// it arrived, in the metrics (its latency histogram too), under
     /// its template (and under its name with `--metrics-per-actor`). Not
     /// counted if the actor is gone: the placement is read while counting,
     /// and [`ControlPlane::delete_actor`] removes it before the actor's
     /// series, so no series outlives its actor.
-    pub fn count_request(&self, name: &str, status: u16) {
+    pub fn count_request(&self, name: &str, status: u16, took: std::time::Duration) {
         let placements = self.placements();
         if let Some(placement) = placements.get(name) {
             let (template, _) = stasis_contract::directory::row_version(&placement.template);
-            self.metrics.request(template, name, status);
+            self.metrics.request(template, name, status, took);
         }
     }
 

@@ -207,6 +207,7 @@ async fn route(
     request: Request<Incoming>,
     gone: ClientGone,
 ) -> Response<Body> {
+    let started = std::time::Instant::now();
     let (parts, body) = request.into_parts();
     let actor = match ingress::check(&parts).and_then(|()| actor_of(&parts, &domain)) {
         Ok(actor) => actor,
@@ -229,7 +230,7 @@ async fn route(
     };
     match answer {
         Ok(response) => {
-            control.count_request(&actor, response.status().as_u16());
+            control.count_request(&actor, response.status().as_u16(), started.elapsed());
             response
         }
         Err(e) if e.is(ErrorKind::Abandoned) => {
@@ -239,7 +240,7 @@ async fn route(
         // Nobody to answer, and whether it ran is unknown: not counted.
         Err(e) if e.is(ErrorKind::OutcomeUnknown) => text_error(&e),
         Err(e) => {
-            control.count_request(&actor, e.kind().status());
+            control.count_request(&actor, e.kind().status(), started.elapsed());
             text_error(&e)
         }
     }

@@ -178,6 +178,13 @@ async fn by_default_no_metric_series_is_per_actor() {
         text.contains("stasis_requests_total{template=\"counter\",status=\"200\"} 200"),
         "{text}"
     );
+    // Their latencies, by template and status class (a 404 for a name
+    // that is no actor has no template).
+    assert!(
+        text.lines().any(|l| l
+            == "stasis_request_duration_seconds_count{template=\"counter\",class=\"2xx\"} 200"),
+        "{text}"
+    );
     assert!(!text.contains("actor=\""), "{text}");
     assert!(!text.contains("nobody-here"), "{text}");
     let before = text.lines().count();
@@ -202,6 +209,8 @@ async fn per_actor_series_are_opt_in_and_go_with_their_actor() {
     for name in &names {
         let line = format!("stasis_actor_requests_total{{actor=\"{name}\",status=\"200\"}} 1");
         assert!(text.lines().any(|l| l == line), "{line} missing:\n{text}");
+        let line = format!("stasis_actor_request_duration_seconds_count{{actor=\"{name}\"}} 1");
+        assert!(text.lines().any(|l| l == line), "{line} missing:\n{text}");
     }
     assert!(series_of(&text, "nobody-here").is_empty(), "{text}");
     delete_all(&server, &names).await;
@@ -213,9 +222,17 @@ async fn per_actor_series_are_opt_in_and_go_with_their_actor() {
     // A name created again counts from zero.
     create_and_call(&server, "counter", &names[..1]).await;
     let text = server.metrics().await;
+    let mut counted: Vec<&str> = series_of(&text, "p-0")
+        .into_iter()
+        .filter(|l| l.starts_with("stasis_actor_requests_total") || l.contains("_count{"))
+        .collect();
+    counted.sort_unstable();
     assert_eq!(
-        series_of(&text, "p-0"),
-        ["stasis_actor_requests_total{actor=\"p-0\",status=\"200\"} 1"]
+        counted,
+        [
+            "stasis_actor_request_duration_seconds_count{actor=\"p-0\"} 1",
+            "stasis_actor_requests_total{actor=\"p-0\",status=\"200\"} 1",
+        ]
     );
 }
 
