@@ -22,6 +22,12 @@ pub(crate) struct ActorClock {
     floor_ns: u64,
     /// The mark on disk while it runs ahead of the live clock; 0 if none.
     mark_ns: u64,
+    /// The floor already holds the mark on disk: it was read, or written
+    /// here as the exact reading. Only the actor's owner writes its mark,
+    /// and a new owner (a move, a re-placement, a restart) starts with a
+    /// new clock, so this owner's later restores read nothing from the
+    /// store (a cluster worker's resume after its own pause saves a GET).
+    known: bool,
 }
 
 fn nanos(d: Duration) -> u64 {
@@ -38,7 +44,11 @@ impl ActorClock {
     /// Before a restore: the mark on disk (left by a pause, or ahead of
     /// the clock of a process that crashed) raises the floor.
     pub(crate) fn load(&mut self, store: &dyn SnapshotStore, actor: &str) {
+        if self.known {
+            return;
+        }
         self.floor_ns = self.floor_ns.max(store.clock_mark(actor));
+        self.known = true;
     }
 
     /// Before guest code runs on a live instance whose clock reads
@@ -85,8 +95,12 @@ impl ActorClock {
     /// latest reading, so the move's target (on this data dir) continues
     /// the clock without a jump. The next call leases again.
     pub(crate) fn settle(&mut self, store: &dyn SnapshotStore, actor: &str, clock_ns: u64) {
-        match store.write_clock_mark(actor, self.floor_ns.max(clock_ns)) {
-            Ok(()) => self.mark_ns = 0,
+        self.floor_ns = self.floor_ns.max(clock_ns);
+        match store.write_clock_mark(actor, self.floor_ns) {
+            Ok(()) => {
+                self.mark_ns = 0;
+                self.known = true;
+            }
             Err(e) => tracing::warn!(actor, "cannot persist the clock mark: {e}"),
         }
     }
@@ -128,5 +142,27 @@ mod tests {
         paused.dropped(&store, "a", 9, true);
         assert_eq!(store.clock_mark("a"), 9);
         assert_eq!(store.used_bytes(), 0, "the mark is not a snapshot");
+    }
+
+    #[test]
+    fn an_owner_reads_the_mark_once_and_a_new_owner_reads_it_again() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let store =
+            stasis_core::snapshot_files::LocalSnapshotStore::open(tmp.path(), None).expect("store");
+        store.write_clock_mark("a", 40).expect("mark");
+        let mut clock = ActorClock::default();
+        clock.load(&store, "a");
+        assert_eq!(clock.floor_ns(), 40);
+        // Paused here at 50: the mark is exact, and the next restore of
+        // this owner needs no read (a mark only its owner writes).
+        clock.dropped(&store, "a", 50, true);
+        assert_eq!(store.clock_mark("a"), 50);
+        store.write_clock_mark("a", 70).expect("mark");
+        clock.load(&store, "a");
+        assert_eq!(clock.floor_ns(), 50, "read the store again");
+        // A new owner (a fresh clock) reads it.
+        let mut next = ActorClock::default();
+        next.load(&store, "a");
+        assert_eq!(next.floor_ns(), 70);
     }
 }
