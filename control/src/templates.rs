@@ -12,6 +12,19 @@ use stasis_core::module::ModuleError;
 /// Largest module `template push` accepts, in bytes.
 pub const MAX_TEMPLATE_BYTES: usize = 64 << 20;
 
+/// Every version of template `name` in `directory`, oldest first (see
+/// [`ControlPlane::versions_of`]).
+fn versions_in(
+    directory: &dyn stasis_contract::directory::Directory,
+    name: &str,
+) -> Result<Vec<TemplateRow>, ApiError> {
+    let mut versions = Vec::new();
+    while let Some(row) = directory.template(&version_row(name, versions.len() as u64 + 1))? {
+        versions.push(row);
+    }
+    Ok(versions)
+}
+
 impl ControlPlane {
     /// Template `name`'s row.
     ///
@@ -29,22 +42,20 @@ impl ControlPlane {
     /// # Errors
     /// 500 on a directory failure.
     pub(super) fn versions_of(&self, name: &str) -> Result<Vec<TemplateRow>, ApiError> {
-        let mut versions = Vec::new();
-        while let Some(row) = self
-            .directory
-            .template(&version_row(name, versions.len() as u64 + 1))?
-        {
-            versions.push(row);
-        }
-        Ok(versions)
+        versions_in(self.directory.as_ref(), name)
     }
 
-    /// The newest version of template `name`.
+    /// The newest version of template `name`, read on a blocking thread
+    /// (each version is a directory read; etcd's wait the runtime's
+    /// threads out).
     ///
     /// # Errors
     /// 404 if unknown.
-    pub(super) fn newest_version(&self, name: &str) -> Result<TemplateRow, ApiError> {
-        self.versions_of(name)?
+    pub(super) async fn newest_version(&self, name: &str) -> Result<TemplateRow, ApiError> {
+        let (directory, template) = (self.directory.clone(), name.to_owned());
+        tokio::task::spawn_blocking(move || versions_in(directory.as_ref(), &template))
+            .await
+            .map_err(ApiError::internal)??
             .pop()
             .ok_or_else(|| ApiError::not_found(format!("no template named {name:?}")))
     }
