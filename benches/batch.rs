@@ -18,8 +18,8 @@
 //! machine hits both. Printed: `batch-round:` per round and mode, and
 //! `batch-summary:` with the medians of the rounds and the ratio of cluster
 //! to embedded. Without `--bench` (as under `cargo test --benches`) one
-//! round of 16 creates and 16 moves runs. Results: BENCHMARKS.md,
-//! section 19.
+//! round of 16 creates and 16 moves runs. A failed call panics the bench
+//! (after the calls in flight end). Results: BENCHMARKS.md, section 19.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -150,7 +150,7 @@ async fn moves(
             let m = i % MOVERS;
             loop {
                 let taken = {
-                    let mut busy = busy.lock().expect("busy");
+                    let mut busy = busy.lock().unwrap_or_else(|p| p.into_inner());
                     !std::mem::replace(&mut busy[m], true)
                 };
                 if taken {
@@ -158,6 +158,9 @@ async fn moves(
                 }
                 tokio::task::yield_now().await;
             }
+            // Freed even if this move panics, so the other calls go on and
+            // the panic reaches `main` when its task is joined.
+            let _free = Free(busy.clone(), m);
             let to = {
                 let at = at.lock().expect("at");
                 if at[m] == workers[0] {
@@ -177,10 +180,18 @@ async fn moves(
             assert_eq!(answer["worker"], to, "move of mv-{m}: {answer}");
             assert_eq!(answer["state"], "paused", "move of mv-{m}: {answer}");
             at.lock().expect("at")[m] = to.to_owned();
-            busy.lock().expect("busy")[m] = false;
         }
     })
     .await
+}
+
+/// Marks mover `.1` free again when dropped.
+struct Free(Arc<std::sync::Mutex<Vec<bool>>>, usize);
+
+impl Drop for Free {
+    fn drop(&mut self) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())[self.1] = false;
+    }
 }
 
 fn main() {

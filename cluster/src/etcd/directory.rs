@@ -3,8 +3,9 @@
 //! (`<prefix>/actors/<name>`) and per actor's alarm
 //! (`<prefix>/alarms/<name>`, `{"at_unix_ms":N}`). Inserts are put-if-absent transactions,
 //! placements compare-and-set on the key's `mod_revision`, listings go page
-//! by page. The trait is sync; every call runs through
-//! [`Etcd::run_blocking`].
+//! by page. Actor inserts, placements and deletes are group-committed
+//! ([`super::batch`]), each with its own compare and answer. The trait is
+//! sync; every call runs through [`Etcd::run_blocking`].
 //!
 //! # Fencing the leader's writes
 //! The leader replica writes through [`Etcd::leader_directory`]: every
