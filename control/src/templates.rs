@@ -45,19 +45,34 @@ impl ControlPlane {
         versions_in(self.directory.as_ref(), name)
     }
 
-    /// The newest version of template `name`, read on a blocking thread
-    /// (each version is a directory read; etcd's wait the runtime's
-    /// threads out).
+    /// The newest version of template `name`, for a create (which holds
+    /// the read side of `ops`): remembered from an earlier create, else
+    /// read on a blocking thread (each version is a directory read; etcd's
+    /// keep the runtime's threads out).
     ///
     /// # Errors
     /// 404 if unknown.
     pub(super) async fn newest_version(&self, name: &str) -> Result<TemplateRow, ApiError> {
+        if let Some(row) = self.lock_newest_templates().get(name) {
+            return Ok(row.clone());
+        }
         let (directory, template) = (self.directory.clone(), name.to_owned());
-        tokio::task::spawn_blocking(move || versions_in(directory.as_ref(), &template))
+        let row = tokio::task::spawn_blocking(move || versions_in(directory.as_ref(), &template))
             .await
             .map_err(ApiError::internal)??
             .pop()
-            .ok_or_else(|| ApiError::not_found(format!("no template named {name:?}")))
+            .ok_or_else(|| ApiError::not_found(format!("no template named {name:?}")))?;
+        self.lock_newest_templates()
+            .insert(name.to_owned(), row.clone());
+        Ok(row)
+    }
+
+    fn lock_newest_templates(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, TemplateRow>> {
+        self.newest_templates
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
     }
 
     /// What a worker needs to host an actor of `template` at `epoch`.
@@ -111,6 +126,8 @@ impl ControlPlane {
         let mut env = env;
         env.sort();
         let _guard = self.ops.write().await;
+        // Under the write side of `ops`: no create reads the cache now.
+        self.lock_newest_templates().clear();
         let digest = hex::encode(stasis_core::module::digest(&bytes));
         let versions = self.versions_of(name)?;
         if let Some(newest) = versions.last()
@@ -272,6 +289,7 @@ impl ControlPlane {
     /// 404 if unknown; 409 while actors use it.
     pub async fn delete_template(&self, name: &str) -> Result<(), ApiError> {
         let _guard = self.ops.write().await;
+        self.lock_newest_templates().clear();
         let versions = self.versions_of(name)?;
         if versions.is_empty() {
             return Err(ApiError::not_found(format!("no template named {name:?}")));
