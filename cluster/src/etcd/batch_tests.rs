@@ -239,3 +239,38 @@ fn key_of(write: &Write) -> String {
         }
     }
 }
+
+#[test]
+fn a_former_leaders_batch_applies_nothing() {
+    etcd_test(Duration::from_secs(60), |cluster| async move {
+        let ttl = Duration::from_secs(2);
+        let record = |name: &str| LeaderRecord {
+            name: name.into(),
+            ingress: format!("{name}:80"),
+            admin: format!("{name}:81"),
+        };
+        let a = connect(&cluster, "/fb").await;
+        let b = connect(&cluster, "/fb").await;
+        let lead_a = a.campaign(&record("a"), ttl).await.expect("a campaigns");
+        let dir_a = a.leader_directory(&lead_a);
+        dir_a.insert_actor(&actor("kept", "w1")).expect("a leads");
+        lead_a.resign().await.expect("resign");
+        let lead_b = b.campaign(&record("b"), ttl).await.expect("b campaigns");
+        // Ten writes of a's directory share transactions: every one is
+        // refused (503) and nothing of them applies.
+        let mut jobs: Vec<Job> = (0..8)
+            .map(|i| -> Job { Box::new(move |d| d.insert_actor(&actor(&format!("f{i}"), "w1"))) })
+            .collect();
+        jobs.push(Box::new(|d| d.delete_actor("kept")));
+        jobs.push(Box::new(|d| d.delete_actor("f0")));
+        let answers = frozen_then_all(&cluster, &dir_a, jobs);
+        for answer in &answers {
+            let e = answer.as_ref().expect_err("a no longer leads");
+            assert_eq!(e.kind().status(), 503, "{}", e.message());
+        }
+        let rows = b.directory().actors().expect("actors");
+        assert_eq!(rows.len(), 1, "{rows:?}");
+        assert_eq!(rows[0].name, "kept");
+        lead_b.resign().await.expect("resign");
+    });
+}
