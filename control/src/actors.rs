@@ -12,7 +12,9 @@ use super::placement::Placement;
 use super::views::{ActorInfo, PauseInfo};
 use stasis_contract::directory::{ActorRow, row_version};
 use stasis_contract::error::{ApiError, ErrorKind, check_label};
-use stasis_contract::status::{ActorState, ActorStatus, ResumeFrom, SnapshotReport, rfc3339};
+use stasis_contract::status::{
+    ActorState, ActorStatus, ResumeFrom, SnapshotReport, ms, rfc3339,
+};
 
 impl ControlPlane {
     /// Creates actor `name` from `template` on the least-loaded worker.
@@ -24,22 +26,36 @@ impl ControlPlane {
         check_label("actor", name)?;
         // Creates run together; each holds its name in `pending` until it
         // is placed (or failed).
+        let started = std::time::Instant::now();
         let _guard = self.ops.read().await;
         let _reserved = Reserved::take(self, name)?;
         // New actors run the template's newest version.
-        let row = self.newest_version(template)?;
+        let row = self.newest_version(template).await?;
         let member = self.least_loaded().ok_or_else(|| {
             ApiError::unavailable("no worker can host actors (serve --workers 0 and none joined)")
         })?;
+        let looked_up = started.elapsed();
         let epoch = 1;
         let created = member.api.create(name, &Self::host_spec(&row, epoch)).await;
         if let Err(e) = created {
             let _ = self.store.remove_actor(name);
             return Err(e);
         }
+        let hosted = started.elapsed();
         self.record_new(name, &row.name, &member, epoch).await?;
+        let recorded = started.elapsed();
         tracing::info!(actor = name, template, worker = %member.name, "actor created");
-        self.actor(name).await
+        let info = self.actor(name).await;
+        tracing::debug!(
+            target: "stasis_control::timing",
+            actor = name,
+            lookup_ms = ms(looked_up),
+            worker_ms = ms(hosted - looked_up),
+            directory_ms = ms(recorded - hosted),
+            view_ms = ms(started.elapsed() - recorded),
+            "create timed"
+        );
+        info
     }
 
     /// Records actor `name` of `template`, just hosted on `member` at
@@ -209,13 +225,18 @@ impl ControlPlane {
     pub async fn actor(&self, name: &str) -> Result<ActorInfo, ApiError> {
         let placement = self.placement_of(name)?;
         let host = self.host_of(&placement, name);
+        // The store's listing (a round trip to a shared store) runs while
+        // the worker is asked.
+        let (store, actor) = (self.store.clone(), name.to_owned());
+        let listing = tokio::task::spawn_blocking(move || store.list(&actor));
         let status = match &host {
             Ok(member) => member.status(name).await.unwrap_or_else(|e| {
                 ActorStatus::unknown(&format!("worker {} did not answer: {e}", member.name))
             }),
             Err(_) => self.status_without_host(&placement),
         };
-        Ok(self.actor_info(name, placement, status))
+        let stored = listing.await.ok().and_then(Result::ok).unwrap_or_default();
+        Ok(self.actor_info_listed(name, placement, status, stored))
     }
 
     /// Every actor, by name, whatever the health of its worker: each
@@ -278,6 +299,18 @@ impl ControlPlane {
 
     /// The API view of actor `name` placed as `placement`, in `status`.
     fn actor_info(&self, name: &str, placement: Placement, status: ActorStatus) -> ActorInfo {
+        let stored = self.store.list(name).unwrap_or_default();
+        self.actor_info_listed(name, placement, status, stored)
+    }
+
+    /// [`ControlPlane::actor_info`] with the snapshots the store lists.
+    fn actor_info_listed(
+        &self,
+        name: &str,
+        placement: Placement,
+        status: ActorStatus,
+        stored: Vec<stasis_core::snapshot_store::SnapshotEntry>,
+    ) -> ActorInfo {
         let worker_state = self.member(&placement.worker).map(|m| m.state());
         let (template, template_version) = row_version(&placement.template);
         ActorInfo {
@@ -288,7 +321,7 @@ impl ControlPlane {
             worker: placement.worker.to_string(),
             worker_state,
             epoch: placement.epoch,
-            snapshots: listed_snapshots(self.store.list(name).unwrap_or_default(), &status),
+            snapshots: listed_snapshots(stored, &status),
             snapshot: status.snapshot,
             resumes: status.resumes,
             last_pause_ms: status.last_pause_ms,

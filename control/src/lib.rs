@@ -195,6 +195,13 @@ pub struct ControlPlane {
     /// their names in `pending`.
     ops: tokio::sync::RwLock<()>,
     pending: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// The newest version of each template creates looked up (saving each
+    /// create its directory reads). Template pushes and deletes, the only
+    /// writers of templates, clear it under the write side of `ops`, which
+    /// no create holds then.
+    newest_templates: std::sync::Mutex<
+        std::collections::HashMap<String, stasis_contract::directory::TemplateRow>,
+    >,
     /// Set when graceful shutdown begins: no move or drain starts after it.
     shutting_down: AtomicBool,
     role: Role,
@@ -293,6 +300,7 @@ impl ControlPlane {
             config,
             ops: tokio::sync::RwLock::new(()),
             pending: std::sync::Mutex::default(),
+            newest_templates: std::sync::Mutex::default(),
             shutting_down: AtomicBool::new(false),
             role,
             alarms,

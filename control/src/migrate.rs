@@ -104,9 +104,19 @@ impl ControlPlane {
             .migration_downtime_seconds
             .observe(downtime.as_secs_f64());
         source.api.remove(name).await;
+        let removed = started.elapsed();
         tracing::info!(actor = name, from = %source.name, to, downtime_ms = ms(downtime), "actor moved");
+        let actor = self.actor(name).await?;
+        tracing::debug!(
+            target: "stasis_control::timing",
+            actor = name,
+            gate_and_move_ms = ms(downtime),
+            remove_ms = ms(removed - downtime),
+            view_ms = ms(started.elapsed() - removed),
+            "move answered"
+        );
         Ok(Some(MigrateInfo {
-            actor: self.actor(name).await?,
+            actor,
             downtime_ms: ms(downtime),
             from: source.name.to_string(),
         }))
@@ -119,9 +129,12 @@ impl ControlPlane {
         source: &Member,
         target: &Member,
     ) -> Result<(), ApiError> {
+        let started = Instant::now();
         let row = self.template_row(&placement.template)?;
+        let looked_up = started.elapsed();
         // The snapshot is in this control plane's store once captured.
         let captured = source.api.capture(name).await?;
+        let capture_done = started.elapsed();
         let epoch = placement.epoch + 1;
         // A live actor is restored on the target at once; a paused one
         // stays paused there. The target verifies the snapshot.
@@ -133,13 +146,16 @@ impl ControlPlane {
             target.api.remove(name).await;
             return Err(e);
         }
+        let shipped = started.elapsed();
         // A drain of the target that began during the ship: roll back rather
         // than place on a worker that no longer takes actors.
         // So does a shutdown that began meanwhile: every actor stays where
         // it is and is paused there.
         let switched = if target.state() == WorkerState::Ready {
-            self.refuse_if_shutting_down("move")
-                .and_then(|()| self.switch_placement(name, target, epoch))
+            match self.refuse_if_shutting_down("move") {
+                Ok(()) => self.switch_placement_async(name, target, epoch).await,
+                Err(e) => Err(e),
+            }
         } else {
             Err(ApiError::conflict(format!(
                 "worker {} stopped taking actors",
@@ -150,6 +166,15 @@ impl ControlPlane {
             target.api.remove(name).await;
             return Err(e);
         }
+        tracing::debug!(
+            target: "stasis_control::timing",
+            actor = name,
+            lookup_ms = ms(looked_up),
+            capture_ms = ms(capture_done - looked_up),
+            ship_ms = ms(shipped - capture_done),
+            switch_ms = ms(started.elapsed() - shipped),
+            "move timed"
+        );
         Ok(())
     }
 

@@ -304,6 +304,28 @@ impl ControlPlane {
         Ok(())
     }
 
+    /// [`ControlPlane::switch_placement`] from async code: the directory
+    /// write waits on a blocking thread (it may wait for a group commit
+    /// with other moves), not on the runtime's.
+    ///
+    /// # Errors
+    /// 500 if the directory write fails (nothing changed).
+    pub(super) async fn switch_placement_async(
+        &self,
+        actor: &str,
+        target: &Member,
+        epoch: u64,
+    ) -> Result<(), ApiError> {
+        let directory = self.directory.clone();
+        let (name, worker) = (actor.to_owned(), target.name.to_string());
+        tokio::task::spawn_blocking(move || directory.place_actor(&name, &worker, epoch))
+            .await
+            .map_err(ApiError::internal)??;
+        self.placements
+            .point(actor, target.name.clone(), target.incarnation, epoch);
+        Ok(())
+    }
+
     /// Actors per worker name.
     pub(super) fn actor_counts(&self) -> HashMap<String, usize> {
         let placements = self.placements();

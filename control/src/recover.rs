@@ -260,7 +260,7 @@ impl ControlPlane {
             }
             Err(e) => return Err(e),
         }
-        if let Err(e) = self.switch_placement(actor, &target, epoch) {
+        if let Err(e) = self.switch_placement_async(actor, &target, epoch).await {
             target.api.remove(actor).await;
             return Err(e);
         }

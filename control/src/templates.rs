@@ -12,6 +12,19 @@ use stasis_core::module::ModuleError;
 /// Largest module `template push` accepts, in bytes.
 pub const MAX_TEMPLATE_BYTES: usize = 64 << 20;
 
+/// Every version of template `name` in `directory`, oldest first (see
+/// [`ControlPlane::versions_of`]).
+fn versions_in(
+    directory: &dyn stasis_contract::directory::Directory,
+    name: &str,
+) -> Result<Vec<TemplateRow>, ApiError> {
+    let mut versions = Vec::new();
+    while let Some(row) = directory.template(&version_row(name, versions.len() as u64 + 1))? {
+        versions.push(row);
+    }
+    Ok(versions)
+}
+
 impl ControlPlane {
     /// Template `name`'s row.
     ///
@@ -29,24 +42,37 @@ impl ControlPlane {
     /// # Errors
     /// 500 on a directory failure.
     pub(super) fn versions_of(&self, name: &str) -> Result<Vec<TemplateRow>, ApiError> {
-        let mut versions = Vec::new();
-        while let Some(row) = self
-            .directory
-            .template(&version_row(name, versions.len() as u64 + 1))?
-        {
-            versions.push(row);
-        }
-        Ok(versions)
+        versions_in(self.directory.as_ref(), name)
     }
 
-    /// The newest version of template `name`.
+    /// The newest version of template `name`, for a create (which holds
+    /// the read side of `ops`): remembered from an earlier create, else
+    /// read on a blocking thread (each version is a directory read; etcd's
+    /// keep the runtime's threads out).
     ///
     /// # Errors
     /// 404 if unknown.
-    pub(super) fn newest_version(&self, name: &str) -> Result<TemplateRow, ApiError> {
-        self.versions_of(name)?
+    pub(super) async fn newest_version(&self, name: &str) -> Result<TemplateRow, ApiError> {
+        if let Some(row) = self.lock_newest_templates().get(name) {
+            return Ok(row.clone());
+        }
+        let (directory, template) = (self.directory.clone(), name.to_owned());
+        let row = tokio::task::spawn_blocking(move || versions_in(directory.as_ref(), &template))
+            .await
+            .map_err(ApiError::internal)??
             .pop()
-            .ok_or_else(|| ApiError::not_found(format!("no template named {name:?}")))
+            .ok_or_else(|| ApiError::not_found(format!("no template named {name:?}")))?;
+        self.lock_newest_templates()
+            .insert(name.to_owned(), row.clone());
+        Ok(row)
+    }
+
+    fn lock_newest_templates(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, TemplateRow>> {
+        self.newest_templates
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
     }
 
     /// What a worker needs to host an actor of `template` at `epoch`.
@@ -100,6 +126,8 @@ impl ControlPlane {
         let mut env = env;
         env.sort();
         let _guard = self.ops.write().await;
+        // Under the write side of `ops`: no create reads the cache now.
+        self.lock_newest_templates().clear();
         let digest = hex::encode(stasis_core::module::digest(&bytes));
         let versions = self.versions_of(name)?;
         if let Some(newest) = versions.last()
@@ -261,6 +289,7 @@ impl ControlPlane {
     /// 404 if unknown; 409 while actors use it.
     pub async fn delete_template(&self, name: &str) -> Result<(), ApiError> {
         let _guard = self.ops.write().await;
+        self.lock_newest_templates().clear();
         let versions = self.versions_of(name)?;
         if versions.is_empty() {
             return Err(ApiError::not_found(format!("no template named {name:?}")));

@@ -277,8 +277,10 @@ impl ActorTask {
             self.sync_live(false);
             return Err(e);
         }
+        let spawned_at = started.elapsed();
         let captured =
             crate::blocking::off_the_executor(|| self.capture_live(super::capture::For::Snapshot));
+        let captured_at = started.elapsed();
         if !keep {
             // A borrowed slot is given back before the write. Snapshot 0
             // holds the clock's reading: no mark is needed.
@@ -321,6 +323,14 @@ impl ActorTask {
                 .map_or(0, ActorInstance::memory_bytes);
         }
         self.sync_live(true);
+        tracing::debug!(
+            target: "stasis_worker::timing",
+            actor = %self.name,
+            spawn_ms = stasis_contract::status::ms(spawned_at),
+            capture_ms = stasis_contract::status::ms(captured_at - spawned_at),
+            write_ms = stasis_contract::status::ms(started.elapsed() - captured_at),
+            "create timed"
+        );
         Ok(report)
     }
 

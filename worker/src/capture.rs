@@ -332,8 +332,13 @@ impl ActorTask {
         let fenced = tokio::task::spawn_blocking(move || -> Result<bool, StoreError> {
             store.write(&actor, seq, epoch, &local)?;
             // Written: from here on the outcome is the snapshot's, and a
-            // failed cleanup of older ones changes nothing of it.
-            if let Err(e) = store.retain(&actor, keep) {
+            // failed cleanup of older ones changes nothing of it. A
+            // create's snapshot 0 has nothing older to clean up (the
+            // create removed what the name held): no listing of the store
+            // for it; the next snapshot's retention sees everything.
+            if seq > 0
+                && let Err(e) = store.retain(&actor, keep)
+            {
                 tracing::warn!(actor, seq, "retention after snapshot: {}", e.detail());
             }
             Ok(store.check_fence(&actor).is_err())

@@ -3,8 +3,9 @@
 //! (`<prefix>/actors/<name>`) and per actor's alarm
 //! (`<prefix>/alarms/<name>`, `{"at_unix_ms":N}`). Inserts are put-if-absent transactions,
 //! placements compare-and-set on the key's `mod_revision`, listings go page
-//! by page. The trait is sync; every call runs through
-//! [`Etcd::run_blocking`].
+//! by page. Actor inserts, placements and deletes are group-committed
+//! ([`super::batch`]), each with its own compare and answer. The trait is
+//! sync; every call runs through [`Etcd::run_blocking`].
 //!
 //! # Fencing the leader's writes
 //! The leader replica writes through [`Etcd::leader_directory`]: every
@@ -26,12 +27,12 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use etcd_client::{
     Compare, CompareOp, DeleteOptions, KeyValue, KvClient, Txn, TxnOp, TxnOpResponse, TxnResponse,
 };
-use serde::{Deserialize, Serialize};
 
+use super::batch::{Batcher, Outcome, Write};
+use super::values::{ActorValue, AlarmValue, TemplateValue, decode, failed};
 use super::{Etcd, retry, retryable};
 use stasis_contract::directory::{ActorRow, Directory, TemplateRow};
 use stasis_contract::error::ApiError;
-use stasis_contract::settings::Durability;
 
 /// How many times a placement re-reads and retries after losing a race to
 /// another writer of the same actor or an etcd error (each retry re-checks
@@ -50,6 +51,9 @@ pub struct EtcdDirectory {
     /// The etcd revision of the newest actor record written through this
     /// directory (0: none yet); see the module doc.
     actors_revision: AtomicI64,
+    /// Group commit of actor inserts, placements and deletes (fenced
+    /// like every write here).
+    batch: Batcher,
 }
 
 /// A leader's fence: `key` (`<prefix>/leader`) must be under `lease`,
@@ -80,6 +84,19 @@ impl Fence {
     }
 }
 
+/// The answer to a write whose batch failed the leader's fence
+/// ([`Outcome::Unfenced`]): nothing of it applied.
+async fn unfenced(fence: Option<&Fence>, kv: KvClient, what: &str) -> ApiError {
+    if let Some(fence) = fence
+        && let Err(e) = fence.check(kv).await
+    {
+        return e;
+    }
+    ApiError::unavailable(format!(
+        "{what}: the leader's fence failed meanwhile; nothing was written; retry"
+    ))
+}
+
 impl Etcd {
     /// The [`Directory`] on this connection, its writes unfenced.
     pub fn directory(&self) -> Arc<EtcdDirectory> {
@@ -87,6 +104,7 @@ impl Etcd {
             etcd: self.clone(),
             fence: None,
             actors_revision: AtomicI64::new(0),
+            batch: Batcher::start(self, None),
         })
     }
 
@@ -94,72 +112,18 @@ impl Etcd {
     /// applies only while `<prefix>/leader` is under its lease, and fails
     /// with a 503 otherwise (see the module doc).
     pub fn leader_directory(&self, leadership: &super::Leadership) -> Arc<EtcdDirectory> {
+        let fence = Fence {
+            key: self.leader_key(),
+            lease: leadership.lease_id(),
+            valid: leadership.check(),
+        };
         Arc::new(EtcdDirectory {
             etcd: self.clone(),
-            fence: Some(Fence {
-                key: self.leader_key(),
-                lease: leadership.lease_id(),
-                valid: leadership.check(),
-            }),
+            batch: Batcher::start(self, Some(fence.compare())),
+            fence: Some(fence),
             actors_revision: AtomicI64::new(0),
         })
     }
-}
-
-/// `<prefix>/templates/<name>`'s value.
-#[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
-struct TemplateValue {
-    digest: String,
-    bytes: u64,
-    env: Vec<(String, String)>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    durability: Option<Durability>,
-}
-
-/// `<prefix>/actors/<name>`'s value.
-#[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
-pub(super) struct ActorValue {
-    template: String,
-    worker: String,
-    epoch: u64,
-}
-
-impl ActorValue {
-    /// The directory row of actor `name` holding this value.
-    pub(super) fn row(&self, name: &str) -> ActorRow {
-        ActorRow {
-            name: name.to_owned(),
-            template: self.template.clone(),
-            worker: self.worker.clone(),
-            epoch: self.epoch,
-        }
-    }
-}
-
-/// `<prefix>/alarms/<name>`'s value.
-#[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
-struct AlarmValue {
-    at_unix_ms: u64,
-}
-
-impl AlarmValue {
-    fn bytes(at_unix_ms: u64) -> Result<Vec<u8>, ApiError> {
-        serde_json::to_vec(&Self { at_unix_ms }).map_err(failed)
-    }
-}
-
-/// A 500 naming the directory and etcd.
-fn failed(e: impl std::fmt::Display) -> ApiError {
-    ApiError::internal(format!("directory (etcd): {e}"))
-}
-
-fn decode<T: for<'de> Deserialize<'de>>(key: &[u8], value: &[u8]) -> Result<T, ApiError> {
-    serde_json::from_slice(value).map_err(|e| {
-        failed(format!(
-            "key {} holds no valid record: {e}",
-            String::from_utf8_lossy(key)
-        ))
-    })
 }
 
 /// Puts `value` at `key` only if the key does not exist (and `fence`
@@ -218,7 +182,10 @@ fn revision_of(resp: &TxnResponse) -> i64 {
 }
 
 impl EtcdDirectory {
-    /// The compare-and-set of `place_actor` (and `place_actor_as`).
+    /// The compare-and-set of `place_actor` (and `place_actor_as`): read
+    /// the record, then a write of the batch comparing its `mod_revision`;
+    /// a write refused by that compare carries the record as it is now,
+    /// so the next attempt needs no read.
     fn place(
         &self,
         name: &str,
@@ -229,7 +196,7 @@ impl EtcdDirectory {
         let kv = self.kv();
         let key = self.actor_key(name);
         let (name, worker) = (name.to_string(), worker.to_string());
-        let fence = self.fence.clone();
+        let (fence, batch) = (self.fence.clone(), self.batch.clone());
         let revision = self.etcd.run_blocking("a placement", async move {
             let gone = || {
                 ApiError::conflict(format!(
@@ -240,8 +207,14 @@ impl EtcdDirectory {
             // its answer was lost (then finding our own placement is success).
             let mut maybe_applied = false;
             let mut last_error = None;
+            // The record as the last refused write found it.
+            let mut known: Option<Option<KeyValue>> = None;
             for _ in 0..PLACE_ATTEMPTS {
-                let Some(found) = Self::get(kv.clone(), key.clone()).await? else {
+                let found = match known.take() {
+                    Some(found) => found,
+                    None => Self::get(kv.clone(), key.clone()).await?,
+                };
+                let Some(found) = found else {
                     return Err(gone());
                 };
                 let mut v: ActorValue = decode(found.key(), found.value())?;
@@ -258,21 +231,23 @@ impl EtcdDirectory {
                     v.template.clone_from(template);
                 }
                 let value = serde_json::to_vec(&v).map_err(failed)?;
-                let mut compares = vec![Compare::mod_revision(key.clone(), CompareOp::Equal, seen)];
-                compares.extend(fence.as_ref().map(Fence::compare));
-                let txn = Txn::new()
-                    .when(compares)
-                    .and_then([TxnOp::put(key.clone(), value, None)]);
-                match kv.clone().txn(txn).await {
-                    Ok(resp) if resp.succeeded() => return Ok(revision_of(&resp)),
-                    // This replica no longer leads: stop here. Else someone
-                    // wrote the actor between our read and our write: read
-                    // again, re-checking the epoch.
-                    Ok(_) => {
-                        if let Some(fence) = &fence {
-                            fence.check(kv.clone()).await?;
-                        }
+                let write = Write::Place {
+                    key: key.clone(),
+                    value,
+                    seen,
+                };
+                match batch.submit(write).await {
+                    Ok(Outcome::Applied { revision, .. }) => return Ok(revision),
+                    // Someone wrote the actor between our read and our
+                    // write: go again with what it holds now, re-checking
+                    // the epoch.
+                    Ok(Outcome::Refused(now)) => {
+                        known = Some(now);
                         last_error = None;
+                    }
+                    // This replica no longer leads: stop here.
+                    Ok(Outcome::Unfenced) => {
+                        return Err(unfenced(fence.as_ref(), kv.clone(), "a placement").await);
                     }
                     Err(e) if retryable(&e) => {
                         maybe_applied = true;
@@ -291,6 +266,12 @@ impl EtcdDirectory {
         })?;
         self.wrote_actor(revision);
         Ok(())
+    }
+
+    /// Actor writes submitted to the group commit and not answered yet.
+    #[cfg(test)]
+    pub(crate) fn unanswered_writes(&self) -> usize {
+        self.batch.unanswered()
     }
 
     /// Notes that an actor's record was written at etcd's `revision`.
@@ -470,14 +451,27 @@ impl Directory for EtcdDirectory {
             epoch: row.epoch,
         })
         .map_err(failed)?;
-        let fut = put_if_absent(
-            self.kv(),
-            self.fence.clone(),
-            self.actor_key(&row.name),
-            value,
-            format!("actor name {}", row.name),
-        );
-        let revision = self.etcd.run_blocking("an actor insert", fut)?;
+        let (kv, fence, batch) = (self.kv(), self.fence.clone(), self.batch.clone());
+        let write = Write::Insert {
+            key: self.actor_key(&row.name),
+            value: value.clone(),
+        };
+        let name = row.name.clone();
+        let revision = self.etcd.run_blocking("an actor insert", async move {
+            // A retried insert whose first answer was lost finds its own
+            // value: success (as in `put_if_absent`).
+            match retry(|| batch.submit(write.clone()))
+                .await
+                .map_err(failed)?
+            {
+                Outcome::Applied { revision, .. } => Ok(revision),
+                Outcome::Refused(Some(found)) if found.value() == value => Ok(found.mod_revision()),
+                Outcome::Refused(_) => {
+                    Err(ApiError::conflict(format!("actor name {name} is taken")))
+                }
+                Outcome::Unfenced => Err(unfenced(fence.as_ref(), kv, "an actor insert").await),
+            }
+        })?;
         self.wrote_actor(revision);
         Ok(())
     }
@@ -515,22 +509,28 @@ impl Directory for EtcdDirectory {
         })
     }
 
+    /// The record and the actor's alarm, in one write of the batch.
     fn delete_actor(&self, name: &str) -> Result<(), ApiError> {
-        let ops = vec![
-            TxnOp::delete(self.alarm_key(name), None),
-            TxnOp::delete(self.actor_key(name), None),
-        ];
-        let resp = self
-            .fenced_txn("an actor delete", Vec::new(), ops)?
-            .ok_or_else(|| failed(format!("deleting actor {name}: the transaction failed")))?;
-        // Only a delete that removed the actor's record is an event of the
-        // actors' watch (one that found nothing wrote no revision).
-        let removed = matches!(
-            resp.op_responses().get(1),
-            Some(TxnOpResponse::Delete(deleted)) if deleted.deleted() > 0
-        );
-        if removed {
-            self.wrote_actor(revision_of(&resp));
+        let (kv, fence, batch) = (self.kv(), self.fence.clone(), self.batch.clone());
+        let write = Write::Delete {
+            key: self.actor_key(name),
+            also: self.alarm_key(name),
+        };
+        let removed = self.etcd.run_blocking("an actor delete", async move {
+            match retry(|| batch.submit(write.clone()))
+                .await
+                .map_err(failed)?
+            {
+                // Only a delete that removed the actor's record is an
+                // event of the actors' watch (one that found nothing wrote
+                // no revision).
+                Outcome::Applied { revision, deleted } => Ok(deleted.then_some(revision)),
+                Outcome::Refused(_) => Err(failed("a delete without compare was refused")),
+                Outcome::Unfenced => Err(unfenced(fence.as_ref(), kv, "an actor delete").await),
+            }
+        })?;
+        if let Some(revision) = removed {
+            self.wrote_actor(revision);
         }
         Ok(())
     }

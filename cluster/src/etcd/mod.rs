@@ -24,13 +24,17 @@
 //! a multi-thread runtime, from `spawn_blocking` threads and from plain
 //! threads. Lease timing is argued in [`lease`].
 
+mod batch;
 mod directory;
 mod election;
 pub mod lease;
 mod options;
 mod settings;
+mod values;
 mod watch;
 
+#[cfg(test)]
+mod batch_tests;
 #[cfg(test)]
 mod tests;
 

@@ -18,7 +18,7 @@ static SERIAL: Mutex<()> = Mutex::new(());
 
 /// Starts a 3-member cluster and runs `body` on a multi-thread runtime,
 /// failing if it takes longer than `limit`.
-fn etcd_test<F, Fut>(limit: Duration, body: F)
+pub(super) fn etcd_test<F, Fut>(limit: Duration, body: F)
 where
     F: FnOnce(EtcdCluster) -> Fut,
     Fut: Future<Output = ()>,
@@ -37,7 +37,7 @@ where
     });
 }
 
-async fn connect(cluster: &EtcdCluster, prefix: &str) -> Etcd {
+pub(super) async fn connect(cluster: &EtcdCluster, prefix: &str) -> Etcd {
     let opts = EtcdOptions::parse(&cluster.url(prefix)).expect("url");
     Etcd::connect(&opts).await.expect("connect to etcd")
 }
@@ -52,7 +52,7 @@ fn template(name: &str, digest: &str) -> TemplateRow {
     }
 }
 
-fn actor(name: &str, worker: &str) -> ActorRow {
+pub(super) fn actor(name: &str, worker: &str) -> ActorRow {
     ActorRow {
         name: name.into(),
         template: "t".into(),
@@ -61,7 +61,7 @@ fn actor(name: &str, worker: &str) -> ActorRow {
     }
 }
 
-fn signal_all(cluster: &EtcdCluster, signal: libc::c_int) {
+pub(super) fn signal_all(cluster: &EtcdCluster, signal: libc::c_int) {
     for i in 0..3 {
         let pid = libc::pid_t::try_from(cluster.pid(i)).expect("pid");
         // SAFETY: kill(2) on a child process we started; no memory involved.

@@ -19,7 +19,7 @@ use etcd_client::{EventType, GetOptions, KeyValue, WatchOptions};
 use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 
-use super::directory::ActorValue;
+use super::values::ActorValue;
 use super::{Etcd, WorkerRecord, back_off, prefix_end};
 use stasis_contract::directory::ActorsAt;
 

@@ -120,7 +120,15 @@ impl RemoteWorker {
             Op::Create => {
                 let spec: HostSpec = serde_json::from_slice(&body)
                     .map_err(|e| ApiError::bad_request(format!("bad actor spec: {e}")))?;
-                Ok(json(StatusCode::OK, &w.create(name, &spec).await?))
+                let started = std::time::Instant::now();
+                let report = w.create(name, &spec).await?;
+                tracing::debug!(
+                    target: "stasis_worker::timing",
+                    actor = name,
+                    total_ms = stasis_contract::status::ms(started.elapsed()),
+                    "create served"
+                );
+                Ok(json(StatusCode::OK, &report))
             }
             Op::Install => {
                 let text = header(SPEC_HEADER)
@@ -132,8 +140,15 @@ impl RemoteWorker {
                     tokio::time::sleep(delay).await;
                 }
                 let bytes = (!body.is_empty()).then_some(body);
+                let started = std::time::Instant::now();
                 w.install(name, &spec.host, spec.seq, bytes, spec.resume)
                     .await?;
+                tracing::debug!(
+                    target: "stasis_worker::timing",
+                    actor = name,
+                    total_ms = stasis_contract::status::ms(started.elapsed()),
+                    "install served"
+                );
                 Ok(json(StatusCode::OK, &w.status(name).await?))
             }
             Op::Call => {
