@@ -12,9 +12,7 @@ use super::placement::Placement;
 use super::views::{ActorInfo, PauseInfo};
 use stasis_contract::directory::{ActorRow, row_version};
 use stasis_contract::error::{ApiError, ErrorKind, check_label};
-use stasis_contract::status::{
-    ActorState, ActorStatus, ResumeFrom, SnapshotReport, ms, rfc3339,
-};
+use stasis_contract::status::{ActorState, ActorStatus, ResumeFrom, SnapshotReport, ms, rfc3339};
 
 impl ControlPlane {
     /// Creates actor `name` from `template` on the least-loaded worker.
