@@ -308,6 +308,14 @@ impl ControlPlane {
         version: &str,
         epoch: u64,
     ) -> Result<(), ApiError> {
+        // Tests: a crash between the new version's snapshot and the switch.
+        if let Some(ms) = std::env::var("STASIS_FAILPOINT_UPGRADE_SWITCH_DELAY_MS")
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+        {
+            tracing::warn!(actor = name, ms, "failpoint: holding the upgrade's switch");
+            std::thread::sleep(std::time::Duration::from_millis(ms));
+        }
         self.directory
             .place_actor_as(name, &member.name, epoch, version)?;
         self.placements.point_as(

@@ -607,3 +607,151 @@ async fn resuming_the_barrier_snapshot_of_a_running_actor_goes_back() {
         );
     }
 }
+
+/// Carry-over into a version declaring the same layout but a memory
+/// whose maximum is below what the actor grew to: refused (422), the
+/// actor keeps its memory and count on its version.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn carry_over_into_a_smaller_maximum_memory_is_refused() {
+    let server = Server::start(&["--workers", "1"]);
+    let module = |memory: &str, offset: u8| {
+        let wat = format!(
+            r#"(module
+  (@custom "stasis-abi" "\02\00\00\00")
+  (@custom "stasis-layout" "m1")
+  (memory {memory})
+  (data (i32.const 16) "\c8\00\01\00")
+  (func (export "stasis_alloc") (param i32) (result i32) (i32.const 1024))
+  (func (export "stasis_handle") (param i32 i32) (result i64)
+    (drop (memory.grow (i32.const 1)))
+    (i32.store (i32.const 0) (i32.add (i32.load (i32.const 0)) (i32.const 1)))
+    (i32.store8 (i32.const 19) (i32.add (i32.load (i32.const 0)) (i32.const {offset})))
+    (i64.const 0x1000000004)))"#
+        );
+        wat::parse_str(&wat).expect("WAT")
+    };
+    push(&server, "m", &module("1", 0));
+    server.create("a", "m");
+    for n in 1..=3 {
+        assert_eq!(answer(&server, "a").await, n);
+    }
+    let small = push(&server, "m", &module("1 2", 40));
+    let (got, text) = upgrade_raw(&server, "a", &format!(r#"{{"to_version": {small}}}"#)).await;
+    assert_eq!(got, 422, "{text}");
+    assert!(
+        text.contains("stays on version 1") && text.contains("at most 2 pages"),
+        "{text}"
+    );
+    no_path(&server, &text);
+    assert_eq!(answer(&server, "a").await, 4);
+    assert_eq!(version_of(&server, "a"), 1);
+    // A minimum above what it grew to: refused too.
+    let big = push(&server, "m", &module("20", 80));
+    let (got, text) = upgrade_raw(&server, "a", &format!(r#"{{"to_version": {big}}}"#)).await;
+    assert_eq!(got, 422, "{text}");
+    assert!(text.contains("minimum 20"), "{text}");
+    assert_eq!(answer(&server, "a").await, 5);
+}
+
+/// An actor whose newest snapshot is damaged on disk fails to resume; an
+/// upgrade of it is refused without harm, and a resume from an older
+/// snapshot repairs it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upgrading_a_failed_actor_is_refused_and_a_resume_repairs_it() {
+    let server = Server::start(&["--workers", "1", "--keep-snapshots", "10"]);
+    push(&server, "f", &Guest::good(0).wasm());
+    server.create("a", "f");
+    server.create("b", "f");
+    push(&server, "f", &Guest::good(40).wasm());
+    assert_eq!(answer(&server, "a").await, 1);
+    server.cli_ok(&["actor", "checkpoint", "a"]);
+    assert_eq!(answer(&server, "a").await, 2);
+    server.cli_ok(&["actor", "pause", "a"]);
+    let info = server.cli_json(&["actor", "get", "a"]);
+    let seq = info["snapshot"]["seq"].as_u64().expect("seq");
+    let file = server
+        .data_dir
+        .join("snapshots/a")
+        .join(format!("{seq:020}.snap"));
+    let bytes = std::fs::read(&file).expect("snapshot file");
+    std::fs::write(&file, &bytes[..bytes.len() / 2]).expect("damage");
+    let reply = post(&server, "a").await;
+    assert_eq!(reply.status, 503, "{reply:?}");
+    assert_eq!(server.cli_json(&["actor", "get", "a"])["state"], "failed");
+    let (got, text) = upgrade_raw(&server, "a", "{}").await;
+    assert_eq!(got, 409, "{text}");
+    assert!(text.contains("failed"), "{text}");
+    no_path(&server, &text);
+    assert_eq!(answer(&server, "b").await, 1, "b is untouched");
+    let info = server.cli_json(&["actor", "get", "a"]);
+    assert_eq!(info["state"], "failed", "{info}");
+    assert_eq!(info["template_version"], 1, "{info}");
+    // Repaired from snapshot 1 (count 1), then upgraded.
+    server.cli_ok(&["actor", "resume", "a", "--from-snapshot", "1"]);
+    assert_eq!(answer(&server, "a").await, 2);
+    let up = server.cli_json(&["actor", "upgrade", "a"]);
+    assert_eq!(up["path"], "hand_over", "{up}");
+    assert_eq!(answer(&server, "a").await, 43);
+}
+
+/// A snapshot of an actor deleted with its template, both created again
+/// under the same names: the old snapshots went with the actor.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn snapshots_of_a_deleted_actor_do_not_come_back_with_a_new_one() {
+    let server = Server::start(&["--workers", "1", "--keep-snapshots", "10"]);
+    push(&server, "t", &Guest::good(0).wasm());
+    server.create("a", "t");
+    assert_eq!(answer(&server, "a").await, 1);
+    push(&server, "t", &Guest::good(40).wasm());
+    let up = server.cli_json(&["actor", "upgrade", "a"]);
+    let barrier = up["barrier_snapshot"]
+        .as_u64()
+        .expect("barrier")
+        .to_string();
+    server.cli_ok(&["actor", "delete", "a"]);
+    server.cli_ok(&["template", "delete", "t"]);
+    push(&server, "t", &Guest::good(40).wasm());
+    push(&server, "t", &Guest::good(0).wasm());
+    server.create("a", "t");
+    assert_eq!(answer(&server, "a").await, 1);
+    let out = server.cli(&["actor", "resume", "a", "--from-snapshot", &barrier]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("no snapshot"), "{stderr}");
+    assert_eq!(answer(&server, "a").await, 2, "{stderr}");
+    assert_eq!(version_of(&server, "a"), 2);
+}
+
+/// `kill -9` between the new version's snapshot (written durably) and the
+/// switch of the actor's version in the directory (held by a failpoint):
+/// after the restart the actor serves, on one version or the other, with
+/// its count, never failed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_between_the_new_snapshot_and_the_switch_leaves_a_working_actor() {
+    for layout in ["", r#"(@custom "stasis-layout" "kv1")"#] {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().join("data");
+        let env = [("STASIS_FAILPOINT_UPGRADE_SWITCH_DELAY_MS", "60000")];
+        let mut server = Server::start_in_env(&dir, &["--workers", "1"], &env).expect("serve");
+        let guest = |offset| Guest {
+            extra: layout,
+            ..Guest::good(offset)
+        };
+        push(&server, "k", &guest(0).wasm());
+        server.create("a", "k");
+        push(&server, "k", &guest(40).wasm());
+        for n in 1..=3 {
+            assert_eq!(answer(&server, "a").await, n);
+        }
+        let up = server.cli_in_background(&["actor", "upgrade", "a"]);
+        server.wait_for_log("failpoint: holding the upgrade's switch");
+        server.kill();
+        let _ = up.await;
+        let server = Server::start_in(&dir, &["--workers", "1"]).expect("restart");
+        let reply = post(&server, "a").await;
+        let info = server.cli_json(&["actor", "get", "a"]);
+        assert_eq!(reply.status, 200, "{layout}: {reply:?} {info}");
+        let got = reply.body.as_bytes()[0];
+        assert!(got == 4 || got == 44, "{layout}: {got} {info}");
+    }
+}
