@@ -755,3 +755,47 @@ async fn kill_9_between_the_new_snapshot_and_the_switch_leaves_a_working_actor()
         assert!(got == 4 || got == 44, "{layout}: {got} {info}");
     }
 }
+
+/// Clients post while an upgrade fails (the running version's save spins,
+/// then traps): every request is answered 200 by the old version, the
+/// counts are exactly 1 to N, none lost or applied twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_held_by_a_failing_upgrade_are_served_by_the_old_version() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let server = Arc::new(Server::start(&["--workers", "1", "--cpu-limit", "5s"]));
+    let failing = Guest {
+        save: "unreachable",
+        save_spin: 200_000_000,
+        ..Guest::good(0)
+    };
+    push(&server, "f", &failing.wasm());
+    server.create("a", "f");
+    push(&server, "f", &Guest::good(40).wasm());
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut clients = Vec::new();
+    for _ in 0..4 {
+        let (server, stop) = (server.clone(), stop.clone());
+        clients.push(tokio::spawn(async move {
+            let mut got = Vec::new();
+            // At most 25 each: the counts stay one byte below the offset.
+            while !stop.load(Ordering::SeqCst) && got.len() < 25 {
+                got.push(answer(&server, "a").await);
+            }
+            got
+        }));
+    }
+    for _ in 0..2 {
+        let (status, text) = upgrade_raw(&server, "a", "{}").await;
+        assert_eq!(status, 422, "{text}");
+    }
+    stop.store(true, Ordering::SeqCst);
+    let mut all = Vec::new();
+    for c in clients {
+        all.extend(c.await.expect("client"));
+    }
+    all.sort_unstable();
+    let n = all.len() as u8;
+    assert_eq!(all, (1..=n).collect::<Vec<_>>());
+    assert_eq!(answer(&server, "a").await, n + 1);
+    assert_eq!(version_of(&server, "a"), 1);
+}
