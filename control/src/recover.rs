@@ -34,10 +34,11 @@ impl ControlPlane {
     /// # Errors
     /// If the directory cannot be read or names a missing template.
     pub fn recover(self: &Arc<Self>) -> anyhow::Result<()> {
-        for row in self.directory.actors()? {
+        for mut row in self.directory.actors()? {
             let template = self.directory.template(&row.template)?.with_context(|| {
                 format!("actor {} names missing template {}", row.name, row.template)
             })?;
+            let template = self.finish_upgrade(&mut row, template)?;
             let mut placement = Placement::new(Arc::from(""), 0, &row.template, row.epoch);
             let Some(member) = self.member(&row.worker).or_else(|| self.least_loaded()) else {
                 tracing::warn!(actor = %row.name, "no worker can host it (--workers 0); it waits for one to join");
@@ -71,6 +72,49 @@ impl ControlPlane {
         let pending = self.directory.alarms()?;
         self.start_alarms(pending)?;
         Ok(())
+    }
+
+    /// A crash between an upgrade's new snapshot (durable) and the switch
+    /// of the actor's version in the directory leaves its newest snapshot
+    /// written by another version of its template than the one `row`
+    /// names: the upgrade is finished (the actor moves to that version,
+    /// `row` is updated) rather than leaving the actor failed.
+    fn finish_upgrade(
+        &self,
+        row: &mut ActorRow,
+        template: stasis_contract::directory::TemplateRow,
+    ) -> anyhow::Result<stasis_contract::directory::TemplateRow> {
+        let newest = self
+            .store
+            .list(&row.name)
+            .ok()
+            .and_then(|l| l.last().map(|e| e.seq));
+        let Some(header) = newest
+            .and_then(|seq| self.store.open_snapshot(&row.name, seq).ok())
+            .and_then(|stored| stasis_core::snapshot::peek_header(&stored).ok())
+        else {
+            return Ok(template);
+        };
+        let digest = hex::encode(header.module_digest);
+        if digest == template.digest {
+            return Ok(template);
+        }
+        let (name, _) = stasis_contract::directory::row_version(&row.template);
+        let Some(target) = self
+            .versions_of(name)?
+            .into_iter()
+            .rev()
+            .find(|v| v.digest == digest)
+        else {
+            return Ok(template);
+        };
+        let epoch = row.epoch + 1;
+        self.directory
+            .place_actor_as(&row.name, &row.worker, epoch, &target.name)?;
+        tracing::warn!(actor = %row.name, from = %row.template, to = %target.name, "an upgrade interrupted after its new snapshot: finished");
+        row.epoch = epoch;
+        row.template.clone_from(&target.name);
+        Ok(target)
     }
 
     /// Cluster mode, when this replica becomes the leader, its members

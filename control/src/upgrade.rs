@@ -174,32 +174,29 @@ impl ControlPlane {
         }
         self.refuse_if_shutting_down("upgrade")?;
         let member = self.host_of(&placement, name)?;
+        // A snapshot to restore is read before the capture: the capture
+        // writes the actor's next snapshot, and retention may then remove
+        // the one restored (`--keep-snapshots`).
+        let restored = match path {
+            Path::Restore(seq) => Some(self.read_snapshot(name, &target.digest, seq).await?),
+            Path::CarryOver(_) | Path::HandOver => None,
+        };
         let captured = member.api.capture(name).await?;
         let epoch = placement.epoch + 1;
         let moved = match path {
             Path::CarryOver(stamp) => {
-                self.carry_over(
-                    name,
-                    &member,
-                    (&source.digest, captured.seq),
-                    &captured,
-                    target,
-                    Some(stamp),
-                    epoch,
-                )
-                .await
+                match self.read_snapshot(name, &source.digest, captured.seq).await {
+                    Ok(full) => {
+                        self.carry_over(name, &member, full, &captured, target, Some(stamp), epoch)
+                            .await
+                    }
+                    Err(e) => Err((e, false)),
+                }
             }
-            Path::Restore(seq) => {
-                self.carry_over(
-                    name,
-                    &member,
-                    (&target.digest, seq),
-                    &captured,
-                    target,
-                    None,
-                    epoch,
-                )
-                .await
+            Path::Restore(_) => {
+                let full = restored.unwrap_or_default();
+                self.carry_over(name, &member, full, &captured, target, None, epoch)
+                    .await
             }
             Path::HandOver => {
                 self.hand_over(name, &member, &captured, target, epoch)
@@ -232,8 +229,7 @@ impl ControlPlane {
         Ok((downtime, captured.seq))
     }
 
-    /// Writes snapshot `read.1` of the actor (read against module
-    /// `read.0`, its chain flattened), re-stamped with module `stamp` when
+    /// Writes snapshot `full` of the actor (its chain flattened), re-stamped with module `stamp` when
     /// given, as the actor's next snapshot after the `captured` one, full,
     /// and installs it on `member` under version `target` at `epoch`,
     /// which verifies it against that version's module; then switches the
@@ -247,20 +243,15 @@ impl ControlPlane {
         &self,
         name: &str,
         member: &Member,
-        read: (&str, u64),
+        full: bytes::Bytes,
         captured: &Captured,
         target: &TemplateRow,
         stamp: Option<Digest>,
         epoch: u64,
     ) -> Result<(), (ApiError, bool)> {
-        let (digest, at) = read;
-        let full = self
-            .read_snapshot(name, digest, at)
-            .await
-            .map_err(|e| (e, false))?;
         let stamped = match stamp {
             Some(stamp) => snapshot::restamp(&full, stamp).map_err(|e| {
-                let e = ApiError::unprocessable(format!("snapshot {at}: {e}"));
+                let e = ApiError::unprocessable(format!("snapshot {}: {e}", captured.seq));
                 (e, false)
             })?,
             None => full.to_vec(),
@@ -317,6 +308,14 @@ impl ControlPlane {
         version: &str,
         epoch: u64,
     ) -> Result<(), ApiError> {
+        // Tests: a crash between the new version's snapshot and the switch.
+        if let Some(ms) = std::env::var("STASIS_FAILPOINT_UPGRADE_SWITCH_DELAY_MS")
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+        {
+            tracing::warn!(actor = name, ms, "failpoint: holding the upgrade's switch");
+            std::thread::sleep(std::time::Duration::from_millis(ms));
+        }
         self.directory
             .place_actor_as(name, &member.name, epoch, version)?;
         self.placements.point_as(

@@ -94,3 +94,4 @@ mod store_journal_faults;
 mod structure;
 mod timestamps;
 mod upgrade;
+mod upgrade_faults;

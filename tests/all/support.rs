@@ -47,7 +47,17 @@ impl Server {
 
     /// Starts `stasis serve` on `data_dir`; Err(stderr) if it exits instead.
     pub(crate) fn start_in(data_dir: &Path, extra: &[&str]) -> Result<Server, String> {
+        Self::start_in_env(data_dir, extra, &[])
+    }
+
+    /// [`Server::start_in`] with environment variables `env` (failpoints).
+    pub(crate) fn start_in_env(
+        data_dir: &Path,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Result<Server, String> {
         let mut command = STASIS.serve(data_dir, extra);
+        command.envs(env.iter().copied());
         command.env("STASIS_LOG", "info");
         let echo = std::env::var_os(ECHO_LOG).is_some();
         let process = Proc::start(command, "stasis ready", "serve", echo)?;

@@ -261,7 +261,11 @@ impl ActorTask {
         };
         let spawned = ActorInstance::spawn(&self.engine, self.template.clone(), self.config())
             .await
-            .map_err(|e| ApiError::call(&e, format!("creating the actor: {e}")));
+            .map_err(|e| match state {
+                // A hand-over: the new version failed its side (422).
+                Some(_) => crate::hand_over::refused("starting the new version", &e),
+                None => ApiError::call(&e, format!("creating the actor: {e}")),
+            });
         let instance = match spawned {
             Ok(instance) => instance,
             Err(e) => {

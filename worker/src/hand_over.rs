@@ -15,7 +15,7 @@ use crate::{ActorSpec, Entry, Worker};
 /// A failed hand-over call (`what`: which side): capacity, timeouts and
 /// the CPU limit keep their status; anything else (a trap, a refusal, bad
 /// bytes) is 422, the state cannot be handed over.
-fn refused(what: &str, e: &CallError) -> ApiError {
+pub(crate) fn refused(what: &str, e: &CallError) -> ApiError {
     let kind = match e {
         CallError::Capacity(_)
         | CallError::Timeout(_)
