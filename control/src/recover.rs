@@ -84,6 +84,13 @@ impl ControlPlane {
         row: &mut ActorRow,
         template: stasis_contract::directory::TemplateRow,
     ) -> anyhow::Result<stasis_contract::directory::TemplateRow> {
+        // A template of one version (most): nothing to finish, no file to
+        // open.
+        let (name, _) = stasis_contract::directory::row_version(&row.template);
+        let versions = self.versions_of(name)?;
+        if versions.len() < 2 {
+            return Ok(template);
+        }
         let newest = self
             .store
             .list(&row.name)
@@ -99,13 +106,7 @@ impl ControlPlane {
         if digest == template.digest {
             return Ok(template);
         }
-        let (name, _) = stasis_contract::directory::row_version(&row.template);
-        let Some(target) = self
-            .versions_of(name)?
-            .into_iter()
-            .rev()
-            .find(|v| v.digest == digest)
-        else {
+        let Some(target) = versions.into_iter().rev().find(|v| v.digest == digest) else {
             return Ok(template);
         };
         let epoch = row.epoch + 1;
