@@ -553,6 +553,7 @@ mod tests {
                 env: vec![("K".into(), "V".into())],
                 epoch: 3,
                 durability: None,
+                recover_journal: true,
             },
             seq: 5,
             resume: true,
@@ -560,7 +561,14 @@ mod tests {
         let json = serde_json::to_value(&spec).expect("json");
         assert_eq!(
             json,
-            serde_json::json!({"digest": "d", "env": [["K", "V"]], "epoch": 3, "seq": 5, "resume": true})
+            serde_json::json!({"digest": "d", "env": [["K", "V"]], "epoch": 3, "seq": 5, "resume": true,
+                "recover_journal": true})
         );
+        // A spec from before `recover_journal` recovers, as it did.
+        let old: InstallSpec = serde_json::from_value(
+            serde_json::json!({"digest": "d", "env": [], "epoch": 3, "seq": 5, "resume": false}),
+        )
+        .expect("old spec");
+        assert!(old.host.recover_journal);
     }
 }

@@ -31,6 +31,19 @@ pub struct HostSpec {
     /// worker's `--durability`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub durability: Option<Durability>,
+    /// For an install: whether the store's journal segments may hold
+    /// entries of the actor newer than the snapshot named, its previous
+    /// owner having been lost (a re-placement), so that a cluster worker
+    /// recovers them first. False when that snapshot is the actor's state
+    /// as it is (a move or upgrade after its capture, a fork, a resume
+    /// from a named snapshot): nothing is read, and no older owner's entry
+    /// can override the snapshot chosen. True when absent.
+    #[serde(default = "recover_by_default")]
+    pub recover_journal: bool,
+}
+
+fn recover_by_default() -> bool {
+    true
 }
 
 /// Where a worker runs.

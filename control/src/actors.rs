@@ -151,7 +151,7 @@ impl ControlPlane {
             _ => ApiError::from(e),
         })?;
         // Alarms: a fork starts with none of `src`'s (copy nothing here).
-        let spec = Self::host_spec(&row, epoch);
+        let spec = Self::host_spec_as_is(&row, epoch);
         if let Err(e) = self.ship(&member, new, &spec, seq, false).await {
             let _ = self.store.remove_actor(new);
             return Err(e);
@@ -432,7 +432,7 @@ impl ControlPlane {
                 self.ship(
                     &member,
                     name,
-                    &Self::host_spec(&row, placement.epoch),
+                    &Self::host_spec_as_is(&row, placement.epoch),
                     seq,
                     false,
                 )

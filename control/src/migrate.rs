@@ -138,7 +138,7 @@ impl ControlPlane {
         let epoch = placement.epoch + 1;
         // A live actor is restored on the target at once; a paused one
         // stays paused there. The target verifies the snapshot.
-        let spec = Self::host_spec(&row, epoch);
+        let spec = Self::host_spec_as_is(&row, epoch);
         if let Err(e) = self
             .ship(target, name, &spec, captured.seq, captured.live)
             .await

@@ -78,10 +78,22 @@ impl ControlPlane {
     /// What a worker needs to host an actor of `template` at `epoch`.
     pub(super) fn host_spec(template: &TemplateRow, epoch: u64) -> HostSpec {
         HostSpec {
+            recover_journal: true,
             digest: template.digest.clone(),
             env: template.env.clone(),
             epoch,
             durability: template.durability,
+        }
+    }
+
+    /// [`ControlPlane::host_spec`] for an install whose snapshot is the
+    /// actor's state as it is (a move or upgrade after its capture, a
+    /// fork, a resume from a named snapshot): the worker recovers nothing
+    /// from the journal segments in the store.
+    pub(super) fn host_spec_as_is(template: &TemplateRow, epoch: u64) -> HostSpec {
+        HostSpec {
+            recover_journal: false,
+            ..Self::host_spec(template, epoch)
         }
     }
 

@@ -263,7 +263,7 @@ impl ControlPlane {
                 .await
                 .map_err(|e| (ApiError::internal(e), false))?;
         written.map_err(|e| (ApiError::from(e), false))?;
-        let spec = Self::host_spec(target, epoch);
+        let spec = Self::host_spec_as_is(target, epoch);
         if let Err(e) = self.ship(member, name, &spec, seq, captured.live).await {
             // Not the actor's state: its old version goes on from `seq`.
             let (store, actor) = (self.store.clone(), name.to_owned());
@@ -353,7 +353,7 @@ impl ControlPlane {
             let (store, actor, seq) = (self.store.clone(), name.to_owned(), captured.seq + 1);
             let _ = tokio::task::spawn_blocking(move || store.remove(&actor, seq)).await;
         }
-        let spec = Self::host_spec(source, epoch);
+        let spec = Self::host_spec_as_is(source, epoch);
         if let Err(e) = self
             .ship(member, name, &spec, captured.seq, captured.live)
             .await

@@ -40,7 +40,8 @@ impl WorkerApi for Worker {
         resume: bool,
     ) -> Result<(), ApiError> {
         let local = self.spec(actor, spec).await?;
-        Worker::install(self, &local, spec.epoch, seq, bytes, resume)
+        let recover = spec.recover_journal;
+        Worker::install(self, &local, (spec.epoch, seq), bytes, resume, recover)
             .await
             .map(|_| ())
     }

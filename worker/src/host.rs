@@ -224,16 +224,18 @@ impl Worker {
     pub async fn install(
         &self,
         spec: &ActorSpec,
-        epoch: u64,
-        seq: u64,
+        (epoch, seq): (u64, u64),
         bytes: Option<Bytes>,
         resume: bool,
+        recover: bool,
     ) -> Result<ActorStatus, ApiError> {
-        // A cluster worker taking the actor over from the shared store:
-        // the newest entry its earlier owner shipped (and acknowledged)
-        // becomes its newest snapshot first, and is the one installed.
+        // A cluster worker taking the actor over from the shared store
+        // after its owner was lost (`recover`): the newest entry that
+        // owner shipped (and acknowledged) becomes its newest snapshot
+        // first, and is the one installed. A move, fork or upgrade names
+        // the actor's state itself: nothing to read.
         let seq = match (self.shipped(), &bytes) {
-            (Some(shipped), None) => {
+            (Some(shipped), None) if recover => {
                 let (shipped, name) = (shipped.clone(), spec.name.clone());
                 let recovered = tokio::task::spawn_blocking(move || shipped.recover(&name))
                     .await
