@@ -47,8 +47,19 @@ impl Server {
 
     /// Starts `stasis serve` on `data_dir`; Err(stderr) if it exits instead.
     pub(crate) fn start_in(data_dir: &Path, extra: &[&str]) -> Result<Server, String> {
+        Self::start_in_with_env(data_dir, extra, &[])
+    }
+
+    /// [`Server::start_in`] with extra environment variables (e.g.
+    /// failpoints).
+    pub(crate) fn start_in_with_env(
+        data_dir: &Path,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Result<Server, String> {
         let mut command = STASIS.serve(data_dir, extra);
         command.env("STASIS_LOG", "info");
+        command.envs(env.iter().copied());
         let echo = std::env::var_os(ECHO_LOG).is_some();
         let process = Proc::start(command, "stasis ready", "serve", echo)?;
         Ok(Server {

@@ -44,7 +44,7 @@ const RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(100);
 /// The directory in etcd. Build it with [`Etcd::directory`] (reads, and
 /// tests) or [`Etcd::leader_directory`] (a leader's fenced writes).
 pub struct EtcdDirectory {
-    etcd: Etcd,
+    pub(super) etcd: Etcd,
     /// The leader's lease its writes are fenced by (see the module doc).
     fence: Option<Fence>,
     /// The etcd revision of the newest actor record written through this
@@ -149,7 +149,7 @@ impl AlarmValue {
 }
 
 /// A 500 naming the directory and etcd.
-fn failed(e: impl std::fmt::Display) -> ApiError {
+pub(super) fn failed(e: impl std::fmt::Display) -> ApiError {
     ApiError::internal(format!("directory (etcd): {e}"))
 }
 
@@ -356,7 +356,7 @@ impl EtcdDirectory {
     ///
     /// # Errors
     /// 503 if the fence failed; 500 if etcd did.
-    fn fenced_txn(
+    pub(super) fn fenced_txn(
         &self,
         what: &'static str,
         mut compares: Vec<Compare>,
