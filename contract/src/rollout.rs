@@ -140,10 +140,10 @@ pub struct RolloutStatus {
 impl RolloutStatus {
     /// Whether a client waiting for the rollout may stop waiting: it is no
     /// longer running, or only paused actors waiting for their next resume
-    /// are left.
+    /// are left (with nothing left at all, it is about to be `finished`).
     #[must_use]
     pub fn settled(&self) -> bool {
-        self.state != RolloutState::Running || self.pending == self.deferred
+        self.state != RolloutState::Running || (self.deferred > 0 && self.pending == self.deferred)
     }
 }
 

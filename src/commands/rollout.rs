@@ -21,10 +21,12 @@ fn count(json: &Json, key: &str) -> u64 {
     json.get(key).and_then(Json::as_u64).unwrap_or(0)
 }
 
-/// Whether a waiting client may stop waiting (see the module doc).
+/// Whether a waiting client may stop waiting (see the module doc; with
+/// nothing left at all, the rollout is about to be `finished`).
 fn settled(json: &Json) -> bool {
+    let deferred = count(json, "deferred");
     json.get("state").and_then(Json::as_str) != Some("running")
-        || count(json, "pending") == count(json, "deferred")
+        || (deferred > 0 && count(json, "pending") == deferred)
 }
 
 /// Reads `path`'s status (starting from `first`, the answer that started

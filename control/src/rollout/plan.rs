@@ -227,8 +227,9 @@ pub fn status(input: &Input<'_>) -> RolloutStatus {
     }
 }
 
-/// Whether a status is final for a waiting client is
-/// [`RolloutStatus::settled`]; a state the planner's [`Next`] leads to.
+/// The state the planner's [`Next`] leads to, if it ends the rollout
+/// (whether a status is final for a waiting client is
+/// [`RolloutStatus::settled`]).
 #[must_use]
 pub fn state_after(next: &Next) -> Option<RolloutState> {
     match next {
@@ -436,6 +437,8 @@ mod tests {
         assert_eq!(state_after(&Next::Finish), Some(RolloutState::Finished));
         let s = status(&input);
         assert_eq!((s.total, s.upgraded, s.pending), (2, 2, 0));
+        // Until its task records `finished`, a waiting client waits on.
+        assert!(!s.settled());
     }
 
     #[test]
