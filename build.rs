@@ -11,8 +11,15 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const DEMOS: [&str; 7] = [
-    "counter", "kv", "echo", "faulty", "caller", "fetch", "alarm",
+const DEMOS: [&str; 8] = [
+    "counter",
+    "counter-v2",
+    "kv",
+    "echo",
+    "faulty",
+    "caller",
+    "fetch",
+    "alarm",
 ];
 
 fn main() {
@@ -63,7 +70,8 @@ fn main() {
     let built = target.join("demos-build/wasm32-wasip1/release");
     for demo in DEMOS {
         copy_if_changed(
-            &built.join(format!("{demo}.wasm")),
+            // (cargo names a `cdylib` after its crate, `-` as `_`.)
+            &built.join(format!("{}.wasm", demo.replace('-', "_"))),
             &out.join(format!("{demo}.wasm")),
         );
     }

@@ -49,6 +49,18 @@
  *   STASIS_EXPORT_ON_RESUME(fn)  after a fresh instance got a snapshot back;
  *   STASIS_EXPORT_ON_ALARM(fn)   (ABI 2) when the actor's alarm fires.
  *
+ * State hand-over, for a live code upgrade (`stasis actor upgrade`) to a
+ * version whose memory layout differs:
+ *   STASIS_EXPORT_STATE(save, load)
+ * exports `stasis_save_state` and `stasis_load_state`. On the old version,
+ * `int save(stasis_state *out)` writes the actor's state with
+ * stasis_state_write (0 hands it over; non-zero, or memory running out,
+ * refuses the upgrade). On a fresh instance of the new version (after its
+ * init), `int load(const uint8_t *data, size_t len)` takes those bytes (0
+ * accepts them; non-zero refuses, and the actor stays on its version with
+ * its state). The bytes are the module's own: put a schema version first
+ * if the layout may change again.
+ *
  * Use each STASIS_EXPORT_* macro at most once per module, at file scope.
  *
  * Requests: a malformed request (a buffer that ends inside a field, a length
@@ -376,6 +388,48 @@ STASIS__FN uint64_t stasis__handle(uint32_t ptr, uint32_t len, stasis_handler ha
     return stasis__finish(&res);
 }
 
+/* The state a `save` function writes (see STASIS_EXPORT_STATE). */
+typedef struct stasis_state {
+    stasis__buf stasis__buf;
+    int stasis__failed;
+} stasis_state;
+
+/* Appends `len` bytes of `data` to the state. Returns 0, or -1 if memory
+ * ran out (the upgrade is then refused). */
+STASIS__FN int stasis_state_write(stasis_state *out, const void *data, size_t len) {
+    if (stasis__buf_put(&out->stasis__buf, data, len)) {
+        out->stasis__failed = 1;
+        return -1;
+    }
+    return 0;
+}
+
+typedef int (*stasis_save_fn)(stasis_state *out);
+typedef int (*stasis_load_fn)(const uint8_t *data, size_t len);
+
+/* The body of the `stasis_save_state` export: the bytes `save` wrote, kept
+ * until the next call; a refusal traps (the upgrade is refused). */
+STASIS__FN uint64_t stasis__save_state(stasis_save_fn save) {
+    static stasis__buf last;
+    stasis__buf_free(&last);
+    stasis_state out = {{0}, 0};
+    if (save(&out) || out.stasis__failed) {
+        stasis__buf_free(&out.stasis__buf);
+        __builtin_trap();
+    }
+    last = out.stasis__buf;
+    return stasis__pack(last.data, last.len);
+}
+
+/* The body of the `stasis_load_state` export: runs `load` on the buffer
+ * from stasis__alloc (and frees it); 0 accepts the state. */
+STASIS__FN uint32_t stasis__load_state(uint32_t ptr, uint32_t len, stasis_load_fn load) {
+    uint8_t *input = (uint8_t *)(uintptr_t)ptr;
+    int rc = input ? load(input, len) : -1;
+    free(input);
+    return rc ? 1 : 0;
+}
+
 #define STASIS__STR2(x) #x
 #define STASIS__STR(x) STASIS__STR2(x)
 
@@ -403,6 +457,17 @@ STASIS__FN uint64_t stasis__handle(uint32_t ptr, uint32_t len, stasis_handler ha
 #define STASIS_EXPORT_ON_PAUSE(fn) STASIS__EXPORT_HOOK(stasis_on_pause, fn)
 /* Exports `fn` as `stasis_on_resume`: after a snapshot was restored. */
 #define STASIS_EXPORT_ON_RESUME(fn) STASIS__EXPORT_HOOK(stasis_on_resume, fn)
+/* Exports `save` and `load` as the state hand-over pair (see the top). */
+#define STASIS_EXPORT_STATE(save, load)                                                      \
+    __attribute__((export_name("stasis_save_state"))) uint64_t stasis_save_state(void);      \
+    uint64_t stasis_save_state(void) { return stasis__save_state(save); }                    \
+    __attribute__((export_name("stasis_load_state"))) uint32_t stasis_load_state(uint32_t ptr, \
+                                                                                 uint32_t len); \
+    uint32_t stasis_load_state(uint32_t ptr, uint32_t len) {                                 \
+        return stasis__load_state(ptr, len, load);                                           \
+    }                                                                                        \
+    typedef int stasis__state_exported
+
 #if STASIS_ABI_VERSION >= 2
 /* Exports `fn` as `stasis_on_alarm` (ABI 2): when the actor's alarm fires;
  * a trap is retried with backoff. */

@@ -309,6 +309,20 @@ impl WorkerApi for WorkerClient {
         let _ = self.op(actor, Op::CancelMove, &[]).await;
     }
 
+    async fn hand_over(
+        &self,
+        actor: &str,
+        spec: &HostSpec,
+        seq: u64,
+    ) -> Result<SnapshotReport, ApiError> {
+        let spec = InstallSpec {
+            host: spec.clone(),
+            seq,
+            resume: true,
+        };
+        self.json_op(actor, Op::HandOver, &spec).await
+    }
+
     async fn remove(&self, actor: &str) {
         let path = WorkerPath::Actor(actor).to_path();
         if let Err(e) = self

@@ -180,6 +180,7 @@ impl From<&CallError> for ErrorKind {
         match e {
             CallError::CpuLimit(_) | CallError::Timeout(_) => Self::Timeout,
             CallError::BadResponse(_) => Self::BadGateway,
+            CallError::StateRefused(_) => Self::Unprocessable,
             CallError::Trap(_) | CallError::Host(_) => Self::Internal,
             CallError::Capacity(_) | CallError::MappedFileChanged(_) => Self::Unavailable,
         }

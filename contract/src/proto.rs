@@ -70,6 +70,10 @@ pub enum Op {
     Capture,
     /// Ends a rolled-back move.
     CancelMove,
+    /// Body: [`InstallSpec`] (JSON; `resume` unused): hand the captured
+    /// actor over to that module as snapshot `seq`. Answer:
+    /// `SnapshotReport` (JSON).
+    HandOver,
     /// Header [`CALL_HEADER`]: the client of that call left. The worker
     /// drops the call unless the guest already runs it; the call's own
     /// answer then says which ([`crate::error::ErrorKind::Abandoned`], or the
@@ -78,7 +82,7 @@ pub enum Op {
 }
 
 impl Op {
-    const ALL: [Op; 10] = [
+    const ALL: [Op; 11] = [
         Op::Create,
         Op::Install,
         Op::Call,
@@ -88,6 +92,7 @@ impl Op {
         Op::Resume,
         Op::Capture,
         Op::CancelMove,
+        Op::HandOver,
         Op::Abandon,
     ];
 
@@ -104,6 +109,7 @@ impl Op {
             Op::Resume => "resume",
             Op::Capture => "capture",
             Op::CancelMove => "cancel-move",
+            Op::HandOver => "hand-over",
             Op::Abandon => "abandon",
         }
     }

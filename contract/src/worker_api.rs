@@ -137,6 +137,25 @@ pub trait WorkerApi: Send + Sync {
     /// Ends a rolled-back move: the actor serves here again.
     async fn cancel_move(&self, actor: &str);
 
+    /// Hands captured `actor` over to `spec`'s module, another version of
+    /// its template, under `spec.epoch` (state hand-over, a path of a live
+    /// code upgrade): the old instance's `stasis_save_state` bytes go to a
+    /// fresh instance of the new module's `stasis_load_state`, whose
+    /// snapshot is written as `seq` (durable in the control plane's store
+    /// on return); the new instance then serves, `running`. On failure
+    /// nothing is written and the actor stays captured on its version.
+    ///
+    /// # Errors
+    /// 404/409 if not hosted here or not captured; 422 (or the guest
+    /// call's own status: 503, 504) if either version fails its side; the
+    /// snapshot write's failure.
+    async fn hand_over(
+        &self,
+        actor: &str,
+        spec: &HostSpec,
+        seq: u64,
+    ) -> Result<SnapshotReport, ApiError>;
+
     /// Stops hosting `actor`. A worker with a store of its own also deletes
     /// its copy of the actor's snapshots (the control plane keeps them).
     async fn remove(&self, actor: &str);

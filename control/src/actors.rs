@@ -359,10 +359,13 @@ impl ControlPlane {
         self.pause_info(name, report, false).await
     }
 
-    /// Resumes actor `name` from `from`.
+    /// Resumes actor `name` from `from`. A snapshot written by another
+    /// version of its template is restored into that version (see
+    /// `ControlPlane::resume_in_its_version`).
     ///
     /// # Errors
-    /// 404; 400 unknown snapshot; 503 with the reason if it cannot be restored.
+    /// 404; 400 unknown snapshot; 503 with the reason if it cannot be
+    /// restored; 409/422 for a snapshot of another version that cannot be.
     pub async fn resume(&self, name: &str, from: ResumeFrom) -> Result<ActorInfo, ApiError> {
         if from == ResumeFrom::Newest {
             self.upgrade_if_deferred(name).await;
@@ -375,6 +378,13 @@ impl ControlPlane {
             return Err(ApiError::bad_request(format!(
                 "actor {name} has no snapshot {seq}"
             )));
+        }
+        // A snapshot of another version of the template is restored into
+        // the version that wrote it (the actor changes version).
+        if let ResumeFrom::Snapshot(seq) = from
+            && self.resume_in_its_version(name, seq).await?.is_some()
+        {
+            return self.actor(name).await;
         }
         {
             let _gate = placement.gate.barrier.read().await;

@@ -2,8 +2,11 @@
 //! actor's gate (requests in flight finish, new ones are held, not
 //! refused), its state moves to another version of its template by
 //! **memory carry-over** — the snapshot taken at the barrier is restored
-//! into the new version's module on the same worker — or, on any failure,
-//! the actor stays on its version with its state unchanged.
+//! into the new version's module on the same worker — when both versions
+//! declare the same layout, else by **state hand-over** — the old
+//! instance's `stasis_save_state` bytes go to a fresh instance of the new
+//! version's `stasis_load_state` — when they export that pair; on any
+//! failure the actor stays on its version with its state unchanged.
 
 use std::time::Instant;
 
@@ -19,18 +22,21 @@ use stasis_core::snapshot;
 
 impl ControlPlane {
     /// Upgrades actor `name` to version `to` of its template (the newest
-    /// when `None`) by memory carry-over: both versions must declare the
+    /// when `None`) by memory carry-over when both versions declare the
     /// same layout and have the same memories and mutable globals
-    /// ([`stasis_core::module::ModuleInfo::carry_over_refusal`]), and the
-    /// actor's snapshot must verify against the new module.
+    /// ([`stasis_core::module::ModuleInfo::carry_over_refusal`]; the
+    /// actor's snapshot must then verify against the new module), else by
+    /// state hand-over when the old version exports `stasis_save_state`
+    /// and the new one `stasis_load_state`
+    /// ([`stasis_core::module::ModuleInfo::hand_over_refusal`]).
     ///
     /// # Errors
-    /// 404 unknown actor or version; 409 already on that version, the
-    /// versions are not layout-compatible (the message names the
-    /// difference), or the actor was upgraded meanwhile; the failure that
-    /// left it on its version (422 its snapshot does not verify against
-    /// the new module, 503 its worker unreachable); 503 when the control
-    /// plane is shutting down.
+    /// 404 unknown actor or version; 409 already on that version, neither
+    /// path applies (the message names why for each), or the actor was
+    /// upgraded meanwhile; the failure that left it on its version (422
+    /// its snapshot does not verify against the new module, or a version
+    /// failed its side of the hand-over; 503 its worker unreachable); 503
+    /// when the control plane is shutting down.
     pub async fn upgrade(&self, name: &str, to: Option<u64>) -> Result<UpgradeInfo, ApiError> {
         self.refuse_if_shutting_down("upgrade")?;
         let placement = self.placement_of(name)?;
@@ -59,13 +65,104 @@ impl ControlPlane {
             self.templates.template(&source.digest).await?,
             self.templates.template(&target.digest).await?,
         );
-        if let Some(why) = old.info.carry_over_refusal(&new.info) {
-            return Err(ApiError::conflict(format!(
-                "actor {name} cannot move from version {from} to version {to} of template \
-                 {template} by memory carry-over: {why}; it stays on version {from}"
-            )));
+        let path = match (
+            old.info.carry_over_refusal(&new.info),
+            old.info.hand_over_refusal(&new.info),
+        ) {
+            (None, _) => Path::CarryOver(new.info.digest),
+            (Some(_), None) => Path::HandOver,
+            (Some(carry), Some(hand)) => {
+                return Err(ApiError::conflict(format!(
+                    "actor {name} cannot move from version {from} to version {to} of template \
+                     {template}: not by memory carry-over ({carry}), not by state hand-over \
+                     ({hand}); it stays on version {from}"
+                )));
+            }
+        };
+        let (downtime, barrier) = self
+            .change_version(name, &source, &target, path, &template, (from, to))
+            .await?;
+        Ok(UpgradeInfo {
+            actor: self.actor(name).await?,
+            from_version: from,
+            to_version: to,
+            path: path.as_str(),
+            downtime_ms: ms(downtime),
+            barrier_snapshot: barrier,
+        })
+    }
+
+    /// `actor resume --from-snapshot` of snapshot `seq`, written by
+    /// another version of the actor's template than the one it runs
+    /// (`None` when the snapshot is the running version's: an ordinary
+    /// resume): through the gate, the snapshot becomes the actor's newest
+    /// and it runs the version that wrote it, the newest version of its
+    /// template with that module.
+    ///
+    /// # Errors
+    /// 409 when no version of the template has the module the snapshot
+    /// names; 422 the snapshot does not verify; the failures of an
+    /// upgrade, which leave the actor as it was.
+    pub(super) async fn resume_in_its_version(
+        &self,
+        name: &str,
+        seq: u64,
+    ) -> Result<Option<()>, ApiError> {
+        let placement = self.placement_of(name)?;
+        let source = self.template_row(&placement.template)?;
+        let (store, actor) = (self.store.clone(), name.to_owned());
+        let stored = tokio::task::spawn_blocking(move || store.open_snapshot(&actor, seq))
+            .await
+            .map_err(ApiError::internal)??;
+        let header = snapshot::peek_header(&stored)
+            .map_err(|e| ApiError::unprocessable(format!("snapshot {seq} of {name}: {e}")))?;
+        drop(stored);
+        let digest = hex::encode(header.module_digest);
+        if digest == source.digest {
+            return Ok(None);
         }
-        let gate = placement.gate.clone();
+        let (template, from) = row_version(&placement.template);
+        let template = template.to_owned();
+        let versions = self.versions_of(&template)?;
+        let Some((i, target)) = versions
+            .iter()
+            .enumerate()
+            .rev()
+            .find(|(_, row)| row.digest == digest)
+        else {
+            return Err(ApiError::conflict(format!(
+                "snapshot {seq} of actor {name} was written by module {digest}, which is no \
+                 version of template {template}"
+            )));
+        };
+        let to = i as u64 + 1;
+        self.change_version(
+            name,
+            &source,
+            &target.clone(),
+            Path::Restore(seq),
+            &template,
+            (from, to),
+        )
+        .await?;
+        Ok(Some(()))
+    }
+
+    /// Moves actor `name` from version row `source` to `target` by `path`
+    /// through its gate (`versions`: their numbers, for the log and the
+    /// answers); returns how long new requests were held and the snapshot
+    /// taken at the barrier. On failure the actor stays on `source` with
+    /// its state.
+    async fn change_version(
+        &self,
+        name: &str,
+        source: &TemplateRow,
+        target: &TemplateRow,
+        path: Path,
+        template: &str,
+        (from, to): (u64, u64),
+    ) -> Result<(std::time::Duration, u64), ApiError> {
+        let gate = self.placement_of(name)?.gate;
         // New requests wait from the moment the upgrade asks for the gate.
         let started = Instant::now();
         let closed = gate.barrier.write().await;
@@ -79,26 +176,39 @@ impl ControlPlane {
         let member = self.host_of(&placement, name)?;
         let captured = member.api.capture(name).await?;
         let epoch = placement.epoch + 1;
-        if let Err((e, installed)) = self
-            .carry_over(
-                name,
-                &member,
-                &captured,
-                (&source, &target),
-                new.info.digest,
-                epoch,
-            )
-            .await
-        {
-            self.stay(
-                name,
-                &member,
-                &captured,
-                &source,
-                placement.epoch,
-                installed,
-            )
-            .await;
+        let moved = match path {
+            Path::CarryOver(stamp) => {
+                self.carry_over(
+                    name,
+                    &member,
+                    (&source.digest, captured.seq),
+                    &captured,
+                    target,
+                    Some(stamp),
+                    epoch,
+                )
+                .await
+            }
+            Path::Restore(seq) => {
+                self.carry_over(
+                    name,
+                    &member,
+                    (&target.digest, seq),
+                    &captured,
+                    target,
+                    None,
+                    epoch,
+                )
+                .await
+            }
+            Path::HandOver => {
+                self.hand_over(name, &member, &captured, target, epoch)
+                    .await
+            }
+        };
+        if let Err((e, installed)) = moved {
+            self.stay(name, &member, &captured, source, placement.epoch, installed)
+                .await;
             drop(closed);
             tracing::warn!(actor = name, from, to, "upgrade refused: {e}");
             let message = format!(
@@ -115,42 +225,46 @@ impl ControlPlane {
             template,
             from,
             to,
+            path = path.as_str(),
             downtime_ms = ms(downtime),
             "actor upgraded"
         );
-        Ok(UpgradeInfo {
-            actor: self.actor(name).await?,
-            from_version: from,
-            to_version: to,
-            path: "carry_over",
-            downtime_ms: ms(downtime),
-        })
+        Ok((downtime, captured.seq))
     }
 
-    /// Restores the `captured` snapshot into version `target` (module
-    /// `digest`) on `member` at `epoch`: the snapshot (its chain flattened) is written again as
-    /// the actor's next one, full and stamped with the new module, and
-    /// installed, which verifies it against the new module; then the
-    /// actor's placement and version are switched durably. On failure,
-    /// also whether the new version was installed (the directory refused
-    /// the switch).
+    /// Writes snapshot `read.1` of the actor (read against module
+    /// `read.0`, its chain flattened), re-stamped with module `stamp` when
+    /// given, as the actor's next snapshot after the `captured` one, full,
+    /// and installs it on `member` under version `target` at `epoch`,
+    /// which verifies it against that version's module; then switches the
+    /// actor's placement and version durably. On failure, also whether the
+    /// new version was installed (the directory refused the switch).
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "one call per path; the parts are the change's, not a type's"
+    )]
     async fn carry_over(
         &self,
         name: &str,
         member: &Member,
+        read: (&str, u64),
         captured: &Captured,
-        (source, target): (&TemplateRow, &TemplateRow),
-        digest: Digest,
+        target: &TemplateRow,
+        stamp: Option<Digest>,
         epoch: u64,
     ) -> Result<(), (ApiError, bool)> {
+        let (digest, at) = read;
         let full = self
-            .read_snapshot(name, &source.digest, captured.seq)
+            .read_snapshot(name, digest, at)
             .await
             .map_err(|e| (e, false))?;
-        let stamped = snapshot::restamp(&full, digest).map_err(|e| {
-            let e = ApiError::unprocessable(format!("snapshot {}: {e}", captured.seq));
-            (e, false)
-        })?;
+        let stamped = match stamp {
+            Some(stamp) => snapshot::restamp(&full, stamp).map_err(|e| {
+                let e = ApiError::unprocessable(format!("snapshot {at}: {e}"));
+                (e, false)
+            })?,
+            None => full.to_vec(),
+        };
         let seq = captured.seq + 1;
         let (store, actor) = (self.store.clone(), name.to_owned());
         let written =
@@ -165,15 +279,52 @@ impl ControlPlane {
             let _ = tokio::task::spawn_blocking(move || store.remove(&actor, seq)).await;
             return Err((e, false));
         }
-        self.directory
-            .place_actor_as(name, &member.name, epoch, &target.name)
+        self.switch(name, member, &target.name, epoch)
+            .map_err(|e| (e, true))
+    }
+
+    /// Hands the captured actor over to version `target` on `member` at
+    /// `epoch` (the worker writes the new instance's snapshot as the next
+    /// one, see [`stasis_contract::worker_api::WorkerApi::hand_over`]),
+    /// then switches its placement and version durably. On failure, also
+    /// whether the actor must be put back from the captured snapshot: the
+    /// old instance ran `stasis_save_state` (its memory is not the
+    /// captured state's any more), so it always is.
+    async fn hand_over(
+        &self,
+        name: &str,
+        member: &Member,
+        captured: &Captured,
+        target: &TemplateRow,
+        epoch: u64,
+    ) -> Result<(), (ApiError, bool)> {
+        let spec = Self::host_spec(target, epoch);
+        member
+            .api
+            .hand_over(name, &spec, captured.seq + 1)
+            .await
             .map_err(|e| (e, true))?;
+        self.switch(name, member, &target.name, epoch)
+            .map_err(|e| (e, true))
+    }
+
+    /// Points actor `name` at version row `version` on `member` under
+    /// `epoch`, in the directory and the placement table.
+    fn switch(
+        &self,
+        name: &str,
+        member: &Member,
+        version: &str,
+        epoch: u64,
+    ) -> Result<(), ApiError> {
+        self.directory
+            .place_actor_as(name, &member.name, epoch, version)?;
         self.placements.point_as(
             name,
             member.name.clone(),
             member.incarnation,
             epoch,
-            &target.name,
+            version,
         );
         Ok(())
     }
@@ -209,6 +360,27 @@ impl ControlPlane {
             .await
         {
             tracing::error!(actor = name, "putting the actor back on its version: {e}");
+        }
+    }
+}
+
+/// How an upgrade moves the state (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Path {
+    /// Re-stamped with the new version's module.
+    CarryOver(Digest),
+    HandOver,
+    /// Snapshot `seq`, written by the target version, becomes the newest.
+    Restore(u64),
+}
+
+impl Path {
+    /// Its name in answers (`UpgradeInfo::path`).
+    fn as_str(self) -> &'static str {
+        match self {
+            Path::CarryOver(_) => "carry_over",
+            Path::HandOver => "hand_over",
+            Path::Restore(_) => "restore",
         }
     }
 }

@@ -127,10 +127,15 @@ pub struct UpgradeInfo {
     /// The version it runs now.
     pub to_version: u64,
     /// How its state moved: `carry_over` (its snapshot restored into the
-    /// new module).
+    /// new module) or `hand_over` (`stasis_save_state` to
+    /// `stasis_load_state`).
     pub path: &'static str,
     /// Time the actor's gate was closed, in milliseconds.
     pub downtime_ms: f64,
+    /// The snapshot taken at the barrier, under the old version: `actor
+    /// resume --from-snapshot` of it brings the actor back to that version
+    /// with that state, while retention keeps it (`--keep-snapshots`).
+    pub barrier_snapshot: u64,
 }
 
 /// One move of a rebalance or drain.

@@ -86,6 +86,14 @@
 //! module that uses no host function imports nothing more than before) and
 //! exports the alarm hook `stasis_on_alarm`.
 //!
+//! # Live code upgrade
+//!
+//! `stasis actor upgrade` moves an actor to a new version of its template.
+//! An actor whose type implements [`State`] (for a serde type, `impl State
+//! for MyActor {}`), exported with `export_actor!(MyActor, state)`, hands
+//! its state over to the new version, which may change the type and
+//! migrate older schemas in [`State::load`]; see [`state`].
+//!
 //! # Errors and panics
 //!
 //! A panic traps the instance: the host answers 500 with the trap message and
@@ -94,9 +102,11 @@
 #![warn(missing_docs)]
 
 pub mod host;
+pub mod state;
 
 pub use host::HostError;
 pub use stasis_host_api::{ABI_VERSION, Context, Request, Response};
+pub use state::State;
 
 /// A stateful actor. One value per actor, created once (by [`Default`]) when
 /// the actor is created and kept in linear memory from then on.
@@ -192,6 +202,50 @@ pub mod __rt {
             self.actor().alarm();
         }
 
+        /// The body of `stasis_save_state`: the state's bytes, kept in the
+        /// response slot until the next call. A `save` error traps, with
+        /// the message on stderr.
+        pub fn save_state(&self) -> u64
+        where
+            A: crate::State,
+        {
+            let bytes = match crate::state::save(self.actor()) {
+                Ok(bytes) => bytes,
+                Err(e) => panic!("saving the actor's state: {e}"),
+            };
+            // SAFETY: single-threaded, not re-entered (see `Sync` above).
+            let slot = unsafe { &mut *self.response.get() };
+            *slot = bytes;
+            ((slot.as_ptr() as usize as u64) << 32) | slot.len() as u64
+        }
+
+        /// The body of `stasis_load_state`: 0 once the actor value is what
+        /// `State::load` made of the bytes, 1 (with the reason on stderr)
+        /// if it refused them.
+        pub fn load_state(&self, ptr: u32, len: u32) -> u32
+        where
+            A: crate::State,
+        {
+            // SAFETY: as in `handle`: a buffer from `alloc`, handed back once.
+            let input = unsafe {
+                Box::from_raw(std::ptr::slice_from_raw_parts_mut(
+                    ptr as usize as *mut u8,
+                    len as usize,
+                ))
+            };
+            match crate::state::load::<A>(&input) {
+                Ok(actor) => {
+                    // SAFETY: single-threaded, not re-entered.
+                    unsafe { *self.actor.get() = Some(actor) };
+                    0
+                }
+                Err(e) => {
+                    eprintln!("loading the handed-over state: {e}");
+                    1
+                }
+            }
+        }
+
         pub fn handle(&self, ptr: u32, len: u32) -> u64 {
             // SAFETY: `ptr`/`len` come from `alloc` below, which leaked a
             // boxed slice of exactly `len` bytes; the host hands it back once.
@@ -254,8 +308,25 @@ pub mod __rt {
 /// (version 2, with the alarm hook),
 /// exports `_initialize` (static constructors, once; see the crate docs), and
 /// writes the ABI version custom section. Use it once per crate.
+///
+/// `export_actor!($actor, state)` also exports the state hand-over pair
+/// `stasis_save_state` / `stasis_load_state` for a `$actor` that
+/// implements [`State`] (see [`state`]).
 #[macro_export]
 macro_rules! export_actor {
+    ($actor:ty, state) => {
+        $crate::export_actor!($actor);
+
+        #[unsafe(no_mangle)]
+        pub extern "C" fn stasis_save_state() -> u64 {
+            __STASIS_SLOT.save_state()
+        }
+
+        #[unsafe(no_mangle)]
+        pub extern "C" fn stasis_load_state(ptr: u32, len: u32) -> u32 {
+            __STASIS_SLOT.load_state(ptr, len)
+        }
+    };
     ($actor:ty) => {
         static __STASIS_SLOT: $crate::__rt::Slot<$actor> = $crate::__rt::Slot::new();
 

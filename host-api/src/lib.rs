@@ -22,7 +22,21 @@
 //!     [`exports::ON_PAUSE`]`()` / [`exports::ON_RESUME`]`()`, called when an
 //!     actor is paused or continues from a snapshot (never for checkpoints);
 //!   * optionally (version 2) [`exports::ON_ALARM`]`()`, called when the
-//!     actor's alarm fires (see [`imports`]).
+//!     actor's alarm fires (see [`imports`]);
+//!   * optionally the **state hand-over** pair, used by a live code upgrade
+//!     (`stasis actor upgrade`) when the two versions do not declare the
+//!     same [`LAYOUT_SECTION`]: [`exports::SAVE_STATE`]`() -> i64` on the
+//!     old version's instance returns the actor's state as bytes, as
+//!     `(ptr << 32) | len` (kept alive until the guest's next call); a
+//!     fresh instance of the new version (start function, `_initialize`,
+//!     `stasis_init` run) then gets them in [`exports::LOAD_STATE`]`(ptr:
+//!     i32, len: i32) -> i32`, in a buffer from [`exports::ALLOC`] that the
+//!     guest takes back; it returns 0 to accept them, any other value to
+//!     refuse them (the upgrade is refused, the actor stays on its version
+//!     with its state). What the bytes hold is the guest's business (the
+//!     Rust SDK writes a schema version before its serialized state). An
+//!     export of one of these names with another signature is refused at
+//!     `template push`.
 //! * Imports: a version-1 module imports WASI preview 1 ([`WASI_MODULE`])
 //!   and nothing else. A version-2 module may also import the host
 //!   functions of module [`imports::MODULE`] (`stasis`), each with exactly
@@ -86,6 +100,12 @@ pub mod exports {
     /// `()`: optional (ABI 2), when the actor's alarm fires; a trap is
     /// retried with backoff.
     pub const ON_ALARM: &str = "stasis_on_alarm";
+    /// `() -> i64`: optional, the actor's state as bytes for a hand-over to
+    /// another version, `(ptr << 32) | len`.
+    pub const SAVE_STATE: &str = "stasis_save_state";
+    /// `(ptr: i32, len: i32) -> i32`: optional, a fresh instance of the new
+    /// version takes the state [`SAVE_STATE`] returned; 0 accepts it.
+    pub const LOAD_STATE: &str = "stasis_load_state";
     /// The WASI reactor initialiser; called once at creation, never after a restore.
     pub const INITIALIZE: &str = "_initialize";
     /// Exports with this prefix are added by the host's instrumentation and

@@ -42,7 +42,7 @@ const C_DEMOS: &str = "counter-c, caller-c";
 /// environment variable is set at run time: CI installs the toolchain, so
 /// a skip there would hide a broken build. Elsewhere the test is skipped,
 /// and the skip is written to stderr.
-fn c_demos_built() -> bool {
+pub(crate) fn c_demos_built() -> bool {
     let reason = env!("STASIS_C_DEMOS_SKIPPED");
     if reason.is_empty() {
         return true;

@@ -73,6 +73,7 @@ mod durability;
 mod errors;
 mod fencing;
 mod fork;
+mod hand_over;
 mod hardening;
 mod held;
 mod host_calls;

@@ -237,6 +237,16 @@ impl ActorTask {
     /// `running`, or `paused` on a worker whose `--max-live` slots are full
     /// (see [`LiveSlots::acquire_for_creation`]).
     pub(crate) async fn create(&mut self) -> Result<SnapshotReport, ApiError> {
+        self.create_with(None).await
+    }
+
+    /// [`ActorTask::create`]; with `state`, the new instance is given it
+    /// (`stasis_load_state`, a hand-over from another version) before its
+    /// snapshot, which is then a file even at level `request`.
+    pub(crate) async fn create_with(
+        &mut self,
+        state: Option<&[u8]>,
+    ) -> Result<SnapshotReport, ApiError> {
         let started = Instant::now();
         let keep = match &self.live {
             None => true,
@@ -260,6 +270,13 @@ impl ActorTask {
             }
         };
         self.instance = Some(instance);
+        if let Some(state) = state
+            && let Err(e) = self.load_state(state).await
+        {
+            self.instance = None;
+            self.sync_live(false);
+            return Err(e);
+        }
         let captured =
             crate::blocking::off_the_executor(|| self.capture_live(super::capture::For::Snapshot));
         if !keep {
@@ -273,7 +290,7 @@ impl ActorTask {
         // any entry (`capture::journal_create`).
         let written = match (captured, self.journal_on()) {
             // (A cluster worker's store is shared: snapshot 0 goes there.)
-            (Ok((bytes, _)), Some(super::journaled::Log::Local(journal))) => {
+            (Ok((bytes, _)), Some(super::journaled::Log::Local(journal))) if state.is_none() => {
                 self.journal_create(&journal, bytes, started).await
             }
             (Ok((bytes, _)), _) => self.write_snapshot(bytes, started).await,
@@ -432,6 +449,9 @@ impl ActorTask {
                 {
                     tracing::warn!(actor = %self.name, "writing its journal entry to the store: {e}");
                 }
+            }
+            Command::SaveState(reply) => {
+                let _ = reply.send(self.save_state().await);
             }
             Command::Stop(reply) => {
                 self.instance = None;

@@ -79,6 +79,16 @@ impl WorkerApi for Worker {
         Worker::cancel_move(self, actor).await;
     }
 
+    async fn hand_over(
+        &self,
+        actor: &str,
+        spec: &HostSpec,
+        seq: u64,
+    ) -> Result<SnapshotReport, ApiError> {
+        let local = self.spec(actor, spec).await?;
+        Worker::hand_over(self, &local, spec.epoch, seq).await
+    }
+
     async fn remove(&self, actor: &str) {
         Worker::remove(self, actor).await;
     }

@@ -24,6 +24,7 @@ mod clock;
 mod compaction;
 pub mod fence;
 mod guest;
+mod hand_over;
 mod host;
 pub mod host_calls;
 mod journaled;

@@ -153,6 +153,9 @@ pub enum Command {
     /// is old (see `super::journaled`). The permit, if any, is one of the
     /// compaction loop's folds in flight, given back once handled.
     Fold(Option<tokio::sync::OwnedSemaphorePermit>),
+    /// For a hand-over to another version (the actor is captured): the
+    /// state `stasis_save_state` returns, and the instance's clock (ns).
+    SaveState(oneshot::Sender<Result<(Vec<u8>, u64), ApiError>>),
     /// Stop the task and drop the instance (files are the caller's).
     Stop(oneshot::Sender<()>),
 }

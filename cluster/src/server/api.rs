@@ -193,6 +193,14 @@ impl RemoteWorker {
                 );
                 Ok(response)
             }
+            Op::HandOver => {
+                let spec: InstallSpec = serde_json::from_slice(&body)
+                    .map_err(|e| ApiError::bad_request(format!("bad actor spec: {e}")))?;
+                Ok(json(
+                    StatusCode::OK,
+                    &w.hand_over(name, &spec.host, spec.seq).await?,
+                ))
+            }
             Op::CancelMove => {
                 w.cancel_move(name).await;
                 Ok(json(StatusCode::OK, &serde_json::json!({})))

@@ -234,6 +234,16 @@ impl WorkerApi for FakeWorker {
         let _ = self.set_state(actor, ActorState::Running);
     }
 
+    async fn hand_over(
+        &self,
+        actor: &str,
+        _spec: &HostSpec,
+        seq: u64,
+    ) -> Result<SnapshotReport, ApiError> {
+        self.note(format!("hand_over {actor} {seq}"));
+        Err(ApiError::unprocessable("the fake worker runs no guest"))
+    }
+
     async fn remove(&self, actor: &str) {
         self.note(format!("remove {actor}"));
         self.actors.lock().expect("lock").remove(actor);

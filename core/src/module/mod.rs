@@ -152,9 +152,31 @@ pub struct ModuleInfo {
     /// The layout it declares in its
     /// [`stasis_host_api::LAYOUT_SECTION`] section, if any.
     pub layout: Option<Vec<u8>>,
+    /// Whether it exports [`stasis_host_api::exports::SAVE_STATE`] (an
+    /// actor of it can hand its state over to another version).
+    pub saves_state: bool,
+    /// Whether it exports [`stasis_host_api::exports::LOAD_STATE`] (an
+    /// actor can be handed its state from another version).
+    pub loads_state: bool,
 }
 
 impl ModuleInfo {
+    /// Why an actor of `self` cannot hand its state over to a fresh
+    /// instance of `new` (state hand-over, see
+    /// [`stasis_host_api::exports::SAVE_STATE`]); `None` when it can.
+    #[must_use]
+    pub fn hand_over_refusal(&self, new: &ModuleInfo) -> Option<String> {
+        use stasis_host_api::exports::{LOAD_STATE, SAVE_STATE};
+        match (self.saves_state, new.loads_state) {
+            (true, true) => None,
+            (false, true) => Some(format!("the running version exports no `{SAVE_STATE}`")),
+            (true, false) => Some(format!("the new version exports no `{LOAD_STATE}`")),
+            (false, false) => Some(format!(
+                "neither exports the hand-over pair (`{SAVE_STATE}` before, `{LOAD_STATE}` now)"
+            )),
+        }
+    }
+
     /// Why an actor's memory and globals, as a snapshot taken under
     /// `self`, cannot be carried over into `new` (memory carry-over, see
     /// [`stasis_host_api::LAYOUT_SECTION`]): the first difference found,

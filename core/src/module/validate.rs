@@ -88,6 +88,27 @@ fn check_host_import(name: &str, ty: Option<&FuncType>) -> Result<(), ModuleErro
     Ok(())
 }
 
+/// Checks that optional export `name` is a function of exactly this
+/// signature.
+///
+/// # Errors
+/// [`ModuleError::Refused`] naming the export and both signatures.
+fn check_export(
+    name: &str,
+    ty: Option<&FuncType>,
+    params: &[ValType],
+    results: &[ValType],
+) -> Result<(), ModuleError> {
+    if ty.is_some_and(|ty| ty.params() == params && ty.results() == results) {
+        return Ok(());
+    }
+    let expected = FuncType::new(params.iter().copied(), results.iter().copied());
+    let found = ty.map_or_else(|| "not a function".to_owned(), ToString::to_string);
+    Err(refused(format!(
+        "export `{name}` must be a function `{expected}`, found `{found}`"
+    )))
+}
+
 /// Validates `bytes` and checks every rule of the snapshot design: only WASI
 /// preview 1 imports (and, for ABI 2, the `stasis` host functions with
 /// their exact signatures), no imported memory/table/global, no shared memory, no
@@ -110,6 +131,8 @@ pub fn analyze(bytes: &[u8]) -> Result<ModuleInfo, ModuleError> {
         memories: Vec::new(),
         has_start: false,
         layout: None,
+        saves_state: false,
+        loads_state: false,
     };
     let mut abi = None;
     let mut imports_wasi = false;
@@ -117,6 +140,8 @@ pub fn analyze(bytes: &[u8]) -> Result<ModuleInfo, ModuleError> {
     // the custom section (which may come last) has been read.
     let mut host_imports: Vec<String> = Vec::new();
     let mut func_types: Vec<Option<FuncType>> = Vec::new();
+    // The type index of every function, imported ones first.
+    let mut func_sigs: Vec<u32> = Vec::new();
     let mut exports_memory = false;
     let mut imported_funcs = 0u32;
     let mut func_index = 0u32;
@@ -138,7 +163,10 @@ pub fn analyze(bytes: &[u8]) -> Result<ModuleInfo, ModuleError> {
                     let import = import.map_err(malformed)?;
                     let what = format!("`{}`.`{}`", import.module, import.name);
                     match import.ty {
-                        TypeRef::Func(_) | TypeRef::FuncExact(_) => imported_funcs += 1,
+                        TypeRef::Func(i) | TypeRef::FuncExact(i) => {
+                            imported_funcs += 1;
+                            func_sigs.push(i);
+                        }
                         TypeRef::Memory(_) => {
                             return Err(refused(format!("imported memory {what}")));
                         }
@@ -209,9 +237,35 @@ pub fn analyze(bytes: &[u8]) -> Result<ModuleInfo, ModuleError> {
                     info.globals.push(GlobalInfo { index, kind });
                 }
             }
+            Payload::FunctionSection(reader) => {
+                for ty in reader {
+                    func_sigs.push(ty.map_err(malformed)?);
+                }
+            }
             Payload::ExportSection(reader) => {
                 for export in reader {
                     let export = export.map_err(malformed)?;
+                    let ty = (export.kind == ExternalKind::Func)
+                        .then(|| func_sigs.get(export.index as usize))
+                        .flatten()
+                        .and_then(|&t| func_types.get(t as usize))
+                        .and_then(Option::as_ref);
+                    match export.name {
+                        exports::SAVE_STATE => {
+                            check_export(export.name, ty, &[], &[ValType::I64])?;
+                            info.saves_state = true;
+                        }
+                        exports::LOAD_STATE => {
+                            check_export(
+                                export.name,
+                                ty,
+                                &[ValType::I32, ValType::I32],
+                                &[ValType::I32],
+                            )?;
+                            info.loads_state = true;
+                        }
+                        _ => {}
+                    }
                     if export.name.starts_with(exports::RESERVED_PREFIX) {
                         return Err(refused(format!(
                             "export `{}` uses the reserved prefix `{}`",

@@ -20,6 +20,8 @@ use crate::engine::{Limits, StasisEngine};
 use crate::host::{ActorServices, GuestOutput, Host, NoServices, VirtualClock, WasiSetup};
 use crate::module::{GLOBAL_EXPORT_PREFIX, MEMORY_EXPORT_PREFIX, Template};
 
+mod state;
+
 /// What an instance is created with. The template fixes the environment
 /// (wasi-libc caches it in linear memory, so it must not change across a
 /// resume).
@@ -75,6 +77,10 @@ pub enum CallError {
     /// The guest answered something that is not a valid response (HTTP 502).
     #[error("guest returned an invalid response: {0}")]
     BadResponse(String),
+    /// The guest refused the state handed over by another version of its
+    /// module (`stasis_load_state` returned non-zero; HTTP 422).
+    #[error("{0}")]
+    StateRefused(String),
     /// The request could not be handed to the guest (HTTP 500).
     #[error("could not call the guest: {0}")]
     Host(String),
@@ -94,7 +100,10 @@ impl CallError {
     /// or its shadow stack leaked; research notes §4, pitfall 5).
     #[must_use]
     pub fn poisons_instance(&self) -> bool {
-        !matches!(self, CallError::BadResponse(_) | CallError::Capacity(_))
+        !matches!(
+            self,
+            CallError::BadResponse(_) | CallError::Capacity(_) | CallError::StateRefused(_)
+        )
     }
 
     /// The HTTP status the router answers with.
@@ -103,6 +112,7 @@ impl CallError {
         match self {
             CallError::CpuLimit(_) | CallError::Timeout(_) => 504,
             CallError::BadResponse(_) => 502,
+            CallError::StateRefused(_) => 422,
             CallError::Trap(_) | CallError::Host(_) => 500,
             CallError::Capacity(_) | CallError::MappedFileChanged(_) => 503,
         }
@@ -138,6 +148,8 @@ struct Hooks {
     on_pause: Option<TypedFunc<(), ()>>,
     on_resume: Option<TypedFunc<(), ()>>,
     on_alarm: Option<TypedFunc<(), ()>>,
+    save_state: Option<TypedFunc<(), u64>>,
+    load_state: Option<TypedFunc<(u32, u32), u32>>,
 }
 
 /// Which variant to instantiate.
@@ -264,6 +276,12 @@ impl ActorInstance {
             on_pause: typed(&mut store, exports::ON_PAUSE),
             on_resume: typed(&mut store, exports::ON_RESUME),
             on_alarm: typed(&mut store, exports::ON_ALARM),
+            save_state: instance
+                .get_typed_func(&mut store, exports::SAVE_STATE)
+                .ok(),
+            load_state: instance
+                .get_typed_func(&mut store, exports::LOAD_STATE)
+                .ok(),
         };
         let alloc = instance
             .get_typed_func(&mut store, exports::ALLOC)
@@ -368,7 +386,8 @@ impl ActorInstance {
         let len = u32::try_from(bytes.len())
             .map_err(|_| CallError::Host("request larger than 4 GiB".into()))?;
         let timeout = self.limits.request_timeout;
-        let packed = tokio::time::timeout(timeout, self.invoke(&bytes, len)).await;
+        let handle = self.handle.clone();
+        let packed = tokio::time::timeout(timeout, self.invoke(handle, &bytes, len)).await;
         self.cow.check().map_err(CallError::MappedFileChanged)?;
         let packed = match packed {
             Ok(r) => r.map_err(|e| self.with_stderr(e))?,
@@ -402,7 +421,14 @@ impl ActorInstance {
         Ok(response)
     }
 
-    async fn invoke(&mut self, bytes: &[u8], len: u32) -> Result<u64, CallError> {
+    /// Copies `bytes` (`len` of them) into a buffer from `stasis_alloc`
+    /// and calls `f` with it (the guest takes the buffer back).
+    async fn invoke<R: wasmtime::WasmResults + Send + Sync>(
+        &mut self,
+        f: TypedFunc<(u32, u32), R>,
+        bytes: &[u8],
+        len: u32,
+    ) -> Result<R, CallError> {
         self.reset_cpu();
         let cpu_limit = self.limits.cpu_limit;
         let ptr = self
@@ -414,9 +440,7 @@ impl ActorInstance {
         self.memory
             .write(&mut self.store, ptr as usize, bytes)
             .map_err(|e| CallError::BadResponse(format!("allocator returned {ptr}: {e}")))?;
-        self.handle
-            .clone()
-            .call_async(&mut self.store, (ptr, len))
+        f.call_async(&mut self.store, (ptr, len))
             .await
             .map_err(|e| classify(e, cpu_limit))
     }
