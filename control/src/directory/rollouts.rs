@@ -86,3 +86,56 @@ impl Rollouts for SqliteDirectory {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use stasis_contract::rollout::RolloutState;
+
+    #[test]
+    fn a_rollout_and_its_outcomes_are_kept_across_reopen_and_cleared_apart() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let path = tmp.path().join("stasis.db");
+        let dir = SqliteDirectory::open(&path).expect("open");
+        assert_eq!(dir.rollout("t").expect("read"), None);
+        let mut record = RolloutRecord {
+            template: "t".into(),
+            to_version: 2,
+            canaries: vec!["a".into()],
+            max_failures: 3,
+            eager: false,
+            state: RolloutState::Running,
+            rollback: false,
+            started_unix_ms: 1,
+            stop_reason: None,
+        };
+        dir.put_rollout(&record).expect("put");
+        record.state = RolloutState::Stopped;
+        record.stop_reason = Some("3 actors failed".into());
+        dir.put_rollout(&record).expect("replace");
+        let outcome = |actor: &str, error: Option<&str>| ActorOutcome {
+            actor: actor.into(),
+            from_version: 1,
+            error: error.map(str::to_owned),
+            rolled_back: false,
+            rollback_error: None,
+        };
+        dir.put_rollout_outcome("t", &outcome("b", Some("refused")))
+            .expect("outcome");
+        dir.put_rollout_outcome("t", &outcome("a", None))
+            .expect("outcome");
+        dir.put_rollout_outcome("u", &outcome("c", None))
+            .expect("another template's");
+        drop(dir);
+        let dir = SqliteDirectory::open(&path).expect("reopen");
+        assert_eq!(dir.rollout("t").expect("read"), Some(record.clone()));
+        assert_eq!(dir.rollouts().expect("all"), vec![record]);
+        assert_eq!(
+            dir.rollout_outcomes("t").expect("outcomes"),
+            vec![outcome("a", None), outcome("b", Some("refused"))]
+        );
+        dir.clear_rollout_outcomes("t").expect("clear");
+        assert!(dir.rollout_outcomes("t").expect("outcomes").is_empty());
+        assert_eq!(dir.rollout_outcomes("u").expect("kept").len(), 1);
+    }
+}
