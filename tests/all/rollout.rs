@@ -322,6 +322,50 @@ async fn a_rollout_stops_after_max_failures_and_names_each_failed_actor() {
     assert_eq!(counts(&status), (14, 0, 1, 13), "{status}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_actor_whose_upgrade_fails_at_its_resume_is_served_by_its_version() {
+    let server = Server::start(&["--workers", "1"]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    // x on version 1 (layout wc-1), y on version 2 (layout wc-2), both
+    // paused; version 3 declares wc-1: y cannot move to it.
+    push(&server, dir.path(), "wc", &guest("wc-1", 0), "v1");
+    create(&server, "x", "wc").await;
+    assert_eq!(answer(&server, "x").await, 1);
+    push(&server, dir.path(), "wc", &guest("wc-2", 50), "v2");
+    create(&server, "y", "wc").await;
+    assert_eq!(answer(&server, "y").await, 51);
+    pause(&server, "x").await;
+    pause(&server, "y").await;
+    push(&server, dir.path(), "wc", &guest("wc-1", 100), "v3");
+    let status = server.cli_json(&[
+        "template",
+        "rollout",
+        "wc",
+        "--to-version",
+        "3",
+        "--max-failures",
+        "5",
+    ]);
+    assert_eq!(status["state"], "running", "{status}");
+    assert_eq!(
+        (counts(&status), &status["deferred"]),
+        ((2, 0, 0, 2), &2.into())
+    );
+    // y's request upgrades it first: refused, so its own version serves
+    // it, and the failure is recorded with its reason.
+    assert_eq!(answer(&server, "y").await, 52);
+    assert_eq!(version(&server, "y"), 2);
+    let status = server.cli_json(&["template", "rollout-status", "wc"]);
+    assert_eq!(counts(&status), (2, 0, 1, 1), "{status}");
+    assert_eq!(status["failures"][0]["actor"], "y", "{status}");
+    let reason = status["failures"][0]["reason"].as_str().expect("reason");
+    assert!(reason.contains("layouts declared differ"), "{reason}");
+    // x's moves.
+    assert_eq!(answer(&server, "x").await, 102);
+    let status = wait_for_state(&server, "wc", "finished");
+    assert_eq!(counts(&status), (2, 1, 1, 0), "{status}");
+}
+
 /// How many times `text` is in the server's log.
 fn occurrences(server: &Server, text: &str) -> usize {
     server.log().matches(text).count()
