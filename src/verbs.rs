@@ -90,7 +90,8 @@ pub(crate) struct GlobalClientArgs {
 #[derive(Debug, Subcommand)]
 #[allow(clippy::large_enum_variant, reason = "parsed once per process")]
 pub(crate) enum ClientCommand {
-    /// Push, list, show and delete templates (guest modules).
+    /// Push, list, show and delete templates (guest modules); roll a
+    /// version out to their actors and back.
     #[command(subcommand)]
     Template(TemplateCommand),
     /// Create, list, inspect, pause, resume, checkpoint, migrate, upgrade and delete actors.
@@ -147,6 +148,52 @@ pub(crate) enum TemplateCommand {
     Delete {
         /// Template name.
         name: String,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Upgrade every actor of a template to one of its versions: canaries
+    /// first, then the rest; stops after --max-failures failures. Shows
+    /// progress and waits until no actor is left to upgrade now (paused
+    /// actors are upgraded when next resumed, unless --eager).
+    Rollout {
+        /// Template name.
+        name: String,
+        /// The version every actor moves to.
+        #[arg(long, value_name = "V")]
+        to_version: u64,
+        /// Upgrade this many actors first, one at a time; a failed canary
+        /// stops the rollout.
+        #[arg(long, value_name = "N", default_value_t = 0)]
+        canary: usize,
+        /// Stop once this many actors failed (default 1).
+        #[arg(long, value_name = "K")]
+        max_failures: Option<usize>,
+        /// Upgrade paused actors now instead of when they are next resumed.
+        #[arg(long)]
+        eager: bool,
+        /// Answer once the rollout started, without waiting for it.
+        #[arg(long)]
+        no_wait: bool,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Show a template's last rollout (or rollback): its state and counts,
+    /// and each failed actor with its reason.
+    RolloutStatus {
+        /// Template name.
+        name: String,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Move every actor the template's last rollout upgraded back to the
+    /// version it ran before, with its state as it is now (changes made
+    /// under the new version stay). Waits like rollout.
+    Rollback {
+        /// Template name.
+        name: String,
+        /// Answer once the rollback started, without waiting for it.
+        #[arg(long)]
+        no_wait: bool,
         #[command(flatten)]
         client: ClientArgs,
     },

@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::error::ApiError;
+pub use crate::rollout::Rollouts;
 use crate::settings::Durability;
 
 /// A registered template.
@@ -68,9 +69,10 @@ pub struct ActorRow {
     pub epoch: u64,
 }
 
-/// The durable record of templates, actors and placements. Every write is
-/// durable on return; errors are 500s naming the directory.
-pub trait Directory: Send + Sync {
+/// The durable record of templates, actors and placements, and of
+/// rollouts ([`Rollouts`]). Every write is durable on return; errors are
+/// 500s naming the directory.
+pub trait Directory: Rollouts + Send + Sync {
     /// Whether its writer may still act on what it decided: false once a
     /// leader's lease is past its deadline by this process's clock (its
     /// writes are refused by then too). A deposed leader delivers nothing

@@ -12,7 +12,8 @@
 //! - [`control_api`]: [`control_api::ControlApi`], what the control plane
 //!   offers a worker's actors (calls, messages, alarms);
 //! - [`directory`]: the durable record of templates, actors, placements and
-//!   alarms behind [`directory::Directory`];
+//!   alarms behind [`directory::Directory`], and [`rollout`], what it keeps
+//!   of a template's rollout and what the API shows of one;
 //! - [`proto`]: the wire types of the worker protocol; [`headers`]: every
 //!   header Stasis reserves, in one list; [`alarm`]: what delivering an
 //!   alarm did;
@@ -34,6 +35,7 @@ pub mod headers;
 pub mod metrics;
 pub mod outbound;
 pub mod proto;
+pub mod rollout;
 pub mod settings;
 pub mod status;
 pub mod templates;

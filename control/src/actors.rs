@@ -403,6 +403,9 @@ impl ControlPlane {
     /// 404; 400 unknown snapshot; 503 with the reason if it cannot be
     /// restored; 409/422 for a snapshot of another version that cannot be.
     pub async fn resume(&self, name: &str, from: ResumeFrom) -> Result<ActorInfo, ApiError> {
+        if from == ResumeFrom::Newest {
+            self.upgrade_if_deferred(name).await;
+        }
         let placement = self.placement_of(name)?;
         if let ResumeFrom::Snapshot(seq) = from
             && !self.store.list(name)?.iter().any(|e| e.seq == seq)

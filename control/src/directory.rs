@@ -10,11 +10,14 @@ use stasis_contract::directory::{ActorRow, Directory, TemplateRow};
 use stasis_contract::error::ApiError;
 use stasis_contract::settings::Durability;
 
+mod rollouts;
+
 /// The schema version `stasis.db` is migrated to (`PRAGMA user_version`):
 /// 0 is templates and actors (every data dir before alarms), 1 adds the
-/// `alarms` table, 2 a template's `durability`. Opening migrates an older file in place; nothing in it
+/// `alarms` table, 2 a template's `durability`, 3 the rollout tables
+/// (`rollouts`). Opening migrates an older file in place; nothing in it
 /// changes.
-const SCHEMA_VERSION: i64 = 2;
+const SCHEMA_VERSION: i64 = 3;
 
 /// The embedded directory in one SQLite file. Every write is one
 /// transaction, durable on return (WAL, `synchronous=FULL`). Actor
@@ -366,6 +369,12 @@ fn migrate(conn: &Connection) -> anyhow::Result<()> {
              PRAGMA user_version = 2;
              COMMIT;",
         )?;
+    }
+    if version < 3 {
+        conn.execute_batch(&format!(
+            "BEGIN; {} PRAGMA user_version = 3; COMMIT;",
+            rollouts::TABLES
+        ))?;
     }
     Ok(())
 }

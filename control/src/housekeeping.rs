@@ -145,6 +145,9 @@ impl ControlPlane {
             .unwrap_or(Duration::from_secs(1))
             .clamp(Duration::from_millis(50), Duration::from_secs(1));
         let mut last_checkpoint = Instant::now();
+        // Housekeeping runs where decisions are made (embedded, or the
+        // leader): rollouts carry on from there.
+        self.resume_rollouts();
         loop {
             tokio::time::sleep(tick).await;
             let checkpoint_due = last_checkpoint.elapsed() >= interval_every;

@@ -15,7 +15,8 @@
 //! - [`migrate`]: one move, rebalance and drain, planned by the pure
 //!   functions of [`balance`];
 //! - [`upgrade`]: one actor moved to another version of its template
-//!   through its gate;
+//!   through its gate; [`rollout`]: a version rolled out to every actor
+//!   of a template (and rolled back), planned by [`rollout::plan`];
 //! - [`ship`]: installing an actor from a stored snapshot on a worker, and
 //!   receiving snapshots remote workers replicate;
 //! - [`membership`]: the workers ([`membership::Member`]), joins,
@@ -50,6 +51,7 @@ pub mod migrate;
 pub mod placement;
 pub mod recover;
 pub mod request;
+pub mod rollout;
 pub mod ship;
 pub mod templates;
 pub mod upgrade;
@@ -208,6 +210,8 @@ pub struct ControlPlane {
     /// Every actor's alarm (fired only by an embedded or leading control
     /// plane, see [`crate::alarms`]).
     alarms: crate::alarms::scheduler::Scheduler,
+    /// The rollouts this control plane drives (see [`crate::rollout`]).
+    rollouts: rollout::RolloutTasks,
     _lock: Option<File>,
 }
 
@@ -289,7 +293,7 @@ impl ControlPlane {
             metrics.alarms.clone(),
             config.alarm_retries,
         );
-        Arc::new(Self {
+        Arc::new_cyclic(|me| Self {
             directory: parts.directory,
             templates: parts.templates,
             store: parts.store,
@@ -304,6 +308,7 @@ impl ControlPlane {
             shutting_down: AtomicBool::new(false),
             role,
             alarms,
+            rollouts: rollout::RolloutTasks::new(me.clone()),
             _lock: parts.lock,
         })
     }

@@ -110,6 +110,8 @@ impl ControlPlane {
     ) -> Result<Delivered, ApiError> {
         let Route { actor, mut gate } = route;
         let name = actor.as_str();
+        // A paused actor a rollout upgrades at its resume: first.
+        self.upgrade_if_deferred(name).await;
         let hold = self.config.worker.hold_timeout;
         let mut attempts = 0;
         // Since when the actor has had no reachable host, if it has not.

@@ -12,6 +12,7 @@ use serde::Serialize;
 use stasis_contract::error::{ApiError, ErrorKind};
 use stasis_contract::headers::{FORWARDED_HEADER, REVISION_HEADER};
 use stasis_contract::proto::{ControlPath, JoinRequest, ResumeRequest};
+use stasis_contract::rollout::RolloutRequest;
 use stasis_contract::settings::Durability;
 use stasis_control::{ControlPlane, MAX_TEMPLATE_BYTES};
 use stasis_http::auth::authorize;
@@ -201,6 +202,19 @@ impl AdminApi {
                     StatusCode::OK
                 };
                 Ok(json(status, &info))
+            }
+            (&Method::POST, ["v1", "templates", name, "rollout"]) => {
+                let req: RolloutRequest = parse_json(&body)?;
+                Ok(json(
+                    StatusCode::ACCEPTED,
+                    &c.start_rollout(name, req).await?,
+                ))
+            }
+            (&Method::GET, ["v1", "templates", name, "rollout"]) => {
+                ok(&c.rollout_status(name).await?)
+            }
+            (&Method::POST, ["v1", "templates", name, "rollback"]) => {
+                Ok(json(StatusCode::ACCEPTED, &c.rollback(name).await?))
             }
             (&Method::DELETE, ["v1", "templates", name]) => {
                 c.delete_template(name).await?;

@@ -25,6 +25,7 @@ pub fn allowed(path: &str) -> &'static [&'static str] {
     match segments.as_slice() {
         ["healthz" | "metrics"] | ["v1", "templates" | "workers"] => &["GET"],
         ["v1", "templates", _] => &["GET", "PUT", "POST", "DELETE"],
+        ["v1", "templates", _, "rollout"] => &["GET", "POST"],
         ["v1", "actors"] => &["GET", "POST"],
         ["v1", "actors", _] => &["GET", "DELETE"],
         [
@@ -33,6 +34,7 @@ pub fn allowed(path: &str) -> &'static [&'static str] {
             _,
             "fork" | "pause" | "checkpoint" | "resume" | "migrate" | "upgrade",
         ]
+        | ["v1", "templates", _, "rollback"]
         | ["v1", "workers", _, "drain" | "undrain"]
         | ["v1", "rebalance" | "gc"] => &["POST"],
         _ => &[],

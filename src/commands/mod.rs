@@ -2,10 +2,11 @@
 //! API of a running `stasis serve` (`docs/api.md`), its answer printed as a
 //! table (default) or as the server's JSON (`-o json`). [`plan`] turns a
 //! verb into its request; [`render`] reads what it uploads and prints its
-//! answer; this module sends it.
+//! answer; this module sends it ([`rollout`] waits for a rollout).
 
 mod plan;
 mod render;
+mod rollout;
 #[cfg(test)]
 mod tests;
 
@@ -45,10 +46,18 @@ pub(crate) async fn run(command: ClientCommand) -> anyhow::Result<()> {
                 content_type: "application/wasm",
             }),
         };
-        let reply = client
+        let mut reply = client
             .send(call.method.clone(), &call.path, payload, call.timeout)
             .await?;
+        if call.view == (View::Rollout { no_wait: false }) {
+            reply = rollout::wait(&client, &call.path, reply).await?;
+        }
         print(&render(&call, &reply)?)?;
+        if matches!(call.view, View::Rollout { .. }) && call.method == hyper::Method::POST {
+            // A rollout or rollback verb that ends stopped fails; the
+            // status verb only shows it.
+            rollout::check(&reply)?;
+        }
         if call.view == View::Moves {
             let failed = Json::parse(&reply.body).map_or(0, |j| output::failed_moves(&j));
             if failed > 0 {

@@ -42,6 +42,12 @@ pub(super) enum View {
     Workers,
     /// The rebalance moves.
     Moves,
+    /// A rollout's status (`key: value` lines, then its failures); a
+    /// rollout or rollback verb waits for it to settle unless `no_wait`.
+    Rollout {
+        /// Answer at once.
+        no_wait: bool,
+    },
 }
 
 /// One client verb as a request: the caller's options, what it is called in
@@ -181,6 +187,50 @@ pub(super) fn plan(command: ClientCommand) -> anyhow::Result<Call> {
             Method::DELETE,
             template_path(&name),
             View::Deleted,
+        ),
+        C::Template(TemplateCommand::Rollout {
+            name,
+            to_version,
+            canary,
+            max_failures,
+            eager,
+            no_wait,
+            client,
+        }) => {
+            let mut body = serde_json::json!({
+                "to_version": to_version,
+                "canary": canary,
+                "eager": eager,
+            });
+            if let Some(k) = max_failures {
+                body["max_failures"] = k.into();
+            }
+            Call::new(
+                client,
+                format!("template rollout {name}"),
+                Method::POST,
+                format!("{}/rollout", template_path(&name)),
+                View::Rollout { no_wait },
+            )
+            .with_body(Body::Json(body))
+        }
+        C::Template(TemplateCommand::RolloutStatus { name, client }) => Call::new(
+            client,
+            format!("template rollout-status {name}"),
+            Method::GET,
+            format!("{}/rollout", template_path(&name)),
+            View::Rollout { no_wait: true },
+        ),
+        C::Template(TemplateCommand::Rollback {
+            name,
+            no_wait,
+            client,
+        }) => Call::new(
+            client,
+            format!("template rollback {name}"),
+            Method::POST,
+            format!("{}/rollback", template_path(&name)),
+            View::Rollout { no_wait },
         ),
         C::Actor(ActorCommand::Create {
             name,

@@ -85,6 +85,7 @@ pub(super) fn render(call: &Call, reply: &Reply) -> anyhow::Result<String> {
             };
             format!("template {name} {outcome}\n{}", output::details(&json))
         }
+        View::Rollout { .. } => super::rollout::render(&json),
         View::Details | View::Deleted => output::details(&json),
     })
 }

@@ -231,7 +231,8 @@ impl Deployment {
         let mut command = self.stasis.serve(&dir.path().join("data"), &args);
         command
             .env("STASIS_LOG", &self.setup.log)
-            .envs(self.store_env());
+            .envs(self.store_env())
+            .envs(self.setup.env.iter().cloned());
         let process = Proc::start(command, "stasis ready", "replica", self.setup.echo)?;
         Ok(Replica {
             ingress: process.addr("ingress="),

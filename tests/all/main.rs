@@ -88,6 +88,7 @@ mod replicas;
 mod replicas_faults;
 mod restart;
 mod retention;
+mod rollout;
 mod store_deltas;
 mod store_journal;
 mod store_journal_faults;

@@ -45,7 +45,7 @@ const RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(100);
 /// The directory in etcd. Build it with [`Etcd::directory`] (reads, and
 /// tests) or [`Etcd::leader_directory`] (a leader's fenced writes).
 pub struct EtcdDirectory {
-    etcd: Etcd,
+    pub(super) etcd: Etcd,
     /// The leader's lease its writes are fenced by (see the module doc).
     fence: Option<Fence>,
     /// The etcd revision of the newest actor record written through this
@@ -337,7 +337,7 @@ impl EtcdDirectory {
     ///
     /// # Errors
     /// 503 if the fence failed; 500 if etcd did.
-    fn fenced_txn(
+    pub(super) fn fenced_txn(
         &self,
         what: &'static str,
         mut compares: Vec<Compare>,

@@ -10,6 +10,8 @@
 //! | --- | --- | --- |
 //! | `P/templates/<name>` | `{digest, bytes, env}` | [`EtcdDirectory`] |
 //! | `P/actors/<name>` | `{template, worker, epoch}` | [`EtcdDirectory`] |
+//! | `P/rollouts/<template>` | the template's rollout record | [`EtcdDirectory`] |
+//! | `P/rollout-outcomes/<template>/<actor>` | an actor's outcome in it | [`EtcdDirectory`] |
 //! | `P/settings` | the cluster's settings (first writer wins) | [`Etcd::settle_settings`] |
 //! | `P/workers/<name>` | [`WorkerRecord`] `{address, lease}`, under the worker's lease | [`Etcd::register_worker`] |
 //! | `P/leader` | [`LeaderRecord`] `{name, ingress, admin}`, under the leader's lease | [`Etcd::campaign`] |
@@ -29,6 +31,7 @@ mod directory;
 mod election;
 pub mod lease;
 mod options;
+mod rollouts;
 mod settings;
 mod values;
 mod watch;

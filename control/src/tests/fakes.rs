@@ -13,6 +13,7 @@ use stasis_contract::alarm::AlarmOutcome;
 use stasis_contract::client_gone::ClientGone;
 use stasis_contract::directory::{ActorRow, Directory, TemplateRow};
 use stasis_contract::error::{ApiError, ErrorKind};
+use stasis_contract::rollout::{ActorOutcome, RolloutRecord, Rollouts};
 use stasis_contract::status::{ActorState, ActorStatus, Captured, ResumeFrom, SnapshotReport};
 use stasis_contract::worker_api::{ConnectWorker, HostSpec, Location, WorkerApi};
 use stasis_core::snapshot_store::SnapshotStore;
@@ -300,6 +301,8 @@ pub(crate) struct MemoryDirectory {
     templates: Mutex<BTreeMap<String, TemplateRow>>,
     actors: Mutex<BTreeMap<String, ActorRow>>,
     alarms: Mutex<BTreeMap<String, u64>>,
+    rollouts: Mutex<BTreeMap<String, RolloutRecord>>,
+    outcomes: Mutex<BTreeMap<(String, String), ActorOutcome>>,
 }
 
 impl MemoryDirectory {
@@ -418,5 +421,56 @@ impl Directory for MemoryDirectory {
             .iter()
             .map(|(name, at)| (name.clone(), *at))
             .collect())
+    }
+}
+
+impl Rollouts for MemoryDirectory {
+    fn put_rollout(&self, record: &RolloutRecord) -> Result<(), ApiError> {
+        self.rollouts
+            .lock()
+            .expect("lock")
+            .insert(record.template.clone(), record.clone());
+        Ok(())
+    }
+
+    fn rollout(&self, template: &str) -> Result<Option<RolloutRecord>, ApiError> {
+        Ok(self.rollouts.lock().expect("lock").get(template).cloned())
+    }
+
+    fn rollouts(&self) -> Result<Vec<RolloutRecord>, ApiError> {
+        Ok(self
+            .rollouts
+            .lock()
+            .expect("lock")
+            .values()
+            .cloned()
+            .collect())
+    }
+
+    fn put_rollout_outcome(&self, template: &str, outcome: &ActorOutcome) -> Result<(), ApiError> {
+        self.outcomes.lock().expect("lock").insert(
+            (template.to_owned(), outcome.actor.clone()),
+            outcome.clone(),
+        );
+        Ok(())
+    }
+
+    fn rollout_outcomes(&self, template: &str) -> Result<Vec<ActorOutcome>, ApiError> {
+        Ok(self
+            .outcomes
+            .lock()
+            .expect("lock")
+            .iter()
+            .filter(|((t, _), _)| t == template)
+            .map(|(_, o)| o.clone())
+            .collect())
+    }
+
+    fn clear_rollout_outcomes(&self, template: &str) -> Result<(), ApiError> {
+        self.outcomes
+            .lock()
+            .expect("lock")
+            .retain(|(t, _), _| t != template);
+        Ok(())
     }
 }
