@@ -12,7 +12,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::support::{Server, client, post, send};
+use crate::support::{Server, client, one_byte, send};
 
 /// A counter guest declaring `layout`, answering `count + offset`.
 fn guest(layout: &str, offset: u8) -> Vec<u8> {
@@ -30,24 +30,6 @@ fn guest(layout: &str, offset: u8) -> Vec<u8> {
     (i64.const 0x1000000004)))"#
     );
     wat::parse_str(&wat).expect("WAT")
-}
-
-/// Pushes `bytes` as template `name`; its newest version.
-fn push(server: &Server, dir: &std::path::Path, name: &str, bytes: &[u8], tag: &str) -> u64 {
-    let path = dir.join(format!("{name}-{tag}.wasm"));
-    std::fs::write(&path, bytes).expect("write module");
-    server.cli_ok(&["template", "push", name, path.to_str().expect("utf-8")]);
-    server.cli_json(&["template", "get", name])["version"]
-        .as_u64()
-        .expect("version")
-}
-
-/// The one byte a guest answered.
-async fn answer(server: &Server, actor: &str) -> u8 {
-    let reply = post(server, actor).await;
-    assert_eq!(reply.status, 200, "{actor}: {reply:?}");
-    assert_eq!(reply.body.len(), 1, "{reply:?}");
-    reply.body.as_bytes()[0]
 }
 
 /// `method path` on the admin API with a JSON body; asserts a 2xx.
@@ -123,8 +105,7 @@ async fn a_rollout_upgrades_every_actor_and_a_rollback_returns_each_with_its_sta
     const ACTORS: usize = 200;
     const PAUSED: usize = 50;
     let server = Server::start(&["--workers", "2"]);
-    let dir = tempfile::tempdir().expect("tempdir");
-    assert_eq!(push(&server, dir.path(), "wc", &guest("wc-1", 0), "v1"), 1);
+    assert_eq!(server.push_module("wc", &guest("wc-1", 0)), 1);
     let names: Vec<String> = (0..ACTORS).map(|i| format!("a{i:03}")).collect();
     // Actor i has counted i % 5 + 1 requests; the first PAUSED are paused.
     let mut counts_of = std::collections::BTreeMap::new();
@@ -132,7 +113,7 @@ async fn a_rollout_upgrades_every_actor_and_a_rollback_returns_each_with_its_sta
         create(&server, name, "wc").await;
         let n = (i % 5 + 1) as u8;
         for expected in 1..=n {
-            assert_eq!(answer(&server, name).await, expected);
+            assert_eq!(one_byte(&server, name).await, expected);
         }
         counts_of.insert(name.clone(), n);
     }
@@ -142,10 +123,7 @@ async fn a_rollout_upgrades_every_actor_and_a_rollback_returns_each_with_its_sta
     // A fork (paused, the count of its source) is an actor like any other.
     server.cli_ok(&["actor", "fork", "a199", "fork"]);
     counts_of.insert("fork".to_owned(), counts_of["a199"]);
-    assert_eq!(
-        push(&server, dir.path(), "wc", &guest("wc-1", 100), "v2"),
-        2
-    );
+    assert_eq!(server.push_module("wc", &guest("wc-1", 100)), 2);
 
     // Running actors move now, canaries first (the first 3 by name,
     // paused or not); other paused ones (and the fork) wait for their
@@ -188,14 +166,14 @@ async fn a_rollout_upgrades_every_actor_and_a_rollback_returns_each_with_its_sta
     assert_eq!(version(&server, "a199"), 2);
     // Resuming a paused actor (a request, or `actor resume`) upgrades it
     // first.
-    assert_eq!(answer(&server, "a003").await, counts_of["a003"] + 1 + 100);
+    assert_eq!(one_byte(&server, "a003").await, counts_of["a003"] + 1 + 100);
     *counts_of.get_mut("a003").expect("a003") += 1;
     server.cli_ok(&["actor", "resume", "a004"]);
     assert_eq!(version(&server, "a004"), 2);
     for (name, count) in counts_of.iter_mut() {
         *count += 1;
         assert_eq!(
-            answer(&server, name).await,
+            one_byte(&server, name).await,
             *count + 100,
             "{name}: version 2's code with the count kept"
         );
@@ -222,7 +200,7 @@ async fn a_rollout_upgrades_every_actor_and_a_rollback_returns_each_with_its_sta
     );
     for (name, count) in &mut counts_of {
         *count += 1;
-        assert_eq!(answer(&server, name).await, *count, "{name}: version 1");
+        assert_eq!(one_byte(&server, name).await, *count, "{name}: version 1");
         assert_eq!(version(&server, name), 1);
     }
     // A second rollback has nothing to return.
@@ -237,24 +215,20 @@ async fn a_rollout_upgrades_every_actor_and_a_rollback_returns_each_with_its_sta
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rollout_stops_after_max_failures_and_names_each_failed_actor() {
     let server = Server::start(&["--workers", "1"]);
-    let dir = tempfile::tempdir().expect("tempdir");
-    push(&server, dir.path(), "wc", &guest("wc-1", 0), "v1");
+    server.push_module("wc", &guest("wc-1", 0));
     // a0..a9 on version 1 (layout wc-1), b0..b3 on version 2 (layout
     // wc-2), then version 3 (layout wc-1 again): the b actors cannot move
     // to it by carry-over.
     for i in 0..10 {
         create(&server, &format!("a{i}"), "wc").await;
-        assert_eq!(answer(&server, &format!("a{i}")).await, 1);
+        assert_eq!(one_byte(&server, &format!("a{i}")).await, 1);
     }
-    push(&server, dir.path(), "wc", &guest("wc-2", 50), "v2");
+    server.push_module("wc", &guest("wc-2", 50));
     for i in 0..4 {
         create(&server, &format!("b{i}"), "wc").await;
-        assert_eq!(answer(&server, &format!("b{i}")).await, 51);
+        assert_eq!(one_byte(&server, &format!("b{i}")).await, 51);
     }
-    assert_eq!(
-        push(&server, dir.path(), "wc", &guest("wc-1", 100), "v3"),
-        3
-    );
+    assert_eq!(server.push_module("wc", &guest("wc-1", 100)), 3);
     let out = server.cli(&[
         "template",
         "rollout",
@@ -292,16 +266,16 @@ async fn a_rollout_stops_after_max_failures_and_names_each_failed_actor() {
     // The failed actors stay on their version with their state; the
     // others run version 3 with theirs.
     for i in 0..4 {
-        assert_eq!(answer(&server, &format!("b{i}")).await, 52);
+        assert_eq!(one_byte(&server, &format!("b{i}")).await, 52);
     }
     for i in 0..10 {
-        assert_eq!(answer(&server, &format!("a{i}")).await, 102);
+        assert_eq!(one_byte(&server, &format!("a{i}")).await, 102);
     }
     // The table view names each failure too.
     let table = server.cli_ok(&["template", "rollout-status", "wc"]);
     assert!(table.contains("failed b0: "), "{table}");
     // A failed canary stops the rollout at once.
-    push(&server, dir.path(), "wc", &guest("wc-3", 0), "v4");
+    server.push_module("wc", &guest("wc-3", 0));
     let out = server.cli(&[
         "template",
         "rollout",
@@ -325,18 +299,17 @@ async fn a_rollout_stops_after_max_failures_and_names_each_failed_actor() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_actor_whose_upgrade_fails_at_its_resume_is_served_by_its_version() {
     let server = Server::start(&["--workers", "1"]);
-    let dir = tempfile::tempdir().expect("tempdir");
     // x on version 1 (layout wc-1), y on version 2 (layout wc-2), both
     // paused; version 3 declares wc-1: y cannot move to it.
-    push(&server, dir.path(), "wc", &guest("wc-1", 0), "v1");
+    server.push_module("wc", &guest("wc-1", 0));
     create(&server, "x", "wc").await;
-    assert_eq!(answer(&server, "x").await, 1);
-    push(&server, dir.path(), "wc", &guest("wc-2", 50), "v2");
+    assert_eq!(one_byte(&server, "x").await, 1);
+    server.push_module("wc", &guest("wc-2", 50));
     create(&server, "y", "wc").await;
-    assert_eq!(answer(&server, "y").await, 51);
+    assert_eq!(one_byte(&server, "y").await, 51);
     pause(&server, "x").await;
     pause(&server, "y").await;
-    push(&server, dir.path(), "wc", &guest("wc-1", 100), "v3");
+    server.push_module("wc", &guest("wc-1", 100));
     let status = server.cli_json(&[
         "template",
         "rollout",
@@ -353,7 +326,7 @@ async fn a_paused_actor_whose_upgrade_fails_at_its_resume_is_served_by_its_versi
     );
     // y's request upgrades it first: refused, so its own version serves
     // it, and the failure is recorded with its reason.
-    assert_eq!(answer(&server, "y").await, 52);
+    assert_eq!(one_byte(&server, "y").await, 52);
     assert_eq!(version(&server, "y"), 2);
     let status = server.cli_json(&["template", "rollout-status", "wc"]);
     assert_eq!(counts(&status), (2, 0, 1, 1), "{status}");
@@ -361,7 +334,7 @@ async fn a_paused_actor_whose_upgrade_fails_at_its_resume_is_served_by_its_versi
     let reason = status["failures"][0]["reason"].as_str().expect("reason");
     assert!(reason.contains("layouts declared differ"), "{reason}");
     // x's moves.
-    assert_eq!(answer(&server, "x").await, 102);
+    assert_eq!(one_byte(&server, "x").await, 102);
     let status = wait_for_state(&server, "wc", "finished");
     assert_eq!(counts(&status), (2, 1, 1, 0), "{status}");
 }
@@ -381,16 +354,16 @@ async fn a_rollout_carries_on_after_the_control_plane_is_killed() {
     let delay = [("STASIS_FAILPOINT_ROLLOUT_DELAY_MS", "1500")];
     let mut server =
         Server::start_in_env(&data, &["--workers", "2"], &delay).expect("serve starts");
-    push(&server, tmp.path(), "wc", &guest("wc-1", 0), "v1");
+    server.push_module("wc", &guest("wc-1", 0));
     for i in 0..ACTORS {
         let name = format!("k{i:02}");
         create(&server, &name, "wc").await;
-        assert_eq!(answer(&server, &name).await, 1);
+        assert_eq!(one_byte(&server, &name).await, 1);
         if i % 2 == 0 {
             pause(&server, &name).await;
         }
     }
-    push(&server, tmp.path(), "wc", &guest("wc-1", 100), "v2");
+    server.push_module("wc", &guest("wc-1", 100));
     let started = server.cli_json(&[
         "template",
         "rollout",
@@ -429,7 +402,7 @@ async fn a_rollout_carries_on_after_the_control_plane_is_killed() {
         "the restarted control plane upgraded the rest, and only the rest"
     );
     for i in 0..ACTORS {
-        assert_eq!(answer(&server, &format!("k{i:02}")).await, 102);
+        assert_eq!(one_byte(&server, &format!("k{i:02}")).await, 102);
     }
 }
 

@@ -70,6 +70,18 @@ impl Server {
         })
     }
 
+    /// Pushes module `bytes` as template `name` (through a temporary file
+    /// and the CLI); returns the template's newest version.
+    pub(crate) fn push_module(&self, name: &str, bytes: &[u8]) -> u64 {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join(format!("{name}.wasm"));
+        std::fs::write(&path, bytes).expect("write module");
+        self.cli_ok(&["template", "push", name, path.to_str().expect("utf-8")]);
+        self.cli_json(&["template", "get", name])["version"]
+            .as_u64()
+            .expect("version")
+    }
+
     /// Everything the server wrote to stderr so far (its log); a line it
     /// is writing now may not be here yet (see [`Server::wait_for_log`]).
     pub(crate) fn log(&self) -> String {
@@ -387,4 +399,13 @@ pub(crate) fn xorshift(mut seed: u64) -> impl FnMut(u64) -> u64 {
         seed ^= seed << 17;
         seed % n
     }
+}
+
+/// The one byte a WAT test guest (the upgrade tests' counters) answered
+/// to a POST.
+pub(crate) async fn one_byte(server: &Server, actor: &str) -> u8 {
+    let reply = post(server, actor).await;
+    assert_eq!(reply.status, 200, "{actor}: {reply:?}");
+    assert_eq!(reply.body.len(), 1, "{actor}: {reply:?}");
+    reply.body.as_bytes()[0]
 }

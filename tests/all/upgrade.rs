@@ -8,7 +8,7 @@
 //! to a mutable global and answers one byte, that count plus an offset
 //! that tells the versions' code apart.
 
-use crate::support::{Server, post};
+use crate::support::{Server, one_byte};
 
 /// A counter guest declaring `layout`, answering `count + offset`, with
 /// `extra` more mutable globals.
@@ -33,37 +33,18 @@ fn guest(layout: &str, offset: u8, extra: usize) -> Vec<u8> {
     wat::parse_str(&wat).expect("WAT")
 }
 
-/// Pushes `bytes` as template `name` and returns its newest version.
-fn push(server: &Server, dir: &std::path::Path, name: &str, bytes: &[u8]) -> u64 {
-    let path = dir.join(format!("{name}-{}.wasm", bytes.len()));
-    std::fs::write(&path, bytes).expect("write module");
-    server.cli_ok(&["template", "push", name, path.to_str().expect("utf-8")]);
-    server.cli_json(&["template", "get", name])["version"]
-        .as_u64()
-        .expect("version")
-}
-
-/// The one byte a guest answered.
-async fn answer(server: &Server, actor: &str) -> u8 {
-    let reply = post(server, actor).await;
-    assert_eq!(reply.status, 200, "{reply:?}");
-    assert_eq!(reply.body.len(), 1, "{reply:?}");
-    reply.body.as_bytes()[0]
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_actor_moves_between_versions_with_its_state_and_a_refusal_changes_nothing() {
     let server = Server::start(&["--workers", "1"]);
-    let dir = tempfile::tempdir().expect("tempdir");
-    assert_eq!(push(&server, dir.path(), "wc", &guest("wc-1", 0, 0)), 1);
+    assert_eq!(server.push_module("wc", &guest("wc-1", 0, 0)), 1);
     server.create("u", "wc");
     for expected in 1..=3 {
-        assert_eq!(answer(&server, "u").await, expected);
+        assert_eq!(one_byte(&server, "u").await, expected);
     }
     // Version 2: new code (offset 100), the same layout.
-    assert_eq!(push(&server, dir.path(), "wc", &guest("wc-1", 100, 0)), 2);
+    assert_eq!(server.push_module("wc", &guest("wc-1", 100, 0)), 2);
     assert_eq!(
-        answer(&server, "u").await,
+        one_byte(&server, "u").await,
         4,
         "a new version changes no actor by itself"
     );
@@ -72,9 +53,9 @@ async fn an_actor_moves_between_versions_with_its_state_and_a_refusal_changes_no
     assert_eq!(upgraded["to_version"], 2, "{upgraded}");
     assert_eq!(upgraded["template_version"], 2, "{upgraded}");
     assert_eq!(upgraded["path"], "carry_over", "{upgraded}");
-    assert_eq!(answer(&server, "u").await, 105, "count 5 under version 2");
+    assert_eq!(one_byte(&server, "u").await, 105, "count 5 under version 2");
     // Version 3 declares another layout: refused, with the reason.
-    assert_eq!(push(&server, dir.path(), "wc", &guest("wc-2", 0, 0)), 3);
+    assert_eq!(server.push_module("wc", &guest("wc-2", 0, 0)), 3);
     let refused = server.cli(&["actor", "upgrade", "u"]);
     assert!(!refused.status.success());
     let stderr = String::from_utf8_lossy(&refused.stderr);
@@ -83,7 +64,7 @@ async fn an_actor_moves_between_versions_with_its_state_and_a_refusal_changes_no
         "{stderr}"
     );
     // Version 4: the same declared layout but one more mutable global.
-    assert_eq!(push(&server, dir.path(), "wc", &guest("wc-1", 0, 1)), 4);
+    assert_eq!(server.push_module("wc", &guest("wc-1", 0, 1)), 4);
     let refused = server.cli(&["actor", "upgrade", "u", "--to-version", "4"]);
     assert!(!refused.status.success());
     let stderr = String::from_utf8_lossy(&refused.stderr);
@@ -97,7 +78,7 @@ async fn an_actor_moves_between_versions_with_its_state_and_a_refusal_changes_no
         "{missing:?}"
     );
     // Both refusals left it on version 2 with its count.
-    assert_eq!(answer(&server, "u").await, 106);
+    assert_eq!(one_byte(&server, "u").await, 106);
     assert_eq!(
         server.cli_json(&["actor", "get", "u"])["template_version"],
         2
@@ -106,11 +87,15 @@ async fn an_actor_moves_between_versions_with_its_state_and_a_refusal_changes_no
     // its own.
     server.create("n", "wc");
     let server = server.restart(&["--workers", "1"]);
-    assert_eq!(answer(&server, "u").await, 107, "version 2 after a restart");
-    assert_eq!(answer(&server, "n").await, 1, "version 4's code");
+    assert_eq!(
+        one_byte(&server, "u").await,
+        107,
+        "version 2 after a restart"
+    );
+    assert_eq!(one_byte(&server, "n").await, 1, "version 4's code");
     // Back to version 1 (the same layout): its code, the count kept.
     server.cli_json(&["actor", "upgrade", "u", "--to-version", "1"]);
-    assert_eq!(answer(&server, "u").await, 8);
+    assert_eq!(one_byte(&server, "u").await, 8);
     let t = server.cli_json(&["template", "get", "wc"]);
     let running: Vec<u64> = t["versions"]
         .as_array()

@@ -13,7 +13,7 @@
 
 use std::sync::Arc;
 
-use crate::support::{Server, post, raw, raw_status};
+use crate::support::{Server, one_byte, post, raw, raw_status};
 
 /// The parts of a guest that the hostile versions replace.
 struct Guest {
@@ -74,25 +74,6 @@ impl Guest {
     }
 }
 
-/// Pushes `bytes` as the next version of template `name`; returns it.
-fn push(server: &Server, name: &str, bytes: &[u8]) -> u64 {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("guest.wasm");
-    std::fs::write(&path, bytes).expect("write module");
-    server.cli_ok(&["template", "push", name, path.to_str().expect("utf-8")]);
-    server.cli_json(&["template", "get", name])["version"]
-        .as_u64()
-        .expect("version")
-}
-
-/// The one byte the actor answered.
-async fn answer(server: &Server, actor: &str) -> u8 {
-    let reply = post(server, actor).await;
-    assert_eq!(reply.status, 200, "{reply:?}");
-    assert_eq!(reply.body.len(), 1, "{reply:?}");
-    reply.body.as_bytes()[0]
-}
-
 /// `POST /v1/actors/{actor}/upgrade` with `body`: (status, raw answer).
 async fn upgrade_raw(server: &Server, actor: &str, body: &str) -> (u16, String) {
     let request = format!(
@@ -134,16 +115,16 @@ async fn a_hostile_version_is_refused_and_changes_no_actor() {
         "--max-memory",
         "4MiB",
     ]);
-    assert_eq!(push(&server, "h", &Guest::good(0).wasm()), 1);
+    assert_eq!(server.push_module("h", &Guest::good(0).wasm()), 1);
     server.create("a", "h");
     server.create("b", "h");
     let (mut a, mut b) = (0u8, 0u8);
     for _ in 0..3 {
         a += 1;
-        assert_eq!(answer(&server, "a").await, a);
+        assert_eq!(one_byte(&server, "a").await, a);
     }
     b += 1;
-    assert_eq!(answer(&server, "b").await, b);
+    assert_eq!(one_byte(&server, "b").await, b);
     let hostile: Vec<(&str, Guest, u16, &str)> = vec![
         (
             "save traps",
@@ -261,10 +242,10 @@ async fn a_hostile_version_is_refused_and_changes_no_actor() {
         let saves = what.starts_with("save");
         let (actor, template) = if saves {
             let (actor, template) = (format!("x{i}"), format!("s{i}"));
-            assert_eq!(push(&server, &template, &bytes), 1);
+            assert_eq!(server.push_module(&template, &bytes), 1);
             server.create(&actor, &template);
             for n in 1..=2 {
-                assert_eq!(answer(&server, &actor).await, n, "{what}");
+                assert_eq!(one_byte(&server, &actor).await, n, "{what}");
             }
             if what.contains("paused") {
                 server.cli_ok(&["actor", "pause", &actor]);
@@ -274,9 +255,9 @@ async fn a_hostile_version_is_refused_and_changes_no_actor() {
             ("a".to_owned(), "h".to_owned())
         };
         let version = if saves {
-            push(&server, &template, &Guest::good(40).wasm())
+            server.push_module(&template, &Guest::good(40).wasm())
         } else {
-            push(&server, "h", &bytes)
+            server.push_module("h", &bytes)
         };
         let body = format!(r#"{{"to_version": {version}}}"#);
         let (got, text) = upgrade_raw(&server, &actor, &body).await;
@@ -288,27 +269,31 @@ async fn a_hostile_version_is_refused_and_changes_no_actor() {
         no_path(&server, &text);
         assert_eq!(version_of(&server, &actor), 1, "{what}");
         if saves {
-            assert_eq!(answer(&server, &actor).await, 3, "{what}: keeps its count");
+            assert_eq!(
+                one_byte(&server, &actor).await,
+                3,
+                "{what}: keeps its count"
+            );
         } else {
             a += 1;
-            assert_eq!(answer(&server, "a").await, a, "{what}: a keeps its count");
+            assert_eq!(one_byte(&server, "a").await, a, "{what}: a keeps its count");
         }
         b += 1;
-        assert_eq!(answer(&server, "b").await, b, "{what}: b is untouched");
+        assert_eq!(one_byte(&server, "b").await, b, "{what}: b is untouched");
     }
     // After all that, a good version takes a's count, and a restart keeps
     // every actor's.
-    let good = push(&server, "h", &Guest::good(40).wasm());
+    let good = server.push_module("h", &Guest::good(40).wasm());
     let (got, text) = upgrade_raw(&server, "a", &format!(r#"{{"to_version": {good}}}"#)).await;
     assert_eq!(got, 200, "{text}");
     a += 1;
-    assert_eq!(answer(&server, "a").await, a + 40);
+    assert_eq!(one_byte(&server, "a").await, a + 40);
     let server = server.restart(&["--workers", "1"]);
     a += 1;
-    assert_eq!(answer(&server, "a").await, a + 40);
+    assert_eq!(one_byte(&server, "a").await, a + 40);
     b += 1;
-    assert_eq!(answer(&server, "b").await, b);
-    assert_eq!(answer(&server, "x0").await, 4, "x0 on version 1");
+    assert_eq!(one_byte(&server, "b").await, b);
+    assert_eq!(one_byte(&server, "x0").await, 4, "x0 on version 1");
 }
 
 /// Hand-over exports with another signature are refused at push, naming
@@ -368,10 +353,10 @@ async fn hand_over_exports_with_a_wrong_signature_are_refused_at_push() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_version_numbers_are_refused_and_change_nothing() {
     let server = Server::start(&["--workers", "1"]);
-    push(&server, "v", &Guest::good(0).wasm());
+    server.push_module("v", &Guest::good(0).wasm());
     server.create("a", "v");
-    push(&server, "v", &Guest::good(100).wasm());
-    assert_eq!(answer(&server, "a").await, 1);
+    server.push_module("v", &Guest::good(100).wasm());
+    assert_eq!(one_byte(&server, "a").await, 1);
     for (body, status) in [
         (r#"{"to_version": 0}"#, 404),
         (r#"{"to_version": 3}"#, 404),
@@ -391,7 +376,7 @@ async fn bad_version_numbers_are_refused_and_change_nothing() {
         let out = server.cli(&["actor", "upgrade", "a", "--to-version", arg]);
         assert!(!out.status.success(), "--to-version {arg} accepted");
     }
-    assert_eq!(answer(&server, "a").await, 2);
+    assert_eq!(one_byte(&server, "a").await, 2);
     assert_eq!(version_of(&server, "a"), 1);
     let (got, text) = upgrade_raw(&server, "nobody", "{}").await;
     assert_eq!(got, 404, "{text}");
@@ -407,12 +392,12 @@ async fn upgrades_racing_an_upgrade_a_delete_or_a_pause_keep_the_state() {
         save_spin: 200_000_000,
         ..Guest::good(offset)
     };
-    push(&server, "r", &slow(0).wasm());
+    server.push_module("r", &slow(0).wasm());
     server.create("a", "r");
-    push(&server, "r", &slow(40).wasm());
-    push(&server, "r", &slow(80).wasm());
+    server.push_module("r", &slow(40).wasm());
+    server.push_module("r", &slow(80).wasm());
     for n in 1..=3 {
-        assert_eq!(answer(&server, "a").await, n);
+        assert_eq!(one_byte(&server, "a").await, n);
     }
     let first =
         server.cli_in_background(&["actor", "upgrade", "a", "--to-version", "2", "-o", "json"]);
@@ -437,13 +422,13 @@ async fn upgrades_racing_an_upgrade_a_delete_or_a_pause_keep_the_state() {
     let version = version_of(&server, "a");
     assert!(won.contains(&version), "runs {version}, won {won:?}");
     let offset = (version as u8 - 1) * 40;
-    assert_eq!(answer(&server, "a").await, 4 + offset);
+    assert_eq!(one_byte(&server, "a").await, 4 + offset);
 
     // Upgrade racing a delete: whichever comes first, the actor is gone
     // afterwards, for good (a restart does not bring it back), and a new
     // actor of the name starts from nothing.
     server.create("d", "r");
-    assert_eq!(answer(&server, "d").await, 81);
+    assert_eq!(one_byte(&server, "d").await, 81);
     let up = server.cli_in_background(&["actor", "upgrade", "d", "--to-version", "1"]);
     let del = server.cli_in_background(&["actor", "delete", "d"]);
     let (up, del) = (up.await.expect("join"), del.await.expect("join"));
@@ -459,13 +444,13 @@ async fn upgrades_racing_an_upgrade_a_delete_or_a_pause_keep_the_state() {
 
     // Upgrade racing a pause: the count survives either order.
     server.create("p", "r");
-    assert_eq!(answer(&server, "p").await, 81);
+    assert_eq!(one_byte(&server, "p").await, 81);
     let up = server.cli_in_background(&["actor", "upgrade", "p", "--to-version", "2"]);
     let pause = server.cli_in_background(&["actor", "pause", "p"]);
     let (up, pause) = (up.await.expect("join"), pause.await.expect("join"));
     assert!(up.status.success(), "{up:?}");
     let _ = pause;
-    assert_eq!(answer(&server, "p").await, 42);
+    assert_eq!(one_byte(&server, "p").await, 42);
 
     let server = Arc::try_unwrap(server).ok().expect("one owner");
     let server = server.restart(&["--workers", "1", "--cpu-limit", "5s"]);
@@ -474,9 +459,9 @@ async fn upgrades_racing_an_upgrade_a_delete_or_a_pause_keep_the_state() {
         "d came back"
     );
     server.create("d", "r");
-    assert_eq!(answer(&server, "d").await, 81);
-    assert_eq!(answer(&server, "a").await, 5 + offset);
-    assert_eq!(answer(&server, "p").await, 43);
+    assert_eq!(one_byte(&server, "d").await, 81);
+    assert_eq!(one_byte(&server, "a").await, 5 + offset);
+    assert_eq!(one_byte(&server, "p").await, 43);
 }
 
 /// A request in flight when the upgrade asks for the gate finishes, and
@@ -505,10 +490,10 @@ async fn an_upgrade_during_a_slow_request_hands_over_its_effect() {
         );
         wat::parse_str(&wat).expect("WAT")
     };
-    push(&server, "s", &slow_handle(0));
+    server.push_module("s", &slow_handle(0));
     server.create("a", "s");
-    push(&server, "s", &slow_handle(100));
-    assert_eq!(answer(&server, "a").await, 1);
+    server.push_module("s", &slow_handle(100));
+    assert_eq!(one_byte(&server, "a").await, 1);
     let in_flight = {
         let server = server.clone();
         tokio::spawn(async move { post(&server, "a").await })
@@ -519,7 +504,7 @@ async fn an_upgrade_during_a_slow_request_hands_over_its_effect() {
     assert_eq!(reply.status, 200, "{reply:?}");
     let got = reply.body.as_bytes()[0];
     assert!(got == 2 || got == 102, "{got}");
-    assert_eq!(answer(&server, "a").await, 103);
+    assert_eq!(one_byte(&server, "a").await, 103);
 }
 
 /// `kill -9` of the server right after an upgrade answered: the actor
@@ -529,33 +514,33 @@ async fn kill_9_right_after_an_upgrade_keeps_the_new_version_and_the_state() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path().join("data");
     let mut server = Server::start_in(&dir, &["--workers", "1"]).expect("serve");
-    push(&server, "k", &Guest::good(0).wasm());
+    server.push_module("k", &Guest::good(0).wasm());
     server.create("h", "k");
-    push(&server, "k", &Guest::good(100).wasm());
+    server.push_module("k", &Guest::good(100).wasm());
     let layout = |offset| Guest {
         extra: r#"(@custom "stasis-layout" "kv1")"#,
         ..Guest::good(offset)
     };
-    push(&server, "l", &layout(0).wasm());
+    server.push_module("l", &layout(0).wasm());
     server.create("c", "l");
-    push(&server, "l", &layout(100).wasm());
-    assert_eq!(answer(&server, "c").await, 1);
+    server.push_module("l", &layout(100).wasm());
+    assert_eq!(one_byte(&server, "c").await, 1);
     for n in 1..=3 {
-        assert_eq!(answer(&server, "h").await, n);
+        assert_eq!(one_byte(&server, "h").await, n);
     }
     let up = server.cli_json(&["actor", "upgrade", "h"]);
     assert_eq!(up["path"], "hand_over", "{up}");
     server.kill();
     let server = Server::start_in(&dir, &["--workers", "1"]).expect("restart");
     assert_eq!(version_of(&server, "h"), 2);
-    assert_eq!(answer(&server, "h").await, 104);
+    assert_eq!(one_byte(&server, "h").await, 104);
     let up = server.cli_json(&["actor", "upgrade", "c"]);
     assert_eq!(up["path"], "carry_over", "{up}");
     let mut server = server;
     server.kill();
     let mut server = Server::start_in(&dir, &["--workers", "1"]).expect("restart");
     assert_eq!(version_of(&server, "c"), 2);
-    assert_eq!(answer(&server, "c").await, 102);
+    assert_eq!(one_byte(&server, "c").await, 102);
     // Back by the barrier snapshot, then kill -9 again.
     let barrier = up["barrier_snapshot"]
         .as_u64()
@@ -565,7 +550,7 @@ async fn kill_9_right_after_an_upgrade_keeps_the_new_version_and_the_state() {
     server.kill();
     let server = Server::start_in(&dir, &["--workers", "1"]).expect("restart");
     assert_eq!(version_of(&server, "c"), 1);
-    assert_eq!(answer(&server, "c").await, 2);
+    assert_eq!(one_byte(&server, "c").await, 2);
 }
 
 /// `actor resume --from-snapshot` of the barrier snapshot an upgrade
@@ -581,17 +566,17 @@ async fn resuming_the_barrier_snapshot_of_a_running_actor_goes_back() {
         extra: r#"(@custom "stasis-layout" "kv1")"#,
         ..Guest::good(offset)
     };
-    push(&server, "l", &layout(0).wasm());
-    push(&server, "h", &Guest::good(0).wasm());
+    server.push_module("l", &layout(0).wasm());
+    server.push_module("h", &Guest::good(0).wasm());
     server.create("c", "l");
     server.create("h", "h");
-    push(&server, "l", &layout(100).wasm());
-    push(&server, "h", &Guest::good(100).wasm());
+    server.push_module("l", &layout(100).wasm());
+    server.push_module("h", &Guest::good(100).wasm());
     for (actor, path) in [("c", "carry_over"), ("h", "hand_over")] {
-        assert_eq!(answer(&server, actor).await, 1);
+        assert_eq!(one_byte(&server, actor).await, 1);
         let up = server.cli_json(&["actor", "upgrade", actor]);
         assert_eq!(up["path"], path, "{up}");
-        assert_eq!(answer(&server, actor).await, 102, "{actor}");
+        assert_eq!(one_byte(&server, actor).await, 102, "{actor}");
         let barrier = up["barrier_snapshot"]
             .as_u64()
             .expect("barrier")
@@ -601,7 +586,7 @@ async fn resuming_the_barrier_snapshot_of_a_running_actor_goes_back() {
         assert!(out.status.success(), "{actor}: {stderr}");
         assert_eq!(version_of(&server, actor), 1, "{actor}");
         assert_eq!(
-            answer(&server, actor).await,
+            one_byte(&server, actor).await,
             2,
             "{actor}: the barrier's count"
         );
@@ -630,12 +615,12 @@ async fn carry_over_into_a_smaller_maximum_memory_is_refused() {
         );
         wat::parse_str(&wat).expect("WAT")
     };
-    push(&server, "m", &module("1", 0));
+    server.push_module("m", &module("1", 0));
     server.create("a", "m");
     for n in 1..=3 {
-        assert_eq!(answer(&server, "a").await, n);
+        assert_eq!(one_byte(&server, "a").await, n);
     }
-    let small = push(&server, "m", &module("1 2", 40));
+    let small = server.push_module("m", &module("1 2", 40));
     let (got, text) = upgrade_raw(&server, "a", &format!(r#"{{"to_version": {small}}}"#)).await;
     assert_eq!(got, 422, "{text}");
     assert!(
@@ -643,14 +628,14 @@ async fn carry_over_into_a_smaller_maximum_memory_is_refused() {
         "{text}"
     );
     no_path(&server, &text);
-    assert_eq!(answer(&server, "a").await, 4);
+    assert_eq!(one_byte(&server, "a").await, 4);
     assert_eq!(version_of(&server, "a"), 1);
     // A minimum above what it grew to: refused too.
-    let big = push(&server, "m", &module("20", 80));
+    let big = server.push_module("m", &module("20", 80));
     let (got, text) = upgrade_raw(&server, "a", &format!(r#"{{"to_version": {big}}}"#)).await;
     assert_eq!(got, 422, "{text}");
     assert!(text.contains("minimum 20"), "{text}");
-    assert_eq!(answer(&server, "a").await, 5);
+    assert_eq!(one_byte(&server, "a").await, 5);
 }
 
 /// An actor whose newest snapshot is damaged on disk fails to resume; an
@@ -659,13 +644,13 @@ async fn carry_over_into_a_smaller_maximum_memory_is_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upgrading_a_failed_actor_is_refused_and_a_resume_repairs_it() {
     let server = Server::start(&["--workers", "1", "--keep-snapshots", "10"]);
-    push(&server, "f", &Guest::good(0).wasm());
+    server.push_module("f", &Guest::good(0).wasm());
     server.create("a", "f");
     server.create("b", "f");
-    push(&server, "f", &Guest::good(40).wasm());
-    assert_eq!(answer(&server, "a").await, 1);
+    server.push_module("f", &Guest::good(40).wasm());
+    assert_eq!(one_byte(&server, "a").await, 1);
     server.cli_ok(&["actor", "checkpoint", "a"]);
-    assert_eq!(answer(&server, "a").await, 2);
+    assert_eq!(one_byte(&server, "a").await, 2);
     server.cli_ok(&["actor", "pause", "a"]);
     let info = server.cli_json(&["actor", "get", "a"]);
     let seq = info["snapshot"]["seq"].as_u64().expect("seq");
@@ -682,16 +667,16 @@ async fn upgrading_a_failed_actor_is_refused_and_a_resume_repairs_it() {
     assert_eq!(got, 409, "{text}");
     assert!(text.contains("failed"), "{text}");
     no_path(&server, &text);
-    assert_eq!(answer(&server, "b").await, 1, "b is untouched");
+    assert_eq!(one_byte(&server, "b").await, 1, "b is untouched");
     let info = server.cli_json(&["actor", "get", "a"]);
     assert_eq!(info["state"], "failed", "{info}");
     assert_eq!(info["template_version"], 1, "{info}");
     // Repaired from snapshot 1 (count 1), then upgraded.
     server.cli_ok(&["actor", "resume", "a", "--from-snapshot", "1"]);
-    assert_eq!(answer(&server, "a").await, 2);
+    assert_eq!(one_byte(&server, "a").await, 2);
     let up = server.cli_json(&["actor", "upgrade", "a"]);
     assert_eq!(up["path"], "hand_over", "{up}");
-    assert_eq!(answer(&server, "a").await, 43);
+    assert_eq!(one_byte(&server, "a").await, 43);
 }
 
 /// A snapshot of an actor deleted with its template, both created again
@@ -699,10 +684,10 @@ async fn upgrading_a_failed_actor_is_refused_and_a_resume_repairs_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn snapshots_of_a_deleted_actor_do_not_come_back_with_a_new_one() {
     let server = Server::start(&["--workers", "1", "--keep-snapshots", "10"]);
-    push(&server, "t", &Guest::good(0).wasm());
+    server.push_module("t", &Guest::good(0).wasm());
     server.create("a", "t");
-    assert_eq!(answer(&server, "a").await, 1);
-    push(&server, "t", &Guest::good(40).wasm());
+    assert_eq!(one_byte(&server, "a").await, 1);
+    server.push_module("t", &Guest::good(40).wasm());
     let up = server.cli_json(&["actor", "upgrade", "a"]);
     let barrier = up["barrier_snapshot"]
         .as_u64()
@@ -710,15 +695,15 @@ async fn snapshots_of_a_deleted_actor_do_not_come_back_with_a_new_one() {
         .to_string();
     server.cli_ok(&["actor", "delete", "a"]);
     server.cli_ok(&["template", "delete", "t"]);
-    push(&server, "t", &Guest::good(40).wasm());
-    push(&server, "t", &Guest::good(0).wasm());
+    server.push_module("t", &Guest::good(40).wasm());
+    server.push_module("t", &Guest::good(0).wasm());
     server.create("a", "t");
-    assert_eq!(answer(&server, "a").await, 1);
+    assert_eq!(one_byte(&server, "a").await, 1);
     let out = server.cli(&["actor", "resume", "a", "--from-snapshot", &barrier]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{stderr}");
     assert!(stderr.contains("no snapshot"), "{stderr}");
-    assert_eq!(answer(&server, "a").await, 2, "{stderr}");
+    assert_eq!(one_byte(&server, "a").await, 2, "{stderr}");
     assert_eq!(version_of(&server, "a"), 2);
 }
 
@@ -737,11 +722,11 @@ async fn kill_9_between_the_new_snapshot_and_the_switch_leaves_a_working_actor()
             extra: layout,
             ..Guest::good(offset)
         };
-        push(&server, "k", &guest(0).wasm());
+        server.push_module("k", &guest(0).wasm());
         server.create("a", "k");
-        push(&server, "k", &guest(40).wasm());
+        server.push_module("k", &guest(40).wasm());
         for n in 1..=3 {
-            assert_eq!(answer(&server, "a").await, n);
+            assert_eq!(one_byte(&server, "a").await, n);
         }
         let up = server.cli_in_background(&["actor", "upgrade", "a"]);
         server.wait_for_log("failpoint: holding the upgrade's switch");
@@ -768,9 +753,9 @@ async fn requests_held_by_a_failing_upgrade_are_served_by_the_old_version() {
         save_spin: 200_000_000,
         ..Guest::good(0)
     };
-    push(&server, "f", &failing.wasm());
+    server.push_module("f", &failing.wasm());
     server.create("a", "f");
-    push(&server, "f", &Guest::good(40).wasm());
+    server.push_module("f", &Guest::good(40).wasm());
     let stop = Arc::new(AtomicBool::new(false));
     let mut clients = Vec::new();
     for _ in 0..4 {
@@ -779,7 +764,7 @@ async fn requests_held_by_a_failing_upgrade_are_served_by_the_old_version() {
             let mut got = Vec::new();
             // At most 25 each: the counts stay one byte below the offset.
             while !stop.load(Ordering::SeqCst) && got.len() < 25 {
-                got.push(answer(&server, "a").await);
+                got.push(one_byte(&server, "a").await);
             }
             got
         }));
@@ -796,6 +781,6 @@ async fn requests_held_by_a_failing_upgrade_are_served_by_the_old_version() {
     all.sort_unstable();
     let n = all.len() as u8;
     assert_eq!(all, (1..=n).collect::<Vec<_>>());
-    assert_eq!(answer(&server, "a").await, n + 1);
+    assert_eq!(one_byte(&server, "a").await, n + 1);
     assert_eq!(version_of(&server, "a"), 1);
 }
