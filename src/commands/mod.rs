@@ -54,8 +54,8 @@ pub(crate) async fn run(command: ClientCommand) -> anyhow::Result<()> {
         }
         print(&render(&call, &reply)?)?;
         if matches!(call.view, View::Rollout { .. }) && call.method == hyper::Method::POST {
-            // A rollout or rollback verb that ends stopped fails; the
-            // status verb only shows it.
+            // A rollout or rollback verb that ends stopped, or finished
+            // with failed actors, fails; the status verb only shows it.
             rollout::check(&reply)?;
         }
         if call.view == View::Moves {

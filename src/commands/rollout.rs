@@ -92,19 +92,30 @@ pub(super) fn render(json: &Json) -> String {
     out
 }
 
-/// Fails the command when the rollout stopped.
+/// Fails the command when the rollout stopped, or when it (or a
+/// rollback) finished with actors that failed: not every actor moved.
 ///
 /// # Errors
-/// The stop reason.
+/// The stop reason, or how many actors failed.
 pub(super) fn check(reply: &Reply) -> anyhow::Result<()> {
     let json = Json::parse(&reply.body)?;
-    if json.get("state").and_then(Json::as_str) == Some("stopped") {
-        bail!(
+    match json.get("state").and_then(Json::as_str) {
+        Some("stopped") => bail!(
             "stopped: {}",
             json.get("stop_reason")
                 .and_then(Json::as_str)
                 .unwrap_or("no reason recorded")
-        );
+        ),
+        Some("finished") => {
+            let failed = json.get("failed").and_then(Json::as_u64).unwrap_or(0);
+            if failed > 0 {
+                bail!(
+                    "finished, but {failed} actor(s) failed; the reason of each is printed with \
+                     it (those actors stayed on their version with their state)"
+                );
+            }
+            Ok(())
+        }
+        _ => Ok(()),
     }
-    Ok(())
 }

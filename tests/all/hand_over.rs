@@ -251,3 +251,33 @@ async fn a_cluster_upgrade_through_a_follower_survives_the_workers_loss() {
         "{answer:?}"
     );
 }
+
+/// A rollout by hand-over, then a rollback that version 1 cannot take
+/// (its `load` reads state schema 1 only): the rollback finishes with the
+/// actor failed, the command exits 1 saying so and names the actor with
+/// its reason, and the actor keeps serving on version 2 with its state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollback_that_fails_for_an_actor_fails_the_command_and_keeps_the_actor() {
+    let server = Server::start(&["--workers", "1"]);
+    push_demo(&server, "c", "counter", &[]);
+    server.create("a", "c");
+    assert_eq!(count(&post(&server, "a").await), 1);
+    push_demo(&server, "c", "counter-v2", &[]);
+    let rolled = server.cli_json(&["template", "rollout", "c", "--to-version", "2"]);
+    assert_eq!(rolled["upgraded"], 1, "{rolled}");
+    let back = server.cli(&["template", "rollback", "c"]);
+    assert!(!back.status.success(), "{back:?}");
+    let stderr = String::from_utf8_lossy(&back.stderr);
+    assert!(stderr.contains("1 actor(s) failed"), "{stderr}");
+    let stdout = String::from_utf8_lossy(&back.stdout);
+    assert!(
+        stdout.contains("failed a:") && stdout.contains("schema 2 cannot be loaded"),
+        "{stdout}"
+    );
+    let answer = post(&server, "a").await;
+    assert_eq!(count(&answer), 2);
+    assert!(
+        answer.body.contains("version 2 since count: 1"),
+        "{answer:?}"
+    );
+}
