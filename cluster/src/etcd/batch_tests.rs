@@ -12,7 +12,7 @@ use etcd_client::GetOptions;
 use tokio::time::Instant;
 
 use super::batch::{MAX_BYTES, MAX_WRITES, Pending, Write, take_batch};
-use super::tests::{actor, connect, etcd_test, signal_all};
+use super::tests::{actor, connect, etcd_test, record, signal_all};
 use super::*;
 use stasis_contract::directory::Directory;
 use stasis_contract::error::ApiError;
@@ -244,11 +244,6 @@ fn key_of(write: &Write) -> String {
 fn a_former_leaders_batch_applies_nothing() {
     etcd_test(Duration::from_secs(60), |cluster| async move {
         let ttl = Duration::from_secs(2);
-        let record = |name: &str| LeaderRecord {
-            name: name.into(),
-            ingress: format!("{name}:80"),
-            admin: format!("{name}:81"),
-        };
         let a = connect(&cluster, "/fb").await;
         let b = connect(&cluster, "/fb").await;
         let lead_a = a.campaign(&record("a"), ttl).await.expect("a campaigns");

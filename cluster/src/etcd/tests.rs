@@ -52,6 +52,15 @@ fn template(name: &str, digest: &str) -> TemplateRow {
     }
 }
 
+/// The leader record of a replica named `name` (its addresses made up).
+pub(super) fn record(name: &str) -> LeaderRecord {
+    LeaderRecord {
+        name: name.into(),
+        ingress: format!("{name}:80"),
+        admin: format!("{name}:81"),
+    }
+}
+
 pub(super) fn actor(name: &str, worker: &str) -> ActorRow {
     ActorRow {
         name: name.into(),
@@ -382,11 +391,6 @@ fn the_directory_and_watches_survive_a_member_death() {
 fn one_candidate_leads_and_the_next_takes_over() {
     etcd_test(Duration::from_secs(60), |cluster| async move {
         let ttl = Duration::from_secs(2);
-        let record = |name: &str| LeaderRecord {
-            name: name.into(),
-            ingress: format!("{name}:80"),
-            admin: format!("{name}:81"),
-        };
         let a = connect(&cluster, "/e").await;
         let b = connect(&cluster, "/e").await;
         let c = connect(&cluster, "/e").await;
@@ -495,11 +499,6 @@ fn user_and_password_auth_is_applied_and_a_refusal_is_named() {
 fn a_former_leaders_directory_writes_nothing_once_another_leads() {
     etcd_test(Duration::from_secs(30), |cluster| async move {
         let ttl = Duration::from_secs(2);
-        let record = |name: &str| LeaderRecord {
-            name: name.into(),
-            ingress: format!("{name}:80"),
-            admin: format!("{name}:81"),
-        };
         let a = connect(&cluster, "/f").await;
         let b = connect(&cluster, "/f").await;
         let lead_a = a.campaign(&record("a"), ttl).await.expect("a campaigns");
@@ -561,11 +560,6 @@ fn a_worker_name_held_by_a_live_lease_is_not_taken_over() {
 fn alarms_are_kept_one_per_actor_fenced_and_deleted_with_the_actor() {
     etcd_test(Duration::from_secs(30), |cluster| async move {
         let ttl = Duration::from_secs(2);
-        let record = |name: &str| LeaderRecord {
-            name: name.into(),
-            ingress: format!("{name}:80"),
-            admin: format!("{name}:81"),
-        };
         let a = connect(&cluster, "/al").await;
         let b = connect(&cluster, "/al").await;
         let lead_a = a.campaign(&record("a"), ttl).await.expect("a campaigns");
