@@ -237,6 +237,18 @@ impl ControlPlane {
         Ok(self.actor_info_listed(name, placement, status, stored))
     }
 
+    /// [`ControlPlane::actor`] with its pending alarm (`alarm_at`), as
+    /// the directory holds it (the retry's time while a failed delivery
+    /// waits for it): `GET /v1/actors/{name}`, `actor get`.
+    ///
+    /// # Errors
+    /// As [`ControlPlane::actor`]; the directory's.
+    pub async fn actor_with_alarm(&self, name: &str) -> Result<ActorInfo, ApiError> {
+        let mut info = self.actor(name).await?;
+        info.alarm_at = self.alarms.get(name).await?.map(rfc3339);
+        Ok(info)
+    }
+
     /// Every actor, by name, whatever the health of its worker: each
     /// worker is asked once for all its actors' statuses (a remote worker
     /// for at most its status timeout), and an actor whose worker did not
@@ -335,6 +347,7 @@ impl ControlPlane {
             last_pause_at: status.last_pause_at_unix_ms.map(rfc3339),
             last_resume_at: status.last_resume_at_unix_ms.map(rfc3339),
             last_error_at: status.error_at_unix_ms.map(rfc3339),
+            alarm_at: None,
         }
     }
 

@@ -97,6 +97,10 @@ pub struct ActorInfo {
     pub last_resume_at: Option<String>,
     /// When `error` was set (RFC 3339): `error_at_unix_ms` as a time.
     pub last_error_at: Option<String>,
+    /// When its pending alarm fires (RFC 3339): in `actor get` only, and
+    /// absent there when it has none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub alarm_at: Option<String>,
 }
 
 /// The answer to a pause or checkpoint: the actor plus the snapshot.

@@ -226,7 +226,7 @@ impl AdminApi {
                 let info = c.create_actor(&req.name, &req.template).await?;
                 Ok(json(StatusCode::CREATED, &info))
             }
-            (&Method::GET, ["v1", "actors", name]) => ok(&c.actor(name).await?),
+            (&Method::GET, ["v1", "actors", name]) => ok(&c.actor_with_alarm(name).await?),
             (&Method::DELETE, ["v1", "actors", name]) => {
                 c.delete_actor(name).await?;
                 Ok(no_content())

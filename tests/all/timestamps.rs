@@ -62,3 +62,31 @@ async fn actor_get_says_when_the_actor_last_ran_snapshotted_paused_resumed_and_f
     assert_eq!(trapped.status, 500, "{trapped:?}");
     within(&server, "t", "last_error_at", before);
 }
+
+/// `actor get` shows the pending alarm's time (`alarm_at`), and nothing
+/// once it is cancelled; the actor list never carries it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn actor_get_shows_the_pending_alarm() {
+    let server = Server::start(&["--workers", "1"]);
+    server.push("alarm");
+    server.create("al", "alarm");
+    let client = crate::support::client();
+    let set = to_actor(&client, server.ingress, "al", "POST", "/?in_ms=600000").await;
+    assert_eq!(set.status, 202, "{set:?}");
+    let alarm: u64 = set
+        .body
+        .split(|c: char| !c.is_ascii_digit())
+        .find(|w| w.len() >= 13)
+        .and_then(|w| w.parse().ok())
+        .unwrap_or_else(|| panic!("no alarm time in {set:?}"));
+    let info = server.cli_json(&["actor", "get", "al"]);
+    let shown = at(&server, "al", "alarm_at").expect("alarm_at");
+    let expected = SystemTime::UNIX_EPOCH + std::time::Duration::from_millis(alarm);
+    assert_eq!(shown, expected, "{info}");
+    let listed = server.cli_json(&["actor", "list"]);
+    assert!(listed.to_string().find("alarm_at").is_none(), "{listed}");
+    let cancelled = to_actor(&client, server.ingress, "al", "DELETE", "/").await;
+    assert_eq!(cancelled.status, 200, "{cancelled:?}");
+    let info = server.cli_json(&["actor", "get", "al"]);
+    assert!(info.get("alarm_at").is_none(), "{info}");
+}
