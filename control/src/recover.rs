@@ -10,7 +10,7 @@ use anyhow::Context as _;
 
 use super::ControlPlane;
 use super::placement::Placement;
-use stasis_contract::directory::ActorRow;
+use stasis_contract::directory::{ActorRow, TemplateRow};
 use stasis_contract::error::{ApiError, ErrorKind};
 use stasis_contract::status::ActorState;
 use stasis_contract::templates::Templates as _;
@@ -34,11 +34,20 @@ impl ControlPlane {
     /// # Errors
     /// If the directory cannot be read or names a missing template.
     pub fn recover(self: &Arc<Self>) -> anyhow::Result<()> {
+        // Each template's versions, read once for all its actors.
+        let mut versions: HashMap<String, Vec<TemplateRow>> = HashMap::new();
         for mut row in self.directory.actors()? {
             let template = self.directory.template(&row.template)?.with_context(|| {
                 format!("actor {} names missing template {}", row.name, row.template)
             })?;
-            let template = self.finish_upgrade(&mut row, template)?;
+            let name = stasis_contract::directory::row_version(&row.template)
+                .0
+                .to_owned();
+            if !versions.contains_key(&name) {
+                let read = self.versions_of(&name)?;
+                versions.insert(name.clone(), read);
+            }
+            let template = self.finish_upgrade(&mut row, template, &versions[&name])?;
             let mut placement = Placement::new(Arc::from(""), 0, &row.template, row.epoch);
             let Some(member) = self.member(&row.worker).or_else(|| self.least_loaded()) else {
                 tracing::warn!(actor = %row.name, "no worker can host it (--workers 0); it waits for one to join");
@@ -79,15 +88,15 @@ impl ControlPlane {
     /// written by another version of its template than the one `row`
     /// names: the upgrade is finished (the actor moves to that version,
     /// `row` is updated) rather than leaving the actor failed.
+    /// `versions`: every version of its template.
     fn finish_upgrade(
         &self,
         row: &mut ActorRow,
-        template: stasis_contract::directory::TemplateRow,
-    ) -> anyhow::Result<stasis_contract::directory::TemplateRow> {
+        template: TemplateRow,
+        versions: &[TemplateRow],
+    ) -> anyhow::Result<TemplateRow> {
         // A template of one version (most): nothing to finish, no file to
         // open.
-        let (name, _) = stasis_contract::directory::row_version(&row.template);
-        let versions = self.versions_of(name)?;
         if versions.len() < 2 {
             return Ok(template);
         }
@@ -96,19 +105,18 @@ impl ControlPlane {
             .list(&row.name)
             .ok()
             .and_then(|l| l.last().map(|e| e.seq));
-        let Some(header) = newest
-            .and_then(|seq| self.store.open_snapshot(&row.name, seq).ok())
-            .and_then(|stored| stasis_core::snapshot::peek_header(&stored).ok())
+        let Some(digest) = newest
+            .and_then(|seq| super::upgrade::snapshot_module(&*self.store, &row.name, seq).ok())
         else {
             return Ok(template);
         };
-        let digest = hex::encode(header.module_digest);
         if digest == template.digest {
             return Ok(template);
         }
-        let Some(target) = versions.into_iter().rev().find(|v| v.digest == digest) else {
+        let Some((_, target)) = super::upgrade::version_with_module(versions, &digest) else {
             return Ok(template);
         };
+        let target = target.clone();
         let epoch = row.epoch + 1;
         self.directory
             .place_actor_as(&row.name, &row.worker, epoch, &target.name)?;

@@ -19,6 +19,7 @@ use stasis_contract::status::{Captured, ms};
 use stasis_contract::templates::Templates as _;
 use stasis_core::module::Digest;
 use stasis_core::snapshot;
+use stasis_core::snapshot_store::SnapshotStore;
 
 impl ControlPlane {
     /// Upgrades actor `name` to version `to` of its template (the newest
@@ -111,35 +112,25 @@ impl ControlPlane {
         let placement = self.placement_of(name)?;
         let source = self.template_row(&placement.template)?;
         let (store, actor) = (self.store.clone(), name.to_owned());
-        let stored = tokio::task::spawn_blocking(move || store.open_snapshot(&actor, seq))
+        let digest = tokio::task::spawn_blocking(move || snapshot_module(&*store, &actor, seq))
             .await
             .map_err(ApiError::internal)??;
-        let header = snapshot::peek_header(&stored)
-            .map_err(|e| ApiError::unprocessable(format!("snapshot {seq} of {name}: {e}")))?;
-        drop(stored);
-        let digest = hex::encode(header.module_digest);
         if digest == source.digest {
             return Ok(None);
         }
         let (template, from) = row_version(&placement.template);
         let template = template.to_owned();
         let versions = self.versions_of(&template)?;
-        let Some((i, target)) = versions
-            .iter()
-            .enumerate()
-            .rev()
-            .find(|(_, row)| row.digest == digest)
-        else {
+        let Some((to, target)) = version_with_module(&versions, &digest) else {
             return Err(ApiError::conflict(format!(
                 "snapshot {seq} of actor {name} was written by module {digest}, which is no \
                  version of template {template}"
             )));
         };
-        let to = i as u64 + 1;
         self.change_version(
             name,
             &source,
-            &target.clone(),
+            target,
             Path::Restore(seq),
             &template,
             (from, to),
@@ -361,6 +352,38 @@ impl ControlPlane {
             tracing::error!(actor = name, "putting the actor back on its version: {e}");
         }
     }
+}
+
+/// The module (SHA-256 hex) that wrote snapshot `seq` of `actor`, from
+/// its header: every snapshot names the version of the template that
+/// wrote it.
+///
+/// # Errors
+/// The store's (a missing snapshot, 404 kind); 422 if the header does not
+/// read.
+pub(super) fn snapshot_module(
+    store: &dyn SnapshotStore,
+    actor: &str,
+    seq: u64,
+) -> Result<String, ApiError> {
+    let stored = store.open_snapshot(actor, seq)?;
+    let header = snapshot::peek_header(&stored)
+        .map_err(|e| ApiError::unprocessable(format!("snapshot {seq} of {actor}: {e}")))?;
+    Ok(hex::encode(header.module_digest))
+}
+
+/// The newest of `versions` (oldest first) with module `digest`, and its
+/// version number.
+pub(super) fn version_with_module<'a>(
+    versions: &'a [TemplateRow],
+    digest: &str,
+) -> Option<(u64, &'a TemplateRow)> {
+    versions
+        .iter()
+        .enumerate()
+        .rev()
+        .find(|(_, row)| row.digest == digest)
+        .map(|(i, row)| (i as u64 + 1, row))
 }
 
 /// How an upgrade moves the state (see the module docs).
