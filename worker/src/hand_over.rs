@@ -7,10 +7,9 @@
 use stasis_contract::error::{ApiError, ErrorKind};
 use stasis_contract::status::{ActorState, ResumeFrom, SnapshotReport};
 use stasis_core::instance::CallError;
-use tokio::sync::oneshot;
 
 use crate::actor::{ActorTask, Command};
-use crate::{ActorSpec, Entry, Worker};
+use crate::{ActorSpec, Worker};
 
 /// A failed hand-over call (`what`: which side): capacity, timeouts and
 /// the CPU limit keep their status; anything else (a trap, a refusal, bad
@@ -115,11 +114,7 @@ impl Worker {
         let report = task.create_with(Some(&state)).await?;
         // The new instance is the actor now: the old task ends (calls it
         // held for the capture are told to ask again, under the new epoch).
-        let old = self.lock().remove(&spec.name);
-        if let Some(Entry::Active { mailbox, .. }) = old {
-            let (reply, _) = oneshot::channel();
-            let _ = mailbox.try_send(Command::Stop(reply));
-        }
+        self.replace_task(&spec.name);
         self.start(task);
         tracing::info!(actor = %spec.name, seq, bytes = state.len(), "state handed over to another version");
         Ok(report)

@@ -79,6 +79,16 @@ impl Worker {
         self.adopt_installed(spec, epoch, None)
     }
 
+    /// Takes actor `name`'s entry out of the table for a task that replaces
+    /// it: an active task is told to stop (not waited for; calls it held
+    /// for a move are told to ask again).
+    pub(crate) fn replace_task(&self, name: &str) {
+        if let Some(Entry::Active { mailbox, .. }) = self.lock().remove(name) {
+            let (reply, _) = oneshot::channel();
+            let _ = mailbox.try_send(Command::Stop(reply));
+        }
+    }
+
     /// Drops from `list` (and from the store) a newest snapshot above the
     /// `acknowledged` one that does not verify by itself: a write the
     /// process died in, before its sync round ended
@@ -141,10 +151,7 @@ impl Worker {
         epoch: u64,
         installed: Option<Installed>,
     ) -> ActorStatus {
-        if let Some(Entry::Active { mailbox, .. }) = self.lock().remove(&spec.name) {
-            let (reply, _) = oneshot::channel();
-            let _ = mailbox.try_send(Command::Stop(reply));
-        }
+        self.replace_task(&spec.name);
         let mut task = self.task(spec, epoch, ActorState::Paused);
         // A cluster worker taking the actor over: the newest entry its
         // earlier owner shipped (and acknowledged) becomes its newest
