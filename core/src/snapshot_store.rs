@@ -74,8 +74,12 @@ impl SnapshotBytes {
             Some(guard) => Ok(Self::new(Repr::File(map, held, guard))),
             None => {
                 drop(map);
+                // From the start: a file just written through this
+                // handle has its cursor at the end.
                 let mut bytes = Vec::new();
-                io::Read::read_to_end(&mut held.file(), &mut bytes)?;
+                let mut file = held.file();
+                io::Seek::rewind(&mut file)?;
+                io::Read::read_to_end(&mut file, &mut bytes)?;
                 Ok(Self::new(Repr::Owned(bytes)))
             }
         }
@@ -320,6 +324,24 @@ pub trait SnapshotStore: Send + Sync + std::fmt::Debug {
     fn adopt(&self, actor: &str, seq: u64, epoch: u64) -> Result<(), StoreError> {
         let _ = (actor, seq, epoch);
         Ok(())
+    }
+
+    /// The caller owns `actor` at placement `epoch` and the store holds
+    /// that placement's claim (an adoption fence or a snapshot written at
+    /// `epoch`): until [`SnapshotStore::release`], only this handle
+    /// changes which snapshots stand for the actor, so a store shared by
+    /// workers may list the actor's folder once and answer later opens
+    /// from what it knows and wrote since, without a round trip. A hold at
+    /// another epoch replaces the previous one. Nothing by default.
+    fn hold(&self, actor: &str, epoch: u64) {
+        let _ = (actor, epoch);
+    }
+
+    /// `actor` is no longer held ([`SnapshotStore::hold`]): it left the
+    /// worker (moved, deleted) or the worker may no longer change it.
+    /// Nothing by default.
+    fn release(&self, actor: &str) {
+        let _ = actor;
     }
 
     /// Deletes snapshot `seq` of `actor` (nothing if it does not exist).

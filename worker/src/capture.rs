@@ -363,7 +363,11 @@ impl ActorTask {
                 self.worker, self.name
             )));
         }
-        self.adopted = true;
+        if !self.adopted {
+            // The snapshot at this epoch is the placement's claim.
+            self.store.hold(&self.name, self.epoch);
+            self.adopted = true;
+        }
         let next_base = DeltaBase::of_file(seq, &bytes, self.delta_base.as_ref());
         if let Some(replicator) = &self.replicator {
             replicator.replicate(&self.name, seq, bytes).await?;

@@ -74,8 +74,24 @@ impl SnapshotStore for FencedStore {
         self.inner.actors()
     }
 
+    /// Without the lease, what the store knew of the actor's folder may
+    /// be out of date (a new owner may write it): it is dropped and the
+    /// store listed.
     fn open_snapshot(&self, actor: &str, seq: u64) -> Result<SnapshotBytes, StoreError> {
+        if !self.fence.holds() {
+            self.inner.release(actor);
+        }
         self.inner.open_snapshot(actor, seq)
+    }
+
+    fn hold(&self, actor: &str, epoch: u64) {
+        if self.fence.holds() {
+            self.inner.hold(actor, epoch);
+        }
+    }
+
+    fn release(&self, actor: &str) {
+        self.inner.release(actor);
     }
 
     fn fork(&self, src: &str, seq: u64, new: &str, epoch: u64) -> Result<u64, StoreError> {

@@ -83,6 +83,7 @@ impl Worker {
     /// it: an active task is told to stop (not waited for; calls it held
     /// for a move are told to ask again).
     pub(crate) fn replace_task(&self, name: &str) {
+        self.store.release(name);
         if let Some(Entry::Active { mailbox, .. }) = self.lock().remove(name) {
             let (reply, _) = oneshot::channel();
             let _ = mailbox.try_send(Command::Stop(reply));

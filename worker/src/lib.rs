@@ -389,6 +389,7 @@ impl Worker {
             .is_some_and(|e| e.is_of(&task.status))
         {
             actors.remove(&task.name);
+            self.store.release(&task.name);
         }
     }
 
@@ -518,6 +519,7 @@ impl Worker {
                         journal.forget(actor, parked.epoch);
                     }
                     actors.remove(actor);
+                    self.store.release(actor);
                     return;
                 }
                 Some(Entry::Active { status, .. }) => status.clone(),
@@ -527,6 +529,7 @@ impl Worker {
         let mut actors = self.lock();
         if actors.get(actor).is_some_and(|e| e.is_of(&status)) {
             actors.remove(actor);
+            self.store.release(actor);
         }
     }
 

@@ -243,6 +243,9 @@ impl ActorTask {
     /// [`SnapshotStore::adopt`]: stasis_core::snapshot_store::SnapshotStore::adopt
     fn adopt(&mut self, seq: u64) -> Result<(), Unrestorable> {
         let epoch = self.epoch;
+        // Held from the fence's listing on (`SnapshotStore::hold`): the
+        // next opens of this placement need no store round trip.
+        self.store.hold(&self.name, epoch);
         // In place (a no-op for a store of one process, one small listing
         // and PUT for the object store), like the restore's other store
         // calls: no blocking-pool round trip on every first resume.

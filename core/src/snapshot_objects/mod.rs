@@ -73,6 +73,7 @@
 //! [`SnapshotStore`]: crate::snapshot_store::SnapshotStore
 //! [`SnapshotStore::open_snapshot`]: crate::snapshot_store::SnapshotStore::open_snapshot
 
+mod held;
 mod names;
 mod remote;
 mod segments;
@@ -122,6 +123,11 @@ pub struct ObjectSnapshotStore {
     usage: QuotaUsage,
     downloads: AtomicU64,
     bridge: Bridge,
+    /// The folders of the actors this store's worker holds
+    /// ([`SnapshotStore::hold`]).
+    ///
+    /// [`SnapshotStore::hold`]: crate::snapshot_store::SnapshotStore::hold
+    held: held::Held,
 }
 
 impl std::fmt::Debug for ObjectSnapshotStore {
@@ -270,6 +276,7 @@ impl ObjectSnapshotStore {
             cache,
             usage: QuotaUsage::new(quota, 0),
             downloads: AtomicU64::new(0),
+            held: held::Held::default(),
             bridge,
         };
         let all = store

@@ -118,7 +118,7 @@ pub(super) struct Adoption {
 
 /// What an actor's folder holds: its snapshot objects, its adoption
 /// fences and whether the acknowledged pointer is there.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub(super) struct Folder {
     /// Every snapshot object, by (seq, epoch).
     pub(super) snapshots: Vec<Found>,

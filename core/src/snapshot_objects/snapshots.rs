@@ -30,10 +30,24 @@ impl ObjectSnapshotStore {
                 transfer::list(self.objects.clone(), self.path(&key)),
             )
             .map_err(|e| e.named("list", &key, &self.location))?;
-        Ok(Folder::from_names(listed.into_iter().filter_map(|meta| {
+        let folder = Folder::from_names(listed.into_iter().filter_map(|meta| {
             let name = meta.location.filename()?.to_owned();
             Some((name, meta.size))
-        })))
+        }));
+        self.held.listed(actor, &folder);
+        Ok(folder)
+    }
+
+    /// Snapshot `seq` of a held actor from the cache, when the held folder
+    /// names it and this store holds its copy whole (`held` module): no
+    /// store round trip. `None` sends the caller to the store.
+    fn open_held(&self, actor: &str, seq: u64) -> Option<SnapshotBytes> {
+        let found = self.held.find(actor, seq)?;
+        let cached = self.cache_path(actor, seq, found.epoch);
+        if !cached.metadata().is_ok_and(|m| m.len() == found.bytes) {
+            return None;
+        }
+        map(&cached).ok()
     }
 
     /// The acknowledged pointer of `actor` (`None` if absent or unreadable,
@@ -112,6 +126,9 @@ impl ObjectSnapshotStore {
         // Some may be gone even on failure: count from the store next open.
         if result.is_ok() {
             self.usage.release(found.iter().map(|f| f.bytes).sum());
+            self.held.deleted(actor, found, fences);
+        } else {
+            self.held.unsure(actor);
         }
         for f in found {
             remove_cached(&self.cache_path(actor, f.seq, f.epoch));
@@ -232,8 +249,17 @@ impl SnapshotStore for ObjectSnapshotStore {
         if let Err(e) = uploaded {
             remove_cached(&cached);
             self.usage.recount(len, replaced);
+            self.held.unsure(actor);
             return Err(e);
         }
+        self.held.wrote(
+            actor,
+            names::Found {
+                seq,
+                epoch,
+                bytes: len,
+            },
+        );
         // The snapshot is in the store and listed from now on: a pointer
         // that cannot be moved only weakens a later check, it must not
         // make a stored snapshot be reported as not written.
@@ -260,7 +286,11 @@ impl SnapshotStore for ObjectSnapshotStore {
             return Ok(());
         }
         let key = names::actor_object_key(actor, &names::adoption_name(epoch, seq));
-        self.put_small(&key, Vec::new())?;
+        self.put_small(&key, Vec::new())
+            .inspect_err(|_| self.held.unsure(actor))?;
+        let mut fenced = folder;
+        fenced.adoptions.push(names::Adoption { epoch, seq });
+        self.held.listed(actor, &fenced);
         // The pointer at the new epoch too, so a fenced-off owner's late
         // acknowledgement (older in (epoch, seq) order) cannot move it.
         if let Err(e) = self.acknowledge(actor, seq, epoch) {
@@ -309,12 +339,21 @@ impl SnapshotStore for ObjectSnapshotStore {
             };
             total += self.copy_snapshot(src, found, new, epoch)?;
         }
+        self.held.unsure(new);
         self.acknowledge(new, seq, epoch)?;
         Ok(total)
     }
 
     fn supports_deltas(&self) -> bool {
         true
+    }
+
+    fn hold(&self, actor: &str, epoch: u64) {
+        self.held.hold(actor, epoch);
+    }
+
+    fn release(&self, actor: &str) {
+        self.held.release(actor);
     }
 
     fn list_acknowledged(
@@ -368,6 +407,9 @@ impl SnapshotStore for ObjectSnapshotStore {
     /// else downloaded into the cache first. The store's listing decides
     /// which epoch stands for `seq` (module docs).
     fn open_snapshot(&self, actor: &str, seq: u64) -> Result<SnapshotBytes, StoreError> {
+        if let Some(held) = self.open_held(actor, seq) {
+            return Ok(held);
+        }
         let Some(found) = self.folder(actor)?.find(seq) else {
             let key = names::actor_object_key(actor, &format!("{seq:020}-*.snap"));
             return Err(Failure::Io(io::ErrorKind::NotFound.into()).named(
@@ -475,6 +517,7 @@ impl SnapshotStore for ObjectSnapshotStore {
         self.run(limit, transfer::delete(objects, paths))
             .map_err(|e| e.named("remove", &key, &self.location))?;
         self.usage.release(snapshot_bytes);
+        self.held.release(actor);
         let cache_dir = self.cache.join(names::SNAPSHOTS).join(actor);
         match fs::remove_dir_all(&cache_dir) {
             Ok(()) => {}

@@ -2,7 +2,8 @@
 //! `file://` folder and a real S3 server (`s3s-fs` on loopback): round
 //! trips, a store shared by two caches, epochs, the acknowledged pointer,
 //! retention and removal, multipart uploads, the quota, errors, templates,
-//! clock marks, a dead server, and calls from async code.
+//! clock marks, a dead server, calls from async code, and the folders
+//! of held actors.
 
 use std::io::ErrorKind;
 use std::path::Path;
@@ -15,6 +16,7 @@ use stasis_test_util::s3::S3Server;
 use self::faults::sealed;
 
 mod faults;
+mod held;
 mod shipped;
 
 /// One shared store location: a folder or an S3 server.
