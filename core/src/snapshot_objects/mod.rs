@@ -29,7 +29,11 @@
 //! holding what it wrote or downloaded; [`SnapshotStore::open_snapshot`]
 //! maps the cached file when it is there (same name, same size) and
 //! downloads it (temp file + rename) otherwise, so a worker never downloads
-//! a snapshot twice. Objects are immutable once written.
+//! a snapshot twice. Objects are immutable once written. The one
+//! exception to "listings always ask": an actor its worker *holds*
+//! ([`SnapshotStore::hold`], the `held` module) is listed once per
+//! placement, and its later opens are answered from what this store wrote
+//! since, when the cache holds the copy.
 //!
 //! # Sync over async
 //! The trait is synchronous, `object_store` is async: the store owns a
@@ -72,6 +76,7 @@
 //!
 //! [`SnapshotStore`]: crate::snapshot_store::SnapshotStore
 //! [`SnapshotStore::open_snapshot`]: crate::snapshot_store::SnapshotStore::open_snapshot
+//! [`SnapshotStore::hold`]: crate::snapshot_store::SnapshotStore::hold
 
 mod held;
 mod names;
