@@ -202,6 +202,26 @@ pub struct ActorsAt {
     pub revision: i64,
 }
 
+/// A change to the directory's actors as a watch of etcd saw it (cluster
+/// mode: what a follower routes by), in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ActorsChange {
+    /// Every actor (at the start of the watch, and whenever it had to list
+    /// again): what is not in it is gone.
+    Listed(ActorsAt),
+    /// The records one watch event put (each row with its generation, see
+    /// [`ActorsAt::generations`]) and deleted, bringing the actors to etcd
+    /// `revision`.
+    Changed {
+        /// Records created or changed, with their generations.
+        put: Vec<(ActorRow, i64)>,
+        /// Names deleted.
+        deleted: Vec<String>,
+        /// The revision of the newest change applied.
+        revision: i64,
+    },
+}
+
 /// A remote worker's registration (cluster mode: `<prefix>/workers/<name>`'s
 /// value in etcd).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

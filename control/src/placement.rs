@@ -204,23 +204,51 @@ impl PlacementTable {
         placements.retain(|name, _| rows.contains_key(name));
         for (name, row) in rows {
             let generation = generations.get(name).copied();
-            match placements.get_mut(name) {
-                Some(p) if p.generation != generation => *p = placement(row, generation),
-                Some(p) if p.epoch > row.epoch => {}
-                Some(p) => {
-                    if *p.worker != *row.worker {
-                        p.worker = Arc::from(row.worker.as_str());
-                    }
-                    p.epoch = row.epoch;
-                    p.incarnation = ANY_INCARNATION;
-                    if p.template != row.template {
-                        p.template.clone_from(&row.template);
-                    }
-                }
-                None => {
-                    placements.insert(name.clone(), placement(row, generation));
-                }
+            follow_row(&mut placements, row, generation, &placement);
+        }
+    }
+
+    /// [`PlacementTable::follow`] for the records one watch event put and
+    /// deleted: costs in proportion to them, not to the actors.
+    pub(super) fn follow_changes(
+        &self,
+        put: &[(ActorRow, i64)],
+        deleted: &[String],
+        placement: impl Fn(&ActorRow, Option<i64>) -> Placement,
+    ) {
+        let mut placements = self.write();
+        for name in deleted {
+            placements.remove(name);
+        }
+        for (row, generation) in put {
+            follow_row(&mut placements, row, Some(*generation), &placement);
+        }
+    }
+}
+
+/// Points `row`'s placement where the row says (the rules of
+/// [`PlacementTable::follow`]).
+fn follow_row(
+    placements: &mut HashMap<String, Placement>,
+    row: &ActorRow,
+    generation: Option<i64>,
+    placement: &impl Fn(&ActorRow, Option<i64>) -> Placement,
+) {
+    match placements.get_mut(&row.name) {
+        Some(p) if p.generation != generation => *p = placement(row, generation),
+        Some(p) if p.epoch > row.epoch => {}
+        Some(p) => {
+            if *p.worker != *row.worker {
+                p.worker = Arc::from(row.worker.as_str());
             }
+            p.epoch = row.epoch;
+            p.incarnation = ANY_INCARNATION;
+            if p.template != row.template {
+                p.template.clone_from(&row.template);
+            }
+        }
+        None => {
+            placements.insert(row.name.clone(), placement(row, generation));
         }
     }
 }

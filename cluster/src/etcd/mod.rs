@@ -40,6 +40,8 @@ mod watch;
 mod batch_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod watch_tests;
 
 use std::future::Future;
 use std::sync::Arc;

@@ -9,8 +9,14 @@
 //! The follower also knows the etcd revision its map is current at: the
 //! listing's, then that of each change applied (an event's `mod_revision`,
 //! which for a delete is the delete's revision). [`Etcd::watch_actors`]
-//! publishes it with the map, for read-your-writes (see
+//! publishes it with each change, for read-your-writes (see
 //! `stasis-runtime`'s `replica`).
+//!
+//! What a follower publishes is a [`Sink`]'s choice: the small ranges
+//! (workers, the leader) as the whole map after each change, the actors
+//! as the changes themselves ([`ActorsChange`]), so a watch event costs in
+//! proportion to what it changed, not to the number of actors, and the
+//! watch keeps no copy of the actors of its own.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -21,7 +27,7 @@ use tokio::sync::watch;
 
 use super::values::ActorValue;
 use super::{Etcd, WorkerRecord, back_off, prefix_end};
-use stasis_contract::directory::ActorsAt;
+use stasis_contract::directory::{ActorRow, ActorsAt, ActorsChange};
 
 /// First pause before re-listing after a failure.
 const FIRST_BACKOFF: Duration = Duration::from_millis(100);
@@ -102,32 +108,30 @@ impl Etcd {
         Ok(rx)
     }
 
-    /// The directory's actors by name (placement included) and the etcd
-    /// revision they are current at, kept current by a background task,
-    /// returned once the first listing is in. A follower replica routes by
-    /// it. Every change publishes the whole map (a copy per change: fine
-    /// to a few hundred thousand actors per prefix; docs/capacity.md says
-    /// where sharding takes over).
+    /// The directory's actors as a stream of changes, returned once the
+    /// first listing is in: [`ActorsChange::Listed`] with every actor
+    /// (placement included) first and again whenever the watch had to
+    /// list again, [`ActorsChange::Changed`] with the records put and
+    /// deleted by each watch event in between, each with the etcd revision
+    /// it brings the receiver to. A follower replica routes by it. The
+    /// channel is unbounded: its receiver applies each change in memory.
     ///
     /// # Errors
     /// If the follower task ended before its first listing.
-    pub async fn watch_actors(&self) -> anyhow::Result<watch::Receiver<ActorsAt>> {
+    pub async fn watch_actors(
+        &self,
+    ) -> anyhow::Result<tokio::sync::mpsc::UnboundedReceiver<ActorsChange>> {
         let (listed, first) = tokio::sync::oneshot::channel();
-        let rx = self.follow(
-            Range::Under(self.key("actors/")),
-            |map: &BTreeMap<String, Versioned<ActorValue>>, revision| ActorsAt {
-                actors: map
-                    .iter()
-                    .map(|(name, v)| (name.clone(), v.value.row(name)))
-                    .collect(),
-                generations: map
-                    .iter()
-                    .map(|(name, v)| (name.clone(), v.created))
-                    .collect(),
-                revision,
-            },
-            Some(listed),
-        );
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let etcd = self.clone();
+        let range = Range::Under(self.key("actors/"));
+        self.spawn(async move {
+            let sink = Changes(tx);
+            tokio::select! {
+                () = follow(etcd, range, &sink, Some(listed)) => {}
+                () = sink.0.closed() => {}
+            }
+        });
         first
             .await
             .map_err(|_| anyhow::anyhow!("the watch of the actors ended before listing them"))?;
@@ -151,9 +155,14 @@ impl Etcd {
         let (tx, rx) = watch::channel(project(&BTreeMap::new(), 0));
         let etcd = self.clone();
         self.spawn(async move {
+            let sink = Projected {
+                map: std::sync::Mutex::new(BTreeMap::new()),
+                tx,
+                project,
+            };
             tokio::select! {
-                () = follow(etcd, range, &tx, project, listed) => {}
-                () = tx.closed() => {}
+                () = follow(etcd, range, &sink, listed) => {}
+                () = sink.tx.closed() => {}
             }
         });
         rx
@@ -172,27 +181,122 @@ impl Etcd {
     }
 }
 
-async fn follow<V, O, P>(
-    etcd: Etcd,
-    range: Range,
-    tx: &watch::Sender<O>,
+/// What a follower does with what it reads: a listing of the whole range,
+/// then the changes of each watch event (`None`: the key was deleted).
+pub(crate) trait Sink: Sync {
+    /// The records' type.
+    type Value: DeserializeOwned;
+    /// The whole range at `revision` (at start and after each re-listing).
+    fn listed(&self, records: Vec<(String, Versioned<Self::Value>)>, revision: i64);
+    /// The changes of one watch event, bringing the range to `revision`.
+    fn changed(&self, changes: Vec<(String, Option<Versioned<Self::Value>>)>, revision: i64);
+}
+
+/// A follower that keeps the map and publishes `project(map, revision)`
+/// when it changed.
+struct Projected<V, O, P> {
+    map: std::sync::Mutex<BTreeMap<String, Versioned<V>>>,
+    tx: watch::Sender<O>,
     project: P,
-    mut listed: Option<tokio::sync::oneshot::Sender<()>>,
-) where
-    V: DeserializeOwned,
+}
+
+impl<V, O, P> Projected<V, O, P>
+where
     O: PartialEq,
     P: Fn(&BTreeMap<String, Versioned<V>>, i64) -> O,
 {
-    let publish = |map: &BTreeMap<String, Versioned<V>>, revision: i64| {
-        let now = project(map, revision);
-        tx.send_if_modified(|old| {
+    fn publish(&self, map: &BTreeMap<String, Versioned<V>>, revision: i64) {
+        let now = (self.project)(map, revision);
+        self.tx.send_if_modified(|old| {
             let changed = *old != now;
             if changed {
                 *old = now;
             }
             changed
         });
-    };
+    }
+
+    fn map(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Versioned<V>>> {
+        self.map
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+impl<V, O, P> Sink for Projected<V, O, P>
+where
+    V: DeserializeOwned + Send,
+    O: PartialEq + Send + Sync,
+    P: Fn(&BTreeMap<String, Versioned<V>>, i64) -> O + Sync,
+{
+    type Value = V;
+
+    fn listed(&self, records: Vec<(String, Versioned<V>)>, revision: i64) {
+        let mut map = self.map();
+        *map = records.into_iter().collect();
+        self.publish(&map, revision);
+    }
+
+    fn changed(&self, changes: Vec<(String, Option<Versioned<V>>)>, revision: i64) {
+        let mut map = self.map();
+        for (name, value) in changes {
+            match value {
+                Some(v) => map.insert(name, v),
+                None => map.remove(&name),
+            };
+        }
+        self.publish(&map, revision);
+    }
+}
+
+/// The actors' follower: each listing and event as an [`ActorsChange`].
+struct Changes(tokio::sync::mpsc::UnboundedSender<ActorsChange>);
+
+fn actor_row(name: &str, v: &Versioned<ActorValue>) -> ActorRow {
+    v.value.row(name)
+}
+
+impl Sink for Changes {
+    type Value = ActorValue;
+
+    fn listed(&self, records: Vec<(String, Versioned<ActorValue>)>, revision: i64) {
+        let mut at = ActorsAt {
+            revision,
+            ..ActorsAt::default()
+        };
+        for (name, v) in records {
+            at.generations.insert(name.clone(), v.created);
+            at.actors.insert(name.clone(), actor_row(&name, &v));
+        }
+        let _ = self.0.send(ActorsChange::Listed(at));
+    }
+
+    fn changed(&self, changes: Vec<(String, Option<Versioned<ActorValue>>)>, revision: i64) {
+        let mut put = Vec::new();
+        let mut deleted = Vec::new();
+        for (name, value) in changes {
+            match value {
+                Some(v) => put.push((actor_row(&name, &v), v.created)),
+                None => deleted.push(name),
+            }
+        }
+        if put.is_empty() && deleted.is_empty() {
+            return;
+        }
+        let _ = self.0.send(ActorsChange::Changed {
+            put,
+            deleted,
+            revision,
+        });
+    }
+}
+
+async fn follow<S: Sink>(
+    etcd: Etcd,
+    range: Range,
+    sink: &S,
+    mut listed: Option<tokio::sync::oneshot::Sender<()>>,
+) {
     let mut backoff = FIRST_BACKOFF;
     loop {
         let (kvs, revision) = match etcd.read_range(&range).await {
@@ -206,12 +310,13 @@ async fn follow<V, O, P>(
                 continue;
             }
         };
-        let mut map: BTreeMap<String, Versioned<V>> = kvs
+        let records = kvs
             .iter()
             .filter_map(|kv| Some((range.name(kv.key()), decode(kv)?)))
             .collect();
+        drop(kvs);
         let mut applied_revision = revision;
-        publish(&map, applied_revision);
+        sink.listed(records, applied_revision);
         if let Some(listed) = listed.take() {
             let _ = listed.send(());
         }
@@ -247,6 +352,7 @@ async fn follow<V, O, P>(
                 );
                 break;
             }
+            let mut changes = Vec::with_capacity(resp.events().len());
             for event in resp.events() {
                 let Some(kv) = event.kv() else { continue };
                 applied_revision = applied_revision.max(kv.mod_revision());
@@ -254,15 +360,13 @@ async fn follow<V, O, P>(
                 match event.event_type() {
                     EventType::Put => {
                         if let Some(v) = decode(kv) {
-                            map.insert(name, v);
+                            changes.push((name, Some(v)));
                         }
                     }
-                    EventType::Delete => {
-                        map.remove(&name);
-                    }
+                    EventType::Delete => changes.push((name, None)),
                 }
             }
-            publish(&map, applied_revision);
+            sink.changed(changes, applied_revision);
             backoff = FIRST_BACKOFF;
         }
         back_off(&mut backoff).await;

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use stasis_contract::directory::ActorRow;
 use stasis_contract::error::ErrorKind;
 use stasis_contract::status::ActorState;
 use stasis_contract::worker_api::WorkerApi as _;
@@ -291,6 +292,61 @@ async fn a_follower_forgets_a_placement_whose_actor_was_created_again() {
     h.control
         .apply_placements(&stasis_contract::directory::ActorsAt::default());
     assert!(h.control.placement_of("x").is_err());
+}
+
+#[tokio::test]
+async fn a_follower_applies_each_watch_event_by_its_changes_alone() {
+    use stasis_contract::directory::ActorsChange;
+    let h = harness(Role::Follower, 0, &[]);
+    let placed = |name: &str| {
+        h.control
+            .placement_of(name)
+            .ok()
+            .map(|p| (p.worker.to_string(), p.epoch))
+    };
+    let listed = |names: &[&str]| {
+        let mut at = stasis_contract::directory::ActorsAt {
+            revision: 100,
+            ..Default::default()
+        };
+        for name in names {
+            at.actors.insert((*name).to_owned(), row(name, "w1", 1));
+            at.generations.insert((*name).to_owned(), 10);
+        }
+        ActorsChange::Listed(at)
+    };
+    let changed =
+        |put: Vec<(ActorRow, i64)>, deleted: &[&str], revision: i64| ActorsChange::Changed {
+            put,
+            deleted: deleted.iter().map(|d| (*d).to_owned()).collect(),
+            revision,
+        };
+    assert_eq!(h.control.apply_change(&listed(&["a", "b"])), 100);
+    // One actor moved: only it changes; the others stay as they were.
+    let revision = h
+        .control
+        .apply_change(&changed(vec![(row("a", "w2", 2), 10)], &[], 101));
+    assert_eq!(revision, 101);
+    assert_eq!(placed("a"), Some(("w2".to_owned(), 2)));
+    assert_eq!(placed("b"), Some(("w1".to_owned(), 1)));
+    // An event that lags a switch seen here does not move it back.
+    h.control
+        .apply_change(&changed(vec![(row("a", "w1", 1), 10)], &[], 102));
+    assert_eq!(placed("a"), Some(("w2".to_owned(), 2)));
+    // A new actor, a deleted one, and a name created again (another
+    // generation: epochs start over).
+    h.control.apply_change(&changed(
+        vec![(row("c", "w1", 1), 30), (row("a", "w1", 1), 40)],
+        &["b"],
+        103,
+    ));
+    assert_eq!(placed("a"), Some(("w1".to_owned(), 1)));
+    assert_eq!(placed("b"), None);
+    assert_eq!(placed("c"), Some(("w1".to_owned(), 1)));
+    // A listing after the watch broke: what it lacks is gone.
+    h.control.apply_change(&listed(&["c"]));
+    assert_eq!(placed("a"), None);
+    assert_eq!(placed("c"), Some(("w1".to_owned(), 1)));
 }
 
 #[tokio::test(start_paused = true)]
