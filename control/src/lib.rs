@@ -57,7 +57,7 @@ pub mod templates;
 pub mod upgrade;
 pub mod views;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -70,10 +70,9 @@ pub use membership::WorkerState;
 pub use request::Route;
 use stasis_contract::directory::{Directory, WorkerRecord};
 use stasis_contract::error::ApiError;
-use stasis_contract::metrics::{Metrics, StateLabel};
+use stasis_contract::metrics::Metrics;
 use stasis_contract::proto::JoinAnswer;
 use stasis_contract::settings::WorkerSettings;
-use stasis_contract::status::ActorState;
 use stasis_contract::templates::TemplateDir;
 use stasis_contract::worker_api::{ConnectWorker, WorkerApi};
 use stasis_core::engine::Limits;
@@ -409,29 +408,16 @@ impl ControlPlane {
 
     /// The metrics registry, with the gauges refreshed.
     pub async fn metrics_text(&self) -> String {
-        let mut counts: HashMap<&'static str, i64> = HashMap::new();
+        let mut states = Vec::new();
         let mut held = 0;
         for member in self.members() {
             held += member.api.held_requests();
             for (_, status) in member.statuses().await.unwrap_or_default() {
-                *counts.entry(status.state.as_str()).or_default() += 1;
+                states.push(status.state);
             }
         }
-        for state in ActorState::ALL {
-            self.metrics
-                .actors
-                .get_or_create(&StateLabel {
-                    state: state.as_str().to_owned(),
-                })
-                .set(counts.get(state.as_str()).copied().unwrap_or(0));
-        }
         self.metrics
-            .held_requests
-            .set(i64::try_from(held).unwrap_or(i64::MAX));
-        self.metrics
-            .snapshot_bytes
-            .set(i64::try_from(self.store.used_bytes()).unwrap_or(i64::MAX));
-        self.metrics.encode()
+            .encode_at_scrape(states, held, self.store.used_bytes())
     }
 }
 

@@ -40,6 +40,21 @@ pub fn text_error(error: &ApiError) -> Response<Body> {
     response
 }
 
+/// A `status` response with `body` as `content_type`.
+#[must_use]
+pub fn text(status: StatusCode, body: String, content_type: &'static str) -> Response<Body> {
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static(content_type),
+    );
+    response
+}
+
+/// The content type of `/metrics` (OpenMetrics text).
+pub const METRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
 /// A JSON answer (pretty-printed) with `status`.
 #[must_use]
 pub fn json<T: serde::Serialize>(status: StatusCode, value: &T) -> Response<Body> {

@@ -16,7 +16,7 @@ use stasis_contract::rollout::RolloutRequest;
 use stasis_contract::settings::Durability;
 use stasis_control::{ControlPlane, MAX_TEMPLATE_BYTES};
 use stasis_http::auth::authorize;
-use stasis_http::serve::{Body, collect_body, json, json_error};
+use stasis_http::serve::{Body, METRICS_CONTENT_TYPE, collect_body, json, json_error, text};
 
 /// Largest JSON body the admin API reads, in bytes.
 const MAX_JSON: usize = 64 << 10;
@@ -25,16 +25,6 @@ const MAX_JSON: usize = 64 << 10;
 pub struct AdminApi {
     control: Arc<ControlPlane>,
     token: Option<String>,
-}
-
-fn text(status: StatusCode, body: String, content_type: &'static str) -> Response<Body> {
-    let mut response = Response::new(Full::new(Bytes::from(body)));
-    *response.status_mut() = status;
-    response.headers_mut().insert(
-        hyper::header::CONTENT_TYPE,
-        hyper::header::HeaderValue::from_static(content_type),
-    );
-    response
 }
 
 /// Runs a move (or a drain, or a rebalance) in its own task: if the client
@@ -187,7 +177,7 @@ impl AdminApi {
             (&Method::GET, ["metrics"]) => Ok(text(
                 StatusCode::OK,
                 c.metrics_text().await,
-                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                METRICS_CONTENT_TYPE,
             )),
             (&Method::GET, ["v1", "templates"]) => ok(&c.templates()?),
             (&Method::GET, ["v1", "templates", name]) => ok(&c.template(name)?),

@@ -380,6 +380,26 @@ async fn every_verb_works_through_a_follower() {
         "{}",
         metrics.body
     );
+    // Each worker serves its own: the actors it runs, its resumes.
+    let metrics = crate::support::send(
+        &c,
+        d.worker("w2").listen,
+        "GET",
+        "localhost",
+        "/metrics",
+        Vec::new(),
+    )
+    .await;
+    assert_eq!(metrics.status, 200);
+    let value = |series: &str| {
+        metrics
+            .body
+            .lines()
+            .find_map(|l| l.strip_prefix(series)?.trim().parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("no {series} in {}", metrics.body))
+    };
+    assert_eq!(value("stasis_actors{state=\"running\"}"), 3.0);
+    assert!(value("stasis_resumes_total{worker=\"w2\"}") >= 1.0);
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -1,6 +1,7 @@
 //! The worker API a `stasis worker run` process serves (see
 //! [`super::super::proto`]): authorization, the lease check, and each
-//! route and actor operation handed to the [`Worker`](stasis_worker::Worker).
+//! route and actor operation handed to the [`Worker`](stasis_worker::Worker),
+//! and the worker's own `GET /metrics`.
 
 use std::sync::Arc;
 
@@ -18,7 +19,7 @@ use stasis_contract::proto::{
 };
 use stasis_contract::worker_api::HostSpec;
 use stasis_http::auth::authorize;
-use stasis_http::serve::{Body, collect_body, json, json_error};
+use stasis_http::serve::{Body, METRICS_CONTENT_TYPE, collect_body, json, json_error, text};
 
 impl RemoteWorker {
     pub(super) async fn handle(&self, request: Request<Incoming>) -> Response<Body> {
@@ -68,6 +69,13 @@ impl RemoteWorker {
                 .map(str::to_owned)
         };
         let w = &self.worker;
+        if method == Method::GET && path == "/metrics" {
+            let states = w.statuses().into_iter().map(|(_, s)| s.state);
+            let body =
+                self.metrics
+                    .encode_at_scrape(states, w.held_requests(), w.store().used_bytes());
+            return Ok(text(StatusCode::OK, body, METRICS_CONTENT_TYPE));
+        }
         let route = WorkerPath::parse(&path);
         if let Some(WorkerPath::Actor(name) | WorkerPath::Op(name, _)) = route {
             stasis_contract::error::check_label("actor", name)?;

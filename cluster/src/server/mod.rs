@@ -144,6 +144,8 @@ impl FetchTemplate for ControlTemplates {
 
 struct RemoteWorker {
     worker: Arc<Worker>,
+    /// What the worker counts (`GET /metrics`).
+    metrics: Arc<Metrics>,
     /// The calls under way, for `abandon`.
     calls: calls::Calls,
     /// Set at SIGTERM: no actor is created or installed here after it.
@@ -357,11 +359,12 @@ pub async fn run(
         })),
         Cluster::Registered { .. } => None,
     };
+    let metrics = Arc::new(Metrics::default());
     let worker = Worker::new(
         &options.name,
         engine.clone(),
         store.clone(),
-        Arc::new(Metrics::default()),
+        metrics.clone(),
         WorkerSettings {
             max_held: answer.max_held,
             hold_timeout: ms(answer.hold_timeout_ms),
@@ -402,6 +405,7 @@ pub async fn run(
     }
     let remote = Arc::new(RemoteWorker {
         worker,
+        metrics,
         calls: calls::Calls::default(),
         shutting_down: std::sync::atomic::AtomicBool::new(false),
         cluster,
