@@ -78,6 +78,12 @@ pub struct ActorStatus {
     pub memory_bytes: u64,
     /// Requests answered by the guest.
     pub requests: u64,
+    /// Alarms the guest ran (its `on_alarm` export), on this worker.
+    #[serde(default)]
+    pub alarms: u64,
+    /// When the guest last ran an alarm, in ms since the Unix epoch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_alarm_at_unix_ms: Option<u64>,
     /// When `error` was set, in ms since the Unix epoch.
     #[serde(default)]
     pub error_at_unix_ms: Option<u64>,
@@ -133,6 +139,8 @@ impl ActorStatus {
             error: None,
             memory_bytes: 0,
             requests: 0,
+            alarms: 0,
+            last_alarm_at_unix_ms: None,
             mailbox: 0,
             snapshot_journaled: false,
             error_at_unix_ms: None,

@@ -337,6 +337,8 @@ impl ControlPlane {
             last_pause_ms: status.last_pause_ms,
             last_resume_ms: status.last_resume_ms,
             requests: status.requests,
+            alarms: status.alarms,
+            last_alarm_at: status.last_alarm_at_unix_ms.map(rfc3339),
             memory_bytes: status.memory_bytes,
             mailbox: status.mailbox,
             error: status.error,

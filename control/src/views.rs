@@ -75,6 +75,10 @@ pub struct ActorInfo {
     pub last_resume_ms: Option<f64>,
     /// Requests answered by the guest.
     pub requests: u64,
+    /// Alarms the guest ran, on its worker since it hosts the actor.
+    pub alarms: u64,
+    /// When the guest last ran an alarm (RFC 3339), on its worker.
+    pub last_alarm_at: Option<String>,
     /// Live linear memory, bytes.
     pub memory_bytes: u64,
     /// Deliveries waiting in its mailbox.

@@ -125,6 +125,10 @@ async fn an_alarm_wakes_a_paused_actor_and_a_cancelled_one_never_fires() {
     wait_metric(&server, "stasis_alarms_fired_total", 1.0).await;
     assert_eq!(state(&server, "sleeper"), "running");
     assert_eq!(fired(&server, "sleeper").await, 1);
+    // `actor get` counts the alarm apart from the requests.
+    let got = server.cli_json(&["actor", "get", "sleeper"]);
+    assert_eq!(got["alarms"], 1, "{got}");
+    assert!(got["last_alarm_at"].is_string(), "{got}");
     wait_metric(&server, "stasis_alarms_pending", 0.0).await;
     assert_eq!(
         ask(&server, "sleeper", "GET", "/alarm").await.1,
@@ -305,6 +309,9 @@ async fn an_alarm_of_a_module_without_the_hook_is_removed_and_counted() {
     let text = server.metrics().await;
     assert_eq!(metric(&text, "stasis_alarms_fired_total"), 0.0, "{text}");
     server.wait_for_log("no stasis_on_alarm export");
+    let got = server.cli_json(&["actor", "get", "hookless"]);
+    assert_eq!(got["alarms"], 0, "{got}");
+    assert!(got["last_alarm_at"].is_null(), "{got}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -11,6 +11,7 @@ use stasis_core::journal::Durable;
 use super::actor::{ActorTask, Input, Ticket};
 use super::journaled::{Then, send_gated};
 use crate::guest::{Answer, Work};
+use stasis_contract::alarm::AlarmOutcome;
 use stasis_contract::client_gone;
 use stasis_contract::error::{ApiError, ErrorKind};
 use stasis_contract::status::{ActorState, ResumeFrom};
@@ -109,12 +110,22 @@ impl ActorTask {
             .instance
             .as_mut()
             .ok_or_else(|| ApiError::internal("no instance"))?;
+        let alarm = matches!(work, Work::Alarm);
         let result = crate::guest::run(instance, &self.services, work).await;
         let memory_bytes = instance.memory_bytes();
         {
             let mut status = self.status();
-            status.requests += 1;
-            status.last_request_at_unix_ms = stasis_contract::status::now_unix_ms();
+            let now = stasis_contract::status::now_unix_ms();
+            if alarm {
+                // An actor without an `on_alarm` export ran nothing.
+                if !matches!(result, Ok(Answer::Alarm(AlarmOutcome::NoHook))) {
+                    status.alarms += 1;
+                    status.last_alarm_at_unix_ms = now;
+                }
+            } else {
+                status.requests += 1;
+                status.last_request_at_unix_ms = now;
+            }
             status.last_active = Some(Instant::now());
             status.memory_bytes = memory_bytes;
         }
