@@ -8,6 +8,7 @@ use clap::Args;
 use stasis_core::engine::Limits;
 use stasis_runtime::contract::settings::{ActorSettings, AllowList, Durability, WorkerSettings};
 use stasis_runtime::control::{RebalanceBy, ServeConfig};
+use stasis_runtime::http::tls::{CertFiles, ServerTls};
 use stasis_runtime::server::{ClusterConfig, ServeOptions, serve};
 
 /// A size: a number of bytes, optionally with an IEC unit (powers of
@@ -144,6 +145,46 @@ pub(crate) struct ServeArgs {
     /// (default: the listen address).
     #[arg(long)]
     advertise: Option<String>,
+    /// Serve the ingress over TLS with this certificate chain (PEM, leaf
+    /// first); repeatable, each with its --tls-key, in the same order: a
+    /// client's SNI name picks the certificate that covers it (wildcards
+    /// too), else the first. Reloaded within a second or two when the file
+    /// changes.
+    #[arg(long = "tls-cert", value_name = "PATH")]
+    tls_cert: Vec<PathBuf>,
+    /// The private key (PEM: PKCS#8, PKCS#1 or SEC1) of the --tls-cert
+    /// given at the same position.
+    #[arg(long = "tls-key", value_name = "PATH")]
+    tls_key: Vec<PathBuf>,
+}
+
+/// The ingress's certificates from `--tls-cert`/`--tls-key` (none: plain
+/// HTTP).
+fn ingress_tls(
+    certs: &[PathBuf],
+    keys: &[PathBuf],
+) -> anyhow::Result<Option<std::sync::Arc<ServerTls>>> {
+    if certs.len() != keys.len() {
+        anyhow::bail!(
+            "--tls-cert and --tls-key come in pairs: {} certificate(s) and {} key(s) given",
+            certs.len(),
+            keys.len()
+        );
+    }
+    if certs.is_empty() {
+        return Ok(None);
+    }
+    let files = certs
+        .iter()
+        .zip(keys)
+        .map(|(cert, key)| CertFiles {
+            cert: cert.clone(),
+            key: key.clone(),
+        })
+        .collect();
+    ServerTls::load(files)
+        .map(Some)
+        .map_err(|e| anyhow::anyhow!("--tls-cert/--tls-key: {e}"))
 }
 
 fn parse_rebalance_by(s: &str) -> Result<RebalanceBy, String> {
@@ -165,6 +206,7 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
         lease_ttl: args.cluster.lease_ttl,
         advertise: args.advertise.clone(),
     });
+    let tls = ingress_tls(&args.tls_cert, &args.tls_key)?;
     let durability = args.durability.unwrap_or_default();
     let checkpoint_interval = match (durability, args.checkpoint_interval) {
         (Durability::Interval, None) => Some(Duration::from_secs(1)),
@@ -219,17 +261,21 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
         domain: args.domain,
         admin_token: args.admin_token,
         metrics_per_actor: args.metrics_per_actor,
+        tls,
     };
     // A data dir this run creates is removed again if the start fails, so
     // that a mistyped flag leaves no empty ./stasis-data behind.
     let data_dir = options.config.data_dir.clone();
     let fresh = !data_dir.exists();
+    let tls_on = options.tls.is_some();
     let started = std::sync::atomic::AtomicBool::new(false);
     let result = serve(options, crate::process::shutdown_signal(), |bound| {
         started.store(true, std::sync::atomic::Ordering::SeqCst);
         println!(
-            "stasis ready ingress={} admin={}",
-            bound.ingress, bound.admin
+            "stasis ready ingress={} admin={}{}",
+            bound.ingress,
+            bound.admin,
+            if tls_on { " ingress-tls=on" } else { "" }
         );
         tracing::info!(ingress = %bound.ingress, admin = %bound.admin, "ready");
     })

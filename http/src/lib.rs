@@ -1,11 +1,13 @@
 //! Stasis's HTTP plumbing, written once: [`serve`] (the body type, error
 //! answers, bounded body collection and the accept loop every listener
 //! runs), [`client`] (the one HTTP client core under the worker protocol's
-//! client, the CLI's admin client and a follower's forwarding) and
-//! [`auth`] (the one bearer-token check).
+//! client, the CLI's admin client and a follower's forwarding),
+//! [`auth`] (the one bearer-token check) and [`tls`] (a listener's
+//! certificates, chosen by SNI and reloaded as their files change).
 
 #![warn(missing_docs)]
 
 pub mod auth;
 pub mod client;
 pub mod serve;
+pub mod tls;

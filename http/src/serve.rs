@@ -153,6 +153,23 @@ pub async fn serve<H, F>(
     H: Fn(Request<Incoming>, SocketAddr) -> F + Send + Sync + 'static,
     F: Future<Output = Response<Body>> + Send + 'static,
 {
+    serve_tls(listener, None, handler, shutdown, drain).await;
+}
+
+/// [`serve`], over TLS when `tls` is given ([`crate::tls`]: HTTP/2 or
+/// HTTP/1.1 by ALPN). Each connection's handshake runs in the
+/// connection's own task, bounded by [`TLS_HANDSHAKE_TIMEOUT`], so a slow
+/// or silent TLS client holds up no other connection.
+pub async fn serve_tls<H, F>(
+    listener: TcpListener,
+    tls: Option<Arc<crate::tls::ServerTls>>,
+    handler: H,
+    shutdown: impl Future<Output = ()>,
+    drain: Duration,
+) where
+    H: Fn(Request<Incoming>, SocketAddr) -> F + Send + Sync + 'static,
+    F: Future<Output = Response<Body>> + Send + 'static,
+{
     let handler = Arc::new(handler);
     let graceful = GracefulShutdown::new();
     let mut builder = auto::Builder::new(TokioExecutor::new());
@@ -162,6 +179,9 @@ pub async fn serve<H, F>(
         .http1()
         .timer(hyper_util::rt::TokioTimer::new())
         .header_read_timeout(HEADER_READ_TIMEOUT);
+    let builder = Arc::new(builder);
+    let acceptor = tls.as_ref().map(|t| t.acceptor());
+    let reload = tls.map(|t| tokio::spawn(t.watch()));
     tokio::pin!(shutdown);
     loop {
         let (stream, peer) = tokio::select! {
@@ -181,13 +201,42 @@ pub async fn serve<H, F>(
             let handler = handler.clone();
             async move { Ok::<_, Infallible>(handler(req, peer).await) }
         });
-        let connection = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
-        let connection = graceful.watch(connection.into_owned());
+        let watcher = graceful.watcher();
+        let (builder, acceptor) = (builder.clone(), acceptor.clone());
         tokio::spawn(async move {
-            if let Err(e) = connection.await {
+            let ended = match acceptor {
+                None => {
+                    let connection =
+                        builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+                    watcher.watch(connection.into_owned()).await
+                }
+                Some(acceptor) => {
+                    let stream =
+                        match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream))
+                            .await
+                        {
+                            Ok(Ok(stream)) => stream,
+                            Ok(Err(e)) => {
+                                tracing::debug!(%peer, "TLS handshake failed: {e}");
+                                return;
+                            }
+                            Err(_) => {
+                                tracing::debug!(%peer, "TLS handshake timed out");
+                                return;
+                            }
+                        };
+                    let connection =
+                        builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+                    watcher.watch(connection.into_owned()).await
+                }
+            };
+            if let Err(e) = ended {
                 tracing::debug!(%peer, "connection ended: {e}");
             }
         });
+    }
+    if let Some(reload) = reload {
+        reload.abort();
     }
     if tokio::time::timeout(drain, graceful.shutdown())
         .await
@@ -196,3 +245,6 @@ pub async fn serve<H, F>(
         tracing::warn!("connections still open after {drain:?}; closing them");
     }
 }
+
+/// How long a TLS client gets to finish its handshake.
+pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);

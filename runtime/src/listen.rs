@@ -42,6 +42,9 @@ pub struct ServeOptions {
     pub admin_token: Option<String>,
     /// Also keep per-actor metric series (`--metrics-per-actor`).
     pub metrics_per_actor: bool,
+    /// The ingress's certificates (`--tls-cert`/`--tls-key`); `None`:
+    /// plain HTTP/1.1 and h2c.
+    pub tls: Option<std::sync::Arc<stasis_http::tls::ServerTls>>,
 }
 
 /// The addresses a running server listens on.

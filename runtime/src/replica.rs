@@ -279,8 +279,14 @@ pub async fn serve_replica(
     };
     let listen = |listener: TcpListener, which: Listener, rx| {
         let replica = replica.clone();
-        tokio::spawn(stasis_http::serve::serve(
+        // TLS (`--tls-cert`) is the ingress's.
+        let tls = match which {
+            Listener::Ingress => options.tls.clone(),
+            Listener::Admin => None,
+        };
+        tokio::spawn(stasis_http::serve::serve_tls(
             listener,
+            tls,
             move |req, _| {
                 let replica = replica.clone();
                 async move { replica.handle(which, req).await }

@@ -56,8 +56,9 @@ pub async fn serve(
         let _ = rx.wait_for(|s| *s).await;
     };
     let router = Arc::new(Router::new(control.clone(), &options.domain));
-    let ingress_task = tokio::spawn(stasis_http::serve::serve(
+    let ingress_task = tokio::spawn(stasis_http::serve::serve_tls(
         ingress,
+        options.tls.clone(),
         move |req, _| {
             let router = router.clone();
             async move { router.handle(req).await }

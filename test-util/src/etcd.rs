@@ -244,73 +244,14 @@ impl EtcdCluster {
 }
 
 /// Makes a CA and one certificate for `127.0.0.1` (server and client use)
-/// in `dir`, with the `openssl` command.
+/// in `dir`.
 fn make_certificates(dir: &Path) -> TlsFiles {
-    let run = |args: &[&str]| {
-        let out = Command::new("openssl")
-            .args(args)
-            .current_dir(dir)
-            .output()
-            .unwrap_or_else(|e| panic!("running openssl (apt-get install -y openssl): {e}"));
-        assert!(
-            out.status.success(),
-            "openssl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
-    run(&[
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.pem",
-        "-days",
-        "2",
-        "-subj",
-        "/CN=stasis-test-ca",
-    ]);
-    run(&[
-        "req",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        "node.key",
-        "-out",
-        "node.csr",
-        "-subj",
-        "/CN=127.0.0.1",
-    ]);
-    std::fs::write(
-        dir.join("node.ext"),
-        "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth\n",
-    )
-    .expect("write the certificate extensions");
-    run(&[
-        "x509",
-        "-req",
-        "-in",
-        "node.csr",
-        "-CA",
-        "ca.pem",
-        "-CAkey",
-        "ca.key",
-        "-CAcreateserial",
-        "-out",
-        "node.pem",
-        "-days",
-        "2",
-        "-extfile",
-        "node.ext",
-    ]);
+    let ca = crate::certs::TestCa::new(dir);
+    let node = ca.issue("node", "127.0.0.1", "IP:127.0.0.1,DNS:localhost");
     TlsFiles {
-        ca: dir.join("ca.pem"),
-        cert: dir.join("node.pem"),
-        key: dir.join("node.key"),
+        ca: ca.cert,
+        cert: node.cert,
+        key: node.key,
     }
 }
 

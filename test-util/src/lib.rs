@@ -38,6 +38,7 @@
 pub mod admin;
 pub mod artifacts;
 pub mod bench;
+pub mod certs;
 pub mod cluster;
 pub mod data;
 pub mod demos;

@@ -94,5 +94,6 @@ mod store_journal;
 mod store_journal_faults;
 mod structure;
 mod timestamps;
+mod tls;
 mod upgrade;
 mod upgrade_faults;
