@@ -272,12 +272,10 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let result = serve(options, crate::process::shutdown_signal(), |bound| {
         started.store(true, std::sync::atomic::Ordering::SeqCst);
         println!(
-            "stasis ready ingress={} admin={}{}",
-            bound.ingress,
-            bound.admin,
-            if tls_on { " ingress-tls=on" } else { "" }
+            "stasis ready ingress={} admin={}",
+            bound.ingress, bound.admin
         );
-        tracing::info!(ingress = %bound.ingress, admin = %bound.admin, "ready");
+        tracing::info!(ingress = %bound.ingress, admin = %bound.admin, ingress_tls = tls_on, "ready");
     })
     .await;
     if result.is_err()
