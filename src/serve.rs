@@ -63,6 +63,13 @@ pub(crate) struct ServeArgs {
     /// Bearer token the admin API requires.
     #[arg(long, env = "STASIS_ADMIN_TOKEN", hide_env_values = true)]
     admin_token: Option<String>,
+    /// Bearer token of the internal API between the control plane and
+    /// workers (`stasis worker run --internal-token`): required on the
+    /// admin port's /internal/ routes instead of --admin-token, and
+    /// presented to workers. Each token is refused where the other
+    /// belongs. Default: --admin-token serves both.
+    #[arg(long, env = "STASIS_INTERNAL_TOKEN", hide_env_values = true)]
+    internal_token: Option<String>,
     /// Requests held per actor while it pauses or resumes; past it: 503.
     #[arg(long, default_value_t = 1024)]
     max_held: usize,
@@ -207,6 +214,11 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
         advertise: args.advertise.clone(),
     });
     let tls = ingress_tls(&args.tls_cert, &args.tls_key)?;
+    if args.internal_token.is_some() && args.internal_token == args.admin_token {
+        anyhow::bail!(
+            "--internal-token must differ from --admin-token: a worker's credential must not open the admin API"
+        );
+    }
     let durability = args.durability.unwrap_or_default();
     let checkpoint_interval = match (durability, args.checkpoint_interval) {
         (Durability::Interval, None) => Some(Duration::from_secs(1)),
@@ -253,6 +265,7 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
             max_concurrent_moves: usize::try_from(args.max_concurrent_moves).unwrap_or(usize::MAX),
             alarm_retries: args.alarm_retries,
             admin_token: args.admin_token.clone(),
+            internal_token: args.internal_token.clone(),
             snapshot_store: args.cluster.snapshot_store.clone(),
         },
         cluster,

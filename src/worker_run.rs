@@ -29,9 +29,15 @@ pub(crate) struct WorkerRunArgs {
     /// Data dir: local snapshot copies and compiled code.
     #[arg(long)]
     data_dir: PathBuf,
-    /// Bearer token of the control plane (and of this worker's API).
+    /// Bearer token of the control plane (and of this worker's API), when
+    /// it has no --internal-token.
     #[arg(long, env = "STASIS_ADMIN_TOKEN", hide_env_values = true)]
     admin_token: Option<String>,
+    /// The cluster's internal token (`stasis serve --internal-token`):
+    /// presented to the control plane and required by this worker's API,
+    /// instead of --admin-token.
+    #[arg(long, env = "STASIS_INTERNAL_TOKEN", hide_env_values = true)]
+    internal_token: Option<String>,
     /// Hosts actors may fetch from (HOST[:PORT], [IPV6][:PORT],
     /// *.DOMAIN[:PORT] or public[:PORT]; repeatable; without a port only
     /// 80/443). A name resolving to a loopback, private or other special
@@ -90,7 +96,7 @@ pub(crate) async fn run(args: WorkerRunArgs) -> anyhow::Result<()> {
         listen: args.listen,
         name: args.name.clone(),
         data_dir: args.data_dir,
-        token: args.admin_token,
+        token: args.internal_token.or(args.admin_token),
         allow_outbound: stasis_runtime::contract::settings::AllowList::parse(&args.allow_outbound)
             .map_err(anyhow::Error::msg)?,
     };

@@ -109,8 +109,13 @@ pub struct ServeConfig {
     pub rebalance_by: RebalanceBy,
     /// Moves a rebalance or drain runs at once.
     pub max_concurrent_moves: usize,
-    /// Bearer token for the admin API and for talking to remote workers.
+    /// Bearer token for the admin API (and, without `internal_token`, for
+    /// talking to remote workers).
     pub admin_token: Option<String>,
+    /// Bearer token of the internal API between the control plane and
+    /// workers (`--internal-token`): what it presents to remote workers;
+    /// `None` uses `admin_token`.
+    pub internal_token: Option<String>,
     /// Where snapshots and template modules are kept (`--snapshot-store`):
     /// the data dir (`local`), a shared volume or an object store.
     pub snapshot_store: StoreUrl,
@@ -144,6 +149,7 @@ impl Default for ServeConfig {
             rebalance_by: RebalanceBy::Count,
             max_concurrent_moves: 4,
             admin_token: None,
+            internal_token: None,
             snapshot_store: StoreUrl::Local,
             alarm_retries: alarms::DEFAULT_RETRIES,
         }

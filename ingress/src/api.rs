@@ -18,6 +18,9 @@ use stasis_control::{ControlPlane, MAX_TEMPLATE_BYTES};
 use stasis_http::auth::authorize;
 use stasis_http::serve::{Body, METRICS_CONTENT_TYPE, collect_body, json, json_error, text};
 
+/// Where the internal routes (control plane and workers) start.
+const INTERNAL_PREFIX: &str = "/internal/";
+
 /// Largest JSON body the admin API reads, in bytes.
 const MAX_JSON: usize = 64 << 10;
 
@@ -25,6 +28,9 @@ const MAX_JSON: usize = 64 << 10;
 pub struct AdminApi {
     control: Arc<ControlPlane>,
     token: Option<String>,
+    /// The token of its internal routes (`/internal/...`, used by
+    /// workers); `None`: the admin token.
+    internal_token: Option<String>,
 }
 
 /// Runs a move (or a drain, or a rebalance) in its own task: if the client
@@ -100,10 +106,20 @@ fn bytes_response(bytes: Vec<u8>) -> Response<Body> {
 
 impl AdminApi {
     /// The API over `control`; with `token`, every route but `/healthz`
-    /// requires `Authorization: Bearer <token>`.
+    /// requires `Authorization: Bearer <token>`. With `internal_token`,
+    /// the internal routes (`/internal/...`) require it instead, and
+    /// refuse the admin token, as the other routes refuse it.
     #[must_use]
-    pub fn new(control: Arc<ControlPlane>, token: Option<String>) -> Self {
-        Self { control, token }
+    pub fn new(
+        control: Arc<ControlPlane>,
+        token: Option<String>,
+        internal_token: Option<String>,
+    ) -> Self {
+        Self {
+            control,
+            token,
+            internal_token,
+        }
     }
 
     /// Answers one admin request.
@@ -112,7 +128,11 @@ impl AdminApi {
         if path == "/healthz" {
             return text(StatusCode::OK, "ok\n".into(), "text/plain; charset=utf-8");
         }
-        if let Err(refused) = authorize(&request, self.token.as_deref()) {
+        let token = match &self.internal_token {
+            Some(internal) if path.starts_with(INTERNAL_PREFIX) => Some(internal.as_str()),
+            _ => self.token.as_deref(),
+        };
+        if let Err(refused) = authorize(&request, token) {
             return *refused;
         }
         // A write a follower forwarded: its answer says the etcd revision

@@ -107,7 +107,12 @@ fn build(
             worker.set_journal(journal.clone());
         }
     }
-    let connect = Arc::new(Connector::new(config.admin_token.clone()));
+    // Workers take the internal token (the admin token when none is set).
+    let worker_token = config
+        .internal_token
+        .clone()
+        .or_else(|| config.admin_token.clone());
+    let connect = Arc::new(Connector::new(worker_token));
     let parts = ControlParts {
         directory: backend.directory,
         store,

@@ -366,7 +366,11 @@ async fn open(
     }
     Ok(Serving {
         router: Arc::new(Router::new(control.clone(), &options.domain)),
-        api: Arc::new(AdminApi::new(control.clone(), options.admin_token.clone())),
+        api: Arc::new(AdminApi::new(
+            control.clone(),
+            options.admin_token.clone(),
+            options.config.internal_token.clone(),
+        )),
         control,
         applied_revision,
         tasks,

@@ -66,7 +66,11 @@ pub async fn serve(
         stopped(stop_rx.clone()),
         DRAIN,
     ));
-    let api = Arc::new(AdminApi::new(control.clone(), options.admin_token.clone()));
+    let api = Arc::new(AdminApi::new(
+        control.clone(),
+        options.admin_token.clone(),
+        options.config.internal_token.clone(),
+    ));
     let admin_task = tokio::spawn(stasis_http::serve::serve(
         admin,
         move |req, _| {

@@ -95,5 +95,6 @@ mod store_journal_faults;
 mod structure;
 mod timestamps;
 mod tls;
+mod tokens;
 mod upgrade;
 mod upgrade_faults;

@@ -227,7 +227,7 @@ pub async fn run(
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     if !options.listen.ip().is_loopback() && options.token.is_none() {
         anyhow::bail!(
-            "refusing to expose the worker API on {} without a token: set --admin-token or STASIS_ADMIN_TOKEN, or listen on loopback",
+            "refusing to expose the worker API on {} without a token: set --internal-token (STASIS_INTERNAL_TOKEN) or --admin-token (STASIS_ADMIN_TOKEN), or listen on loopback",
             options.listen
         );
     }
