@@ -73,14 +73,15 @@ async fn the_internal_token_and_the_admin_token_each_open_only_their_api() {
     let dir = tempfile::tempdir().expect("tempdir");
 
     // A worker holding only the admin token cannot join.
-    let refused = worker(
+    let joined = worker(
         &server,
         dir.path(),
         "w-admin",
         &[("STASIS_ADMIN_TOKEN", ADMIN)],
-    )
-    .err()
-    .expect("a worker with the admin token joined");
+    );
+    let Err(refused) = joined else {
+        panic!("a worker with the admin token joined");
+    };
     assert!(refused.contains("wrong bearer token"), "{refused}");
 
     let w = worker(
