@@ -155,7 +155,11 @@ fn wasi_sdk_shim(clang: &str, target: &Path, sysroot: &Path) -> Result<PathBuf, 
 
 fn write_executable(path: &Path, text: &str) -> Result<(), String> {
     use std::os::unix::fs::PermissionsExt;
-    if std::fs::read_to_string(path).ok().as_deref() != Some(text) {
+    let is_file = std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_file());
+    if !is_file || std::fs::read_to_string(path).ok().as_deref() != Some(text) {
+        // Removed first: writing through a link left there would overwrite
+        // what it points to.
+        let _ = std::fs::remove_file(path);
         std::fs::write(path, text).map_err(|e| format!("write {}: {e}", path.display()))?;
     }
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))

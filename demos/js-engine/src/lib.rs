@@ -21,6 +21,7 @@ mod native;
 
 use std::cell::UnsafeCell;
 
+use javy::quickjs::context::EvalOptions;
 use javy::quickjs::loader::{BuiltinLoader, BuiltinResolver};
 use javy::quickjs::{Ctx, Function, Module, Object, TypedArray, Value};
 use stasis_guest_sdk::{Actor, Request, Response, export_actor};
@@ -96,7 +97,9 @@ fn preinit(name: &str, source: &str) -> Result<Engine, String> {
     let engine = Engine { runtime };
     engine.runtime.context().with(|ctx| -> Result<(), String> {
         native::register(&ctx).map_err(|e| format!("engine set-up: {e}"))?;
-        ctx.eval::<(), _>(PRELUDE)
+        let mut options = EvalOptions::default();
+        options.filename = Some("stasis:prelude".to_owned());
+        ctx.eval_with_options::<(), _>(PRELUDE, options)
             .map_err(|e| format!("prelude: {}", thrown(&ctx, e)))?;
         let declared = Module::declare(ctx.clone(), name, source)
             .map_err(|e| syntax_error(name, &thrown(&ctx, e)))?;
