@@ -1,8 +1,8 @@
 //! JavaScript actors (`stasis template push NAME actor.js`, issue 36): the
 //! engine (`demos/js-engine`) pre-initialised with a script at push, run by
 //! the real `stasis` binary. The README session with `demos-js/counter.js`;
-//! a Map, a closure and a class instance kept across pause/resume, a fork
-//! (which diverges) and `kill -9` + restart; `Math.random` different in two
+//! a Map, a closure and a class instance kept across pause/resume, a move
+//! to another worker, a fork (which diverges) and `kill -9` + restart; `Math.random` different in two
 //! actors of one template and in two forks; `Date.now()` current after a
 //! resume; a syntax error refused at push with its line and column; an
 //! uncaught exception answered 500, logged with its stack and rolled back;
@@ -103,13 +103,14 @@ async fn js_counter_passes_the_reference_session() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn js_heap_survives_pause_fork_and_kill_9() {
+async fn js_heap_survives_pause_move_fork_and_kill_9() {
     if !engine_built() {
         return;
     }
     let data = tempfile::tempdir().expect("tempdir");
     let scripts = tempfile::tempdir().expect("tempdir");
-    let mut server = Server::start_in(data.path(), &[]).expect("serve");
+    let args = ["--workers", "2"];
+    let mut server = Server::start_in(data.path(), &args).expect("serve");
     push_script(&server, scripts.path(), "heap", HEAP);
     server.create("h1", "heap");
     for k in ["a", "b", "a"] {
@@ -127,6 +128,20 @@ async fn js_heap_survives_pause_fork_and_kill_9() {
         want,
         "after pause and resume"
     );
+
+    // A move to the other worker carries the heap.
+    let from = server.cli_json(&["actor", "get", "h1"])["worker"]
+        .as_str()
+        .expect("worker")
+        .to_owned();
+    let to = if from == "worker-1" {
+        "worker-2"
+    } else {
+        "worker-1"
+    };
+    server.cli_ok(&["actor", "migrate", "h1", "--to", to]);
+    assert_eq!(server.cli_json(&["actor", "get", "h1"])["worker"], to);
+    assert_eq!(json(&server, "h1", "/").await, want, "after a move");
 
     // The fork starts from h1's heap and diverges.
     server.cli_ok(&["actor", "fork", "h1", "h2"]);
@@ -156,7 +171,7 @@ async fn js_heap_survives_pause_fork_and_kill_9() {
     );
 
     server.kill();
-    let server = Server::start_in(data.path(), &[]).expect("serve again");
+    let server = Server::start_in(data.path(), &args).expect("serve again");
     assert_eq!(json(&server, "h1", "/").await, want, "after kill -9");
     assert_eq!(
         json(&server, "h2", "/").await,
