@@ -6,7 +6,9 @@
 //! actors of one template and in two forks; `Date.now()` current after a
 //! resume; a syntax error refused at push with its line and column; an
 //! uncaught exception answered 500, logged with its stack and rolled back;
-//! the host API from JavaScript (a call to a Rust actor, an alarm).
+//! the host API from JavaScript (a call to a Rust actor, an alarm that
+//! wakes a paused actor); an endless loop cut by `--cpu-limit`; the chat
+//! room demo (`demos-js/chat.js`).
 //!
 //! The engine is built where clang, lld, llvm and wasi-libc are installed;
 //! where it was not, these tests fail under CI and are skipped elsewhere
@@ -16,7 +18,7 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::support::{Answer, Server, client, count, post, to_actor};
+use crate::support::{Answer, Server, actor_host, client, count, post, send, to_actor};
 
 /// Whether the JavaScript engine was built into the binary.
 fn engine_built() -> bool {
@@ -331,7 +333,7 @@ export default {
       return new Response(`${selfName()} got ${r.status}: ${await r.text()}`);
     }
     if (path === "/alarm") {
-      setAlarm(Date.now() + 200);
+      setAlarm(Date.now() + 1000);
       return new Response(`alarm at ${getAlarm() !== null}\n`, { status: 202 });
     }
     return new Response(`fired: ${fired}\n`);
@@ -348,7 +350,15 @@ export default {
     );
     let answer = to_actor(&client(), server.ingress, "js-host", "POST", "/alarm").await;
     assert_eq!(answer.status, 202, "{answer:?}");
-    server.cli_ok(&["actor", "pause", "js-host"]);
+    let paused = server.cli_json(&["actor", "pause", "js-host"]);
+    assert_eq!(paused["state"], "paused");
+    // The alarm wakes the paused actor by itself (no request is sent
+    // until it did: `actor get` does not wake an actor).
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while server.cli_json(&["actor", "get", "js-host"])["state"] == "paused" {
+        assert!(Instant::now() < deadline, "the alarm never woke the actor");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
         let answer = get(&server, "js-host", "/").await;
@@ -361,4 +371,82 @@ export default {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn js_endless_loop_is_cut_by_the_cpu_limit_and_rolled_back() {
+    if !engine_built() {
+        return;
+    }
+    let scripts = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(&["--cpu-limit", "1s"]);
+    push_script(
+        &server,
+        scripts.path(),
+        "spin",
+        r#"
+let count = 0;
+export default {
+  fetch(request) {
+    count += 1;
+    if (new URL(request.url).pathname === "/spin") for (;;) {}
+    return new Response(`count: ${count}\n`);
+  },
+};
+"#,
+    );
+    server.create("s1", "spin");
+    assert_eq!(count(&post(&server, "s1").await), 1);
+    let spin = to_actor(&client(), server.ingress, "s1", "POST", "/spin").await;
+    assert_eq!(spin.status, 504, "{spin:?}");
+    assert!(spin.body.contains("--cpu-limit"), "{spin:?}");
+    assert_eq!(
+        count(&post(&server, "s1").await),
+        2,
+        "the spin is rolled back"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn js_chat_room_keeps_its_messages_across_a_pause() {
+    if !engine_built() {
+        return;
+    }
+    let server = Server::start(&[]);
+    server.push("chat-js");
+    server.create("room", "chat-js");
+    let room_host = actor_host("room");
+    for (from, text) in [("ann", "hi"), ("bob", "hello"), ("ann", "bye")] {
+        let body = serde_json::json!({ "from": from, "text": text }).to_string();
+        let answer = send(
+            &client(),
+            server.ingress,
+            "POST",
+            &room_host,
+            "/",
+            body.into(),
+        )
+        .await;
+        assert_eq!(answer.status, 201, "{answer:?}");
+    }
+    let bad = send(
+        &client(),
+        server.ingress,
+        "POST",
+        &room_host,
+        "/",
+        b"{}".to_vec(),
+    )
+    .await;
+    assert_eq!(bad.status, 400, "{bad:?}");
+    server.cli_ok(&["actor", "pause", "room"]);
+    let room = json(&server, "room", "/?since=1").await;
+    let texts: Vec<&str> = room["messages"]
+        .as_array()
+        .expect("messages")
+        .iter()
+        .filter_map(|m| m["text"].as_str())
+        .collect();
+    assert_eq!(texts, ["hello", "bye"]);
+    assert_eq!(room["people"], serde_json::json!({"ann": 2, "bob": 1}));
 }
