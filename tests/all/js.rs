@@ -450,3 +450,28 @@ async fn js_chat_room_keeps_its_messages_across_a_pause() {
     assert_eq!(texts, ["hello", "bye"]);
     assert_eq!(room["people"], serde_json::json!({"ann": 2, "bob": 1}));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn js_env_is_the_templates_environment() {
+    if !engine_built() {
+        return;
+    }
+    let scripts = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(&[]);
+    let path = script(
+        scripts.path(),
+        "env.js",
+        "export default { fetch(request, env) { return new Response(`${env.GREETING} ${env.MISSING}`); } };\n",
+    );
+    let path = path.to_str().expect("utf-8");
+    server.cli_ok(&[
+        "template",
+        "push",
+        "env",
+        path,
+        "--env",
+        "GREETING=hello there",
+    ]);
+    server.create("e1", "env");
+    assert_eq!(get(&server, "e1", "/").await.body, "hello there undefined");
+}

@@ -254,13 +254,16 @@ impl Actor for JsActor {
             .collect();
         let method = req.method.clone();
         let (actor, worker) = (req.context.actor, req.context.worker);
+        // The template's environment (`--env K=V`), read per request: the
+        // snapshot made at push holds none.
+        let env: Vec<Vec<String>> = std::env::vars().map(|(k, v)| vec![k, v]).collect();
         let body = req.body;
         let result = run_settled(
             engine,
             |ctx| {
                 let dispatch: Function = ctx.globals().get("__stasis_dispatch")?;
                 let body = TypedArray::<u8>::new(ctx.clone(), body)?;
-                dispatch.call::<_, ()>((method, url, headers, body, actor, worker))
+                dispatch.call::<_, ()>((method, url, headers, body, actor, worker, env))
             },
             |ctx, out| {
                 let fields = || -> javy::quickjs::Result<_> {

@@ -206,7 +206,7 @@
   }
 
   const noop = () => {};
-  globalThis.__stasis_dispatch = (method, url, headers, body, actor, worker) => {
+  globalThis.__stasis_dispatch = (method, url, headers, body, actor, worker, env) => {
     settle((async () => {
       const handler = globalThis.__stasis_handler;
       if (!handler || typeof handler.fetch !== "function") {
@@ -215,7 +215,7 @@
       const request = new Request(url, { method, headers, body });
       // Workers' (request, env, ctx); ctx also names the actor and worker.
       const ctx = { actor, worker, waitUntil: noop, passThroughOnException: noop };
-      let r = await handler.fetch(request, {}, ctx);
+      let r = await handler.fetch(request, Object.fromEntries(env), ctx);
       if (!(r instanceof Response)) r = new Response(r === undefined ? "" : String(r));
       return [r.status, [...r.headers.entries()], r._bytes];
     })());
