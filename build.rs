@@ -1,7 +1,10 @@
 //! Builds the demo actors (`demos/`) for `wasm32-wasip1` into
 //! `<target>/demos/<name>.wasm`, once per change of their sources, and the C
 //! demo actors (`demos-c/`, see [`build_c_demos`]) with clang and wasi-libc
-//! where those are installed.
+//! where those are installed. The JavaScript engine (`demos/js-engine`,
+//! QuickJS in C) is built with the same clang through a WASI SDK shim (see
+//! [`wasi_sdk_shim`]), or skipped with the C demos; `stasis template push`
+//! embeds it (an empty `js-engine.wasm` when skipped).
 //!
 //! The nested cargo call gets its own target folder (the outer build holds
 //! the lock on ours) and a clean environment: host `RUSTFLAGS` must not leak
@@ -35,6 +38,15 @@ fn main() {
     let out = target.join("demos");
     println!("cargo:rustc-env=STASIS_DEMOS_DIR={}", out.display());
 
+    for var in ["STASIS_CLANG", "WASI_SYSROOT"] {
+        println!("cargo:rerun-if-env-changed={var}");
+    }
+    let clang = std::env::var("STASIS_CLANG").unwrap_or_else(|_| "clang".to_owned());
+    let toolchain = c_toolchain(&clang);
+    let js_engine = toolchain
+        .clone()
+        .and_then(|sysroot| wasi_sdk_shim(&clang, &target, &sysroot).map(|shim| (shim, sysroot)));
+
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
     let mut cmd = Command::new(cargo);
     cmd.current_dir(root.join("demos"))
@@ -57,6 +69,19 @@ fn main() {
     ] {
         cmd.env_remove(var);
     }
+    match &js_engine {
+        // rquickjs-sys compiles QuickJS with `$WASI_SDK/bin/clang` and
+        // generates its bindings with libclang.
+        Ok((shim, sysroot)) => {
+            cmd.env("WASI_SDK", shim).env(
+                "BINDGEN_EXTRA_CLANG_ARGS",
+                format!("--target=wasm32-wasi --sysroot={}", sysroot.display()),
+            );
+        }
+        Err(_) => {
+            cmd.args(["--workspace", "--exclude", "js-engine"]);
+        }
+    }
     let status = cmd
         .status()
         .expect("could not run cargo for the demo actors");
@@ -75,7 +100,70 @@ fn main() {
             &out.join(format!("{demo}.wasm")),
         );
     }
-    build_c_demos(&root, &target, &out);
+    let engine = out.join("js-engine.wasm");
+    match &js_engine {
+        Ok(_) => copy_if_changed(&built.join("js_engine.wasm"), &engine),
+        Err(reason) => {
+            println!(
+                "cargo:warning=the JavaScript engine (demos/js-engine) not built: {reason}; \
+                 install clang, lld, llvm, wasi-libc and libclang-rt-dev-wasm32 \
+                 (scripts/install-test-deps.sh does), then touch demos/js-engine/src/lib.rs"
+            );
+            std::fs::write(&engine, b"").expect("write the empty js-engine.wasm");
+        }
+    }
+    println!(
+        "cargo:rustc-env=STASIS_JS_ENGINE_SKIPPED={}",
+        js_engine.as_ref().err().map_or("", String::as_str)
+    );
+    build_c_demos(&root, &target, &out, &clang, toolchain);
+}
+
+/// A WASI SDK folder (`<target>/wasi-sdk-shim`) made of Debian's tools, so
+/// that rquickjs-sys's build script finds a compiler instead of
+/// downloading one: `bin/clang` runs `clang` with the target
+/// `wasm32-wasip1` spelled `wasm32-wasi` (clang 14's name for it),
+/// `bin/ar` is `llvm-ar`, `share/wasi-sysroot` the wasi-libc sysroot.
+fn wasi_sdk_shim(clang: &str, target: &Path, sysroot: &Path) -> Result<PathBuf, String> {
+    let output = Command::new(clang)
+        .arg("-print-prog-name=llvm-ar")
+        .output()
+        .map_err(|e| format!("`{clang}` does not run ({e})"))?;
+    let ar = String::from_utf8_lossy(&output.stdout).trim().to_owned();
+    if Command::new(&ar).arg("--version").output().is_err() {
+        return Err("`llvm-ar` (Debian's llvm) is missing".to_owned());
+    }
+    let shim = target.join("wasi-sdk-shim");
+    let bin = shim.join("bin");
+    std::fs::create_dir_all(&bin).map_err(|e| format!("create {}: {e}", bin.display()))?;
+    std::fs::create_dir_all(shim.join("share")).map_err(|e| format!("create the shim: {e}"))?;
+    let script = format!(
+        "#!/bin/sh\n# clang 14 knows the target wasm32-wasip1 as wasm32-wasi.\n\
+         for a in \"$@\"; do\n  shift\n  case \"$a\" in\n    \
+         --target=wasm32-wasip1) a=--target=wasm32-wasi ;;\n    \
+         wasm32-wasip1) a=wasm32-wasi ;;\n  esac\n  set -- \"$@\" \"$a\"\ndone\n\
+         exec '{clang}' \"$@\"\n"
+    );
+    write_executable(&bin.join("clang"), &script)?;
+    write_executable(&bin.join("ar"), &format!("#!/bin/sh\nexec '{ar}' \"$@\"\n"))?;
+    let link = shim.join("share/wasi-sysroot");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(sysroot, &link)
+        .map_err(|e| format!("link {}: {e}", link.display()))?;
+    Ok(shim)
+}
+
+fn write_executable(path: &Path, text: &str) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    let is_file = std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_file());
+    if !is_file || std::fs::read_to_string(path).ok().as_deref() != Some(text) {
+        // Removed first: writing through a link left there would overwrite
+        // what it points to.
+        let _ = std::fs::remove_file(path);
+        std::fs::write(path, text).map_err(|e| format!("write {}: {e}", path.display()))?;
+    }
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))
+        .map_err(|e| format!("chmod {}: {e}", path.display()))
 }
 
 fn copy_if_changed(from: &Path, to: &Path) {
@@ -108,18 +196,20 @@ const SYSROOTS: [&str; 3] = [
 /// crate as `STASIS_C_DEMOS_SKIPPED` (empty when they were built), so tests
 /// can say why they skip. A compiler error with the tools present fails the
 /// build.
-fn build_c_demos(root: &Path, target: &Path, out: &Path) {
-    for var in ["STASIS_CLANG", "WASI_SYSROOT"] {
-        println!("cargo:rerun-if-env-changed={var}");
-    }
-    let clang = std::env::var("STASIS_CLANG").unwrap_or_else(|_| "clang".to_owned());
-    let skipped = match c_toolchain(&clang) {
+fn build_c_demos(
+    root: &Path,
+    target: &Path,
+    out: &Path,
+    clang: &str,
+    toolchain: Result<PathBuf, String>,
+) {
+    let skipped = match toolchain {
         Ok(sysroot) => {
             let build = target.join("demos-build/c");
             std::fs::create_dir_all(&build).expect("create target/demos-build/c");
             for (name, source) in C_DEMOS {
                 let wasm = build.join(format!("{name}.wasm"));
-                compile_c_demo(&clang, &sysroot, root, &root.join(source), &wasm);
+                compile_c_demo(clang, &sysroot, root, &root.join(source), &wasm);
                 copy_if_changed(&wasm, &out.join(format!("{name}.wasm")));
             }
             String::new()

@@ -8,9 +8,10 @@
 #   - `s3s-fs` 0.14.1, an S3-compatible server on a local folder (newer
 #     releases need a newer rustc); a fresh `cargo install` takes minutes;
 #   - `kubernetes-validate` (PyPI), which checks deploy/kubernetes offline;
-#   - Debian's `clang`, `lld`, `wasi-libc` and `libclang-rt-dev-wasm32` (the
-#     wasm32 compiler-rt builtins), which build the C demo actor (demos-c/);
-#     without them build.rs skips it and its tests say so.
+#   - Debian's `clang`, `lld`, `llvm` (llvm-ar), `wasi-libc` and
+#     `libclang-rt-dev-wasm32` (the wasm32 compiler-rt builtins), which build
+#     the C demo actor (demos-c/) and the JavaScript engine (QuickJS, in
+#     demos/js-engine); without them build.rs skips both and their tests say so.
 # Run it as root or with sudo available (for apt-get).
 set -euo pipefail
 
@@ -39,13 +40,14 @@ fi
 
 c_builtins() { clang --target=wasm32-wasi -print-libgcc-file-name 2>/dev/null || true; }
 if ! command -v clang >/dev/null || ! command -v wasm-ld >/dev/null ||
-  [ ! -f /usr/lib/wasm32-wasi/libc.a ] || [ ! -f "$(c_builtins)" ]; then
-  say "apt-get install clang lld wasi-libc libclang-rt-dev-wasm32"
+  [ ! -f /usr/lib/wasm32-wasi/libc.a ] || [ ! -f "$(c_builtins)" ] ||
+  ! command -v llvm-ar >/dev/null; then
+  say "apt-get install clang lld llvm wasi-libc libclang-rt-dev-wasm32"
   export DEBIAN_FRONTEND=noninteractive
-  if ! apt-cache show clang lld wasi-libc libclang-rt-dev-wasm32 >/dev/null 2>&1; then
+  if ! apt-cache show clang lld llvm wasi-libc libclang-rt-dev-wasm32 >/dev/null 2>&1; then
     as_root apt-get update -qq
   fi
-  as_root apt-get install -y -qq clang lld wasi-libc libclang-rt-dev-wasm32 >/dev/null
+  as_root apt-get install -y -qq clang lld llvm wasi-libc libclang-rt-dev-wasm32 >/dev/null
 fi
 
 if ! command -v s3s-fs >/dev/null && [ ! -x "${CARGO_HOME:-$HOME/.cargo}/bin/s3s-fs" ]; then

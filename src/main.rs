@@ -5,6 +5,7 @@
 mod client;
 mod cluster_flags;
 mod commands;
+mod js_template;
 mod output;
 mod process;
 mod serve;

@@ -115,12 +115,16 @@ pub(crate) enum ClientCommand {
 /// `stasis template ...`.
 #[derive(Debug, Subcommand)]
 pub(crate) enum TemplateCommand {
-    /// Upload a guest module (.wasm) under NAME; pushing the same bytes and
-    /// env again is a no-op.
+    /// Upload a guest module (.wasm), or a JavaScript module (.js, .mjs) run
+    /// by the built-in engine, under NAME; pushing the same bytes and env
+    /// again is a no-op.
     Push {
         /// Template name (1-63 of a-z, 0-9 and -).
         name: String,
-        /// The .wasm file (wasm32-wasip1, built with the guest SDK).
+        /// The .wasm file (wasm32-wasip1, built with the guest SDK), or a
+        /// .js/.mjs module whose default export has `fetch(request)`: its
+        /// top level is evaluated here, once (a syntax error is refused
+        /// with its line and column).
         file: PathBuf,
         /// WASI environment variable of the template; repeatable.
         #[arg(long = "env", value_name = "K=V", value_parser = parse_env_pair)]

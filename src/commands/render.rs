@@ -30,6 +30,12 @@ pub(super) async fn read_module(path: &PathBuf) -> anyhow::Result<Bytes> {
     if bytes.is_empty() {
         bail!("{} is empty, not a .wasm module", path.display());
     }
+    // A script becomes the engine module, pre-initialised with it.
+    let bytes = if crate::js_template::is_script(path) {
+        crate::js_template::build(path, &bytes).await?
+    } else {
+        bytes
+    };
     // Refused here rather than by the server mid-upload, which the client
     // would only see as a broken pipe.
     let limit = stasis_runtime::control::MAX_TEMPLATE_BYTES;

@@ -80,6 +80,7 @@ mod host_calls;
 mod http;
 mod incremental;
 mod ingress;
+mod js;
 mod lost_answers;
 mod mapped;
 mod outbound;

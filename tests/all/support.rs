@@ -21,8 +21,14 @@ pub(crate) const STASIS: Artifacts = stasis_test_util::artifacts!();
 /// Server logs are echoed to stderr when this variable is set.
 const ECHO_LOG: &str = "STASIS_TEST_LOG";
 
-/// Path of a demo actor module.
+/// Path of a demo actor module; `<stem>-js` is the JavaScript demo
+/// `demos-js/<stem>.js`.
 pub(crate) fn demo(name: &str) -> PathBuf {
+    if let Some(stem) = name.strip_suffix("-js") {
+        return Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("demos-js")
+            .join(format!("{stem}.js"));
+    }
     STASIS.demo(name)
 }
 

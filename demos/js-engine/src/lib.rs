@@ -1,0 +1,312 @@
+//! The JavaScript engine actor: QuickJS (through `javy`/`rquickjs`) behind
+//! the Stasis ABI. On its own it holds no script; `stasis template push
+//! NAME actor.js` pre-initialises it with one (Wizer): the CLI calls
+//! [`stasis_js_preinit`] with the script, which evaluates the prelude
+//! (`prelude.js`: Request, Response, Headers, URL, crypto, fetch) and the
+//! script's top level as an ES module, and snapshots the instance's memory
+//! into the template's module. Every actor of the template starts from that
+//! heap; requests and alarms then run the module's default export
+//! (`fetch(request)`, `alarm()`), and everything the script holds (its
+//! module-level variables, closures, Maps, class instances) lives in
+//! linear memory, so it survives pause, resume, moves and forks as it is.
+//!
+//! `Math.random` and `crypto.getRandomValues` draw from the host's random
+//! source on every call (never from a seed in the snapshot), so actors and
+//! forks made from one snapshot never share a sequence; `Date.now()` reads
+//! the host's clock. An uncaught exception prints its message and stack on
+//! stderr (the actor's log) and traps, so the host answers 500 and the
+//! actor rolls back to its last state, as for any trap.
+
+mod native;
+
+use std::cell::UnsafeCell;
+
+use javy::quickjs::context::EvalOptions;
+use javy::quickjs::loader::{BuiltinLoader, BuiltinResolver};
+use javy::quickjs::{Ctx, Function, Module, Object, TypedArray, Value};
+use stasis_guest_sdk::{Actor, Request, Response, export_actor};
+
+/// The globals evaluated before the script.
+const PRELUDE: &str = include_str!("prelude.js");
+/// The module `stasis` a script imports the host API from.
+const STASIS_MODULE: &str = include_str!("stasis.js");
+
+/// The engine: one QuickJS runtime and context per actor, created at
+/// pre-initialisation.
+struct Engine {
+    runtime: javy::Runtime,
+}
+
+/// A global for a single-threaded guest that the host never re-enters.
+struct Global<T>(UnsafeCell<T>);
+
+// SAFETY: wasm32-wasip1 guests have one thread and exports are not re-entered.
+unsafe impl<T> Sync for Global<T> {}
+
+static ENGINE: Global<Option<Engine>> = Global(UnsafeCell::new(None));
+/// The last error text [`stasis_js_preinit`] returned.
+static PREINIT_ERROR: Global<Vec<u8>> = Global(UnsafeCell::new(Vec::new()));
+
+fn engine() -> Option<&'static Engine> {
+    // SAFETY: see `Global`; only `preinit` writes it, before any request.
+    unsafe { (*ENGINE.0.get()).as_ref() }
+}
+
+/// Pre-initialisation: `ptr`/`len` is a buffer from `stasis_alloc` holding
+/// the script's file name, a newline, and its source. Evaluates the
+/// prelude and the script's top level; returns 0, or `(ptr << 32) | len` of
+/// a UTF-8 error (a syntax error names its line and column).
+#[unsafe(no_mangle)]
+pub extern "C" fn stasis_js_preinit(ptr: u32, len: u32) -> u64 {
+    // SAFETY: a buffer from `stasis_alloc` of exactly `len` bytes, handed
+    // back once (as in the SDK's `handle`).
+    let input = unsafe {
+        Box::from_raw(std::ptr::slice_from_raw_parts_mut(
+            ptr as usize as *mut u8,
+            len as usize,
+        ))
+    };
+    let text = String::from_utf8_lossy(&input);
+    let (name, source) = text.split_once('\n').unwrap_or(("actor.js", &text));
+    match preinit(name, source) {
+        Ok(engine) => {
+            // SAFETY: see `Global`.
+            unsafe { *ENGINE.0.get() = Some(engine) };
+            0
+        }
+        Err(e) => {
+            // SAFETY: see `Global`.
+            let slot = unsafe { &mut *PREINIT_ERROR.0.get() };
+            *slot = e.into_bytes();
+            ((slot.as_ptr() as usize as u64) << 32) | slot.len() as u64
+        }
+    }
+}
+
+fn preinit(name: &str, source: &str) -> Result<Engine, String> {
+    let mut config = javy::Config::default();
+    config
+        .text_encoding(true)
+        .gc_threshold(1 << 20)
+        .max_stack_size(512 << 10);
+    let runtime = javy::Runtime::new(config).map_err(|e| format!("engine start: {e}"))?;
+    runtime.context().runtime().set_loader(
+        BuiltinResolver::default().with_module("stasis"),
+        BuiltinLoader::default().with_module("stasis", STASIS_MODULE),
+    );
+    let engine = Engine { runtime };
+    engine.runtime.context().with(|ctx| -> Result<(), String> {
+        native::register(&ctx).map_err(|e| format!("engine set-up: {e}"))?;
+        let mut options = EvalOptions::default();
+        options.filename = Some("stasis:prelude".to_owned());
+        ctx.eval_with_options::<(), _>(PRELUDE, options)
+            .map_err(|e| format!("prelude: {}", thrown(&ctx, e)))?;
+        let declared = Module::declare(ctx.clone(), name, source)
+            .map_err(|e| syntax_error(name, &thrown(&ctx, e)))?;
+        let (module, promise) = declared
+            .eval()
+            .map_err(|e| top_level(&thrown(&ctx, e)))?;
+        // The top level may await: `finish` runs its jobs until it settles.
+        promise
+            .finish::<()>()
+            .map_err(|e| top_level(&thrown(&ctx, e)))?;
+        let namespace = module
+            .namespace()
+            .map_err(|e| top_level(&thrown(&ctx, e)))?;
+        let handler: Value = namespace.get("default").map_err(|e| thrown(&ctx, e))?;
+        if !handler.is_object() {
+            return Err(format!(
+                "{name} has no default export: write `export default {{ fetch(request) {{ ... }} }}`"
+            ));
+        }
+        let fetch: Value = handler
+            .as_object()
+            .and_then(|o| o.get("fetch").ok())
+            .unwrap_or_else(|| Value::new_undefined(ctx.clone()));
+        if !fetch.is_function() {
+            return Err(format!(
+                "{name}: the default export has no fetch(request) method"
+            ));
+        }
+        ctx.globals()
+            .set("__stasis_handler", handler)
+            .map_err(|e| thrown(&ctx, e))?;
+        Ok(())
+    })?;
+    // Start every actor with a clean heap.
+    engine.runtime.context().runtime().run_gc();
+    Ok(engine)
+}
+
+/// "syntax error at line L, column C: ..." from QuickJS's
+/// "SyntaxError: message\n    at name:L:C" (other errors as they are).
+fn syntax_error(name: &str, text: &str) -> String {
+    let marker = format!("{name}:");
+    let position = text.find(&marker).and_then(|at| {
+        let mut numbers = text[at + marker.len()..]
+            .split(|c: char| !c.is_ascii_digit())
+            .take(2)
+            .map(str::parse::<u32>);
+        Some((numbers.next()?.ok()?, numbers.next()?.ok()?))
+    });
+    let first = text.lines().next().unwrap_or(text);
+    match position {
+        Some((line, column)) => {
+            format!("{name}: syntax error at line {line}, column {column}: {first}")
+        }
+        None => format!("{name}: {text}"),
+    }
+}
+
+fn top_level(text: &str) -> String {
+    format!("the script's top level threw: {text}")
+}
+
+/// What a failed JavaScript operation threw, as "Name: message\nstack".
+fn thrown(ctx: &Ctx<'_>, error: javy::quickjs::Error) -> String {
+    if !error.is_exception() {
+        return error.to_string();
+    }
+    describe(ctx, ctx.catch())
+}
+
+/// A thrown value as text: an Error's name, message and stack, else the
+/// value converted to a string.
+fn describe<'js>(ctx: &Ctx<'js>, value: Value<'js>) -> String {
+    if let Some(object) = value.as_object() {
+        let field = |key: &str| object.get::<_, Option<String>>(key).ok().flatten();
+        if let Some(message) = field("message") {
+            let name = field("name").unwrap_or_else(|| "Error".to_owned());
+            let stack = field("stack").unwrap_or_default();
+            return format!("{name}: {message}\n{stack}").trim_end().to_owned();
+        }
+    }
+    javy::val_to_string(ctx, value).unwrap_or_else(|_| "(an unprintable value)".to_owned())
+}
+
+/// Runs `start` (which calls one of the prelude's dispatch functions), then
+/// the job queue until the promise it made settles; its value, or the
+/// uncaught exception's text.
+fn run_settled<T>(
+    engine: &Engine,
+    start: impl for<'js> FnOnce(&Ctx<'js>) -> javy::quickjs::Result<()>,
+    read: impl for<'js> FnOnce(&Ctx<'js>, Value<'js>) -> Result<T, String>,
+) -> Result<T, String> {
+    engine
+        .runtime
+        .context()
+        .with(|ctx| start(&ctx).map_err(|e| thrown(&ctx, e)))?;
+    engine
+        .runtime
+        .resolve_pending_jobs()
+        .map_err(|e| e.to_string())?;
+    engine.runtime.context().with(|ctx| {
+        let globals: Object = ctx.globals();
+        let done: bool = globals.get("__stasis_done").unwrap_or(false);
+        if !done {
+            return Err(
+                "the handler's promise never settled (it awaits something that \
+                        never happens)"
+                    .to_owned(),
+            );
+        }
+        let err: Value = globals.get("__stasis_err").map_err(|e| thrown(&ctx, e))?;
+        if !err.is_undefined() {
+            return Err(describe(&ctx, err));
+        }
+        let out: Value = globals.get("__stasis_out").map_err(|e| thrown(&ctx, e))?;
+        let value = read(&ctx, out);
+        let _ = globals.set("__stasis_out", Value::new_undefined(ctx.clone()));
+        value
+    })
+}
+
+/// Prints an uncaught exception to the actor's log and traps: the host
+/// answers 500 and rolls the actor back, as for any trap.
+fn uncaught(what: &str, text: &str) -> ! {
+    eprintln!("Uncaught exception in {what}: {text}");
+    let first = text.lines().next().unwrap_or(text);
+    panic!("uncaught exception in {what}: {first}");
+}
+
+/// The actor type the SDK exports; all state is in [`ENGINE`].
+#[derive(Default)]
+struct JsActor;
+
+impl Actor for JsActor {
+    fn handle(&mut self, req: Request) -> Response {
+        let Some(engine) = engine() else {
+            return Response::text(
+                500,
+                "this module is the bare JavaScript engine: push a .js file with \
+                 `stasis template push NAME actor.js`\n",
+            );
+        };
+        let host = req
+            .header("host")
+            .map(|h| String::from_utf8_lossy(h).into_owned())
+            .unwrap_or_else(|| req.context.actor.clone());
+        let url = format!("http://{host}{}", req.uri);
+        let headers: Vec<Vec<String>> = req
+            .headers
+            .iter()
+            .map(|(k, v)| vec![k.clone(), String::from_utf8_lossy(v).into_owned()])
+            .collect();
+        let method = req.method.clone();
+        let (actor, worker) = (req.context.actor, req.context.worker);
+        // The template's environment (`--env K=V`), read per request: the
+        // snapshot made at push holds none.
+        let env: Vec<Vec<String>> = std::env::vars().map(|(k, v)| vec![k, v]).collect();
+        let body = req.body;
+        let result = run_settled(
+            engine,
+            |ctx| {
+                let dispatch: Function = ctx.globals().get("__stasis_dispatch")?;
+                let body = TypedArray::<u8>::new(ctx.clone(), body)?;
+                dispatch.call::<_, ()>((method, url, headers, body, actor, worker, env))
+            },
+            |ctx, out| {
+                let fields = || -> javy::quickjs::Result<_> {
+                    let out: javy::quickjs::Array = javy::quickjs::FromJs::from_js(ctx, out)?;
+                    let status: i32 = out.get(0)?;
+                    let headers: Vec<Vec<String>> = out.get(1)?;
+                    let body: TypedArray<u8> = out.get(2)?;
+                    Ok((status, headers, body))
+                };
+                let (status, headers, body) = fields().map_err(|e| thrown(ctx, e))?;
+                Ok(Response {
+                    status: u16::try_from(status).unwrap_or(0),
+                    headers: headers
+                        .into_iter()
+                        .filter_map(|pair| match <[String; 2]>::try_from(pair) {
+                            Ok([k, v]) => Some((k, v.into_bytes())),
+                            Err(_) => None,
+                        })
+                        .collect(),
+                    body: body.as_bytes().unwrap_or_default().to_vec(),
+                })
+            },
+        );
+        match result {
+            Ok(response) => response,
+            Err(text) => uncaught("fetch", &text),
+        }
+    }
+
+    fn alarm(&mut self) {
+        let Some(engine) = engine() else { return };
+        let result = run_settled(
+            engine,
+            |ctx| {
+                let alarm: Function = ctx.globals().get("__stasis_alarm")?;
+                alarm.call::<_, ()>(())
+            },
+            |_, _| Ok(()),
+        );
+        if let Err(text) = result {
+            uncaught("alarm", &text);
+        }
+    }
+}
+
+export_actor!(JsActor);

@@ -1,0 +1,231 @@
+// The Workers-style globals of a Stasis JavaScript actor: Headers, Request,
+// Response, URL (a small subset), crypto, fetch, and the dispatch functions
+// the engine calls for each request and alarm. Evaluated once per template,
+// before the actor's script; it lives in the snapshot like everything else.
+(() => {
+  "use strict";
+  const native = globalThis.__stasis_native;
+  const encoder = new TextEncoder();
+  const decoder = new TextDecoder();
+
+  function toBytes(body) {
+    if (body === undefined || body === null) return new Uint8Array(0);
+    if (typeof body === "string") return encoder.encode(body);
+    if (body instanceof Uint8Array) return body;
+    if (body instanceof ArrayBuffer) return new Uint8Array(body);
+    if (ArrayBuffer.isView(body)) {
+      return new Uint8Array(body.buffer, body.byteOffset, body.byteLength);
+    }
+    return encoder.encode(String(body));
+  }
+
+  class Headers {
+    constructor(init) {
+      this._map = new Map();
+      if (init instanceof Headers) init = init.entries();
+      else if (init && !Array.isArray(init) && typeof init[Symbol.iterator] !== "function") {
+        init = Object.entries(init);
+      }
+      if (init) for (const [k, v] of init) this.append(k, v);
+    }
+    append(name, value) {
+      const k = String(name).toLowerCase();
+      const old = this._map.get(k);
+      this._map.set(k, old === undefined ? String(value) : old + ", " + value);
+    }
+    set(name, value) { this._map.set(String(name).toLowerCase(), String(value)); }
+    get(name) {
+      const v = this._map.get(String(name).toLowerCase());
+      return v === undefined ? null : v;
+    }
+    has(name) { return this._map.has(String(name).toLowerCase()); }
+    delete(name) { this._map.delete(String(name).toLowerCase()); }
+    forEach(f, self) { for (const [k, v] of this._map) f.call(self, v, k, this); }
+    keys() { return this._map.keys(); }
+    values() { return this._map.values(); }
+    entries() { return this._map.entries(); }
+    [Symbol.iterator]() { return this._map.entries(); }
+  }
+
+  class Body {
+    _init(body) { this._bytes = toBytes(body); this.bodyUsed = false; }
+    _take() { this.bodyUsed = true; return this._bytes; }
+    async arrayBuffer() { const b = this._take(); return b.buffer.slice(b.byteOffset, b.byteOffset + b.byteLength); }
+    async bytes() { return this._take(); }
+    async text() { return decoder.decode(this._take()); }
+    async json() { return JSON.parse(await this.text()); }
+  }
+
+  class URLSearchParams {
+    constructor(query) {
+      this._pairs = [];
+      const q = String(query || "").replace(/^\?/, "");
+      if (q) for (const part of q.split("&")) {
+        const i = part.indexOf("=");
+        const dec = (s) => decodeURIComponent(s.replace(/\+/g, " "));
+        this._pairs.push(i < 0 ? [dec(part), ""] : [dec(part.slice(0, i)), dec(part.slice(i + 1))]);
+      }
+    }
+    get(name) { const p = this._pairs.find(([k]) => k === name); return p ? p[1] : null; }
+    getAll(name) { return this._pairs.filter(([k]) => k === name).map(([, v]) => v); }
+    has(name) { return this._pairs.some(([k]) => k === name); }
+    entries() { return this._pairs[Symbol.iterator](); }
+    [Symbol.iterator]() { return this._pairs[Symbol.iterator](); }
+    toString() {
+      return this._pairs.map(([k, v]) => encodeURIComponent(k) + "=" + encodeURIComponent(v)).join("&");
+    }
+  }
+
+  class URL {
+    constructor(url, base) {
+      let s = String(url);
+      if (!/^[a-zA-Z][a-zA-Z0-9+.-]*:/.test(s)) {
+        if (base === undefined) throw new TypeError("Invalid URL: " + s);
+        const b = new URL(base);
+        s = b.origin + (s.startsWith("/") ? s : "/" + s);
+      }
+      const m = /^([a-zA-Z][a-zA-Z0-9+.-]*:)\/\/([^/?#]*)([^?#]*)(\?[^#]*)?(#.*)?$/.exec(s);
+      if (!m) throw new TypeError("Invalid URL: " + s);
+      this.protocol = m[1].toLowerCase();
+      this.host = m[2];
+      this.hostname = m[2].replace(/:\d+$/, "");
+      this.port = (/:(\d+)$/.exec(m[2]) || [, ""])[1];
+      this.pathname = m[3] || "/";
+      this.search = m[4] && m[4] !== "?" ? m[4] : "";
+      this.hash = m[5] || "";
+      this.searchParams = new URLSearchParams(this.search);
+    }
+    get origin() { return this.protocol + "//" + this.host; }
+    get href() { return this.origin + this.pathname + this.search + this.hash; }
+    toString() { return this.href; }
+    toJSON() { return this.href; }
+  }
+
+  class Request extends Body {
+    constructor(input, init = {}) {
+      super();
+      const from = input instanceof Request ? input : null;
+      this.url = from ? from.url : String(input);
+      this.method = String(init.method || (from ? from.method : "GET")).toUpperCase();
+      this.headers = new Headers(init.headers || (from ? from.headers : undefined));
+      this._init(init.body !== undefined ? init.body : from ? from._bytes : null);
+    }
+    clone() { return new Request(this, { body: this._bytes }); }
+  }
+
+  class Response extends Body {
+    constructor(body, init = {}) {
+      super();
+      this.status = init.status === undefined ? 200 : init.status | 0;
+      this.statusText = init.statusText || "";
+      this.headers = new Headers(init.headers);
+      if (typeof body === "string" && !this.headers.has("content-type")) {
+        this.headers.set("content-type", "text/plain;charset=UTF-8");
+      }
+      this._init(body);
+    }
+    get ok() { return this.status >= 200 && this.status < 300; }
+    clone() { return new Response(this._bytes, this); }
+    static json(data, init = {}) {
+      const r = new Response(JSON.stringify(data), init);
+      r.headers.set("content-type", "application/json");
+      return r;
+    }
+    static redirect(url, status = 302) {
+      return new Response(null, { status, headers: { location: String(url) } });
+    }
+  }
+
+  // The path and query of a request's URL, as the host wants them for a
+  // call or send to another actor.
+  function pathOf(url) {
+    if (url.startsWith("/")) return url;
+    const u = new URL(url);
+    return u.pathname + u.search;
+  }
+
+  function wire(req) {
+    return [req.method, [...req.headers.entries()], req._bytes];
+  }
+
+  function answer(r) {
+    return new Response(r.body, { status: r.status, headers: r.headers });
+  }
+
+  globalThis.__stasis_host = {
+    call(actor, input, init) {
+      const req = new Request(input, init);
+      const [method, headers, body] = wire(req);
+      return answer(native.call(String(actor), method, pathOf(req.url), headers, body));
+    },
+    send(actor, input, init) {
+      const req = new Request(input, init);
+      const [method, headers, body] = wire(req);
+      native.send(String(actor), method, pathOf(req.url), headers, body);
+    },
+    fetch(input, init) {
+      const req = new Request(input, init);
+      const [method, headers, body] = wire(req);
+      return answer(native.fetch(method, req.url, headers, body));
+    },
+  };
+
+  Object.defineProperties(globalThis, {
+    Headers: { value: Headers, writable: true, configurable: true },
+    Request: { value: Request, writable: true, configurable: true },
+    Response: { value: Response, writable: true, configurable: true },
+    URL: { value: URL, writable: true, configurable: true },
+    URLSearchParams: { value: URLSearchParams, writable: true, configurable: true },
+  });
+  globalThis.fetch = async (input, init) => globalThis.__stasis_host.fetch(input, init);
+  globalThis.crypto = {
+    getRandomValues(array) {
+      const bytes = native.randomBytes(array.byteLength);
+      new Uint8Array(array.buffer, array.byteOffset, array.byteLength).set(bytes);
+      return array;
+    },
+    randomUUID() {
+      const b = native.randomBytes(16);
+      b[6] = (b[6] & 0x0f) | 0x40;
+      b[8] = (b[8] & 0x3f) | 0x80;
+      const h = [...b].map((x) => x.toString(16).padStart(2, "0")).join("");
+      return `${h.slice(0, 8)}-${h.slice(8, 12)}-${h.slice(12, 16)}-${h.slice(16, 20)}-${h.slice(20)}`;
+    },
+  };
+
+  // Settles into __stasis_out (the response as [status, headers, bytes])
+  // or __stasis_err (what was thrown); the engine runs the job queue.
+  function settle(promise) {
+    globalThis.__stasis_out = undefined;
+    globalThis.__stasis_err = undefined;
+    globalThis.__stasis_done = false;
+    promise.then(
+      (r) => { globalThis.__stasis_out = r; globalThis.__stasis_done = true; },
+      (e) => { globalThis.__stasis_err = e; globalThis.__stasis_done = true; },
+    );
+  }
+
+  const noop = () => {};
+  globalThis.__stasis_dispatch = (method, url, headers, body, actor, worker, env) => {
+    settle((async () => {
+      const handler = globalThis.__stasis_handler;
+      if (!handler || typeof handler.fetch !== "function") {
+        throw new TypeError("the script's default export has no fetch(request) method");
+      }
+      const request = new Request(url, { method, headers, body });
+      // Workers' (request, env, ctx); ctx also names the actor and worker.
+      const ctx = { actor, worker, waitUntil: noop, passThroughOnException: noop };
+      let r = await handler.fetch(request, Object.fromEntries(env), ctx);
+      if (!(r instanceof Response)) r = new Response(r === undefined ? "" : String(r));
+      return [r.status, [...r.headers.entries()], r._bytes];
+    })());
+  };
+
+  globalThis.__stasis_alarm = () => {
+    settle((async () => {
+      const handler = globalThis.__stasis_handler;
+      if (handler && typeof handler.alarm === "function") await handler.alarm();
+      return null;
+    })());
+  };
+})();

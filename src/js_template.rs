@@ -1,0 +1,174 @@
+//! `stasis template push NAME actor.js`: turns a JavaScript module into a
+//! template module. The JavaScript engine (`demos/js-engine`, QuickJS,
+//! embedded in this binary by `build.rs`) is instantiated here, its
+//! `stasis_js_preinit` export compiles the script and evaluates its top
+//! level, and Wizer writes the resulting memory and globals back into the
+//! module as its initial state: every actor of the template starts from
+//! the evaluated script without paying for the engine's start-up or the
+//! script's top level. A syntax error or a top level that throws refuses
+//! the push here, with the line and column QuickJS reports.
+
+use std::path::Path;
+
+use anyhow::{Context as _, anyhow, bail};
+use wasmtime::{Config, Engine, Instance, Linker, Module, Store, Val};
+use wasmtime_wasi::WasiCtxBuilder;
+use wasmtime_wasi::p1::WasiP1Ctx;
+use wasmtime_wizer::{InstanceState, SnapshotVal, ValType, Wizer};
+
+/// The engine module (empty when `build.rs` could not build it).
+const ENGINE: &[u8] = include_bytes!(concat!(env!("STASIS_DEMOS_DIR"), "/js-engine.wasm"));
+
+/// Why the engine is missing, when it is (set by `build.rs`).
+const SKIPPED: &str = env!("STASIS_JS_ENGINE_SKIPPED");
+
+/// The export that evaluates a script (removed from the output module).
+const PREINIT: &str = "stasis_js_preinit";
+
+/// Fuel for the script's top level: a loop that never ends is cut.
+const PREINIT_FUEL: u64 = 20_000_000_000;
+
+/// Whether `path` names a JavaScript module (`.js` or `.mjs`).
+pub(crate) fn is_script(path: &Path) -> bool {
+    matches!(
+        path.extension().and_then(|e| e.to_str()),
+        Some("js" | "mjs")
+    )
+}
+
+/// The template module for the script `source` read from `path`.
+///
+/// # Errors
+/// The engine is not built into this binary, the script is not UTF-8, it
+/// does not compile (the message names the line and column), its top level
+/// throws or runs out of fuel, or it has no default export with `fetch`.
+pub(crate) async fn build(path: &Path, source: &[u8]) -> anyhow::Result<Vec<u8>> {
+    if ENGINE.is_empty() {
+        bail!(
+            "this stasis was built without the JavaScript engine ({SKIPPED}); \
+             install clang, lld, llvm and wasi-libc (scripts/install-test-deps.sh) and rebuild"
+        );
+    }
+    let source = std::str::from_utf8(source)
+        .map_err(|e| anyhow!("{} is not UTF-8 text: {e}", path.display()))?;
+    let name = path.file_name().map_or_else(
+        || "actor.js".to_owned(),
+        |n| n.to_string_lossy().into_owned(),
+    );
+    let mut wizer = Wizer::new();
+    wizer.init_func(PREINIT);
+    let (cx, instrumented) = wizer
+        .instrument(ENGINE)
+        .map_err(|e| anyhow!("instrumenting the engine: {e:#}"))?;
+    let mut config = Config::new();
+    config.consume_fuel(true);
+    let engine = Engine::new(&config).map_err(|e| anyhow!("{e:#}"))?;
+    let module = Module::new(&engine, &instrumented).map_err(|e| anyhow!("{e:#}"))?;
+    let mut linker: Linker<WasiP1Ctx> = Linker::new(&engine);
+    wasmtime_wasi::p1::add_to_linker_async(&mut linker, |wasi| wasi)
+        .map_err(|e| anyhow!("{e:#}"))?;
+    // The host functions (`call`, `send`, ...) do not exist at push: a top
+    // level that calls them traps.
+    linker
+        .define_unknown_imports_as_traps(&module)
+        .map_err(|e| anyhow!("{e:#}"))?;
+    let mut store = Store::new(&engine, WasiCtxBuilder::new().build_p1());
+    store.set_fuel(PREINIT_FUEL).map_err(|e| anyhow!("{e:#}"))?;
+    let instance = linker
+        .instantiate_async(&mut store, &module)
+        .await
+        .map_err(|e| anyhow!("instantiating the engine: {e:#}"))?;
+    let input = format!("{name}\n{source}");
+    let result = preinit(&mut store, &instance, input.as_bytes())
+        .await
+        .map_err(|e| {
+            let out_of_fuel = store.get_fuel().is_ok_and(|f| f == 0);
+            if out_of_fuel {
+                anyhow!("{name}: the script's top level ran too long (a loop that never ends?)")
+            } else {
+                anyhow!("{name}: the script's top level trapped: {e:#}")
+            }
+        })?;
+    if let Some(error) = result {
+        bail!("{error}");
+    }
+    let mut state = Snapshot {
+        store: &mut store,
+        instance,
+    };
+    wizer
+        .snapshot(&cx, &mut state)
+        .await
+        .map_err(|e| anyhow!("snapshotting the evaluated script: {e:#}"))
+        .context("building the template module")
+}
+
+/// Runs `_initialize` and the engine's pre-initialisation with `input`
+/// (file name, newline, source): `None` when the script was evaluated,
+/// else the engine's error text.
+async fn preinit(
+    store: &mut Store<WasiP1Ctx>,
+    instance: &Instance,
+    input: &[u8],
+) -> anyhow::Result<Option<String>> {
+    let e = |e: wasmtime::Error| anyhow!("{e:#}");
+    let initialize = instance
+        .get_typed_func::<(), ()>(&mut *store, "_initialize")
+        .map_err(e)?;
+    initialize.call_async(&mut *store, ()).await.map_err(e)?;
+    let alloc = instance
+        .get_typed_func::<u32, u32>(&mut *store, "stasis_alloc")
+        .map_err(e)?;
+    let len = u32::try_from(input.len()).context("the script is too large")?;
+    let ptr = alloc.call_async(&mut *store, len).await.map_err(e)?;
+    let memory = instance
+        .get_memory(&mut *store, "memory")
+        .context("the engine exports no memory")?;
+    memory
+        .write(&mut *store, ptr as usize, input)
+        .map_err(|err| anyhow!("{err}"))?;
+    let run = instance
+        .get_typed_func::<(u32, u32), u64>(&mut *store, PREINIT)
+        .map_err(e)?;
+    let answer = run.call_async(&mut *store, (ptr, len)).await.map_err(e)?;
+    if answer == 0 {
+        return Ok(None);
+    }
+    let (at, len) = ((answer >> 32) as usize, (answer & 0xffff_ffff) as usize);
+    let mut text = vec![0; len];
+    memory
+        .read(&*store, at, &mut text)
+        .map_err(|err| anyhow!("{err}"))?;
+    Ok(Some(String::from_utf8_lossy(&text).into_owned()))
+}
+
+/// The evaluated instance, as Wizer reads it.
+struct Snapshot<'a> {
+    store: &'a mut Store<WasiP1Ctx>,
+    instance: Instance,
+}
+
+impl InstanceState for Snapshot<'_> {
+    async fn global_get(&mut self, name: &str, _: ValType) -> SnapshotVal {
+        let global = self
+            .instance
+            .get_global(&mut *self.store, name)
+            .expect("Wizer names an exported global");
+        match global.get(&mut *self.store) {
+            Val::I32(x) => SnapshotVal::I32(x),
+            Val::I64(x) => SnapshotVal::I64(x),
+            Val::F32(x) => SnapshotVal::F32(x),
+            Val::F64(x) => SnapshotVal::F64(x),
+            Val::V128(x) => SnapshotVal::V128(x.as_u128()),
+            other => panic!("a global of unsupported type: {other:?}"),
+        }
+    }
+
+    async fn memory_contents(&mut self, name: &str, contents: impl FnOnce(&[u8]) + Send) {
+        let memory = self
+            .instance
+            .get_memory(&mut *self.store, name)
+            .expect("Wizer names an exported memory");
+        contents(memory.data(&*self.store));
+    }
+}
