@@ -295,6 +295,12 @@ export default {
     assert_eq!(count(&post(&server, "b1").await), 2);
     let answer = to_actor(&client(), server.ingress, "b1", "POST", "/boom").await;
     assert_eq!(answer.status, 500, "{answer:?}");
+    // The client learns where to look, not the exception's text.
+    assert!(
+        answer.body.contains("uncaught exception in fetch"),
+        "{answer:?}"
+    );
+    assert!(!answer.body.contains("boom at"), "{answer:?}");
     // The increment before the throw is rolled back with the trap.
     assert_eq!(count(&post(&server, "b1").await), 3);
     let deadline = Instant::now() + Duration::from_secs(10);

@@ -222,11 +222,12 @@ fn run_settled<T>(
 }
 
 /// Prints an uncaught exception to the actor's log and traps: the host
-/// answers 500 and rolls the actor back, as for any trap.
+/// answers 500 and rolls the actor back, as for any trap. The message and
+/// stack stay in the log: the answer's body, which the client sees, says
+/// only where to look.
 fn uncaught(what: &str, text: &str) -> ! {
     eprintln!("Uncaught exception in {what}: {text}");
-    let first = text.lines().next().unwrap_or(text);
-    panic!("uncaught exception in {what}: {first}");
+    panic!("uncaught exception in {what} (its message and stack are in the actor's log)");
 }
 
 /// The actor type the SDK exports; all state is in [`ENGINE`].
