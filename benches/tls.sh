@@ -12,25 +12,12 @@
 # `Connection: close`).
 set -euo pipefail
 
-root=$(cd "$(dirname "$0")/.." && pwd)
-bin=${STASIS_BIN:-$root/target/release/stasis}
-demo=${STASIS_DEMOS_DIR:-$root/target/demos}/counter.wasm
 duration=${1:-10s}
 connections=${2:-16}
 threads=${WRK_THREADS:-2}
-
-for tool in wrk curl openssl; do
-    command -v $tool >/dev/null || { echo "$tool not found: apt-get install -y $tool" >&2; exit 1; }
-done
-[ -x "$bin" ] || { echo "$bin missing: run cargo build --release" >&2; exit 1; }
-
-tmp=$(mktemp -d)
-pid=
-stop() {
-    if [ -n "$pid" ]; then kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
-    pid=
-}
-trap 'stop; rm -rf "$tmp"' EXIT
+# shellcheck source=benches/common.sh
+. "$(dirname "$0")/common.sh"
+need wrk curl openssl
 
 # A self-signed wildcard certificate for the actors' names.
 openssl req -x509 -newkey rsa:2048 -nodes -keyout "$tmp/key.pem" -out "$tmp/cert.pem" \
@@ -40,24 +27,8 @@ openssl req -x509 -newkey rsa:2048 -nodes -keyout "$tmp/key.pem" -out "$tmp/cert
 run() {
     local label=$1 scheme=$2
     shift 2
-    rm -rf "$tmp/data"
-    STASIS_LOG=warn "$bin" serve --data-dir "$tmp/data" \
-        --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 "$@" >"$tmp/out" 2>"$tmp/err" &
-    pid=$!
-    for _ in $(seq 200); do
-        grep -q '^stasis ready' "$tmp/out" && break
-        kill -0 "$pid" 2>/dev/null || { cat "$tmp/err" >&2; exit 1; }
-        sleep 0.05
-    done
-    local ready ingress admin
-    ready=$(grep '^stasis ready' "$tmp/out")
-    ingress=${ready#*ingress=}
-    ingress=${ingress%% *}
-    admin=http://${ready#*admin=}
-    curl -fsS -X PUT --data-binary @"$demo" -H 'content-type: application/wasm' \
-        "$admin/v1/templates/counter" >/dev/null
-    curl -fsS -X POST -H 'content-type: application/json' \
-        -d '{"name": "counter", "template": "counter"}' "$admin/v1/actors" >/dev/null
+    serve_start "$@"
+    counter_actor
     cat >"$tmp/post.lua" <<LUA
 wrk.method = "POST"
 wrk.headers["Host"] = "counter.actors.localhost"
@@ -68,7 +39,7 @@ LUA
     echo "== $label: wrk -t$threads -c$connections -d$duration --latency POST $scheme://$ingress/${CLOSE:+ (Connection: close)}"
     wrk -t"$threads" -c"$connections" -d"$duration" --latency -s "$tmp/post.lua" "$scheme://$ingress/" \
         | grep -E 'Requests/sec|^ +50%|^ +99%|requests in|Non-2xx|errors'
-    stop
+    serve_stop
 }
 
 echo "stasis serve: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), load $(cut -d' ' -f1-3 /proc/loadavg)"

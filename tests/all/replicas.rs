@@ -365,15 +365,8 @@ async fn every_verb_works_through_a_follower() {
     d.cli_ok(f, &["actor", "delete", "v3"]);
     let gone = to_actor(&c, d.replica(f).ingress, "v3", "POST", "/").await;
     assert_eq!(gone.status, 404, "{gone:?}");
-    let metrics = crate::support::send(
-        &c,
-        d.replica(f).admin,
-        "GET",
-        "localhost",
-        "/metrics",
-        Vec::new(),
-    )
-    .await;
+    let metrics_of = |addr| crate::support::send(&c, addr, "GET", "localhost", "/metrics", Vec::new());
+    let metrics = metrics_of(d.replica(f).admin).await;
     assert_eq!(metrics.status, 200);
     assert!(
         metrics.body.contains("stasis_requests_total"),
@@ -381,15 +374,7 @@ async fn every_verb_works_through_a_follower() {
         metrics.body
     );
     // Each worker serves its own: the actors it runs, its resumes.
-    let metrics = crate::support::send(
-        &c,
-        d.worker("w2").listen,
-        "GET",
-        "localhost",
-        "/metrics",
-        Vec::new(),
-    )
-    .await;
+    let metrics = metrics_of(d.worker("w2").listen).await;
     assert_eq!(metrics.status, 200);
     let value = |series: &str| {
         metrics

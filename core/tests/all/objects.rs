@@ -73,6 +73,25 @@ impl Shared {
             .unwrap_or_else(|e| panic!("open {}: {}", self.url, e.detail()))
     }
 
+    /// A store on this (S3) location reaching its server through `proxy`,
+    /// with its own cache in `cache`.
+    fn open_through(
+        &self,
+        proxy: &stasis_test_util::fault_proxy::FaultProxy,
+        cache: &Path,
+    ) -> ObjectSnapshotStore {
+        let env: Vec<(String, String)> = self
+            .env
+            .iter()
+            .map(|(name, value)| match name.as_str() {
+                "AWS_ENDPOINT_URL" => (name.clone(), proxy.endpoint()),
+                _ => (name.clone(), value.clone()),
+            })
+            .collect();
+        ObjectSnapshotStore::open_with_s3_env(&self.url, cache, None, &env)
+            .unwrap_or_else(|e| panic!("open through the proxy: {}", e.detail()))
+    }
+
     /// Asserts `err`'s message names no local path, endpoint or secret.
     fn assert_clean(&self, err: &StoreError) {
         let shown = err.to_string();

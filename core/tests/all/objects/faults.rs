@@ -42,17 +42,7 @@ impl Faulty {
 
     /// A store reaching the server through the proxy.
     fn open(&self, cache: &Path) -> ObjectSnapshotStore {
-        let env: Vec<(String, String)> = self
-            .shared
-            .env
-            .iter()
-            .map(|(name, value)| match name.as_str() {
-                "AWS_ENDPOINT_URL" => (name.clone(), self.proxy.endpoint()),
-                _ => (name.clone(), value.clone()),
-            })
-            .collect();
-        ObjectSnapshotStore::open_with_s3_env(&self.shared.url, cache, None, &env)
-            .unwrap_or_else(|e| panic!("open through the proxy: {}", e.detail()))
+        self.shared.open_through(&self.proxy, cache)
     }
 
     /// A store reaching the server directly.

@@ -13,31 +13,12 @@ use super::{Shared, pattern, real_snapshot};
 /// Enough faults for every retry of the client.
 const ALWAYS: usize = 1000;
 
-/// A store reaching `shared`'s S3 server through `proxy`.
-fn through(shared: &Shared, proxy: &FaultProxy, cache: &std::path::Path) -> impl SnapshotStore {
-    let env: Vec<(String, String)> = shared
-        .env
-        .iter()
-        .map(|(name, value)| match name.as_str() {
-            "AWS_ENDPOINT_URL" => (name.clone(), proxy.endpoint()),
-            _ => (name.clone(), value.clone()),
-        })
-        .collect();
-    stasis_core::snapshot_objects::ObjectSnapshotStore::open_with_s3_env(
-        &shared.url,
-        cache,
-        None,
-        &env,
-    )
-    .unwrap_or_else(|e| panic!("open through the proxy: {}", e.detail()))
-}
-
 #[test]
 fn objects_a_held_actor_opens_what_it_wrote_without_listing_the_store() {
     let shared = Shared::s3();
     let proxy = FaultProxy::start(shared.server.as_ref().expect("s3").addr());
     let cache = tempfile::tempdir().unwrap();
-    let store = through(&shared, &proxy, cache.path());
+    let store = shared.open_through(&proxy, cache.path());
     // Real (full) snapshots: retention reads their headers.
     let snap = real_snapshot();
     let other = sealed(&pattern(5000, 7));

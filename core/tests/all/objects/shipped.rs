@@ -153,19 +153,8 @@ fn shipped_segments_go_once_settled_and_stay_for_an_actor_that_left_unsettled() 
 fn shipped_a_round_the_store_refuses_is_reported_as_maybe_applied() {
     let shared = Shared::s3();
     let proxy = FaultProxy::start(shared.server.as_ref().expect("s3").addr());
-    let env: Vec<(String, String)> = shared
-        .env
-        .iter()
-        .map(|(name, value)| match name.as_str() {
-            "AWS_ENDPOINT_URL" => (name.clone(), proxy.endpoint()),
-            _ => (name.clone(), value.clone()),
-        })
-        .collect();
     let cache = tempfile::tempdir().unwrap();
-    let store = Arc::new(
-        ObjectSnapshotStore::open_with_s3_env(&shared.url, cache.path(), None, &env)
-            .unwrap_or_else(|e| panic!("open through the proxy: {}", e.detail())),
-    );
+    let store = Arc::new(shared.open_through(&proxy, cache.path()));
     let entry = created(&store, "a");
     let w1 = journal(&store, "w1");
     // Every PUT of a segment is dropped before it reaches the store.
