@@ -365,7 +365,8 @@ async fn every_verb_works_through_a_follower() {
     d.cli_ok(f, &["actor", "delete", "v3"]);
     let gone = to_actor(&c, d.replica(f).ingress, "v3", "POST", "/").await;
     assert_eq!(gone.status, 404, "{gone:?}");
-    let metrics_of = |addr| crate::support::send(&c, addr, "GET", "localhost", "/metrics", Vec::new());
+    let metrics_of =
+        |addr| crate::support::send(&c, addr, "GET", "localhost", "/metrics", Vec::new());
     let metrics = metrics_of(d.replica(f).admin).await;
     assert_eq!(metrics.status, 200);
     assert!(
