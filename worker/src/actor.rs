@@ -105,6 +105,8 @@ pub(crate) struct ActorTask {
     /// lost its lease: whether the store keeps it is unknown here, so the
     /// request it was for is answered as of unknown outcome.
     pub wrote_unfenced: bool,
+    /// The actor's log: the instance's stdout and stderr go there.
+    pub log: Arc<crate::logs::ActorLog>,
 }
 
 /// What a parked actor keeps while no task runs it: the fields of its
@@ -210,6 +212,8 @@ impl ActorTask {
         let mut config = InstanceConfig::new(&self.name, &self.worker, self.env.clone());
         config.clock_floor_ns = self.clock.floor_ns();
         config.services = self.services.clone();
+        config.stdout = config.stdout.with_sink(self.log.clone());
+        config.stderr = config.stderr.with_sink(self.log.clone());
         config
     }
 
@@ -377,9 +381,11 @@ impl ActorTask {
     pub(crate) async fn run(&mut self, mailbox: &mut mpsc::Receiver<Command>) -> Ended {
         while let Some(command) = mailbox.recv().await {
             let used = matches!(command, Command::Deliver { .. });
+            let moving = matches!(command, Command::Capture(_));
             // Boxed so that the future of a waiting actor's task does not
             // carry the space of a guest call's future.
             let go_on = Box::pin(self.handle(command)).await;
+            self.log.settle(moving || self.instance.is_none());
             self.sync_live(used);
             if !go_on {
                 return Ended::Stopped;

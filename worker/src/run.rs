@@ -35,6 +35,9 @@ impl ActorTask {
         match input {
             Input::Request { request, reply } => {
                 let (result, gate) = split(self.run_guest(Work::Request(&request), ticket).await);
+                // The request's lines are visible (and in the store) before
+                // its answer is sent.
+                self.log.settle(self.instance.is_none());
                 let result = result.and_then(|answer| match answer {
                     Answer::Response(response) => Ok(response),
                     Answer::Alarm(_) => Err(ApiError::internal("an alarm answered a request")),
@@ -43,6 +46,7 @@ impl ActorTask {
             }
             Input::Alarm { reply } => {
                 let (result, gate) = split(self.run_guest(Work::Alarm, ticket).await);
+                self.log.settle(self.instance.is_none());
                 let result = result.and_then(|answer| match answer {
                     Answer::Alarm(outcome) => Ok(outcome),
                     Answer::Response(_) => Err(ApiError::internal("a request answered an alarm")),
