@@ -25,6 +25,9 @@ impl ControlPlane {
         })?;
         match member.api.logs(name, query).await {
             Err(e) if e.is(ErrorKind::NotFound) && self.has_actor(name) => Ok(Vec::new()),
+            Err(e) if e.is(ErrorKind::NotFound) => {
+                Err(ApiError::not_found(format!("no actor named {name:?}")))
+            }
             other => other,
         }
     }

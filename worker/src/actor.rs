@@ -229,6 +229,7 @@ impl ActorTask {
     pub(super) fn drop_instance(&mut self, paused: bool) {
         self.delta_base = None;
         self.entry_chain = None;
+        self.log.end_instance();
         if let Some(instance) = self.instance.take() {
             let clock_ns = instance.clock_ns();
             self.clock

@@ -193,12 +193,7 @@ impl ActorLog {
             return;
         }
         if ended {
-            for stream in 0..2 {
-                let partial = std::mem::take(&mut inner.partial[stream]);
-                if !partial.bytes.is_empty() && !partial.dropping {
-                    self.emit(&mut inner, stream, &partial.bytes, false);
-                }
-            }
+            self.complete(&mut inner);
         }
         if inner.fresh.is_empty() {
             return;
@@ -225,6 +220,23 @@ impl ActorLog {
         }
         drop(inner);
         self.visible.send_replace(newest);
+    }
+
+    /// The instance that wrote the lines so far is gone (a trap's
+    /// rollback, a pause): a last line without a newline is complete
+    /// (visible at the next [`ActorLog::settle`]).
+    pub(crate) fn end_instance(&self) {
+        let mut inner = self.inner();
+        self.complete(&mut inner);
+    }
+
+    fn complete(&self, inner: &mut Inner) {
+        for stream in 0..2 {
+            let partial = std::mem::take(&mut inner.partial[stream]);
+            if !partial.bytes.is_empty() && !partial.dropping {
+                self.emit(inner, stream, &partial.bytes, false);
+            }
+        }
     }
 
     /// The visible lines, oldest first.
