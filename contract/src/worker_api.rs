@@ -192,13 +192,13 @@ pub trait WorkerApi: Send + Sync {
     ///
     /// # Errors
     /// 404 if it does not host the actor (or stops hosting it while the
-    /// query waits); 501 where the worker cannot serve logs.
+    /// query waits); 501 where the worker cannot serve logs (the default).
     async fn logs(&self, actor: &str, query: &LogQuery) -> Result<Vec<LogLine>, ApiError> {
         let _ = query;
         Err(ApiError::new(
             ErrorKind::NotImplemented,
             format!(
-                "worker {} cannot serve the logs of actor {actor} (remote workers do not yet)",
+                "worker {} cannot serve the logs of actor {actor}",
                 self.name()
             ),
         ))

@@ -5,7 +5,8 @@
 //! and started again; a last line without a newline is kept at a trap and
 //! at a pause; a line over the limit is cut and marked; `--tail` and
 //! `--since` select; a deleted actor's log is gone (404) and its follower
-//! ends with that error.
+//! ends with that error. In cluster mode (real etcd and S3) the follower
+//! carries on across a move of the actor between remote workers.
 
 use std::io::{BufRead as _, BufReader};
 use std::process::{Child, Stdio};
@@ -20,13 +21,13 @@ use crate::support::{STASIS, Server, client, to_actor};
 const DEADLINE: Duration = Duration::from_secs(30);
 
 /// `stasis actor logs ACTOR -f -o json` against `admin`, its lines parsed.
-struct Follower {
+pub(crate) struct Follower {
     child: Child,
     lines: mpsc::Receiver<Value>,
 }
 
 impl Follower {
-    fn start(admin: &str, actor: &str) -> Follower {
+    pub(crate) fn start(admin: &str, actor: &str) -> Follower {
         let mut child = STASIS
             .command()
             .args(["actor", "logs", actor, "-f", "-o", "json"])
@@ -51,7 +52,7 @@ impl Follower {
     }
 
     /// The next `n` lines (panics if they do not come within [`DEADLINE`]).
-    fn expect(&self, n: usize) -> Vec<Value> {
+    pub(crate) fn expect(&self, n: usize) -> Vec<Value> {
         (0..n)
             .map(|i| {
                 self.lines
@@ -243,4 +244,59 @@ fn wait_exit(child: &mut Child) -> std::process::ExitStatus {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_follower_carries_on_across_a_move_between_remote_workers() {
+    let _one = crate::replicas::ONE_CLUSTER.lock().await;
+    let d = crate::replicas::deployment(1, 1, 2, &[]);
+    let faulty = STASIS.demo("faulty");
+    d.cli_ok(
+        0,
+        &[
+            "template",
+            "push",
+            "faulty",
+            faulty.to_str().expect("utf-8"),
+        ],
+    );
+    d.cli_json(0, &["actor", "create", "logger", "--template", "faulty"]);
+    let follower = Follower::start(&format!("http://{}", d.replica(0).admin), "logger");
+    let ingress = d.replica(0).ingress;
+    let hit = |path: &'static str| async move {
+        to_actor(&client(), ingress, "logger", "POST", path)
+            .await
+            .status
+    };
+    assert_eq!(hit("/print?text=here").await, 200);
+    let mut seen = follower.expect(2);
+    let from = d.cli_json(0, &["actor", "get", "logger"])["worker"]
+        .as_str()
+        .expect("worker")
+        .to_owned();
+    let to = if from == "w1" { "w2" } else { "w1" };
+    // A line without its newline when the move captures the actor.
+    assert_eq!(hit("/write?text=mid-move").await, 200);
+    d.cli_json(0, &["actor", "migrate", "logger", "--to", to]);
+    seen.extend(follower.expect(1));
+    assert_eq!(hit("/print?text=there").await, 200);
+    seen.extend(follower.expect(2));
+    let mut expected = both("here");
+    expected.push(("stdout".into(), "mid-move".into()));
+    expected.extend(both("there"));
+    assert_eq!(texts(&seen), expected);
+    let workers: Vec<&str> = seen
+        .iter()
+        .map(|l| l["worker"].as_str().expect("worker"))
+        .collect();
+    assert_eq!(workers, [from.as_str(), &from, &from, to, to], "{seen:?}");
+    let seqs: Vec<u64> = seen
+        .iter()
+        .map(|l| l["seq"].as_u64().expect("seq"))
+        .collect();
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{seqs:?}");
+    assert!(
+        follower.lines.try_recv().is_err(),
+        "an unexpected line came"
+    );
 }

@@ -309,6 +309,7 @@ impl Worker {
             wrote_unfenced: false,
             log: self.logs.get(name, &self.name, &self.store),
         };
+        task.log.placed(task.epoch);
         let level = task.settings.durability.name();
         task.status().durability = Some(level.to_owned());
         task

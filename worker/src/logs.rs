@@ -239,20 +239,28 @@ impl ActorLog {
         }
     }
 
-    /// The visible lines, oldest first.
-    fn lines(&self) -> Result<Vec<LogLine>, ApiError> {
-        let inner = self.inner();
-        if inner.closed {
-            return Err(ApiError::not_found(format!(
-                "actor {} is not on worker {}",
-                self.actor, self.worker
-            )));
+    /// The actor runs here under placement `epoch`: its next line is
+    /// numbered at least `(epoch - 1) * 2^32 + 1`, so that the lines it
+    /// writes after a move to a worker that does not share this one's
+    /// store (where numbering would start again) still come after every
+    /// line numbered on its previous worker (fewer than 2^32 lines each).
+    pub(crate) fn placed(&self, epoch: u64) {
+        let floor = (epoch.saturating_sub(1) << 32) + 1;
+        let mut inner = self.inner();
+        if inner.next_seq < floor && inner.fresh.is_empty() {
+            inner.next_seq = floor;
         }
-        Ok(if self.store.keeps_logs() {
+    }
+
+    /// The visible lines, oldest first, and whether the log is closed.
+    fn lines(&self) -> (Vec<LogLine>, bool) {
+        let inner = self.inner();
+        let lines = if self.store.keeps_logs() && !inner.closed {
             self.file_lines()
         } else {
             inner.kept.iter().cloned().collect()
-        })
+        };
+        (lines, inner.closed)
     }
 
     /// The lines `query` selects; when there are none and it waits, the
@@ -265,13 +273,19 @@ impl ActorLog {
         let deadline = query.wait().map(|wait| Instant::now() + wait);
         loop {
             changed.borrow_and_update();
-            let lines = query.select(self.lines()?);
-            let Some(deadline) = deadline else {
+            let (lines, closed) = self.lines();
+            let lines = query.select(lines);
+            // Lines made visible before the log closed are still
+            // answered to a reader that waited for them.
+            if closed && lines.is_empty() {
+                return Err(ApiError::not_found(format!(
+                    "actor {} is not on worker {}",
+                    self.actor, self.worker
+                )));
+            }
+            let Some(deadline) = deadline.filter(|_| lines.is_empty()) else {
                 return Ok(lines);
             };
-            if !lines.is_empty() {
-                return Ok(lines);
-            }
             let left = deadline.saturating_duration_since(Instant::now());
             match tokio::time::timeout(left, changed.changed()).await {
                 Ok(Ok(())) => {}
@@ -360,5 +374,76 @@ impl crate::Worker {
             .get(actor, &self.name, &self.store)
             .read(query)
             .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use stasis_core::snapshot_files::LocalSnapshotStore;
+
+    use super::*;
+
+    fn texts(log: &ActorLog) -> Vec<(u64, String, bool)> {
+        log.lines()
+            .0
+            .into_iter()
+            .map(|l| (l.seq, l.text, l.truncated))
+            .collect()
+    }
+
+    #[test]
+    fn lines_are_split_cut_completed_and_kept_across_a_restart() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let store: Arc<dyn SnapshotStore> =
+            Arc::new(LocalSnapshotStore::open(tmp.path(), None).expect("store"));
+        let log = ActorLog::new("a", "w", store.clone());
+        log.write("stdout", b"one\ntw");
+        log.write("stderr", b"err\n");
+        log.write("stdout", b"o\npart");
+        assert!(texts(&log).is_empty(), "visible before settling");
+        log.settle(false);
+        let want = |v: &[(u64, &str)]| -> Vec<(u64, String, bool)> {
+            v.iter()
+                .map(|(s, t)| (*s, (*t).to_owned(), false))
+                .collect()
+        };
+        assert_eq!(texts(&log), want(&[(1, "one"), (2, "err"), (3, "two")]));
+        log.end_instance();
+        log.settle(false);
+        assert_eq!(texts(&log)[3], (4, "part".to_owned(), false));
+        let long = vec![b'x'; MAX_LINE_BYTES + 10];
+        log.write("stdout", &long);
+        log.write("stdout", b"yyy\nafter\n");
+        log.settle(true);
+        let lines = texts(&log);
+        assert_eq!(lines[4], (5, "x".repeat(MAX_LINE_BYTES), true));
+        assert_eq!(lines[5], (6, "after".to_owned(), false));
+        // A torn last line (a kill during an append) is dropped; the
+        // numbering carries on after the newest whole line.
+        store.append_log("a", br#"{"seq":99"#).expect("append");
+        let again = ActorLog::new("a", "w", store);
+        assert_eq!(texts(&again).len(), 6);
+        again.write("stdout", b"next\n");
+        again.settle(false);
+        assert_eq!(texts(&again)[6].0, 7);
+        again.placed(3);
+        again.write("stdout", b"moved\n");
+        again.settle(false);
+        assert_eq!(texts(&again)[7].0, (2 << 32) + 1);
+    }
+
+    #[test]
+    fn the_buffer_keeps_the_newest_lines() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let store: Arc<dyn SnapshotStore> =
+            Arc::new(LocalSnapshotStore::open(tmp.path(), None).expect("store"));
+        let log = ActorLog::new("a", "w", store);
+        for i in 0..(3 * KEEP_LINES) {
+            log.write("stdout", format!("line {i}\n").as_bytes());
+            log.settle(false);
+        }
+        let lines = texts(&log);
+        assert!(lines.len() >= KEEP_LINES && lines.len() <= 2 * KEEP_LINES);
+        assert_eq!(lines.last().map(|l| l.0), Some(3 * KEEP_LINES as u64));
     }
 }
