@@ -256,6 +256,24 @@ pub(crate) enum ActorCommand {
         #[command(flatten)]
         client: ClientArgs,
     },
+    /// Print an actor's recent lifecycle events as its workers saw them
+    /// (created, resumed, paused, trapped, captured for a move, placed
+    /// here, upgraded), oldest first; with -f, keep printing new ones.
+    Events {
+        /// Actor name.
+        name: String,
+        /// Keep printing new events until the actor is deleted (or Ctrl-C).
+        #[arg(short = 'f', long)]
+        follow: bool,
+        /// Only events since this long ago (`10m`, `1h`) or this RFC 3339 time.
+        #[arg(long, value_name = "D")]
+        since: Option<String>,
+        /// Only the newest N events (of those --since selects).
+        #[arg(long, value_name = "N")]
+        tail: Option<usize>,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
     /// Snapshot an actor and unload it (idempotent); prints the snapshot size
     /// and how long the pause took.
     Pause {

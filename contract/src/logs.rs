@@ -23,6 +23,12 @@ pub const KEEP_BYTES: usize = 256 << 10;
 /// boundary) and marked `truncated`; the rest of it, up to its newline, is
 /// dropped.
 pub const MAX_LINE_BYTES: usize = 4096;
+/// The streams of a log: the guest's stdout and stderr, and the actor's
+/// lifecycle events as its worker saw them ([`EVENT`]).
+pub const STREAMS: [&str; 3] = ["stdout", "stderr", EVENT];
+/// The stream of lifecycle events (created, resumed, paused, trapped,
+/// captured for a move, installed, upgraded), one line each.
+pub const EVENT: &str = "event";
 /// Longest a follow request waits for a new line (`wait=`), in seconds.
 pub const MAX_WAIT_SECS: u64 = 30;
 
@@ -35,7 +41,7 @@ pub struct LogLine {
     pub at: String,
     /// The same time in milliseconds since the Unix epoch.
     pub at_unix_ms: u64,
-    /// `stdout` or `stderr`.
+    /// `stdout`, `stderr`, or `event` (see [`EVENT`]).
     pub stream: String,
     /// The worker that hosted the actor then.
     pub worker: String,
@@ -58,6 +64,10 @@ pub struct LogQuery {
     /// Only the newest this many of the lines selected.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tail: Option<usize>,
+    /// Only lines of these streams (`stdout`, `stderr`, `event`); `None`:
+    /// the guest's output, `stdout` and `stderr`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub streams: Option<Vec<String>>,
     /// When no line is selected, wait this long (ms, at most
     /// [`MAX_WAIT_SECS`]) for one before answering with none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -94,6 +104,18 @@ impl LogQuery {
                     parsed.wait_ms = Some(secs * 1000);
                 }
                 "since" => parsed.since_unix_ms = Some(parse_since(&value, now_unix_ms)?),
+                "stream" => {
+                    if !STREAMS.contains(&&*value) {
+                        return Err(ApiError::bad_request(format!(
+                            "stream={value:?} is not one of {}",
+                            STREAMS.join(", ")
+                        )));
+                    }
+                    parsed
+                        .streams
+                        .get_or_insert_with(Vec::new)
+                        .push(value.into_owned());
+                }
                 other => {
                     return Err(ApiError::bad_request(format!(
                         "unknown query parameter {other:?}"
@@ -114,7 +136,12 @@ impl LogQuery {
     /// Whether `line` is selected (before `tail`).
     #[must_use]
     pub fn selects(&self, line: &LogLine) -> bool {
-        self.after.is_none_or(|after| line.seq > after)
+        let stream = match &self.streams {
+            None => line.stream != EVENT,
+            Some(streams) => streams.contains(&line.stream),
+        };
+        stream
+            && self.after.is_none_or(|after| line.seq > after)
             && self
                 .since_unix_ms
                 .is_none_or(|since| line.at_unix_ms >= since)
@@ -190,5 +217,12 @@ mod tests {
         assert!(LogQuery::parse("after=x", 0).is_err());
         assert!(LogQuery::parse("nope=1", 0).is_err());
         assert!(LogQuery::parse("since=yesterday", 0).is_err());
+        assert!(LogQuery::parse("stream=nope", 0).is_err());
+        let mut event = line(11, 11_000);
+        event.stream = EVENT.into();
+        let q = LogQuery::parse("stream=event", 0).unwrap();
+        assert_eq!(q.select(vec![line(1, 0), event.clone()]), [event.clone()]);
+        let q = LogQuery::parse("", 0).unwrap();
+        assert_eq!(q.select(vec![event]).len(), 0);
     }
 }

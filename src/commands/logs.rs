@@ -1,4 +1,5 @@
-//! `stasis actor logs NAME [-f] [--since D] [--tail N]`: reads
+//! `stasis actor logs NAME [-f] [--since D] [--tail N]` (and `actor
+//! events`, the same over the `event` stream): reads
 //! `GET /v1/actors/{name}/logs` and prints each line (`-o json`: the
 //! server's JSON object of the line, one per line). With `-f` it asks again
 //! for the lines after the last one it printed (`after=SEQ`, waiting on the
@@ -28,6 +29,8 @@ pub(super) struct Logs {
     pub follow: bool,
     pub since: Option<String>,
     pub tail: Option<usize>,
+    /// `actor events`: the `event` stream instead of stdout and stderr.
+    pub events: bool,
 }
 
 /// Runs the verb (see the module docs).
@@ -38,6 +41,9 @@ pub(super) async fn run(verb: Logs, client: &ClientArgs) -> anyhow::Result<()> {
     let mut first = true;
     loop {
         let mut params = Vec::new();
+        if verb.events {
+            params.push("stream=event".to_owned());
+        }
         if let Some(seq) = after {
             params.push(format!("after={seq}"));
         } else if let Some(since) = &verb.since {

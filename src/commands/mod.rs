@@ -32,22 +32,33 @@ pub(crate) async fn run(command: ClientCommand) -> anyhow::Result<()> {
     if let ClientCommand::Worker(WorkerCommand::Run(args)) = command {
         return crate::worker_run::run(*args).await;
     }
-    if let ClientCommand::Actor(ActorCommand::Logs {
-        name,
-        follow,
-        since,
-        tail,
-        client,
-    }) = command
-    {
-        let what = format!("actor logs {name}");
-        let verb = logs::Logs {
+    if let ClientCommand::Actor(
+        ActorCommand::Logs {
             name,
             follow,
             since,
             tail,
+            client,
+        }
+        | ActorCommand::Events {
+            name,
+            follow,
+            since,
+            tail,
+            client,
+        },
+    ) = &command
+    {
+        let events = matches!(command, ClientCommand::Actor(ActorCommand::Events { .. }));
+        let what = format!("actor {} {name}", if events { "events" } else { "logs" });
+        let verb = logs::Logs {
+            name: name.clone(),
+            follow: *follow,
+            since: since.clone(),
+            tail: *tail,
+            events,
         };
-        return logs::run(verb, &client).await.map_err(|e| e.context(what));
+        return logs::run(verb, client).await.map_err(|e| e.context(what));
     }
     let call = plan(command)?;
     let what = call.what.clone();

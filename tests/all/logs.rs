@@ -5,7 +5,8 @@
 //! and started again; a last line without a newline is kept at a trap and
 //! at a pause; a line over the limit is cut and marked; `--tail` and
 //! `--since` select; a deleted actor's log is gone (404) and its follower
-//! ends with that error. In cluster mode (real etcd and S3) the follower
+//! ends with that error; `actor events` lists and follows the actor's
+//! lifecycle apart from its output. In cluster mode (real etcd and S3) the follower
 //! carries on across a move of the actor between remote workers.
 
 use std::io::{BufRead as _, BufReader};
@@ -299,4 +300,75 @@ async fn a_follower_carries_on_across_a_move_between_remote_workers() {
         follower.lines.try_recv().is_err(),
         "an unexpected line came"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn actor_events_lists_and_follows_the_lifecycle() {
+    let server = Server::start(&[]);
+    server.push("faulty");
+    server.create("logger", "faulty");
+    let follower = {
+        let mut child = STASIS
+            .command()
+            .args(["actor", "events", "logger", "-f", "-o", "json"])
+            .env("STASIS_ADMIN", server.admin_url())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start the follower");
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let value: Value = serde_json::from_str(&line).expect("JSON");
+                if tx.send(value).is_err() {
+                    return;
+                }
+            }
+        });
+        Follower { child, lines }
+    };
+    assert!(
+        follower.expect(1)[0]["text"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("created"))
+    );
+    assert_eq!(hit(&server, "/print?text=one").await, 200);
+    server.cli_ok(&["actor", "pause", "logger"]);
+    let paused = follower.expect(1);
+    assert!(
+        paused[0]["text"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("paused: snapshot")),
+        "{paused:?}"
+    );
+    assert_ne!(hit(&server, "/trap").await, 200);
+    let events: Vec<Value> = server
+        .cli_ok(&["actor", "events", "logger", "-o", "json"])
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    let kinds: Vec<&str> = events
+        .iter()
+        .map(|e| {
+            assert_eq!(e["stream"], "event", "{e}");
+            let text = e["text"].as_str().expect("text");
+            text.split([':', ' ']).next().unwrap_or(text)
+        })
+        .collect();
+    // The request resumed the paused actor; the trap rolled it back (a
+    // resume of its newest state).
+    assert_eq!(
+        kinds,
+        ["created", "paused", "resumed", "trapped", "resumed"]
+    );
+    assert!(
+        events[3]["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("unreachable")),
+        "{events:?}"
+    );
+    // Guest output stays apart from the events.
+    let output = listed(&server, &[]);
+    assert_eq!(texts(&output), both("one"));
 }

@@ -340,6 +340,12 @@ impl ActorTask {
             write_ms = stasis_contract::status::ms(started.elapsed() - captured_at),
             "create timed"
         );
+        let what = if state.is_some() {
+            "upgraded (state handed over)"
+        } else {
+            "created"
+        };
+        self.log.event(&format!("{what}: snapshot {}", report.seq));
         Ok(report)
     }
 
@@ -543,6 +549,8 @@ impl ActorTask {
                 status.last_pause_ms = Some(report.duration_ms);
                 status.last_pause_at_unix_ms = stasis_contract::status::now_unix_ms();
                 status.memory_bytes = 0;
+                drop(status);
+                self.log.event(&format!("paused: snapshot {}", report.seq));
                 Ok(report)
             }
             Err(e) => {
@@ -580,6 +588,8 @@ impl ActorTask {
                 .ok_or_else(|| ApiError::internal(format!("actor {} has no snapshot", self.name)))?
         };
         self.set_state(ActorState::Migrating);
+        self.log
+            .event(&format!("captured for a move: snapshot {seq}"));
         Ok(Captured { seq, live })
     }
 }

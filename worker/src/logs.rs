@@ -22,7 +22,7 @@ use std::time::Instant;
 
 use stasis_contract::error::ApiError;
 use stasis_contract::logs::{
-    KEEP_BYTES, KEEP_LINES, LogLine, LogQuery, MAX_LINE_BYTES, rfc3339_ms,
+    KEEP_BYTES, KEEP_LINES, LogLine, LogQuery, MAX_LINE_BYTES, STREAMS, rfc3339_ms,
 };
 use stasis_contract::status::now_unix_ms;
 use stasis_core::host::OutputSink;
@@ -100,7 +100,8 @@ fn stream_index(stream: &str) -> usize {
     usize::from(stream == "stderr")
 }
 
-const STREAMS: [&str; 2] = ["stdout", "stderr"];
+/// The index of the event stream in [`STREAMS`].
+const EVENT_STREAM: usize = 2;
 
 impl ActorLog {
     fn new(actor: &str, worker: &str, store: Arc<dyn SnapshotStore>) -> Self {
@@ -220,6 +221,19 @@ impl ActorLog {
         }
         drop(inner);
         self.visible.send_replace(newest);
+    }
+
+    /// Records a lifecycle event of the actor (stream `event`), visible
+    /// at once with the lines before it.
+    pub(crate) fn event(&self, text: &str) {
+        {
+            let mut inner = self.inner();
+            if inner.closed {
+                return;
+            }
+            self.emit(&mut inner, EVENT_STREAM, text.as_bytes(), false);
+        }
+        self.settle(false);
     }
 
     /// The instance that wrote the lines so far is gone (a trap's

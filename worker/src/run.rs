@@ -158,6 +158,7 @@ impl ActorTask {
             return self.fail_mapped(reason);
         }
         self.metrics.trapped(&self.worker, &self.name);
+        self.log.event(&format!("trapped: {error}; rolling back"));
         tracing::warn!(actor = %self.name, "{error}; rolling back to the last acknowledged state");
         if let Err(e) = self.seal(Instant::now(), Then::Keep).await {
             // The entry stays the newest: the restore below reads it.
