@@ -53,7 +53,8 @@
 //!   guest clock);
 //! * `logs`: `actor logs -f` follows an actor's lines, each once and in
 //!   order, across pause, traps and `kill -9`; `--tail`, `--since`, cut
-//!   lines, a partial last line, a deleted actor's log gone;
+//!   lines, a partial last line, a deleted actor's log gone, a move
+//!   between cluster workers; `actor events` lists the lifecycle;
 //! * `mapped`: snapshot files truncated, overwritten in place or replaced
 //!   under a copy-on-write mapping fail that actor (no snapshot written),
 //!   never the process.

@@ -78,6 +78,8 @@ struct Inner {
     loaded: bool,
     closed: bool,
     next_seq: u64,
+    /// The lowest number the next line may take (see [`ActorLog::placed`]).
+    floor: u64,
     /// Lines read but not yet visible (settled).
     fresh: Vec<LogLine>,
     /// The buffer, where the store keeps no logs.
@@ -124,7 +126,7 @@ impl ActorLog {
             inner.loaded = true;
             if self.store.keeps_logs() {
                 let lines = self.file_lines();
-                inner.next_seq = lines.last().map_or(1, |l| l.seq + 1);
+                inner.next_seq = lines.last().map_or(1, |l| l.seq + 1).max(inner.floor);
                 inner.file_lines = lines.len();
                 inner.file_bytes = lines.iter().map(|l| l.text.len()).sum();
                 self.visible.send_replace(inner.next_seq - 1);
@@ -260,7 +262,10 @@ impl ActorLog {
     /// line numbered on its previous worker (fewer than 2^32 lines each).
     pub(crate) fn placed(&self, epoch: u64) {
         let floor = (epoch.saturating_sub(1) << 32) + 1;
-        let mut inner = self.inner();
+        // Not loaded here: a worker starting with many actors reads no
+        // log until it is used.
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        inner.floor = inner.floor.max(floor);
         if inner.next_seq < floor && inner.fresh.is_empty() {
             inner.next_seq = floor;
         }
