@@ -372,3 +372,53 @@ async fn actor_events_lists_and_follows_the_lifecycle() {
     let output = listed(&server, &[]);
     assert_eq!(texts(&output), both("one"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_move_between_workers_of_one_serve_keeps_the_numbering_and_the_events() {
+    let server = Server::start(&["--workers", "2"]);
+    server.push("faulty");
+    server.create("logger", "faulty");
+    let follower = Follower::start(&server.admin_url(), "logger");
+    assert_eq!(hit(&server, "/print?text=here").await, 200);
+    let mut seen = follower.expect(2);
+    let from = server.cli_json(&["actor", "get", "logger"])["worker"]
+        .as_str()
+        .expect("worker")
+        .to_owned();
+    let to = if from == "worker-1" {
+        "worker-2"
+    } else {
+        "worker-1"
+    };
+    assert_eq!(hit(&server, "/write?text=mid-move").await, 200);
+    server.cli_json(&["actor", "migrate", "logger", "--to", to]);
+    seen.extend(follower.expect(1));
+    assert_eq!(hit(&server, "/print?text=there").await, 200);
+    seen.extend(follower.expect(2));
+    let mut expected = both("here");
+    expected.push(("stdout".into(), "mid-move".into()));
+    expected.extend(both("there"));
+    assert_eq!(texts(&seen), expected);
+    let workers: Vec<&str> = seen
+        .iter()
+        .map(|l| l["worker"].as_str().expect("worker"))
+        .collect();
+    assert_eq!(workers, [from.as_str(), &from, &from, to, to], "{seen:?}");
+    // One store, one log: the numbering carries on from the old worker's
+    // (events take numbers too), and both workers' events are there.
+    let seqs: Vec<u64> = seen
+        .iter()
+        .map(|l| l["seq"].as_u64().expect("seq"))
+        .collect();
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{seqs:?}");
+    assert!(seqs[4] < 100, "the numbering started again: {seqs:?}");
+    let events = server.cli_ok(&["actor", "events", "logger"]);
+    let captured = format!("{from} event captured for a move");
+    let placed = format!("{to} event placed here");
+    let (c, p) = (events.find(&captured), events.find(&placed));
+    assert!(c.is_some() && p.is_some() && c < p, "{events}");
+    assert!(
+        follower.lines.try_recv().is_err(),
+        "an unexpected line came"
+    );
+}

@@ -78,8 +78,10 @@ struct Inner {
     loaded: bool,
     closed: bool,
     next_seq: u64,
-    /// The lowest number the next line may take (see [`ActorLog::placed`]).
+    /// The lowest number the first line may take (see [`ActorLog::placed`]).
     floor: u64,
+    /// A line was numbered here, or the store's log had lines.
+    numbered: bool,
     /// Lines read but not yet visible (settled).
     fresh: Vec<LogLine>,
     /// The buffer, where the store keeps no logs.
@@ -126,7 +128,13 @@ impl ActorLog {
             inner.loaded = true;
             if self.store.keeps_logs() {
                 let lines = self.file_lines();
-                inner.next_seq = lines.last().map_or(1, |l| l.seq + 1).max(inner.floor);
+                match lines.last() {
+                    Some(last) => {
+                        inner.next_seq = last.seq + 1;
+                        inner.numbered = true;
+                    }
+                    None => inner.next_seq = inner.next_seq.max(inner.floor),
+                }
                 inner.file_lines = lines.len();
                 inner.file_bytes = lines.iter().map(|l| l.text.len()).sum();
                 self.visible.send_replace(inner.next_seq - 1);
@@ -176,6 +184,7 @@ impl ActorLog {
         }
         let seq = inner.next_seq;
         inner.next_seq += 1;
+        inner.numbered = true;
         inner.fresh.push(LogLine {
             seq,
             at: rfc3339_ms(at_unix_ms),
@@ -255,19 +264,20 @@ impl ActorLog {
         }
     }
 
-    /// The actor runs here under placement `epoch`: its next line is
-    /// numbered at least `(epoch - 1) * 2^32 + 1`, so that the lines it
-    /// writes after a move to a worker that does not share this one's
-    /// store (where numbering would start again) still come after every
-    /// line numbered on its previous worker (fewer than 2^32 lines each).
+    /// The actor runs here under placement `epoch`. Where its log here
+    /// has no line (a move to a worker that does not share the previous
+    /// one's store, a re-placement after a worker was lost), the first
+    /// line is numbered `(epoch - 1) * 2^32 + 1`, so that the lines
+    /// written here come after every line numbered on an earlier worker
+    /// (fewer than 2^32 lines each); a log with lines carries on.
     pub(crate) fn placed(&self, epoch: u64) {
         let floor = (epoch.saturating_sub(1) << 32) + 1;
         // Not loaded here: a worker starting with many actors reads no
         // log until it is used.
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         inner.floor = inner.floor.max(floor);
-        if inner.next_seq < floor && inner.fresh.is_empty() {
-            inner.next_seq = floor;
+        if !inner.numbered {
+            inner.next_seq = inner.next_seq.max(floor);
         }
     }
 
@@ -445,10 +455,22 @@ mod tests {
         again.write("stdout", b"next\n");
         again.settle(false);
         assert_eq!(texts(&again)[6].0, 7);
+        // A log with lines carries on under a new placement; one without
+        // (another worker's store) starts above every earlier epoch's.
         again.placed(3);
         again.write("stdout", b"moved\n");
         again.settle(false);
-        assert_eq!(texts(&again)[7].0, (2 << 32) + 1);
+        assert_eq!(texts(&again)[7].0, 8);
+        let other = tempfile::tempdir().expect("tmp");
+        let elsewhere = ActorLog::new(
+            "a",
+            "w2",
+            Arc::new(LocalSnapshotStore::open(other.path(), None).expect("store")),
+        );
+        elsewhere.placed(3);
+        elsewhere.write("stdout", b"there\n");
+        elsewhere.settle(false);
+        assert_eq!(texts(&elsewhere)[0].0, (2 << 32) + 1);
     }
 
     #[test]
