@@ -422,3 +422,68 @@ async fn a_move_between_workers_of_one_serve_keeps_the_numbering_and_the_events(
         "an unexpected line came"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_follower_carries_on_when_the_actors_worker_is_killed_and_it_is_placed_again() {
+    let _one = crate::replicas::ONE_CLUSTER.lock().await;
+    let mut d = crate::replicas::deployment(1, 1, 2, &[]);
+    let faulty = STASIS.demo("faulty");
+    d.cli_ok(
+        0,
+        &[
+            "template",
+            "push",
+            "faulty",
+            faulty.to_str().expect("utf-8"),
+        ],
+    );
+    d.cli_json(0, &["actor", "create", "logger", "--template", "faulty"]);
+    let follower = Follower::start(&format!("http://{}", d.replica(0).admin), "logger");
+    let ingress = d.replica(0).ingress;
+    let print = |text: &'static str| async move {
+        to_actor(
+            &client(),
+            ingress,
+            "logger",
+            "POST",
+            &format!("/print?text={text}"),
+        )
+        .await
+        .status
+    };
+    assert_eq!(print("here").await, 200);
+    let mut seen = follower.expect(2);
+    let owner = d.cli_json(0, &["actor", "get", "logger"])["worker"]
+        .as_str()
+        .expect("worker")
+        .to_owned();
+    d.kill_worker(&owner);
+    crate::fencing::wait_for_actor(&d, "logger", "saw its worker lost", |info| {
+        info["worker_state"] == "lost"
+    });
+    // Sent until a worker runs it: a 503 says nothing was sent.
+    let deadline = std::time::Instant::now() + DEADLINE;
+    loop {
+        match print("there").await {
+            200 => break,
+            503 if std::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            status => panic!("print after the re-placement: {status}"),
+        }
+    }
+    seen.extend(follower.expect(2));
+    let mut expected = both("here");
+    expected.extend(both("there"));
+    assert_eq!(texts(&seen), expected);
+    assert_ne!(seen[2]["worker"], owner.as_str(), "{seen:?}");
+    let seqs: Vec<u64> = seen
+        .iter()
+        .map(|l| l["seq"].as_u64().expect("seq"))
+        .collect();
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{seqs:?}");
+    assert!(
+        follower.lines.try_recv().is_err(),
+        "an unexpected line came"
+    );
+}
