@@ -94,7 +94,7 @@ pub(crate) enum ClientCommand {
     /// version out to their actors and back.
     #[command(subcommand)]
     Template(TemplateCommand),
-    /// Create, list, inspect, pause, resume, checkpoint, migrate, upgrade and delete actors.
+    /// Create, list, inspect, follow the logs of, pause, resume, checkpoint, migrate, upgrade and delete actors.
     #[command(subcommand)]
     Actor(ActorCommand),
     /// List, drain and undrain workers.
@@ -239,6 +239,42 @@ pub(crate) enum ActorCommand {
     Get {
         /// Actor name.
         name: String,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Print an actor's stdout and stderr lines, oldest first (the newest
+    /// 1000 lines, at most 256 KiB, are kept per actor); with -f, keep
+    /// printing new ones across pauses, traps, restarts and moves.
+    Logs {
+        /// Actor name.
+        name: String,
+        /// Keep printing new lines until the actor is deleted (or Ctrl-C).
+        #[arg(short = 'f', long)]
+        follow: bool,
+        /// Only lines since this long ago (`10m`, `1h`) or this RFC 3339 time.
+        #[arg(long, value_name = "D")]
+        since: Option<String>,
+        /// Only the newest N lines (of those --since selects).
+        #[arg(long, value_name = "N")]
+        tail: Option<usize>,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Print an actor's recent lifecycle events as its workers saw them
+    /// (created, resumed, paused, trapped, captured for a move, placed
+    /// here, upgraded), oldest first; with -f, keep printing new ones.
+    Events {
+        /// Actor name.
+        name: String,
+        /// Keep printing new events until the actor is deleted (or Ctrl-C).
+        #[arg(short = 'f', long)]
+        follow: bool,
+        /// Only events since this long ago (`10m`, `1h`) or this RFC 3339 time.
+        #[arg(long, value_name = "D")]
+        since: Option<String>,
+        /// Only the newest N events (of those --since selects).
+        #[arg(long, value_name = "N")]
+        tail: Option<usize>,
         #[command(flatten)]
         client: ClientArgs,
     },

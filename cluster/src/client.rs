@@ -14,6 +14,7 @@ use stasis_host_api::{Request, Response};
 use stasis_contract::alarm::AlarmOutcome;
 use stasis_contract::client_gone::ClientGone;
 use stasis_contract::error::{ApiError, ErrorKind};
+use stasis_contract::logs::{LogLine, LogQuery};
 use stasis_contract::proto::{
     CALL_HEADER, CONNECT_TIMEOUT, EPOCH_HEADER, InstallSpec, LIVE_HEADER, Op, PEER_TIMEOUT,
     ResumeRequest, SEQ_HEADER, SPEC_HEADER, STATUS_TIMEOUT, WorkerPath,
@@ -339,6 +340,23 @@ impl WorkerApi for WorkerClient {
         let answer = self
             .peer
             .send_within(STATUS_TIMEOUT, Method::GET, &path, &[], Bytes::new())
+            .await?;
+        self.peer.decode(&answer.body)
+    }
+
+    async fn logs(&self, actor: &str, query: &LogQuery) -> Result<Vec<LogLine>, ApiError> {
+        let path = WorkerPath::Op(actor, Ok(Op::Logs)).to_path();
+        let body = serde_json::to_vec(query).map_err(ApiError::internal)?;
+        let wait = query.wait().unwrap_or_default();
+        let answer = self
+            .peer
+            .send_within(
+                STATUS_TIMEOUT + wait,
+                Method::POST,
+                &path,
+                &[("content-type", "application/json")],
+                body.into(),
+            )
             .await?;
         self.peer.decode(&answer.body)
     }

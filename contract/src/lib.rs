@@ -32,6 +32,7 @@ pub mod control_api;
 pub mod directory;
 pub mod error;
 pub mod headers;
+pub mod logs;
 pub mod metrics;
 pub mod outbound;
 pub mod proto;

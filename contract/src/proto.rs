@@ -79,10 +79,13 @@ pub enum Op {
     /// answer then says which ([`crate::error::ErrorKind::Abandoned`], or the
     /// guest's response). Answer: empty JSON object.
     Abandon,
+    /// Body: [`crate::logs::LogQuery`] (JSON). Answer: the lines it
+    /// selects, `[LogLine]` (JSON), after its wait if it has one.
+    Logs,
 }
 
 impl Op {
-    const ALL: [Op; 11] = [
+    const ALL: [Op; 12] = [
         Op::Create,
         Op::Install,
         Op::Call,
@@ -94,6 +97,7 @@ impl Op {
         Op::CancelMove,
         Op::HandOver,
         Op::Abandon,
+        Op::Logs,
     ];
 
     /// Its path segment.
@@ -111,6 +115,7 @@ impl Op {
             Op::CancelMove => "cancel-move",
             Op::HandOver => "hand-over",
             Op::Abandon => "abandon",
+            Op::Logs => "logs",
         }
     }
 

@@ -12,7 +12,8 @@ use stasis_host_api::{Request, Response};
 
 use crate::alarm::AlarmOutcome;
 use crate::client_gone::ClientGone;
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorKind};
+use crate::logs::{LogLine, LogQuery};
 use crate::settings::Durability;
 use crate::status::{ActorStatus, Captured, ResumeFrom, SnapshotReport};
 
@@ -184,6 +185,24 @@ pub trait WorkerApi: Send + Sync {
     /// # Errors
     /// 502/503/504 if the worker cannot be reached or answers nonsense.
     async fn statuses(&self) -> Result<Vec<(String, ActorStatus)>, ApiError>;
+
+    /// The lines of `actor`'s log that `query` selects, oldest first
+    /// (see [`crate::logs`]); with `query.wait_ms`, when none is selected,
+    /// the first ones written within that wait (none if it passes).
+    ///
+    /// # Errors
+    /// 404 if it does not host the actor (or stops hosting it while the
+    /// query waits); 501 where the worker cannot serve logs (the default).
+    async fn logs(&self, actor: &str, query: &LogQuery) -> Result<Vec<LogLine>, ApiError> {
+        let _ = query;
+        Err(ApiError::new(
+            ErrorKind::NotImplemented,
+            format!(
+                "worker {} cannot serve the logs of actor {actor}",
+                self.name()
+            ),
+        ))
+    }
 
     /// Requests waiting in its mailboxes right now (0 if it cannot say
     /// cheaply).

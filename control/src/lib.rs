@@ -46,6 +46,7 @@ pub mod directory;
 pub mod follow;
 pub mod housekeeping;
 pub mod local;
+pub mod logs;
 pub mod membership;
 pub mod migrate;
 pub mod placement;

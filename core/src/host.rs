@@ -239,6 +239,15 @@ pub struct GuestOutput {
     /// The last lines written since [`GuestOutput::recent`] was last
     /// taken (at most [`RECENT_LINES`], each cut at [`RECENT_LINE_BYTES`]).
     recent: Arc<Mutex<std::collections::VecDeque<String>>>,
+    /// Where every byte also goes (the worker's per-actor log).
+    sink: Option<Arc<dyn OutputSink>>,
+}
+
+/// Receives every byte a guest writes to stdout or stderr, as written
+/// (the worker keeps each actor's lines: `stasis actor logs`).
+pub trait OutputSink: Send + Sync {
+    /// `bytes` written on `stream` (`"stdout"` or `"stderr"`).
+    fn write(&self, stream: &'static str, bytes: &[u8]);
 }
 
 /// Lines [`GuestOutput::recent`] keeps.
@@ -259,6 +268,7 @@ impl GuestOutput {
             pending: Arc::default(),
             tap: None,
             recent: Arc::default(),
+            sink: None,
         }
     }
 
@@ -288,7 +298,17 @@ impl GuestOutput {
         self
     }
 
+    /// Also hands every byte written to `sink`.
+    #[must_use]
+    pub fn with_sink(mut self, sink: Arc<dyn OutputSink>) -> Self {
+        self.sink = Some(sink);
+        self
+    }
+
     fn write(&self, bytes: &[u8]) {
+        if let Some(sink) = &self.sink {
+            sink.write(self.stream, bytes);
+        }
         if let Some(tap) = &self.tap {
             tap.lock()
                 .unwrap_or_else(|p| p.into_inner())

@@ -30,6 +30,10 @@ const SNAPSHOT: &str = ".snap";
 const ACKED: &str = ".acked";
 /// File name of an actor's clock mark (see [`SnapshotStore::write_clock_mark`]).
 const CLOCK_MARK: &str = "clock.mark";
+/// File name of an actor's log (see [`SnapshotStore::append_log`]).
+const LOG: &str = "log.ndjson";
+/// The log being replaced ([`SnapshotStore::replace_log`]), renamed over [`LOG`].
+const LOG_NEXT: &str = "log.ndjson.next";
 
 /// The sequence number and suffix ([`SNAPSHOT`] or [`ACKED`]) of a
 /// canonical file name (`<seq:020><suffix>`). Anything else — a stray
@@ -97,7 +101,10 @@ impl LocalSnapshotStore {
             }
             for file in fs::read_dir(&dir).map_err(io_err(&root, "read", &dir))? {
                 let path = file.map_err(io_err(&root, "read", &dir))?.path();
-                if path.file_name().is_some_and(|name| name == CLOCK_MARK) {
+                if path
+                    .file_name()
+                    .is_some_and(|name| name == CLOCK_MARK || name == LOG || name == LOG_NEXT)
+                {
                     continue;
                 }
                 let torn = path
@@ -427,6 +434,46 @@ impl SnapshotStore for LocalSnapshotStore {
                 tracing::warn!(actor, "ignoring unreadable clock mark: {e}");
                 0
             }
+        }
+    }
+
+    fn keeps_logs(&self) -> bool {
+        true
+    }
+
+    fn append_log(&self, actor: &str, bytes: &[u8]) -> Result<(), StoreError> {
+        use std::io::Write as _;
+        let dir = self.actor_dir(actor);
+        let path = dir.join(LOG);
+        let open = || File::options().append(true).create(true).open(&path);
+        let mut file = match open() {
+            // The first lines of an actor whose snapshot 0 is still a
+            // journal entry (its `stasis_init` printed).
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                fs::create_dir_all(&dir).map_err(io_err(&self.root, "create", &dir))?;
+                open()
+            }
+            other => other,
+        }
+        .map_err(io_err(&self.root, "append", &path))?;
+        file.write_all(bytes)
+            .map_err(io_err(&self.root, "append", &path))
+    }
+
+    fn replace_log(&self, actor: &str, bytes: &[u8]) -> Result<(), StoreError> {
+        let dir = self.actor_dir(actor);
+        let next = dir.join(LOG_NEXT);
+        fs::write(&next, bytes).map_err(io_err(&self.root, "write", &next))?;
+        let path = dir.join(LOG);
+        fs::rename(&next, &path).map_err(io_err(&self.root, "rename", &path))
+    }
+
+    fn read_log(&self, actor: &str) -> Result<Vec<u8>, StoreError> {
+        let path = self.actor_dir(actor).join(LOG);
+        match fs::read(&path) {
+            Ok(bytes) => Ok(bytes),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Vec::new()),
+            Err(e) => Err(io_err(&self.root, "read", &path)(e)),
         }
     }
 

@@ -379,4 +379,43 @@ pub trait SnapshotStore: Send + Sync + std::fmt::Debug {
     /// unreadable (logged).
     #[must_use]
     fn clock_mark(&self, actor: &str) -> u64;
+
+    /// Whether this store keeps actors' logs ([`SnapshotStore::append_log`]);
+    /// a store that does not keeps nothing, and the worker keeps each
+    /// actor's newest lines in memory only.
+    fn keeps_logs(&self) -> bool {
+        false
+    }
+
+    /// Appends `bytes` (whole lines) to `actor`'s log, next to its
+    /// snapshots but outside the snapshot list and the quota. Like the
+    /// clock mark it is not fsynced: it survives the process being killed,
+    /// not necessarily a power loss. Deleted with the actor
+    /// ([`SnapshotStore::remove_actor`]).
+    ///
+    /// # Errors
+    /// [`StoreError::Io`] if it cannot be written.
+    fn append_log(&self, actor: &str, bytes: &[u8]) -> Result<(), StoreError> {
+        let _ = (actor, bytes);
+        Ok(())
+    }
+
+    /// Replaces `actor`'s log with `bytes` at once (a reader sees the old
+    /// log or the new one): the worker cuts a log back this way.
+    ///
+    /// # Errors
+    /// [`StoreError::Io`] if it cannot be written.
+    fn replace_log(&self, actor: &str, bytes: &[u8]) -> Result<(), StoreError> {
+        let _ = (actor, bytes);
+        Ok(())
+    }
+
+    /// `actor`'s log as appended (empty if it has none).
+    ///
+    /// # Errors
+    /// [`StoreError::Io`] if it exists but cannot be read.
+    fn read_log(&self, actor: &str) -> Result<Vec<u8>, StoreError> {
+        let _ = actor;
+        Ok(Vec::new())
+    }
 }

@@ -11,6 +11,7 @@ use serde::Serialize;
 
 use stasis_contract::error::{ApiError, ErrorKind};
 use stasis_contract::headers::{FORWARDED_HEADER, REVISION_HEADER};
+use stasis_contract::logs::LogQuery;
 use stasis_contract::proto::{ControlPath, JoinRequest, ResumeRequest};
 use stasis_contract::rollout::RolloutRequest;
 use stasis_contract::settings::Durability;
@@ -237,6 +238,16 @@ impl AdminApi {
                 Ok(json(StatusCode::CREATED, &info))
             }
             (&Method::GET, ["v1", "actors", name]) => ok(&c.actor_with_alarm(name).await?),
+            (&Method::GET, ["v1", "actors", name, "logs"]) => {
+                let now = stasis_contract::status::now_unix_ms().unwrap_or(0);
+                let query = LogQuery::parse(&query, now)?;
+                let mut body = String::new();
+                for line in c.logs(name, &query).await? {
+                    body.push_str(&serde_json::to_string(&line).map_err(ApiError::internal)?);
+                    body.push('\n');
+                }
+                Ok(text(StatusCode::OK, body, "application/x-ndjson"))
+            }
             (&Method::DELETE, ["v1", "actors", name]) => {
                 c.delete_actor(name).await?;
                 Ok(no_content())

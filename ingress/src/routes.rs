@@ -28,6 +28,7 @@ pub fn allowed(path: &str) -> &'static [&'static str] {
         ["v1", "templates", _, "rollout"] => &["GET", "POST"],
         ["v1", "actors"] => &["GET", "POST"],
         ["v1", "actors", _] => &["GET", "DELETE"],
+        ["v1", "actors", _, "logs"] => &["GET"],
         [
             "v1",
             "actors",

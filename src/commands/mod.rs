@@ -4,6 +4,7 @@
 //! verb into its request; [`render`] reads what it uploads and prints its
 //! answer; this module sends it ([`rollout`] waits for a rollout).
 
+mod logs;
 mod plan;
 mod render;
 mod rollout;
@@ -16,7 +17,7 @@ use bytes::Bytes;
 use crate::client::{AdminClient, Payload};
 use crate::output::{self, Json};
 pub(crate) use crate::verbs::ClientCommand;
-use crate::verbs::WorkerCommand;
+use crate::verbs::{ActorCommand, WorkerCommand};
 use plan::{Body, View, plan};
 use render::{print, read_module, render};
 
@@ -30,6 +31,34 @@ use render::{print, read_module, render};
 pub(crate) async fn run(command: ClientCommand) -> anyhow::Result<()> {
     if let ClientCommand::Worker(WorkerCommand::Run(args)) = command {
         return crate::worker_run::run(*args).await;
+    }
+    if let ClientCommand::Actor(
+        ActorCommand::Logs {
+            name,
+            follow,
+            since,
+            tail,
+            client,
+        }
+        | ActorCommand::Events {
+            name,
+            follow,
+            since,
+            tail,
+            client,
+        },
+    ) = &command
+    {
+        let events = matches!(command, ClientCommand::Actor(ActorCommand::Events { .. }));
+        let what = format!("actor {} {name}", if events { "events" } else { "logs" });
+        let verb = logs::Logs {
+            name: name.clone(),
+            follow: *follow,
+            since: since.clone(),
+            tail: *tail,
+            events,
+        };
+        return logs::run(verb, client).await.map_err(|e| e.context(what));
     }
     let call = plan(command)?;
     let what = call.what.clone();

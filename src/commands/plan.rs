@@ -266,6 +266,9 @@ pub(super) fn plan(command: ClientCommand) -> anyhow::Result<Call> {
             actor_path(&name, ""),
             View::Details,
         ),
+        C::Actor(ActorCommand::Logs { name, .. } | ActorCommand::Events { name, .. }) => {
+            bail!("actor logs {name}: not a single request (see commands::logs)")
+        }
         C::Actor(ActorCommand::Pause { name, client }) => Call::new(
             client,
             format!("actor pause {name}"),

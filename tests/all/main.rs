@@ -51,6 +51,10 @@
 //! * `hardening`: faults found by trying Stasis as new users and attackers
 //!   would (static constructors, the bearer scheme, metric series, the
 //!   guest clock);
+//! * `logs`: `actor logs -f` follows an actor's lines, each once and in
+//!   order, across pause, traps and `kill -9`; `--tail`, `--since`, cut
+//!   lines, a partial last line, a deleted actor's log gone, a move
+//!   between cluster workers; `actor events` lists the lifecycle;
 //! * `mapped`: snapshot files truncated, overwritten in place or replaced
 //!   under a copy-on-write mapping fail that actor (no snapshot written),
 //!   never the process.
@@ -81,6 +85,7 @@ mod http;
 mod incremental;
 mod ingress;
 mod js;
+mod logs;
 mod lost_answers;
 mod mapped;
 mod outbound;

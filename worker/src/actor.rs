@@ -105,6 +105,8 @@ pub(crate) struct ActorTask {
     /// lost its lease: whether the store keeps it is unknown here, so the
     /// request it was for is answered as of unknown outcome.
     pub wrote_unfenced: bool,
+    /// The actor's log: the instance's stdout and stderr go there.
+    pub log: Arc<crate::logs::ActorLog>,
 }
 
 /// What a parked actor keeps while no task runs it: the fields of its
@@ -210,6 +212,8 @@ impl ActorTask {
         let mut config = InstanceConfig::new(&self.name, &self.worker, self.env.clone());
         config.clock_floor_ns = self.clock.floor_ns();
         config.services = self.services.clone();
+        config.stdout = config.stdout.with_sink(self.log.clone());
+        config.stderr = config.stderr.with_sink(self.log.clone());
         config
     }
 
@@ -225,6 +229,7 @@ impl ActorTask {
     pub(super) fn drop_instance(&mut self, paused: bool) {
         self.delta_base = None;
         self.entry_chain = None;
+        self.log.end_instance();
         if let Some(instance) = self.instance.take() {
             let clock_ns = instance.clock_ns();
             self.clock
@@ -335,6 +340,12 @@ impl ActorTask {
             write_ms = stasis_contract::status::ms(started.elapsed() - captured_at),
             "create timed"
         );
+        let what = if state.is_some() {
+            "upgraded (state handed over)"
+        } else {
+            "created"
+        };
+        self.log.event(&format!("{what}: snapshot {}", report.seq));
         Ok(report)
     }
 
@@ -377,9 +388,11 @@ impl ActorTask {
     pub(crate) async fn run(&mut self, mailbox: &mut mpsc::Receiver<Command>) -> Ended {
         while let Some(command) = mailbox.recv().await {
             let used = matches!(command, Command::Deliver { .. });
+            let moving = matches!(command, Command::Capture(_));
             // Boxed so that the future of a waiting actor's task does not
             // carry the space of a guest call's future.
             let go_on = Box::pin(self.handle(command)).await;
+            self.log.settle(moving || self.instance.is_none());
             self.sync_live(used);
             if !go_on {
                 return Ended::Stopped;
@@ -536,6 +549,8 @@ impl ActorTask {
                 status.last_pause_ms = Some(report.duration_ms);
                 status.last_pause_at_unix_ms = stasis_contract::status::now_unix_ms();
                 status.memory_bytes = 0;
+                drop(status);
+                self.log.event(&format!("paused: snapshot {}", report.seq));
                 Ok(report)
             }
             Err(e) => {
@@ -573,6 +588,8 @@ impl ActorTask {
                 .ok_or_else(|| ApiError::internal(format!("actor {} has no snapshot", self.name)))?
         };
         self.set_state(ActorState::Migrating);
+        self.log
+            .event(&format!("captured for a move: snapshot {seq}"));
         Ok(Captured { seq, live })
     }
 }

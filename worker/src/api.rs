@@ -8,6 +8,7 @@ use bytes::Bytes;
 use stasis_contract::alarm::AlarmOutcome;
 use stasis_contract::client_gone::ClientGone;
 use stasis_contract::error::ApiError;
+use stasis_contract::logs::{LogLine, LogQuery};
 use stasis_contract::status::{ActorStatus, Captured, ResumeFrom, SnapshotReport};
 use stasis_contract::worker_api::{HostSpec, Location, WorkerApi};
 use stasis_host_api::{Request, Response};
@@ -102,6 +103,10 @@ impl WorkerApi for Worker {
 
     async fn statuses(&self) -> Result<Vec<(String, ActorStatus)>, ApiError> {
         Ok(Worker::statuses(self))
+    }
+
+    async fn logs(&self, actor: &str, query: &LogQuery) -> Result<Vec<LogLine>, ApiError> {
+        Worker::logs(self, actor, query).await
     }
 
     fn held_requests(&self) -> usize {

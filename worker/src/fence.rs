@@ -143,4 +143,22 @@ impl SnapshotStore for FencedStore {
     fn clock_mark(&self, actor: &str) -> u64 {
         self.inner.clock_mark(actor)
     }
+
+    fn keeps_logs(&self) -> bool {
+        self.inner.keeps_logs()
+    }
+
+    fn append_log(&self, actor: &str, bytes: &[u8]) -> Result<(), StoreError> {
+        self.check_fence(actor)?;
+        self.inner.append_log(actor, bytes)
+    }
+
+    fn replace_log(&self, actor: &str, bytes: &[u8]) -> Result<(), StoreError> {
+        self.check_fence(actor)?;
+        self.inner.replace_log(actor, bytes)
+    }
+
+    fn read_log(&self, actor: &str) -> Result<Vec<u8>, StoreError> {
+        self.inner.read_log(actor)
+    }
 }

@@ -307,6 +307,13 @@ impl Worker {
         .await
         .map_err(ApiError::internal)??;
         let status = self.adopt_installed(spec, epoch, installed);
+        if status.state != ActorState::Failed {
+            self.logs
+                .get(&spec.name, &self.name, &self.store)
+                .event(&format!(
+                    "placed here: snapshot {seq}, placement epoch {epoch}"
+                ));
+        }
         if status.state == ActorState::Failed {
             self.remove(&spec.name).await;
             return Err(ApiError::failed(status.error.unwrap_or_default()));

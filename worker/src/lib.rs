@@ -28,6 +28,7 @@ mod hand_over;
 mod host;
 pub mod host_calls;
 mod journaled;
+mod logs;
 pub use journaled::Log;
 pub mod live;
 mod mailbox;
@@ -138,6 +139,8 @@ pub struct Worker {
     /// The journal its actors append to, once set (durability levels
     /// `request` and `store`): the data dir's, or a shipped one.
     journal: OnceLock<Log>,
+    /// Its actors' logs (see [`logs`]).
+    logs: logs::LogBooks,
 }
 
 impl std::fmt::Debug for Worker {
@@ -207,6 +210,7 @@ impl Worker {
             templates,
             serving: AtomicBool::new(true),
             journal: OnceLock::new(),
+            logs: logs::LogBooks::default(),
         })
     }
 
@@ -303,7 +307,9 @@ impl Worker {
             gate: parked.gate,
             adopted: parked.adopted,
             wrote_unfenced: false,
+            log: self.logs.get(name, &self.name, &self.store),
         };
+        task.log.placed(task.epoch);
         let level = task.settings.durability.name();
         task.status().durability = Some(level.to_owned());
         task
@@ -502,6 +508,7 @@ impl Worker {
     /// actor's files back).
     pub async fn remove(&self, actor: &str) {
         self.remove_task(actor).await;
+        self.logs.remove(actor);
         if let Some(Log::Local(journal)) = self.journal.get()
             && let Err(e) = journal.appended().wait().await
         {

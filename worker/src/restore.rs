@@ -88,6 +88,11 @@ impl ActorTask {
                         status.error_at_unix_ms = None;
                     }
                 }
+                self.log.event(&match from {
+                    ResumeFrom::Newest => format!("resumed in {:.1} ms", ms(elapsed)),
+                    ResumeFrom::Snapshot(seq) => format!("resumed from snapshot {seq}"),
+                    ResumeFrom::Template => "resumed from the template".to_owned(),
+                });
                 if from != ResumeFrom::Newest {
                     // Make the repaired state the newest snapshot, so a later
                     // rollback does not land on the bad one again; corrupt

@@ -36,6 +36,9 @@ impl ActorTask {
         match input {
             Input::Request { request, reply } => {
                 let (result, gate) = split(self.run_guest(Work::Request(&request), ticket).await);
+                // The request's lines are visible (and in the store) before
+                // its answer is sent.
+                self.log.settle(self.instance.is_none());
                 let result = result.and_then(|answer| match answer {
                     Answer::Response(response) => Ok(response),
                     Answer::Alarm(_) => Err(ApiError::internal("an alarm answered a request")),
@@ -44,6 +47,7 @@ impl ActorTask {
             }
             Input::Alarm { reply } => {
                 let (result, gate) = split(self.run_guest(Work::Alarm, ticket).await);
+                self.log.settle(self.instance.is_none());
                 let result = result.and_then(|answer| match answer {
                     Answer::Alarm(outcome) => Ok(outcome),
                     Answer::Response(_) => Err(ApiError::internal("a request answered an alarm")),
@@ -165,6 +169,7 @@ impl ActorTask {
             return self.fail_mapped(reason);
         }
         self.metrics.trapped(&self.worker, &self.name);
+        self.log.event(&format!("trapped: {error}; rolling back"));
         tracing::warn!(actor = %self.name, "{error}; rolling back to the last acknowledged state");
         if let Err(e) = self.seal(Instant::now(), Then::Keep).await {
             // The entry stays the newest: the restore below reads it.

@@ -186,6 +186,11 @@ impl RemoteWorker {
                 self.calls.abandon(&id);
                 Ok(json(StatusCode::OK, &serde_json::json!({})))
             }
+            Op::Logs => {
+                let query: stasis_contract::logs::LogQuery = serde_json::from_slice(&body)
+                    .map_err(|e| ApiError::bad_request(e.to_string()))?;
+                Ok(json(StatusCode::OK, &w.logs(name, &query).await?))
+            }
             Op::Pause => Ok(json(StatusCode::OK, &w.pause(name).await?)),
             Op::Checkpoint => Ok(json(StatusCode::OK, &w.checkpoint(name).await?)),
             Op::Resume => {
