@@ -71,6 +71,27 @@ impl Drop for Follower {
     }
 }
 
+/// Checks what a follower saw across a move from worker `from` to `to`:
+/// "here" on both streams and "mid-move" on `from`, then "there" on both
+/// streams on `to`, numbered increasing; returns the numbers.
+fn moved_in_order(seen: &[Value], from: &str, to: &str) -> Vec<u64> {
+    let mut expected = both("here");
+    expected.push(("stdout".into(), "mid-move".into()));
+    expected.extend(both("there"));
+    assert_eq!(texts(seen), expected);
+    let workers: Vec<&str> = seen
+        .iter()
+        .map(|l| l["worker"].as_str().expect("worker"))
+        .collect();
+    assert_eq!(workers, [from, from, from, to, to], "{seen:?}");
+    let seqs: Vec<u64> = seen
+        .iter()
+        .map(|l| l["seq"].as_u64().expect("seq"))
+        .collect();
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{seqs:?}");
+    seqs
+}
+
 /// `(stream, text)` of each line.
 fn texts(lines: &[Value]) -> Vec<(String, String)> {
     lines
@@ -282,20 +303,7 @@ async fn a_follower_carries_on_across_a_move_between_remote_workers() {
     seen.extend(follower.expect(1));
     assert_eq!(hit("/print?text=there").await, 200);
     seen.extend(follower.expect(2));
-    let mut expected = both("here");
-    expected.push(("stdout".into(), "mid-move".into()));
-    expected.extend(both("there"));
-    assert_eq!(texts(&seen), expected);
-    let workers: Vec<&str> = seen
-        .iter()
-        .map(|l| l["worker"].as_str().expect("worker"))
-        .collect();
-    assert_eq!(workers, [from.as_str(), &from, &from, to, to], "{seen:?}");
-    let seqs: Vec<u64> = seen
-        .iter()
-        .map(|l| l["seq"].as_u64().expect("seq"))
-        .collect();
-    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{seqs:?}");
+    moved_in_order(&seen, &from, to);
     assert!(
         follower.lines.try_recv().is_err(),
         "an unexpected line came"
@@ -395,22 +403,9 @@ async fn a_move_between_workers_of_one_serve_keeps_the_numbering_and_the_events(
     seen.extend(follower.expect(1));
     assert_eq!(hit(&server, "/print?text=there").await, 200);
     seen.extend(follower.expect(2));
-    let mut expected = both("here");
-    expected.push(("stdout".into(), "mid-move".into()));
-    expected.extend(both("there"));
-    assert_eq!(texts(&seen), expected);
-    let workers: Vec<&str> = seen
-        .iter()
-        .map(|l| l["worker"].as_str().expect("worker"))
-        .collect();
-    assert_eq!(workers, [from.as_str(), &from, &from, to, to], "{seen:?}");
     // One store, one log: the numbering carries on from the old worker's
     // (events take numbers too), and both workers' events are there.
-    let seqs: Vec<u64> = seen
-        .iter()
-        .map(|l| l["seq"].as_u64().expect("seq"))
-        .collect();
-    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{seqs:?}");
+    let seqs = moved_in_order(&seen, &from, to);
     assert!(seqs[4] < 100, "the numbering started again: {seqs:?}");
     let events = server.cli_ok(&["actor", "events", "logger"]);
     let captured = format!("{from} event captured for a move");
