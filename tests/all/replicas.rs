@@ -73,7 +73,10 @@ pub(crate) async fn try_post(
 /// POSTs to `actor` through the replicas at `ingresses` as a client behind
 /// a load balancer would: a replica that refuses connections is left for
 /// the next; a 503 (which says when to retry) is retried after a short
-/// pause; at most 40 attempts or 20 s. The count acknowledged, or `None`.
+/// pause; at most 40 attempts or 20 s. The count acknowledged, or `None`
+/// when none was, including an answer of unknown outcome (a worker lost
+/// while it held the request: the increment may or may not have been
+/// applied, so it is neither retried nor counted as acknowledged).
 pub(crate) async fn post_retrying(
     client: &Http,
     ingresses: &[SocketAddr],
@@ -89,6 +92,7 @@ pub(crate) async fn post_retrying(
         match try_post(client, addr, actor).await {
             Some((200, body)) => return stasis_test_util::demos::count_in(&body),
             Some((503, _)) => tokio::time::sleep(Duration::from_millis(150)).await,
+            Some((500, body)) if body.contains("may or may not have been applied") => return None,
             Some((status, body)) => panic!("POST to {actor} via {addr}: {status} {body}"),
             None => next += 1,
         }
