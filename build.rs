@@ -14,7 +14,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const DEMOS: [&str; 8] = [
+const DEMOS: [&str; 10] = [
     "counter",
     "counter-v2",
     "kv",
@@ -23,6 +23,8 @@ const DEMOS: [&str; 8] = [
     "caller",
     "fetch",
     "alarm",
+    "chat",
+    "ticker",
 ];
 
 fn main() {

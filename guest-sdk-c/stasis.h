@@ -48,6 +48,10 @@
  *   STASIS_EXPORT_ON_PAUSE(fn)   before the snapshot of a pause;
  *   STASIS_EXPORT_ON_RESUME(fn)  after a fresh instance got a snapshot back;
  *   STASIS_EXPORT_ON_ALARM(fn)   (ABI 2) when the actor's alarm fires.
+ * and, for an actor that takes WebSockets and streams (see
+ * stasis_host_api::sockets), STASIS_EXPORT_ON_SOCKET(fn) with
+ * `void fn(const stasis_socket_event *event)`: each client message, and
+ * the end of a socket or stream the actor did not close.
  *
  * State hand-over, for a live code upgrade (`stasis actor upgrade`) to a
  * version whose memory layout differs:
@@ -472,6 +476,55 @@ STASIS__FN uint32_t stasis__load_state(uint32_t ptr, uint32_t len, stasis_load_f
 /* Exports `fn` as `stasis_on_alarm` (ABI 2): when the actor's alarm fires;
  * a trap is retried with backoff. */
 #define STASIS_EXPORT_ON_ALARM(fn) STASIS__EXPORT_HOOK(stasis_on_alarm, fn)
+
+/* One event on one of the actor's WebSockets or streams. */
+typedef struct stasis_socket_event {
+    uint64_t socket;     /* its id (the request's `stasis-socket` header) */
+    int closed;          /* 0: a client message; 1: it ended */
+    int text;            /* a message: it came as a text frame */
+    uint16_t code;       /* ended: the close code */
+    const uint8_t *data; /* the message's bytes, or the close reason */
+    size_t data_len;
+} stasis_socket_event;
+
+/* The body of `stasis_on_socket`: decodes the event (host-api's
+ * SocketEvent: the socket as a varint, the variant as a varint, then
+ * Message {bytes, bool} or Closed {u16 varint, string}) in the buffer from
+ * stasis__alloc (and frees it) and runs `fn` on it. */
+STASIS__FN uint32_t stasis__on_socket(uint32_t ptr, uint32_t len,
+                                      void (*fn)(const stasis_socket_event *)) {
+    uint8_t *buf = (uint8_t *)(uintptr_t)ptr;
+    stasis__reader r = {buf, buf + len};
+    stasis_socket_event e;
+    memset(&e, 0, sizeof e);
+    uint64_t variant, code;
+    const char *err = stasis__read_varint(&r, 253, &e.socket);
+    if (!err) err = stasis__read_varint(&r, 252, &variant);
+    if (!err && variant == 0) {
+        err = stasis__read_field(&r, 0, &e.data, &e.data_len);
+        if (!err && (r.p >= r.end || *r.p > 1)) err = "a bad text flag";
+        if (!err) e.text = *r.p++;
+    } else if (!err && variant == 1) {
+        e.closed = 1;
+        err = stasis__read_varint(&r, 251, &code);
+        e.code = (uint16_t)code;
+        if (!err) err = stasis__read_field(&r, 1, &e.data, &e.data_len);
+    } else if (!err) {
+        err = "an unknown event";
+    }
+    if (!err) fn(&e);
+    free(buf);
+    return 0;
+}
+
+/* Exports `fn` as `stasis_on_socket` (see the top). */
+#define STASIS_EXPORT_ON_SOCKET(fn)                                                          \
+    __attribute__((export_name("stasis_on_socket"))) uint32_t stasis_on_socket(uint32_t ptr, \
+                                                                               uint32_t len); \
+    uint32_t stasis_on_socket(uint32_t ptr, uint32_t len) {                                  \
+        return stasis__on_socket(ptr, len, fn);                                              \
+    }                                                                                        \
+    typedef int stasis__socket_exported
 #endif
 
 #endif /* STASIS_H */

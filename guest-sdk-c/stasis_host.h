@@ -117,6 +117,11 @@ STASIS__IMPORT(fetch) int64_t stasis__host_fetch(const uint8_t *req, size_t req_
 STASIS__IMPORT(self_name) int64_t stasis__host_self_name(void);
 STASIS__IMPORT(last_error) int64_t stasis__host_last_error(void);
 STASIS__IMPORT(take_result) int32_t stasis__host_take_result(uint8_t *ptr, size_t len);
+STASIS__IMPORT(socket_send)
+int32_t stasis__host_socket_send(int64_t socket, const uint8_t *data, size_t len, int32_t text);
+STASIS__IMPORT(socket_close)
+int32_t stasis__host_socket_close(int64_t socket, int32_t code, const char *reason, size_t len);
+STASIS__IMPORT(sockets) int64_t stasis__host_sockets(void);
 #else
 /* Stand-ins off wasm: every function is not enabled. */
 STASIS__FN int64_t stasis__host_call(const char *a, size_t al, const uint8_t *r, size_t rl) {
@@ -143,6 +148,15 @@ STASIS__FN int32_t stasis__host_take_result(uint8_t *p, size_t n) {
     (void)p, (void)n;
     return STASIS_ERR_NOT_ENABLED;
 }
+STASIS__FN int32_t stasis__host_socket_send(int64_t s, const uint8_t *d, size_t n, int32_t t) {
+    (void)s, (void)d, (void)n, (void)t;
+    return STASIS_ERR_NOT_ENABLED;
+}
+STASIS__FN int32_t stasis__host_socket_close(int64_t s, int32_t c, const char *r, size_t n) {
+    (void)s, (void)c, (void)r, (void)n;
+    return STASIS_ERR_NOT_ENABLED;
+}
+STASIS__FN int64_t stasis__host_sockets(void) { return STASIS_ERR_NOT_ENABLED; }
 #endif
 
 /* Encodes `m` as a host-api Request (empty context) into `out`. */
@@ -290,6 +304,59 @@ STASIS__FN int stasis_last_error(char **text, size_t *len) {
     int rc = stasis__collect(stasis__host_last_error(), &data, len);
     *text = (char *)data;
     return rc;
+}
+
+/* The `socket` of stasis_socket_send that means every open socket and
+ * stream of the actor (a broadcast). */
+#define STASIS_ALL_SOCKETS (-1)
+
+/* Writes `len` bytes at `data` to one of the actor's WebSockets or streams
+ * (`socket`, the id of the request's `stasis-socket` header), or to all of
+ * them with STASIS_ALL_SOCKETS; `text` non-zero sends a text frame (UTF-8).
+ * Errors: NOT_FOUND (not open), TOO_LARGE (over --max-socket-message),
+ * BAD_INPUT, UNAVAILABLE, NOT_ENABLED. */
+STASIS__FN int stasis_socket_send(int64_t socket, const void *data, size_t len, int text) {
+    return stasis__host_socket_send(socket, (const uint8_t *)data, len, text ? 1 : 0);
+}
+
+/* Closes socket `socket` with `code` (1000, or 3000 to 4999) and the
+ * NUL-terminated `reason` (at most 123 bytes), or ends a stream. Errors: as
+ * stasis_socket_send. */
+STASIS__FN int stasis_socket_close(uint64_t socket, int code, const char *reason) {
+    return stasis__host_socket_close((int64_t)socket, code, reason, strlen(reason));
+}
+
+/* The ids of the actor's open sockets and streams: *ids is malloc'd (free
+ * it), *count how many. Returns 0 or an error code. */
+STASIS__FN int stasis_sockets(uint64_t **ids, size_t *count) {
+    uint8_t *raw;
+    size_t len;
+    *ids = NULL;
+    *count = 0;
+    int rc = stasis__collect(stasis__host_sockets(), &raw, &len);
+    if (rc) return rc;
+    stasis__reader r = {raw, raw + len};
+    uint64_t n;
+    if (stasis__read_varint(&r, 253, &n) || n > len) {
+        free(raw);
+        return STASIS_ERR_INTERNAL;
+    }
+    uint64_t *out = malloc((size_t)(n ? n : 1) * sizeof *out);
+    if (!out) {
+        free(raw);
+        return STASIS_ERR_INTERNAL;
+    }
+    for (uint64_t i = 0; i < n; i++) {
+        if (stasis__read_varint(&r, 253, &out[i])) {
+            free(out);
+            free(raw);
+            return STASIS_ERR_INTERNAL;
+        }
+    }
+    free(raw);
+    *ids = out;
+    *count = (size_t)n;
+    return 0;
 }
 
 #endif /* STASIS_HOST_H */

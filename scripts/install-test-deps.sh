@@ -8,6 +8,7 @@
 #   - `s3s-fs` 0.14.1, an S3-compatible server on a local folder (newer
 #     releases need a newer rustc); a fresh `cargo install` takes minutes;
 #   - `kubernetes-validate` (PyPI), which checks deploy/kubernetes offline;
+#   - Debian's `python3-websockets`, the WebSocket client of the tests;
 #   - Debian's `clang`, `lld`, `llvm` (llvm-ar), `wasi-libc` and
 #     `libclang-rt-dev-wasm32` (the wasm32 compiler-rt builtins), which build
 #     the C demo actor (demos-c/) and the JavaScript engine (QuickJS, in
@@ -48,6 +49,17 @@ if ! command -v clang >/dev/null || ! command -v wasm-ld >/dev/null ||
     as_root apt-get update -qq
   fi
   as_root apt-get install -y -qq clang lld llvm wasi-libc libclang-rt-dev-wasm32 >/dev/null
+fi
+
+# The WebSocket tests drive Debian's python3-websockets from /usr/bin/python3
+# (a real client, not the server's own library).
+if ! /usr/bin/python3 -c 'import websockets' >/dev/null 2>&1; then
+  say "apt-get install python3 python3-websockets"
+  export DEBIAN_FRONTEND=noninteractive
+  if ! apt-cache show python3-websockets >/dev/null 2>&1; then
+    as_root apt-get update -qq
+  fi
+  as_root apt-get install -y -qq python3 python3-websockets >/dev/null
 fi
 
 if ! command -v s3s-fs >/dev/null && [ ! -x "${CARGO_HOME:-$HOME/.cargo}/bin/s3s-fs" ]; then

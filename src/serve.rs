@@ -7,6 +7,7 @@ use std::time::Duration;
 use clap::Args;
 use stasis_core::engine::Limits;
 use stasis_runtime::contract::settings::{ActorSettings, AllowList, Durability, WorkerSettings};
+use stasis_runtime::contract::sockets::SocketLimits;
 use stasis_runtime::control::{RebalanceBy, ServeConfig};
 use stasis_runtime::http::tls::{CertFiles, ServerTls};
 use stasis_runtime::server::{ClusterConfig, ServeOptions, serve};
@@ -79,6 +80,14 @@ pub(crate) struct ServeArgs {
     /// Largest request or response body.
     #[arg(long, default_value = "8MiB", value_parser = parse_size)]
     max_body: u64,
+    /// Open WebSockets and streamed responses per actor; an upgrade or
+    /// stream past it is answered 503.
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..))]
+    max_sockets: u64,
+    /// Largest WebSocket message either way (a client's message over it
+    /// closes its socket with code 1009; an actor's send over it fails).
+    #[arg(long, default_value = "1MiB", value_parser = parse_size)]
+    max_socket_message: u64,
     /// Largest linear memory per actor; a grow past it fails in the guest.
     #[arg(long, default_value = "256MiB", value_parser = parse_size)]
     max_memory: u64,
@@ -264,6 +273,11 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
             rebalance_by: args.rebalance_by,
             max_concurrent_moves: usize::try_from(args.max_concurrent_moves).unwrap_or(usize::MAX),
             alarm_retries: args.alarm_retries,
+            sockets: SocketLimits {
+                per_actor: usize::try_from(args.max_sockets).unwrap_or(usize::MAX),
+                max_message: usize::try_from(args.max_socket_message).unwrap_or(usize::MAX),
+                ..SocketLimits::default()
+            },
             admin_token: args.admin_token.clone(),
             internal_token: args.internal_token.clone(),
             snapshot_store: args.cluster.snapshot_store.clone(),

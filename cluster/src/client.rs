@@ -21,6 +21,7 @@ use stasis_contract::proto::{
 };
 use stasis_contract::status::{ActorStatus, Captured, ResumeFrom, SnapshotReport};
 use stasis_contract::worker_api::{HostSpec, Location, WorkerApi};
+use stasis_host_api::sockets::SocketEvent;
 use stasis_http::client::{Answer, HttpClient, Unanswered};
 
 /// An HTTP client for one peer of the cluster (a worker, or the control
@@ -277,6 +278,28 @@ impl WorkerApi for WorkerClient {
         serde_json::from_slice(&answer.body).map_err(|e| {
             ApiError::bad_gateway(format!("worker {}: bad alarm answer: {e}", self.name))
         })
+    }
+
+    async fn socket_event(
+        &self,
+        actor: &str,
+        epoch: u64,
+        event: SocketEvent,
+    ) -> Result<(), ApiError> {
+        let path = WorkerPath::Op(actor, Ok(Op::SocketEvent)).to_path();
+        let epoch = epoch.to_string();
+        let body = stasis_host_api::sockets::encode_event(&event).map_err(|e| {
+            ApiError::new(stasis_contract::error::ErrorKind::TooLarge, e.to_string())
+        })?;
+        self.peer
+            .send(
+                Method::POST,
+                &path,
+                &[(EPOCH_HEADER, epoch.as_str())],
+                Bytes::from(body),
+            )
+            .await
+            .map(|_| ())
     }
 
     async fn pause(&self, actor: &str) -> Result<SnapshotReport, ApiError> {

@@ -13,6 +13,7 @@ use hyper::Method;
 use stasis_contract::control_api::ControlApi;
 use stasis_contract::error::ApiError;
 use stasis_contract::proto::{ControlPath, parse_ms};
+use stasis_contract::sockets::{SocketAnswer, SocketOp};
 use stasis_host_api::{Request, Response};
 
 use super::client::Peer;
@@ -103,6 +104,19 @@ impl ControlApi for ControlPeer {
         self.alarm_op(Method::DELETE, actor, Bytes::new())
             .await
             .map(|_| ())
+    }
+
+    async fn socket(&self, actor: &str, op: SocketOp) -> Result<SocketAnswer, ApiError> {
+        let body = stasis_contract::sockets::encode_op(&op);
+        let answer = self
+            .send(
+                Method::POST,
+                &ControlPath::Sockets(actor).to_path(),
+                body.into(),
+            )
+            .await?;
+        serde_json::from_slice(&answer)
+            .map_err(|e| ApiError::bad_gateway(format!("the control plane's answer: {e}")))
     }
 
     async fn alarm(&self, actor: &str) -> Result<Option<u64>, ApiError> {

@@ -1,6 +1,6 @@
 //! The one interface the control plane offers a worker's actors:
-//! [`ControlApi`], what the host functions `call`, `send` and the alarm
-//! functions need. Implemented in process by `stasis-control`'s
+//! [`ControlApi`], what the host functions `call`, `send`, the alarm and
+//! the socket functions need. Implemented in process by `stasis-control`'s
 //! `LocalControl` and, for a remote worker, by `stasis-cluster`'s
 //! `ControlPeer` (the control plane's internal API). A worker holds an
 //! `Arc<dyn ControlApi>` and never asks which kind it is.
@@ -9,6 +9,7 @@ use async_trait::async_trait;
 use stasis_host_api::{Request, Response};
 
 use crate::error::ApiError;
+use crate::sockets::{SocketAnswer, SocketOp};
 
 /// Calls, messages and alarms, as a worker's actors reach them.
 #[async_trait]
@@ -48,4 +49,13 @@ pub trait ControlApi: Send + Sync {
     /// # Errors
     /// As [`ControlApi::set_alarm`].
     async fn alarm(&self, actor: &str) -> Result<Option<u64>, ApiError>;
+
+    /// Carries out `op` on `actor`'s WebSockets and streams, which the
+    /// process that accepted them holds.
+    ///
+    /// # Errors
+    /// Not found for a socket the actor does not have open; too large for
+    /// a message over `--max-socket-message`; unavailable when the process
+    /// holding the socket cannot be reached.
+    async fn socket(&self, actor: &str, op: SocketOp) -> Result<SocketAnswer, ApiError>;
 }

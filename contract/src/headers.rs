@@ -26,7 +26,9 @@ pub const REVISION_HEADER: &str = "stasis-etcd-revision";
 
 /// Headers only the host sets on a request to a guest: removed from every
 /// request that comes from a client or a guest.
-pub const HOST_ONLY: [&str; 2] = [ACTOR_HEADER, CALL_CHAIN_HEADER];
+pub const HOST_ONLY: [&str; 3] = [ACTOR_HEADER, CALL_CHAIN_HEADER, SOCKET_HEADER];
+
+pub use stasis_host_api::sockets::{SOCKET_HEADER, STREAM_HEADER};
 
 /// Hop-by-hop headers (RFC 9110 §7.6.1), never forwarded either way.
 pub const HOP_BY_HOP: [&str; 7] = [
@@ -62,6 +64,7 @@ mod tests {
     fn host_only_headers_match_in_any_case() {
         assert!(is_host_only("STASIS-CALL-CHAIN"));
         assert!(is_host_only("stasis-actor"));
+        assert!(is_host_only("Stasis-Socket"));
         assert!(!is_host_only("stasis-epoch"));
         assert!(!is_host_only("x-stasis-actor"));
     }

@@ -21,6 +21,8 @@
 //!   [`outbound`]: the hosts and addresses the actors' `fetch` may reach;
 //!   [`templates`]: template modules by digest, compiled once;
 //!   [`metrics`]: the Prometheus registry both sides count in;
+//! - [`sockets`]: an actor's operations on the WebSockets and streams its
+//!   host process holds;
 //! - [`error`]: [`error::ApiError`], the typed error; [`client_gone`]: the
 //!   token that says a request's client left.
 
@@ -38,6 +40,7 @@ pub mod outbound;
 pub mod proto;
 pub mod rollout;
 pub mod settings;
+pub mod sockets;
 pub mod status;
 pub mod templates;
 pub mod worker_api;

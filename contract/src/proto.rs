@@ -60,6 +60,9 @@ pub enum Op {
     /// Header [`EPOCH_HEADER`]: deliver a due alarm. Answer:
     /// `AlarmOutcome` (JSON).
     Alarm,
+    /// Header [`EPOCH_HEADER`]; body: the host-API encoding of a
+    /// `SocketEvent` (`stasis_host_api::sockets`). Answer: empty JSON object.
+    SocketEvent,
     /// Answer: `SnapshotReport` (JSON).
     Pause,
     /// Answer: `SnapshotReport` (JSON).
@@ -85,11 +88,12 @@ pub enum Op {
 }
 
 impl Op {
-    const ALL: [Op; 12] = [
+    const ALL: [Op; 13] = [
         Op::Create,
         Op::Install,
         Op::Call,
         Op::Alarm,
+        Op::SocketEvent,
         Op::Pause,
         Op::Checkpoint,
         Op::Resume,
@@ -108,6 +112,7 @@ impl Op {
             Op::Install => "install",
             Op::Call => "call",
             Op::Alarm => "alarm",
+            Op::SocketEvent => "socket-event",
             Op::Pause => "pause",
             Op::Checkpoint => "checkpoint",
             Op::Resume => "resume",
@@ -190,6 +195,9 @@ pub enum ControlPath<'a> {
     /// `PUT` (body: Unix ms, decimal), `DELETE`, `GET`: the alarm of actor
     /// `name`, set by its actor on a remote worker.
     Alarm(&'a str),
+    /// `POST`: an actor's operation on its WebSockets and streams (body: a
+    /// `SocketOp`, JSON; answer: the ids of a list, JSON).
+    Sockets(&'a str),
 }
 
 impl<'a> ControlPath<'a> {
@@ -205,6 +213,7 @@ impl<'a> ControlPath<'a> {
             ControlPath::Call(actor) => format!("{PREFIX}/calls/{actor}"),
             ControlPath::Send(actor) => format!("{PREFIX}/sends/{actor}"),
             ControlPath::Alarm(actor) => format!("{PREFIX}/alarms/{actor}"),
+            ControlPath::Sockets(actor) => format!("{PREFIX}/sockets/{actor}"),
         }
     }
 
@@ -222,6 +231,7 @@ impl<'a> ControlPath<'a> {
             ["calls", actor] => Some(ControlPath::Call(actor)),
             ["sends", actor] => Some(ControlPath::Send(actor)),
             ["alarms", actor] => Some(ControlPath::Alarm(actor)),
+            ["sockets", actor] => Some(ControlPath::Sockets(actor)),
             _ => None,
         }
     }

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
+use stasis_host_api::sockets::SocketEvent;
 use stasis_host_api::{Request, Response};
 
 use crate::alarm::AlarmOutcome;
@@ -121,6 +122,19 @@ pub trait WorkerApi: Send + Sync {
     /// failure (its handler trapped: the actor is rolled back as after a
     /// failed request).
     async fn alarm(&self, actor: &str, epoch: u64) -> Result<AlarmOutcome, ApiError>;
+
+    /// Delivers `event` on one of `actor`'s WebSockets or streams under
+    /// placement `epoch` (see `stasis_host_api::sockets`): a mailbox
+    /// delivery like a request's, in order, resuming a paused actor.
+    ///
+    /// # Errors
+    /// As [`WorkerApi::alarm`].
+    async fn socket_event(
+        &self,
+        actor: &str,
+        epoch: u64,
+        event: SocketEvent,
+    ) -> Result<(), ApiError>;
 
     /// Pauses `actor` (idempotent).
     ///

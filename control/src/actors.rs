@@ -480,6 +480,8 @@ impl ControlPlane {
         self.metrics.forget_actor(name);
         self.directory.delete_actor(name)?;
         self.alarms.forget(name);
+        self.sockets()
+            .close_all(name, 1001, "the actor was deleted");
         self.store.remove_actor(name)?;
         tracing::info!(actor = name, "actor deleted");
         Ok(())

@@ -54,6 +54,7 @@ pub mod recover;
 pub mod request;
 pub mod rollout;
 pub mod ship;
+pub mod sockets;
 pub mod templates;
 pub mod upgrade;
 pub mod views;
@@ -123,6 +124,8 @@ pub struct ServeConfig {
     /// Failed deliveries after which an alarm is given up
     /// (`--alarm-retries`).
     pub alarm_retries: u32,
+    /// `--max-sockets` and `--max-socket-message`.
+    pub sockets: stasis_contract::sockets::SocketLimits,
 }
 
 /// What rebalancing evens out.
@@ -153,6 +156,7 @@ impl Default for ServeConfig {
             internal_token: None,
             snapshot_store: StoreUrl::Local,
             alarm_retries: alarms::DEFAULT_RETRIES,
+            sockets: stasis_contract::sockets::SocketLimits::default(),
         }
     }
 }
@@ -218,6 +222,8 @@ pub struct ControlPlane {
     alarms: crate::alarms::scheduler::Scheduler,
     /// The rollouts this control plane drives (see [`crate::rollout`]).
     rollouts: rollout::RolloutTasks,
+    /// The WebSockets and streams this process holds.
+    sockets: sockets::Sockets,
     _lock: Option<File>,
 }
 
@@ -299,6 +305,7 @@ impl ControlPlane {
             metrics.alarms.clone(),
             config.alarm_retries,
         );
+        let sockets = sockets::Sockets::new(config.sockets);
         Arc::new_cyclic(|me| Self {
             directory: parts.directory,
             templates: parts.templates,
@@ -315,6 +322,7 @@ impl ControlPlane {
             role,
             alarms,
             rollouts: rollout::RolloutTasks::new(me.clone()),
+            sockets,
             _lock: parts.lock,
         })
     }

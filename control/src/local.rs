@@ -8,6 +8,7 @@ use std::sync::{Arc, Weak};
 use async_trait::async_trait;
 use stasis_contract::control_api::ControlApi;
 use stasis_contract::error::ApiError;
+use stasis_contract::sockets::{SocketAnswer, SocketOp};
 use stasis_host_api::{Request, Response};
 
 use crate::ControlPlane;
@@ -56,5 +57,9 @@ impl ControlApi for LocalControl {
 
     async fn alarm(&self, actor: &str) -> Result<Option<u64>, ApiError> {
         self.get()?.alarms().get(actor).await
+    }
+
+    async fn socket(&self, actor: &str, op: SocketOp) -> Result<SocketAnswer, ApiError> {
+        self.get()?.socket(actor, op)
     }
 }

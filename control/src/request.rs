@@ -1,6 +1,7 @@
 //! The request path: [`ControlPlane::route`] looks an actor up once, then
-//! [`ControlPlane::call`] (an HTTP request) or [`ControlPlane::alarm`] (a
-//! due alarm) passes the actor's gate and reaches its current owner through
+//! [`ControlPlane::call`] (an HTTP request), [`ControlPlane::alarm`] (a
+//! due alarm) or [`ControlPlane::socket_event`] (an event on a socket)
+//! passes the actor's gate and reaches its current owner through
 //! the [`stasis_contract::worker_api::WorkerApi`], again by the refreshed
 //! placement after a stale epoch.
 
@@ -10,6 +11,7 @@ use std::time::{Duration, Instant};
 use stasis_contract::alarm::AlarmOutcome;
 use stasis_contract::client_gone::{self, ClientGone};
 use stasis_contract::error::{ApiError, ErrorKind};
+use stasis_host_api::sockets::SocketEvent;
 use stasis_host_api::{Request, Response};
 
 use crate::ControlPlane;
@@ -22,12 +24,15 @@ enum Delivery {
     Request(Arc<Request>),
     /// A due alarm.
     Alarm,
+    /// An event on one of the actor's sockets.
+    Socket(SocketEvent),
 }
 
 /// What the worker answered to a [`Delivery`].
 enum Delivered {
     Response(Response),
     Alarm(AlarmOutcome),
+    Socket,
 }
 
 impl ControlPlane {
@@ -77,7 +82,25 @@ impl ControlPlane {
         let delivery = Delivery::Request(Arc::new(request));
         match self.through_gate(route, gone, &delivery).await? {
             Delivered::Response(response) => Ok(response),
-            Delivered::Alarm(_) => Err(ApiError::internal("an alarm answered a request")),
+            _ => Err(ApiError::internal("another delivery answered a request")),
+        }
+    }
+
+    /// Delivers `event` on one of the actor's sockets the way a request
+    /// goes (through its gate, resuming a paused actor, held while it
+    /// moves), as a delivery of its own on the worker.
+    ///
+    /// # Errors
+    /// As [`ControlPlane::call`].
+    pub async fn socket_event(&self, route: Route, event: SocketEvent) -> Result<(), ApiError> {
+        match self
+            .through_gate(route, &ClientGone::new(), &Delivery::Socket(event))
+            .await?
+        {
+            Delivered::Socket => Ok(()),
+            _ => Err(ApiError::internal(
+                "another delivery answered a socket event",
+            )),
         }
     }
 
@@ -94,7 +117,7 @@ impl ControlPlane {
             .await?
         {
             Delivered::Alarm(outcome) => Ok(outcome),
-            Delivered::Response(_) => Err(ApiError::internal("a request answered an alarm")),
+            _ => Err(ApiError::internal("another delivery answered an alarm")),
         }
     }
 
@@ -153,6 +176,11 @@ impl ControlPlane {
                         .await
                         .map(Delivered::Response),
                     Delivery::Alarm => member.api.alarm(name, epoch).await.map(Delivered::Alarm),
+                    Delivery::Socket(event) => member
+                        .api
+                        .socket_event(name, epoch, event.clone())
+                        .await
+                        .map(|()| Delivered::Socket),
                 }
             };
             // A worker declared lost (frozen, cut off) is not waited for:

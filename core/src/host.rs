@@ -105,6 +105,36 @@ pub trait ActorServices: Send + Sync {
     /// [`HostError::Unavailable`], [`HostError::Deadline`],
     /// [`HostError::TooLarge`].
     fn fetch(&self, request: Request) -> ServiceFuture<Response>;
+
+    /// `socket_send`: `data` to one of the actor's sockets or streams, or
+    /// to all of them (`text`: a text frame).
+    ///
+    /// # Errors
+    /// [`HostError::NotFound`], [`HostError::TooLarge`],
+    /// [`HostError::Unavailable`], [`HostError::NotEnabled`].
+    fn socket_send(&self, socket: SocketTarget, data: Vec<u8>, text: bool) -> ServiceFuture<()>;
+
+    /// `socket_close`: closes one of the actor's sockets with `code` and
+    /// `reason` (already checked), or ends a stream.
+    ///
+    /// # Errors
+    /// As [`ActorServices::socket_send`].
+    fn socket_close(&self, socket: u64, code: u16, reason: String) -> ServiceFuture<()>;
+
+    /// `sockets`: the ids of the actor's open sockets and streams.
+    ///
+    /// # Errors
+    /// [`HostError::Unavailable`], [`HostError::NotEnabled`].
+    fn sockets(&self) -> ServiceFuture<Vec<u64>>;
+}
+
+/// Which of an actor's sockets a `socket_send` writes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum SocketTarget {
+    /// The socket or stream with this id.
+    One(u64),
+    /// Every open socket and stream of the actor.
+    All,
 }
 
 /// The services of a host that offers none: every method fails with
@@ -136,6 +166,15 @@ impl ActorServices for NoServices {
     }
     fn alarm(&self) -> ServiceFuture<Option<u64>> {
         not_enabled("alarm")
+    }
+    fn socket_send(&self, _: SocketTarget, _: Vec<u8>, _: bool) -> ServiceFuture<()> {
+        not_enabled("socket_send")
+    }
+    fn socket_close(&self, _: u64, _: u16, _: String) -> ServiceFuture<()> {
+        not_enabled("socket_close")
+    }
+    fn sockets(&self) -> ServiceFuture<Vec<u64>> {
+        not_enabled("sockets")
     }
     fn fetch(&self, _: Request) -> ServiceFuture<Response> {
         not_enabled("fetch")

@@ -10,7 +10,7 @@ use stasis_host_api::imports::{self, HostError};
 use stasis_host_api::{Request, decode_request, encode_response};
 use wasmtime::{Caller, Extern, Linker};
 
-use crate::host::{Host, ServiceError};
+use crate::host::{Host, ServiceError, SocketTarget};
 use crate::module::MEMORY_EXPORT_PREFIX;
 
 /// Adds every host function of [`imports::FUNCTIONS`] to `linker`.
@@ -125,6 +125,7 @@ pub fn add_to_linker(linker: &mut Linker<Host>) -> anyhow::Result<()> {
             None => HostError::NotFound.code().into(),
         }
     })?;
+    add_socket_functions(linker)?;
     linker.func_wrap(
         m,
         imports::TAKE_RESULT,
@@ -133,6 +134,108 @@ pub fn add_to_linker(linker: &mut Linker<Host>) -> anyhow::Result<()> {
         },
     )?;
     Ok(())
+}
+
+/// `socket_send`, `socket_close` and `sockets` (see
+/// `stasis_host_api::sockets`).
+fn add_socket_functions(linker: &mut Linker<Host>) -> anyhow::Result<()> {
+    let m = imports::MODULE;
+    linker.func_wrap_async(
+        m,
+        imports::SOCKET_SEND,
+        |mut caller: Caller<'_, Host>, (socket, dp, dl, text): (i64, u32, u32, i32)| {
+            Box::new(async move {
+                let result = match (socket_target(socket), read(&mut caller, dp, dl)) {
+                    (Ok(target), Ok(data)) => {
+                        if text != 0 && std::str::from_utf8(&data).is_err() {
+                            Err(ServiceError::new(
+                                HostError::BadInput,
+                                "a text message must be UTF-8",
+                            ))
+                        } else {
+                            let services = caller.data().services.clone();
+                            services.socket_send(target, data, text != 0).await
+                        }
+                    }
+                    (Err(e), _) | (_, Err(e)) => Err(e),
+                };
+                Ok(status(caller.data_mut(), result))
+            })
+        },
+    )?;
+    linker.func_wrap_async(
+        m,
+        imports::SOCKET_CLOSE,
+        |mut caller: Caller<'_, Host>, (socket, code, rp, rl): (i64, i32, u32, u32)| {
+            Box::new(async move {
+                let result = close_args(&mut caller, socket, code, rp, rl);
+                let result = match result {
+                    Ok((socket, code, reason)) => {
+                        let services = caller.data().services.clone();
+                        services.socket_close(socket, code, reason).await
+                    }
+                    Err(e) => Err(e),
+                };
+                Ok(status(caller.data_mut(), result))
+            })
+        },
+    )?;
+    linker.func_wrap_async(m, imports::SOCKETS, |mut caller: Caller<'_, Host>, ()| {
+        Box::new(async move {
+            let result = caller.data().services.clone().sockets().await;
+            let result = result.and_then(|ids| {
+                stasis_host_api::sockets::encode_ids(&ids)
+                    .map_err(|e| ServiceError::new(HostError::Internal, e.to_string()))
+            });
+            Ok(hold(caller.data_mut(), result))
+        })
+    })?;
+    Ok(())
+}
+
+/// The `socket` argument of `socket_send`: one id, or every socket.
+fn socket_target(socket: i64) -> Result<SocketTarget, ServiceError> {
+    if socket == stasis_host_api::sockets::ALL_SOCKETS {
+        return Ok(SocketTarget::All);
+    }
+    u64::try_from(socket).map(SocketTarget::One).map_err(|_| {
+        ServiceError::new(
+            HostError::BadInput,
+            format!("socket {socket} is neither an id nor -1 (every socket)"),
+        )
+    })
+}
+
+/// Longest close reason a WebSocket close frame carries (RFC 6455 §5.5).
+const MAX_CLOSE_REASON: u32 = 123;
+
+/// The checked arguments of `socket_close`.
+fn close_args(
+    caller: &mut Caller<'_, Host>,
+    socket: i64,
+    code: i32,
+    reason_ptr: u32,
+    reason_len: u32,
+) -> Result<(u64, u16, String), ServiceError> {
+    let bad = |message: String| ServiceError::new(HostError::BadInput, message);
+    let socket = u64::try_from(socket).map_err(|_| bad(format!("socket {socket} is not an id")))?;
+    let code = match code {
+        0 => 1000,
+        1000 | 3000..=4999 => u16::try_from(code).unwrap_or(1000),
+        _ => {
+            return Err(bad(format!(
+                "close code {code} is not one an actor may send (1000 or 3000 to 4999)"
+            )));
+        }
+    };
+    if reason_len > MAX_CLOSE_REASON {
+        return Err(bad(format!(
+            "a close reason of {reason_len} bytes is over the {MAX_CLOSE_REASON} a close frame holds"
+        )));
+    }
+    let reason = String::from_utf8(read(caller, reason_ptr, reason_len)?)
+        .map_err(|_| bad("the close reason is not UTF-8".to_owned()))?;
+    Ok((socket, code, reason))
 }
 
 /// Copies the held result into `ptr..ptr + len` (see `take_result`).

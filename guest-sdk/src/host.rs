@@ -81,7 +81,7 @@ mod raw {
     }
 }
 
-fn check(status: i32) -> Result<(), HostError> {
+pub(crate) fn check(status: i32) -> Result<(), HostError> {
     match HostError::from_code(status.into()) {
         Some(e) => Err(e),
         None => Ok(()),
@@ -89,7 +89,7 @@ fn check(status: i32) -> Result<(), HostError> {
 }
 
 /// Collects a buffer result: `r` bytes held by the host, or an error.
-fn take(r: i64) -> Result<Vec<u8>, HostError> {
+pub(crate) fn take(r: i64) -> Result<Vec<u8>, HostError> {
     if let Some(e) = HostError::from_code(r) {
         return Err(e);
     }

@@ -102,6 +102,7 @@
 #![warn(missing_docs)]
 
 pub mod host;
+pub mod sockets;
 pub mod state;
 
 pub use host::HostError;
@@ -144,6 +145,15 @@ pub trait Actor: Default + 'static {
     /// }
     /// ```
     fn alarm(&mut self) {}
+
+    /// Called with each event on one of the actor's WebSockets or streams
+    /// (a client's message, or the end of one the actor did not close),
+    /// for an actor exported with `export_actor!(MyActor, sockets)` (see
+    /// [`sockets`]). A panic here rolls the actor back as a failed request
+    /// does and closes that socket with code 1011.
+    fn on_socket(&mut self, event: sockets::SocketEvent) {
+        let _ = event;
+    }
 }
 
 /// Glue used by [`export_actor!`]; not part of the public API.
@@ -200,6 +210,23 @@ pub mod __rt {
 
         pub fn on_alarm(&self) {
             self.actor().alarm();
+        }
+
+        /// The body of `stasis_on_socket`: decodes the event in the buffer
+        /// from `alloc` (handed back once) and hands it to the actor.
+        pub fn on_socket(&self, ptr: u32, len: u32) -> u32 {
+            // SAFETY: as in `handle`: a buffer from `alloc`, handed back once.
+            let input = unsafe {
+                Box::from_raw(std::ptr::slice_from_raw_parts_mut(
+                    ptr as usize as *mut u8,
+                    len as usize,
+                ))
+            };
+            match stasis_host_api::sockets::decode_event(&input) {
+                Ok(event) => self.actor().on_socket(event),
+                Err(e) => eprintln!("bad socket event from host: {e}"),
+            }
+            0
         }
 
         /// The body of `stasis_save_state`: the state's bytes, kept in the
@@ -311,9 +338,25 @@ pub mod __rt {
 ///
 /// `export_actor!($actor, state)` also exports the state hand-over pair
 /// `stasis_save_state` / `stasis_load_state` for a `$actor` that
-/// implements [`State`] (see [`state`]).
+/// implements [`State`] (see [`state`]); `export_actor!($actor, sockets)`
+/// exports the socket hook `stasis_on_socket` (the actor takes WebSockets:
+/// see [`sockets`]); `export_actor!($actor, state, sockets)` both.
 #[macro_export]
 macro_rules! export_actor {
+    ($actor:ty, state, sockets) => {
+        $crate::export_actor!($actor, state);
+        $crate::export_actor!(@sockets);
+    };
+    ($actor:ty, sockets) => {
+        $crate::export_actor!($actor);
+        $crate::export_actor!(@sockets);
+    };
+    (@sockets) => {
+        #[unsafe(no_mangle)]
+        pub extern "C" fn stasis_on_socket(ptr: u32, len: u32) -> u32 {
+            __STASIS_SLOT.on_socket(ptr, len)
+        }
+    };
     ($actor:ty, state) => {
         $crate::export_actor!($actor);
 

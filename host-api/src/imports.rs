@@ -33,6 +33,9 @@
 //! | [`SELF_NAME`] | `() -> i64` | buffer: the actor's name, UTF-8 |
 //! | [`LAST_ERROR`] | `() -> i64` | buffer: why the last failing host call failed, UTF-8 |
 //! | [`TAKE_RESULT`] | `(ptr: i32, len: i32) -> i32` | status: copies the held result to `ptr` |
+//! | [`SOCKET_SEND`] | `(socket: i64, data_ptr: i32, data_len: i32, text: i32) -> i32` | status |
+//! | [`SOCKET_CLOSE`] | `(socket: i64, code: i32, reason_ptr: i32, reason_len: i32) -> i32` | status |
+//! | [`SOCKETS`] | `() -> i64` | buffer: the actor's open socket ids (see [`crate::sockets`]) |
 //!
 //! * **`call`** sends the request to actor `actor` (by name, wherever it
 //!   is placed; a paused actor is resumed) and waits for its answer. The
@@ -83,6 +86,27 @@
 //!   drops it. Errors: [`HostError::NotFound`] (no result held),
 //!   [`HostError::BadInput`] (`len` is not the result's length, or the
 //!   range is outside memory).
+//! * **`socket_send`** writes `data` to one of the actor's WebSockets or
+//!   streams (`socket`, an id from the `stasis-socket` header), or with
+//!   `socket` = [`ALL_SOCKETS`](crate::sockets::ALL_SOCKETS) (`-1`) to
+//!   every one of them (a broadcast); on a WebSocket `text` = 1 sends a
+//!   text frame (the data must be UTF-8), 0 a binary one; on a stream the
+//!   bytes are appended to the body. Messages to one socket arrive in the
+//!   order they were sent. Delivery is at most once (a client that is
+//!   gone, or reads too slowly to keep up, loses it and its socket is
+//!   closed). Errors: [`HostError::NotFound`] (no open socket of this
+//!   actor with that id), [`HostError::TooLarge`] (over
+//!   `--max-socket-message`), [`HostError::BadInput`] (a text message that
+//!   is not UTF-8), [`HostError::Unavailable`] (the host holding the
+//!   socket cannot be reached), [`HostError::NotEnabled`].
+//! * **`socket_close`** closes one of the actor's WebSockets with `code`
+//!   (1000 or 3000–4999; 1000 when 0) and a UTF-8 `reason` of at most 123
+//!   bytes, or ends a stream's body. No close event follows. Errors: as
+//!   `socket_send`, and [`HostError::BadInput`] for another code.
+//! * **`sockets`** returns the ids of the actor's open WebSockets and
+//!   streams, as a bincode list of `u64` (a varint count, then each id as
+//!   a varint); the list is the host's, so it is whole after a pause, a
+//!   resume or a move.
 //! * **`last_error`** returns a human-readable reason for the last host
 //!   function of this instance that returned an error code
 //!   ([`HostError::NotFound`] if none did).
@@ -111,6 +135,12 @@ pub const SELF_NAME: &str = "self_name";
 pub const LAST_ERROR: &str = "last_error";
 /// `take_result(ptr: i32, len: i32) -> i32`.
 pub const TAKE_RESULT: &str = "take_result";
+/// `socket_send(socket: i64, data_ptr: i32, data_len: i32, text: i32) -> i32`.
+pub const SOCKET_SEND: &str = "socket_send";
+/// `socket_close(socket: i64, code: i32, reason_ptr: i32, reason_len: i32) -> i32`.
+pub const SOCKET_CLOSE: &str = "socket_close";
+/// `sockets() -> i64`.
+pub const SOCKETS: &str = "sockets";
 
 /// A wasm value type in a host function's signature.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -163,7 +193,7 @@ impl std::fmt::Display for Signature {
 use ValType::{I32, I64};
 
 /// Every host function of ABI version 2 with its exact signature.
-pub const FUNCTIONS: [Signature; 9] = [
+pub const FUNCTIONS: [Signature; 12] = [
     Signature {
         name: CALL,
         params: &[I32, I32, I32, I32],
@@ -208,6 +238,21 @@ pub const FUNCTIONS: [Signature; 9] = [
         name: TAKE_RESULT,
         params: &[I32, I32],
         results: &[I32],
+    },
+    Signature {
+        name: SOCKET_SEND,
+        params: &[I64, I32, I32, I32],
+        results: &[I32],
+    },
+    Signature {
+        name: SOCKET_CLOSE,
+        params: &[I64, I32, I32, I32],
+        results: &[I32],
+    },
+    Signature {
+        name: SOCKETS,
+        params: &[],
+        results: &[I64],
     },
 ];
 

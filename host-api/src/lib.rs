@@ -23,6 +23,9 @@
 //!     actor is paused or continues from a snapshot (never for checkpoints);
 //!   * optionally (version 2) [`exports::ON_ALARM`]`()`, called when the
 //!     actor's alarm fires (see [`imports`]);
+//!   * optionally (version 2) [`exports::ON_SOCKET`]`(ptr: i32, len: i32)
+//!     -> i32`, called with each event on one of the actor's WebSockets or
+//!     streamed responses (see [`sockets`]);
 //!   * optionally the **state hand-over** pair, used by a live code upgrade
 //!     (`stasis actor upgrade`) when the two versions do not declare the
 //!     same [`LAYOUT_SECTION`]: [`exports::SAVE_STATE`]`() -> i64` on the
@@ -56,6 +59,7 @@ pub mod wire;
 use serde::{Deserialize, Serialize};
 
 pub mod imports;
+pub mod sockets;
 
 /// Version of the guest ABI described in the crate docs: the newest this
 /// crate speaks, and the one the guest SDK writes.
@@ -100,6 +104,10 @@ pub mod exports {
     /// `()`: optional (ABI 2), when the actor's alarm fires; a trap is
     /// retried with backoff.
     pub const ON_ALARM: &str = "stasis_on_alarm";
+    /// `(ptr: i32, len: i32) -> i32`: optional (ABI 2), one event on one
+    /// of the actor's WebSockets or streams (see [`crate::sockets`]); the
+    /// result is 0 (other values are reserved).
+    pub const ON_SOCKET: &str = "stasis_on_socket";
     /// `() -> i64`: optional, the actor's state as bytes for a hand-over to
     /// another version, `(ptr << 32) | len`.
     pub const SAVE_STATE: &str = "stasis_save_state";
@@ -248,11 +256,11 @@ fn config() -> impl bincode::config::Config {
     bincode::config::standard().with_limit::<MAX_MESSAGE_BYTES>()
 }
 
-fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, WireError> {
+pub(crate) fn encode<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, WireError> {
     bincode::serde::encode_to_vec(value, config()).map_err(|e| WireError::Encode(e.to_string()))
 }
 
-fn decode<T: for<'de> Deserialize<'de>>(bytes: &[u8]) -> Result<T, WireError> {
+pub(crate) fn decode<T: for<'de> Deserialize<'de>>(bytes: &[u8]) -> Result<T, WireError> {
     let (value, used) = bincode::serde::decode_from_slice(bytes, config())
         .map_err(|e| WireError::Decode(e.to_string()))?;
     if used != bytes.len() {

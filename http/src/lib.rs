@@ -1,4 +1,5 @@
-//! Stasis's HTTP plumbing, written once: [`serve`] (the body type, error
+//! Stasis's HTTP plumbing, written once: [`body`] (the response body, whole
+//! or streamed), [`serve`] (error
 //! answers, bounded body collection and the accept loop every listener
 //! runs), [`client`] (the one HTTP client core under the worker protocol's
 //! client, the CLI's admin client and a follower's forwarding),
@@ -8,6 +9,7 @@
 #![warn(missing_docs)]
 
 pub mod auth;
+pub mod body;
 pub mod client;
 pub mod serve;
 pub mod tls;

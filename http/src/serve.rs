@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -21,13 +21,12 @@ use stasis_contract::error::{ApiError, ErrorKind};
 /// Longest a client may take to send a request head.
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// The body of every response Stasis sends.
-pub type Body = Full<Bytes>;
+pub use crate::body::Body;
 
 /// A `text/plain` answer for `error`, with `Retry-After` when it has one.
 #[must_use]
 pub fn text_error(error: &ApiError) -> Response<Body> {
-    let mut response = Response::new(Full::new(Bytes::from(format!("{}\n", error.message()))));
+    let mut response = Response::new(Body::new(Bytes::from(format!("{}\n", error.message()))));
     *response.status_mut() = status_of(error);
     let headers = response.headers_mut();
     headers.insert(
@@ -43,7 +42,7 @@ pub fn text_error(error: &ApiError) -> Response<Body> {
 /// A `status` response with `body` as `content_type`.
 #[must_use]
 pub fn text(status: StatusCode, body: String, content_type: &'static str) -> Response<Body> {
-    let mut response = Response::new(Full::new(Bytes::from(body)));
+    let mut response = Response::new(Body::new(Bytes::from(body)));
     *response.status_mut() = status;
     response.headers_mut().insert(
         hyper::header::CONTENT_TYPE,
@@ -59,7 +58,7 @@ pub const METRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.
 #[must_use]
 pub fn json<T: serde::Serialize>(status: StatusCode, value: &T) -> Response<Body> {
     let body = serde_json::to_vec_pretty(value).unwrap_or_default();
-    let mut response = Response::new(Full::new(Bytes::from(body)));
+    let mut response = Response::new(Body::new(Bytes::from(body)));
     *response.status_mut() = status;
     response.headers_mut().insert(
         hyper::header::CONTENT_TYPE,

@@ -4,7 +4,6 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
 use serde::Serialize;
@@ -54,7 +53,7 @@ fn ok<T: Serialize>(value: &T) -> Result<Response<Body>, ApiError> {
 }
 
 fn no_content() -> Response<Body> {
-    let mut response = Response::new(Full::new(Bytes::new()));
+    let mut response = Response::new(Body::new(Bytes::new()));
     *response.status_mut() = StatusCode::NO_CONTENT;
     response
 }
@@ -97,7 +96,7 @@ struct UpgradeBody {
 }
 
 fn bytes_response(bytes: Vec<u8>) -> Response<Body> {
-    let mut response = Response::new(Full::new(Bytes::from(bytes)));
+    let mut response = Response::new(Body::new(Bytes::from(bytes)));
     response.headers_mut().insert(
         hyper::header::CONTENT_TYPE,
         hyper::header::HeaderValue::from_static("application/wasm"),
@@ -347,6 +346,15 @@ impl AdminApi {
                     StatusCode::ACCEPTED,
                     String::new(),
                     "text/plain; charset=utf-8",
+                ))
+            }
+            (&Method::POST, ControlPath::Sockets(actor)) => {
+                let op = stasis_contract::sockets::decode_op(&body)?;
+                let ids = c.socket(actor, op)?;
+                Ok(text(
+                    StatusCode::OK,
+                    serde_json::to_string(&ids).map_err(|e| ApiError::internal(e.to_string()))?,
+                    "application/json",
                 ))
             }
             (&Method::PUT, ControlPath::Alarm(actor)) => {

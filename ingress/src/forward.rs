@@ -15,7 +15,6 @@
 
 use std::time::Duration;
 
-use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::{Request, Response};
 
@@ -102,7 +101,7 @@ impl Forwarder {
                     "the leader replica gave no answer within {limit:?}"
                 )),
             })?;
-        let mut response = Response::new(Full::new(answer.body));
+        let mut response = Response::new(Body::new(answer.body));
         *response.status_mut() = answer.status;
         for (name, value) in &answer.headers {
             if !not_passed_on(name.as_str()) {

@@ -17,7 +17,7 @@ use hyper::header::{HOST, HeaderValue, TRANSFER_ENCODING};
 use hyper::http::request::Parts;
 use hyper::http::uri::Authority;
 
-use stasis_contract::error::{ApiError, ErrorKind};
+use stasis_contract::error::ApiError;
 
 /// A host and port as compared across `:authority` and `Host`: host
 /// lower-case without a trailing dot, port as written (none if empty).
@@ -127,31 +127,6 @@ fn check_transfer_encoding(parts: &Parts) -> Result<(), ApiError> {
             )));
         }
         codings.push(coding);
-    }
-    Ok(())
-}
-
-/// Refuses a WebSocket upgrade (`Upgrade: websocket`): actors cannot take
-/// one yet, and handing it to the actor as a plain request would answer a
-/// client that waits for `101` with something else.
-///
-/// # Errors
-/// 501, saying so.
-pub fn refuse_upgrade(parts: &Parts) -> Result<(), ApiError> {
-    let websocket = parts
-        .headers
-        .get_all(hyper::header::UPGRADE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .any(|v| {
-            v.split(',')
-                .any(|p| p.trim().eq_ignore_ascii_case("websocket"))
-        });
-    if websocket {
-        return Err(ApiError::new(
-            ErrorKind::NotImplemented,
-            "WebSocket upgrades are not supported: actors answer plain HTTP requests only",
-        ));
     }
     Ok(())
 }

@@ -3,7 +3,8 @@
 //! the request, handed to the control plane), [`forward`] (a follower
 //! replica's forwarding to the leader) and [`api`] (the admin HTTP API,
 //! including the internal routes remote workers use), with [`routes`]
-//! (which methods each admin path takes: 404 or 405 with `Allow`). It depends on the
+//! (which methods each admin path takes: 404 or 405 with `Allow`) and
+//! [`sockets`] (the WebSockets and streams actors accept). It depends on the
 //! control side (`stasis-control`) and the contract, never on the worker
 //! side or the cluster backends.
 
@@ -14,3 +15,4 @@ pub mod forward;
 pub mod ingress;
 pub mod router;
 pub mod routes;
+pub mod sockets;

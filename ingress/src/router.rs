@@ -14,16 +14,16 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::header::{HeaderName, HeaderValue};
 use hyper::http::request::Parts;
 use hyper::{Request, Response, StatusCode};
 
-use crate::ingress;
+use crate::{ingress, sockets};
 use stasis_contract::client_gone::ClientGone;
 use stasis_contract::error::{ApiError, ErrorKind, echo_cut, echo_name, is_label};
 use stasis_control::ControlPlane;
+use stasis_host_api::sockets::{SOCKET_HEADER, STREAM_HEADER, STREAM_OPEN};
 use stasis_http::serve::{Body, collect_body, text_error};
 
 pub use stasis_contract::headers::ACTOR_HEADER;
@@ -136,14 +136,41 @@ fn guest_request(parts: &Parts, body: Bytes) -> stasis_host_api::Request {
     }
 }
 
+/// The answer to the client for the guest's `response`: an accepted
+/// WebSocket (101), an open stream, or the response as it is.
+fn answer_for(
+    actor: &str,
+    socket: Option<sockets::Reservation>,
+    accept_key: Option<&str>,
+    on_upgrade: Option<hyper::upgrade::OnUpgrade>,
+    response: stasis_host_api::Response,
+) -> Response<Body> {
+    let stream = response.headers.iter().any(|(name, value)| {
+        name.eq_ignore_ascii_case(STREAM_HEADER) && value == STREAM_OPEN.as_bytes()
+    });
+    match (socket, accept_key, on_upgrade) {
+        (Some(socket), Some(key), Some(on_upgrade)) if response.status == 101 => {
+            let accepted = http_response(actor, response);
+            sockets::accept(actor, socket, key, on_upgrade, accepted)
+        }
+        (Some(socket), None, _) if stream => {
+            let mut response = response;
+            let first = Bytes::from(std::mem::take(&mut response.body));
+            sockets::open_stream(actor, socket, http_response(actor, response), first)
+        }
+        _ => http_response(actor, response),
+    }
+}
+
 /// Converts the guest's response into an HTTP response. Headers whose name
-/// or value is not valid HTTP are dropped (and logged).
+/// or value is not valid HTTP are dropped (and logged), and so is
+/// `stasis-stream`, the host's.
 fn http_response(actor: &str, response: stasis_host_api::Response) -> Response<Body> {
-    let mut out = Response::new(Full::new(Bytes::from(response.body)));
+    let mut out = Response::new(Body::new(Bytes::from(response.body)));
     *out.status_mut() = StatusCode::from_u16(response.status).unwrap_or(StatusCode::BAD_GATEWAY);
     for (name, value) in response.headers {
         let lower = name.to_ascii_lowercase();
-        if not_passed_on(&lower) {
+        if not_passed_on(&lower) || lower == STREAM_HEADER {
             continue;
         }
         match (
@@ -208,24 +235,53 @@ async fn route(
     gone: ClientGone,
 ) -> Response<Body> {
     let started = std::time::Instant::now();
+    let mut request = request;
+    let upgrade = sockets::is_upgrade(request.headers());
+    let on_upgrade = upgrade.then(|| hyper::upgrade::on(&mut request));
     let (parts, body) = request.into_parts();
     let actor = match ingress::check(&parts).and_then(|()| actor_of(&parts, &domain)) {
         Ok(actor) => actor,
         Err(e) => return text_error(&e),
     };
-    let route = match control.route(&actor).and_then(|route| {
-        ingress::refuse_upgrade(&parts)?;
-        Ok(route)
-    }) {
+    let route = match control.route(&actor) {
         Ok(route) => route,
+        Err(e) => return text_error(&e),
+    };
+    // A request that may become a socket or stream gets one, open before
+    // the actor answers (`stasis_host_api::sockets`): an upgrade over the
+    // limit is refused; a request that only accepts a stream goes without.
+    let reserved = if upgrade {
+        sockets::check_handshake(&parts)
+            .and_then(|key| Ok((key, sockets::Reservation::new(&control, &actor)?)))
+            .map(|(key, socket)| (Some(key), Some(socket)))
+    } else if sockets::accepts_event_stream(&parts) {
+        Ok((None, sockets::Reservation::new(&control, &actor).ok()))
+    } else {
+        Ok((None, None))
+    };
+    let (accept_key, socket) = match reserved {
+        Ok(reserved) => reserved,
         Err(e) => return text_error(&e),
     };
     let max_body = control.config().limits.max_body;
     let answer = match collect_body(&parts, body, max_body, "--max-body").await {
-        Ok(body) => control
-            .call(route, guest_request(&parts, body), &gone)
-            .await
-            .map(|r| http_response(&actor, r)),
+        Ok(body) => {
+            let mut guest = guest_request(&parts, body);
+            if let Some(socket) = &socket {
+                let id = socket.id().to_string().into_bytes();
+                guest.headers.push((SOCKET_HEADER.to_owned(), id));
+            }
+            if upgrade {
+                // `Upgrade` is hop-by-hop: the guest sees it from the host.
+                guest
+                    .headers
+                    .push(("upgrade".to_owned(), b"websocket".to_vec()));
+            }
+            control
+                .call(route, guest, &gone)
+                .await
+                .map(|r| answer_for(&actor, socket, accept_key.as_deref(), on_upgrade, r))
+        }
         Err(e) => Err(e),
     };
     match answer {

@@ -15,7 +15,8 @@ pub fn allowed(path: &str) -> &'static [&'static str] {
             | ControlPath::Heartbeat(_)
             | ControlPath::Drain(_)
             | ControlPath::Call(_)
-            | ControlPath::Send(_) => &["POST"],
+            | ControlPath::Send(_)
+            | ControlPath::Sockets(_) => &["POST"],
             ControlPath::Template(_) => &["GET"],
             ControlPath::Snapshot(..) => &["PUT"],
             ControlPath::Alarm(_) => &["GET", "PUT", "DELETE"],

@@ -172,7 +172,7 @@ impl Replica {
             Listener::Ingress => serving.router.handle(request).await,
             Listener::Admin if request.uri().path() == "/healthz" => {
                 let role = if follower { "follower" } else { "leader" };
-                let mut answer = Response::new(http_body_util::Full::new(bytes::Bytes::from(
+                let mut answer = Response::new(stasis_http::serve::Body::new(bytes::Bytes::from(
                     format!("ok ({role} {})\n", self.me.name),
                 )));
                 answer.headers_mut().insert(

@@ -95,6 +95,7 @@ mod replicas_faults;
 mod restart;
 mod retention;
 mod rollout;
+mod sockets;
 mod store_deltas;
 mod store_journal;
 mod store_journal_faults;

@@ -11,6 +11,7 @@ use stasis_contract::error::ApiError;
 use stasis_contract::logs::{LogLine, LogQuery};
 use stasis_contract::status::{ActorStatus, Captured, ResumeFrom, SnapshotReport};
 use stasis_contract::worker_api::{HostSpec, Location, WorkerApi};
+use stasis_host_api::sockets::SocketEvent;
 use stasis_host_api::{Request, Response};
 
 use crate::{ActorSpec, Worker};
@@ -59,6 +60,15 @@ impl WorkerApi for Worker {
 
     async fn alarm(&self, actor: &str, epoch: u64) -> Result<AlarmOutcome, ApiError> {
         Worker::alarm(self, actor, epoch).await
+    }
+
+    async fn socket_event(
+        &self,
+        actor: &str,
+        epoch: u64,
+        event: SocketEvent,
+    ) -> Result<(), ApiError> {
+        Worker::socket_event(self, actor, epoch, event).await
     }
 
     async fn pause(&self, actor: &str) -> Result<SnapshotReport, ApiError> {

@@ -1,9 +1,10 @@
 //! What the actor task runs in the guest for one delivery
-//! ([`crate::mailbox::Input`]): a request's handler (`stasis_handle`) or an
-//! alarm's `stasis_on_alarm`.
+//! ([`crate::mailbox::Input`]): a request's handler (`stasis_handle`), an
+//! alarm's `stasis_on_alarm`, or a socket event's `stasis_on_socket`.
 
 use stasis_contract::alarm::AlarmOutcome;
 use stasis_core::instance::{ActorInstance, CallError};
+use stasis_host_api::sockets::{SOCKET_HEADER, SocketEvent};
 use stasis_host_api::{Request, Response};
 
 use crate::host_calls::services::ActorHostServices;
@@ -15,6 +16,8 @@ pub(crate) enum Work<'a> {
     Request(&'a Request),
     /// The alarm hook.
     Alarm,
+    /// The socket hook, for this event.
+    Socket(&'a SocketEvent),
 }
 
 /// What the guest answered.
@@ -23,6 +26,8 @@ pub(crate) enum Answer {
     Response(Response),
     /// What the alarm delivery did.
     Alarm(AlarmOutcome),
+    /// The socket hook ran (or the guest has none).
+    Socket,
 }
 
 /// Runs `work` in `instance`; `services` is told which request runs first
@@ -37,9 +42,23 @@ pub(crate) async fn run(
     work: Work<'_>,
 ) -> Result<Answer, CallError> {
     match work {
+        Work::Request(request) if offers_socket(request) && !instance.has_socket_hook() => {
+            Ok(Answer::Response(Response::text(
+                501,
+                format!(
+                    "actor {} does not take WebSockets: its module exports no `{}`\n",
+                    services.actor(),
+                    stasis_host_api::exports::ON_SOCKET
+                ),
+            )))
+        }
         Work::Request(request) => {
             services.begin(Some(request));
             instance.call(request).await.map(Answer::Response)
+        }
+        Work::Socket(event) => {
+            services.begin(None);
+            instance.on_socket(event).await.map(|()| Answer::Socket)
         }
         Work::Alarm if !instance.has_alarm_hook() => Ok(Answer::Alarm(AlarmOutcome::NoHook)),
         Work::Alarm => {
@@ -48,4 +67,12 @@ pub(crate) async fn run(
             Ok(Answer::Alarm(AlarmOutcome::Ran))
         }
     }
+}
+
+/// Whether `request` is a WebSocket upgrade the host offers the actor.
+fn offers_socket(request: &Request) -> bool {
+    request.header(SOCKET_HEADER).is_some()
+        && request
+            .header("upgrade")
+            .is_some_and(|v| v.eq_ignore_ascii_case(b"websocket"))
 }

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 
+use stasis_host_api::sockets::SocketEvent;
 use stasis_host_api::{Request, Response};
 use tokio::sync::{Notify, oneshot};
 
@@ -106,6 +107,14 @@ pub enum Input {
         /// Where the outcome goes.
         reply: oneshot::Sender<Result<AlarmOutcome, ApiError>>,
     },
+    /// An event on one of the actor's sockets, for the guest's
+    /// `stasis_on_socket`.
+    Socket {
+        /// The event (boxed: mailbox entries are kept small).
+        event: Box<SocketEvent>,
+        /// Where the outcome goes.
+        reply: oneshot::Sender<Result<(), ApiError>>,
+    },
 }
 
 impl Input {
@@ -116,6 +125,9 @@ impl Input {
                 let _ = reply.send(Err(error));
             }
             Input::Alarm { reply } => {
+                let _ = reply.send(Err(error));
+            }
+            Input::Socket { reply, .. } => {
                 let _ = reply.send(Err(error));
             }
         }

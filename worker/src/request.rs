@@ -72,6 +72,26 @@ impl Worker {
         .await
     }
 
+    /// Delivers `event` on one of `actor`'s sockets: a command of its own
+    /// in the actor's mailbox, after the requests before it; held and
+    /// refused as a request is.
+    ///
+    /// # Errors
+    /// As [`Worker::call`].
+    pub async fn socket_event(
+        &self,
+        actor: &str,
+        epoch: u64,
+        event: stasis_host_api::sockets::SocketEvent,
+    ) -> Result<(), ApiError> {
+        let event = Box::new(event);
+        self.deliver(actor, epoch, &ClientGone::new(), |reply| Input::Socket {
+            event,
+            reply,
+        })
+        .await
+    }
+
     /// Hands the delivery `input` (made with the channel its answer comes
     /// back on) to `actor`'s mailbox and waits for the answer (see
     /// [`Worker::call`]).

@@ -1,5 +1,5 @@
 //! One delivery in an actor task: resume the actor if it has no instance,
-//! run the request or alarm in the guest, make its effect as durable as
+//! run the request, alarm or socket event in the guest, make its effect as durable as
 //! the actor's level says (a journal entry behind the output gate, or a
 //! checkpoint), and roll the actor back when the guest trapped.
 
@@ -41,7 +41,7 @@ impl ActorTask {
                 self.log.settle(self.instance.is_none());
                 let result = result.and_then(|answer| match answer {
                     Answer::Response(response) => Ok(response),
-                    Answer::Alarm(_) => Err(ApiError::internal("an alarm answered a request")),
+                    _ => Err(ApiError::internal("another delivery answered a request")),
                 });
                 send_gated(reply, result, gate);
             }
@@ -50,7 +50,18 @@ impl ActorTask {
                 self.log.settle(self.instance.is_none());
                 let result = result.and_then(|answer| match answer {
                     Answer::Alarm(outcome) => Ok(outcome),
-                    Answer::Response(_) => Err(ApiError::internal("a request answered an alarm")),
+                    _ => Err(ApiError::internal("another delivery answered an alarm")),
+                });
+                send_gated(reply, result, gate);
+            }
+            Input::Socket { event, reply } => {
+                let (result, gate) = split(self.run_guest(Work::Socket(&event), ticket).await);
+                self.log.settle(self.instance.is_none());
+                let result = result.and_then(|answer| match answer {
+                    Answer::Socket => Ok(()),
+                    _ => Err(ApiError::internal(
+                        "another delivery answered a socket event",
+                    )),
                 });
                 send_gated(reply, result, gate);
             }

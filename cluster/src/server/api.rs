@@ -6,7 +6,6 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
 
@@ -172,13 +171,22 @@ impl RemoteWorker {
                 let response = w.call(name, epoch, Arc::new(request), call.gone()).await?;
                 let bytes =
                     stasis_host_api::encode_response(&response).map_err(ApiError::internal)?;
-                Ok(Response::new(Full::new(Bytes::from(bytes))))
+                Ok(Response::new(Body::new(Bytes::from(bytes))))
             }
             Op::Alarm => {
                 let epoch = header(EPOCH_HEADER)
                     .and_then(|v| v.parse().ok())
                     .ok_or_else(|| ApiError::bad_request(format!("missing {EPOCH_HEADER}")))?;
                 Ok(json(StatusCode::OK, &w.alarm(name, epoch).await?))
+            }
+            Op::SocketEvent => {
+                let epoch = header(EPOCH_HEADER)
+                    .and_then(|v| v.parse().ok())
+                    .ok_or_else(|| ApiError::bad_request(format!("missing {EPOCH_HEADER}")))?;
+                let event = stasis_host_api::sockets::decode_event(&body)
+                    .map_err(|e| ApiError::bad_request(e.to_string()))?;
+                w.socket_event(name, epoch, event).await?;
+                Ok(json(StatusCode::OK, &serde_json::json!({})))
             }
             Op::Abandon => {
                 let id = header(CALL_HEADER)
@@ -208,7 +216,7 @@ impl RemoteWorker {
                 // (replicated before it was acknowledged): only its
                 // sequence number travels.
                 let captured = w.capture(name).await?;
-                let mut response = Response::new(Full::new(Bytes::new()));
+                let mut response = Response::new(Body::new(Bytes::new()));
                 let h = response.headers_mut();
                 h.insert(SEQ_HEADER, captured.seq.into());
                 h.insert(

@@ -191,6 +191,15 @@ impl WorkerApi for FakeWorker {
         ))
     }
 
+    async fn socket_event(
+        &self,
+        _: &str,
+        _: u64,
+        _: stasis_host_api::sockets::SocketEvent,
+    ) -> Result<(), ApiError> {
+        Ok(())
+    }
+
     async fn alarm(&self, actor: &str, epoch: u64) -> Result<AlarmOutcome, ApiError> {
         let hosted = self.hosted(actor).ok_or_else(|| self.not_here(actor))?;
         if hosted.epoch != epoch {

@@ -11,6 +11,7 @@
 
 use std::sync::Arc;
 
+use stasis_host_api::sockets::SocketEvent;
 use stasis_host_api::{Context, Request, Response, exports};
 use wasmtime::{Global, Instance, Memory, Store, TypedFunc, UpdateDeadline};
 
@@ -94,6 +95,7 @@ struct Hooks {
     on_pause: Option<TypedFunc<(), ()>>,
     on_resume: Option<TypedFunc<(), ()>>,
     on_alarm: Option<TypedFunc<(), ()>>,
+    on_socket: Option<TypedFunc<(u32, u32), u32>>,
     save_state: Option<TypedFunc<(), u64>>,
     load_state: Option<TypedFunc<(u32, u32), u32>>,
 }
@@ -222,6 +224,7 @@ impl ActorInstance {
             on_pause: typed(&mut store, exports::ON_PAUSE),
             on_resume: typed(&mut store, exports::ON_RESUME),
             on_alarm: typed(&mut store, exports::ON_ALARM),
+            on_socket: instance.get_typed_func(&mut store, exports::ON_SOCKET).ok(),
             save_state: instance
                 .get_typed_func(&mut store, exports::SAVE_STATE)
                 .ok(),
@@ -356,9 +359,11 @@ impl ActorInstance {
                 self.limits.max_body
             )));
         }
-        // 1xx would hand the connection over (101) or is not a final
-        // answer; past 599 is not HTTP.
-        if !(200..=599).contains(&response.status) {
+        // 1xx would hand the connection over (101: only for an upgrade
+        // the host offered, see `stasis_host_api::sockets`) or is not a
+        // final answer; past 599 is not HTTP.
+        let accepts_socket = response.status == 101 && offers_socket(&request);
+        if !(200..=599).contains(&response.status) && !accepts_socket {
             return Err(CallError::BadResponse(format!(
                 "status {}",
                 response.status
@@ -432,6 +437,35 @@ impl ActorInstance {
         }
     }
 
+    /// Whether the guest exports the socket hook `stasis_on_socket`.
+    #[must_use]
+    pub fn has_socket_hook(&self) -> bool {
+        self.hooks.on_socket.is_some()
+    }
+
+    /// Hands `event` to the guest's `stasis_on_socket` hook (ABI 2), if it
+    /// has one, under the CPU limit and request timeout of a request.
+    ///
+    /// # Errors
+    /// A [`CallError`] if the hook traps or times out (drop the instance as
+    /// for a failed request).
+    pub async fn on_socket(&mut self, event: &SocketEvent) -> Result<(), CallError> {
+        let Some(f) = self.hooks.on_socket.clone() else {
+            return Ok(());
+        };
+        let bytes = stasis_host_api::sockets::encode_event(event)
+            .map_err(|e| CallError::Host(e.to_string()))?;
+        let len = u32::try_from(bytes.len())
+            .map_err(|_| CallError::Host("event larger than 4 GiB".into()))?;
+        let timeout = self.limits.request_timeout;
+        let result = tokio::time::timeout(timeout, self.invoke(f, &bytes, len)).await;
+        self.cow.check().map_err(CallError::MappedFileChanged)?;
+        match result {
+            Ok(r) => r.map(|_| ()).map_err(|e| self.with_stderr(e)),
+            Err(_) => Err(CallError::Timeout(timeout)),
+        }
+    }
+
     async fn run_hook(&mut self, f: TypedFunc<(), ()>) -> Result<(), CallError> {
         self.reset_cpu();
         let (timeout, cpu_limit) = (self.limits.request_timeout, self.limits.cpu_limit);
@@ -465,6 +499,17 @@ impl ActorInstance {
             other => other,
         }
     }
+}
+
+/// Whether `request` is a WebSocket upgrade the host offered the actor
+/// (it carries the host's socket id): only then may it be answered 101.
+fn offers_socket(request: &Request) -> bool {
+    request
+        .header(stasis_host_api::sockets::SOCKET_HEADER)
+        .is_some()
+        && request
+            .header("upgrade")
+            .is_some_and(|v| v.eq_ignore_ascii_case(b"websocket"))
 }
 
 impl Drop for ActorInstance {

@@ -255,6 +255,14 @@ pub fn analyze(bytes: &[u8]) -> Result<ModuleInfo, ModuleError> {
                             check_export(export.name, ty, &[], &[ValType::I64])?;
                             info.saves_state = true;
                         }
+                        exports::ON_SOCKET => {
+                            check_export(
+                                export.name,
+                                ty,
+                                &[ValType::I32, ValType::I32],
+                                &[ValType::I32],
+                            )?;
+                        }
                         exports::LOAD_STATE => {
                             check_export(
                                 export.name,

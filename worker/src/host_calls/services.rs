@@ -7,7 +7,8 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use stasis_core::host::{ActorServices, ServiceError, ServiceFuture};
+use stasis_contract::sockets::SocketOp;
+use stasis_core::host::{ActorServices, ServiceError, ServiceFuture, SocketTarget};
 use stasis_host_api::imports::HostError;
 use stasis_host_api::{Request, Response};
 
@@ -250,6 +251,25 @@ impl ActorServices for ActorHostServices {
         self.with_alarms(|alarms, actor| async move { alarms.alarm(&actor).await })
     }
 
+    fn socket_send(&self, target: SocketTarget, data: Vec<u8>, text: bool) -> ServiceFuture<()> {
+        self.with_sockets(SocketOp::Send { target, data, text }, |_| ())
+    }
+
+    fn socket_close(&self, socket: u64, code: u16, reason: String) -> ServiceFuture<()> {
+        self.with_sockets(
+            SocketOp::Close {
+                socket,
+                code,
+                reason,
+            },
+            |_| (),
+        )
+    }
+
+    fn sockets(&self) -> ServiceFuture<Vec<u64>> {
+        self.with_sockets(SocketOp::List, |ids| ids)
+    }
+
     fn fetch(&self, request: Request) -> ServiceFuture<Response> {
         let (outbound, metrics) = (self.calls.outbound.clone(), self.calls.metrics.clone());
         let deadline = self.scope().deadline;
@@ -262,6 +282,46 @@ impl ActorServices for ActorHostServices {
 }
 
 impl ActorHostServices {
+    /// The actor's name.
+    #[must_use]
+    pub fn actor(&self) -> &str {
+        &self.actor
+    }
+
+    /// Carries out `op` on the actor's sockets through the control plane,
+    /// under the current request's deadline, and gives `then` of its answer.
+    fn with_sockets<T: Send + 'static>(
+        &self,
+        op: SocketOp,
+        then: impl FnOnce(Vec<u64>) -> T + Send + 'static,
+    ) -> ServiceFuture<T> {
+        let Some(control) = self.calls.control().cloned() else {
+            return ready(Err(ServiceError::new(
+                HostError::NotEnabled,
+                "sockets are not enabled on this worker (it has no control plane)",
+            )));
+        };
+        let deadline = self.scope().deadline;
+        let actor = self.actor.clone();
+        Box::pin(async move {
+            let work = async {
+                match control.socket(&actor, op).await {
+                    Ok(ids) => Ok(then(ids)),
+                    Err(e) => {
+                        let kind = match e.kind() {
+                            ErrorKind::NotFound => HostError::NotFound,
+                            ErrorKind::TooLarge => HostError::TooLarge,
+                            ErrorKind::BadRequest => HostError::BadInput,
+                            _ => HostError::Unavailable,
+                        };
+                        Err(ServiceError::new(kind, e.message().to_owned()))
+                    }
+                }
+            };
+            until(deadline, "socket", work).await
+        })
+    }
+
     /// Runs `work` with this worker's alarm router and the actor's name,
     /// under the current request's deadline; a routing failure is
     /// `Unavailable` to the guest.

@@ -1,0 +1,363 @@
+//! WebSockets and streamed responses (issue 35), through the real binary
+//! with real clients: Python's `websockets` (tests/all/ws_client.py) for
+//! sockets, hyper reading a body frame by frame for server-sent events.
+//! Echo and broadcast across three clients, hibernation by
+//! `--idle-timeout` with the clients connected, a move with sockets open
+//! (forced into the move's window by the install-delay failpoint), the
+//! limits and their close codes, and an SSE stream that arrives event by
+//! event across a pause.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use http_body_util::BodyExt;
+use serde_json::{Value, json};
+
+use crate::support::{
+    RemoteWorker, Server, client, install_delay_line, raw, raw_status, send, to_actor,
+};
+
+/// The Python clients of tests/all/ws_client.py, one process for all.
+struct Clients {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    port: u16,
+}
+
+impl Clients {
+    fn new(server: &Server) -> Self {
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/all/ws_client.py");
+        let mut child = Command::new("/usr/bin/python3")
+            .arg(script)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("python3 with websockets (scripts/install-test-deps.sh installs it)");
+        let stdin = child.stdin.take().expect("stdin");
+        let stdout = BufReader::new(child.stdout.take().expect("stdout"));
+        Self {
+            child,
+            stdin,
+            stdout,
+            port: server.ingress.port(),
+        }
+    }
+
+    fn ask(&mut self, command: Value) -> Value {
+        writeln!(self.stdin, "{command}").expect("write a command");
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).expect("read an answer");
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?} for {command}"))
+    }
+
+    /// Opens `n` sockets to `actor`; their client numbers, or the refusal.
+    fn open(&mut self, actor: &str, n: usize) -> Result<Vec<u64>, Value> {
+        let answer = self.ask(json!({"op": "open", "n": n, "port": self.port, "actor": actor}));
+        if answer["ok"] == true {
+            Ok(answer["clients"]
+                .as_array()
+                .expect("ids")
+                .iter()
+                .map(|c| c.as_u64().expect("id"))
+                .collect())
+        } else {
+            Err(answer)
+        }
+    }
+
+    fn say(&mut self, client: u64, text: &str) {
+        let answer = self.ask(json!({"op": "send", "client": client, "text": text}));
+        assert_eq!(answer["ok"], true, "{answer}");
+    }
+
+    /// The next `count` messages `client` receives (within 10 s each).
+    fn recv(&mut self, client: u64, count: usize) -> Vec<String> {
+        let answer =
+            self.ask(json!({"op": "recv", "client": client, "count": count, "timeout": 10}));
+        assert_eq!(answer["ok"], true, "client {client}: {answer}");
+        answer["messages"]
+            .as_array()
+            .expect("messages")
+            .iter()
+            .map(|m| m.as_str().expect("text").to_owned())
+            .collect()
+    }
+
+    /// The close code and reason `client` got.
+    fn closed(&mut self, client: u64) -> (u64, String) {
+        let answer = self.ask(json!({"op": "wait_closed", "client": client, "timeout": 10}));
+        assert_eq!(answer["ok"], true, "client {client}: {answer}");
+        (
+            answer["code"].as_u64().expect("code"),
+            answer["reason"].as_str().unwrap_or_default().to_owned(),
+        )
+    }
+}
+
+impl Drop for Clients {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn body_of(server: &Server, actor: &str, method: &str, path: &str) -> String {
+    let answer = to_actor(&client(), server.ingress, actor, method, path).await;
+    assert!(answer.status < 300, "{method} {path}: {answer:?}");
+    answer.body
+}
+
+/// Polls `what` until it is true, at most 15 s.
+async fn eventually(what: &str, mut check: impl AsyncFnMut() -> bool) {
+    let started = Instant::now();
+    while !check().await {
+        assert!(started.elapsed() < Duration::from_secs(15), "never: {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_clients_get_echoes_and_broadcasts_and_the_history_stays() {
+    let server = Server::start(&["--workers", "1"]);
+    server.push("chat");
+    server.create("room", "chat");
+    let mut ws = Clients::new(&server);
+    let ids = ws.open("room", 3).expect("three sockets");
+    ws.say(ids[0], "hello");
+    for &id in &ids {
+        assert_eq!(ws.recv(id, 1), ["hello"], "client {id}");
+    }
+    // An echo goes to its sender only: the next thing client 0 hears is
+    // client 2's broadcast, not client 1's echo.
+    ws.say(ids[1], "echo ping");
+    assert_eq!(ws.recv(ids[1], 1), ["ping"]);
+    ws.say(ids[2], "bye");
+    assert_eq!(ws.recv(ids[0], 1), ["bye"]);
+    assert_eq!(ws.recv(ids[1], 1), ["bye"]);
+    assert_eq!(ws.recv(ids[2], 1), ["bye"]);
+    // The host's list of the actor's sockets.
+    ws.say(ids[0], "who");
+    assert_eq!(ws.recv(ids[0], 1), ["sockets: 3"]);
+    // An HTTP request reaches every socket too.
+    let said = send(
+        &client(),
+        server.ingress,
+        "POST",
+        "room.actors.localhost",
+        "/say",
+        b"from http".to_vec(),
+    )
+    .await;
+    assert_eq!(said.status, 202, "{said:?}");
+    for &id in &ids {
+        assert_eq!(ws.recv(id, 1), ["from http"], "client {id}");
+    }
+    assert_eq!(
+        body_of(&server, "room", "GET", "/history").await,
+        "hello\nbye\nfrom http\n"
+    );
+    // A client that leaves is an event for the actor.
+    let answer = ws.ask(json!({"op": "close", "client": ids[2]}));
+    assert_eq!(answer["ok"], true, "{answer}");
+    eventually("the actor hears the close", async || {
+        body_of(&server, "room", "GET", "/left").await == "left: 1\n"
+    })
+    .await;
+    ws.say(ids[0], "who");
+    assert_eq!(ws.recv(ids[0], 1), ["sockets: 2"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_sockets_hibernate_with_their_actor_and_a_message_wakes_it() {
+    let server = Server::start(&["--workers", "1", "--idle-timeout", "1s"]);
+    server.push("chat");
+    server.create("den", "chat");
+    let mut ws = Clients::new(&server);
+    let ids = ws.open("den", 3).expect("three sockets");
+    ws.say(ids[0], "before");
+    for &id in &ids {
+        assert_eq!(ws.recv(id, 1), ["before"]);
+    }
+    // Nothing to do: the actor is paused while its clients stay connected.
+    eventually("the actor is paused", async || {
+        server.cli_json(&["actor", "get", "den"])["state"] == "paused"
+    })
+    .await;
+    // The next message resumes it and everyone gets the broadcast.
+    ws.say(ids[1], "after");
+    for &id in &ids {
+        assert_eq!(ws.recv(id, 1), ["after"], "client {id}");
+    }
+    let info = server.cli_json(&["actor", "get", "den"]);
+    assert_eq!(info["state"], "running", "{info}");
+    assert_eq!(
+        body_of(&server, "den", "GET", "/history").await,
+        "before\nafter\n"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_move_keeps_every_socket_open_and_loses_no_message() {
+    let server = Server::start(&["--workers", "1"]);
+    let target = RemoteWorker::start(
+        &server,
+        "w-ws",
+        &[
+            ("STASIS_FAILPOINT_INSTALL_DELAY_MS", "1500"),
+            ("STASIS_LOG", "info"),
+        ],
+    );
+    server.push("chat");
+    server.create("hall", "chat");
+    if server.worker_of("hall") != "worker-1" {
+        server.cli_ok(&["actor", "migrate", "hall", "--to", "worker-1"]);
+    }
+    let mut ws = Clients::new(&server);
+    let ids = ws.open("hall", 3).expect("three sockets");
+    let migrate = server.migrate_in_background("hall", "w-ws");
+    // Inside the move's window (the actor captured, its gate closed):
+    // messages sent now are held, not dropped.
+    target.wait_for_log(&install_delay_line("hall"));
+    let sent: Vec<String> = (0..20).map(|i| format!("m{i}")).collect();
+    for (i, text) in sent.iter().enumerate() {
+        ws.say(ids[i % 3], text);
+    }
+    let out = migrate.await.expect("migrate");
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(server.worker_of("hall"), "w-ws");
+    // Sends from the three clients interleave; each client sees all of
+    // them, in one order, which is the history's.
+    let order = ws.recv(ids[0], sent.len());
+    for &id in &ids[1..] {
+        assert_eq!(ws.recv(id, sent.len()), order, "client {id}");
+    }
+    let mut sorted = order.clone();
+    sorted.sort_unstable();
+    let mut expected = sent.clone();
+    expected.sort_unstable();
+    assert_eq!(sorted, expected, "every message applied once");
+    let history = body_of(&server, "hall", "GET", "/history").await;
+    assert_eq!(history.lines().collect::<Vec<_>>(), order);
+    // The sockets are still open, now served by the actor on w-ws.
+    ws.say(ids[0], "who");
+    assert_eq!(ws.recv(ids[0], 1), ["sockets: 3"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn socket_limits_are_enforced_with_clear_codes_and_harm_no_neighbour() {
+    let server = Server::start(&[
+        "--workers",
+        "1",
+        "--max-sockets",
+        "2",
+        "--max-socket-message",
+        "1KiB",
+    ]);
+    server.push("chat");
+    server.create("small", "chat");
+    let mut ws = Clients::new(&server);
+    let ids = ws.open("small", 2).expect("two sockets");
+    // A third is refused before the handshake, naming the flag.
+    let refused = ws.open("small", 1).expect_err("over --max-sockets");
+    assert_eq!(refused["status"], 503, "{refused}");
+    let upgrade = raw(
+        server.ingress,
+        "GET / HTTP/1.1\r\nHost: small.actors.localhost\r\nConnection: Upgrade\r\n\
+         Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\n\
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n",
+    )
+    .await;
+    assert_eq!(raw_status(&upgrade), 503, "{upgrade}");
+    assert!(upgrade.contains("--max-sockets 2"), "{upgrade}");
+    // A message over the limit closes its socket with 1009, naming it.
+    let answer = ws.ask(json!({"op": "send_bytes", "client": ids[0], "size": 2000}));
+    assert_eq!(answer["ok"], true, "{answer}");
+    let (code, reason) = ws.closed(ids[0]);
+    assert_eq!(code, 1009, "{reason}");
+    assert!(reason.contains("--max-socket-message"), "{reason}");
+    // The other socket and the actor are unharmed.
+    ws.say(ids[1], "still here");
+    assert_eq!(ws.recv(ids[1], 1), ["still here"]);
+    eventually("the actor hears of the closed socket", async || {
+        body_of(&server, "small", "GET", "/left").await == "left: 1\n"
+    })
+    .await;
+    // A bad handshake is a 400 that says what is wrong.
+    let bad = raw(
+        server.ingress,
+        "GET / HTTP/1.1\r\nHost: small.actors.localhost\r\nConnection: Upgrade\r\n\
+         Upgrade: websocket\r\nSec-WebSocket-Version: 8\r\n\
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n",
+    )
+    .await;
+    assert_eq!(raw_status(&bad), 400, "{bad}");
+    assert!(bad.contains("Sec-WebSocket-Version: 13"), "{bad}");
+}
+
+/// Reads an SSE stream of `ticker` frame by frame: each `tick K` with the
+/// time it arrived, until the body ends; `during` runs once tick 10 is in.
+async fn ticks(server: &Server, path: &str, during: impl AsyncFnOnce()) -> Vec<(u64, Instant)> {
+    let request = hyper::Request::get(format!("http://{}{path}", server.ingress))
+        .header("host", "tick.actors.localhost")
+        .header("accept", "text/event-stream")
+        .body(http_body_util::Full::new(bytes::Bytes::new()))
+        .expect("request");
+    let response = client().request(request).await.expect("stream");
+    assert_eq!(response.status(), 200);
+    assert_eq!(
+        response.headers()["content-type"],
+        "text/event-stream",
+        "{response:?}"
+    );
+    assert!(response.headers().get("stasis-stream").is_none());
+    let mut body = response.into_body();
+    let (mut text, mut seen) = (String::new(), Vec::new());
+    let mut during = Some(during);
+    while let Some(frame) = tokio::time::timeout(Duration::from_secs(10), body.frame())
+        .await
+        .expect("a frame within 10 s")
+    {
+        let Ok(data) = frame.expect("frame").into_data() else {
+            continue;
+        };
+        text.push_str(std::str::from_utf8(&data).expect("utf-8"));
+        while let Some(end) = text.find("\n\n") {
+            let record: String = text.drain(..end + 2).collect();
+            if let Some(k) = record.trim().strip_prefix("data: tick ") {
+                seen.push((k.parse().expect("tick number"), Instant::now()));
+            }
+        }
+        if seen.len() >= 10
+            && let Some(during) = during.take()
+        {
+            during().await;
+        }
+    }
+    seen
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_sse_stream_arrives_event_by_event_and_outlives_a_pause() {
+    let server = Server::start(&["--workers", "1"]);
+    server.push("ticker");
+    server.create("tick", "ticker");
+    let seen = ticks(&server, "/?count=100&every_ms=20", async || {
+        // A pause while the stream is open: the stream stays, the next
+        // alarm resumes the actor, and the ticks go on.
+        let paused = server.cli_json(&["actor", "pause", "tick"]);
+        assert_eq!(paused["state"], "paused", "{paused}");
+    })
+    .await;
+    let numbers: Vec<u64> = seen.iter().map(|(k, _)| *k).collect();
+    assert_eq!(numbers, (1..=100).collect::<Vec<_>>());
+    // Incremental: the first event came long before the last (100 events
+    // 20 ms apart), not all at once at the end.
+    let spread = seen[99].1 - seen[0].1;
+    assert!(spread >= Duration::from_millis(1000), "{spread:?}");
+    assert_eq!(
+        body_of(&server, "tick", "GET", "/").await,
+        "streams: 0, ticks: 100\n"
+    );
+}
