@@ -34,8 +34,16 @@ pub enum SocketOp {
     List,
 }
 
-/// What a [`SocketOp`] answers: the ids of `List`, empty otherwise.
-pub type SocketAnswer = Vec<u64>;
+/// What a [`SocketOp`] answers: for `List`, the ids and the host's
+/// `--max-socket-message` (a worker checks an actor's writes against both
+/// before holding them behind the output gate); empty for the others.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SocketAnswer {
+    /// The actor's open sockets and streams.
+    pub ids: Vec<u64>,
+    /// The largest message the host sends, in bytes.
+    pub max_message: usize,
+}
 
 /// Encodes an op for the internal API (JSON).
 ///

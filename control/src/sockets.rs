@@ -169,7 +169,10 @@ impl Sockets {
     /// `--max-socket-message`.
     pub fn apply(&self, actor: &str, op: SocketOp) -> Result<SocketAnswer, ApiError> {
         match op {
-            SocketOp::List => Ok(self.list(actor)),
+            SocketOp::List => Ok(SocketAnswer {
+                ids: self.list(actor),
+                max_message: self.limits.max_message,
+            }),
             SocketOp::Send { target, data, text } => {
                 if data.len() > self.limits.max_message {
                     return Err(ApiError::new(
@@ -208,7 +211,7 @@ impl Sockets {
                         table.remove(id);
                     }
                 }
-                Ok(Vec::new())
+                Ok(SocketAnswer::default())
             }
             SocketOp::Close {
                 socket,
@@ -221,7 +224,7 @@ impl Sockets {
                     // A full queue drops the entry all the same.
                     let _ = entry.queue.try_send(Outgoing::Close { code, reason });
                 }
-                Ok(Vec::new())
+                Ok(SocketAnswer::default())
             }
         }
     }

@@ -92,7 +92,12 @@
 //!   every one of them (a broadcast); on a WebSocket `text` = 1 sends a
 //!   text frame (the data must be UTF-8), 0 a binary one; on a stream the
 //!   bytes are appended to the body. Messages to one socket arrive in the
-//!   order they were sent. Delivery is at most once (a client that is
+//!   order they were sent. What a delivery (a request, an event, an alarm)
+//!   writes is held behind its output gate: sent once the state it
+//!   produced is durable (as the actor's durability level says), and never
+//!   when the delivery fails (a trap rolls its effect back, and its writes
+//!   with it). The checks below are made at the call, against the host's
+//!   list of the actor's sockets as the delivery began. Delivery is at most once (a client that is
 //!   gone, or reads too slowly to keep up, loses it and its socket is
 //!   closed). Errors: [`HostError::NotFound`] (no open socket of this
 //!   actor with that id), [`HostError::TooLarge`] (over

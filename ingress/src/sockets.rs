@@ -33,6 +33,10 @@ use stasis_http::body::Body;
 /// closed (1008): its client sends faster than the actor handles them.
 const MAX_PENDING_EVENTS: usize = 1024;
 
+/// The read buffer of one socket, allocated up front (larger messages
+/// are assembled beside it).
+const READ_BUFFER: usize = 4096;
+
 /// Longest close reason (RFC 6455 §5.5: 125 bytes of payload, 2 of code).
 const MAX_REASON: usize = 123;
 
@@ -233,7 +237,11 @@ async fn serve<S>(
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
     let max = control.sockets().limits().max_message;
+    // Small buffers: most sockets idle (a 4 KiB read buffer instead of
+    // tungstenite's eager 128 KiB; each message written at once).
     let config = WebSocketConfig::default()
+        .read_buffer_size(READ_BUFFER)
+        .write_buffer_size(0)
         .max_message_size(Some(max))
         .max_frame_size(Some(max));
     let mut ws = WebSocketStream::from_raw_socket(io, Role::Server, Some(config)).await;

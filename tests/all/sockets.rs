@@ -169,6 +169,34 @@ async fn three_clients_get_echoes_and_broadcasts_and_the_history_stays() {
     assert_eq!(ws.recv(ids[0], 1), ["sockets: 2"]);
 }
 
+/// The output gate covers sockets: what an actor writes in a delivery
+/// goes out only once its effect is durable, and not at all when the
+/// delivery traps (its effect is rolled back).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broadcast_from_a_delivery_that_traps_is_never_sent() {
+    let server = Server::start(&["--workers", "1"]);
+    server.push("chat");
+    server.create("gated", "chat");
+    let mut ws = Clients::new(&server);
+    let ids = ws.open("gated", 2).expect("two sockets");
+    ws.say(ids[0], "kept");
+    for &id in &ids {
+        assert_eq!(ws.recv(id, 1), ["kept"]);
+    }
+    // Says "lost" to everyone, then panics: the trap closes the sender's
+    // socket with 1011 and nobody hears "lost".
+    ws.say(ids[0], "crash lost");
+    let (code, reason) = ws.closed(ids[0]);
+    assert_eq!(code, 1011, "{reason}");
+    // The next thing the other client hears is what comes after.
+    ws.say(ids[1], "after");
+    assert_eq!(ws.recv(ids[1], 1), ["after"]);
+    assert_eq!(
+        body_of(&server, "gated", "GET", "/history").await,
+        "kept\nafter\n"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_sockets_hibernate_with_their_actor_and_a_message_wakes_it() {
     let server = Server::start(&["--workers", "1", "--idle-timeout", "1s"]);

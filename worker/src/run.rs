@@ -36,6 +36,7 @@ impl ActorTask {
         match input {
             Input::Request { request, reply } => {
                 let (result, gate) = split(self.run_guest(Work::Request(&request), ticket).await);
+                self.release_socket_ops(result.is_ok(), gate.as_ref());
                 // The request's lines are visible (and in the store) before
                 // its answer is sent.
                 self.log.settle(self.instance.is_none());
@@ -47,6 +48,7 @@ impl ActorTask {
             }
             Input::Alarm { reply } => {
                 let (result, gate) = split(self.run_guest(Work::Alarm, ticket).await);
+                self.release_socket_ops(result.is_ok(), gate.as_ref());
                 self.log.settle(self.instance.is_none());
                 let result = result.and_then(|answer| match answer {
                     Answer::Alarm(outcome) => Ok(outcome),
@@ -56,6 +58,7 @@ impl ActorTask {
             }
             Input::Socket { event, reply } => {
                 let (result, gate) = split(self.run_guest(Work::Socket(&event), ticket).await);
+                self.release_socket_ops(result.is_ok(), gate.as_ref());
                 self.log.settle(self.instance.is_none());
                 let result = result.and_then(|answer| match answer {
                     Answer::Socket => Ok(()),
@@ -65,6 +68,17 @@ impl ActorTask {
                 });
                 send_gated(reply, result, gate);
             }
+        }
+    }
+
+    /// Releases the socket writes of the delivery that just ran behind its
+    /// `gate` (the output gate: no client hears of an effect before it is
+    /// durable), or drops them when it failed.
+    fn release_socket_ops(&self, ran: bool, gate: Option<&Durable>) {
+        if ran {
+            self.services.release_socket_ops(gate.cloned());
+        } else {
+            self.services.discard_socket_ops();
         }
     }
 

@@ -6,7 +6,9 @@
 //! - a WebSocket to `/` joins the room; each text message is added to the
 //!   history and sent to every open socket (the sender too); a message
 //!   `echo TEXT` is sent back to its sender only; `who` answers the sender
-//!   with `sockets: N`, the host's count of open sockets;
+//!   with `sockets: N`, the host's count of open sockets; `crash TEXT`
+//!   says TEXT and then panics (the broadcast is never sent: a client hears
+//!   of nothing that did not stay done);
 //! - `POST /say` with a body says it to the room from HTTP (202);
 //! - `GET /history` answers every message said, one per line;
 //! - `GET /events` with `Accept: text/event-stream` streams what is said
@@ -76,6 +78,9 @@ impl Actor for Chat {
                 let text = String::from_utf8_lossy(&data).into_owned();
                 if let Some(back) = text.strip_prefix("echo ") {
                     let _ = sockets::send_text(event.socket, back);
+                } else if let Some(last) = text.strip_prefix("crash ") {
+                    self.say(last);
+                    panic!("crashed after saying {last:?}");
                 } else if text == "who" {
                     let n = sockets::open().map_or(0, |ids| ids.len());
                     let _ = sockets::send_text(event.socket, &format!("sockets: {n}"));

@@ -7,8 +7,9 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use stasis_contract::sockets::SocketOp;
+use stasis_contract::sockets::{SocketAnswer, SocketOp};
 use stasis_core::host::{ActorServices, ServiceError, ServiceFuture, SocketTarget};
+use stasis_core::journal::Durable;
 use stasis_host_api::imports::HostError;
 use stasis_host_api::{Request, Response};
 
@@ -31,6 +32,46 @@ pub struct ActorHostServices {
     actor: String,
     calls: Arc<HostCalls>,
     scope: Mutex<Scope>,
+    /// The current delivery's socket writes, held for the output gate.
+    outbox: Arc<Mutex<Outbox>>,
+    /// The task that releases them in order (started at the first).
+    flusher: std::sync::OnceLock<tokio::sync::mpsc::UnboundedSender<Released>>,
+}
+
+/// One delivery's socket writes, and the host's list of the actor's
+/// sockets as fetched for it.
+#[derive(Default)]
+struct Outbox {
+    ops: Vec<SocketOp>,
+    known: Option<SocketAnswer>,
+}
+
+/// A delivery's socket writes with the gate they wait for.
+type Released = (Option<Durable>, Vec<SocketOp>);
+
+/// Releases each delivery's socket writes once its gate resolves, in
+/// delivery order.
+async fn flush(
+    actor: String,
+    control: Arc<dyn ControlApi>,
+    mut released: tokio::sync::mpsc::UnboundedReceiver<Released>,
+) {
+    while let Some((gate, ops)) = released.recv().await {
+        if let Some(gate) = gate
+            && let Err(e) = gate.wait().await
+        {
+            tracing::warn!(
+                actor,
+                "socket writes dropped: their effect is not durable: {e}"
+            );
+            continue;
+        }
+        for op in ops {
+            if let Err(e) = control.socket(&actor, op).await {
+                tracing::debug!(actor, "a socket write was not delivered: {}", e.message());
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for ActorHostServices {
@@ -72,6 +113,8 @@ impl ActorHostServices {
                 deadline: Instant::now() + calls.request_timeout,
             }),
             calls,
+            outbox: Arc::default(),
+            flusher: std::sync::OnceLock::new(),
         })
     }
 
@@ -89,6 +132,9 @@ impl ActorHostServices {
             chain,
             deadline: Instant::now() + self.calls.request_timeout,
         };
+        // A new delivery: the list of sockets is fetched afresh, and
+        // writes of a failed one are gone.
+        *self.outbox() = Outbox::default();
     }
 
     /// Checks the target and body, and gives the request to send with the
@@ -252,22 +298,25 @@ impl ActorServices for ActorHostServices {
     }
 
     fn socket_send(&self, target: SocketTarget, data: Vec<u8>, text: bool) -> ServiceFuture<()> {
-        self.with_sockets(SocketOp::Send { target, data, text }, |_| ())
+        let len = data.len();
+        let socket = match target {
+            SocketTarget::One(id) => Some(id),
+            SocketTarget::All => None,
+        };
+        self.hold_socket_op(socket, Some(len), SocketOp::Send { target, data, text })
     }
 
     fn socket_close(&self, socket: u64, code: u16, reason: String) -> ServiceFuture<()> {
-        self.with_sockets(
-            SocketOp::Close {
-                socket,
-                code,
-                reason,
-            },
-            |_| (),
-        )
+        let op = SocketOp::Close {
+            socket,
+            code,
+            reason,
+        };
+        self.hold_socket_op(Some(socket), None, op)
     }
 
     fn sockets(&self) -> ServiceFuture<Vec<u64>> {
-        self.with_sockets(SocketOp::List, |ids| ids)
+        self.with_sockets(SocketOp::List, |answer| answer.ids)
     }
 
     fn fetch(&self, request: Request) -> ServiceFuture<Response> {
@@ -288,12 +337,87 @@ impl ActorHostServices {
         &self.actor
     }
 
+    /// Checks a write to the actor's sockets (`socket`: the one it names,
+    /// `len`: a message's length) against the host's list, fetched once
+    /// per delivery, and holds it until the delivery's effect is durable
+    /// (the output gate: [`ActorHostServices::release_socket_ops`]).
+    fn hold_socket_op(
+        &self,
+        socket: Option<u64>,
+        len: Option<usize>,
+        op: SocketOp,
+    ) -> ServiceFuture<()> {
+        let known = self.outbox().known.clone();
+        let me = self.outbox.clone();
+        let listed = match known {
+            Some(known) => ready(Ok(known)),
+            None => self.with_sockets(SocketOp::List, |answer| answer),
+        };
+        Box::pin(async move {
+            let known = listed.await?;
+            let mut outbox = me.lock().unwrap_or_else(|p| p.into_inner());
+            let known = outbox.known.get_or_insert(known);
+            if let Some(len) = len.filter(|&len| len > known.max_message) {
+                return Err(ServiceError::new(
+                    HostError::TooLarge,
+                    format!(
+                        "a message of {len} bytes is over --max-socket-message ({} bytes)",
+                        known.max_message
+                    ),
+                ));
+            }
+            if let Some(id) = socket {
+                if !known.ids.contains(&id) {
+                    return Err(ServiceError::new(
+                        HostError::NotFound,
+                        format!("no open socket {id}"),
+                    ));
+                }
+                if matches!(op, SocketOp::Close { .. }) {
+                    known.ids.retain(|&open| open != id);
+                }
+            }
+            outbox.ops.push(op);
+            Ok(())
+        })
+    }
+
+    fn outbox(&self) -> std::sync::MutexGuard<'_, Outbox> {
+        self.outbox.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Releases the socket writes the delivery that just ran made, once
+    /// `gate` (its effect's durability) resolves; in order with every
+    /// earlier delivery's. A failed gate drops them: the effect they
+    /// depend on may not survive, so no client is told of it.
+    pub fn release_socket_ops(&self, gate: Option<Durable>) {
+        let ops = std::mem::take(&mut self.outbox().ops);
+        if ops.is_empty() {
+            return;
+        }
+        let Some(control) = self.calls.control().cloned() else {
+            return;
+        };
+        let sender = self.flusher.get_or_init(|| {
+            let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
+            tokio::spawn(flush(self.actor.clone(), control, receiver));
+            sender
+        });
+        let _ = sender.send((gate, ops));
+    }
+
+    /// Drops the socket writes of a delivery that failed (its effect was
+    /// rolled back).
+    pub fn discard_socket_ops(&self) {
+        self.outbox().ops.clear();
+    }
+
     /// Carries out `op` on the actor's sockets through the control plane,
     /// under the current request's deadline, and gives `then` of its answer.
     fn with_sockets<T: Send + 'static>(
         &self,
         op: SocketOp,
-        then: impl FnOnce(Vec<u64>) -> T + Send + 'static,
+        then: impl FnOnce(SocketAnswer) -> T + Send + 'static,
     ) -> ServiceFuture<T> {
         let Some(control) = self.calls.control().cloned() else {
             return ready(Err(ServiceError::new(
@@ -306,7 +430,7 @@ impl ActorHostServices {
         Box::pin(async move {
             let work = async {
                 match control.socket(&actor, op).await {
-                    Ok(ids) => Ok(then(ids)),
+                    Ok(answer) => Ok(then(answer)),
                     Err(e) => {
                         let kind = match e.kind() {
                             ErrorKind::NotFound => HostError::NotFound,
