@@ -21,7 +21,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use crate::support::{Answer, Server, actor_host, client, count, post, send, to_actor};
 
 /// Whether the JavaScript engine was built into the binary.
-fn engine_built() -> bool {
+pub(crate) fn engine_built() -> bool {
     let reason = env!("STASIS_JS_ENGINE_SKIPPED");
     if reason.is_empty() {
         return true;

@@ -54,7 +54,13 @@ impl Clients {
 
     /// Opens `n` sockets to `actor`; their client numbers, or the refusal.
     fn open(&mut self, actor: &str, n: usize) -> Result<Vec<u64>, Value> {
-        let answer = self.ask(json!({"op": "open", "n": n, "port": self.port, "actor": actor}));
+        self.open_at(actor, "/", n)
+    }
+
+    /// [`Clients::open`] at `path`.
+    fn open_at(&mut self, actor: &str, path: &str, n: usize) -> Result<Vec<u64>, Value> {
+        let answer = self
+            .ask(json!({"op": "open", "n": n, "port": self.port, "actor": actor, "path": path}));
         if answer["ok"] == true {
             Ok(answer["clients"]
                 .as_array()
@@ -388,4 +394,48 @@ async fn an_sse_stream_arrives_event_by_event_and_outlives_a_pause() {
         body_of(&server, "tick", "GET", "/").await,
         "streams: 0, ticks: 100\n"
     );
+}
+
+/// A JavaScript actor takes WebSockets through its default export's
+/// `socket(event)` and the `stasis` module (`acceptWebSocket`,
+/// `broadcast`); its sockets outlive a pause. A script without `socket`
+/// never sees an upgrade.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_javascript_actor_takes_websockets_through_a_pause() {
+    if !crate::js::engine_built() {
+        return;
+    }
+    let server = Server::start(&["--workers", "1"]);
+    server.push("chat-js");
+    server.push("counter-js");
+    server.create("room-js", "chat-js");
+    server.create("count-js", "counter-js");
+    let mut ws = Clients::new(&server);
+    let ids = ws.open_at("room-js", "/ws", 2).expect("two sockets");
+    let text_of = |message: &str| -> (String, String) {
+        let message: Value = serde_json::from_str(message).expect("JSON");
+        (
+            message["from"].as_str().expect("from").to_owned(),
+            message["text"].as_str().expect("text").to_owned(),
+        )
+    };
+    ws.say(ids[0], r#"{"from": "ann", "text": "hi"}"#);
+    for &id in &ids {
+        assert_eq!(text_of(&ws.recv(id, 1)[0]), ("ann".into(), "hi".into()));
+    }
+    server.cli_ok(&["actor", "pause", "room-js"]);
+    ws.say(ids[1], "back");
+    for &id in &ids {
+        assert_eq!(
+            text_of(&ws.recv(id, 1)[0]),
+            ("socket".into(), "back".into())
+        );
+    }
+    let room: Value =
+        serde_json::from_str(&body_of(&server, "room-js", "GET", "/").await).expect("JSON");
+    assert_eq!(room["people"], json!({"ann": 1, "socket": 1}), "{room}");
+    let refused = ws
+        .open("count-js", 1)
+        .expect_err("counter.js takes no socket");
+    assert_eq!(refused["status"], 501, "{refused}");
 }

@@ -5,8 +5,8 @@
 //! (`prelude.js`: Request, Response, Headers, URL, crypto, fetch) and the
 //! script's top level as an ES module, and snapshots the instance's memory
 //! into the template's module. Every actor of the template starts from that
-//! heap; requests and alarms then run the module's default export
-//! (`fetch(request)`, `alarm()`), and everything the script holds (its
+//! heap; requests, alarms and socket events then run the module's default
+//! export (`fetch(request)`, `alarm()`, `socket(event)`), and everything the script holds (its
 //! module-level variables, closures, Maps, class instances) lives in
 //! linear memory, so it survives pause, resume, moves and forks as it is.
 //!
@@ -24,6 +24,7 @@ use std::cell::UnsafeCell;
 use javy::quickjs::context::EvalOptions;
 use javy::quickjs::loader::{BuiltinLoader, BuiltinResolver};
 use javy::quickjs::{Ctx, Function, Module, Object, TypedArray, Value};
+use stasis_guest_sdk::sockets::{SocketEvent, SocketEventKind};
 use stasis_guest_sdk::{Actor, Request, Response, export_actor};
 
 /// The globals evaluated before the script.
@@ -308,6 +309,28 @@ impl Actor for JsActor {
             uncaught("alarm", &text);
         }
     }
+
+    fn on_socket(&mut self, event: SocketEvent) {
+        let Some(engine) = engine() else { return };
+        let (kind, data, text, code, reason) = match event.kind {
+            SocketEventKind::Message { data, text } => ("message", data, text, 0, String::new()),
+            SocketEventKind::Closed { code, reason } => ("close", Vec::new(), false, code, reason),
+        };
+        // Ids are below 2^53 (microseconds since 1970), exact as numbers.
+        let socket = event.socket as f64;
+        let result = run_settled(
+            engine,
+            |ctx| {
+                let on_socket: Function = ctx.globals().get("__stasis_socket")?;
+                let data = TypedArray::<u8>::new(ctx.clone(), data)?;
+                on_socket.call::<_, ()>((socket, kind, data, text, code, reason))
+            },
+            |_, _| Ok(()),
+        );
+        if let Err(text) = result {
+            uncaught("socket", &text);
+        }
+    }
 }
 
-export_actor!(JsActor);
+export_actor!(JsActor, sockets);

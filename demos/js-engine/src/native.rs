@@ -1,10 +1,11 @@
 //! The native functions behind the prelude and the `stasis` module, on the
 //! hidden global `__stasis_native`: host randomness, and the host API of
-//! the guest SDK (`call`, `send`, `fetch`, the alarm, the actor's name).
+//! the guest SDK (`call`, `send`, `fetch`, the alarm, the actor's name,
+//! the actor's WebSockets and streams).
 //! A host error becomes a JavaScript exception naming it.
 
 use javy::quickjs::{Array, Ctx, Exception, Function, Object, Result, TypedArray, Value};
-use stasis_guest_sdk::{HostError, Request, Response, host};
+use stasis_guest_sdk::{HostError, Request, Response, host, sockets};
 
 #[link(wasm_import_module = "wasi_snapshot_preview1")]
 unsafe extern "C" {
@@ -38,6 +39,9 @@ pub(crate) fn register(ctx: &Ctx<'_>) -> Result<()> {
     native.set("cancelAlarm", Function::new(ctx.clone(), cancel_alarm)?)?;
     native.set("getAlarm", Function::new(ctx.clone(), get_alarm)?)?;
     native.set("selfName", Function::new(ctx.clone(), self_name)?)?;
+    native.set("socketSend", Function::new(ctx.clone(), socket_send)?)?;
+    native.set("socketClose", Function::new(ctx.clone(), socket_close)?)?;
+    native.set("sockets", Function::new(ctx.clone(), open_sockets)?)?;
     globals.set("__stasis_native", native)?;
     Ok(())
 }
@@ -153,6 +157,56 @@ fn get_alarm<'js>(ctx: Ctx<'js>) -> Result<Value<'js>> {
         Ok(None) => Ok(Value::new_null(ctx)),
         Err(e) => Err(throw(&ctx, "getAlarm", e)),
     }
+}
+
+/// A socket id from JavaScript: a whole number from 0 to 2^53, or -1
+/// for every socket.
+fn socket_id(ctx: &Ctx<'_>, what: &str, id: f64) -> Result<i64> {
+    if id.fract() != 0.0 || !(-1.0..=9_007_199_254_740_992.0).contains(&id) {
+        return Err(Exception::throw_range(ctx, &format!("{what}: {id} is not a socket id")));
+    }
+    Ok(id as i64)
+}
+
+/// `socketSend(id, data)`: a string is sent as a text message, a
+/// Uint8Array as a binary one; `id` -1 sends to every socket.
+fn socket_send<'js>(ctx: Ctx<'js>, id: f64, data: Value<'js>) -> Result<()> {
+    let id = socket_id(&ctx, "socketSend", id)?;
+    let sent = if let Some(text) = data.as_string() {
+        let text = text.to_string()?;
+        match u64::try_from(id) {
+            Ok(id) => sockets::send_text(id, &text),
+            Err(_) => sockets::broadcast_text(&text),
+        }
+    } else {
+        let bytes: TypedArray<'js, u8> = javy::quickjs::FromJs::from_js(&ctx, data)?;
+        let bytes = bytes.as_bytes().unwrap_or_default();
+        match u64::try_from(id) {
+            Ok(id) => sockets::send_binary(id, bytes),
+            Err(_) => {
+                // Every socket, one by one (binary broadcasts are rare).
+                let mut result = Ok(());
+                for id in sockets::open().map_err(|e| throw(&ctx, "socketSend", e))? {
+                    result = result.and(sockets::send_binary(id, bytes));
+                }
+                result
+            }
+        }
+    };
+    sent.map_err(|e| throw(&ctx, "socketSend", e))
+}
+
+fn socket_close(ctx: Ctx<'_>, id: f64, code: u16, reason: String) -> Result<()> {
+    let id = socket_id(&ctx, "socketClose", id)?;
+    let id = u64::try_from(id)
+        .map_err(|_| Exception::throw_range(&ctx, "socketClose: name one socket"))?;
+    sockets::close(id, code, &reason).map_err(|e| throw(&ctx, "socketClose", e))
+}
+
+fn open_sockets(ctx: Ctx<'_>) -> Result<Vec<f64>> {
+    sockets::open()
+        .map(|ids| ids.into_iter().map(|id| id as f64).collect())
+        .map_err(|e| throw(&ctx, "sockets", e))
 }
 
 fn self_name(ctx: Ctx<'_>) -> Result<String> {

@@ -213,11 +213,30 @@
         throw new TypeError("the script's default export has no fetch(request) method");
       }
       const request = new Request(url, { method, headers, body });
+      // A WebSocket upgrade reaches only a script that handles sockets.
+      if (request.headers.get("upgrade") === "websocket" && typeof handler.socket !== "function") {
+        return [501, [["content-type", "text/plain;charset=UTF-8"]],
+          new TextEncoder().encode("this actor does not take WebSockets: its default export has no socket(event) method\n")];
+      }
       // Workers' (request, env, ctx); ctx also names the actor and worker.
       const ctx = { actor, worker, waitUntil: noop, passThroughOnException: noop };
       let r = await handler.fetch(request, Object.fromEntries(env), ctx);
       if (!(r instanceof Response)) r = new Response(r === undefined ? "" : String(r));
       return [r.status, [...r.headers.entries()], r._bytes];
+    })());
+  };
+
+  // One event on one of the actor's sockets or streams: `socket(event)`
+  // with {socket, type: "message" | "close", data (a string for a text
+  // message, else a Uint8Array), code, reason}.
+  globalThis.__stasis_socket = (socket, type, bytes, text, code, reason) => {
+    settle((async () => {
+      const handler = globalThis.__stasis_handler;
+      if (handler && typeof handler.socket === "function") {
+        const data = type !== "message" ? undefined : text ? new TextDecoder().decode(bytes) : bytes;
+        await handler.socket({ socket, type, data, code, reason });
+      }
+      return null;
     })());
   };
 
