@@ -1,7 +1,8 @@
 //! The edge of Stasis's data flow, where requests come in: [`router`]
 //! (the ingress: host name to actor, after [`ingress`]'s strict checks of
 //! the request, handed to the control plane), [`forward`] (a follower
-//! replica's forwarding to the leader) and [`api`] (the admin HTTP API,
+//! replica's forwarding to the leader), [`relay`] (its relay of WebSockets
+//! and streams to the leader's ingress) and [`api`] (the admin HTTP API,
 //! including the internal routes remote workers use), with [`routes`]
 //! (which methods each admin path takes: 404 or 405 with `Allow`) and
 //! [`sockets`] (the WebSockets and streams actors accept). It depends on the
@@ -13,6 +14,7 @@
 pub mod api;
 pub mod forward;
 pub mod ingress;
+pub mod relay;
 pub mod router;
 pub mod routes;
 pub mod sockets;

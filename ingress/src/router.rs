@@ -254,7 +254,7 @@ async fn route(
         sockets::check_handshake(&parts)
             .and_then(|key| Ok((key, sockets::Reservation::new(&control, &actor)?)))
             .map(|(key, socket)| (Some(key), Some(socket)))
-    } else if sockets::accepts_event_stream(&parts) {
+    } else if sockets::accepts_event_stream(&parts.headers) {
         Ok((None, sockets::Reservation::new(&control, &actor).ok()))
     } else {
         Ok((None, None))

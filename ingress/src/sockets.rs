@@ -46,12 +46,18 @@ pub fn is_upgrade(headers: &HeaderMap) -> bool {
     header_has(headers, header::UPGRADE, "websocket")
 }
 
+/// Whether a request may become a socket or a stream (see
+/// [`is_upgrade`], [`accepts_event_stream`]).
+#[must_use]
+pub fn may_become_socket(headers: &HeaderMap) -> bool {
+    is_upgrade(headers) || accepts_event_stream(headers)
+}
+
 /// Whether the request accepts server-sent events (`Accept:
 /// text/event-stream`): its answer may be a stream.
 #[must_use]
-pub fn accepts_event_stream(parts: &Parts) -> bool {
-    parts
-        .headers
+pub fn accepts_event_stream(headers: &HeaderMap) -> bool {
+    headers
         .get_all(header::ACCEPT)
         .iter()
         .filter_map(|v| v.to_str().ok())
@@ -477,9 +483,8 @@ mod tests {
             .expect_err("no key")
             .to_string();
         assert!(message.contains("Sec-WebSocket-Key"), "{message}");
-        assert!(accepts_event_stream(&parts(&[(
-            "accept",
-            "text/html, text/event-stream;q=0.9"
-        )])));
+        assert!(accepts_event_stream(
+            &parts(&[("accept", "text/html, text/event-stream;q=0.9")]).headers
+        ));
     }
 }

@@ -169,6 +169,22 @@ impl Replica {
         };
         let follower = serving.control.role() == Role::Follower;
         match listener {
+            // Sockets are held where the actors' control plane is: the
+            // leader (see `stasis_ingress::relay`).
+            Listener::Ingress
+                if follower && stasis_ingress::sockets::may_become_socket(request.headers()) =>
+            {
+                let leader = self.leader.borrow().clone();
+                let relayed = match leader {
+                    Some(leader) if leader.name != self.me.name => {
+                        stasis_ingress::relay::relay(&self.me.name, &leader.ingress, request).await
+                    }
+                    _ => Err(ApiError::unavailable(
+                        "no leader replica yet (an election is under way); retry",
+                    )),
+                };
+                relayed.unwrap_or_else(|e| text_error(&e))
+            }
             Listener::Ingress => serving.router.handle(request).await,
             Listener::Admin if request.uri().path() == "/healthz" => {
                 let role = if follower { "follower" } else { "leader" };

@@ -28,6 +28,11 @@ struct Clients {
 
 impl Clients {
     fn new(server: &Server) -> Self {
+        Self::on(server.ingress.port())
+    }
+
+    /// Clients of the ingress at loopback port `port`.
+    fn on(port: u16) -> Self {
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/all/ws_client.py");
         let mut child = Command::new("/usr/bin/python3")
             .arg(script)
@@ -41,7 +46,7 @@ impl Clients {
             child,
             stdin,
             stdout,
-            port: server.ingress.port(),
+            port,
         }
     }
 
@@ -438,4 +443,63 @@ async fn a_javascript_actor_takes_websockets_through_a_pause() {
         .open("count-js", 1)
         .expect_err("counter.js takes no socket");
     assert_eq!(refused["status"], 501, "{refused}");
+}
+
+/// Cluster mode: sockets through a follower replica are relayed to the
+/// leader's ingress, whose control plane the actors' writes reach, so a
+/// broadcast reaches clients of every replica, and a stream opened
+/// through a follower arrives event by event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sockets_through_a_follower_replica_reach_the_room() {
+    let _one = crate::replicas::ONE_CLUSTER.lock().await;
+    let d = crate::replicas::deployment(1, 2, 1, &[]);
+    let leader = d.leader();
+    let follower = 1 - leader;
+    let chat = crate::support::demo("chat");
+    d.cli_ok(
+        0,
+        &["template", "push", "chat", chat.to_str().expect("utf-8")],
+    );
+    d.cli_json(0, &["actor", "create", "plaza", "--template", "chat"]);
+    let mut via_leader = Clients::on(d.replica(leader).ingress.port());
+    let mut via_follower = Clients::on(d.replica(follower).ingress.port());
+    let a = via_leader
+        .open("plaza", 1)
+        .expect("a socket via the leader")[0];
+    let b = via_follower
+        .open("plaza", 1)
+        .expect("a socket via the follower")[0];
+    via_follower.say(b, "from the follower");
+    assert_eq!(via_leader.recv(a, 1), ["from the follower"]);
+    assert_eq!(via_follower.recv(b, 1), ["from the follower"]);
+    via_follower.say(b, "who");
+    assert_eq!(via_follower.recv(b, 1), ["sockets: 2"]);
+    // A stream opened through the follower gets what is said next.
+    let request = hyper::Request::get(format!("http://{}/events", d.replica(follower).ingress))
+        .header("host", "plaza.actors.localhost")
+        .header("accept", "text/event-stream")
+        .body(http_body_util::Full::new(bytes::Bytes::new()))
+        .expect("request");
+    let response = client().request(request).await.expect("stream");
+    assert_eq!(response.status(), 200);
+    let mut body = response.into_body();
+    let mut text = String::new();
+    while !text.contains(": joined") {
+        let frame = tokio::time::timeout(Duration::from_secs(10), body.frame())
+            .await
+            .expect("a frame")
+            .expect("open")
+            .expect("frame");
+        text.push_str(std::str::from_utf8(&frame.into_data().unwrap_or_default()).expect("utf-8"));
+    }
+    via_leader.say(a, "to everyone");
+    assert_eq!(via_follower.recv(b, 1), ["to everyone"]);
+    while !text.contains("data: to everyone") {
+        let frame = tokio::time::timeout(Duration::from_secs(10), body.frame())
+            .await
+            .expect("the event within 10 s")
+            .expect("open")
+            .expect("frame");
+        text.push_str(std::str::from_utf8(&frame.into_data().unwrap_or_default()).expect("utf-8"));
+    }
 }
