@@ -239,13 +239,17 @@ impl AdminApi {
             (&Method::GET, ["v1", "actors", name]) => ok(&c.actor_with_alarm(name).await?),
             (&Method::GET, ["v1", "actors", name, "logs"]) => {
                 let now = stasis_contract::status::now_unix_ms().unwrap_or(0);
+                let (query, follow) = crate::follow::split_follow(&query)?;
                 let query = LogQuery::parse(&query, now)?;
-                let mut body = String::new();
-                for line in c.logs(name, &query).await? {
-                    body.push_str(&serde_json::to_string(&line).map_err(ApiError::internal)?);
-                    body.push('\n');
+                let lines = c.logs(name, &query).await?;
+                if follow {
+                    return Ok(crate::follow::followed(c.clone(), name, query, lines));
                 }
-                Ok(text(StatusCode::OK, body, "application/x-ndjson"))
+                Ok(text(
+                    StatusCode::OK,
+                    crate::follow::ndjson(&lines),
+                    "application/x-ndjson",
+                ))
             }
             (&Method::DELETE, ["v1", "actors", name]) => {
                 c.delete_actor(name).await?;

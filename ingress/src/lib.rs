@@ -2,7 +2,8 @@
 //! (the ingress: host name to actor, after [`ingress`]'s strict checks of
 //! the request, handed to the control plane), [`forward`] (a follower
 //! replica's forwarding to the leader), [`relay`] (its relay of WebSockets
-//! and streams to the leader's ingress) and [`api`] (the admin HTTP API,
+//! and streams to the leader's ingress), [`follow`] (an actor's log as
+//! one streamed answer) and [`api`] (the admin HTTP API,
 //! including the internal routes remote workers use), with [`routes`]
 //! (which methods each admin path takes: 404 or 405 with `Allow`) and
 //! [`sockets`] (the WebSockets and streams actors accept). It depends on the
@@ -12,6 +13,7 @@
 #![warn(missing_docs)]
 
 pub mod api;
+pub mod follow;
 pub mod forward;
 pub mod ingress;
 pub mod relay;

@@ -1,5 +1,5 @@
 //! A follower replica's relay of WebSockets and streams to the leader's
-//! ingress (cluster mode). An actor's socket writes reach the sockets its
+//! ingress (cluster mode), and of a followed log to its admin API. An actor's socket writes reach the sockets its
 //! control plane holds, and a remote worker's control plane is the leader
 //! replica; so a follower does not hold sockets itself: it passes a
 //! WebSocket upgrade, or a request that accepts a stream, to the leader's

@@ -200,6 +200,19 @@ impl Replica {
             Listener::Admin if !follower || request.uri().path() == "/metrics" => {
                 serving.api.handle(request).await
             }
+            // A streamed answer is relayed as it comes, not collected.
+            Listener::Admin if stasis_ingress::follow::is_follow(&request) => {
+                let leader = self.leader.borrow().clone();
+                let relayed = match leader {
+                    Some(leader) if leader.name != self.me.name => {
+                        stasis_ingress::relay::relay(&self.me.name, &leader.admin, request).await
+                    }
+                    _ => Err(ApiError::unavailable(
+                        "no leader replica yet (an election is under way); retry",
+                    )),
+                };
+                relayed.unwrap_or_else(|e| json_error(&e))
+            }
             Listener::Admin => {
                 let leader = self.leader.borrow().clone();
                 let answer = match leader {

@@ -482,3 +482,83 @@ async fn a_follower_carries_on_when_the_actors_worker_is_killed_and_it_is_placed
         "an unexpected line came"
     );
 }
+
+/// `GET /v1/actors/{name}/logs?follow=1` streams the log as NDJSON, line
+/// by line as the actor prints, across a pause and a move between
+/// workers; the stream ends when the actor is deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_followed_log_streams_lines_as_they_come_across_a_pause_and_a_move() {
+    use http_body_util::BodyExt as _;
+    let server = Server::start(&["--workers", "2"]);
+    server.push("faulty");
+    server.create("loud", "faulty");
+    let request = hyper::Request::get(format!(
+        "http://{}/v1/actors/loud/logs?follow=1",
+        server.admin
+    ))
+    .header("host", "localhost")
+    .body(http_body_util::Full::new(bytes::Bytes::new()))
+    .expect("request");
+    let response = client().request(request).await.expect("follow");
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["content-type"], "application/x-ndjson");
+    let mut body = response.into_body();
+    let mut pending = String::new();
+    let mut seen: Vec<(u64, String)> = Vec::new();
+    // Reads until the line `text` has arrived (or the stream ends: None).
+    let mut read_until = async |text: &str, seen: &mut Vec<(u64, String)>| -> Option<()> {
+        while !seen.iter().any(|(_, t)| t == text) {
+            let frame = tokio::time::timeout(DEADLINE, body.frame())
+                .await
+                .expect("a line within the deadline")?
+                .expect("frame");
+            pending.push_str(
+                std::str::from_utf8(&frame.into_data().unwrap_or_default()).expect("utf-8"),
+            );
+            while let Some(end) = pending.find('\n') {
+                let line: String = pending.drain(..=end).collect();
+                let line: Value = serde_json::from_str(&line).expect("NDJSON");
+                // `faulty` prints each text on stdout and stderr.
+                if line["stream"] == "stdout" {
+                    seen.push((
+                        line["seq"].as_u64().expect("seq"),
+                        line["text"].as_str().expect("text").to_owned(),
+                    ));
+                }
+            }
+        }
+        Some(())
+    };
+    let print = async |text: &str| {
+        let answer = to_actor(
+            &client(),
+            server.ingress,
+            "loud",
+            "POST",
+            &format!("/print?text={text}"),
+        )
+        .await;
+        assert_eq!(answer.status, 200, "{answer:?}");
+    };
+    print("one").await;
+    read_until("one", &mut seen).await.expect("one");
+    server.cli_ok(&["actor", "pause", "loud"]);
+    print("two").await;
+    read_until("two", &mut seen).await.expect("two");
+    let to = if server.worker_of("loud") == "worker-1" {
+        "worker-2"
+    } else {
+        "worker-1"
+    };
+    server.cli_ok(&["actor", "migrate", "loud", "--to", to]);
+    print("three").await;
+    read_until("three", &mut seen).await.expect("three");
+    let texts: Vec<&str> = seen.iter().map(|(_, t)| t.as_str()).collect();
+    assert_eq!(texts, ["one", "two", "three"], "each line once, in order");
+    assert!(seen.windows(2).all(|w| w[0].0 < w[1].0), "{seen:?}");
+    server.cli_ok(&["actor", "delete", "loud"]);
+    assert!(
+        read_until("never printed", &mut seen).await.is_none(),
+        "the stream ends with the actor"
+    );
+}
