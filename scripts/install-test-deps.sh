@@ -8,7 +8,8 @@
 #   - `s3s-fs` 0.14.1, an S3-compatible server on a local folder (newer
 #     releases need a newer rustc); a fresh `cargo install` takes minutes;
 #   - `kubernetes-validate` (PyPI), which checks deploy/kubernetes offline;
-#   - Debian's `python3-websockets`, the WebSocket client of the tests;
+#   - Debian's `python3-websockets`, the WebSocket client of the tests, and
+#     `chromium`, the browser of the web console's tests;
 #   - Debian's `clang`, `lld`, `llvm` (llvm-ar), `wasi-libc` and
 #     `libclang-rt-dev-wasm32` (the wasm32 compiler-rt builtins), which build
 #     the C demo actor (demos-c/) and the JavaScript engine (QuickJS, in
@@ -49,6 +50,17 @@ if ! command -v clang >/dev/null || ! command -v wasm-ld >/dev/null ||
     as_root apt-get update -qq
   fi
   as_root apt-get install -y -qq clang lld llvm wasi-libc libclang-rt-dev-wasm32 >/dev/null
+fi
+
+# The web console's tests drive Debian's headless Chromium over the
+# DevTools protocol.
+if [ ! -x /usr/bin/chromium ]; then
+  say "apt-get install chromium"
+  export DEBIAN_FRONTEND=noninteractive
+  if ! apt-cache show chromium >/dev/null 2>&1; then
+    as_root apt-get update -qq
+  fi
+  as_root apt-get install -y -qq chromium >/dev/null
 fi
 
 # The WebSocket tests drive Debian's python3-websockets from /usr/bin/python3

@@ -128,6 +128,11 @@ impl AdminApi {
         if path == "/healthz" {
             return text(StatusCode::OK, "ok\n".into(), "text/plain; charset=utf-8");
         }
+        // The console's files hold no data (see `crate::console`).
+        if crate::console::is_console(&path) {
+            return crate::console::serve(request.method(), &path)
+                .unwrap_or_else(|e| stasis_http::serve::text_error(&e));
+        }
         let token = match &self.internal_token {
             Some(internal) if path.starts_with(INTERNAL_PREFIX) => Some(internal.as_str()),
             _ => self.token.as_deref(),

@@ -8,11 +8,13 @@
 //! (which methods each admin path takes: 404 or 405 with `Allow`) and
 //! [`sockets`] (the WebSockets and streams actors accept). It depends on the
 //! control side (`stasis-control`) and the contract, never on the worker
-//! side or the cluster backends.
+//! side or the cluster backends. [`console`] is the web console the admin
+//! port serves at `/ui/`.
 
 #![warn(missing_docs)]
 
 pub mod api;
+pub mod console;
 pub mod follow;
 pub mod forward;
 pub mod ingress;

@@ -70,6 +70,7 @@ mod alarms;
 mod c_sdk;
 mod cli;
 mod cluster;
+mod console;
 mod creates;
 mod demos;
 mod documented;

@@ -1,0 +1,240 @@
+// The Stasis web console: a page over the admin API (docs/api.md), served
+// at /ui/ on the admin port. Everything it shows comes from /v1 routes,
+// with the token the user gives (kept in this tab's session storage).
+"use strict";
+
+const view = document.getElementById("view");
+const statusLine = document.getElementById("status");
+const login = document.getElementById("login");
+// The view's timers and log follower, stopped when the view changes.
+let stopView = () => {};
+// Request counts seen at the last refresh, for the request rate.
+let lastCounts = { at: 0, counts: new Map() };
+
+function token() { return sessionStorage.getItem("stasis-token"); }
+
+class Unauthorized extends Error {}
+
+async function api(method, path, body) {
+  const headers = {};
+  if (token()) headers.authorization = `Bearer ${token()}`;
+  if (body !== undefined) headers["content-type"] = "application/json";
+  const response = await fetch(path, {
+    method, headers, body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  if (response.status === 401) throw new Unauthorized("a token is required");
+  const text = await response.text();
+  if (!response.ok) {
+    let message = text;
+    try { message = JSON.parse(text).error || text; } catch (_) { /* text */ }
+    throw new Error(`${method} ${path}: ${response.status} ${message}`);
+  }
+  return text ? JSON.parse(text) : null;
+}
+
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (k === "onclick") node.addEventListener("click", v);
+    else if (v !== undefined && v !== null) node.setAttribute(k, v);
+  }
+  for (const child of children) {
+    node.append(child instanceof Node ? child : document.createTextNode(String(child ?? "")));
+  }
+  return node;
+}
+
+function bytes(n) {
+  if (n === null || n === undefined) return "";
+  const units = ["B", "KiB", "MiB", "GiB"];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) { n /= 1024; i += 1; }
+  return `${n.toFixed(i ? 1 : 0)} ${units[i]}`;
+}
+
+function say(text, isError) {
+  statusLine.textContent = text;
+  statusLine.className = isError ? "error" : "";
+}
+
+async function guarded(work) {
+  try {
+    login.hidden = true;
+    await work();
+  } catch (e) {
+    if (e instanceof Unauthorized) {
+      login.hidden = false;
+      view.replaceChildren();
+      say("sign in with the admin token", true);
+    } else {
+      say(e.message, true);
+    }
+  }
+}
+
+function every(ms, work) {
+  let stopped = false;
+  const tick = async () => {
+    if (stopped) return;
+    await guarded(work);
+    if (!stopped) setTimeout(tick, ms);
+  };
+  tick();
+  return () => { stopped = true; };
+}
+
+async function action(method, path, body, done) {
+  await guarded(async () => {
+    await api(method, path, body);
+    say(`${method} ${path}: done`);
+    if (done) await done();
+  });
+}
+
+// The actors: state, worker, memory, snapshots, last error, request rate.
+function actorsView() {
+  const table = el("table", { id: "actors" });
+  view.replaceChildren(el("h1", {}, "Actors"), table);
+  return every(2000, async () => {
+    const actors = await api("GET", "/v1/actors");
+    const now = Date.now();
+    const seconds = (now - lastCounts.at) / 1000;
+    const counts = new Map();
+    const head = el("tr", {}, ...["actor", "state", "template", "worker", "memory", "snapshots",
+      "requests/s", "last error"].map((h) => el("th", {}, h)));
+    const rows = actors.map((a) => {
+      counts.set(a.name, a.requests);
+      const before = lastCounts.counts.get(a.name);
+      const rate = before === undefined || seconds <= 0 || a.requests < before
+        ? "" : ((a.requests - before) / seconds).toFixed(1);
+      return el("tr", { "data-actor": a.name },
+        el("td", {}, el("a", { href: `#/actor/${a.name}` }, a.name)),
+        el("td", { class: `state-${a.state}` }, a.state),
+        el("td", {}, `${a.template} v${a.template_version}`),
+        el("td", {}, a.worker),
+        el("td", { class: "num" }, bytes(a.memory_bytes)),
+        el("td", { class: "num" }, (a.snapshots || []).length),
+        el("td", { class: "num rate" }, rate),
+        el("td", { class: "error" }, a.error ? `${a.error}${a.last_error_at ? ` (${a.last_error_at})` : ""}` : ""));
+    });
+    lastCounts = { at: now, counts };
+    table.replaceChildren(head, ...rows);
+    say(`${actors.length} actors`);
+  });
+}
+
+function templatesView() {
+  const table = el("table", { id: "templates" });
+  view.replaceChildren(el("h1", {}, "Templates"), table);
+  return every(5000, async () => {
+    const templates = await api("GET", "/v1/templates");
+    table.replaceChildren(
+      el("tr", {}, ...["template", "version", "actors", "module", "durability"].map((h) => el("th", {}, h))),
+      ...templates.map((t) => el("tr", {},
+        el("td", {}, t.name), el("td", { class: "num" }, t.version), el("td", { class: "num" }, t.actors),
+        el("td", { class: "num" }, bytes(t.bytes)), el("td", {}, t.durability))));
+    say(`${templates.length} templates`);
+  });
+}
+
+function workersView() {
+  const table = el("table", { id: "workers" });
+  view.replaceChildren(el("h1", {}, "Workers"), table);
+  return every(3000, async () => {
+    const workers = await api("GET", "/v1/workers");
+    table.replaceChildren(
+      el("tr", {}, ...["worker", "state", "address", "actors", "memory"].map((h) => el("th", {}, h))),
+      ...workers.map((w) => el("tr", {},
+        el("td", {}, w.name), el("td", {}, w.state), el("td", {}, w.address),
+        el("td", { class: "num" }, w.actors), el("td", { class: "num" }, bytes(w.memory_bytes)))));
+    say(`${workers.length} workers`);
+  });
+}
+
+// One actor: its fields, the buttons, its log following live, its events.
+function actorView(name) {
+  const base = `/v1/actors/${encodeURIComponent(name)}`;
+  const facts = el("dl", { id: "facts" });
+  const log = el("pre", { id: "log" });
+  const events = el("ul", { class: "events", id: "events" });
+  const forkName = el("input", { id: "fork-name", placeholder: "name of the copy", size: 20 });
+  const confirmDelete = el("button", {
+    class: "danger", id: "confirm-delete", hidden: "",
+    onclick: () => action("DELETE", base, undefined, async () => { location.hash = "#/"; }),
+  }, "really delete");
+  const refresh = async () => {
+    const a = await api("GET", base);
+    const fields = [["state", a.state], ["template", `${a.template} v${a.template_version}`],
+      ["worker", a.worker], ["memory", bytes(a.memory_bytes)], ["snapshot", a.snapshot ? `#${a.snapshot.seq} (${bytes(a.snapshot.bytes)})` : ""],
+      ["snapshots", (a.snapshots || []).length], ["requests", a.requests], ["resumes", a.resumes],
+      ["durability", a.durability], ["last request", a.last_request_at || ""], ["last snapshot", a.last_snapshot_at || ""],
+      ["last pause", a.last_pause_at || ""], ["last resume", a.last_resume_at || ""],
+      ["alarm", a.alarm_at || "none"], ["last error", a.error ? `${a.error} (${a.last_error_at || ""})` : "none"]];
+    facts.replaceChildren(...fields.flatMap(([k, v]) => [el("dt", {}, k), el("dd", { "data-field": k }, v)]));
+  };
+  view.replaceChildren(
+    el("h1", {}, `Actor ${name}`),
+    el("div", { class: "actions" },
+      el("button", { id: "pause", onclick: () => action("POST", `${base}/pause`, undefined, refresh) }, "pause"),
+      el("button", { id: "resume", onclick: () => action("POST", `${base}/resume`, undefined, refresh) }, "resume"),
+      forkName,
+      el("button", {
+        id: "fork",
+        onclick: () => action("POST", `${base}/fork`, { name: forkName.value }, async () => {
+          say(`forked into ${forkName.value}`);
+        }),
+      }, "fork"),
+      el("button", { class: "danger", id: "delete", onclick: () => { confirmDelete.hidden = false; } }, "delete"),
+      confirmDelete),
+    facts,
+    el("h2", {}, "Log (following)"), log,
+    el("h2", {}, "Recent events"), events);
+  const stopFacts = every(2000, refresh);
+  let stopped = false;
+  // Long polls of the log and of the events (docs/api.md, "Logs").
+  const follow = async (query, show) => {
+    let after = null;
+    while (!stopped) {
+      try {
+        const path = `${base}/logs?wait=25${query}${after === null ? "&tail=200" : `&after=${after}`}`;
+        const headers = token() ? { authorization: `Bearer ${token()}` } : {};
+        const response = await fetch(path, { headers });
+        if (response.status === 404) return;
+        if (!response.ok) throw new Error(`${response.status}`);
+        for (const line of (await response.text()).split("\n").filter(Boolean)) {
+          const entry = JSON.parse(line);
+          after = entry.seq;
+          show(entry);
+        }
+      } catch (_) {
+        await new Promise((done) => setTimeout(done, 1000));
+      }
+    }
+  };
+  follow("", (entry) => {
+    log.append(el("span", { class: entry.stream }, `${entry.at} ${entry.worker} ${entry.stream}: ${entry.text}\n`));
+    log.scrollTop = log.scrollHeight;
+  });
+  follow("&stream=event", (entry) => {
+    events.prepend(el("li", {}, `${entry.at} ${entry.worker}: ${entry.text}`));
+  });
+  return () => { stopped = true; stopFacts(); };
+}
+
+function route() {
+  stopView();
+  const hash = location.hash || "#/";
+  const actor = hash.match(/^#\/actor\/(.+)$/);
+  if (actor) stopView = actorView(decodeURIComponent(actor[1]));
+  else if (hash === "#/templates") stopView = templatesView();
+  else if (hash === "#/workers") stopView = workersView();
+  else stopView = actorsView();
+}
+
+login.addEventListener("submit", (event) => {
+  event.preventDefault();
+  sessionStorage.setItem("stasis-token", document.getElementById("token").value);
+  route();
+});
+window.addEventListener("hashchange", route);
+route();
