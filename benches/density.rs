@@ -48,7 +48,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use criterion::{BenchmarkId, Criterion, SamplingMode};
 use stasis_test_util::admin::{self, call_ok};
-use stasis_test_util::bench::{self, test_mode};
+use stasis_test_util::bench::{self, env_usize, test_mode};
 use stasis_test_util::http::{Http, Reply, actor_host, client, send};
 use stasis_test_util::stats::summary;
 use stasis_test_util::{Artifacts, Proc, artifacts};
@@ -58,19 +58,6 @@ const STASIS: Artifacts = artifacts!();
 
 const MIB: f64 = (1 << 20) as f64;
 const LIVE_PROBES: usize = 64;
-
-/// The number in environment variable `key` (`_` separators allowed), or
-/// `default` when unset.
-fn env_usize(key: &str, default: usize) -> usize {
-    std::env::var(key)
-        .ok()
-        .map(|v| {
-            v.replace('_', "")
-                .parse()
-                .unwrap_or_else(|e| panic!("{key}={v}: {e}"))
-        })
-        .unwrap_or(default)
-}
 
 struct Config {
     actors: usize,

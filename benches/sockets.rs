@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use criterion::{Criterion, SamplingMode};
 use futures_util::{SinkExt, StreamExt};
 use stasis_test_util::admin::{self, call_ok};
-use stasis_test_util::bench::{self, test_mode};
+use stasis_test_util::bench::{self, env_usize, rss, test_mode};
 use stasis_test_util::http::{Http, client};
 use stasis_test_util::{Artifacts, artifacts};
 use tokio::net::TcpStream;
@@ -43,22 +43,6 @@ const STASIS: Artifacts = artifacts!();
 const MIB: f64 = (1 << 20) as f64;
 
 type Socket = WebSocketStream<MaybeTlsStream<TcpStream>>;
-
-fn env_usize(key: &str, default: usize) -> usize {
-    std::env::var(key).ok().map_or(default, |v| {
-        v.parse().unwrap_or_else(|e| panic!("{key}={v}: {e}"))
-    })
-}
-
-/// `VmRSS` of process `pid`, in bytes.
-fn rss(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .map_or(0, |kib| kib * 1024)
-}
 
 async fn connect(ingress: SocketAddr, actor: &str) -> Socket {
     let mut request = format!("ws://{ingress}/")

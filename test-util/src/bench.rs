@@ -1,6 +1,6 @@
-//! What only the benches need: criterion's test mode, and `stasis`
-//! processes that log quietly (logging per request would be part of the
-//! measurement).
+//! What only the benches need: criterion's test mode, `stasis` processes
+//! that log quietly (logging per request would be part of the
+//! measurement), their knobs from the environment and their memory.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -41,4 +41,32 @@ fn start(mut command: Command, ready_prefix: &str) -> Proc {
     command.env("STASIS_LOG", level.as_deref().unwrap_or("warn"));
     Proc::start(command, ready_prefix, "stasis", level.is_some())
         .unwrap_or_else(|stderr| panic!("{ready_prefix:?} never came: {stderr}"))
+}
+
+/// The number in environment variable `key` (`_` separators allowed), or
+/// `default` when unset.
+///
+/// # Panics
+/// If the variable is set to something else than a number.
+#[must_use]
+pub fn env_usize(key: &str, default: usize) -> usize {
+    std::env::var(key).ok().map_or(default, |v| {
+        v.replace('_', "")
+            .parse()
+            .unwrap_or_else(|e| panic!("{key}={v}: {e}"))
+    })
+}
+
+/// `VmRSS` of process `pid`, in bytes (0 if it cannot be read).
+#[must_use]
+pub fn rss(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .map_or(0, |kib| kib * 1024)
 }

@@ -7,6 +7,7 @@
 //! (`STASIS_CONSOLE_SCREENSHOT=PATH` keeps it, e.g. for docs/console.png).
 
 use std::io::{BufRead as _, BufReader};
+use std::os::unix::process::CommandExt as _;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -62,6 +63,8 @@ impl Browser {
             .arg(url)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
+            // A group of its own: its renderers go with it (see `Drop`).
+            .process_group(0)
             .spawn()
             .expect("start chromium");
         // "DevTools listening on ws://127.0.0.1:PORT/devtools/browser/ID";
@@ -174,7 +177,12 @@ impl Browser {
 }
 
 impl Drop for Browser {
+    /// Kills Chromium's whole process group (the browser and the renderer
+    /// and helper processes it started).
     fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &format!("-{}", self.child.id())])
+            .status();
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
