@@ -67,6 +67,9 @@ pub struct ActorRow {
     pub worker: String,
     /// Placement epoch: 1 at creation, +1 per move.
     pub epoch: u64,
+    /// When it was created (ms since the Unix epoch); `None` for an actor
+    /// recorded before the directory kept it.
+    pub created_at_unix_ms: Option<u64>,
 }
 
 /// The durable record of templates, actors and placements, and of

@@ -70,11 +70,13 @@ impl ControlPlane {
         member: &Member,
         epoch: u64,
     ) -> Result<(), ApiError> {
+        let created_at_unix_ms = stasis_contract::status::now_unix_ms();
         let actor_row = ActorRow {
             name: name.to_owned(),
             template: template.to_owned(),
             worker: member.name.to_string(),
             epoch,
+            created_at_unix_ms,
         };
         let directory = self.directory.clone();
         // Blocking: the directory may wait for a group commit.
@@ -89,7 +91,8 @@ impl ControlPlane {
         }
         self.placements.place(
             name,
-            Placement::new(member.name.clone(), member.incarnation, template, epoch),
+            Placement::new(member.name.clone(), member.incarnation, template, epoch)
+                .created(created_at_unix_ms),
         );
         Ok(())
     }
@@ -349,6 +352,7 @@ impl ControlPlane {
             last_pause_at: status.last_pause_at_unix_ms.map(rfc3339),
             last_resume_at: status.last_resume_at_unix_ms.map(rfc3339),
             last_error_at: status.error_at_unix_ms.map(rfc3339),
+            created_at: placement.created_at_unix_ms.map(rfc3339),
             alarm_at: None,
         }
     }

@@ -15,9 +15,10 @@ mod rollouts;
 /// The schema version `stasis.db` is migrated to (`PRAGMA user_version`):
 /// 0 is templates and actors (every data dir before alarms), 1 adds the
 /// `alarms` table, 2 a template's `durability`, 3 the rollout tables
-/// (`rollouts`). Opening migrates an older file in place; nothing in it
+/// (`rollouts`), 4 an actor's `created_ms` (null for actors created
+/// before). Opening migrates an older file in place; nothing in it
 /// changes.
-const SCHEMA_VERSION: i64 = 3;
+const SCHEMA_VERSION: i64 = 4;
 
 /// The embedded directory in one SQLite file. Every write is one
 /// transaction, durable on return (WAL, `synchronous=FULL`). Actor
@@ -104,7 +105,7 @@ impl SqliteDirectory {
         };
         let answers = {
             let mut insert = match tx.prepare_cached(
-                "INSERT INTO actors (name, template, worker, epoch) VALUES (?1, ?2, ?3, ?4)",
+                "INSERT INTO actors (name, template, worker, epoch, created_ms) VALUES (?1, ?2, ?3, ?4, ?5)",
             ) {
                 Ok(insert) => insert,
                 Err(e) => return all(&e),
@@ -116,7 +117,8 @@ impl SqliteDirectory {
                             row.name,
                             row.template,
                             row.worker,
-                            row.epoch as i64
+                            row.epoch as i64,
+                            row.created_at_unix_ms.map(|ms| ms as i64)
                         ])
                         .map(|_| ())
                         .map_err(db)
@@ -261,7 +263,7 @@ impl Directory for SqliteDirectory {
     fn actors(&self) -> Result<Vec<ActorRow>, ApiError> {
         let conn = self.reader();
         let mut stmt = conn
-            .prepare("SELECT name, template, worker, epoch FROM actors ORDER BY name")
+            .prepare("SELECT name, template, worker, epoch, created_ms FROM actors ORDER BY name")
             .map_err(db)?;
         let rows = stmt
             .query_map([], |r| {
@@ -270,6 +272,7 @@ impl Directory for SqliteDirectory {
                     template: r.get(1)?,
                     worker: r.get(2)?,
                     epoch: r.get::<_, i64>(3)? as u64,
+                    created_at_unix_ms: r.get::<_, Option<i64>>(4)?.map(|ms| ms as u64),
                 })
             })
             .map_err(db)?;
@@ -376,6 +379,14 @@ fn migrate(conn: &Connection) -> anyhow::Result<()> {
             rollouts::TABLES
         ))?;
     }
+    if version < 4 {
+        conn.execute_batch(
+            "BEGIN;
+             ALTER TABLE actors ADD COLUMN created_ms INTEGER;
+             PRAGMA user_version = 4;
+             COMMIT;",
+        )?;
+    }
     Ok(())
 }
 
@@ -418,6 +429,7 @@ mod tests {
             template: template.into(),
             worker: "w1".into(),
             epoch: 1,
+            created_at_unix_ms: None,
         };
         // 8 threads × 50 inserts; every 10th of one thread names no
         // template (refused by the foreign key), and one name is taken twice.
@@ -461,6 +473,7 @@ mod tests {
             template: "t".into(),
             worker: "w1".into(),
             epoch: 1,
+            created_at_unix_ms: None,
         })
         .expect("insert");
         dir.place_actor("a", "w2", 2)

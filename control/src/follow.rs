@@ -86,7 +86,8 @@ fn follower_placement(row: &ActorRow, generation: Option<i64>) -> Placement {
         ANY_INCARNATION,
         &row.template,
         row.epoch,
-    );
+    )
+    .created(row.created_at_unix_ms);
     placement.generation = generation;
     placement
 }

@@ -51,6 +51,9 @@ pub(super) struct Placement {
     /// `ActorsAt::generations`); `None` where the placements are decided
     /// here.
     pub generation: Option<i64>,
+    /// When the actor was created (ms since the Unix epoch), as the
+    /// directory says; `None` for one recorded before it kept it.
+    pub created_at_unix_ms: Option<u64>,
 }
 
 impl Placement {
@@ -65,7 +68,15 @@ impl Placement {
             failure_reason: None,
             replacement_error: None,
             generation: None,
+            created_at_unix_ms: None,
         }
+    }
+
+    /// This placement of an actor created at `created_at_unix_ms`.
+    #[must_use]
+    pub(crate) fn created(mut self, created_at_unix_ms: Option<u64>) -> Self {
+        self.created_at_unix_ms = created_at_unix_ms;
+        self
     }
 }
 

@@ -48,7 +48,8 @@ impl ControlPlane {
                 versions.insert(name.clone(), read);
             }
             let template = self.finish_upgrade(&mut row, template, &versions[&name])?;
-            let mut placement = Placement::new(Arc::from(""), 0, &row.template, row.epoch);
+            let mut placement = Placement::new(Arc::from(""), 0, &row.template, row.epoch)
+                .created(row.created_at_unix_ms);
             let Some(member) = self.member(&row.worker).or_else(|| self.least_loaded()) else {
                 tracing::warn!(actor = %row.name, "no worker can host it (--workers 0); it waits for one to join");
                 self.placements.place(&row.name, placement);
@@ -162,7 +163,8 @@ impl ControlPlane {
                     row.epoch,
                 ),
                 _ => Placement::new(Arc::from(""), 0, &row.template, row.epoch),
-            };
+            }
+            .created(row.created_at_unix_ms);
             if let (Some(member), Some(Some(status))) = (&member, status)
                 && status.state == ActorState::Migrating
             {

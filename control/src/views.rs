@@ -101,6 +101,10 @@ pub struct ActorInfo {
     pub last_resume_at: Option<String>,
     /// When `error` was set (RFC 3339): `error_at_unix_ms` as a time.
     pub last_error_at: Option<String>,
+    /// When it was created (RFC 3339), as the directory keeps it (`null`
+    /// for an actor created before the directory kept it); a fork's is
+    /// when the fork was made.
+    pub created_at: Option<String>,
     /// When its pending alarm fires (RFC 3339): in `actor get` only, and
     /// absent there when it has none.
     #[serde(skip_serializing_if = "Option::is_none")]

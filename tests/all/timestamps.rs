@@ -2,7 +2,8 @@
 //! item 3): `last_request_at`, `last_snapshot_at`, `last_pause_at`,
 //! `last_resume_at` and `last_error_at`, RFC 3339 UTC with milliseconds,
 //! absent until the event happened, each within the time of the command
-//! that caused it.
+//! that caused it; `created_at`, kept by the directory across a restart,
+//! a fork's its own.
 
 use std::time::SystemTime;
 
@@ -94,4 +95,30 @@ async fn actor_get_shows_the_pending_alarm() {
     assert_eq!(cancelled.status, 200, "{cancelled:?}");
     let info = server.cli_json(&["actor", "get", "al"]);
     assert!(info.get("alarm_at").is_none(), "{info}");
+}
+
+/// `created_at` is the create's time, kept in the directory: the same
+/// after a restart of `serve`; a fork has the time of the fork.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn actor_get_says_when_the_actor_was_created_across_a_restart() {
+    let server = Server::start(&["--workers", "1"]);
+    server.push("counter");
+    let before = SystemTime::now();
+    server.create("born", "counter");
+    let created = within(&server, "born", "created_at", before);
+    let server = server.restart(&["--workers", "1"]);
+    assert_eq!(at(&server, "born", "created_at"), Some(created));
+    let before = SystemTime::now();
+    server.cli_ok(&["actor", "fork", "born", "child"]);
+    let forked = within(&server, "child", "created_at", before);
+    assert!(forked > created);
+    let listed = server.cli_json(&["actor", "list"]);
+    assert!(
+        listed
+            .as_array()
+            .expect("list")
+            .iter()
+            .all(|a| a["created_at"].is_string()),
+        "{listed}"
+    );
 }

@@ -449,6 +449,7 @@ impl Directory for EtcdDirectory {
             template: row.template.clone(),
             worker: row.worker.clone(),
             epoch: row.epoch,
+            created_ms: row.created_at_unix_ms,
         })
         .map_err(failed)?;
         let (kv, fence, batch) = (self.kv(), self.fence.clone(), self.batch.clone());
@@ -498,12 +499,7 @@ impl Directory for EtcdDirectory {
             kvs.iter()
                 .map(|kv| {
                     let v: ActorValue = decode(kv.key(), kv.value())?;
-                    Ok(ActorRow {
-                        name: String::from_utf8_lossy(&kv.key()[dir.len()..]).into_owned(),
-                        template: v.template,
-                        worker: v.worker,
-                        epoch: v.epoch,
-                    })
+                    Ok(v.row(&String::from_utf8_lossy(&kv.key()[dir.len()..])))
                 })
                 .collect()
         })

@@ -67,6 +67,7 @@ pub(super) fn actor(name: &str, worker: &str) -> ActorRow {
         template: "t".into(),
         worker: worker.into(),
         epoch: 1,
+        created_at_unix_ms: None,
     }
 }
 

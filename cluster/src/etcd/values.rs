@@ -23,6 +23,10 @@ pub(super) struct ActorValue {
     pub template: String,
     pub worker: String,
     pub epoch: u64,
+    /// When the actor was created (ms since the Unix epoch); absent in
+    /// records written before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_ms: Option<u64>,
 }
 
 impl ActorValue {
@@ -33,6 +37,7 @@ impl ActorValue {
             template: self.template.clone(),
             worker: self.worker.clone(),
             epoch: self.epoch,
+            created_at_unix_ms: self.created_ms,
         }
     }
 }

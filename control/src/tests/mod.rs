@@ -153,6 +153,7 @@ fn row(name: &str, worker: &str, epoch: u64) -> ActorRow {
         template: TEMPLATE.to_owned(),
         worker: worker.to_owned(),
         epoch,
+        created_at_unix_ms: None,
     }
 }
 
