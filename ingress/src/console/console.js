@@ -167,7 +167,7 @@ function actorView(name) {
     const fields = [["state", a.state], ["template", `${a.template} v${a.template_version}`],
       ["worker", a.worker], ["memory", bytes(a.memory_bytes)], ["snapshot", a.snapshot ? `#${a.snapshot.seq} (${bytes(a.snapshot.bytes)})` : ""],
       ["snapshots", (a.snapshots || []).length], ["requests", a.requests], ["resumes", a.resumes],
-      ["durability", a.durability], ["last request", a.last_request_at || ""], ["last snapshot", a.last_snapshot_at || ""],
+      ["durability", a.durability], ["created", a.created_at || ""], ["last request", a.last_request_at || ""], ["last snapshot", a.last_snapshot_at || ""],
       ["last pause", a.last_pause_at || ""], ["last resume", a.last_resume_at || ""],
       ["alarm", a.alarm_at || "none"], ["last error", a.error ? `${a.error} (${a.last_error_at || ""})` : "none"]];
     facts.replaceChildren(...fields.flatMap(([k, v]) => [el("dt", {}, k), el("dd", { "data-field": k }, v)]));
