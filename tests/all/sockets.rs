@@ -503,3 +503,41 @@ async fn sockets_through_a_follower_replica_reach_the_room() {
         text.push_str(std::str::from_utf8(&frame.into_data().unwrap_or_default()).expect("utf-8"));
     }
 }
+
+/// Over HTTP/2 (h2c) a stream goes out as data frames as they come: the
+/// ticks of `ticker` arrive one by one, well apart, on one HTTP/2 stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_sse_stream_over_http2_arrives_frame_by_frame() {
+    let server = Server::start(&["--workers", "1"]);
+    server.push("ticker");
+    server.create("tick2", "ticker");
+    let (mut sender, _connection) = crate::support::h2c(server.ingress).await;
+    let request = hyper::Request::get("http://tick2.actors.localhost/?count=20&every_ms=50")
+        .header("accept", "text/event-stream")
+        .body(http_body_util::Full::new(bytes::Bytes::new()))
+        .expect("request");
+    let response = sender.send_request(request).await.expect("h2 answer");
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.version(), hyper::Version::HTTP_2);
+    let mut body = response.into_body();
+    let (mut text, mut ticks) = (String::new(), Vec::new());
+    while let Some(frame) = tokio::time::timeout(Duration::from_secs(10), body.frame())
+        .await
+        .expect("a frame within 10 s")
+    {
+        let Ok(data) = frame.expect("frame").into_data() else {
+            continue;
+        };
+        text.push_str(std::str::from_utf8(&data).expect("utf-8"));
+        while let Some(end) = text.find("\n\n") {
+            let record: String = text.drain(..end + 2).collect();
+            if let Some(k) = record.trim().strip_prefix("data: tick ") {
+                ticks.push((k.parse::<u64>().expect("tick"), Instant::now()));
+            }
+        }
+    }
+    let numbers: Vec<u64> = ticks.iter().map(|(k, _)| *k).collect();
+    assert_eq!(numbers, (1..=20).collect::<Vec<_>>());
+    let spread = ticks[19].1 - ticks[0].1;
+    assert!(spread >= Duration::from_millis(500), "{spread:?}");
+}
