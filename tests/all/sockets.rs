@@ -11,6 +11,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use bytes::Buf as _;
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
 
@@ -351,9 +352,26 @@ async fn ticks(server: &Server, path: &str, during: impl AsyncFnOnce()) -> Vec<(
         "{response:?}"
     );
     assert!(response.headers().get("stasis-stream").is_none());
-    let mut body = response.into_body();
-    let (mut text, mut seen) = (String::new(), Vec::new());
     let mut during = Some(during);
+    read_ticks(response.into_body(), async |seen| {
+        if seen >= 10
+            && let Some(during) = during.take()
+        {
+            during().await;
+        }
+    })
+    .await
+}
+
+/// The `tick K` events of an SSE body, each with the time it arrived,
+/// until the body ends; `each` runs after every frame with the count so
+/// far.
+async fn read_ticks<B>(mut body: B, mut each: impl AsyncFnMut(usize)) -> Vec<(u64, Instant)>
+where
+    B: hyper::body::Body + Unpin,
+    B::Error: std::fmt::Debug,
+{
+    let (mut text, mut seen) = (String::new(), Vec::new());
     while let Some(frame) = tokio::time::timeout(Duration::from_secs(10), body.frame())
         .await
         .expect("a frame within 10 s")
@@ -361,18 +379,14 @@ async fn ticks(server: &Server, path: &str, during: impl AsyncFnOnce()) -> Vec<(
         let Ok(data) = frame.expect("frame").into_data() else {
             continue;
         };
-        text.push_str(std::str::from_utf8(&data).expect("utf-8"));
+        text.push_str(std::str::from_utf8(data.chunk()).expect("utf-8"));
         while let Some(end) = text.find("\n\n") {
             let record: String = text.drain(..end + 2).collect();
             if let Some(k) = record.trim().strip_prefix("data: tick ") {
                 seen.push((k.parse().expect("tick number"), Instant::now()));
             }
         }
-        if seen.len() >= 10
-            && let Some(during) = during.take()
-        {
-            during().await;
-        }
+        each(seen.len()).await;
     }
     seen
 }
@@ -519,23 +533,7 @@ async fn an_sse_stream_over_http2_arrives_frame_by_frame() {
     let response = sender.send_request(request).await.expect("h2 answer");
     assert_eq!(response.status(), 200);
     assert_eq!(response.version(), hyper::Version::HTTP_2);
-    let mut body = response.into_body();
-    let (mut text, mut ticks) = (String::new(), Vec::new());
-    while let Some(frame) = tokio::time::timeout(Duration::from_secs(10), body.frame())
-        .await
-        .expect("a frame within 10 s")
-    {
-        let Ok(data) = frame.expect("frame").into_data() else {
-            continue;
-        };
-        text.push_str(std::str::from_utf8(&data).expect("utf-8"));
-        while let Some(end) = text.find("\n\n") {
-            let record: String = text.drain(..end + 2).collect();
-            if let Some(k) = record.trim().strip_prefix("data: tick ") {
-                ticks.push((k.parse::<u64>().expect("tick"), Instant::now()));
-            }
-        }
-    }
+    let ticks = read_ticks(response.into_body(), async |_| {}).await;
     let numbers: Vec<u64> = ticks.iter().map(|(k, _)| *k).collect();
     assert_eq!(numbers, (1..=20).collect::<Vec<_>>());
     let spread = ticks[19].1 - ticks[0].1;
