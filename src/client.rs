@@ -84,12 +84,14 @@ pub(crate) struct AdminClient {
     http: HttpClient,
 }
 
-/// `http://host:port[/prefix]` without a trailing slash, from what the user
-/// gave: a URL, or a bare `host:port` (taken as `http://`).
+/// `http://host:port[/prefix]` (or `https://...`) without a trailing
+/// slash, from what the user gave: a URL, or a bare `host:port` (taken as
+/// `http://`).
 ///
 /// # Errors
-/// Not a URL, no host, or a scheme other than `http` (the client speaks
-/// plain HTTP/1.1).
+/// Not a URL, no host, or a scheme other than `http` and `https` (an
+/// `https://` admin API is checked against `STASIS_CA_CERT`'s roots, else
+/// the system's).
 pub(crate) fn normalize_admin_url(admin: &str) -> anyhow::Result<String> {
     let admin = admin.trim();
     if admin.is_empty() {
@@ -103,13 +105,13 @@ pub(crate) fn normalize_admin_url(admin: &str) -> anyhow::Result<String> {
     let uri: Uri = full
         .parse()
         .map_err(|e| anyhow!("invalid admin URL {admin:?}: {e}"))?;
-    match uri.scheme_str() {
-        Some("http") => {}
+    let scheme = match uri.scheme_str() {
+        Some(scheme @ ("http" | "https")) => scheme,
         Some(other) => bail!(
-            "invalid admin URL {admin:?}: scheme {other:?} is not supported (only http://; put a TLS proxy in front)"
+            "invalid admin URL {admin:?}: scheme {other:?} is not supported (http:// or https://)"
         ),
         None => bail!("invalid admin URL {admin:?}: no scheme"),
-    }
+    };
     let Some(authority) = uri.authority() else {
         bail!("invalid admin URL {admin:?}: no host");
     };
@@ -117,7 +119,7 @@ pub(crate) fn normalize_admin_url(admin: &str) -> anyhow::Result<String> {
         bail!("invalid admin URL {admin:?}: it must not have a query");
     }
     let prefix = uri.path().trim_end_matches('/');
-    Ok(format!("http://{authority}{prefix}"))
+    Ok(format!("{scheme}://{authority}{prefix}"))
 }
 
 /// Percent-encodes `s` for a path segment or a query value: everything but
@@ -143,9 +145,8 @@ impl AdminClient {
     /// An invalid URL, or a token that cannot be a header value.
     pub(crate) fn new(admin: &str, token: Option<&str>) -> anyhow::Result<Self> {
         let base = normalize_admin_url(admin)?;
-        let http = HttpClient::new(&base, token.map(str::trim), CONNECT_TIMEOUT).map_err(|_| {
-            anyhow!("the admin token contains characters not allowed in an HTTP header")
-        })?;
+        let http = HttpClient::new(&base, token.map(str::trim), CONNECT_TIMEOUT)
+            .map_err(|e| anyhow!("{}", e.message()))?;
         Ok(Self { http })
     }
 
@@ -221,7 +222,11 @@ mod tests {
             ok(" http://admin.example:80/stasis/ "),
             "http://admin.example:80/stasis"
         );
-        for bad in ["", "https://x:1", "http://", "http://x:1/?a=b", "ht tp://x"] {
+        assert_eq!(
+            ok("https://admin.example:7443/"),
+            "https://admin.example:7443"
+        );
+        for bad in ["", "ftp://x:1", "http://", "http://x:1/?a=b", "ht tp://x"] {
             assert!(
                 normalize_admin_url(bad).is_err(),
                 "{bad:?} should be refused"

@@ -172,17 +172,29 @@ pub(crate) struct ServeArgs {
     /// given at the same position.
     #[arg(long = "tls-key", value_name = "PATH")]
     tls_key: Vec<PathBuf>,
+    /// Serve the admin API over TLS with this certificate chain (PEM, leaf
+    /// first); repeatable, each with its --admin-tls-key, chosen by SNI and
+    /// reloaded as --tls-cert is. Clients trust it through the CA file in
+    /// STASIS_CA_CERT (the CLI, `worker run --join https://...`). One
+    /// machine only for now: refused with --etcd.
+    #[arg(long = "admin-tls-cert", value_name = "PATH")]
+    admin_tls_cert: Vec<PathBuf>,
+    /// The private key of the --admin-tls-cert at the same position.
+    #[arg(long = "admin-tls-key", value_name = "PATH")]
+    admin_tls_key: Vec<PathBuf>,
 }
 
-/// The ingress's certificates from `--tls-cert`/`--tls-key` (none: plain
-/// HTTP).
-fn ingress_tls(
+/// A listener's certificates from `--{prefix}tls-cert`/`--{prefix}tls-key`
+/// (none: plain HTTP).
+fn server_tls(
+    prefix: &str,
     certs: &[PathBuf],
     keys: &[PathBuf],
 ) -> anyhow::Result<Option<std::sync::Arc<ServerTls>>> {
+    let (cert_flag, key_flag) = (format!("--{prefix}tls-cert"), format!("--{prefix}tls-key"));
     if certs.len() != keys.len() {
         anyhow::bail!(
-            "--tls-cert and --tls-key come in pairs: {} certificate(s) and {} key(s) given",
+            "{cert_flag} and {key_flag} come in pairs: {} certificate(s) and {} key(s) given",
             certs.len(),
             keys.len()
         );
@@ -200,7 +212,7 @@ fn ingress_tls(
         .collect();
     ServerTls::load(files)
         .map(Some)
-        .map_err(|e| anyhow::anyhow!("--tls-cert/--tls-key: {e}"))
+        .map_err(|e| anyhow::anyhow!("{cert_flag}/{key_flag}: {e}"))
 }
 
 fn parse_rebalance_by(s: &str) -> Result<RebalanceBy, String> {
@@ -222,7 +234,15 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
         lease_ttl: args.cluster.lease_ttl,
         advertise: args.advertise.clone(),
     });
-    let tls = ingress_tls(&args.tls_cert, &args.tls_key)?;
+    let tls = server_tls("", &args.tls_cert, &args.tls_key)?;
+    let admin_tls = server_tls("admin-", &args.admin_tls_cert, &args.admin_tls_key)?;
+    if admin_tls.is_some() && cluster.is_some() {
+        anyhow::bail!(
+            "--admin-tls-cert is not supported with --etcd yet: replicas and workers of a \
+             cluster reach each other's admin API over plain HTTP (terminate TLS in front of \
+             the admin port, or run without --etcd)"
+        );
+    }
     if args.internal_token.is_some() && args.internal_token == args.admin_token {
         anyhow::bail!(
             "--internal-token must differ from --admin-token: a worker's credential must not open the admin API"
@@ -289,6 +309,7 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
         admin_token: args.admin_token,
         metrics_per_actor: args.metrics_per_actor,
         tls,
+        admin_tls,
     };
     // A data dir this run creates is removed again if the start fails, so
     // that a mistyped flag leaves no empty ./stasis-data behind.

@@ -19,12 +19,64 @@ use stasis_contract::error::{ApiError, ErrorKind};
 /// `{"error": "..."}`, in characters.
 const MAX_ERROR_TEXT: usize = 300;
 
+/// The environment variable naming the CA certificates (a PEM file) an
+/// `https://` server must be signed by; unset, the system's roots.
+pub const CA_CERT_VAR: &str = "STASIS_CA_CERT";
+
+/// Plain HTTP, or HTTPS by the URL's scheme.
+type Connector = hyper_rustls::HttpsConnector<HttpConnector>;
+
 /// A client of one HTTP server.
 #[derive(Debug, Clone)]
 pub struct HttpClient {
     base: String,
     authorization: Option<HeaderValue>,
-    client: Client<HttpConnector, Full<Bytes>>,
+    client: Client<Connector, Full<Bytes>>,
+}
+
+/// The TLS roots an `https://` URL is checked against: the certificates
+/// in [`CA_CERT_VAR`]'s file when it is set (as curl's `--cacert`, they
+/// replace the system's), else the system's roots.
+///
+/// # Errors
+/// 400 naming the variable when its file cannot be read or holds no
+/// certificate.
+fn tls_config() -> Result<rustls::ClientConfig, ApiError> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| ApiError::internal(format!("TLS set-up: {e}")))?;
+    let mut roots = rustls::RootCertStore::empty();
+    match std::env::var_os(CA_CERT_VAR) {
+        Some(path) => {
+            let unreadable = |e: &dyn std::fmt::Display| {
+                ApiError::bad_request(format!(
+                    "{CA_CERT_VAR}={}: {e}",
+                    std::path::Path::new(&path).display()
+                ))
+            };
+            let certs = CertificateDer::pem_file_iter(&path)
+                .map_err(|e| unreadable(&e))?
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| unreadable(&e))?;
+            if certs.is_empty() {
+                return Err(unreadable(&"no PEM certificate in it"));
+            }
+            for cert in certs {
+                roots.add(cert).map_err(|e| unreadable(&e))?;
+            }
+        }
+        None => {
+            // No system roots (a bare container) leaves https unusable,
+            // not plain HTTP.
+            for cert in rustls_native_certs::load_native_certs().certs {
+                let _ = roots.add(cert);
+            }
+        }
+    }
+    Ok(builder.with_root_certificates(roots).with_no_client_auth())
 }
 
 /// An answer, any status.
@@ -79,13 +131,15 @@ fn causes(error: &(dyn std::error::Error + 'static)) -> String {
 }
 
 impl HttpClient {
-    /// A client of the server at `base` (`http://host:port[/prefix]`, no
-    /// trailing slash needed), sending `token` as it is, if any and not
+    /// A client of the server at `base` (`http://host:port[/prefix]`, or
+    /// `https://...` checked against [`CA_CERT_VAR`]'s roots; no trailing
+    /// slash needed), sending `token` as it is, if any and not
     /// blank, as `Authorization: Bearer`; connecting takes at most
     /// `connect_timeout`.
     ///
     /// # Errors
-    /// 400 if the token cannot be a header value.
+    /// 400 if the token cannot be a header value, or for `https://` when
+    /// [`CA_CERT_VAR`]'s file cannot be read.
     pub fn new(
         base: &str,
         token: Option<&str>,
@@ -97,9 +151,27 @@ impl HttpClient {
             })?),
             None => None,
         };
-        let mut connector = HttpConnector::new();
-        connector.set_connect_timeout(Some(connect_timeout));
-        connector.set_nodelay(true);
+        let mut http = HttpConnector::new();
+        http.set_connect_timeout(Some(connect_timeout));
+        http.set_nodelay(true);
+        http.enforce_http(false);
+        let tls = if base.starts_with("https://") {
+            tls_config()?
+        } else {
+            // Never used for http:// (the scheme picks plain HTTP).
+            rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+                rustls::crypto::ring::default_provider(),
+            ))
+            .with_safe_default_protocol_versions()
+            .map_err(|e| ApiError::internal(format!("TLS set-up: {e}")))?
+            .with_root_certificates(rustls::RootCertStore::empty())
+            .with_no_client_auth()
+        };
+        let connector = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(tls)
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(http);
         Ok(Self {
             base: base.trim_end_matches('/').to_owned(),
             authorization,

@@ -45,6 +45,9 @@ pub struct ServeOptions {
     /// The ingress's certificates (`--tls-cert`/`--tls-key`); `None`:
     /// plain HTTP/1.1 and h2c.
     pub tls: Option<std::sync::Arc<stasis_http::tls::ServerTls>>,
+    /// The admin API's certificates (`--admin-tls-cert`/`--admin-tls-key`;
+    /// one machine only); `None`: plain HTTP.
+    pub admin_tls: Option<std::sync::Arc<stasis_http::tls::ServerTls>>,
 }
 
 /// The addresses a running server listens on.

@@ -71,8 +71,9 @@ pub async fn serve(
         options.admin_token.clone(),
         options.config.internal_token.clone(),
     ));
-    let admin_task = tokio::spawn(stasis_http::serve::serve(
+    let admin_task = tokio::spawn(stasis_http::serve::serve_tls(
         admin,
+        options.admin_tls.clone(),
         move |req, _| {
             let api = api.clone();
             async move { api.handle(req).await }

@@ -3,7 +3,8 @@
 //! `openssl`): a wildcard certificate picked by SNI among two, HTTP/2 and
 //! HTTP/1.1 by ALPN, a client stuck in its handshake holding up no one,
 //! certificates reloaded when their files change, and bad flags refused
-//! by name.
+//! by name; the admin API over TLS (`--admin-tls-cert`) with the CLI and
+//! a joining worker trusting its CA through `STASIS_CA_CERT`.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -230,4 +231,103 @@ fn tls_flags_that_do_not_pair_or_load_are_refused_by_name() {
         arg(&other.key),
     ]);
     assert!(mismatched.contains("does not go with"), "{mismatched}");
+}
+
+/// `--admin-tls-cert/--admin-tls-key`: the admin API over TLS. The CLI at
+/// an `https://` admin URL trusts it through `STASIS_CA_CERT` and is
+/// refused, naming the certificate, without it; plain HTTP to the TLS
+/// port gets no answer; a `worker run --join https://...` with the CA
+/// joins and hosts an actor; the flags are refused in cluster mode.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_api_serves_tls_and_clients_trust_it_by_the_ca_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ca = TestCa::new(dir.path());
+    let admin = ca.issue("admin", "admin", "IP:127.0.0.1,DNS:localhost");
+    let arg = |p: &std::path::Path| p.to_str().expect("utf-8").to_owned();
+    let (cert, key) = (arg(&admin.cert), arg(&admin.key));
+    let server = Server::start(&[
+        "--workers",
+        "1",
+        "--admin-tls-cert",
+        &cert,
+        "--admin-tls-key",
+        &key,
+    ]);
+    let https = format!("https://127.0.0.1:{}", server.admin.port());
+    let cli = |url: &str, ca_file: Option<&std::path::Path>, args: &[&str]| {
+        let mut command = crate::support::STASIS.command();
+        command
+            .args(args)
+            .env("STASIS_ADMIN", url)
+            .env_remove("STASIS_CA_CERT");
+        if let Some(ca_file) = ca_file {
+            command.env("STASIS_CA_CERT", ca_file);
+        }
+        command.output().expect("run stasis")
+    };
+    let counter = crate::support::demo("counter");
+    for args in [
+        &[
+            "template",
+            "push",
+            "counter",
+            counter.to_str().expect("utf-8"),
+        ][..],
+        &["actor", "create", "c1", "--template", "counter"],
+    ] {
+        let out = cli(&https, Some(&ca.cert), args);
+        assert!(out.status.success(), "{args:?}: {out:?}");
+    }
+    let listed = cli(&https, Some(&ca.cert), &["actor", "list", "-o", "json"]);
+    assert!(
+        String::from_utf8_lossy(&listed.stdout).contains("\"c1\""),
+        "{listed:?}"
+    );
+    // Without the CA the certificate is not trusted, and the CLI says so.
+    let untrusted = cli(&https, None, &["actor", "list"]);
+    assert!(!untrusted.status.success());
+    let stderr = String::from_utf8_lossy(&untrusted.stderr);
+    assert!(stderr.contains("certificate"), "{stderr}");
+    // Plain HTTP to the TLS port is no admin API.
+    let plain = format!("http://127.0.0.1:{}", server.admin.port());
+    assert!(!cli(&plain, None, &["actor", "list"]).status.success());
+    // A bad CA file is named.
+    let missing = dir.path().join("no-such-ca.pem");
+    let bad = cli(&https, Some(&missing), &["actor", "list"]);
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("STASIS_CA_CERT"),
+        "{bad:?}"
+    );
+    // A remote worker joins over https with the CA and hosts an actor.
+    let mut command = crate::support::STASIS.worker(&https, "w-tls", &dir.path().join("w-tls"));
+    command.env("STASIS_CA_CERT", &ca.cert);
+    let _worker = stasis_test_util::Proc::start(command, "stasis worker ready", "w-tls", false)
+        .expect("the worker joins over https");
+    let moved = cli(
+        &https,
+        Some(&ca.cert),
+        &["actor", "migrate", "c1", "--to", "w-tls"],
+    );
+    assert!(moved.status.success(), "{moved:?}");
+    let answer = crate::support::post(&server, "c1").await;
+    assert_eq!(answer.status, 200, "{answer:?}");
+    // One machine only: refused with --etcd, naming the flag.
+    let shared = format!("file://{}", dir.path().join("shared").display());
+    let refused = crate::support::Server::start_in(
+        &dir.path().join("cluster-data"),
+        &[
+            "--directory",
+            "etcd://127.0.0.1:1",
+            "--snapshot-store",
+            &shared,
+            "--admin-tls-cert",
+            &cert,
+            "--admin-tls-key",
+            &key,
+        ],
+    );
+    match refused {
+        Ok(_) => panic!("serve took --admin-tls-cert with --etcd"),
+        Err(stderr) => assert!(stderr.contains("--admin-tls-cert"), "{stderr}"),
+    }
 }
