@@ -339,7 +339,10 @@ async fn serve<S>(
             },
         }
     };
-    if code != 0 && control.sockets().closed(id) {
+    // The hub dropped a slow client itself (its entry is gone already):
+    // the actor did not close it, so it hears of it all the same.
+    let dropped_by_hub = code == 1008 && reason == SLOW_CLIENT;
+    if code != 0 && (control.sockets().closed(id) || dropped_by_hub) {
         let _ = events.send(SocketEventKind::Closed { code, reason });
     }
     drop(events);
@@ -440,7 +443,19 @@ impl Drop for StreamGuard {
             return;
         };
         if tokio::runtime::Handle::try_current().is_ok() {
-            ended(&self.control, &self.actor, self.id, code, reason);
+            let dropped_by_hub = code == 1008 && reason == SLOW_CLIENT;
+            if dropped_by_hub {
+                self.control.sockets().closed(self.id);
+                let closed = SocketEventKind::Closed { code, reason };
+                tokio::spawn(deliver_one(
+                    self.control.clone(),
+                    self.actor.clone(),
+                    self.id,
+                    closed,
+                ));
+            } else {
+                ended(&self.control, &self.actor, self.id, code, reason);
+            }
         } else {
             self.control.sockets().closed(self.id);
         }
