@@ -105,6 +105,17 @@ pub enum SocketEventKind {
     },
 }
 
+/// Whether `request` is a WebSocket upgrade the host offers the actor (it
+/// carries the host's [`SOCKET_HEADER`] and `upgrade: websocket`): only
+/// then may the handler answer 101.
+#[must_use]
+pub fn offers_socket(request: &crate::Request) -> bool {
+    request.header(SOCKET_HEADER).is_some()
+        && request
+            .header("upgrade")
+            .is_some_and(|v| v.eq_ignore_ascii_case(b"websocket"))
+}
+
 /// Encodes an event as the host hands it to the guest.
 ///
 /// # Errors

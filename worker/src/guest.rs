@@ -4,7 +4,7 @@
 
 use stasis_contract::alarm::AlarmOutcome;
 use stasis_core::instance::{ActorInstance, CallError};
-use stasis_host_api::sockets::{SOCKET_HEADER, SocketEvent};
+use stasis_host_api::sockets::SocketEvent;
 use stasis_host_api::{Request, Response};
 
 use crate::host_calls::services::ActorHostServices;
@@ -42,7 +42,9 @@ pub(crate) async fn run(
     work: Work<'_>,
 ) -> Result<Answer, CallError> {
     match work {
-        Work::Request(request) if offers_socket(request) && !instance.has_socket_hook() => {
+        Work::Request(request)
+            if stasis_host_api::sockets::offers_socket(request) && !instance.has_socket_hook() =>
+        {
             Ok(Answer::Response(Response::text(
                 501,
                 format!(
@@ -67,12 +69,4 @@ pub(crate) async fn run(
             Ok(Answer::Alarm(AlarmOutcome::Ran))
         }
     }
-}
-
-/// Whether `request` is a WebSocket upgrade the host offers the actor.
-fn offers_socket(request: &Request) -> bool {
-    request.header(SOCKET_HEADER).is_some()
-        && request
-            .header("upgrade")
-            .is_some_and(|v| v.eq_ignore_ascii_case(b"websocket"))
 }

@@ -362,7 +362,8 @@ impl ActorInstance {
         // 1xx would hand the connection over (101: only for an upgrade
         // the host offered, see `stasis_host_api::sockets`) or is not a
         // final answer; past 599 is not HTTP.
-        let accepts_socket = response.status == 101 && offers_socket(&request);
+        let accepts_socket =
+            response.status == 101 && stasis_host_api::sockets::offers_socket(&request);
         if !(200..=599).contains(&response.status) && !accepts_socket {
             return Err(CallError::BadResponse(format!(
                 "status {}",
@@ -499,17 +500,6 @@ impl ActorInstance {
             other => other,
         }
     }
-}
-
-/// Whether `request` is a WebSocket upgrade the host offered the actor
-/// (it carries the host's socket id): only then may it be answered 101.
-fn offers_socket(request: &Request) -> bool {
-    request
-        .header(stasis_host_api::sockets::SOCKET_HEADER)
-        .is_some()
-        && request
-            .header("upgrade")
-            .is_some_and(|v| v.eq_ignore_ascii_case(b"websocket"))
 }
 
 impl Drop for ActorInstance {
