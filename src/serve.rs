@@ -155,6 +155,12 @@ pub(crate) struct ServeArgs {
     /// every host whose addresses are all public.
     #[arg(long = "allow-outbound", value_name = "HOST[:PORT]")]
     allow_outbound: Vec<String>,
+    /// Cluster mode: placements a follower replica keeps cached. It reads
+    /// an actor's placement from etcd when a request first needs it (one
+    /// read, shared by concurrent requests) and follows its changes;
+    /// past this many, those not used lately are dropped.
+    #[arg(long, default_value_t = stasis_runtime::control::DEFAULT_PLACEMENT_CACHE as u64, value_parser = clap::value_parser!(u64).range(1..))]
+    placement_cache: u64,
     #[command(flatten)]
     cluster: ClusterFlags,
     /// Cluster mode: the host other replicas reach this one's listeners at
@@ -301,6 +307,7 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
             admin_token: args.admin_token.clone(),
             internal_token: args.internal_token.clone(),
             snapshot_store: args.cluster.snapshot_store.clone(),
+            placement_cache: usize::try_from(args.placement_cache).unwrap_or(usize::MAX),
         },
         cluster,
         listen: args.listen,

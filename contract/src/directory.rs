@@ -5,8 +5,6 @@
 //! `stasis-cluster`). Snapshots are files (see
 //! [`stasis_core::snapshot_files`]).
 
-use std::collections::BTreeMap;
-
 use serde::{Deserialize, Serialize};
 
 use crate::error::ApiError;
@@ -145,6 +143,17 @@ pub trait Directory: Rollouts + Send + Sync {
     /// 500 on a storage failure.
     fn actors(&self) -> Result<Vec<ActorRow>, ApiError>;
 
+    /// Actor `name`'s record as one read finds it, current at least at
+    /// etcd revision `at_least` (what a follower's placement cache reads
+    /// on a miss, `at_least` being what its watch applied: in cluster mode
+    /// a serializable read of the one key, again linearizable if the
+    /// member that answered lags behind it). Revisions mean nothing to the
+    /// embedded directory.
+    ///
+    /// # Errors
+    /// 500 on a storage failure.
+    fn actor(&self, name: &str, at_least: i64) -> Result<ActorRead, ApiError>;
+
     /// Deletes actor `name`, and its alarm.
     ///
     /// # Errors
@@ -188,20 +197,16 @@ pub trait Directory: Rollouts + Send + Sync {
     }
 }
 
-/// The directory's actors by name as a watch of etcd applied them, up to
-/// and including etcd's `revision` (cluster mode: what a follower routes
-/// by).
+/// One actor's record as [`Directory::actor`] read it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ActorsAt {
-    /// The actors by name, placement included.
-    pub actors: BTreeMap<String, ActorRow>,
-    /// Each actor's generation: the etcd revision its record was created
-    /// at. A name deleted and created again has a new one, so a follower
-    /// tells the new actor (epoch 1 again) from a stale placement of the
-    /// old one.
-    pub generations: BTreeMap<String, i64>,
-    /// The etcd revision they are current at: the revision of the listing,
-    /// or of the newest change to an actor's record applied since.
+pub struct ActorRead {
+    /// The record, if the actor exists.
+    pub row: Option<ActorRow>,
+    /// Its generation (see [`ActorPut::generation`]); 0 without revisions
+    /// (the embedded directory) or when it does not exist.
+    pub generation: i64,
+    /// The etcd revision the read saw (0 without revisions): a change at a
+    /// later revision is newer than what was read.
     pub revision: i64,
 }
 
@@ -209,20 +214,37 @@ pub struct ActorsAt {
 /// mode: what a follower routes by), in order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ActorsChange {
-    /// Every actor (at the start of the watch, and whenever it had to list
-    /// again): what is not in it is gone.
-    Listed(ActorsAt),
-    /// The records one watch event put (each row with its generation, see
-    /// [`ActorsAt::generations`]) and deleted, bringing the actors to etcd
-    /// `revision`.
+    /// A watch of changes only (no listing) starts, or starts again after
+    /// its revision was compacted: changes up to `revision` were not seen,
+    /// so whatever a cache learnt before may be stale.
+    Watching {
+        /// The revision the watch is current at (it sends what follows).
+        revision: i64,
+    },
+    /// The records one watch event put and deleted, bringing the actors to
+    /// etcd `revision`.
     Changed {
-        /// Records created or changed, with their generations.
-        put: Vec<(ActorRow, i64)>,
-        /// Names deleted.
-        deleted: Vec<String>,
+        /// Records created or changed.
+        put: Vec<ActorPut>,
+        /// Names deleted, each with the revision of its delete.
+        deleted: Vec<(String, i64)>,
         /// The revision of the newest change applied.
         revision: i64,
     },
+}
+
+/// A record a watch event created or changed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ActorPut {
+    /// The record.
+    pub row: ActorRow,
+    /// Its generation: the etcd revision its record was created at. A
+    /// name deleted and created again has a new one, so a follower tells
+    /// the new actor (epoch 1 again) from a stale placement of the old
+    /// one.
+    pub generation: i64,
+    /// The revision of this change.
+    pub revision: i64,
 }
 
 /// A remote worker's registration (cluster mode: `<prefix>/workers/<name>`'s

@@ -14,11 +14,13 @@ use prometheus_client::registry::Registry;
 
 mod alarms;
 mod latency;
+mod placements;
 mod scrape;
 
 pub use alarms::AlarmMetrics;
 use latency::{Histograms, histogram, latency_buckets};
 pub use latency::{LatencyLabels, RequestLatency};
+pub use placements::PlacementCacheMetrics;
 
 /// Labels `{template, status}` of `stasis_requests_total`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -116,6 +118,8 @@ pub struct Metrics {
     pub host_calls: HostCallMetrics,
     /// Alarms fired, failed and pending.
     pub alarms: AlarmMetrics,
+    /// A follower replica's placement cache.
+    pub placement_cache: PlacementCacheMetrics,
 }
 
 /// Per-actor series and the index that bounds and removes them.
@@ -354,6 +358,7 @@ impl Metrics {
         let per_actor = per_actor.then(|| PerActor::new(&mut registry));
         let host_calls = HostCallMetrics::register(&mut registry);
         let alarms = AlarmMetrics::register(&mut registry);
+        let placement_cache = PlacementCacheMetrics::register(&mut registry);
         Self {
             registry,
             requests,
@@ -375,6 +380,7 @@ impl Metrics {
             journal_syncs,
             host_calls,
             alarms,
+            placement_cache,
         }
     }
 

@@ -24,7 +24,7 @@ pub async fn call_via(
     request: Request,
 ) -> Result<Response, ApiError> {
     let started = std::time::Instant::now();
-    let route = control.route(actor)?;
+    let route = control.route(actor).await?;
     let answer = control.call(route, request, &ClientGone::new()).await;
     let status = answer
         .as_ref()
@@ -39,12 +39,12 @@ pub async fn call_via(
 ///
 /// # Errors
 /// 404 unknown actor.
-pub fn send_via(
+pub async fn send_via(
     control: &Arc<ControlPlane>,
     actor: &str,
     request: Request,
 ) -> Result<(), ApiError> {
-    control.route(actor)?;
+    control.route(actor).await?;
     let (control, actor) = (control.clone(), actor.to_owned());
     tokio::spawn(async move {
         match call_via(&control, &actor, request).await {

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::sync::{Condvar, Mutex};
 
 use rusqlite::{Connection, OptionalExtension, params};
-use stasis_contract::directory::{ActorRow, Directory, TemplateRow};
+use stasis_contract::directory::{ActorRead, ActorRow, Directory, TemplateRow};
 use stasis_contract::error::ApiError;
 use stasis_contract::settings::Durability;
 
@@ -277,6 +277,30 @@ impl Directory for SqliteDirectory {
             })
             .map_err(db)?;
         rows.collect::<Result<_, _>>().map_err(db)
+    }
+
+    fn actor(&self, name: &str, _at_least: i64) -> Result<ActorRead, ApiError> {
+        let conn = self.reader();
+        let row = conn
+            .query_row(
+                "SELECT template, worker, epoch, created_ms FROM actors WHERE name = ?1",
+                [name],
+                |r| {
+                    Ok(ActorRow {
+                        name: name.to_owned(),
+                        template: r.get(0)?,
+                        worker: r.get(1)?,
+                        epoch: r.get::<_, i64>(2)? as u64,
+                        created_at_unix_ms: r.get::<_, Option<i64>>(3)?.map(|ms| ms as u64),
+                    })
+                },
+            )
+            .optional()
+            .map_err(db)?;
+        Ok(ActorRead {
+            row,
+            ..ActorRead::default()
+        })
     }
 
     fn delete_actor(&self, name: &str) -> Result<(), ApiError> {

@@ -126,6 +126,8 @@ pub struct ServeConfig {
     pub alarm_retries: u32,
     /// `--max-sockets` and `--max-socket-message`.
     pub sockets: stasis_contract::sockets::SocketLimits,
+    /// Placements a follower replica keeps cached (`--placement-cache`).
+    pub placement_cache: usize,
 }
 
 /// What rebalancing evens out.
@@ -157,9 +159,13 @@ impl Default for ServeConfig {
             snapshot_store: StoreUrl::Local,
             alarm_retries: alarms::DEFAULT_RETRIES,
             sockets: stasis_contract::sockets::SocketLimits::default(),
+            placement_cache: DEFAULT_PLACEMENT_CACHE,
         }
     }
 }
+
+/// `--placement-cache`'s default: placements a follower replica keeps.
+pub const DEFAULT_PLACEMENT_CACHE: usize = 100_000;
 
 impl ServeConfig {
     /// The settings every worker of the cluster shares (what a joining
@@ -306,13 +312,21 @@ impl ControlPlane {
             config.alarm_retries,
         );
         let sockets = sockets::Sockets::new(config.sockets);
+        let placements = if role == Role::Follower {
+            placement::PlacementTable::cached(
+                config.placement_cache,
+                metrics.placement_cache.clone(),
+            )
+        } else {
+            placement::PlacementTable::default()
+        };
         Arc::new_cyclic(|me| Self {
             directory: parts.directory,
             templates: parts.templates,
             store: parts.store,
             shared: parts.shared,
             members: membership::Members::new(parts.workers, parts.connect),
-            placements: placement::PlacementTable::default(),
+            placements,
             metrics,
             config,
             ops: tokio::sync::RwLock::new(()),
@@ -331,8 +345,9 @@ impl ControlPlane {
     /// registered in etcd (`workers`, name to record) and takes the actors
     /// of the directory where they are. A leader asks each registered
     /// worker what it hosts, and re-places actors whose worker is gone (or
-    /// no longer hosts them), then starts the alarms; a follower only loads
-    /// the placements, to route by them.
+    /// no longer hosts them), then starts the alarms; a follower reads
+    /// nothing more (it reads each placement when a request first needs
+    /// it).
     ///
     /// # Errors
     /// If the directory cannot be read.
@@ -341,15 +356,12 @@ impl ControlPlane {
         workers: &BTreeMap<String, WorkerRecord>,
     ) -> anyhow::Result<()> {
         self.admit_registered(workers);
-        let directory = self.directory.clone();
-        let rows = tokio::task::spawn_blocking(move || directory.actors())
-            .await
-            .context("reading the directory")??;
-        match self.role {
-            Role::Leader => self.recover_cluster(rows).await,
-            Role::Follower | Role::Embedded => self.load_placements(&rows),
-        }
         if self.role == Role::Leader {
+            let directory = self.directory.clone();
+            let rows = tokio::task::spawn_blocking(move || directory.actors())
+                .await
+                .context("reading the directory")??;
+            self.recover_cluster(rows).await;
             let directory = self.directory.clone();
             let pending = tokio::task::spawn_blocking(move || directory.alarms())
                 .await
@@ -430,6 +442,10 @@ impl ControlPlane {
             for (_, status) in member.statuses().await.unwrap_or_default() {
                 states.push(status.state);
             }
+        }
+        if let Some(cache) = self.placements.cache() {
+            let cached = i64::try_from(self.placements().len()).unwrap_or(i64::MAX);
+            cache.metrics.cached.set(cached);
         }
         self.metrics
             .encode_at_scrape(states, held, self.store.used_bytes())

@@ -44,7 +44,7 @@ impl ControlApi for LocalControl {
     }
 
     async fn send(&self, actor: &str, request: Request) -> Result<(), ApiError> {
-        send_via(&self.get()?, actor, request)
+        send_via(&self.get()?, actor, request).await
     }
 
     async fn set_alarm(&self, actor: &str, at_unix_ms: u64) -> Result<(), ApiError> {

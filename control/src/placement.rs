@@ -9,13 +9,15 @@
 //! it is moving is its state on its worker (`migrating` from capture until
 //! the move ends), not kept here.
 
+mod cache;
+
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use super::ControlPlane;
 use super::membership::{Member, WorkerState};
-use stasis_contract::directory::ActorRow;
+use stasis_contract::directory::{ActorPut, ActorRow};
 use stasis_contract::error::{ApiError, ErrorKind};
 
 /// The incarnation of a follower replica's placements: whichever
@@ -48,7 +50,7 @@ pub(super) struct Placement {
     /// for a worker (retried; shown by `actor get`).
     pub replacement_error: Option<String>,
     /// A follower's placements: which creation of the name this is (see
-    /// `ActorsAt::generations`); `None` where the placements are decided
+    /// `ActorPut::generation`); `None` where the placements are decided
     /// here.
     pub generation: Option<i64>,
     /// When the actor was created (ms since the Unix epoch), as the
@@ -90,6 +92,9 @@ pub(super) struct Gate {
     /// Requests waiting at the closed gate; past `--max-held` more are
     /// refused (503), as at a full mailbox.
     pub held: AtomicUsize,
+    /// Set by each lookup, cleared by a sweep of a follower's placement
+    /// cache: a placement not looked up since the last sweep goes first.
+    pub touched: AtomicBool,
 }
 
 /// A request counted among those waiting at an actor's closed gate, for
@@ -126,12 +131,29 @@ impl Drop for HeldAtGate<'_> {
 /// Every actor's [`Placement`], by name: the one owner of the in-memory
 /// placements. Its writes say what happened (an actor placed, gone,
 /// failed, moved), so that no other code edits a placement's fields.
+///
+/// A follower's table is a bounded cache ([`PlacementTable::cached`]):
+/// it holds the placements looked up lately, not every actor's.
 #[derive(Default)]
 pub(super) struct PlacementTable {
     map: std::sync::RwLock<HashMap<String, Placement>>,
+    /// A follower's cache: its bound, loads in flight and metrics.
+    cache: Option<cache::Cache>,
 }
 
 impl PlacementTable {
+    /// A follower's table: at most `bound` placements, each read from the
+    /// directory when first looked up (see [`cache`]).
+    pub(super) fn cached(
+        bound: usize,
+        metrics: stasis_contract::metrics::PlacementCacheMetrics,
+    ) -> Self {
+        Self {
+            map: std::sync::RwLock::default(),
+            cache: Some(cache::Cache::new(bound, metrics)),
+        }
+    }
+
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<String, Placement>> {
         self.map.write().unwrap_or_else(|p| p.into_inner())
     }
@@ -196,49 +218,41 @@ impl PlacementTable {
         }
     }
 
-    /// A follower's table: the directory's `rows` by name, of the
-    /// `generations` the watch saw; `placement` makes the placement of a
-    /// name new here. Actors no longer listed go, and so does the placement
-    /// of an actor whose name was deleted and created again (another
-    /// generation: its epochs start over); one listed at an older epoch
-    /// than it has here keeps its placement (the watch may lag a switch
-    /// this replica already saw); the others point where the rows say, on
-    /// any incarnation of their worker, keeping their gates. Only new
-    /// placements are built, so an event costs no allocation per actor.
-    pub(super) fn follow(
-        &self,
-        rows: &std::collections::BTreeMap<String, ActorRow>,
-        generations: &std::collections::BTreeMap<String, i64>,
-        placement: impl Fn(&ActorRow, Option<i64>) -> Placement,
-    ) {
-        let mut placements = self.write();
-        placements.retain(|name, _| rows.contains_key(name));
-        for (name, row) in rows {
-            let generation = generations.get(name).copied();
-            follow_row(&mut placements, row, generation, &placement);
-        }
-    }
-
-    /// [`PlacementTable::follow`] for the records one watch event put and
-    /// deleted: costs in proportion to them, not to the actors.
+    /// A follower's table: applies the records one watch event put and
+    /// deleted (costs in proportion to them, not to the actors) to the
+    /// names it holds, keeps them for the names being read ([`cache`]),
+    /// and ignores the others. A placement changes as [`follow_row`] says.
     pub(super) fn follow_changes(
         &self,
-        put: &[(ActorRow, i64)],
-        deleted: &[String],
+        put: &[ActorPut],
+        deleted: &[(String, i64)],
         placement: impl Fn(&ActorRow, Option<i64>) -> Placement,
     ) {
+        let Some(cache) = &self.cache else {
+            return;
+        };
         let mut placements = self.write();
-        for name in deleted {
+        for (name, revision) in deleted {
             placements.remove(name);
+            cache.saw(name, cache::Seen::Deleted(*revision));
         }
-        for (row, generation) in put {
-            follow_row(&mut placements, row, Some(*generation), &placement);
+        for put in put {
+            if placements.contains_key(&put.row.name) {
+                follow_row(&mut placements, &put.row, Some(put.generation), &placement);
+            } else {
+                cache.saw(&put.row.name, cache::Seen::Put(put.clone()));
+            }
         }
     }
 }
 
-/// Points `row`'s placement where the row says (the rules of
-/// [`PlacementTable::follow`]).
+/// Points `row`'s placement (of `generation`) where the row says; `placement`
+/// makes the placement of a name new here. The placement of an actor whose
+/// name was deleted and created again is replaced (another generation: its
+/// epochs start over); one listed at an older epoch than it has here keeps
+/// its placement (the watch may lag a switch this replica already saw);
+/// the others point where the row says, on any incarnation of their
+/// worker, keeping their gates.
 fn follow_row(
     placements: &mut HashMap<String, Placement>,
     row: &ActorRow,

@@ -6,6 +6,7 @@
 //! placement after a stale epoch.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use stasis_contract::alarm::AlarmOutcome;
@@ -37,31 +38,44 @@ enum Delivered {
 
 impl ControlPlane {
     /// Looks actor `name` up for a request: the one placement lookup
-    /// before the request body is read.
+    /// before the request body is read (a follower's that finds nothing
+    /// cached reads the directory, see [`crate::follow`]).
     ///
     /// # Errors
-    /// 404 unknown actor.
-    pub fn route(&self, name: &str) -> Result<Route, ApiError> {
-        let placements = self.placements();
-        let placement = placements
-            .get(name)
-            .ok_or_else(|| ApiError::not_found(format!("no actor named {name:?}")))?;
+    /// 404 unknown actor; 500 if a follower cannot read the directory.
+    pub async fn route(&self, name: &str) -> Result<Route, ApiError> {
+        let cached = self.placements().get(name).map(|p| {
+            p.gate.touched.store(true, Ordering::Relaxed);
+            p.gate.clone()
+        });
+        let gate = match cached {
+            Some(gate) => gate,
+            None => self
+                .load_placement(name)
+                .await?
+                .ok_or_else(|| ApiError::not_found(format!("no actor named {name:?}")))?,
+        };
         Ok(Route {
             actor: name.to_owned(),
-            gate: placement.gate.clone(),
+            gate,
         })
     }
 
-    /// The worker and epoch actor `name` is placed on now.
+    /// The worker and epoch actor `name` is placed on now (a follower's
+    /// placement read again if it was dropped since the lookup).
     ///
     /// # Errors
     /// 404 unknown actor; 503 as [`ControlPlane::host_of`].
-    fn current_host(&self, name: &str) -> Result<(Arc<Member>, u64), ApiError> {
-        let placements = self.placements();
-        let placement = placements
-            .get(name)
-            .ok_or_else(|| ApiError::not_found(format!("no actor named {name:?}")))?;
-        Ok((self.host_of(placement, name)?, placement.epoch))
+    async fn current_host(&self, name: &str) -> Result<(Arc<Member>, u64), ApiError> {
+        for _ in 0..2 {
+            if let Some(placement) = self.placements().get(name) {
+                return Ok((self.host_of(placement, name)?, placement.epoch));
+            }
+            if self.load_placement(name).await?.is_none() {
+                break;
+            }
+        }
+        Err(ApiError::not_found(format!("no actor named {name:?}")))
     }
 
     /// Hands an HTTP request to the actor of `route`, through its gate:
@@ -156,14 +170,14 @@ impl ControlPlane {
             };
             // Read under the gate: a move switches the placement only
             // while it holds the gate closed.
-            let (member, epoch) = match self.current_host(name) {
+            let (member, epoch) = match self.current_host(name).await {
                 Ok(host) => host,
                 Err(e) if e.is(ErrorKind::Unreachable) => {
                     // Open the gate for the re-placement while held.
                     drop(open);
                     self.hold_for_a_host(name, &gate, gone, &mut hostless, e)
                         .await?;
-                    gate = self.route(name)?.gate;
+                    gate = self.route(name).await?.gate;
                     continue;
                 }
                 Err(e) => return Err(e),
@@ -201,12 +215,13 @@ impl ControlPlane {
                     tracing::debug!(actor = name, "retrying on the current owner: {e}");
                     drop(open);
                     if self.role() == super::Role::Follower {
-                        // A follower learns of the new placement from its
-                        // watch of etcd, a moment after the move.
+                        // A follower reads the placement again, a moment
+                        // after the move (its watch may be behind).
+                        self.placements.forget(name, epoch);
                         let pause_ms = 25 * u64::from(attempts);
                         tokio::time::sleep(std::time::Duration::from_millis(pause_ms)).await;
                     }
-                    gate = self.route(name)?.gate;
+                    gate = self.route(name).await?.gate;
                 }
                 // Never delivered (the worker refused the connection): held
                 // until the worker is back or the actor is re-placed.
@@ -214,7 +229,7 @@ impl ControlPlane {
                     drop(open);
                     self.hold_for_a_host(name, &gate, gone, &mut hostless, e)
                         .await?;
-                    gate = self.route(name)?.gate;
+                    gate = self.route(name).await?.gate;
                 }
                 other => return other,
             }

@@ -350,7 +350,7 @@ impl AdminApi {
             }
             (&Method::POST, ControlPath::Send(actor)) => {
                 let request = decode_host_request(&body)?;
-                stasis_control::calls::send_via(c, actor, request)?;
+                stasis_control::calls::send_via(c, actor, request).await?;
                 Ok(text(
                     StatusCode::ACCEPTED,
                     String::new(),

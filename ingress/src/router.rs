@@ -243,7 +243,7 @@ async fn route(
         Ok(actor) => actor,
         Err(e) => return text_error(&e),
     };
-    let route = match control.route(&actor) {
+    let route = match control.route(&actor).await {
         Ok(route) => route,
         Err(e) => return text_error(&e),
     };

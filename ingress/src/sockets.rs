@@ -207,7 +207,7 @@ async fn deliver(
     id: u64,
     kind: SocketEventKind,
 ) -> Result<(), ApiError> {
-    let route = control.route(actor)?;
+    let route = control.route(actor).await?;
     control
         .socket_event(route, SocketEvent { socket: id, kind })
         .await

@@ -385,7 +385,7 @@ async fn open(
     match role {
         Role::Leader => tasks.push(tokio::spawn(control.clone().run_housekeeping())),
         Role::Follower | Role::Embedded => {
-            let actors = etcd.watch_actors().await?;
+            let actors = etcd.watch_actor_changes().await?;
             let (applied_tx, applied_rx) = watch::channel(0);
             tasks.push(tokio::spawn(
                 control.clone().follow_placements(actors, applied_tx),

@@ -18,7 +18,7 @@ use crate::s3::S3Server;
 use crate::{Artifacts, Proc};
 
 /// The etcd key prefix every deployment uses.
-const PREFIX: &str = "/stasis-test";
+pub const PREFIX: &str = "/stasis-test";
 
 /// How long [`Deployment::wait_for_workers`] and [`Deployment::leader`]
 /// wait.

@@ -79,13 +79,6 @@ fn state(server: &Server, actor: &str) -> String {
         .to_owned()
 }
 
-/// The value of metric line `name` (no labels), 0 when absent.
-fn metric(text: &str, name: &str) -> f64 {
-    text.lines()
-        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-        .unwrap_or(0.0)
-}
-
 /// Waits until metric `name` is `want` (at most 5 s): the scheduler
 /// counts and clears an alarm just after its handler answered, so a
 /// request behind the handler may see the actor's state first.
@@ -93,7 +86,7 @@ async fn wait_metric(server: &Server, name: &str, want: f64) {
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
         let text = server.metrics().await;
-        if metric(&text, name) == want {
+        if crate::support::metric_in(&text, name) == want {
             return;
         }
         assert!(Instant::now() < deadline, "{name} is not {want}: {text}");
@@ -114,7 +107,7 @@ async fn an_alarm_wakes_a_paused_actor_and_a_cancelled_one_never_fires() {
     let (_, pending) = ask(&server, "sleeper", "GET", "/alarm").await;
     assert!(pending.starts_with("alarm: 1"), "{pending}");
     assert_eq!(
-        metric(&server.metrics().await, "stasis_alarms_pending"),
+        crate::support::metric_in(&server.metrics().await, "stasis_alarms_pending"),
         1.0
     );
     server.cli_ok(&["actor", "pause", "sleeper"]);
@@ -153,17 +146,21 @@ async fn an_alarm_wakes_a_paused_actor_and_a_cancelled_one_never_fires() {
     wait_metric(&server, "stasis_alarms_fired_total", 2.0).await;
     wait_metric(&server, "stasis_alarms_pending", 0.0).await;
     let text = server.metrics().await;
-    assert_eq!(metric(&text, "stasis_alarm_failures_total"), 0.0, "{text}");
+    assert_eq!(
+        crate::support::metric_in(&text, "stasis_alarm_failures_total"),
+        0.0,
+        "{text}"
+    );
 
     // Deleting the actor deletes its alarm.
     set_alarm(&server, "sleeper", 60_000, "").await;
     assert_eq!(
-        metric(&server.metrics().await, "stasis_alarms_pending"),
+        crate::support::metric_in(&server.metrics().await, "stasis_alarms_pending"),
         1.0
     );
     server.cli_ok(&["actor", "delete", "sleeper"]);
     assert_eq!(
-        metric(&server.metrics().await, "stasis_alarms_pending"),
+        crate::support::metric_in(&server.metrics().await, "stasis_alarms_pending"),
         0.0
     );
 }
@@ -226,7 +223,11 @@ async fn a_trapping_alarm_handler_is_retried_until_it_succeeds() {
     wait_metric(&server, "stasis_alarms_fired_total", 1.0).await;
     wait_metric(&server, "stasis_alarms_pending", 0.0).await;
     let text = server.metrics().await;
-    assert_eq!(metric(&text, "stasis_alarm_failures_total"), 2.0, "{text}");
+    assert_eq!(
+        crate::support::metric_in(&text, "stasis_alarm_failures_total"),
+        2.0,
+        "{text}"
+    );
     server.wait_for_log("retrying in");
 }
 
@@ -262,8 +263,16 @@ async fn an_alarm_whose_handler_always_traps_is_given_up_after_its_retries() {
     wait_metric(&server, "stasis_alarms_given_up_total", 1.0).await;
     wait_metric(&server, "stasis_alarms_pending", 0.0).await;
     let text = server.metrics().await;
-    assert_eq!(metric(&text, "stasis_alarm_failures_total"), 3.0, "{text}");
-    assert_eq!(metric(&text, "stasis_alarms_fired_total"), 0.0, "{text}");
+    assert_eq!(
+        crate::support::metric_in(&text, "stasis_alarm_failures_total"),
+        3.0,
+        "{text}"
+    );
+    assert_eq!(
+        crate::support::metric_in(&text, "stasis_alarms_fired_total"),
+        0.0,
+        "{text}"
+    );
     assert_eq!(
         ask(&server, "doomed", "GET", "/alarm").await.1,
         "alarm: none\n"
@@ -307,7 +316,11 @@ async fn an_alarm_of_a_module_without_the_hook_is_removed_and_counted() {
     wait_metric(&server, "stasis_alarms_without_hook_total", 1.0).await;
     wait_metric(&server, "stasis_alarms_pending", 0.0).await;
     let text = server.metrics().await;
-    assert_eq!(metric(&text, "stasis_alarms_fired_total"), 0.0, "{text}");
+    assert_eq!(
+        crate::support::metric_in(&text, "stasis_alarms_fired_total"),
+        0.0,
+        "{text}"
+    );
     server.wait_for_log("no stasis_on_alarm export");
     let got = server.cli_json(&["actor", "get", "hookless"]);
     assert_eq!(got["alarms"], 0, "{got}");

@@ -90,6 +90,7 @@ mod logs;
 mod lost_answers;
 mod mapped;
 mod outbound;
+mod placements;
 mod reliability;
 mod replicas;
 mod replicas_faults;

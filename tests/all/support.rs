@@ -415,3 +415,17 @@ pub(crate) async fn one_byte(server: &Server, actor: &str) -> u8 {
     assert_eq!(reply.body.len(), 1, "{actor}: {reply:?}");
     reply.body.as_bytes()[0]
 }
+
+/// The value of the metric line `series` (its name and labels as printed)
+/// in the `/metrics` text `text`, 0 when absent.
+pub(crate) fn metric_in(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|line| {
+            line.strip_prefix(series)?
+                .strip_prefix(' ')?
+                .trim()
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0.0)
+}

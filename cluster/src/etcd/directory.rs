@@ -30,8 +30,8 @@ use etcd_client::{
 
 use super::batch::{Batcher, Outcome, Write};
 use super::values::{ActorValue, AlarmValue, TemplateValue, decode, failed};
-use super::{Etcd, retry, retryable};
-use stasis_contract::directory::{ActorRow, Directory, TemplateRow};
+use super::{Etcd, get_one, retry, retryable};
+use stasis_contract::directory::{ActorRead, ActorRow, Directory, TemplateRow};
 use stasis_contract::error::ApiError;
 
 /// How many times a placement re-reads and retries after losing a race to
@@ -74,7 +74,7 @@ impl Fence {
     /// fence is what failed (the leader key is gone or under another
     /// lease), else `Ok`.
     async fn check(&self, kv: KvClient) -> Result<(), ApiError> {
-        let found = EtcdDirectory::get(kv, self.key.clone()).await?;
+        let found = get_one(&kv, &self.key).await?;
         if found.is_some_and(|kv| kv.lease() == self.lease) {
             return Ok(());
         }
@@ -212,7 +212,7 @@ impl EtcdDirectory {
             for _ in 0..PLACE_ATTEMPTS {
                 let found = match known.take() {
                     Some(found) => found,
-                    None => Self::get(kv.clone(), key.clone()).await?,
+                    None => get_one(&kv, &key).await?,
                 };
                 let Some(found) = found else {
                     return Err(gone());
@@ -363,17 +363,6 @@ impl EtcdDirectory {
             Ok(None)
         })
     }
-
-    /// Reads `key`, retrying.
-    async fn get(kv: KvClient, key: String) -> Result<Option<KeyValue>, ApiError> {
-        let mut resp = retry(|| {
-            let (mut kv, key) = (kv.clone(), key.clone());
-            async move { kv.get(key, None).await }
-        })
-        .await
-        .map_err(failed)?;
-        Ok(resp.take_kvs().into_iter().next())
-    }
 }
 
 impl Directory for EtcdDirectory {
@@ -406,7 +395,7 @@ impl Directory for EtcdDirectory {
         let key = self.template_key(name);
         let name = name.to_string();
         self.etcd.run_blocking("a template read", async move {
-            let Some(found) = Self::get(kv, key).await? else {
+            let Some(found) = get_one(&kv, &key).await? else {
                 return Ok(None);
             };
             let v: TemplateValue = decode(found.key(), found.value())?;
@@ -506,6 +495,13 @@ impl Directory for EtcdDirectory {
     }
 
     /// The record and the actor's alarm, in one write of the batch.
+    fn actor(&self, name: &str, at_least: i64) -> Result<ActorRead, ApiError> {
+        let (etcd, name) = (self.etcd.clone(), name.to_owned());
+        self.etcd.run_blocking("an actor read", async move {
+            etcd.read_actor(&name, at_least).await
+        })
+    }
+
     fn delete_actor(&self, name: &str) -> Result<(), ApiError> {
         let (kv, fence, batch) = (self.kv(), self.fence.clone(), self.batch.clone());
         let write = Write::Delete {
@@ -567,7 +563,7 @@ impl Directory for EtcdDirectory {
         let kv = self.kv();
         let key = self.alarm_key(name);
         self.etcd.run_blocking("an alarm read", async move {
-            let Some(found) = Self::get(kv, key).await? else {
+            let Some(found) = get_one(&kv, &key).await? else {
                 return Ok(None);
             };
             let v: AlarmValue = decode(found.key(), found.value())?;

@@ -27,6 +27,7 @@
 //! threads. Lease timing is argued in [`lease`].
 
 mod batch;
+mod changes;
 mod directory;
 mod election;
 pub mod lease;
@@ -52,6 +53,7 @@ use anyhow::Context as _;
 use etcd_client::{Client, GetOptions, KeyValue};
 
 use stasis_contract::error::ApiError;
+use values::failed;
 
 pub use directory::EtcdDirectory;
 pub use election::{LeaderRecord, Leadership};
@@ -131,13 +133,11 @@ impl Etcd {
             let client = Client::connect(&members, Some(options)).await?;
             // A member that is down fails the requests sent its way until
             // the balancer has seen it refuse: retried, they reach another.
+            // The probe reads one key (a count of the prefix would walk
+            // every actor's key).
             retry(|| {
                 let (mut client, key) = (client.clone(), probe_key.clone());
-                async move {
-                    client
-                        .get(key, Some(GetOptions::new().with_prefix().with_count_only()))
-                        .await
-                }
+                async move { client.get(key, None).await }
             })
             .await?;
             Ok::<_, etcd_client::Error>(client)
@@ -320,6 +320,32 @@ pub(crate) fn retryable(e: &etcd_client::Error) -> bool {
         ),
         _ => false,
     }
+}
+
+/// `key` read with `options`, retried while etcd is unavailable.
+async fn get(
+    kv: &etcd_client::KvClient,
+    key: &str,
+    options: GetOptions,
+) -> Result<etcd_client::GetResponse, ApiError> {
+    retry(|| {
+        let (mut kv, options) = (kv.clone(), options.clone());
+        async move { kv.get(key, Some(options)).await }
+    })
+    .await
+    .map_err(failed)
+}
+
+/// `key`'s record, if any (a linearizable read, retried).
+pub(crate) async fn get_one(
+    kv: &etcd_client::KvClient,
+    key: &str,
+) -> Result<Option<KeyValue>, ApiError> {
+    Ok(get(kv, key, GetOptions::new())
+        .await?
+        .take_kvs()
+        .into_iter()
+        .next())
 }
 
 /// Runs `attempt` until it succeeds, fails for good, or [`ATTEMPTS`]

@@ -1,22 +1,12 @@
-//! Following a part of the key space as a map that converges: a task on
-//! the background runtime lists the range (paged), watches it from the
+//! Following a small part of the key space as a map that converges: a task
+//! on the background runtime lists the range (paged), watches it from the
 //! next revision and applies puts and deletes; when the watch breaks (a
 //! member died, the connection dropped) or its revision was compacted, it
 //! lists and watches again, backing off from 100 ms to 2 s. Used by
-//! [`Etcd::watch_workers`], [`Etcd::watch_actors`] and
-//! [`Etcd::watch_leader`](super::Etcd::watch_leader).
-//!
-//! The follower also knows the etcd revision its map is current at: the
-//! listing's, then that of each change applied (an event's `mod_revision`,
-//! which for a delete is the delete's revision). [`Etcd::watch_actors`]
-//! publishes it with each change, for read-your-writes (see
-//! `stasis-runtime`'s `replica`).
-//!
-//! What a follower publishes is a [`Sink`]'s choice: the small ranges
-//! (workers, the leader) as the whole map after each change, the actors
-//! as the changes themselves ([`ActorsChange`]), so a watch event costs in
-//! proportion to what it changed, not to the number of actors, and the
-//! watch keeps no copy of the actors of its own.
+//! [`Etcd::watch_workers`] and [`Etcd::watch_leader`](super::Etcd::watch_leader),
+//! which publish the whole map after each change. The actors, too many to
+//! list, are watched by their changes alone (see [`super::changes`]), with
+//! the helpers at the end of this module.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -27,10 +17,10 @@ use tokio::sync::watch;
 
 use super::values::ActorValue;
 use super::{Etcd, WorkerRecord, back_off, prefix_end};
-use stasis_contract::directory::{ActorRow, ActorsAt, ActorsChange};
+use stasis_contract::directory::{ActorPut, ActorsChange};
 
 /// First pause before re-listing after a failure.
-const FIRST_BACKOFF: Duration = Duration::from_millis(100);
+pub(crate) const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 
 /// The keys a follower follows.
 #[derive(Clone)]
@@ -42,7 +32,7 @@ pub(crate) enum Range {
 }
 
 impl Range {
-    fn start(&self) -> &str {
+    pub(crate) fn start(&self) -> &str {
         match self {
             Range::Under(k) | Range::Key(k) => k,
         }
@@ -108,36 +98,6 @@ impl Etcd {
         Ok(rx)
     }
 
-    /// The directory's actors as a stream of changes, returned once the
-    /// first listing is in: [`ActorsChange::Listed`] with every actor
-    /// (placement included) first and again whenever the watch had to
-    /// list again, [`ActorsChange::Changed`] with the records put and
-    /// deleted by each watch event in between, each with the etcd revision
-    /// it brings the receiver to. A follower replica routes by it. The
-    /// channel is unbounded: its receiver applies each change in memory.
-    ///
-    /// # Errors
-    /// If the follower task ended before its first listing.
-    pub async fn watch_actors(
-        &self,
-    ) -> anyhow::Result<tokio::sync::mpsc::UnboundedReceiver<ActorsChange>> {
-        let (listed, first) = tokio::sync::oneshot::channel();
-        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        let etcd = self.clone();
-        let range = Range::Under(self.key("actors/"));
-        self.spawn(async move {
-            let sink = Changes(tx);
-            tokio::select! {
-                () = follow(etcd, range, &sink, Some(listed)) => {}
-                () = sink.0.closed() => {}
-            }
-        });
-        first
-            .await
-            .map_err(|_| anyhow::anyhow!("the watch of the actors ended before listing them"))?;
-        Ok(rx)
-    }
-
     /// Spawns the follower of `range`, publishing `project(map, revision)`
     /// after each change (`revision`: etcd's revision `map` is current
     /// at); `listed` is told once the first listing is published.
@@ -188,8 +148,9 @@ pub(crate) trait Sink: Sync {
     type Value: DeserializeOwned;
     /// The whole range at `revision` (at start and after each re-listing).
     fn listed(&self, records: Vec<(String, Versioned<Self::Value>)>, revision: i64);
-    /// The changes of one watch event, bringing the range to `revision`.
-    fn changed(&self, changes: Vec<(String, Option<Versioned<Self::Value>>)>, revision: i64);
+    /// The changes of one watch event (each with its own revision),
+    /// bringing the range to `revision`.
+    fn changed(&self, changes: Vec<Change<Self::Value>>, revision: i64);
 }
 
 /// A follower that keeps the map and publishes `project(map, revision)`
@@ -237,9 +198,9 @@ where
         self.publish(&map, revision);
     }
 
-    fn changed(&self, changes: Vec<(String, Option<Versioned<V>>)>, revision: i64) {
+    fn changed(&self, changes: Vec<Change<V>>, revision: i64) {
         let mut map = self.map();
-        for (name, value) in changes {
+        for (name, value, _) in changes {
             match value {
                 Some(v) => map.insert(name, v),
                 None => map.remove(&name),
@@ -249,46 +210,58 @@ where
     }
 }
 
-/// The actors' follower: each listing and event as an [`ActorsChange`].
-struct Changes(tokio::sync::mpsc::UnboundedSender<ActorsChange>);
+/// One key's change in a watch event: its name, its record (`None`:
+/// deleted) and the revision of the change.
+pub(crate) type Change<V> = (String, Option<Versioned<V>>, i64);
 
-fn actor_row(name: &str, v: &Versioned<ActorValue>) -> ActorRow {
-    v.value.row(name)
+/// The actors' changes of one watch event as an [`ActorsChange`] bringing
+/// them to `revision`; `None` if it changed none.
+pub(crate) fn actors_changed(
+    changes: Vec<Change<ActorValue>>,
+    revision: i64,
+) -> Option<ActorsChange> {
+    let mut put = Vec::new();
+    let mut deleted = Vec::new();
+    for (name, value, at) in changes {
+        match value {
+            Some(v) => put.push(ActorPut {
+                row: v.value.row(&name),
+                generation: v.created,
+                revision: at,
+            }),
+            None => deleted.push((name, at)),
+        }
+    }
+    (!put.is_empty() || !deleted.is_empty()).then_some(ActorsChange::Changed {
+        put,
+        deleted,
+        revision,
+    })
 }
 
-impl Sink for Changes {
-    type Value = ActorValue;
-
-    fn listed(&self, records: Vec<(String, Versioned<ActorValue>)>, revision: i64) {
-        let mut at = ActorsAt {
-            revision,
-            ..ActorsAt::default()
-        };
-        for (name, v) in records {
-            at.generations.insert(name.clone(), v.created);
-            at.actors.insert(name.clone(), actor_row(&name, &v));
-        }
-        let _ = self.0.send(ActorsChange::Listed(at));
-    }
-
-    fn changed(&self, changes: Vec<(String, Option<Versioned<ActorValue>>)>, revision: i64) {
-        let mut put = Vec::new();
-        let mut deleted = Vec::new();
-        for (name, value) in changes {
-            match value {
-                Some(v) => put.push((actor_row(&name, &v), v.created)),
-                None => deleted.push(name),
+/// The changes of `range` in one watch response, raising
+/// `applied_revision` to the newest.
+pub(crate) fn event_changes<V: DeserializeOwned>(
+    range: &Range,
+    resp: &etcd_client::WatchResponse,
+    applied_revision: &mut i64,
+) -> Vec<Change<V>> {
+    let mut changes = Vec::with_capacity(resp.events().len());
+    for event in resp.events() {
+        let Some(kv) = event.kv() else { continue };
+        let at = kv.mod_revision();
+        *applied_revision = (*applied_revision).max(at);
+        let name = range.name(kv.key());
+        match event.event_type() {
+            EventType::Put => {
+                if let Some(v) = decode(kv) {
+                    changes.push((name, Some(v), at));
+                }
             }
+            EventType::Delete => changes.push((name, None, at)),
         }
-        if put.is_empty() && deleted.is_empty() {
-            return;
-        }
-        let _ = self.0.send(ActorsChange::Changed {
-            put,
-            deleted,
-            revision,
-        });
     }
+    changes
 }
 
 async fn follow<S: Sink>(
@@ -352,20 +325,7 @@ async fn follow<S: Sink>(
                 );
                 break;
             }
-            let mut changes = Vec::with_capacity(resp.events().len());
-            for event in resp.events() {
-                let Some(kv) = event.kv() else { continue };
-                applied_revision = applied_revision.max(kv.mod_revision());
-                let name = range.name(kv.key());
-                match event.event_type() {
-                    EventType::Put => {
-                        if let Some(v) = decode(kv) {
-                            changes.push((name, Some(v)));
-                        }
-                    }
-                    EventType::Delete => changes.push((name, None)),
-                }
-            }
+            let changes = event_changes(&range, &resp, &mut applied_revision);
             sink.changed(changes, applied_revision);
             backoff = FIRST_BACKOFF;
         }

@@ -39,7 +39,7 @@ impl Deliver for ControlDeliver {
         if !control.may_act() {
             return Delivery::Failed("this replica no longer leads".to_owned());
         }
-        let route = match control.route(actor) {
+        let route = match control.route(actor).await {
             Ok(route) => route,
             Err(e) if e.is(ErrorKind::NotFound) => return Delivery::Gone,
             Err(e) => return Delivery::Failed(e.message().to_owned()),

@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use stasis_contract::alarm::AlarmOutcome;
 use stasis_contract::client_gone::ClientGone;
-use stasis_contract::directory::{ActorRow, Directory, TemplateRow};
+use stasis_contract::directory::{ActorRead, ActorRow, Directory, TemplateRow};
 use stasis_contract::error::{ApiError, ErrorKind};
 use stasis_contract::rollout::{ActorOutcome, RolloutRecord, Rollouts};
 use stasis_contract::status::{ActorState, ActorStatus, Captured, ResumeFrom, SnapshotReport};
@@ -393,6 +393,13 @@ impl Directory for MemoryDirectory {
             .values()
             .cloned()
             .collect())
+    }
+
+    fn actor(&self, name: &str, _at_least: i64) -> Result<ActorRead, ApiError> {
+        Ok(ActorRead {
+            row: self.actors.lock().expect("lock").get(name).cloned(),
+            ..ActorRead::default()
+        })
     }
 
     fn delete_actor(&self, name: &str) -> Result<(), ApiError> {

@@ -4,6 +4,7 @@
 //! matters, so that moves, drains, a lost worker and a leader change are
 //! exercised without a process, a socket or a sleep.
 
+mod cache;
 mod fakes;
 mod scenarios;
 
@@ -107,7 +108,7 @@ fn harness(role: Role, in_process: usize, actors: &[ActorRow]) -> Harness {
 impl Harness {
     /// `POST /` to `actor` along the request path (route, gate, worker).
     async fn post(&self, actor: &str) -> Result<String, ApiError> {
-        let route = self.control.route(actor)?;
+        let route = self.control.route(actor).await?;
         let answer = self
             .control
             .call(route, Request::new("POST", "/"), &ClientGone::new())

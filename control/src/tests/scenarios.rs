@@ -3,7 +3,6 @@
 
 use std::time::Duration;
 
-use stasis_contract::directory::ActorRow;
 use stasis_contract::error::ErrorKind;
 use stasis_contract::status::ActorState;
 use stasis_contract::worker_api::WorkerApi as _;
@@ -130,7 +129,7 @@ async fn an_alarm_is_delivered_to_the_actors_current_owner() {
         "worker-1"
     };
     h.control.migrate("a0", to).await.expect("move");
-    let route = h.control.route("a0").expect("route");
+    let route = h.control.route("a0").await.expect("route");
     let outcome = h.control.alarm(route).await.expect("delivered");
     assert_eq!(outcome, stasis_contract::alarm::AlarmOutcome::Ran);
     let target = h.workers.iter().find(|w| w.name() == to).expect("target");
@@ -259,94 +258,6 @@ async fn a_new_leader_takes_placements_as_the_workers_report_them() {
     assert_eq!(h.directory.actor("a1").expect("row").epoch, 6);
     // The copy nobody owns is removed.
     assert!(w1.hosted("stray").is_none(), "{:?}", w1.log());
-}
-
-#[tokio::test]
-async fn a_follower_forgets_a_placement_whose_actor_was_created_again() {
-    let h = harness(Role::Follower, 0, &[]);
-    let at = |worker: &str, epoch: u64, generation: i64, revision: i64| {
-        let mut actors = std::collections::BTreeMap::new();
-        actors.insert("x".to_owned(), row("x", worker, epoch));
-        let mut generations = std::collections::BTreeMap::new();
-        generations.insert("x".to_owned(), generation);
-        stasis_contract::directory::ActorsAt {
-            actors,
-            generations,
-            revision,
-        }
-    };
-    let placed = |h: &super::Harness| {
-        let p = h.control.placement_of("x").expect("placed");
-        (p.worker.to_string(), p.epoch)
-    };
-    h.control.apply_placements(&at("w1", 3, 10, 100));
-    assert_eq!(placed(&h), ("w1".to_owned(), 3));
-    // A watch that lags a switch this replica saw does not move it back.
-    h.control.apply_placements(&at("w1", 2, 10, 101));
-    assert_eq!(placed(&h), ("w1".to_owned(), 3));
-    // Deleted and created again (while this follower was frozen, say):
-    // another generation, whose epochs start over at 1.
-    h.control.apply_placements(&at("w2", 1, 20, 102));
-    assert_eq!(placed(&h), ("w2".to_owned(), 1));
-    // Gone from the directory: gone here.
-    h.control
-        .apply_placements(&stasis_contract::directory::ActorsAt::default());
-    assert!(h.control.placement_of("x").is_err());
-}
-
-#[tokio::test]
-async fn a_follower_applies_each_watch_event_by_its_changes_alone() {
-    use stasis_contract::directory::ActorsChange;
-    let h = harness(Role::Follower, 0, &[]);
-    let placed = |name: &str| {
-        h.control
-            .placement_of(name)
-            .ok()
-            .map(|p| (p.worker.to_string(), p.epoch))
-    };
-    let listed = |names: &[&str]| {
-        let mut at = stasis_contract::directory::ActorsAt {
-            revision: 100,
-            ..Default::default()
-        };
-        for name in names {
-            at.actors.insert((*name).to_owned(), row(name, "w1", 1));
-            at.generations.insert((*name).to_owned(), 10);
-        }
-        ActorsChange::Listed(at)
-    };
-    let changed =
-        |put: Vec<(ActorRow, i64)>, deleted: &[&str], revision: i64| ActorsChange::Changed {
-            put,
-            deleted: deleted.iter().map(|d| (*d).to_owned()).collect(),
-            revision,
-        };
-    assert_eq!(h.control.apply_change(&listed(&["a", "b"])), 100);
-    // One actor moved: only it changes; the others stay as they were.
-    let revision = h
-        .control
-        .apply_change(&changed(vec![(row("a", "w2", 2), 10)], &[], 101));
-    assert_eq!(revision, 101);
-    assert_eq!(placed("a"), Some(("w2".to_owned(), 2)));
-    assert_eq!(placed("b"), Some(("w1".to_owned(), 1)));
-    // An event that lags a switch seen here does not move it back.
-    h.control
-        .apply_change(&changed(vec![(row("a", "w1", 1), 10)], &[], 102));
-    assert_eq!(placed("a"), Some(("w2".to_owned(), 2)));
-    // A new actor, a deleted one, and a name created again (another
-    // generation: epochs start over).
-    h.control.apply_change(&changed(
-        vec![(row("c", "w1", 1), 30), (row("a", "w1", 1), 40)],
-        &["b"],
-        103,
-    ));
-    assert_eq!(placed("a"), Some(("w1".to_owned(), 1)));
-    assert_eq!(placed("b"), None);
-    assert_eq!(placed("c"), Some(("w1".to_owned(), 1)));
-    // A listing after the watch broke: what it lacks is gone.
-    h.control.apply_change(&listed(&["c"]));
-    assert_eq!(placed("a"), None);
-    assert_eq!(placed("c"), Some(("w1".to_owned(), 1)));
 }
 
 #[tokio::test(start_paused = true)]
