@@ -9,6 +9,7 @@ mod js_template;
 mod output;
 mod process;
 mod serve;
+mod trace_flags;
 mod verbs;
 mod worker_run;
 

@@ -163,6 +163,8 @@ pub(crate) struct ServeArgs {
     placement_cache: u64,
     #[command(flatten)]
     cluster: ClusterFlags,
+    #[command(flatten)]
+    trace: crate::trace_flags::TraceFlags,
     /// Cluster mode: the host other replicas reach this one's listeners at
     /// (default: the listen address).
     #[arg(long)]
@@ -235,6 +237,7 @@ fn parse_rebalance_by(s: &str) -> Result<RebalanceBy, String> {
 /// Start-up failures (see [`stasis_runtime::server::serve`]).
 pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
     crate::process::init_logging();
+    let _telemetry = args.trace.install("stasis serve")?;
     let cluster = args.cluster.etcd()?.map(|etcd| ClusterConfig {
         etcd,
         lease_ttl: args.cluster.lease_ttl,

@@ -47,6 +47,8 @@ pub(crate) struct WorkerRunArgs {
     allow_outbound: Vec<String>,
     #[command(flatten)]
     cluster: ClusterFlags,
+    #[command(flatten)]
+    trace: crate::trace_flags::TraceFlags,
     /// Cluster mode: the HOST:PORT others reach this worker's API at
     /// (default: the listen address).
     #[arg(long)]
@@ -59,6 +61,7 @@ pub(crate) struct WorkerRunArgs {
 /// Start-up failures: a locked data dir, a port in use, a bad name.
 pub(crate) async fn run(args: WorkerRunArgs) -> anyhow::Result<()> {
     crate::process::init_logging();
+    let _telemetry = args.trace.install("stasis worker")?;
     let etcd = args.cluster.etcd()?;
     // $STASIS_ADMIN is where client verbs send their calls: a cluster
     // worker started in the same shell must not take it for --join.

@@ -21,6 +21,7 @@
 //!   [`outbound`]: the hosts and addresses the actors' `fetch` may reach;
 //!   [`templates`]: template modules by digest, compiled once;
 //!   [`metrics`]: the Prometheus registry both sides count in;
+//!   [`trace`]: the trace context requests carry, and the spans' tracer;
 //! - [`sockets`]: an actor's operations on the WebSockets and streams its
 //!   host process holds;
 //! - [`error`]: [`error::ApiError`], the typed error; [`client_gone`]: the
@@ -43,4 +44,5 @@ pub mod settings;
 pub mod sockets;
 pub mod status;
 pub mod templates;
+pub mod trace;
 pub mod worker_api;

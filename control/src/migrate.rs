@@ -11,8 +11,11 @@ use super::membership::{Member, WorkerState};
 use super::placement::Placement;
 use super::views::{MigrateInfo, Move, RebalanceReport, WorkerInfo};
 use super::{ControlPlane, RebalanceBy};
+use opentelemetry::KeyValue;
+use opentelemetry::trace::{Span as _, Status, Tracer as _};
 use stasis_contract::error::ApiError;
 use stasis_contract::status::{ActorStatus, ms};
+use stasis_contract::trace;
 
 impl ControlPlane {
     /// Moves actor `name` to worker `to`: gate closed at the router → capture
@@ -33,8 +36,36 @@ impl ControlPlane {
 
     /// [`ControlPlane::migrate`], but only if the actor is still on `from`
     /// once its gate is closed (`Ok(None)` otherwise): rebalances and drains
-    /// plan moves ahead and must not move an actor that already moved.
+    /// plan moves ahead and must not move an actor that already moved. A
+    /// trace of its own (`stasis.move`, see [`stasis_contract::trace`]).
     async fn migrate_from(
+        &self,
+        name: &str,
+        from: Option<&str>,
+        to: &str,
+    ) -> Result<Option<MigrateInfo>, ApiError> {
+        let tracer = trace::tracer();
+        let mut span = tracer
+            .span_builder("stasis.move")
+            .with_attributes([
+                KeyValue::new("stasis.actor", name.to_owned()),
+                KeyValue::new("stasis.target", to.to_owned()),
+            ])
+            .start(&tracer);
+        let moved = self.move_if_still_on(name, from, to).await;
+        match &moved {
+            Ok(Some(info)) => {
+                span.set_attribute(KeyValue::new("stasis.downtime_ms", info.downtime_ms));
+            }
+            Ok(None) => span.set_attribute(KeyValue::new("stasis.moved_meanwhile", true)),
+            Err(e) => span.set_status(Status::error(e.message().to_owned())),
+        }
+        span.end();
+        moved
+    }
+
+    /// [`ControlPlane::migrate_from`] without its span.
+    async fn move_if_still_on(
         &self,
         name: &str,
         from: Option<&str>,

@@ -20,8 +20,11 @@ use hyper::http::request::Parts;
 use hyper::{Request, Response, StatusCode};
 
 use crate::{ingress, sockets};
+use opentelemetry::trace::{SpanKind, Status, TraceContextExt as _, Tracer as _};
+use opentelemetry::{Context, KeyValue};
 use stasis_contract::client_gone::ClientGone;
 use stasis_contract::error::{ApiError, ErrorKind, echo_cut, echo_name, is_label};
+use stasis_contract::trace;
 use stasis_control::ControlPlane;
 use stasis_host_api::sockets::{SOCKET_HEADER, STREAM_HEADER, STREAM_OPEN};
 use stasis_http::serve::{Body, collect_body, text_error};
@@ -277,10 +280,13 @@ async fn route(
                     .headers
                     .push(("upgrade".to_owned(), b"websocket".to_vec()));
             }
-            control
+            let span = ingress_span(&actor, &mut guest);
+            let answer = control
                 .call(route, guest, &gone)
                 .await
-                .map(|r| answer_for(&actor, socket, accept_key.as_deref(), on_upgrade, r))
+                .map(|r| answer_for(&actor, socket, accept_key.as_deref(), on_upgrade, r));
+            end_span(&span, answer.as_ref().map(|r| r.status().as_u16()));
+            answer
         }
         Err(e) => Err(e),
     };
@@ -300,6 +306,46 @@ async fn route(
             text_error(&e)
         }
     }
+}
+
+/// Starts the `stasis.ingress` span of a request to `actor` (see
+/// [`stasis_contract::trace`]): a child of the client's `traceparent` if it
+/// sent one (sampled as Stasis decides), the root of a trace otherwise; the
+/// request then carries it as its parent.
+fn ingress_span(actor: &str, guest: &mut stasis_host_api::Request) -> Context {
+    let parent = trace::client_parent(&guest.headers);
+    let tracer = trace::tracer();
+    let span = tracer
+        .span_builder("stasis.ingress")
+        .with_kind(SpanKind::Server)
+        .with_attributes([
+            KeyValue::new("stasis.actor", actor.to_owned()),
+            KeyValue::new("http.request.method", guest.method.clone()),
+            KeyValue::new("url.path", guest.path().to_owned()),
+        ])
+        .start_with_context(&tracer, &parent);
+    let cx = parent.with_span(span);
+    trace::inject(&cx, &mut guest.headers);
+    cx
+}
+
+/// Ends the span of `cx` with the request's status, or its error.
+fn end_span(cx: &Context, answer: Result<u16, &ApiError>) {
+    let span = cx.span();
+    match answer {
+        Ok(status) => span.set_attribute(KeyValue::new(
+            "http.response.status_code",
+            i64::from(status),
+        )),
+        Err(e) => {
+            span.set_attribute(KeyValue::new(
+                "http.response.status_code",
+                i64::from(e.kind().status()),
+            ));
+            span.set_status(Status::error(e.message().to_owned()));
+        }
+    }
+    span.end();
 }
 
 #[cfg(test)]

@@ -4,8 +4,8 @@
 //! tasks, graceful shutdown); [`replica`] is one replica of a cluster
 //! (leader election, forwarding to the leader, read-your-writes);
 //! [`listen`] is what both share (options, listeners);
-//! [`assemble`] builds a control plane from its parts. `stasis worker run`
-//! is `stasis_cluster::server`.
+//! [`assemble`] builds a control plane from its parts; [`telemetry`]
+//! exports the traces. `stasis worker run` is `stasis_cluster::server`.
 //!
 //! The crates it assembles, following a request: `stasis-ingress` (router,
 //! admin API) → `stasis-control` (placement, the request gate, moves,
@@ -23,6 +23,7 @@ pub mod assemble;
 pub mod listen;
 pub mod replica;
 pub mod server;
+pub mod telemetry;
 
 pub use stasis_cluster as cluster;
 pub use stasis_contract as contract;

@@ -105,5 +105,6 @@ mod structure;
 mod timestamps;
 mod tls;
 mod tokens;
+mod traces;
 mod upgrade;
 mod upgrade_faults;

@@ -2,6 +2,8 @@
 //! ([`crate::mailbox::Input`]): a request's handler (`stasis_handle`), an
 //! alarm's `stasis_on_alarm`, or a socket event's `stasis_on_socket`.
 
+use opentelemetry::Context;
+use opentelemetry::trace::TraceContextExt as _;
 use stasis_contract::alarm::AlarmOutcome;
 use stasis_core::instance::{ActorInstance, CallError};
 use stasis_host_api::sockets::SocketEvent;
@@ -31,7 +33,8 @@ pub(crate) enum Answer {
 }
 
 /// Runs `work` in `instance`; `services` is told which request runs first
-/// (an alarm runs under no caller's chain).
+/// (an alarm runs under no caller's chain), and that the span of `cx` is
+/// the parent of the guest's host calls.
 ///
 /// # Errors
 /// The guest's [`CallError`] (trap, CPU limit, timeout): the caller rolls
@@ -40,7 +43,9 @@ pub(crate) async fn run(
     instance: &mut ActorInstance,
     services: &ActorHostServices,
     work: Work<'_>,
+    cx: &Context,
 ) -> Result<Answer, CallError> {
+    let delivery = cx.span().span_context().clone();
     match work {
         Work::Request(request)
             if stasis_host_api::sockets::offers_socket(request) && !instance.has_socket_hook() =>
@@ -55,16 +60,16 @@ pub(crate) async fn run(
             )))
         }
         Work::Request(request) => {
-            services.begin(Some(request));
+            services.begin(Some(request), delivery);
             instance.call(request).await.map(Answer::Response)
         }
         Work::Socket(event) => {
-            services.begin(None);
+            services.begin(None, delivery);
             instance.on_socket(event).await.map(|()| Answer::Socket)
         }
         Work::Alarm if !instance.has_alarm_hook() => Ok(Answer::Alarm(AlarmOutcome::NoHook)),
         Work::Alarm => {
-            services.begin(None);
+            services.begin(None, delivery);
             instance.on_alarm().await?;
             Ok(Answer::Alarm(AlarmOutcome::Ran))
         }

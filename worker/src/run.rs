@@ -11,10 +11,13 @@ use stasis_core::journal::Durable;
 use super::actor::{ActorTask, Input, Ticket};
 use super::journaled::{Then, send_gated};
 use crate::guest::{Answer, Work};
+use opentelemetry::trace::{Status, TraceContextExt as _, Tracer as _};
+use opentelemetry::{Context, KeyValue};
 use stasis_contract::alarm::AlarmOutcome;
 use stasis_contract::client_gone;
 use stasis_contract::error::{ApiError, ErrorKind};
 use stasis_contract::status::{ActorState, ResumeFrom};
+use stasis_contract::trace;
 
 impl ActorTask {
     /// Runs one delivery unless its ticket was given up, and sends the
@@ -35,7 +38,9 @@ impl ActorTask {
         }
         match input {
             Input::Request { request, reply } => {
-                let (result, gate) = split(self.run_guest(Work::Request(&request), ticket).await);
+                let parent = trace::parent_of(&request.headers);
+                let work = Work::Request(&request);
+                let (result, gate) = split(self.run_guest(work, ticket, parent).await);
                 self.release_socket_ops(result.is_ok(), gate.as_ref());
                 // The request's lines are visible (and in the store) before
                 // its answer is sent.
@@ -47,7 +52,9 @@ impl ActorTask {
                 send_gated(reply, result, gate);
             }
             Input::Alarm { reply } => {
-                let (result, gate) = split(self.run_guest(Work::Alarm, ticket).await);
+                // An alarm starts a trace of its own.
+                let root = Context::new();
+                let (result, gate) = split(self.run_guest(Work::Alarm, ticket, root).await);
                 self.release_socket_ops(result.is_ok(), gate.as_ref());
                 self.log.settle(self.instance.is_none());
                 let result = result.and_then(|answer| match answer {
@@ -57,7 +64,9 @@ impl ActorTask {
                 send_gated(reply, result, gate);
             }
             Input::Socket { event, reply } => {
-                let (result, gate) = split(self.run_guest(Work::Socket(&event), ticket).await);
+                let root = Context::new();
+                let work = Work::Socket(&event);
+                let (result, gate) = split(self.run_guest(work, ticket, root).await);
                 self.release_socket_ops(result.is_ok(), gate.as_ref());
                 self.log.settle(self.instance.is_none());
                 let result = result.and_then(|answer| match answer {
@@ -82,14 +91,51 @@ impl ActorTask {
         }
     }
 
-    /// Runs `work` in the guest (resuming the actor first if it has no
-    /// instance), then makes its effect durable as the actor's level says
-    /// (a journal entry, whose durability the answer waits for; or a
-    /// checkpoint as `--checkpoint-every` says).
+    /// [`ActorTask::run_traced`] in the delivery's span (`stasis.request`,
+    /// `stasis.alarm` or `stasis.socket`), a child of `parent` (see
+    /// [`stasis_contract::trace`]).
     async fn run_guest(
         &mut self,
         work: Work<'_>,
         ticket: &Ticket,
+        parent: Context,
+    ) -> Result<(Answer, Option<Durable>), ApiError> {
+        let name = match work {
+            Work::Request(_) => "stasis.request",
+            Work::Alarm => "stasis.alarm",
+            Work::Socket(_) => "stasis.socket",
+        };
+        let tracer = trace::tracer();
+        let span = tracer
+            .span_builder(name)
+            .with_attributes([
+                KeyValue::new("stasis.actor", self.name.clone()),
+                KeyValue::new("stasis.worker", self.worker.clone()),
+                KeyValue::new(
+                    "stasis.epoch",
+                    i64::try_from(self.epoch).unwrap_or(i64::MAX),
+                ),
+            ])
+            .start_with_context(&tracer, &parent);
+        let cx = parent.with_span(span);
+        let result = self.run_traced(work, ticket, &cx).await;
+        if let Err(e) = &result {
+            cx.span().set_status(Status::error(e.message().to_owned()));
+        }
+        cx.span().end();
+        result
+    }
+
+    /// Runs `work` in the guest (resuming the actor first if it has no
+    /// instance), then makes its effect durable as the actor's level says
+    /// (a journal entry, whose durability the answer waits for; or a
+    /// checkpoint as `--checkpoint-every` says); each step a child span of
+    /// `cx`'s.
+    async fn run_traced(
+        &mut self,
+        work: Work<'_>,
+        ticket: &Ticket,
+        cx: &Context,
     ) -> Result<(Answer, Option<Durable>), ApiError> {
         // A worker woken after its lease ended runs nothing more: the
         // actor may be placed elsewhere now (see `crate::fence`).
@@ -113,6 +159,7 @@ impl ActorTask {
                 taken = self.take_slot() => taken?,
                 () = ticket.abandoned() => return Err(client_gone::abandoned(&self.name)),
             }
+            let _span = trace::tracer().start_with_context("stasis.resume", cx);
             self.resume(ResumeFrom::Newest).await?;
         }
         // A create's snapshot 0 that is still only a journal entry goes to
@@ -140,7 +187,7 @@ impl ActorTask {
             .as_mut()
             .ok_or_else(|| ApiError::internal("no instance"))?;
         let alarm = matches!(work, Work::Alarm);
-        let result = crate::guest::run(instance, &self.services, work).await;
+        let result = crate::guest::run(instance, &self.services, work, cx).await;
         let memory_bytes = instance.memory_bytes();
         {
             let mut status = self.status();
@@ -163,13 +210,20 @@ impl ActorTask {
             Err(e) => return Err(self.after_failed_call(e).await),
         };
         self.since_checkpoint += 1;
-        let gate = match self.journal_request().await {
+        let journaled = {
+            let _span = trace::tracer().start_with_context("stasis.journal", cx);
+            self.journal_request().await
+        };
+        let gate = match journaled {
             Ok(gate) => gate,
             Err(e) => return Err(self.after_failed_entry(e)),
         };
         let every = self.checkpoint_every();
         if every > 0 && self.since_checkpoint >= every {
-            match self.snapshot(Instant::now()).await {
+            let span = trace::tracer().start_with_context("stasis.checkpoint", cx);
+            let written = self.snapshot(Instant::now()).await;
+            drop(span);
+            match written {
                 Ok(_) => {
                     self.metrics.checkpointed(&self.worker, &self.name);
                 }

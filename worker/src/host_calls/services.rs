@@ -13,19 +13,29 @@ use stasis_core::journal::Durable;
 use stasis_host_api::imports::HostError;
 use stasis_host_api::{Request, Response};
 
+use opentelemetry::trace::{SpanContext, SpanKind, Status, TraceContextExt as _, Tracer as _};
+use opentelemetry::{Context, KeyValue};
 use stasis_contract::control_api::ControlApi;
 use stasis_contract::headers::is_host_only;
+use stasis_contract::trace;
 
 use super::{CALL_CHAIN_HEADER, HostCalls, count};
 use stasis_contract::error::{ApiError, ErrorKind, is_label};
 
-/// The request an actor is running: who waits on it, and until when.
+/// The request an actor is running: who waits on it, until when, and the
+/// span its host calls are children of.
 #[derive(Debug, Clone)]
 struct Scope {
     /// Callers outermost first, then the actor itself.
     chain: Vec<String>,
     deadline: Instant,
+    /// The delivery's span (see [`stasis_contract::trace`]).
+    trace: SpanContext,
 }
+
+/// A call's or message's request as it leaves: the request, where it goes
+/// through, its deadline, and its span.
+type Prepared = (Request, Arc<dyn ControlApi>, Instant, Context);
 
 /// One actor's [`ActorServices`] (see the module docs).
 pub struct ActorHostServices {
@@ -111,6 +121,7 @@ impl ActorHostServices {
             scope: Mutex::new(Scope {
                 chain: vec![actor.to_owned()],
                 deadline: Instant::now() + calls.request_timeout,
+                trace: SpanContext::empty_context(),
             }),
             calls,
             outbox: Arc::default(),
@@ -124,13 +135,15 @@ impl ActorHostServices {
 
     /// Called before the guest runs `request` (or, with `None`, a hook):
     /// its chain of callers is the request's plus this actor, its deadline
-    /// the request timeout from now.
-    pub fn begin(&self, request: Option<&Request>) {
+    /// the request timeout from now, and `trace` (the delivery's span) the
+    /// parent of its calls' and messages' spans.
+    pub fn begin(&self, request: Option<&Request>, trace: SpanContext) {
         let mut chain = request.map(chain_of).unwrap_or_default();
         chain.push(self.actor.clone());
         *self.scope.lock().unwrap_or_else(|p| p.into_inner()) = Scope {
             chain,
             deadline: Instant::now() + self.calls.request_timeout,
+            trace,
         };
         // A new delivery: the list of sockets is fetched afresh, and
         // writes of a failed one are gone.
@@ -138,14 +151,15 @@ impl ActorHostServices {
     }
 
     /// Checks the target and body, and gives the request to send with the
-    /// chain set (for a call; none for a message), the router, and the
-    /// deadline.
+    /// chain set (for a call; none for a message) and its span
+    /// (`stasis.call` or `stasis.send`) as the callee's parent, the router,
+    /// the deadline, and the span.
     fn prepare(
         &self,
         actor: &str,
         mut request: Request,
         check_loop: bool,
-    ) -> Result<(Request, Arc<dyn ControlApi>, Instant), ServiceError> {
+    ) -> Result<Prepared, ServiceError> {
         let scope = self.scope();
         if !is_label(actor) {
             return Err(ServiceError::new(
@@ -189,7 +203,23 @@ impl ActorHostServices {
                 scope.chain.join(",").into_bytes(),
             ));
         }
-        Ok((request, router, scope.deadline))
+        let (name, kind) = if check_loop {
+            ("stasis.call", SpanKind::Client)
+        } else {
+            ("stasis.send", SpanKind::Producer)
+        };
+        let tracer = trace::tracer();
+        let span = tracer
+            .span_builder(name)
+            .with_kind(kind)
+            .with_attributes([
+                KeyValue::new("stasis.actor", self.actor.clone()),
+                KeyValue::new("stasis.callee", actor.to_owned()),
+            ])
+            .start_with_context(&tracer, &trace::under(&scope.trace));
+        let cx = Context::new().with_span(span);
+        trace::inject(&cx, &mut request.headers);
+        Ok((request, router, scope.deadline, cx))
     }
 }
 
@@ -222,6 +252,14 @@ fn routing_error(actor: &str, e: &ApiError) -> ServiceError {
     )
 }
 
+/// Ends a call's or message's span, with its error if it failed.
+fn end_span<T>(cx: &Context, result: &Result<T, ServiceError>) {
+    if let Err(e) = result {
+        cx.span().set_status(Status::error(e.message.clone()));
+    }
+    cx.span().end();
+}
+
 fn outcome(result: &Result<impl Sized, ServiceError>) -> String {
     match result {
         Ok(_) => "ok".to_owned(),
@@ -232,7 +270,7 @@ fn outcome(result: &Result<impl Sized, ServiceError>) -> String {
 impl ActorServices for ActorHostServices {
     fn call(&self, actor: String, request: Request) -> ServiceFuture<Response> {
         let metrics = self.calls.metrics.clone();
-        let (request, router, deadline) = match self.prepare(&actor, request, true) {
+        let (request, router, deadline, cx) = match self.prepare(&actor, request, true) {
             Ok(prepared) => prepared,
             Err(e) => {
                 count(&metrics.calls, &outcome(&Err::<(), _>(e.clone())));
@@ -254,13 +292,14 @@ impl ActorServices for ActorHostServices {
             };
             let result = until(deadline, &format!("call {actor}"), work).await;
             count(&metrics.calls, &outcome(&result));
+            end_span(&cx, &result);
             result
         })
     }
 
     fn send(&self, actor: String, request: Request) -> ServiceFuture<()> {
         let metrics = self.calls.metrics.clone();
-        let (request, router, deadline) = match self.prepare(&actor, request, false) {
+        let (request, router, deadline, cx) = match self.prepare(&actor, request, false) {
             Ok(prepared) => prepared,
             Err(e) => {
                 metrics.sends_failed.inc();
@@ -275,6 +314,7 @@ impl ActorServices for ActorHostServices {
                     .map_err(|e| routing_error(&actor, &e))
             };
             let result = until(deadline, &format!("send to {actor}"), work).await;
+            end_span(&cx, &result);
             match &result {
                 Ok(()) => metrics.sends.inc(),
                 Err(_) => metrics.sends_failed.inc(),
