@@ -100,6 +100,9 @@ pub(crate) enum ClientCommand {
     /// List, drain and undrain workers.
     #[command(subcommand)]
     Worker(WorkerCommand),
+    /// Create, list and revoke scoped admin tokens (reader, writer, admin).
+    #[command(subcommand)]
+    Token(TokenCommand),
     /// Move actors between workers to even out the load; prints the moves.
     Rebalance {
         #[command(flatten)]
@@ -365,6 +368,61 @@ pub(crate) enum WorkerCommand {
     /// actors it places here (a server; runs until SIGINT/SIGTERM, which
     /// drains it first).
     Run(Box<crate::worker_run::WorkerRunArgs>),
+}
+
+/// The role a scoped token grants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum TokenRole {
+    /// Reads only: lists, get, logs, events, metrics.
+    Reader,
+    /// Reads, and changes to templates and actors.
+    Writer,
+    /// Everything, workers, moves, gc and tokens included.
+    Admin,
+}
+
+/// `stasis token ...`: scoped admin tokens (the server needs --admin-token,
+/// which is an admin token itself).
+#[derive(Debug, Subcommand)]
+pub(crate) enum TokenCommand {
+    /// Make a token; it is printed once and never shown again (the server
+    /// keeps only its SHA-256).
+    Create {
+        /// What it may do.
+        #[arg(long, value_enum)]
+        role: TokenRole,
+        /// When it stops being accepted, from now (`30d`, `12h`); never
+        /// when absent.
+        #[arg(long, value_name = "D", value_parser = parse_expiry)]
+        expires: Option<u64>,
+        /// What it is for (shown by `token list`).
+        #[arg(long, value_name = "TEXT")]
+        description: Option<String>,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// List tokens: id, role, creation and expiry (never the tokens).
+    List {
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Revoke a token by its id: refused from then on, by every replica
+    /// within a second.
+    Revoke {
+        /// The token's id (`token list`).
+        id: String,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+}
+
+/// A `--expires` duration, in whole seconds (at least one).
+fn parse_expiry(s: &str) -> Result<u64, String> {
+    let d = humantime::parse_duration(s).map_err(|e| format!("{s:?}: {e} (e.g. 30d, 12h)"))?;
+    match d.as_secs() {
+        0 => Err(format!("{s:?} is under a second")),
+        secs => Ok(secs),
+    }
 }
 
 /// A `--env K=V` value: split at the first `=`; the key must not be empty.

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::ApiError;
 pub use crate::rollout::Rollouts;
 use crate::settings::Durability;
+pub use crate::tokens::Tokens;
 
 /// A registered template.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,10 +71,10 @@ pub struct ActorRow {
     pub created_at_unix_ms: Option<u64>,
 }
 
-/// The durable record of templates, actors and placements, and of
-/// rollouts ([`Rollouts`]). Every write is durable on return; errors are
+/// The durable record of templates, actors and placements, of rollouts
+/// ([`Rollouts`]) and of scoped admin tokens ([`Tokens`]). Every write is durable on return; errors are
 /// 500s naming the directory.
-pub trait Directory: Rollouts + Send + Sync {
+pub trait Directory: Rollouts + Tokens + Send + Sync {
     /// Whether its writer may still act on what it decided: false once a
     /// leader's lease is past its deadline by this process's clock (its
     /// writes are refused by then too). A deposed leader delivers nothing

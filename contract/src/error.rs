@@ -17,6 +17,9 @@ pub enum ErrorKind {
     BadRequest,
     /// Missing or wrong credentials (401).
     Unauthorized,
+    /// Good credentials that do not allow this: a token whose role is
+    /// below the route's (403).
+    Forbidden,
     /// No such actor, template, worker or route (404).
     NotFound,
     /// The request conflicts with the current state (409).
@@ -71,6 +74,7 @@ impl ErrorKind {
         match self {
             Self::BadRequest => 400,
             Self::Unauthorized => 401,
+            Self::Forbidden => 403,
             Self::NotFound => 404,
             Self::Conflict => 409,
             Self::Gone => 410,
@@ -95,6 +99,7 @@ impl ErrorKind {
     pub fn from_status(status: u16) -> Self {
         match status {
             401 => Self::Unauthorized,
+            403 => Self::Forbidden,
             404 => Self::NotFound,
             409 => Self::Conflict,
             410 => Self::Gone,
@@ -124,6 +129,7 @@ impl ErrorKind {
         match self {
             Self::BadRequest => "bad_request",
             Self::Unauthorized => "unauthorized",
+            Self::Forbidden => "forbidden",
             Self::NotFound => "not_found",
             Self::Conflict => "conflict",
             Self::Gone => "gone",
@@ -147,9 +153,10 @@ impl ErrorKind {
     /// The kind named `name` on the wire ([`ErrorKind::name`]).
     #[must_use]
     pub fn from_name(name: &str) -> Option<Self> {
-        const ALL: [ErrorKind; 19] = [
+        const ALL: [ErrorKind; 20] = [
             ErrorKind::BadRequest,
             ErrorKind::Unauthorized,
+            ErrorKind::Forbidden,
             ErrorKind::NotFound,
             ErrorKind::Conflict,
             ErrorKind::Gone,

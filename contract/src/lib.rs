@@ -13,7 +13,8 @@
 //!   offers a worker's actors (calls, messages, alarms);
 //! - [`directory`]: the durable record of templates, actors, placements and
 //!   alarms behind [`directory::Directory`], and [`rollout`], what it keeps
-//!   of a template's rollout and what the API shows of one;
+//!   of a template's rollout and what the API shows of one, and
+//!   [`tokens`], the scoped admin tokens it keeps;
 //! - [`proto`]: the wire types of the worker protocol; [`headers`]: every
 //!   header Stasis reserves, in one list; [`alarm`]: what delivering an
 //!   alarm did;
@@ -44,5 +45,6 @@ pub mod settings;
 pub mod sockets;
 pub mod status;
 pub mod templates;
+pub mod tokens;
 pub mod trace;
 pub mod worker_api;

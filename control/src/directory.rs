@@ -11,14 +11,15 @@ use stasis_contract::error::ApiError;
 use stasis_contract::settings::Durability;
 
 mod rollouts;
+mod tokens;
 
 /// The schema version `stasis.db` is migrated to (`PRAGMA user_version`):
 /// 0 is templates and actors (every data dir before alarms), 1 adds the
 /// `alarms` table, 2 a template's `durability`, 3 the rollout tables
 /// (`rollouts`), 4 an actor's `created_ms` (null for actors created
-/// before). Opening migrates an older file in place; nothing in it
-/// changes.
-const SCHEMA_VERSION: i64 = 4;
+/// before), 5 the scoped admin tokens (`tokens`). Opening migrates an
+/// older file in place; nothing in it changes.
+const SCHEMA_VERSION: i64 = 5;
 
 /// The embedded directory in one SQLite file. Every write is one
 /// transaction, durable on return (WAL, `synchronous=FULL`). Actor
@@ -410,6 +411,12 @@ fn migrate(conn: &Connection) -> anyhow::Result<()> {
              PRAGMA user_version = 4;
              COMMIT;",
         )?;
+    }
+    if version < 5 {
+        conn.execute_batch(&format!(
+            "BEGIN; {} PRAGMA user_version = 5; COMMIT;",
+            tokens::TABLES
+        ))?;
     }
     Ok(())
 }

@@ -30,6 +30,8 @@
 //!   [`stasis_contract::control_api::ControlApi`] of in-process workers,
 //!   and [`calls`], how a call or message goes through it;
 //! - [`follow`]: a follower replica's placements, kept in step with etcd;
+//! - [`tokens`]: scoped admin tokens: their text, making, listing and
+//!   revoking them;
 //! - [`views`]: what the API shows.
 //!
 //! Data dir layout (DESIGN.md): `stasis.db`, `LOCK`,
@@ -56,6 +58,7 @@ pub mod rollout;
 pub mod ship;
 pub mod sockets;
 pub mod templates;
+pub mod tokens;
 pub mod upgrade;
 pub mod views;
 

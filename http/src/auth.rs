@@ -1,5 +1,7 @@
-//! The bearer-token check: the one place where the admin API and the
-//! remote worker API decide whether a request's credentials are good.
+//! The bearer-token check: how a request's `Authorization` header is read
+//! ([`bearer`]) and compared with a configured token ([`same_token`]), the
+//! base of every credential check (the remote worker API's, and the admin
+//! API's role check in `stasis-ingress`'s `access`).
 
 use hyper::header::{AUTHORIZATION, HeaderMap, HeaderValue, WWW_AUTHENTICATE};
 use hyper::{Request, Response};
@@ -27,19 +29,36 @@ pub fn authorize<B>(request: &Request<B>, token: Option<&str>) -> Result<(), Box
     let Some(token) = token else {
         return Ok(());
     };
-    check(request.headers(), token).map_err(|e| {
-        let mut response = json_error(&e);
-        if e.is(ErrorKind::Unauthorized) {
-            response
-                .headers_mut()
-                .insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-        }
-        Box::new(response)
-    })
+    check(request.headers(), token).map_err(|e| refusal(&e))
 }
 
-fn check(headers: &HeaderMap, token: &str) -> Result<(), ApiError> {
-    let unauthorized = || ApiError::new(ErrorKind::Unauthorized, "missing or wrong bearer token");
+/// The response that refuses a request with `e`: its JSON error, with
+/// `WWW-Authenticate: Bearer` when it is a 401.
+#[must_use]
+pub fn refusal(e: &ApiError) -> Box<Response<Body>> {
+    let mut response = json_error(e);
+    if e.is(ErrorKind::Unauthorized) {
+        response
+            .headers_mut()
+            .insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    }
+    Box::new(response)
+}
+
+/// The 401 of a missing or wrong token.
+#[must_use]
+pub fn unauthorized() -> ApiError {
+    ApiError::new(ErrorKind::Unauthorized, "missing or wrong bearer token")
+}
+
+/// The token a request presents: the one `Authorization` header's value
+/// after its `Bearer` scheme (any letter case, RFC 9110 §11.1) and one or
+/// more spaces or tabs, without the spaces around it.
+///
+/// # Errors
+/// 400 if the request carries more than one `Authorization` header; 401
+/// if it carries none, another scheme, or an empty token.
+pub fn bearer(headers: &HeaderMap) -> Result<&[u8], ApiError> {
     let mut values = headers.get_all(AUTHORIZATION).iter();
     let value = values.next().ok_or_else(unauthorized)?;
     if values.next().is_some() {
@@ -63,8 +82,19 @@ fn check(headers: &HeaderMap, token: &str) -> Result<(), ApiError> {
     if given.is_empty() {
         return Err(unauthorized());
     }
-    let same = Sha256::digest(given).ct_eq(&Sha256::digest(token.as_bytes()));
-    if bool::from(same) {
+    Ok(given)
+}
+
+/// Whether `given` is `token`, compared in constant time: the SHA-256
+/// digests of the two are compared with `subtle`, so neither the token's
+/// bytes nor its length show in the timing.
+#[must_use]
+pub fn same_token(given: &[u8], token: &str) -> bool {
+    bool::from(Sha256::digest(given).ct_eq(&Sha256::digest(token.as_bytes())))
+}
+
+fn check(headers: &HeaderMap, token: &str) -> Result<(), ApiError> {
+    if same_token(bearer(headers)?, token) {
         Ok(())
     } else {
         Err(unauthorized())

@@ -14,8 +14,11 @@ use stasis_contract::logs::LogQuery;
 use stasis_contract::proto::{ControlPath, JoinRequest, ResumeRequest};
 use stasis_contract::rollout::RolloutRequest;
 use stasis_contract::settings::Durability;
+use stasis_control::tokens::NewToken;
 use stasis_control::{ControlPlane, MAX_TEMPLATE_BYTES};
-use stasis_http::auth::authorize;
+
+use crate::access::Access;
+use stasis_http::auth::{authorize, refusal};
 use stasis_http::serve::{Body, METRICS_CONTENT_TYPE, collect_body, json, json_error, text};
 
 /// Where the internal routes (control plane and workers) start.
@@ -27,7 +30,11 @@ const MAX_JSON: usize = 64 << 10;
 /// The admin API of one `stasis serve`.
 pub struct AdminApi {
     control: Arc<ControlPlane>,
+    /// The `--admin-token`: what the internal routes take when there is no
+    /// internal token.
     token: Option<String>,
+    /// The check of every other route (bootstrap and scoped tokens).
+    access: Access,
     /// The token of its internal routes (`/internal/...`, used by
     /// workers); `None`: the admin token.
     internal_token: Option<String>,
@@ -106,9 +113,11 @@ fn bytes_response(bytes: Vec<u8>) -> Response<Body> {
 
 impl AdminApi {
     /// The API over `control`; with `token`, every route but `/healthz`
-    /// requires `Authorization: Bearer <token>`. With `internal_token`,
-    /// the internal routes (`/internal/...`) require it instead, and
-    /// refuse the admin token, as the other routes refuse it.
+    /// (and the console's files) requires `Authorization: Bearer` with
+    /// `token` or a scoped token whose role the route allows
+    /// ([`crate::access`]). With `internal_token`, the internal routes
+    /// (`/internal/...`) require it instead, and refuse the admin token, as
+    /// the other routes refuse it; scoped tokens never open them.
     #[must_use]
     pub fn new(
         control: Arc<ControlPlane>,
@@ -116,6 +125,7 @@ impl AdminApi {
         internal_token: Option<String>,
     ) -> Self {
         Self {
+            access: Access::new(control.clone(), token.clone()),
             control,
             token,
             internal_token,
@@ -133,12 +143,17 @@ impl AdminApi {
             return crate::console::serve(request.method(), &path)
                 .unwrap_or_else(|e| stasis_http::serve::text_error(&e));
         }
-        let token = match &self.internal_token {
-            Some(internal) if path.starts_with(INTERNAL_PREFIX) => Some(internal.as_str()),
-            _ => self.token.as_deref(),
-        };
-        if let Err(refused) = authorize(&request, token) {
-            return *refused;
+        if path.starts_with(INTERNAL_PREFIX) {
+            let token = self.internal_token.as_deref().or(self.token.as_deref());
+            if let Err(refused) = authorize(&request, token) {
+                return *refused;
+            }
+        } else {
+            let (method, headers) = (request.method(), request.headers());
+            let need = crate::routes::needs(method, &path);
+            if let Err(e) = self.access.check(headers, method, &path, need).await {
+                return *refusal(&e);
+            }
         }
         // A write a follower forwarded: its answer says the etcd revision
         // of the newest actor record written (this write's or a later
@@ -290,6 +305,21 @@ impl AdminApi {
                 };
                 let (c, name) = (c.clone(), (*name).to_owned());
                 ok(&detached(async move { c.upgrade(&name, req.to_version).await }).await?)
+            }
+            (&Method::GET, ["v1", "tokens"]) => ok(&c.tokens().await?),
+            (&Method::POST, ["v1", "tokens"]) => {
+                if !self.access.guarded() {
+                    return Err(ApiError::bad_request(
+                        "scoped tokens need serve --admin-token: without it the admin API is open to everyone who reaches it",
+                    ));
+                }
+                let req: NewToken = parse_json(&body)?;
+                Ok(json(StatusCode::CREATED, &c.create_token(req).await?))
+            }
+            (&Method::DELETE, ["v1", "tokens", id]) => {
+                c.revoke_token(id).await?;
+                self.access.forget(id);
+                Ok(no_content())
             }
             (&Method::GET, ["v1", "workers"]) => ok(&c.workers().await),
             (&Method::POST, ["v1", "workers", name, "drain"]) => {

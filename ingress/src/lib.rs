@@ -5,7 +5,9 @@
 //! and streams to the leader's ingress), [`follow`] (an actor's log as
 //! one streamed answer) and [`api`] (the admin HTTP API,
 //! including the internal routes remote workers use), with [`routes`]
-//! (which methods each admin path takes: 404 or 405 with `Allow`) and
+//! (which methods each admin path takes: 404 or 405 with `Allow`, and the
+//! role each needs, checked by [`access`] against the bootstrap or a scoped
+//! token) and
 //! [`sockets`] (the WebSockets and streams actors accept). It depends on the
 //! control side (`stasis-control`) and the contract, never on the worker
 //! side or the cluster backends. [`console`] is the web console the admin
@@ -13,6 +15,7 @@
 
 #![warn(missing_docs)]
 
+pub mod access;
 pub mod api;
 pub mod console;
 pub mod follow;

@@ -5,6 +5,7 @@
 
 use stasis_contract::error::{ApiError, ErrorKind};
 use stasis_contract::proto::ControlPath;
+use stasis_contract::tokens::Role;
 
 /// The methods the route of `path` takes (empty: no such route).
 #[must_use]
@@ -30,6 +31,8 @@ pub fn allowed(path: &str) -> &'static [&'static str] {
         ["v1", "actors"] => &["GET", "POST"],
         ["v1", "actors", _] => &["GET", "DELETE"],
         ["v1", "actors", _, "logs"] => &["GET"],
+        ["v1", "tokens"] => &["GET", "POST"],
+        ["v1", "tokens", _] => &["DELETE"],
         [
             "v1",
             "actors",
@@ -40,6 +43,23 @@ pub fn allowed(path: &str) -> &'static [&'static str] {
         | ["v1", "workers", _, "drain" | "undrain"]
         | ["v1", "rebalance" | "gc"] => &["POST"],
         _ => &[],
+    }
+}
+
+/// The role a request for `method` on `path` needs (see
+/// [`stasis_contract::tokens::Role`]): reads need a reader; changes to
+/// templates and actors a writer; workers, moves, `gc` and tokens (even
+/// listing them) an admin.
+#[must_use]
+pub fn needs(method: &hyper::Method, path: &str) -> Role {
+    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+    match segments.as_slice() {
+        ["v1", "tokens", ..]
+        | ["v1", "workers", _, "drain" | "undrain"]
+        | ["v1", "actors", _, "migrate"]
+        | ["v1", "rebalance" | "gc"] => Role::Admin,
+        _ if matches!(*method, hyper::Method::GET | hyper::Method::HEAD) => Role::Reader,
+        _ => Role::Writer,
     }
 }
 
@@ -77,5 +97,26 @@ mod tests {
             unrouted(&hyper::Method::DELETE, "/v1/actors").message(),
             "method DELETE not allowed on /v1/actors; use GET or POST"
         );
+    }
+
+    #[test]
+    fn reads_need_a_reader_changes_a_writer_and_the_cluster_an_admin() {
+        use hyper::Method;
+        for (method, path, role) in [
+            (Method::GET, "/v1/actors", Role::Reader),
+            (Method::GET, "/metrics", Role::Reader),
+            (Method::GET, "/v1/actors/a/logs", Role::Reader),
+            (Method::POST, "/v1/actors", Role::Writer),
+            (Method::POST, "/v1/actors/a/pause", Role::Writer),
+            (Method::DELETE, "/v1/actors/a", Role::Writer),
+            (Method::PUT, "/v1/templates/t", Role::Writer),
+            (Method::POST, "/v1/actors/a/migrate", Role::Admin),
+            (Method::POST, "/v1/workers/w1/drain", Role::Admin),
+            (Method::POST, "/v1/gc", Role::Admin),
+            (Method::GET, "/v1/tokens", Role::Admin),
+            (Method::DELETE, "/v1/tokens/x", Role::Admin),
+        ] {
+            assert_eq!(needs(&method, path), role, "{method} {path}");
+        }
     }
 }

@@ -106,6 +106,14 @@ pub fn check_handshake(parts: &Parts) -> Result<String, ApiError> {
         .headers
         .get(header::SEC_WEBSOCKET_KEY)
         .ok_or_else(|| bad("needs a `Sec-WebSocket-Key`"))?;
+    // RFC 6455 §4.2.1: the base64 of a 16-byte nonce (24 characters).
+    use base64::Engine as _;
+    let nonce = base64::engine::general_purpose::STANDARD.decode(key.as_bytes());
+    if nonce.map_or(true, |n| n.len() != 16) {
+        return Err(bad(
+            "needs a `Sec-WebSocket-Key` that is the base64 of 16 bytes (RFC 6455)",
+        ));
+    }
     Ok(tokio_tungstenite::tungstenite::handshake::derive_accept_key(key.as_bytes()))
 }
 

@@ -8,7 +8,10 @@ use anyhow::bail;
 use hyper::Method;
 
 use crate::client::encode_component;
-use crate::verbs::{ActorCommand, ClientArgs, ClientCommand, TemplateCommand, WorkerCommand};
+use crate::verbs::{
+    ActorCommand, ClientArgs, ClientCommand, TemplateCommand, TokenCommand, TokenRole,
+    WorkerCommand,
+};
 
 /// How long a read-only call (list, get) may take; calls that change state
 /// (pause, resume, migrate, drain, ...) wait as long as the server needs.
@@ -42,6 +45,10 @@ pub(super) enum View {
     Workers,
     /// The rebalance moves.
     Moves,
+    /// A token just made: its text first, then its other fields.
+    TokenCreated,
+    /// The tokens table.
+    Tokens,
     /// A rollout's status (`key: value` lines, then its failures); a
     /// rollout or rollback verb waits for it to settle unless `no_wait`.
     Rollout {
@@ -352,6 +359,47 @@ pub(super) fn plan(command: ClientCommand) -> anyhow::Result<Call> {
             View::Details,
         ),
         C::Worker(WorkerCommand::Run(_)) => bail!("worker run is a server, not a client verb"),
+        C::Token(TokenCommand::Create {
+            role,
+            expires,
+            description,
+            client,
+        }) => {
+            let role = match role {
+                TokenRole::Reader => "reader",
+                TokenRole::Writer => "writer",
+                TokenRole::Admin => "admin",
+            };
+            let mut body = serde_json::json!({ "role": role });
+            if let Some(secs) = expires {
+                body["expires_in_s"] = secs.into();
+            }
+            if let Some(text) = description {
+                body["description"] = text.into();
+            }
+            Call::new(
+                client,
+                format!("token create --role {role}"),
+                Method::POST,
+                "/v1/tokens".into(),
+                View::TokenCreated,
+            )
+            .with_body(Body::Json(body))
+        }
+        C::Token(TokenCommand::List { client }) => Call::new(
+            client,
+            "token list".into(),
+            Method::GET,
+            "/v1/tokens".into(),
+            View::Tokens,
+        ),
+        C::Token(TokenCommand::Revoke { id, client }) => Call::new(
+            client,
+            format!("token revoke {id}"),
+            Method::DELETE,
+            format!("/v1/tokens/{}", encode_component(&id)),
+            View::Deleted,
+        ),
         C::Rebalance { client } => Call::new(
             client,
             "rebalance".into(),

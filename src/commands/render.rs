@@ -74,7 +74,12 @@ pub(super) fn render(call: &Call, reply: &Reply) -> anyhow::Result<String> {
         let mut words = call.what.splitn(3, ' ');
         let kind = words.next().unwrap_or("");
         let name = words.nth(1).unwrap_or("");
-        return Ok(format!("{kind} {name} deleted\n"));
+        let done = if call.what.starts_with("token revoke") {
+            "revoked"
+        } else {
+            "deleted"
+        };
+        return Ok(format!("{kind} {name} {done}\n"));
     }
     let json = parsed.unwrap_or(Json::Null);
     Ok(match call.view {
@@ -92,6 +97,24 @@ pub(super) fn render(call: &Call, reply: &Reply) -> anyhow::Result<String> {
             format!("template {name} {outcome}\n{}", output::details(&json))
         }
         View::Rollout { .. } => super::rollout::render(&json),
+        View::Tokens => output::tokens_table(&json),
+        View::TokenCreated => {
+            let token = json.get("token").and_then(Json::as_str).unwrap_or("?");
+            let rest = match &json {
+                Json::Object(fields) => Json::Object(
+                    fields
+                        .iter()
+                        .filter(|(k, _)| k != "token")
+                        .cloned()
+                        .collect(),
+                ),
+                other => other.clone(),
+            };
+            format!(
+                "{token}\n(shown only now: keep it; the server keeps only its digest)\n{}",
+                output::details(&rest)
+            )
+        }
         View::Details | View::Deleted => output::details(&json),
     })
 }

@@ -319,12 +319,14 @@ impl Deployment {
         }
     }
 
-    /// `stasis ARGS` against replica `i`'s admin API.
+    /// `stasis ARGS` against replica `i`'s admin API, with the setup's
+    /// environment (e.g. its `STASIS_ADMIN_TOKEN`).
     pub fn cli(&self, i: usize, args: &[&str]) -> Output {
         self.stasis
             .command()
             .args(args)
             .env("STASIS_ADMIN", format!("http://{}", self.replica(i).admin))
+            .envs(self.setup.env.iter().cloned())
             .output()
             .expect("run stasis")
     }

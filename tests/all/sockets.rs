@@ -334,6 +334,17 @@ async fn socket_limits_are_enforced_with_clear_codes_and_harm_no_neighbour() {
     .await;
     assert_eq!(raw_status(&bad), 400, "{bad}");
     assert!(bad.contains("Sec-WebSocket-Version: 13"), "{bad}");
+    // So is a key that is not the base64 of a 16-byte nonce.
+    let bad = raw(
+        server.ingress,
+        "GET / HTTP/1.1\r\nHost: small.actors.localhost\r\nConnection: Upgrade\r\n\
+         Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\n\
+         Sec-WebSocket-Key: abc\r\n\r\n",
+    )
+    .await;
+    assert_eq!(raw_status(&bad), 400, "{bad}");
+    assert!(bad.contains("Sec-WebSocket-Key"), "{bad}");
+    assert!(bad.contains("16 bytes"), "{bad}");
 }
 
 /// Reads an SSE stream of `ticker` frame by frame: each `tick K` with the

@@ -1,8 +1,12 @@
-//! A separate internal credential (`--internal-token`): workers and the
-//! control plane authenticate to each other with it, never with the admin
-//! token; the admin token is refused on the internal API (the admin
-//! port's `/internal/` routes and a worker's API) and the internal token
-//! on the admin API. Through the real binary and a real `worker run`.
+//! Credentials, through the real binary. A separate internal credential
+//! (`--internal-token`): workers and the control plane authenticate to
+//! each other with it, never with the admin token; the admin token is
+//! refused on the internal API (the admin port's `/internal/` routes and a
+//! worker's API) and the internal token on the admin API (with a real
+//! `worker run`). Scoped tokens (`stasis token`): each role opens only its
+//! routes (403 beyond), a revoked or expired token is refused (by every
+//! replica of a cluster within the documented bound), none opens the
+//! internal API, and the server keeps no token's text.
 
 use std::time::{Duration, Instant};
 
@@ -149,4 +153,234 @@ fn an_internal_token_equal_to_the_admin_token_is_refused() {
         panic!("serve started with one token for both");
     };
     assert!(stderr.contains("--internal-token must differ"), "{stderr}");
+}
+
+/// `stasis ARGS -o json` with `token`, asserting success.
+fn json_with(server: &Server, token: &str, args: &[&str]) -> serde_json::Value {
+    let mut args = args.to_vec();
+    args.extend(["-o", "json"]);
+    let out = cli(server, token, &args);
+    assert!(
+        out.status.success(),
+        "stasis {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("JSON")
+}
+
+/// `stasis ARGS` with `token`, asserting it fails; its stderr.
+fn refused(server: &Server, token: &str, args: &[&str]) -> String {
+    let out = cli(server, token, args);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "stasis {args:?} passed: {stderr}");
+    stderr
+}
+
+/// A new token of `role` made with the admin token: (id, text).
+fn new_token(server: &Server, role: &str, extra: &[&str]) -> (String, String) {
+    let mut args = vec!["token", "create", "--role", role];
+    args.extend(extra);
+    let made = json_with(server, ADMIN, &args);
+    assert_eq!(made["role"], role, "{made}");
+    let token = made["token"].as_str().expect("the token is shown once");
+    let id = made["id"].as_str().expect("id");
+    assert!(token.starts_with(&format!("stasis_{id}_")), "{made}");
+    (id.to_owned(), token.to_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_role_opens_only_its_routes_and_a_revoked_token_nothing() {
+    let server = Server::start(&["--admin-token", ADMIN]);
+    let module = crate::support::demo("counter");
+    let module = module.to_str().expect("utf-8");
+    cli_ok(&server, &["template", "push", "counter", module]);
+    cli_ok(&server, &["actor", "create", "c", "--template", "counter"]);
+    let (reader_id, reader) = new_token(&server, "reader", &["--description", "dashboards"]);
+    let (_, writer) = new_token(&server, "writer", &[]);
+    let (_, scoped_admin) = new_token(&server, "admin", &[]);
+
+    // A reader reads: lists, one actor, metrics, logs.
+    assert_eq!(
+        json_with(&server, &reader, &["actor", "list"])[0]["name"],
+        "c"
+    );
+    json_with(&server, &reader, &["actor", "get", "c"]);
+    json_with(&server, &reader, &["template", "list"]);
+    assert_eq!(status(server.admin, "/metrics", &reader).await, 200);
+    assert_eq!(
+        status(server.admin, "/v1/actors/c/logs", &reader).await,
+        200
+    );
+    // ... and changes nothing, told which role it lacks.
+    for args in [
+        &["actor", "pause", "c"][..],
+        &["actor", "delete", "c"],
+        &["actor", "create", "d", "--template", "counter"],
+        &["template", "push", "other", module],
+    ] {
+        let stderr = refused(&server, &reader, args);
+        assert!(stderr.contains("403"), "{args:?}: {stderr}");
+        assert!(stderr.contains("needs role writer"), "{args:?}: {stderr}");
+    }
+    assert!(refused(&server, &reader, &["token", "list"]).contains("needs role admin"));
+    assert!(!cli_ok(&server, &["actor", "get", "c"]).contains("paused"));
+
+    // A writer changes actors and templates, not the cluster or tokens.
+    json_with(&server, &writer, &["actor", "pause", "c"]);
+    json_with(&server, &writer, &["actor", "resume", "c"]);
+    json_with(
+        &server,
+        &writer,
+        &["actor", "create", "d", "--template", "counter"],
+    );
+    for args in [
+        &["gc"][..],
+        &["rebalance"],
+        &["token", "create", "--role", "reader"],
+    ] {
+        let stderr = refused(&server, &writer, args);
+        assert!(stderr.contains("needs role admin"), "{args:?}: {stderr}");
+    }
+    // A scoped admin does everything on the admin API, nothing inside.
+    json_with(&server, &scoped_admin, &["gc"]);
+    json_with(&server, &scoped_admin, &["token", "list"]);
+    assert_eq!(
+        status(server.admin, "/internal/v1/workers", &scoped_admin).await,
+        401
+    );
+
+    // The list shows ids, roles and descriptions, never a token or digest.
+    let listed = cli_ok(&server, &["token", "list"]);
+    assert!(
+        listed.contains(&reader_id) && listed.contains("dashboards"),
+        "{listed}"
+    );
+    let listed_json = json_with(&server, ADMIN, &["token", "list"]).to_string();
+    for text in [&reader, &writer, &scoped_admin] {
+        let secret = text.rsplit('_').next().expect("secret");
+        assert!(!listed_json.contains(secret), "{listed_json}");
+    }
+    assert!(!listed_json.contains("sha256"), "{listed_json}");
+    // Nor does the data dir hold any token's text.
+    let db = std::fs::read(server.data_dir.join("stasis.db")).expect("stasis.db");
+    let secret = reader.rsplit('_').next().expect("secret");
+    assert!(!String::from_utf8_lossy(&db).contains(secret));
+
+    // A right id with a wrong secret, a made-up token: 401.
+    let forged = format!("stasis_{reader_id}_{}", "0".repeat(64));
+    assert_eq!(status(server.admin, "/v1/actors", &forged).await, 401);
+    assert_eq!(status(server.admin, "/v1/actors", "stasis_x_y").await, 401);
+
+    // Revoked: refused at once here, and again is 404.
+    let revoked = cli_ok(&server, &["token", "revoke", &reader_id]);
+    assert_eq!(revoked.trim(), format!("token {reader_id} revoked"));
+    assert_eq!(status(server.admin, "/v1/actors", &reader).await, 401);
+    assert!(refused(&server, ADMIN, &["token", "revoke", &reader_id]).contains("404"));
+
+    // Expired: refused, saying so.
+    let (_, brief) = new_token(&server, "reader", &["--expires", "1s"]);
+    assert_eq!(status(server.admin, "/v1/actors", &brief).await, 200);
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let stderr = refused(&server, &brief, &["actor", "list"]);
+    assert!(
+        stderr.contains("401") && stderr.contains("expired at"),
+        "{stderr}"
+    );
+
+    // Tokens outlive a restart of serve (they are in stasis.db).
+    let server = server.restart(&["--admin-token", ADMIN]);
+    json_with(&server, &writer, &["actor", "pause", "d"]);
+    assert_eq!(status(server.admin, "/v1/actors", &reader).await, 401);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_token_requests_are_refused_by_name() {
+    // Without --admin-token the API is open, and a scoped token would
+    // guard nothing: refused, saying why.
+    let open = Server::start(&[]);
+    let out = open.cli(&["token", "create", "--role", "reader"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("--admin-token"), "{stderr}");
+
+    let server = Server::start(&["--admin-token", ADMIN]);
+    let stderr = refused(&server, ADMIN, &["token", "create", "--role", "root"]);
+    assert!(
+        stderr.contains("reader") && stderr.contains("admin"),
+        "{stderr}"
+    );
+    let stderr = refused(
+        &server,
+        ADMIN,
+        &["token", "create", "--role", "reader", "--expires", "soon"],
+    );
+    assert!(stderr.contains("--expires"), "{stderr}");
+    let long = "x".repeat(201);
+    let stderr = refused(
+        &server,
+        ADMIN,
+        &[
+            "token",
+            "create",
+            "--role",
+            "reader",
+            "--description",
+            &long,
+        ],
+    );
+    assert!(stderr.contains("200 characters"), "{stderr}");
+    let stderr = refused(
+        &server,
+        ADMIN,
+        &[
+            "token",
+            "create",
+            "--role",
+            "reader",
+            "--expires",
+            "100000d",
+        ],
+    );
+    assert!(stderr.contains("ten years"), "{stderr}");
+    let stderr = refused(&server, ADMIN, &["token", "revoke", "../../stasis.db"]);
+    assert!(stderr.contains("404"), "{stderr}");
+    assert!(cli_ok(&server, &["token", "list"]).contains("no tokens"));
+}
+
+/// In a cluster every admin request but `/metrics` goes through the
+/// leader; a replica answers `/metrics` itself. A token revoked through
+/// one replica is refused by every replica, on both kinds of route, once
+/// the documented bound (1 s) has passed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoked_token_is_refused_by_every_replica_within_the_bound() {
+    let _one = crate::replicas::ONE_CLUSTER.lock().await;
+    let mut setup = stasis_test_util::cluster::Setup::new(1, 2, 0);
+    setup.env = vec![("STASIS_ADMIN_TOKEN".to_owned(), ADMIN.to_owned())];
+    let d = stasis_test_util::cluster::Deployment::start(crate::support::STASIS, setup);
+    let made = d.cli_json(1, &["token", "create", "--role", "reader"]);
+    let (id, token) = (
+        made["id"].as_str().expect("id").to_owned(),
+        made["token"].as_str().expect("token").to_owned(),
+    );
+    for i in 0..2 {
+        let admin = d.replica(i).admin;
+        assert_eq!(status(admin, "/metrics", &token).await, 200, "replica {i}");
+        assert_eq!(
+            status(admin, "/v1/actors", &token).await,
+            200,
+            "replica {i}"
+        );
+        assert_eq!(status(admin, "/v1/gc", &token).await, 403, "replica {i}");
+    }
+    d.cli_ok(0, &["token", "revoke", &id]);
+    tokio::time::sleep(stasis_runtime::ingress::access::REVOCATION_BOUND).await;
+    for i in 0..2 {
+        let admin = d.replica(i).admin;
+        assert_eq!(status(admin, "/metrics", &token).await, 401, "replica {i}");
+        assert_eq!(
+            status(admin, "/v1/actors", &token).await,
+            401,
+            "replica {i}"
+        );
+    }
 }

@@ -25,6 +25,8 @@ use crate::support::{Server, client};
 #[derive(Debug, Clone)]
 struct Got {
     name: String,
+    /// The exporting process's `service.name`.
+    service: String,
     trace: String,
     id: String,
     parent: String,
@@ -59,10 +61,18 @@ fn decode(body: &[u8], spans: &Mutex<Vec<Got>>) -> Result<(), prost::DecodeError
     let request = ExportTraceServiceRequest::decode(body)?;
     let mut spans = spans.lock().expect("spans");
     for resource in request.resource_spans {
+        let service = resource
+            .resource
+            .iter()
+            .flat_map(|r| &r.attributes)
+            .find(|kv| kv.key == "service.name")
+            .map(|kv| text(kv.value.as_ref().and_then(|v| v.value.as_ref())))
+            .unwrap_or_default();
         for scope in resource.scope_spans {
             for span in scope.spans {
                 spans.push(Got {
                     name: span.name,
+                    service: service.clone(),
                     trace: hex::encode(span.trace_id),
                     id: hex::encode(span.span_id),
                     parent: hex::encode(span.parent_span_id),
@@ -301,4 +311,51 @@ async fn a_clients_sampled_flag_does_not_force_sampling() {
     }
     server.stop();
     assert!(receiver.spans().is_empty(), "{:#?}", receiver.spans());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_trace_crosses_from_a_replica_to_a_cluster_worker() {
+    let _one = crate::replicas::ONE_CLUSTER.lock().await;
+    let receiver = Receiver::start().await;
+    let mut setup = stasis_test_util::cluster::Setup::new(1, 1, 1);
+    // Replicas and workers alike: through the environment.
+    setup.env = vec![
+        ("STASIS_OTLP_ENDPOINT".to_owned(), receiver.url()),
+        ("OTEL_BSP_SCHEDULE_DELAY".to_owned(), "100".to_owned()),
+    ];
+    let d = stasis_test_util::cluster::Deployment::start(crate::support::STASIS, setup);
+    d.push_counter(0);
+    d.cli_json(0, &["actor", "create", "x", "--template", "counter"]);
+    let c = client();
+    let parent = traceparent();
+    let answer = stasis_test_util::http::send_with(
+        &c,
+        d.replica(0).ingress,
+        "POST",
+        &stasis_test_util::http::actor_host("x"),
+        "/",
+        &[("traceparent", &parent)],
+        Bytes::new(),
+    )
+    .await;
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    // The ingress span from the replica, the delivery's from worker w1.
+    let ingress = receiver
+        .wait_for("the replica's ingress", |s| {
+            s.name == "stasis.ingress" && s.trace == CLIENT_TRACE
+        })
+        .await;
+    let delivery = receiver
+        .wait_for("w1's delivery", |s| {
+            s.name == "stasis.request" && s.trace == CLIENT_TRACE
+        })
+        .await;
+    assert_eq!(ingress.parent, CLIENT_SPAN);
+    assert_eq!(delivery.parent, ingress.id);
+    assert_eq!(delivery.attributes["stasis.worker"], "w1");
+    assert_eq!(ingress.service, "stasis serve");
+    assert_eq!(
+        delivery.service, "stasis worker",
+        "exported by the worker process"
+    );
 }

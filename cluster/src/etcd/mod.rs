@@ -34,6 +34,7 @@ pub mod lease;
 mod options;
 mod rollouts;
 mod settings;
+mod tokens;
 mod values;
 mod watch;
 

@@ -21,14 +21,19 @@ impl EtcdDirectory {
     }
 
     /// Puts `value` at `key` (fenced).
-    fn put(&self, what: &'static str, key: String, value: String) -> Result<(), ApiError> {
+    pub(super) fn put(
+        &self,
+        what: &'static str,
+        key: String,
+        value: String,
+    ) -> Result<(), ApiError> {
         self.fenced_txn(what, Vec::new(), vec![TxnOp::put(key, value, None)])?
             .map(|_| ())
             .ok_or_else(|| failed(format!("{what}: the transaction failed")))
     }
 
     /// Every value under `dir`, decoded.
-    fn list_decoded<T: for<'de> serde::Deserialize<'de> + Send + 'static>(
+    pub(super) fn list_decoded<T: for<'de> serde::Deserialize<'de> + Send + 'static>(
         &self,
         what: &'static str,
         dir: String,

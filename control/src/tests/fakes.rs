@@ -15,6 +15,7 @@ use stasis_contract::directory::{ActorRead, ActorRow, Directory, TemplateRow};
 use stasis_contract::error::{ApiError, ErrorKind};
 use stasis_contract::rollout::{ActorOutcome, RolloutRecord, Rollouts};
 use stasis_contract::status::{ActorState, ActorStatus, Captured, ResumeFrom, SnapshotReport};
+use stasis_contract::tokens::{TokenRecord, Tokens};
 use stasis_contract::worker_api::{ConnectWorker, HostSpec, Location, WorkerApi};
 use stasis_core::snapshot_store::SnapshotStore;
 use stasis_host_api::{Request, Response};
@@ -312,6 +313,7 @@ pub(crate) struct MemoryDirectory {
     alarms: Mutex<BTreeMap<String, u64>>,
     rollouts: Mutex<BTreeMap<String, RolloutRecord>>,
     outcomes: Mutex<BTreeMap<(String, String), ActorOutcome>>,
+    tokens: Mutex<BTreeMap<String, TokenRecord>>,
 }
 
 impl MemoryDirectory {
@@ -437,6 +439,32 @@ impl Directory for MemoryDirectory {
             .iter()
             .map(|(name, at)| (name.clone(), *at))
             .collect())
+    }
+}
+
+impl Tokens for MemoryDirectory {
+    fn put_token(&self, record: &TokenRecord) -> Result<(), ApiError> {
+        let mut tokens = self.tokens.lock().expect("lock");
+        tokens.insert(record.id.clone(), record.clone());
+        Ok(())
+    }
+
+    fn token(&self, id: &str) -> Result<Option<TokenRecord>, ApiError> {
+        Ok(self.tokens.lock().expect("lock").get(id).cloned())
+    }
+
+    fn tokens(&self) -> Result<Vec<TokenRecord>, ApiError> {
+        Ok(self
+            .tokens
+            .lock()
+            .expect("lock")
+            .values()
+            .cloned()
+            .collect())
+    }
+
+    fn delete_token(&self, id: &str) -> Result<bool, ApiError> {
+        Ok(self.tokens.lock().expect("lock").remove(id).is_some())
     }
 }
 

@@ -1,0 +1,136 @@
+//! Who may use which admin route: the one check every `/v1` route,
+//! `/metrics` and the streams (logs, events) pass through. A request
+//! presents the `--admin-token` (the bootstrap token, role admin) or a
+//! scoped token made by `stasis token create`
+//! ([`stasis_control::tokens`]); the route needs a role
+//! ([`crate::routes::needs`]), and a token below it is refused with 403.
+//!
+//! A scoped token's record is read from the directory and kept here at
+//! most [`REVOCATION_BOUND`]: a token revoked or expired is refused by
+//! every replica within that bound (at once by the replica that revoked
+//! it). Without `--admin-token` the admin API is open (loopback only, see
+//! `serve`), and every request is an admin's.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use hyper::Method;
+use hyper::header::HeaderMap;
+
+use stasis_contract::error::{ApiError, ErrorKind};
+use stasis_contract::status::now_unix_ms;
+use stasis_contract::tokens::{Role, TokenRecord};
+use stasis_control::ControlPlane;
+use stasis_control::tokens;
+use stasis_http::auth::{bearer, same_token, unauthorized};
+
+/// How long a replica keeps a token's record before reading it again: the
+/// bound within which a revoked token is refused everywhere.
+pub const REVOCATION_BOUND: Duration = Duration::from_secs(1);
+
+/// Most token records kept; past it the cache starts over.
+const MAX_CACHED: usize = 10_000;
+
+/// The admin API's credential check (module docs).
+pub struct Access {
+    admin_token: Option<String>,
+    control: Arc<ControlPlane>,
+    cache: Mutex<HashMap<String, (Option<TokenRecord>, Instant)>>,
+}
+
+impl Access {
+    /// The check of one admin API: `admin_token` is the bootstrap token
+    /// (none: the API is open); scoped tokens are read through `control`.
+    #[must_use]
+    pub fn new(control: Arc<ControlPlane>, admin_token: Option<String>) -> Self {
+        Self {
+            admin_token,
+            control,
+            cache: Mutex::default(),
+        }
+    }
+
+    /// Whether scoped tokens mean anything here: only with an
+    /// `--admin-token`, without which the API is open to everyone.
+    #[must_use]
+    pub fn guarded(&self) -> bool {
+        self.admin_token.is_some()
+    }
+
+    /// Checks that `headers` present a token whose role is at least
+    /// `need`, for `method` on `path` (named in a refusal).
+    ///
+    /// # Errors
+    /// 400 for two `Authorization` headers; 401 for none, another scheme,
+    /// a wrong, revoked or expired token; 403 for a good token whose role
+    /// is below `need`; 500 if the directory cannot be read.
+    pub async fn check(
+        &self,
+        headers: &HeaderMap,
+        method: &Method,
+        path: &str,
+        need: Role,
+    ) -> Result<Role, ApiError> {
+        let Some(admin_token) = &self.admin_token else {
+            return Ok(Role::Admin);
+        };
+        let given = bearer(headers)?;
+        if same_token(given, admin_token) {
+            return Ok(Role::Admin);
+        }
+        let Some((id, secret)) = std::str::from_utf8(given).ok().and_then(tokens::parse) else {
+            return Err(unauthorized());
+        };
+        let record = self.record(id).await?;
+        let now = now_unix_ms().unwrap_or(0);
+        let Some(record) = record.filter(|r| tokens::secret_matches(r, secret)) else {
+            return Err(unauthorized());
+        };
+        if record.expired(now) {
+            let at = record
+                .expires_at_unix_ms
+                .map(stasis_contract::status::rfc3339);
+            return Err(ApiError::new(
+                ErrorKind::Unauthorized,
+                format!("token {id} expired at {}", at.unwrap_or_default()),
+            ));
+        }
+        if record.role < need {
+            return Err(ApiError::new(
+                ErrorKind::Forbidden,
+                format!(
+                    "token {id} has role {}; {method} {path} needs role {}",
+                    record.role.name(),
+                    need.name()
+                ),
+            ));
+        }
+        Ok(record.role)
+    }
+
+    /// Drops what is kept of token `id` (it was just revoked here).
+    pub fn forget(&self, id: &str) {
+        self.lock().remove(id);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Option<TokenRecord>, Instant)>> {
+        self.cache.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Token `id`'s record, as read at most [`REVOCATION_BOUND`] ago.
+    async fn record(&self, id: &str) -> Result<Option<TokenRecord>, ApiError> {
+        if let Some((record, at)) = self.lock().get(id)
+            && at.elapsed() < REVOCATION_BOUND
+        {
+            return Ok(record.clone());
+        }
+        let record = self.control.token_record(id).await?;
+        let mut cache = self.lock();
+        if cache.len() >= MAX_CACHED {
+            cache.clear();
+        }
+        cache.insert(id.to_owned(), (record.clone(), Instant::now()));
+        Ok(record)
+    }
+}
