@@ -41,7 +41,14 @@ async fn get(c: &Http, addr: SocketAddr, path: &str, token: &str) -> u16 {
 }
 
 /// Requests per second answered `want` with `token`.
-async fn run(c: &Http, addr: SocketAddr, token: &str, want: u16, in_flight: usize, secs: u64) -> f64 {
+async fn run(
+    c: &Http,
+    addr: SocketAddr,
+    token: &str,
+    want: u16,
+    in_flight: usize,
+    secs: u64,
+) -> f64 {
     let done = Arc::new(AtomicU64::new(0));
     let until = Instant::now() + Duration::from_secs(secs);
     let started = Instant::now();

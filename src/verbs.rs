@@ -39,6 +39,16 @@ pub(crate) struct ClientArgs {
         help_heading = "Client options"
     )]
     pub admin_token: Option<String>,
+    /// The namespace of the actors and templates named (and of a token
+    /// made); `default` is the namespace of names without one.
+    #[arg(
+        short = 'n',
+        long,
+        env = "STASIS_NAMESPACE",
+        value_name = "NS",
+        help_heading = "Client options"
+    )]
+    pub namespace: Option<String>,
     /// Output format: a table for people, or the server's JSON for scripts.
     #[arg(
         short = 'o',
@@ -74,6 +84,15 @@ pub(crate) struct GlobalClientArgs {
         help_heading = "Client options"
     )]
     pub admin_token: Option<String>,
+    /// The namespace of the actors and templates named (also after the verb).
+    #[arg(
+        short = 'n',
+        long,
+        global = true,
+        value_name = "NS",
+        help_heading = "Client options"
+    )]
+    pub namespace: Option<String>,
     /// Output format of a client verb (also after the verb).
     #[arg(
         short = 'o',
@@ -377,6 +396,8 @@ pub(crate) enum TokenRole {
     Reader,
     /// Reads, and changes to templates and actors.
     Writer,
+    /// Everything in one namespace (give it with -n/--namespace).
+    NamespaceAdmin,
     /// Everything, workers, moves, gc and tokens included.
     Admin,
 }
@@ -386,7 +407,8 @@ pub(crate) enum TokenRole {
 #[derive(Debug, Subcommand)]
 pub(crate) enum TokenCommand {
     /// Make a token; it is printed once and never shown again (the server
-    /// keeps only its SHA-256).
+    /// keeps only its SHA-256). With -n/--namespace it acts in that
+    /// namespace only.
     Create {
         /// What it may do.
         #[arg(long, value_enum)]

@@ -38,6 +38,7 @@ pub mod error;
 pub mod headers;
 pub mod logs;
 pub mod metrics;
+pub mod names;
 pub mod outbound;
 pub mod proto;
 pub mod rollout;

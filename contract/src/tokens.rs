@@ -16,13 +16,16 @@ use crate::error::ApiError;
 /// What a token may do on the admin API; each role may do everything the
 /// roles below it may.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "kebab-case")]
 pub enum Role {
     /// Reads: lists, `get`, logs, events, rollout status, `/metrics`.
     Reader,
     /// A reader that also changes templates and actors: push, delete,
     /// rollout, create, fork, pause, resume, checkpoint, upgrade.
     Writer,
+    /// An admin of one namespace: everything a writer may, and moves, in
+    /// its namespace only (a token of this role names its namespace).
+    NamespaceAdmin,
     /// Everything: also workers (drain, undrain), moves (migrate,
     /// rebalance), `gc`, and tokens. The `--admin-token` is one.
     Admin,
@@ -30,7 +33,12 @@ pub enum Role {
 
 impl Role {
     /// Every role, lowest first.
-    pub const ALL: [Role; 3] = [Role::Reader, Role::Writer, Role::Admin];
+    pub const ALL: [Role; 4] = [
+        Role::Reader,
+        Role::Writer,
+        Role::NamespaceAdmin,
+        Role::Admin,
+    ];
 
     /// The role's name (`reader`, `writer`, `admin`).
     #[must_use]
@@ -38,6 +46,7 @@ impl Role {
         match self {
             Self::Reader => "reader",
             Self::Writer => "writer",
+            Self::NamespaceAdmin => "namespace-admin",
             Self::Admin => "admin",
         }
     }
@@ -52,7 +61,7 @@ impl Role {
             .find(|r| r.name() == name)
             .ok_or_else(|| {
                 ApiError::bad_request(format!(
-                    "unknown role {name:?}; the roles are reader, writer and admin"
+                    "unknown role {name:?}; the roles are reader, writer, namespace-admin and admin"
                 ))
             })
     }
@@ -66,6 +75,10 @@ pub struct TokenRecord {
     pub id: String,
     /// What it may do.
     pub role: Role,
+    /// The one namespace it may act in; every namespace, and the routes
+    /// of no namespace, when `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
     /// SHA-256 of its secret, lowercase hex.
     pub secret_sha256: String,
     /// What it is for, as its creator said (at most
@@ -96,6 +109,7 @@ impl TokenRecord {
         TokenInfo {
             id: self.id.clone(),
             role: self.role,
+            namespace: self.namespace.clone(),
             description: self.description.clone(),
             created_at: crate::status::rfc3339(self.created_at_unix_ms),
             expires_at: self.expires_at_unix_ms.map(crate::status::rfc3339),
@@ -111,6 +125,9 @@ pub struct TokenInfo {
     pub id: String,
     /// What it may do.
     pub role: Role,
+    /// The one namespace it may act in (absent: all).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
     /// What it is for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
@@ -159,7 +176,8 @@ mod tests {
 
     #[test]
     fn roles_order_and_parse_by_name() {
-        assert!(Role::Reader < Role::Writer && Role::Writer < Role::Admin);
+        assert!(Role::Reader < Role::Writer && Role::Writer < Role::NamespaceAdmin);
+        assert!(Role::NamespaceAdmin < Role::Admin);
         for role in Role::ALL {
             assert_eq!(Role::parse(role.name()).unwrap(), role);
             assert_eq!(
@@ -169,7 +187,7 @@ mod tests {
         }
         let refused = Role::parse("root").unwrap_err();
         assert!(
-            refused.message().contains("reader, writer and admin"),
+            refused.message().contains("namespace-admin and admin"),
             "{refused}"
         );
     }
@@ -179,6 +197,7 @@ mod tests {
         let record = TokenRecord {
             id: "0123456789abcdef".into(),
             role: Role::Reader,
+            namespace: None,
             secret_sha256: "ab".repeat(32),
             description: None,
             created_at_unix_ms: 1_000,

@@ -11,8 +11,25 @@ use super::membership::Member;
 use super::placement::Placement;
 use super::views::{ActorInfo, PauseInfo};
 use stasis_contract::directory::{ActorRow, row_version};
-use stasis_contract::error::{ApiError, ErrorKind, check_label};
+use stasis_contract::error::{ApiError, ErrorKind};
+use stasis_contract::names::{check_full_name, namespace_of};
 use stasis_contract::status::{ActorState, ActorStatus, ResumeFrom, SnapshotReport, ms, rfc3339};
+
+/// Checks that `other` (a `what`) is in actor `actor`'s namespace: an
+/// actor is made from its own namespace's templates and actors only.
+///
+/// # Errors
+/// 400 naming both namespaces.
+fn same_namespace(actor: &str, what: &str, other: &str) -> Result<(), ApiError> {
+    let (mine, theirs) = (namespace_of(actor), namespace_of(other));
+    if mine == theirs {
+        Ok(())
+    } else {
+        Err(ApiError::bad_request(format!(
+            "actor {actor} is in namespace {mine}; {what} {other} is in namespace {theirs}"
+        )))
+    }
+}
 
 impl ControlPlane {
     /// Creates actor `name` from `template` on the least-loaded worker.
@@ -21,7 +38,8 @@ impl ControlPlane {
     /// 400 bad name; 404 unknown template; 409 name taken; 503 no worker;
     /// 500/504 if the guest fails during creation.
     pub async fn create_actor(&self, name: &str, template: &str) -> Result<ActorInfo, ApiError> {
-        check_label("actor", name)?;
+        check_full_name("actor", name)?;
+        same_namespace(name, "template", template)?;
         // Creates run together; each holds its name in `pending` until it
         // is placed (or failed).
         let started = std::time::Instant::now();
@@ -119,7 +137,8 @@ impl ControlPlane {
         new: &str,
         from: Option<u64>,
     ) -> Result<ActorInfo, ApiError> {
-        check_label("actor", new)?;
+        check_full_name("actor", new)?;
+        same_namespace(new, "actor", src)?;
         let _guard = self.ops.write().await;
         if self.has_actor(new) {
             return Err(ApiError::conflict(format!("actor {new} already exists")));

@@ -4,7 +4,7 @@
 use super::ControlPlane;
 use super::views::{TemplateInfo, TemplateVersionInfo};
 use stasis_contract::directory::{TemplateRow, row_version, version_row};
-use stasis_contract::error::{ApiError, ErrorKind, check_label};
+use stasis_contract::error::{ApiError, ErrorKind};
 use stasis_contract::settings::Durability;
 use stasis_contract::worker_api::HostSpec;
 use stasis_core::module::ModuleError;
@@ -115,7 +115,7 @@ impl ControlPlane {
         env: Vec<(String, String)>,
         durability: Option<Durability>,
     ) -> Result<(TemplateInfo, bool), ApiError> {
-        check_label("template", name)?;
+        stasis_contract::names::check_full_name("template", name)?;
         if bytes.len() > MAX_TEMPLATE_BYTES {
             return Err(ApiError::new(
                 ErrorKind::TooLarge,

@@ -75,6 +75,10 @@ fn random_hex(n: usize) -> Result<String, ApiError> {
 pub struct NewToken {
     /// Its role.
     pub role: Role,
+    /// The one namespace it may act in; all when absent (required for
+    /// `namespace-admin`, refused for `admin`).
+    #[serde(default)]
+    pub namespace: Option<String>,
     /// What it is for.
     #[serde(default)]
     pub description: Option<String>,
@@ -116,6 +120,20 @@ impl ControlPlane {
                 ));
             }
         }
+        match (&new.namespace, new.role) {
+            (Some(namespace), Role::Admin) => {
+                return Err(ApiError::bad_request(format!(
+                    "an admin token is for every namespace; make a namespace-admin token for namespace {namespace}"
+                )));
+            }
+            (None, Role::NamespaceAdmin) => {
+                return Err(ApiError::bad_request(
+                    "a namespace-admin token needs its namespace",
+                ));
+            }
+            (Some(namespace), _) => stasis_contract::names::check_namespace(namespace)?,
+            (None, _) => {}
+        }
         let now = now_unix_ms().ok_or_else(|| ApiError::internal("the clock is before 1970"))?;
         let expires_at_unix_ms = match new.expires_in_s {
             None => None,
@@ -132,6 +150,7 @@ impl ControlPlane {
         let record = TokenRecord {
             id: id.clone(),
             role: new.role,
+            namespace: new.namespace,
             secret_sha256: digest(&secret),
             description: new.description,
             created_at_unix_ms: now,
@@ -212,6 +231,7 @@ mod tests {
         let record = TokenRecord {
             id: id.into(),
             role: Role::Reader,
+            namespace: None,
             secret_sha256: digest(&secret),
             description: None,
             created_at_unix_ms: 0,

@@ -25,6 +25,8 @@ use stasis_control::ControlPlane;
 use stasis_control::tokens;
 use stasis_http::auth::{bearer, same_token, unauthorized};
 
+use crate::routes::Scoped;
+
 /// How long a replica keeps a token's record before reading it again: the
 /// bound within which a revoked token is refused everywhere.
 pub const REVOCATION_BOUND: Duration = Duration::from_secs(1);
@@ -59,19 +61,22 @@ impl Access {
     }
 
     /// Checks that `headers` present a token whose role is at least
-    /// `need`, for `method` on `path` (named in a refusal).
+    /// `need`, for `method` on the route `scoped` (named in a refusal),
+    /// and whose namespace, if it has one, is the route's.
     ///
     /// # Errors
     /// 400 for two `Authorization` headers; 401 for none, another scheme,
     /// a wrong, revoked or expired token; 403 for a good token whose role
-    /// is below `need`; 500 if the directory cannot be read.
+    /// is below `need` or whose namespace is not the route's; 500 if the
+    /// directory cannot be read.
     pub async fn check(
         &self,
         headers: &HeaderMap,
         method: &Method,
-        path: &str,
+        scoped: &Scoped,
         need: Role,
     ) -> Result<Role, ApiError> {
+        let path = &scoped.path;
         let Some(admin_token) = &self.admin_token else {
             return Ok(Role::Admin);
         };
@@ -96,7 +101,24 @@ impl Access {
                 format!("token {id} expired at {}", at.unwrap_or_default()),
             ));
         }
-        if record.role < need {
+        let role = match &record.namespace {
+            None => record.role,
+            Some(namespace) if scoped.global || *namespace != scoped.namespace => {
+                let route = if scoped.global {
+                    "is in no namespace".to_owned()
+                } else {
+                    format!("is in namespace {}", scoped.namespace)
+                };
+                return Err(ApiError::new(
+                    ErrorKind::Forbidden,
+                    format!("token {id} is for namespace {namespace}; {method} {path} {route}"),
+                ));
+            }
+            // In its namespace, a namespace-admin is an admin.
+            Some(_) if record.role == Role::NamespaceAdmin => Role::Admin,
+            Some(_) => record.role,
+        };
+        if role < need {
             return Err(ApiError::new(
                 ErrorKind::Forbidden,
                 format!(

@@ -18,6 +18,9 @@ use stasis_control::tokens::NewToken;
 use stasis_control::{ControlPlane, MAX_TEMPLATE_BYTES};
 
 use crate::access::Access;
+use crate::routes::Scoped;
+use stasis_contract::names::resolve;
+use stasis_contract::tokens::Role;
 use stasis_http::auth::{authorize, refusal};
 use stasis_http::serve::{Body, METRICS_CONTENT_TYPE, collect_body, json, json_error, text};
 
@@ -143,18 +146,40 @@ impl AdminApi {
             return crate::console::serve(request.method(), &path)
                 .unwrap_or_else(|e| stasis_http::serve::text_error(&e));
         }
-        if path.starts_with(INTERNAL_PREFIX) {
+        let scoped = if path.starts_with(INTERNAL_PREFIX) {
             let token = self.internal_token.as_deref().or(self.token.as_deref());
             if let Err(refused) = authorize(&request, token) {
                 return *refused;
             }
+            Scoped {
+                namespace: stasis_contract::names::DEFAULT_NAMESPACE.to_owned(),
+                path: path.clone(),
+                global: true,
+            }
         } else {
+            // The namespace is resolved first: the check is of the route
+            // the request stands for.
             let (method, headers) = (request.method(), request.headers());
-            let need = crate::routes::needs(method, &path);
-            if let Err(e) = self.access.check(headers, method, &path, need).await {
+            let scoped = match crate::routes::scope(&path) {
+                Ok(scoped) => scoped,
+                Err(e) => {
+                    // Credentials first: a stranger learns nothing of names.
+                    let unscoped = Scoped {
+                        namespace: stasis_contract::names::DEFAULT_NAMESPACE.to_owned(),
+                        path: path.clone(),
+                        global: true,
+                    };
+                    let checked = self.access.check(headers, method, &unscoped, Role::Reader);
+                    return *refusal(&checked.await.err().unwrap_or(e));
+                }
+            };
+            let need = crate::routes::needs(method, &scoped.path);
+            if let Err(e) = self.access.check(headers, method, &scoped, need).await {
                 return *refusal(&e);
             }
-        }
+            scoped
+        };
+        let path = scoped.path.clone();
         // A write a follower forwarded: its answer says the etcd revision
         // of the newest actor record written (this write's or a later
         // one), for the follower to answer once its watch has applied it.
@@ -163,7 +188,7 @@ impl AdminApi {
                 *request.method(),
                 Method::GET | Method::HEAD | Method::OPTIONS
             );
-        let mut response = match self.route(request, &path).await {
+        let mut response = match self.route(request, &scoped).await {
             Ok(response) => response,
             Err(e) => {
                 let mut response = json_error(&e);
@@ -187,8 +212,10 @@ impl AdminApi {
     async fn route(
         &self,
         request: Request<Incoming>,
-        path: &str,
+        scoped: &Scoped,
     ) -> Result<Response<Body>, ApiError> {
+        let (path, namespace) = (scoped.path.as_str(), scoped.namespace.as_str());
+        let in_namespace = |name: &str| stasis_contract::names::namespace_of(name) == namespace;
         let method = request.method().clone();
         let query = request.uri().query().unwrap_or("").to_owned();
         let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
@@ -219,7 +246,11 @@ impl AdminApi {
                 c.metrics_text().await,
                 METRICS_CONTENT_TYPE,
             )),
-            (&Method::GET, ["v1", "templates"]) => ok(&c.templates()?),
+            (&Method::GET, ["v1", "templates"]) => {
+                let mut templates = c.templates()?;
+                templates.retain(|t| in_namespace(&t.name));
+                ok(&templates)
+            }
             (&Method::GET, ["v1", "templates", name]) => ok(&c.template(name)?),
             (&Method::PUT | &Method::POST, ["v1", "templates", name]) => {
                 let (env, durability) = parse_push_query(&query)?;
@@ -250,10 +281,16 @@ impl AdminApi {
                 c.delete_template(name).await?;
                 Ok(no_content())
             }
-            (&Method::GET, ["v1", "actors"]) => ok(&c.actors().await),
+            (&Method::GET, ["v1", "actors"]) => {
+                let mut actors = c.actors().await;
+                actors.retain(|a| in_namespace(&a.name));
+                ok(&actors)
+            }
             (&Method::POST, ["v1", "actors"]) => {
                 let req: CreateActor = parse_json(&body)?;
-                let info = c.create_actor(&req.name, &req.template).await?;
+                let name = resolve("actor", namespace, &req.name)?;
+                let template = resolve("template", namespace, &req.template)?;
+                let info = c.create_actor(&name, &template).await?;
                 Ok(json(StatusCode::CREATED, &info))
             }
             (&Method::GET, ["v1", "actors", name]) => ok(&c.actor_with_alarm(name).await?),
@@ -277,10 +314,11 @@ impl AdminApi {
             }
             (&Method::POST, ["v1", "actors", src, "fork"]) => {
                 let req: ForkActor = parse_json(&body)?;
+                let new = resolve("actor", namespace, &req.name)?;
                 // Detached: a client that leaves never stops a fork half-way.
                 let (c, src) = (c.clone(), (*src).to_owned());
                 let info =
-                    detached(async move { c.fork_actor(&src, &req.name, req.from_snapshot).await })
+                    detached(async move { c.fork_actor(&src, &new, req.from_snapshot).await })
                         .await?;
                 Ok(json(StatusCode::CREATED, &info))
             }

@@ -6,7 +6,9 @@
 //! Host names are normalised as RFC 9110 §4.2.3 / §7.2 say: compared
 //! case-insensitively, port ignored, one trailing dot allowed. The name must
 //! end in `.actors.<domain>` at a label boundary, and what is left must be
-//! exactly one RFC 1123 label: the actor's name. Before any of this, the
+//! one RFC 1123 label, the actor's name in the `default` namespace, or two,
+//! the actor's name and its namespace (`stasis-actor: NAMESPACE/ACTOR`
+//! likewise). Before any of this, the
 //! request passes the strict checks of [`crate::ingress`] (ports, HTTP/2
 //! `Host` against `:authority`, `Transfer-Encoding`), so a malformed
 //! request is a 400 even when `stasis-actor` names the actor.
@@ -24,6 +26,7 @@ use opentelemetry::trace::{SpanKind, Status, TraceContextExt as _, Tracer as _};
 use opentelemetry::{Context, KeyValue};
 use stasis_contract::client_gone::ClientGone;
 use stasis_contract::error::{ApiError, ErrorKind, echo_cut, echo_name, is_label};
+use stasis_contract::names;
 use stasis_contract::trace;
 use stasis_control::ControlPlane;
 use stasis_host_api::sockets::{SOCKET_HEADER, STREAM_HEADER, STREAM_OPEN};
@@ -47,35 +50,56 @@ fn normalise_host(host: &str) -> Result<String, ApiError> {
     Ok(host.to_owned())
 }
 
-/// The actor named by `host` (already without port) under `domain`.
+/// The actor named by `host` (already without port) under `domain`: its
+/// full name (`stasis_contract::names`).
 ///
 /// # Errors
 /// 400 for an unparsable host; 404 naming the host when it is not
-/// `<one label>.actors.<domain>`.
+/// `<actor>.actors.<domain>` or `<actor>.<namespace>.actors.<domain>`.
 pub fn actor_from_host(host: &str, domain: &str) -> Result<String, ApiError> {
     let host = normalise_host(host)?;
     let domain = domain.trim_end_matches('.').to_ascii_lowercase();
     let suffix = format!(".actors.{domain}");
     let not_routed = || {
         ApiError::not_found(format!(
-            "no actor at host {}: actors are reached at <actor>.actors.{domain}",
+            "no actor at host {}: actors are reached at <actor>.actors.{domain} or <actor>.<namespace>.actors.{domain}",
             echo_cut(&host, 255)
         ))
     };
-    let label = host.strip_suffix(&suffix).ok_or_else(not_routed)?;
-    if label.contains('.') || label.is_empty() {
+    let prefix = host.strip_suffix(&suffix).ok_or_else(not_routed)?;
+    let (label, namespace) = prefix
+        .split_once('.')
+        .unwrap_or((prefix, names::DEFAULT_NAMESPACE));
+    if label.is_empty() || namespace.is_empty() || namespace.contains('.') {
         return Err(not_routed());
     }
-    if !is_label(label) {
-        // The host has the right shape; the name in it is not one.
-        return Err(ApiError::not_found(format!(
-            "no actor at host {}: {} is not an actor name (1-63 lower-case letters, digits \
-             and '-', not starting or ending with '-')",
-            echo_cut(&host, 255),
-            echo_name(label)
+    for part in [label, namespace] {
+        if !is_label(part) {
+            // The host has the right shape; the name in it is not one.
+            return Err(ApiError::not_found(format!(
+                "no actor at host {}: {} is not an actor or namespace name (1-63 lower-case \
+                 letters, digits and '-', not starting or ending with '-')",
+                echo_cut(&host, 255),
+                echo_name(part)
+            )));
+        }
+    }
+    Ok(names::full_name(namespace, label))
+}
+
+/// The actor a `stasis-actor` header names: `ACTOR` (namespace
+/// `default`) or `NAMESPACE/ACTOR`; its full name.
+fn actor_from_header(value: &str) -> Result<String, ApiError> {
+    let (namespace, label) = value
+        .split_once('/')
+        .unwrap_or((names::DEFAULT_NAMESPACE, value));
+    if !is_label(namespace) || !is_label(label) {
+        return Err(ApiError::bad_request(format!(
+            "stasis-actor header {} is not a valid actor name (ACTOR or NAMESPACE/ACTOR)",
+            echo_name(value)
         )));
     }
-    Ok(label.to_owned())
+    Ok(names::full_name(namespace, label))
 }
 
 /// The actor a request is for (rules in the module docs).
@@ -92,13 +116,7 @@ pub fn actor_of(parts: &Parts, domain: &str) -> Result<String, ApiError> {
                 .to_str()
                 .map(|v| v.trim().to_ascii_lowercase())
                 .map_err(|_| ApiError::bad_request("stasis-actor header is not ASCII"))?;
-            if !is_label(&name) {
-                return Err(ApiError::bad_request(format!(
-                    "stasis-actor header {} is not a valid actor name",
-                    echo_name(&name)
-                )));
-            }
-            return Ok(name);
+            return actor_from_header(&name);
         }
         _ => return Err(ApiError::bad_request("repeated stasis-actor header")),
     }
@@ -389,6 +407,19 @@ mod tests {
     }
 
     #[test]
+    fn a_second_label_is_the_namespace_and_default_is_no_suffix() {
+        let at = |host: &str| route("/", &[("host", host)]);
+        assert_eq!(at("c1.team-a.actors.localhost"), Ok("c1.team-a".into()));
+        assert_eq!(at("c1.default.actors.localhost"), Ok("c1".into()));
+        let named = |value: &str| route("/", &[("host", "x"), ("stasis-actor", value)]);
+        assert_eq!(named("team-a/c1"), Ok("c1.team-a".into()));
+        assert_eq!(named("default/c1"), Ok("c1".into()));
+        for bad in ["team-a/", "/c1", "a/b/c", "c1.team-a", "../c1", "%2e%2e/c1"] {
+            assert_eq!(named(bad), Err(400), "{bad}");
+        }
+    }
+
+    #[test]
     fn bad_host_headers_are_400() {
         assert_eq!(route("/", &[]), Err(400));
         assert_eq!(route("/", &[("host", "")]), Err(400));
@@ -409,11 +440,12 @@ mod tests {
     }
 
     #[test]
-    fn suffix_must_match_at_a_label_boundary_with_one_label() {
+    fn suffix_must_match_at_a_label_boundary_with_one_or_two_labels() {
         assert_eq!(route("/", &[("host", "xactors.localhost")]), Err(404));
         assert_eq!(route("/", &[("host", "actors.localhost")]), Err(404));
         assert_eq!(route("/", &[("host", ".actors.localhost")]), Err(404));
-        assert_eq!(route("/", &[("host", "a.b.actors.localhost")]), Err(404));
+        assert_eq!(route("/", &[("host", "a.b.c.actors.localhost")]), Err(404));
+        assert_eq!(route("/", &[("host", "a..actors.localhost")]), Err(404));
         assert_eq!(
             route("/", &[("host", "c1.actors.localhost.evil")]),
             Err(404)
@@ -440,7 +472,7 @@ mod tests {
         assert!(
             refused
                 .message()
-                .contains(r#""bad_name" is not an actor name"#),
+                .contains(r#""bad_name" is not an actor or namespace name"#),
             "{refused}"
         );
         let elsewhere =

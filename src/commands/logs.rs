@@ -36,7 +36,10 @@ pub(super) struct Logs {
 /// Runs the verb (see the module docs).
 pub(super) async fn run(verb: Logs, client: &ClientArgs) -> anyhow::Result<()> {
     let admin = AdminClient::new(&client.admin, client.admin_token.as_deref())?;
-    let path = format!("/v1/actors/{}/logs", encode_component(&verb.name));
+    let path = super::plan::namespaced(
+        client.namespace.as_deref(),
+        &format!("/v1/actors/{}/logs", encode_component(&verb.name)),
+    );
     let mut after: Option<u64> = None;
     let mut first = true;
     loop {

@@ -368,9 +368,13 @@ pub(super) fn plan(command: ClientCommand) -> anyhow::Result<Call> {
             let role = match role {
                 TokenRole::Reader => "reader",
                 TokenRole::Writer => "writer",
+                TokenRole::NamespaceAdmin => "namespace-admin",
                 TokenRole::Admin => "admin",
             };
             let mut body = serde_json::json!({ "role": role });
+            if let Some(namespace) = &client.namespace {
+                body["namespace"] = namespace.clone().into();
+            }
             if let Some(secs) = expires {
                 body["expires_in_s"] = secs.into();
             }
@@ -415,5 +419,22 @@ pub(super) fn plan(command: ClientCommand) -> anyhow::Result<Call> {
             View::Details,
         ),
     };
-    Ok(call)
+    Ok(in_namespace(call))
+}
+
+/// `call` with its actor or template route in its client's namespace:
+/// `/v1/actors/...` becomes `/v1/namespaces/NS/actors/...`.
+fn in_namespace(mut call: Call) -> Call {
+    call.path = namespaced(call.client.namespace.as_deref(), &call.path);
+    call
+}
+
+/// `path` in namespace `namespace` (see [`in_namespace`]).
+pub(super) fn namespaced(namespace: Option<&str>, path: &str) -> String {
+    match (namespace, path.strip_prefix("/v1/")) {
+        (Some(ns), Some(rest)) if rest.starts_with("actors") || rest.starts_with("templates") => {
+            format!("/v1/namespaces/{}/{rest}", encode_component(ns))
+        }
+        _ => path.to_owned(),
+    }
 }

@@ -57,7 +57,11 @@
 //!   between cluster workers; `actor events` lists the lifecycle;
 //! * `mapped`: snapshot files truncated, overwritten in place or replaced
 //!   under a copy-on-write mapping fail that actor (no snapshot written),
-//!   never the process.
+//!   never the process;
+//! * `namespaces`: the same name in two namespaces is two actors, reached
+//!   by host name or `stasis-actor: NS/NAME`; lists, templates and calls
+//!   stay in their namespace; names that would reach elsewhere are refused;
+//!   a namespaced token acts in its namespace only.
 //!
 //! Tests run in parallel in this one process: every server gets its own
 //! temporary data dir and kernel-picked loopback ports (see `support`), and
@@ -89,6 +93,7 @@ mod js;
 mod logs;
 mod lost_answers;
 mod mapped;
+mod namespaces;
 mod outbound;
 mod placements;
 mod reliability;

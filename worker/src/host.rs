@@ -327,7 +327,7 @@ impl Worker {
     }
 
     pub(crate) async fn spec(&self, actor: &str, spec: &HostSpec) -> Result<ActorSpec, ApiError> {
-        stasis_contract::error::check_label("actor", actor)?;
+        stasis_contract::names::check_full_name("actor", actor)?;
         Ok(ActorSpec {
             name: actor.to_owned(),
             template: self.templates.template(&spec.digest).await?,

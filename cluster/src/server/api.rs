@@ -77,7 +77,7 @@ impl RemoteWorker {
         }
         let route = WorkerPath::parse(&path);
         if let Some(WorkerPath::Actor(name) | WorkerPath::Op(name, _)) = route {
-            stasis_contract::error::check_label("actor", name)?;
+            stasis_contract::names::check_full_name("actor", name)?;
         }
         match (&method, route) {
             (&Method::GET, Some(WorkerPath::Actors)) => Ok(json(StatusCode::OK, &w.statuses())),

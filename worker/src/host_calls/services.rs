@@ -113,6 +113,13 @@ fn ready<T: Send + 'static>(result: Result<T, ServiceError>) -> ServiceFuture<T>
 }
 
 impl ActorHostServices {
+    /// The full name of actor `name` (a label) in this actor's namespace:
+    /// calls and messages never leave it.
+    fn in_my_namespace(&self, name: &str) -> String {
+        let namespace = stasis_contract::names::namespace_of(&self.actor);
+        stasis_contract::names::full_name(namespace, name)
+    }
+
     /// The services of `actor`, sharing `calls` with its worker.
     #[must_use]
     pub fn new(actor: &str, calls: Arc<HostCalls>) -> Arc<Self> {
@@ -164,9 +171,12 @@ impl ActorHostServices {
         if !is_label(actor) {
             return Err(ServiceError::new(
                 HostError::NotFound,
-                format!("{actor:?} is not a valid actor name"),
+                format!(
+                    "{actor:?} is not a valid actor name (an actor calls the actors of its own namespace, by name)"
+                ),
             ));
         }
+        let actor = &self.in_my_namespace(actor);
         if check_loop && scope.chain.iter().any(|a| a == actor) {
             return Err(ServiceError::new(
                 HostError::LoopDetected,
@@ -270,7 +280,9 @@ fn outcome(result: &Result<impl Sized, ServiceError>) -> String {
 impl ActorServices for ActorHostServices {
     fn call(&self, actor: String, request: Request) -> ServiceFuture<Response> {
         let metrics = self.calls.metrics.clone();
-        let (request, router, deadline, cx) = match self.prepare(&actor, request, true) {
+        let given = actor;
+        let actor = self.in_my_namespace(&given);
+        let (request, router, deadline, cx) = match self.prepare(&given, request, true) {
             Ok(prepared) => prepared,
             Err(e) => {
                 count(&metrics.calls, &outcome(&Err::<(), _>(e.clone())));
@@ -299,7 +311,9 @@ impl ActorServices for ActorHostServices {
 
     fn send(&self, actor: String, request: Request) -> ServiceFuture<()> {
         let metrics = self.calls.metrics.clone();
-        let (request, router, deadline, cx) = match self.prepare(&actor, request, false) {
+        let given = actor;
+        let actor = self.in_my_namespace(&given);
+        let (request, router, deadline, cx) = match self.prepare(&given, request, false) {
             Ok(prepared) => prepared,
             Err(e) => {
                 metrics.sends_failed.inc();

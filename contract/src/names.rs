@@ -1,0 +1,144 @@
+//! Names and namespaces. Every actor and template lives in a namespace; an
+//! actor's **full name** is what its host name starts with:
+//! `<actor>.<namespace>.actors.<domain>` gives `<actor>.<namespace>`, and
+//! the `default` namespace's actors keep their plain name
+//! (`<actor>.actors.<domain>`, every URL from before namespaces). A full
+//! name is one RFC 1123 label (namespace `default`) or two joined by a
+//! dot, the second not `default`; so no full name is `.` or `..`, none has
+//! a `/`, and two namespaces never share one: a full name is safe as a
+//! file name, a store key and an etcd key, and keeps each namespace's data
+//! apart. Templates are named the same way.
+
+use crate::error::{ApiError, check_label, echo_name, is_label};
+
+/// The namespace of every name without one.
+pub const DEFAULT_NAMESPACE: &str = "default";
+
+/// The full name of `name` (a label) in namespace `namespace` (a label).
+#[must_use]
+pub fn full_name(namespace: &str, name: &str) -> String {
+    if namespace == DEFAULT_NAMESPACE {
+        name.to_owned()
+    } else {
+        format!("{name}.{namespace}")
+    }
+}
+
+/// A full name's name and namespace.
+#[must_use]
+pub fn split(full: &str) -> (&str, &str) {
+    full.split_once('.').unwrap_or((full, DEFAULT_NAMESPACE))
+}
+
+/// The namespace of full name `full`.
+#[must_use]
+pub fn namespace_of(full: &str) -> &str {
+    split(full).1
+}
+
+/// Whether `full` is a full name (module docs).
+#[must_use]
+pub fn is_full_name(full: &str) -> bool {
+    match full.split_once('.') {
+        None => is_label(full),
+        Some((name, namespace)) => {
+            is_label(name) && is_label(namespace) && namespace != DEFAULT_NAMESPACE
+        }
+    }
+}
+
+/// Checks `namespace` as a namespace name.
+///
+/// # Errors
+/// 400 naming the rule broken.
+pub fn check_namespace(namespace: &str) -> Result<(), ApiError> {
+    check_label("namespace", namespace)
+}
+
+/// Checks `full` as the full name of a `what` (actor, template).
+///
+/// # Errors
+/// 400 naming the rule broken.
+pub fn check_full_name(what: &str, full: &str) -> Result<(), ApiError> {
+    let Some((name, namespace)) = full.split_once('.') else {
+        return check_label(what, full);
+    };
+    check_label(what, name)?;
+    check_namespace(namespace)?;
+    if namespace == DEFAULT_NAMESPACE {
+        return Err(ApiError::bad_request(format!(
+            "invalid {what} name {}: the default namespace's names have no suffix",
+            echo_name(full)
+        )));
+    }
+    Ok(())
+}
+
+/// The full name a request in namespace `namespace` means by `given`: a
+/// label is in `namespace`; a full name must be in it already.
+///
+/// # Errors
+/// 400 if `given` is neither, or a full name of another namespace.
+pub fn resolve(what: &str, namespace: &str, given: &str) -> Result<String, ApiError> {
+    if is_label(given) {
+        return Ok(full_name(namespace, given));
+    }
+    check_full_name(what, given)?;
+    if namespace_of(given) != namespace {
+        return Err(ApiError::bad_request(format!(
+            "{what} {} is in namespace {}, not {namespace}",
+            echo_name(given),
+            namespace_of(given)
+        )));
+    }
+    Ok(given.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_namespace_keeps_plain_names_and_others_a_suffix() {
+        assert_eq!(full_name("default", "c1"), "c1");
+        assert_eq!(full_name("team-a", "c1"), "c1.team-a");
+        assert_eq!(split("c1.team-a"), ("c1", "team-a"));
+        assert_eq!(split("c1"), ("c1", "default"));
+        assert_eq!(resolve("actor", "team-a", "c1").unwrap(), "c1.team-a");
+        assert_eq!(
+            resolve("actor", "team-a", "c1.team-a").unwrap(),
+            "c1.team-a"
+        );
+        assert!(resolve("actor", "team-a", "c1.team-b").is_err());
+        assert!(resolve("actor", "default", "c1.team-b").is_err());
+    }
+
+    #[test]
+    fn no_full_name_reaches_outside_its_namespace() {
+        for bad in [
+            "",
+            ".",
+            "..",
+            "a..b",
+            "a.b.c",
+            "a/b",
+            "../a",
+            "a.",
+            ".a",
+            "a.default",
+            "A",
+            "a%2e%2e",
+            "а",
+            "a.b/c",
+            "a\u{2024}b",
+            "-a",
+            "a.-b",
+        ] {
+            assert!(!is_full_name(bad), "{bad:?}");
+            assert!(check_full_name("actor", bad).is_err(), "{bad:?}");
+        }
+        for good in ["a", "a.b", "counter-1.team-a"] {
+            assert!(is_full_name(good), "{good:?}");
+        }
+    }
+}

@@ -1,0 +1,386 @@
+//! Namespaces through the real binary: `c.team-a.actors.<domain>` and
+//! `c.actors.<domain>` are two actors with their own state; `-n/--namespace`
+//! scopes the CLI (and `/v1/namespaces/NS/...` the API) to one namespace's
+//! actors and templates; an actor calls the actors of its own namespace;
+//! names that would reach another namespace's data (`..`, `%2e%2e`, `/`,
+//! look-alike letters, a second namespace) are refused; a token made for a
+//! namespace acts there only.
+
+use crate::support::{Server, client, count, demo, raw, raw_status, to_actor};
+
+const ADMIN: &str = "ns-admin-secret";
+
+/// `stasis -n NS ARGS` with the admin token.
+fn in_ns(server: &Server, ns: &str, token: &str, args: &[&str]) -> std::process::Output {
+    crate::support::STASIS
+        .command()
+        .args(["-n", ns])
+        .args(args)
+        .env("STASIS_ADMIN", server.admin_url())
+        .env("STASIS_ADMIN_TOKEN", token)
+        .output()
+        .expect("run stasis")
+}
+
+fn ok(out: &std::process::Output, what: &str) -> String {
+    assert!(
+        out.status.success(),
+        "{what}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn failed(out: &std::process::Output, what: &str) -> String {
+    assert!(!out.status.success(), "{what} passed");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// The names in an `actor list -o json` answer.
+fn names(list: &str) -> Vec<String> {
+    let list: serde_json::Value = serde_json::from_str(list).expect("JSON");
+    list.as_array()
+        .expect("array")
+        .iter()
+        .map(|a| a["name"].as_str().expect("name").to_owned())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_name_in_two_namespaces_is_two_actors_and_each_stays_in_its_own() {
+    let server = Server::start(&["--admin-token", ADMIN]);
+    let counter = demo("counter");
+    let counter = counter.to_str().expect("utf-8");
+    let caller = demo("caller");
+    let caller = caller.to_str().expect("utf-8");
+    for ns in ["default", "team-a"] {
+        ok(
+            &in_ns(
+                &server,
+                ns,
+                ADMIN,
+                &["template", "push", "counter", counter],
+            ),
+            "push",
+        );
+        ok(
+            &in_ns(
+                &server,
+                ns,
+                ADMIN,
+                &["actor", "create", "c", "--template", "counter"],
+            ),
+            "create",
+        );
+    }
+    ok(
+        &in_ns(
+            &server,
+            "team-a",
+            ADMIN,
+            &["template", "push", "caller", caller],
+        ),
+        "push",
+    );
+    ok(
+        &in_ns(
+            &server,
+            "team-a",
+            ADMIN,
+            &["actor", "create", "front", "--template", "caller"],
+        ),
+        "create",
+    );
+
+    // Two counters, by host name and by header.
+    let c = client();
+    for expected in 1..=2 {
+        assert_eq!(
+            count(&to_actor(&c, server.ingress, "c.team-a", "POST", "/").await),
+            expected
+        );
+    }
+    assert_eq!(
+        count(&to_actor(&c, server.ingress, "c", "POST", "/").await),
+        1
+    );
+    let by_header = raw(
+        server.ingress,
+        "POST / HTTP/1.1\r\nHost: x\r\nstasis-actor: team-a/c\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    assert!(by_header.contains("count: 3"), "{by_header}");
+    assert_eq!(
+        count(&to_actor(&c, server.ingress, "c.default", "POST", "/").await),
+        2
+    );
+
+    // Lists show one namespace's actors and templates, by full name.
+    let listed = ok(
+        &in_ns(&server, "team-a", ADMIN, &["actor", "list", "-o", "json"]),
+        "list",
+    );
+    assert_eq!(names(&listed), ["c.team-a", "front.team-a"]);
+    let listed = ok(
+        &in_ns(&server, "default", ADMIN, &["actor", "list", "-o", "json"]),
+        "list",
+    );
+    assert_eq!(names(&listed), ["c"]);
+    let templates = ok(
+        &in_ns(
+            &server,
+            "team-a",
+            ADMIN,
+            &["template", "list", "-o", "json"],
+        ),
+        "list",
+    );
+    assert_eq!(names(&templates), ["caller.team-a", "counter.team-a"]);
+    // The short name and the full name are the same actor there.
+    let got = ok(
+        &in_ns(
+            &server,
+            "team-a",
+            ADMIN,
+            &["actor", "get", "c.team-a", "-o", "json"],
+        ),
+        "get",
+    );
+    assert!(got.contains("\"template\": \"counter.team-a\""), "{got}");
+    // Each has its own files.
+    ok(
+        &in_ns(&server, "team-a", ADMIN, &["actor", "pause", "c"]),
+        "pause",
+    );
+    assert!(server.data_dir.join("snapshots").join("c.team-a").is_dir());
+
+    // A call goes to the caller's namespace: c.team-a counts 4, c stays.
+    let answer = to_actor(&c, server.ingress, "front.team-a", "POST", "/call/c").await;
+    assert_eq!(count(&answer), 4, "{answer:?}");
+    assert_eq!(
+        count(&to_actor(&c, server.ingress, "c", "POST", "/").await),
+        3
+    );
+    // ... and cannot leave it.
+    let answer = to_actor(
+        &c,
+        server.ingress,
+        "front.team-a",
+        "POST",
+        "/call/c.default",
+    )
+    .await;
+    assert_eq!(answer.status, 404, "{answer:?}");
+    assert!(answer.body.contains("own namespace"), "{answer:?}");
+
+    // A template of another namespace is not there.
+    ok(
+        &in_ns(
+            &server,
+            "default",
+            ADMIN,
+            &["template", "push", "only-default", counter],
+        ),
+        "push",
+    );
+    let refused = failed(
+        &in_ns(
+            &server,
+            "team-a",
+            ADMIN,
+            &["actor", "create", "d", "--template", "only-default"],
+        ),
+        "create from another namespace's template",
+    );
+    assert!(refused.contains("404"), "{refused}");
+    let refused = failed(
+        &in_ns(
+            &server,
+            "team-a",
+            ADMIN,
+            &["actor", "create", "d", "--template", "counter.team-b"],
+        ),
+        "create naming another namespace",
+    );
+    assert!(
+        refused.contains("namespace team-b, not team-a"),
+        "{refused}"
+    );
+
+    // Deleting one leaves the other.
+    ok(
+        &in_ns(&server, "team-a", ADMIN, &["actor", "delete", "c"]),
+        "delete",
+    );
+    assert_eq!(
+        count(&to_actor(&c, server.ingress, "c", "POST", "/").await),
+        4
+    );
+    let gone = to_actor(&c, server.ingress, "c.team-a", "POST", "/").await;
+    assert_eq!(gone.status, 404, "{gone:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn names_that_would_reach_another_namespace_are_refused() {
+    let server = Server::start(&["--admin-token", ADMIN]);
+    for ns in ["..", ".", "a/b", "%2e%2e", "t\u{0435}am", "Team", "a.b"] {
+        let stderr = failed(&in_ns(&server, ns, ADMIN, &["actor", "list"]), ns);
+        assert!(stderr.contains("400"), "{ns:?}: {stderr}");
+    }
+    for name in ["..", "a/b", "c.team-a", "c.default", "%2e%2e"] {
+        let stderr = failed(
+            &in_ns(
+                &server,
+                "team-b",
+                ADMIN,
+                &["actor", "create", name, "--template", "t"],
+            ),
+            name,
+        );
+        assert!(
+            stderr.contains("400") || stderr.contains("404"),
+            "{name:?}: {stderr}"
+        );
+    }
+    let auth = format!("Authorization: Bearer {ADMIN}\r\n");
+    for path in [
+        "/v1/namespaces/%2e%2e/actors",
+        "/v1/namespaces/../actors",
+        "/v1/namespaces/a/workers",
+        "/v1/namespaces/a/actors/b.c",
+        "/v1/actors/b.c",
+    ] {
+        let answer = raw(
+            server.admin,
+            &format!("GET {path} HTTP/1.1\r\nHost: x\r\n{auth}Connection: close\r\n\r\n"),
+        )
+        .await;
+        let status = raw_status(&answer);
+        assert!(status == 400 || status == 404, "{path}: {answer}");
+    }
+    let c = client();
+    for host in ["a.b.c", "a..b", "a.-b", "a.b_c"] {
+        let answer = to_actor(&c, server.ingress, host, "GET", "/").await;
+        assert_eq!(answer.status, 404, "{host}: {answer:?}");
+    }
+    let files: Vec<_> = std::fs::read_dir(server.data_dir.join("snapshots"))
+        .map(|d| d.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(files.is_empty(), "{files:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespaced_token_acts_in_its_namespace_only() {
+    let server = Server::start(&["--admin-token", ADMIN]);
+    let counter = demo("counter");
+    let counter = counter.to_str().expect("utf-8");
+    for ns in ["team-a", "team-b"] {
+        ok(
+            &in_ns(
+                &server,
+                ns,
+                ADMIN,
+                &["template", "push", "counter", counter],
+            ),
+            "push",
+        );
+        ok(
+            &in_ns(
+                &server,
+                ns,
+                ADMIN,
+                &["actor", "create", "c", "--template", "counter"],
+            ),
+            "create",
+        );
+    }
+    let token = |ns: &str, role: &str| {
+        let made = ok(
+            &in_ns(
+                &server,
+                ns,
+                ADMIN,
+                &["token", "create", "--role", role, "-o", "json"],
+            ),
+            "token create",
+        );
+        let made: serde_json::Value = serde_json::from_str(&made).expect("JSON");
+        assert_eq!(made["namespace"], ns, "{made}");
+        made["token"].as_str().expect("token").to_owned()
+    };
+    let a_admin = token("team-a", "namespace-admin");
+    let a_reader = token("team-a", "reader");
+
+    // The namespace-admin of team-a runs team-a.
+    ok(
+        &in_ns(&server, "team-a", &a_admin, &["actor", "pause", "c"]),
+        "pause",
+    );
+    ok(
+        &in_ns(
+            &server,
+            "team-a",
+            &a_admin,
+            &["actor", "create", "d", "--template", "counter"],
+        ),
+        "create",
+    );
+    // ... and cannot touch team-b, the default namespace, or the cluster.
+    for (ns, args) in [
+        ("team-b", &["actor", "pause", "c"][..]),
+        ("team-b", &["actor", "list"]),
+        ("default", &["actor", "list"]),
+        ("team-a", &["gc"]),
+        ("team-a", &["worker", "list"]),
+        ("team-a", &["token", "list"]),
+    ] {
+        let stderr = failed(
+            &in_ns(&server, ns, &a_admin, args),
+            &format!("{ns} {args:?}"),
+        );
+        assert!(stderr.contains("403"), "{ns} {args:?}: {stderr}");
+        assert!(stderr.contains("is for namespace team-a"), "{stderr}");
+    }
+    // The reader of team-a reads team-a only, and changes nothing.
+    let listed = ok(
+        &in_ns(
+            &server,
+            "team-a",
+            &a_reader,
+            &["actor", "list", "-o", "json"],
+        ),
+        "list",
+    );
+    assert_eq!(names(&listed), ["c.team-a", "d.team-a"]);
+    let stderr = failed(
+        &in_ns(&server, "team-a", &a_reader, &["actor", "delete", "c"]),
+        "delete",
+    );
+    assert!(stderr.contains("needs role writer"), "{stderr}");
+    let metrics = raw(
+        server.admin,
+        &format!("GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {a_reader}\r\nConnection: close\r\n\r\n"),
+    )
+    .await;
+    assert_eq!(raw_status(&metrics), 403, "{metrics}");
+
+    // An admin token is for every namespace; a namespace-admin needs one.
+    let stderr = failed(
+        &in_ns(
+            &server,
+            "team-a",
+            ADMIN,
+            &["token", "create", "--role", "admin"],
+        ),
+        "admin in a namespace",
+    );
+    assert!(stderr.contains("namespace-admin"), "{stderr}");
+    let out = crate::support::STASIS
+        .command()
+        .args(["token", "create", "--role", "namespace-admin"])
+        .env("STASIS_ADMIN", server.admin_url())
+        .env("STASIS_ADMIN_TOKEN", ADMIN)
+        .output()
+        .expect("run stasis");
+    assert!(failed(&out, "namespace-admin without one").contains("needs its namespace"));
+}
