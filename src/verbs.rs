@@ -122,6 +122,9 @@ pub(crate) enum ClientCommand {
     /// Create, list and revoke scoped admin tokens (reader, writer, admin).
     #[command(subcommand)]
     Token(TokenCommand),
+    /// Show a namespace (its actors and quota) and set its quota.
+    #[command(subcommand)]
+    Namespace(NamespaceCommand),
     /// Move actors between workers to even out the load; prints the moves.
     Rebalance {
         #[command(flatten)]
@@ -433,6 +436,33 @@ pub(crate) enum TokenCommand {
     Revoke {
         /// The token's id (`token list`).
         id: String,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+}
+
+/// `stasis namespace ...`.
+#[derive(Debug, Subcommand)]
+pub(crate) enum NamespaceCommand {
+    /// Show a namespace: how many actors it holds, and its quota.
+    Get {
+        /// Namespace name.
+        name: String,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Set a namespace's quota (replacing it: a limit not given is
+    /// removed); applies on every replica within a second.
+    Quota {
+        /// Namespace name.
+        name: String,
+        /// Most actors it may hold (creates and forks past it: 403).
+        #[arg(long, value_name = "N")]
+        max_actors: Option<u64>,
+        /// Most requests per second its actors are sent, per replica
+        /// (past it: 429 with Retry-After, not delivered).
+        #[arg(long, value_name = "R")]
+        max_requests_per_second: Option<u32>,
         #[command(flatten)]
         client: ClientArgs,
     },

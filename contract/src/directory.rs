@@ -8,6 +8,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::ApiError;
+pub use crate::quota::Quotas;
 pub use crate::rollout::Rollouts;
 use crate::settings::Durability;
 pub use crate::tokens::Tokens;
@@ -72,9 +73,10 @@ pub struct ActorRow {
 }
 
 /// The durable record of templates, actors and placements, of rollouts
-/// ([`Rollouts`]) and of scoped admin tokens ([`Tokens`]). Every write is durable on return; errors are
+/// ([`Rollouts`]), of scoped admin tokens ([`Tokens`]) and of the
+/// namespaces' quotas ([`Quotas`]). Every write is durable on return; errors are
 /// 500s naming the directory.
-pub trait Directory: Rollouts + Tokens + Send + Sync {
+pub trait Directory: Rollouts + Tokens + Quotas + Send + Sync {
     /// Whether its writer may still act on what it decided: false once a
     /// leader's lease is past its deadline by this process's clock (its
     /// writes are refused by then too). A deposed leader delivers nothing

@@ -31,6 +31,8 @@ pub enum ErrorKind {
     StaleEpoch,
     /// The request's body is over a documented limit (413).
     TooLarge,
+    /// Over a rate quota: retry after `Retry-After` (429).
+    TooManyRequests,
     /// The method is not one the route takes (405).
     MethodNotAllowed,
     /// Well-formed but cannot be processed: a module or snapshot that does
@@ -79,6 +81,7 @@ impl ErrorKind {
             Self::Conflict => 409,
             Self::Gone => 410,
             Self::TooLarge => 413,
+            Self::TooManyRequests => 429,
             Self::MethodNotAllowed => 405,
             Self::StaleEpoch => 421,
             Self::Unprocessable => 422,
@@ -104,6 +107,7 @@ impl ErrorKind {
             409 => Self::Conflict,
             410 => Self::Gone,
             413 => Self::TooLarge,
+            429 => Self::TooManyRequests,
             405 => Self::MethodNotAllowed,
             421 => Self::StaleEpoch,
             422 => Self::Unprocessable,
@@ -134,6 +138,7 @@ impl ErrorKind {
             Self::Conflict => "conflict",
             Self::Gone => "gone",
             Self::TooLarge => "too_large",
+            Self::TooManyRequests => "too_many_requests",
             Self::MethodNotAllowed => "method_not_allowed",
             Self::StaleEpoch => "stale_epoch",
             Self::Unprocessable => "unprocessable",
@@ -153,7 +158,7 @@ impl ErrorKind {
     /// The kind named `name` on the wire ([`ErrorKind::name`]).
     #[must_use]
     pub fn from_name(name: &str) -> Option<Self> {
-        const ALL: [ErrorKind; 20] = [
+        const ALL: [ErrorKind; 21] = [
             ErrorKind::BadRequest,
             ErrorKind::Unauthorized,
             ErrorKind::Forbidden,
@@ -161,6 +166,7 @@ impl ErrorKind {
             ErrorKind::Conflict,
             ErrorKind::Gone,
             ErrorKind::TooLarge,
+            ErrorKind::TooManyRequests,
             ErrorKind::MethodNotAllowed,
             ErrorKind::StaleEpoch,
             ErrorKind::Unprocessable,
@@ -386,10 +392,12 @@ mod tests {
         for name in [
             "bad_request",
             "unauthorized",
+            "forbidden",
             "not_found",
             "conflict",
             "gone",
             "too_large",
+            "too_many_requests",
             "method_not_allowed",
             "stale_epoch",
             "unprocessable",

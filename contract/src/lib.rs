@@ -14,7 +14,8 @@
 //! - [`directory`]: the durable record of templates, actors, placements and
 //!   alarms behind [`directory::Directory`], and [`rollout`], what it keeps
 //!   of a template's rollout and what the API shows of one, and
-//!   [`tokens`], the scoped admin tokens it keeps;
+//!   [`tokens`], the scoped admin tokens it keeps, and [`quota`], the
+//!   namespaces' quotas; [`names`]: full names and namespaces;
 //! - [`proto`]: the wire types of the worker protocol; [`headers`]: every
 //!   header Stasis reserves, in one list; [`alarm`]: what delivering an
 //!   alarm did;
@@ -41,6 +42,7 @@ pub mod metrics;
 pub mod names;
 pub mod outbound;
 pub mod proto;
+pub mod quota;
 pub mod rollout;
 pub mod settings;
 pub mod sockets;

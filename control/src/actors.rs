@@ -44,7 +44,8 @@ impl ControlPlane {
         // is placed (or failed).
         let started = std::time::Instant::now();
         let _guard = self.ops.read().await;
-        let _reserved = Reserved::take(self, name)?;
+        let max_actors = self.quota(namespace_of(name)).await?.max_actors;
+        let _reserved = Reserved::take(self, name, max_actors)?;
         // New actors run the template's newest version.
         let row = self.newest_version(template).await?;
         let member = self.least_loaded().ok_or_else(|| {
@@ -139,7 +140,13 @@ impl ControlPlane {
     ) -> Result<ActorInfo, ApiError> {
         check_full_name("actor", new)?;
         same_namespace(new, "actor", src)?;
+        let max_actors = self.quota(namespace_of(new)).await?.max_actors;
         let _guard = self.ops.write().await;
+        if let Some(max) = max_actors
+            && self.actors_in(namespace_of(new), &self.lock_pending()) >= max
+        {
+            return Err(crate::quotas::over_actors(namespace_of(new), max));
+        }
         if self.has_actor(new) {
             return Err(ApiError::conflict(format!("actor {new} already exists")));
         }
@@ -535,16 +542,31 @@ struct Reserved<'a> {
 }
 
 impl<'a> Reserved<'a> {
-    /// Reserves `name`.
+    /// Reserves `name`, within its namespace's `max_actors` if any: the
+    /// count of its placed actors and creates in flight is taken under
+    /// the lock of `pending`, so concurrent creates cannot pass it.
     ///
     /// # Errors
-    /// 409 if an actor or a create in flight has it.
-    fn take(control: &'a ControlPlane, name: &str) -> Result<Self, ApiError> {
+    /// 409 if an actor or a create in flight has it; 403 at the quota.
+    fn take(
+        control: &'a ControlPlane,
+        name: &str,
+        max_actors: Option<u64>,
+    ) -> Result<Self, ApiError> {
         // A name is placed only by a create holding it here, or under the
         // write side of `ops` (which no create holds then).
-        if control.has_actor(name) || !control.lock_pending().insert(name.to_owned()) {
+        let mut pending = control.lock_pending();
+        if control.has_actor(name) || pending.contains(name) {
             return Err(ApiError::conflict(format!("actor {name} already exists")));
         }
+        if let Some(max) = max_actors {
+            let namespace = namespace_of(name);
+            if control.actors_in(namespace, &pending) >= max {
+                return Err(crate::quotas::over_actors(namespace, max));
+            }
+        }
+        pending.insert(name.to_owned());
+        drop(pending);
         Ok(Self {
             control,
             name: name.to_owned(),

@@ -10,6 +10,7 @@ use stasis_contract::directory::{ActorRead, ActorRow, Directory, TemplateRow};
 use stasis_contract::error::ApiError;
 use stasis_contract::settings::Durability;
 
+mod quotas;
 mod rollouts;
 mod tokens;
 
@@ -17,7 +18,8 @@ mod tokens;
 /// 0 is templates and actors (every data dir before alarms), 1 adds the
 /// `alarms` table, 2 a template's `durability`, 3 the rollout tables
 /// (`rollouts`), 4 an actor's `created_ms` (null for actors created
-/// before), 5 the scoped admin tokens (`tokens`). Opening migrates an
+/// before), 5 the scoped admin tokens (`tokens`) and the namespaces'
+/// quotas (`quotas`). Opening migrates an
 /// older file in place; nothing in it changes.
 const SCHEMA_VERSION: i64 = 5;
 
@@ -414,8 +416,9 @@ fn migrate(conn: &Connection) -> anyhow::Result<()> {
     }
     if version < 5 {
         conn.execute_batch(&format!(
-            "BEGIN; {} PRAGMA user_version = 5; COMMIT;",
-            tokens::TABLES
+            "BEGIN; {} {} PRAGMA user_version = 5; COMMIT;",
+            tokens::TABLES,
+            quotas::TABLES
         ))?;
     }
     Ok(())

@@ -30,6 +30,7 @@
 //!   [`stasis_contract::control_api::ControlApi`] of in-process workers,
 //!   and [`calls`], how a call or message goes through it;
 //! - [`follow`]: a follower replica's placements, kept in step with etcd;
+//! - [`quotas`]: the namespaces' quotas (actors, request rate);
 //! - [`tokens`]: scoped admin tokens: their text, making, listing and
 //!   revoking them;
 //! - [`views`]: what the API shows.
@@ -52,6 +53,7 @@ pub mod logs;
 pub mod membership;
 pub mod migrate;
 pub mod placement;
+pub mod quotas;
 pub mod recover;
 pub mod request;
 pub mod rollout;
@@ -233,6 +235,8 @@ pub struct ControlPlane {
     rollouts: rollout::RolloutTasks,
     /// The WebSockets and streams this process holds.
     sockets: sockets::Sockets,
+    /// The namespaces' quotas as read, and their request budgets.
+    quotas: quotas::QuotaState,
     _lock: Option<File>,
 }
 
@@ -340,6 +344,7 @@ impl ControlPlane {
             alarms,
             rollouts: rollout::RolloutTasks::new(me.clone()),
             sockets,
+            quotas: quotas::QuotaState::default(),
             _lock: parts.lock,
         })
     }

@@ -114,8 +114,6 @@ impl Access {
                     format!("token {id} is for namespace {namespace}; {method} {path} {route}"),
                 ));
             }
-            // In its namespace, a namespace-admin is an admin.
-            Some(_) if record.role == Role::NamespaceAdmin => Role::Admin,
             Some(_) => record.role,
         };
         if role < need {

@@ -20,6 +20,7 @@ use stasis_control::{ControlPlane, MAX_TEMPLATE_BYTES};
 use crate::access::Access;
 use crate::routes::Scoped;
 use stasis_contract::names::resolve;
+use stasis_contract::quota::Quota;
 use stasis_contract::tokens::Role;
 use stasis_http::auth::{authorize, refusal};
 use stasis_http::serve::{Body, METRICS_CONTENT_TYPE, collect_body, json, json_error, text};
@@ -343,6 +344,11 @@ impl AdminApi {
                 };
                 let (c, name) = (c.clone(), (*name).to_owned());
                 ok(&detached(async move { c.upgrade(&name, req.to_version).await }).await?)
+            }
+            (&Method::GET, ["v1", "namespaces", ns]) => ok(&c.namespace_info(ns).await?),
+            (&Method::PUT, ["v1", "namespaces", ns, "quota"]) => {
+                let quota: Quota = parse_json(&body)?;
+                ok(&c.set_quota(ns, quota).await?)
             }
             (&Method::GET, ["v1", "tokens"]) => ok(&c.tokens().await?),
             (&Method::POST, ["v1", "tokens"]) => {

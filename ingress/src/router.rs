@@ -268,6 +268,10 @@ async fn route(
         Ok(route) => route,
         Err(e) => return text_error(&e),
     };
+    // Over its namespace's request rate: refused, never delivered.
+    if let Err(e) = control.admit_request(&actor).await {
+        return text_error(&e);
+    }
     // A request that may become a socket or stream gets one, open before
     // the actor answers (`stasis_host_api::sockets`): an upgrade over the
     // limit is refused; a request that only accepts a stream goes without.

@@ -33,6 +33,8 @@ pub fn allowed(path: &str) -> &'static [&'static str] {
         ["v1", "actors", _] => &["GET", "DELETE"],
         ["v1", "actors", _, "logs"] => &["GET"],
         ["v1", "tokens"] => &["GET", "POST"],
+        ["v1", "namespaces", _] => &["GET"],
+        ["v1", "namespaces", _, "quota"] => &["PUT"],
         ["v1", "tokens", _] => &["DELETE"],
         [
             "v1",
@@ -73,9 +75,16 @@ pub fn scope(path: &str) -> Result<Scoped, ApiError> {
     let (namespace, rest): (&str, &[&str]) = match segments.as_slice() {
         ["v1", "namespaces", namespace, rest @ ..] => {
             names::check_namespace(namespace)?;
+            if matches!(rest, [] | ["quota"]) {
+                return Ok(Scoped {
+                    namespace: (*namespace).to_owned(),
+                    path: path.trim_end_matches('/').to_owned(),
+                    global: false,
+                });
+            }
             if !matches!(rest.first(), Some(&("actors" | "templates"))) {
                 return Err(ApiError::not_found(format!(
-                    "no admin route {path}: a namespace has /actors and /templates"
+                    "no admin route {path}: a namespace has /actors, /templates and /quota"
                 )));
             }
             (namespace, rest)
@@ -109,16 +118,18 @@ pub fn scope(path: &str) -> Result<Scoped, ApiError> {
 
 /// The role a request for `method` on `path` needs (see
 /// [`stasis_contract::tokens::Role`]): reads need a reader; changes to
-/// templates and actors a writer; workers, moves, `gc` and tokens (even
-/// listing them) an admin.
+/// templates and actors a writer; moving an actor a namespace-admin;
+/// workers, the cluster's moves, `gc`, quotas and tokens (even listing
+/// them) an admin.
 #[must_use]
 pub fn needs(method: &hyper::Method, path: &str) -> Role {
     let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
     match segments.as_slice() {
         ["v1", "tokens", ..]
         | ["v1", "workers", _, "drain" | "undrain"]
-        | ["v1", "actors", _, "migrate"]
+        | ["v1", "namespaces", _, "quota"]
         | ["v1", "rebalance" | "gc"] => Role::Admin,
+        ["v1", "actors", _, "migrate"] => Role::NamespaceAdmin,
         _ if matches!(*method, hyper::Method::GET | hyper::Method::HEAD) => Role::Reader,
         _ => Role::Writer,
     }
@@ -200,7 +211,9 @@ mod tests {
             (Method::POST, "/v1/actors/a/pause", Role::Writer),
             (Method::DELETE, "/v1/actors/a", Role::Writer),
             (Method::PUT, "/v1/templates/t", Role::Writer),
-            (Method::POST, "/v1/actors/a/migrate", Role::Admin),
+            (Method::POST, "/v1/actors/a/migrate", Role::NamespaceAdmin),
+            (Method::PUT, "/v1/namespaces/a/quota", Role::Admin),
+            (Method::GET, "/v1/namespaces/a", Role::Reader),
             (Method::POST, "/v1/workers/w1/drain", Role::Admin),
             (Method::POST, "/v1/gc", Role::Admin),
             (Method::GET, "/v1/tokens", Role::Admin),

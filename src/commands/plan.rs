@@ -9,8 +9,8 @@ use hyper::Method;
 
 use crate::client::encode_component;
 use crate::verbs::{
-    ActorCommand, ClientArgs, ClientCommand, TemplateCommand, TokenCommand, TokenRole,
-    WorkerCommand,
+    ActorCommand, ClientArgs, ClientCommand, NamespaceCommand, TemplateCommand, TokenCommand,
+    TokenRole, WorkerCommand,
 };
 
 /// How long a read-only call (list, get) may take; calls that change state
@@ -387,6 +387,35 @@ pub(super) fn plan(command: ClientCommand) -> anyhow::Result<Call> {
                 Method::POST,
                 "/v1/tokens".into(),
                 View::TokenCreated,
+            )
+            .with_body(Body::Json(body))
+        }
+        C::Namespace(NamespaceCommand::Get { name, client }) => Call::new(
+            client,
+            format!("namespace get {name}"),
+            Method::GET,
+            format!("/v1/namespaces/{}", encode_component(&name)),
+            View::Details,
+        ),
+        C::Namespace(NamespaceCommand::Quota {
+            name,
+            max_actors,
+            max_requests_per_second,
+            client,
+        }) => {
+            let mut body = serde_json::json!({});
+            if let Some(n) = max_actors {
+                body["max_actors"] = n.into();
+            }
+            if let Some(r) = max_requests_per_second {
+                body["max_requests_per_second"] = r.into();
+            }
+            Call::new(
+                client,
+                format!("namespace quota {name}"),
+                Method::PUT,
+                format!("/v1/namespaces/{}/quota", encode_component(&name)),
+                View::Details,
             )
             .with_body(Body::Json(body))
         }

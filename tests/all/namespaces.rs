@@ -4,7 +4,9 @@
 //! actors and templates; an actor calls the actors of its own namespace;
 //! names that would reach another namespace's data (`..`, `%2e%2e`, `/`,
 //! look-alike letters, a second namespace) are refused; a token made for a
-//! namespace acts there only.
+//! namespace acts there only; a namespace's quota holds against
+//! concurrent creates, and its request rate is refused with 429, never
+//! applied.
 
 use crate::support::{Server, client, count, demo, raw, raw_status, to_actor};
 
@@ -383,4 +385,97 @@ async fn a_namespaced_token_acts_in_its_namespace_only() {
         .output()
         .expect("run stasis");
     assert!(failed(&out, "namespace-admin without one").contains("needs its namespace"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quota_holds_against_concurrent_creates_and_a_rate_is_refused_unapplied() {
+    let server = Server::start(&[]);
+    let counter = demo("counter");
+    let counter = counter.to_str().expect("utf-8");
+    for ns in ["default", "team-q"] {
+        server.cli_ok(&["-n", ns, "template", "push", "counter", counter]);
+    }
+    let set = server.cli_json(&["namespace", "quota", "team-q", "--max-actors", "10"]);
+    assert_eq!(set["quota"]["max_actors"], 10, "{set}");
+
+    // 50 creates at once against a quota of 10: exactly 10.
+    let c = client();
+    let creates: Vec<_> = (0..50)
+        .map(|i| {
+            let c = c.clone();
+            let admin = server.admin;
+            tokio::spawn(async move {
+                let body = serde_json::json!({"name": format!("a{i}"), "template": "counter"});
+                let path = "/v1/namespaces/team-q/actors";
+                stasis_test_util::admin::call(&c, admin, "POST", path, Some(&body)).await
+            })
+        })
+        .collect();
+    let mut created = 0;
+    for create in creates {
+        let reply = create.await.expect("create task");
+        match reply.status {
+            201 => created += 1,
+            403 => assert!(
+                reply.text().contains("quota of 10 actors"),
+                "{}",
+                reply.text()
+            ),
+            other => panic!("create answered {other}: {}", reply.text()),
+        }
+    }
+    assert_eq!(created, 10);
+    let shown = server.cli_json(&["namespace", "get", "team-q"]);
+    assert_eq!(shown["actors"], 10, "{shown}");
+    let listed = server.cli_json(&["-n", "team-q", "actor", "list"]);
+    assert_eq!(listed.as_array().expect("list").len(), 10);
+    // Forks count too; other namespaces do not.
+    let out = server.cli(&["-n", "team-q", "actor", "fork", "a0", "one-more"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("403"));
+    server.cli_ok(&["actor", "create", "free", "--template", "counter"]);
+
+    // A rate of 5 a second: a burst of 30 gets some 429s, never applied.
+    let name = listed[0]["name"].as_str().expect("name").to_owned();
+    server.cli_json(&[
+        "namespace",
+        "quota",
+        "team-q",
+        "--max-actors",
+        "10",
+        "--max-requests-per-second",
+        "5",
+    ]);
+    let (mut answered, mut refused) = (0, 0);
+    for _ in 0..30 {
+        let answer = to_actor(&c, server.ingress, &name, "POST", "/").await;
+        match answer.status {
+            200 => answered += 1,
+            429 => {
+                refused += 1;
+                assert_eq!(answer.headers["retry-after"], "1", "{answer:?}");
+                assert!(
+                    answer.body.contains("max_requests_per_second"),
+                    "{answer:?}"
+                );
+            }
+            other => panic!("answered {other}: {answer:?}"),
+        }
+    }
+    assert!(
+        answered >= 5 && refused > 0,
+        "{answered} answered, {refused} refused"
+    );
+    // The other namespace's actor is not held back.
+    for expected in 1..=20 {
+        assert_eq!(
+            count(&to_actor(&c, server.ingress, "free", "POST", "/").await),
+            expected
+        );
+    }
+    // Once the bucket refills, the next request finds only the answered
+    // ones applied.
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    let next = to_actor(&c, server.ingress, &name, "POST", "/").await;
+    assert_eq!(count(&next), answered + 1);
 }

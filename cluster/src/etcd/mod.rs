@@ -32,6 +32,7 @@ mod directory;
 mod election;
 pub mod lease;
 mod options;
+mod quotas;
 mod rollouts;
 mod settings;
 mod tokens;

@@ -13,6 +13,7 @@ use stasis_contract::alarm::AlarmOutcome;
 use stasis_contract::client_gone::ClientGone;
 use stasis_contract::directory::{ActorRead, ActorRow, Directory, TemplateRow};
 use stasis_contract::error::{ApiError, ErrorKind};
+use stasis_contract::quota::{Quota, Quotas};
 use stasis_contract::rollout::{ActorOutcome, RolloutRecord, Rollouts};
 use stasis_contract::status::{ActorState, ActorStatus, Captured, ResumeFrom, SnapshotReport};
 use stasis_contract::tokens::{TokenRecord, Tokens};
@@ -314,6 +315,7 @@ pub(crate) struct MemoryDirectory {
     rollouts: Mutex<BTreeMap<String, RolloutRecord>>,
     outcomes: Mutex<BTreeMap<(String, String), ActorOutcome>>,
     tokens: Mutex<BTreeMap<String, TokenRecord>>,
+    quotas: Mutex<BTreeMap<String, Quota>>,
 }
 
 impl MemoryDirectory {
@@ -439,6 +441,18 @@ impl Directory for MemoryDirectory {
             .iter()
             .map(|(name, at)| (name.clone(), *at))
             .collect())
+    }
+}
+
+impl Quotas for MemoryDirectory {
+    fn put_quota(&self, namespace: &str, quota: &Quota) -> Result<(), ApiError> {
+        let mut quotas = self.quotas.lock().expect("lock");
+        quotas.insert(namespace.to_owned(), quota.clone());
+        Ok(())
+    }
+
+    fn quota(&self, namespace: &str) -> Result<Option<Quota>, ApiError> {
+        Ok(self.quotas.lock().expect("lock").get(namespace).cloned())
     }
 }
 

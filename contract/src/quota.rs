@@ -1,0 +1,48 @@
+//! Quotas per namespace: what a namespace may hold and use ([`Quota`]),
+//! what the admin API shows of a namespace ([`NamespaceInfo`]), and
+//! [`Quotas`], the part of the directory that keeps them.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::ApiError;
+
+/// A namespace's limits; a limit left out is no limit.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Quota {
+    /// Most actors it may hold (creates and forks past it are refused).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_actors: Option<u64>,
+    /// Most requests per second its actors are sent through the ingress,
+    /// per replica (a burst of one second's worth); past it a request is
+    /// answered 429 with `Retry-After` and never delivered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_requests_per_second: Option<u32>,
+}
+
+/// A namespace as `GET /v1/namespaces/{ns}` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NamespaceInfo {
+    /// Its name.
+    pub name: String,
+    /// How many actors it holds.
+    pub actors: u64,
+    /// Its limits.
+    pub quota: Quota,
+}
+
+/// The quotas part of the directory: one [`Quota`] per namespace that has
+/// one. Writes are durable on return and, in cluster mode, fenced.
+pub trait Quotas: Send + Sync {
+    /// Sets namespace `namespace`'s quota, replacing any.
+    ///
+    /// # Errors
+    /// 500 on a storage failure; 503 from a leader that no longer leads.
+    fn put_quota(&self, namespace: &str, quota: &Quota) -> Result<(), ApiError>;
+
+    /// Namespace `namespace`'s quota, if it has one.
+    ///
+    /// # Errors
+    /// 500 on a storage failure.
+    fn quota(&self, namespace: &str) -> Result<Option<Quota>, ApiError>;
+}

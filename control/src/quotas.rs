@@ -1,0 +1,195 @@
+//! Quotas per namespace on the control plane's side: setting one, showing
+//! a namespace, the actor count a create or fork must stay within, and the
+//! request rate the ingress admits ([`ControlPlane::admit_request`]). A namespace's
+//! quota is read from the directory and kept at most [`QUOTA_BOUND`], so a
+//! change applies on every replica within it. The request rate is a token
+//! bucket per namespace and replica, holding one second's worth.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use stasis_contract::directory::Directory;
+use stasis_contract::error::{ApiError, ErrorKind};
+use stasis_contract::names::{DEFAULT_NAMESPACE, check_namespace, namespace_of};
+use stasis_contract::quota::{NamespaceInfo, Quota};
+
+use crate::ControlPlane;
+
+/// How long a replica keeps a namespace's quota before reading it again.
+pub const QUOTA_BOUND: Duration = Duration::from_secs(1);
+
+/// Most namespaces whose quota and bucket are kept; past it both start
+/// over.
+const MAX_KEPT: usize = 10_000;
+
+/// Largest `max_actors` or `max_requests_per_second` a quota may set.
+const MAX_LIMIT: u64 = 1_000_000_000;
+
+/// One namespace's request budget.
+struct Bucket {
+    /// Requests it may still take now.
+    tokens: f64,
+    /// When `tokens` was last refilled.
+    at: Instant,
+}
+
+/// What the control plane keeps of the quotas (module docs).
+#[derive(Default)]
+pub struct QuotaState {
+    read: Mutex<HashMap<String, (Option<Quota>, Instant)>>,
+    buckets: Mutex<HashMap<String, Bucket>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Runs a directory call on a blocking thread.
+async fn blocking<T: Send + 'static>(
+    directory: &Arc<dyn Directory>,
+    work: impl FnOnce(&dyn Directory) -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    let directory = directory.clone();
+    tokio::task::spawn_blocking(move || work(directory.as_ref()))
+        .await
+        .map_err(|e| ApiError::internal(format!("directory task: {e}")))?
+}
+
+/// The 403 of a create or fork past namespace `namespace`'s `max`.
+pub(crate) fn over_actors(namespace: &str, max: u64) -> ApiError {
+    ApiError::new(
+        ErrorKind::Forbidden,
+        format!("namespace {namespace} holds its quota of {max} actors (max_actors)"),
+    )
+}
+
+impl ControlPlane {
+    /// Namespace `namespace`'s quota, as read at most [`QUOTA_BOUND`] ago.
+    ///
+    /// # Errors
+    /// 500 from the directory.
+    pub async fn quota(&self, namespace: &str) -> Result<Quota, ApiError> {
+        if let Some((quota, at)) = lock(&self.quotas.read).get(namespace)
+            && at.elapsed() < QUOTA_BOUND
+        {
+            return Ok(quota.clone().unwrap_or_default());
+        }
+        let owned = namespace.to_owned();
+        let quota = blocking(&self.directory, move |d| d.quota(&owned)).await?;
+        let mut read = lock(&self.quotas.read);
+        if read.len() >= MAX_KEPT {
+            read.clear();
+        }
+        read.insert(namespace.to_owned(), (quota.clone(), Instant::now()));
+        Ok(quota.unwrap_or_default())
+    }
+
+    /// Sets namespace `namespace`'s quota (replacing it); its view.
+    ///
+    /// # Errors
+    /// 400 for a bad namespace name or a limit over a billion; 500 or 503
+    /// from the directory.
+    pub async fn set_quota(
+        &self,
+        namespace: &str,
+        quota: Quota,
+    ) -> Result<NamespaceInfo, ApiError> {
+        check_namespace(namespace)?;
+        let limits = [
+            ("max_actors", quota.max_actors),
+            (
+                "max_requests_per_second",
+                quota.max_requests_per_second.map(u64::from),
+            ),
+        ];
+        for (name, limit) in limits {
+            if limit.is_some_and(|l| l > MAX_LIMIT) {
+                return Err(ApiError::bad_request(format!(
+                    "{name} is over the limit of {MAX_LIMIT}"
+                )));
+            }
+        }
+        let (owned, stored) = (namespace.to_owned(), quota.clone());
+        blocking(&self.directory, move |d| d.put_quota(&owned, &stored)).await?;
+        lock(&self.quotas.read).insert(namespace.to_owned(), (Some(quota), Instant::now()));
+        lock(&self.quotas.buckets).remove(namespace);
+        tracing::info!(namespace, "quota set");
+        self.namespace_info(namespace).await
+    }
+
+    /// Namespace `namespace` as the API shows it: its actor count and quota.
+    ///
+    /// # Errors
+    /// 400 for a bad namespace name; 500 from the directory.
+    pub async fn namespace_info(&self, namespace: &str) -> Result<NamespaceInfo, ApiError> {
+        check_namespace(namespace)?;
+        Ok(NamespaceInfo {
+            name: namespace.to_owned(),
+            actors: self.actors_in(namespace, &std::collections::HashSet::new()),
+            quota: self.quota(namespace).await?,
+        })
+    }
+
+    /// How many actors namespace `namespace` holds, counting the names in
+    /// `pending` (creates in flight) not placed yet.
+    pub(crate) fn actors_in(
+        &self,
+        namespace: &str,
+        pending: &std::collections::HashSet<String>,
+    ) -> u64 {
+        let placements = self.placements();
+        let placed = placements
+            .keys()
+            .filter(|name| namespace_of(name) == namespace)
+            .count();
+        let in_flight = pending
+            .iter()
+            .filter(|name| namespace_of(name) == namespace && !placements.contains_key(*name))
+            .count();
+        u64::try_from(placed + in_flight).unwrap_or(u64::MAX)
+    }
+
+    /// Admits one request through the ingress for actor `actor` (a full
+    /// name) under its namespace's request rate.
+    ///
+    /// # Errors
+    /// 429 with `Retry-After: 1` past the rate; 500 from the directory.
+    pub async fn admit_request(&self, actor: &str) -> Result<(), ApiError> {
+        let namespace = namespace_of(actor);
+        // The default namespace has a quota only if one was set; a read
+        // a second per replica finds out.
+        let Some(rate) = self.quota(namespace).await?.max_requests_per_second else {
+            return Ok(());
+        };
+        let rate = f64::from(rate);
+        let now = Instant::now();
+        let mut buckets = lock(&self.quotas.buckets);
+        if buckets.len() >= MAX_KEPT && !buckets.contains_key(namespace) {
+            buckets.clear();
+        }
+        let bucket = buckets.entry(namespace.to_owned()).or_insert(Bucket {
+            tokens: rate,
+            at: now,
+        });
+        let refill = now.duration_since(bucket.at).as_secs_f64() * rate;
+        bucket.tokens = (bucket.tokens + refill).min(rate);
+        bucket.at = now;
+        if bucket.tokens >= 1.0 {
+            bucket.tokens -= 1.0;
+            return Ok(());
+        }
+        let shown = if namespace == DEFAULT_NAMESPACE {
+            "the default namespace".to_owned()
+        } else {
+            format!("namespace {namespace}")
+        };
+        Err(ApiError::new(
+            ErrorKind::TooManyRequests,
+            format!(
+                "{shown} is over its quota of {rate} requests per second (max_requests_per_second)"
+            ),
+        )
+        .with_retry_after(Some(1)))
+    }
+}
