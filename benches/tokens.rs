@@ -15,13 +15,10 @@
 //! `cargo bench --bench tokens`; results in BENCHMARKS.md, section 29.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use serde_json::json;
-use stasis_test_util::bench::{env_usize, serve, test_mode};
+use stasis_test_util::bench::{env_usize, rate, serve, test_mode};
 use stasis_test_util::http::{Http, client, send_with};
 use stasis_test_util::{Artifacts, artifacts};
 
@@ -49,24 +46,12 @@ async fn run(
     in_flight: usize,
     secs: u64,
 ) -> f64 {
-    let done = Arc::new(AtomicU64::new(0));
-    let until = Instant::now() + Duration::from_secs(secs);
-    let started = Instant::now();
-    let tasks: Vec<_> = (0..in_flight)
-        .map(|_| {
-            let (c, done, token) = (c.clone(), done.clone(), token.to_owned());
-            tokio::spawn(async move {
-                while Instant::now() < until {
-                    assert_eq!(get(&c, addr, "/v1/actors/bench", &token).await, want);
-                    done.fetch_add(1, Ordering::Relaxed);
-                }
-            })
-        })
-        .collect();
-    for task in tasks {
-        task.await.expect("client task");
-    }
-    done.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64()
+    let (c, token) = (c.clone(), token.to_owned());
+    rate(in_flight, secs, move || {
+        let (c, token) = (c.clone(), token.clone());
+        async move { assert_eq!(get(&c, addr, "/v1/actors/bench", &token).await, want) }
+    })
+    .await
 }
 
 fn main() {

@@ -16,11 +16,10 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
-use stasis_test_util::bench::{env_usize, serve, test_mode};
+use stasis_test_util::bench::{env_usize, rate, serve, test_mode};
 use stasis_test_util::http::{actor_host, client, send};
 use stasis_test_util::{Artifacts, admin, artifacts};
 
@@ -127,26 +126,15 @@ async fn run(case: &Case, sink: SocketAddr, in_flight: usize, seconds: u64) -> f
         let reply = send(&c, ingress, "POST", &host, case.path, Bytes::new()).await;
         assert_eq!(reply.status, 200, "{}", reply.text());
     }
-    let done = Arc::new(AtomicU64::new(0));
-    let until = Instant::now() + Duration::from_secs(seconds);
-    let started = Instant::now();
-    let tasks: Vec<_> = (0..in_flight)
-        .map(|_| {
-            let (c, host, done) = (c.clone(), host.clone(), done.clone());
-            let path = case.path;
-            tokio::spawn(async move {
-                while Instant::now() < until {
-                    let reply = send(&c, ingress, "POST", &host, path, Bytes::new()).await;
-                    assert_eq!(reply.status, 200, "{}", reply.text());
-                    done.fetch_add(1, Ordering::Relaxed);
-                }
-            })
-        })
-        .collect();
-    for task in tasks {
-        task.await.expect("client task");
-    }
-    done.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64()
+    let path = case.path;
+    rate(in_flight, seconds, move || {
+        let (c, host) = (c.clone(), host.clone());
+        async move {
+            let reply = send(&c, ingress, "POST", &host, path, Bytes::new()).await;
+            assert_eq!(reply.status, 200, "{}", reply.text());
+        }
+    })
+    .await
 }
 
 fn main() {

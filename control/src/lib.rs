@@ -460,5 +460,17 @@ impl ControlPlane {
     }
 }
 
+/// Runs a directory call on a blocking thread (every [`Directory`] call
+/// blocks: a SQLite transaction or an etcd round trip).
+pub(crate) async fn blocking<T: Send + 'static>(
+    directory: &Arc<dyn Directory>,
+    work: impl FnOnce(&dyn Directory) -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    let directory = directory.clone();
+    tokio::task::spawn_blocking(move || work(directory.as_ref()))
+        .await
+        .map_err(|e| ApiError::internal(format!("directory task: {e}")))?
+}
+
 #[cfg(test)]
 mod tests;

@@ -6,15 +6,14 @@
 //! bucket per namespace and replica, holding one second's worth.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use stasis_contract::directory::Directory;
 use stasis_contract::error::{ApiError, ErrorKind};
 use stasis_contract::names::{DEFAULT_NAMESPACE, check_namespace, namespace_of};
 use stasis_contract::quota::{NamespaceInfo, Quota};
 
-use crate::ControlPlane;
+use crate::{ControlPlane, blocking};
 
 /// How long a replica keeps a namespace's quota before reading it again.
 pub const QUOTA_BOUND: Duration = Duration::from_secs(1);
@@ -43,17 +42,6 @@ pub struct QuotaState {
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// Runs a directory call on a blocking thread.
-async fn blocking<T: Send + 'static>(
-    directory: &Arc<dyn Directory>,
-    work: impl FnOnce(&dyn Directory) -> Result<T, ApiError> + Send + 'static,
-) -> Result<T, ApiError> {
-    let directory = directory.clone();
-    tokio::task::spawn_blocking(move || work(directory.as_ref()))
-        .await
-        .map_err(|e| ApiError::internal(format!("directory task: {e}")))?
 }
 
 /// The 403 of a create or fork past namespace `namespace`'s `max`.

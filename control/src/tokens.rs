@@ -4,18 +4,16 @@
 //! check of a request's token against its route is the admin API's (one
 //! place, `stasis-ingress`'s `access`).
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use stasis_contract::directory::Directory;
 use stasis_contract::error::ApiError;
 use stasis_contract::status::now_unix_ms;
 use stasis_contract::tokens::{MAX_DESCRIPTION_CHARS, Role, TokenInfo, TokenRecord};
 
-use crate::ControlPlane;
+use crate::{ControlPlane, blocking};
 
 /// What every token's text starts with.
 pub const TOKEN_PREFIX: &str = "stasis_";
@@ -85,17 +83,6 @@ pub struct NewToken {
     /// Seconds until it expires; never when absent.
     #[serde(default)]
     pub expires_in_s: Option<u64>,
-}
-
-/// Runs a directory call on a blocking thread.
-async fn blocking<T: Send + 'static>(
-    directory: &Arc<dyn Directory>,
-    work: impl FnOnce(&dyn Directory) -> Result<T, ApiError> + Send + 'static,
-) -> Result<T, ApiError> {
-    let directory = directory.clone();
-    tokio::task::spawn_blocking(move || work(directory.as_ref()))
-        .await
-        .map_err(|e| ApiError::internal(format!("directory task: {e}")))?
 }
 
 impl ControlPlane {

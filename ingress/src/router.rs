@@ -480,7 +480,7 @@ mod tests {
             "{refused}"
         );
         let elsewhere =
-            actor_from_host("a.b.actors.localhost", "localhost").expect_err("two labels");
+            actor_from_host("a.b.c.actors.localhost", "localhost").expect_err("three labels");
         assert!(
             elsewhere.message().contains("actors are reached at"),
             "{elsewhere}"

@@ -70,3 +70,33 @@ pub fn rss(pid: u32) -> u64 {
         })
         .map_or(0, |kib| kib * 1024)
 }
+
+/// Requests per second: `in_flight` tasks each run `request` over and over
+/// for `seconds`; the count done over the time taken.
+pub async fn rate<F, Fut>(in_flight: usize, seconds: u64, request: F) -> f64
+where
+    F: Fn() -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::time::{Duration, Instant};
+    let done = Arc::new(AtomicU64::new(0));
+    let until = Instant::now() + Duration::from_secs(seconds);
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..in_flight)
+        .map(|_| {
+            let (request, done) = (request.clone(), done.clone());
+            tokio::spawn(async move {
+                while Instant::now() < until {
+                    request().await;
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("client task");
+    }
+    done.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64()
+}

@@ -24,6 +24,28 @@ fn in_ns(server: &Server, ns: &str, token: &str, args: &[&str]) -> std::process:
         .expect("run stasis")
 }
 
+/// `stasis -n NS ARGS` with the admin token, asserting success; stdout.
+fn admin_ok(server: &Server, ns: &str, args: &[&str]) -> String {
+    ok(
+        &in_ns(server, ns, ADMIN, args),
+        &format!("-n {ns} {args:?}"),
+    )
+}
+
+/// Pushes the counter and creates actor `c` from it in each namespace.
+fn counter_c_in(server: &Server, namespaces: &[&str]) {
+    let counter = demo("counter");
+    let counter = counter.to_str().expect("utf-8");
+    for ns in namespaces {
+        admin_ok(server, ns, &["template", "push", "counter", counter]);
+        admin_ok(
+            server,
+            ns,
+            &["actor", "create", "c", "--template", "counter"],
+        );
+    }
+}
+
 fn ok(out: &std::process::Output, what: &str) -> String {
     assert!(
         out.status.success(),
@@ -55,43 +77,12 @@ async fn one_name_in_two_namespaces_is_two_actors_and_each_stays_in_its_own() {
     let counter = counter.to_str().expect("utf-8");
     let caller = demo("caller");
     let caller = caller.to_str().expect("utf-8");
-    for ns in ["default", "team-a"] {
-        ok(
-            &in_ns(
-                &server,
-                ns,
-                ADMIN,
-                &["template", "push", "counter", counter],
-            ),
-            "push",
-        );
-        ok(
-            &in_ns(
-                &server,
-                ns,
-                ADMIN,
-                &["actor", "create", "c", "--template", "counter"],
-            ),
-            "create",
-        );
-    }
-    ok(
-        &in_ns(
-            &server,
-            "team-a",
-            ADMIN,
-            &["template", "push", "caller", caller],
-        ),
-        "push",
-    );
-    ok(
-        &in_ns(
-            &server,
-            "team-a",
-            ADMIN,
-            &["actor", "create", "front", "--template", "caller"],
-        ),
-        "create",
+    counter_c_in(&server, &["default", "team-a"]);
+    admin_ok(&server, "team-a", &["template", "push", "caller", caller]);
+    admin_ok(
+        &server,
+        "team-a",
+        &["actor", "create", "front", "--template", "caller"],
     );
 
     // Two counters, by host name and by header.
@@ -118,42 +109,21 @@ async fn one_name_in_two_namespaces_is_two_actors_and_each_stays_in_its_own() {
     );
 
     // Lists show one namespace's actors and templates, by full name.
-    let listed = ok(
-        &in_ns(&server, "team-a", ADMIN, &["actor", "list", "-o", "json"]),
-        "list",
-    );
+    let listed = admin_ok(&server, "team-a", &["actor", "list", "-o", "json"]);
     assert_eq!(names(&listed), ["c.team-a", "front.team-a"]);
-    let listed = ok(
-        &in_ns(&server, "default", ADMIN, &["actor", "list", "-o", "json"]),
-        "list",
-    );
+    let listed = admin_ok(&server, "default", &["actor", "list", "-o", "json"]);
     assert_eq!(names(&listed), ["c"]);
-    let templates = ok(
-        &in_ns(
-            &server,
-            "team-a",
-            ADMIN,
-            &["template", "list", "-o", "json"],
-        ),
-        "list",
-    );
+    let templates = admin_ok(&server, "team-a", &["template", "list", "-o", "json"]);
     assert_eq!(names(&templates), ["caller.team-a", "counter.team-a"]);
     // The short name and the full name are the same actor there.
-    let got = ok(
-        &in_ns(
-            &server,
-            "team-a",
-            ADMIN,
-            &["actor", "get", "c.team-a", "-o", "json"],
-        ),
-        "get",
+    let got = admin_ok(
+        &server,
+        "team-a",
+        &["actor", "get", "c.team-a", "-o", "json"],
     );
     assert!(got.contains("\"template\": \"counter.team-a\""), "{got}");
     // Each has its own files.
-    ok(
-        &in_ns(&server, "team-a", ADMIN, &["actor", "pause", "c"]),
-        "pause",
-    );
+    admin_ok(&server, "team-a", &["actor", "pause", "c"]);
     assert!(server.data_dir.join("snapshots").join("c.team-a").is_dir());
 
     // A call goes to the caller's namespace: c.team-a counts 4, c stays.
@@ -176,14 +146,10 @@ async fn one_name_in_two_namespaces_is_two_actors_and_each_stays_in_its_own() {
     assert!(answer.body.contains("own namespace"), "{answer:?}");
 
     // A template of another namespace is not there.
-    ok(
-        &in_ns(
-            &server,
-            "default",
-            ADMIN,
-            &["template", "push", "only-default", counter],
-        ),
-        "push",
+    admin_ok(
+        &server,
+        "default",
+        &["template", "push", "only-default", counter],
     );
     let refused = failed(
         &in_ns(
@@ -210,10 +176,7 @@ async fn one_name_in_two_namespaces_is_two_actors_and_each_stays_in_its_own() {
     );
 
     // Deleting one leaves the other.
-    ok(
-        &in_ns(&server, "team-a", ADMIN, &["actor", "delete", "c"]),
-        "delete",
-    );
+    admin_ok(&server, "team-a", &["actor", "delete", "c"]);
     assert_eq!(
         count(&to_actor(&c, server.ingress, "c", "POST", "/").await),
         4
@@ -274,28 +237,7 @@ async fn names_that_would_reach_another_namespace_are_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_namespaced_token_acts_in_its_namespace_only() {
     let server = Server::start(&["--admin-token", ADMIN]);
-    let counter = demo("counter");
-    let counter = counter.to_str().expect("utf-8");
-    for ns in ["team-a", "team-b"] {
-        ok(
-            &in_ns(
-                &server,
-                ns,
-                ADMIN,
-                &["template", "push", "counter", counter],
-            ),
-            "push",
-        );
-        ok(
-            &in_ns(
-                &server,
-                ns,
-                ADMIN,
-                &["actor", "create", "c", "--template", "counter"],
-            ),
-            "create",
-        );
-    }
+    counter_c_in(&server, &["team-a", "team-b"]);
     let token = |ns: &str, role: &str| {
         let made = ok(
             &in_ns(

@@ -3,11 +3,9 @@
 //! fence; reads are plain gets, so every replica reads what etcd holds.
 
 use super::directory::EtcdDirectory;
-use super::retry;
-use super::values::failed;
 use stasis_contract::error::ApiError;
 use stasis_contract::quota::{Quota, Quotas};
-use stasis_contract::rollout::{decode, encode};
+use stasis_contract::rollout::encode;
 
 impl EtcdDirectory {
     fn quota_key(&self, namespace: &str) -> String {
@@ -22,19 +20,6 @@ impl Quotas for EtcdDirectory {
     }
 
     fn quota(&self, namespace: &str) -> Result<Option<Quota>, ApiError> {
-        let kv = self.etcd.client().kv_client();
-        let key = self.quota_key(namespace);
-        self.etcd.run_blocking("a quota read", async move {
-            let mut resp = retry(|| {
-                let (mut kv, key) = (kv.clone(), key.clone());
-                async move { kv.get(key, None).await }
-            })
-            .await
-            .map_err(failed)?;
-            resp.take_kvs()
-                .first()
-                .map(|kv| decode(kv.value()))
-                .transpose()
-        })
+        self.get_decoded("a quota read", self.quota_key(namespace))
     }
 }

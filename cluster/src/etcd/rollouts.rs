@@ -32,6 +32,27 @@ impl EtcdDirectory {
             .ok_or_else(|| failed(format!("{what}: the transaction failed")))
     }
 
+    /// The value at `key`, decoded, if there is one.
+    pub(super) fn get_decoded<T: for<'de> serde::Deserialize<'de> + Send + 'static>(
+        &self,
+        what: &'static str,
+        key: String,
+    ) -> Result<Option<T>, ApiError> {
+        let kv = self.etcd.client().kv_client();
+        self.etcd.run_blocking(what, async move {
+            let mut resp = retry(|| {
+                let (mut kv, key) = (kv.clone(), key.clone());
+                async move { kv.get(key, None).await }
+            })
+            .await
+            .map_err(failed)?;
+            resp.take_kvs()
+                .first()
+                .map(|kv| decode(kv.value()))
+                .transpose()
+        })
+    }
+
     /// Every value under `dir`, decoded.
     pub(super) fn list_decoded<T: for<'de> serde::Deserialize<'de> + Send + 'static>(
         &self,
@@ -53,20 +74,7 @@ impl Rollouts for EtcdDirectory {
     }
 
     fn rollout(&self, template: &str) -> Result<Option<RolloutRecord>, ApiError> {
-        let kv = self.etcd.client().kv_client();
-        let key = self.rollout_key(template);
-        self.etcd.run_blocking("a rollout read", async move {
-            let mut resp = retry(|| {
-                let (mut kv, key) = (kv.clone(), key.clone());
-                async move { kv.get(key, None).await }
-            })
-            .await
-            .map_err(failed)?;
-            resp.take_kvs()
-                .first()
-                .map(|kv| decode(kv.value()))
-                .transpose()
-        })
+        self.get_decoded("a rollout read", self.rollout_key(template))
     }
 
     fn rollouts(&self) -> Result<Vec<RolloutRecord>, ApiError> {

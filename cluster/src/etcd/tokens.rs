@@ -6,10 +6,9 @@
 use etcd_client::TxnOp;
 
 use super::directory::EtcdDirectory;
-use super::retry;
 use super::values::failed;
 use stasis_contract::error::ApiError;
-use stasis_contract::rollout::{decode, encode};
+use stasis_contract::rollout::encode;
 use stasis_contract::tokens::{TokenRecord, Tokens};
 
 impl EtcdDirectory {
@@ -25,20 +24,7 @@ impl Tokens for EtcdDirectory {
     }
 
     fn token(&self, id: &str) -> Result<Option<TokenRecord>, ApiError> {
-        let kv = self.etcd.client().kv_client();
-        let key = self.token_key(id);
-        self.etcd.run_blocking("a token read", async move {
-            let mut resp = retry(|| {
-                let (mut kv, key) = (kv.clone(), key.clone());
-                async move { kv.get(key, None).await }
-            })
-            .await
-            .map_err(failed)?;
-            resp.take_kvs()
-                .first()
-                .map(|kv| decode(kv.value()))
-                .transpose()
-        })
+        self.get_decoded("a token read", self.token_key(id))
     }
 
     fn tokens(&self) -> Result<Vec<TokenRecord>, ApiError> {

@@ -19,6 +19,8 @@ use stasis_contract::directory::Directory;
 use stasis_contract::error::ApiError;
 use stasis_contract::metrics::AlarmMetrics;
 
+use crate::blocking;
+
 /// Alarm deliveries (actor invocations) in flight at once; more wait for
 /// a turn. Recording the outcome (a directory write) is outside the turn.
 const MAX_IN_FLIGHT: usize = 64;
@@ -133,17 +135,6 @@ impl Drop for Scheduler {
             task.abort();
         }
     }
-}
-
-/// Runs a directory call on a blocking thread.
-async fn blocking<T: Send + 'static>(
-    directory: &Arc<dyn Directory>,
-    work: impl FnOnce(&dyn Directory) -> Result<T, ApiError> + Send + 'static,
-) -> Result<T, ApiError> {
-    let directory = directory.clone();
-    tokio::task::spawn_blocking(move || work(directory.as_ref()))
-        .await
-        .map_err(|e| ApiError::internal(format!("directory task: {e}")))?
 }
 
 impl Scheduler {
