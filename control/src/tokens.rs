@@ -24,8 +24,9 @@ const ID_HEX: usize = 16;
 /// Hex digits of a token's secret.
 const SECRET_HEX: usize = 64;
 
-/// Longest `--expires` a token may have: ten years.
-pub const MAX_EXPIRES: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+/// Longest `--expires` a token may have: ten years of 365.25 days (what
+/// the CLI's `10y` means).
+pub const MAX_EXPIRES: Duration = Duration::from_secs(10 * 36_525 * 24 * 36);
 
 /// A token's text split into its id and secret, when it has a token's
 /// shape (any other text is no scoped token).

@@ -347,6 +347,13 @@ impl AdminApi {
             }
             (&Method::GET, ["v1", "namespaces", ns]) => ok(&c.namespace_info(ns).await?),
             (&Method::PUT, ["v1", "namespaces", ns, "quota"]) => {
+                // A quota replaces the old one: only an object says what;
+                // `{}` removes every limit, an empty body or array nothing.
+                if !body.trim_ascii_start().starts_with(b"{") {
+                    return Err(ApiError::bad_request(
+                        "the quota is a JSON object, e.g. {\"max_actors\": 10}; {} removes every limit",
+                    ));
+                }
                 let quota: Quota = parse_json(&body)?;
                 ok(&c.set_quota(ns, quota).await?)
             }

@@ -367,6 +367,16 @@ async fn a_quota_holds_against_concurrent_creates_and_a_rate_is_refused_unapplie
         }
     }
     assert_eq!(created, 10);
+    // A quota is an object: an array or an empty body changes nothing.
+    for body in [Some(serde_json::json!([5, 7])), None] {
+        let path = "/v1/namespaces/team-q/quota";
+        let reply =
+            stasis_test_util::admin::call(&c, server.admin, "PUT", path, body.as_ref()).await;
+        assert_eq!(reply.status, 400, "{}", reply.text());
+        assert!(reply.text().contains("JSON object"), "{}", reply.text());
+    }
+    let kept = server.cli_json(&["namespace", "get", "team-q"]);
+    assert_eq!(kept["quota"]["max_actors"], 10, "{kept}");
     let shown = server.cli_json(&["namespace", "get", "team-q"]);
     assert_eq!(shown["actors"], 10, "{shown}");
     let listed = server.cli_json(&["-n", "team-q", "actor", "list"]);
