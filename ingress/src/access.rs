@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hyper::Method;
-use hyper::header::HeaderMap;
+use hyper::header::{AUTHORIZATION, HeaderMap};
 
 use stasis_contract::error::{ApiError, ErrorKind};
 use stasis_contract::status::now_unix_ms;
@@ -129,6 +129,30 @@ impl Access {
         Ok(record.role)
     }
 
+    /// What `headers` were granted for `method` on `scoped` (already
+    /// checked by [`Access::check`]), to be checked again for as long as a
+    /// stream it opened lasts ([`Grant::holds`]).
+    #[must_use]
+    pub fn grant(
+        self: &Arc<Self>,
+        headers: &HeaderMap,
+        method: &Method,
+        scoped: &Scoped,
+        need: Role,
+    ) -> Grant {
+        let mut authorization = HeaderMap::new();
+        for value in headers.get_all(AUTHORIZATION) {
+            authorization.append(AUTHORIZATION, value.clone());
+        }
+        Grant {
+            access: self.clone(),
+            authorization,
+            method: method.clone(),
+            scoped: scoped.clone(),
+            need,
+        }
+    }
+
     /// Drops what is kept of token `id` (it was just revoked here).
     pub fn forget(&self, id: &str) {
         self.lock().remove(id);
@@ -152,5 +176,31 @@ impl Access {
         }
         cache.insert(id.to_owned(), (record.clone(), Instant::now()));
         Ok(record)
+    }
+}
+
+/// A request's right to a route, kept by a stream (a followed log) that
+/// outlives the request's own check: a token revoked or expired while the
+/// stream is open ends it within [`REVOCATION_BOUND`].
+pub struct Grant {
+    access: Arc<Access>,
+    /// The request's `Authorization` headers, nothing else of it.
+    authorization: HeaderMap,
+    method: Method,
+    scoped: Scoped,
+    need: Role,
+}
+
+impl Grant {
+    /// Checks the credential again, as [`Access::check`] did at first.
+    ///
+    /// # Errors
+    /// What [`Access::check`] refuses: the token is now revoked or expired
+    /// (or the directory cannot be read).
+    pub async fn holds(&self) -> Result<(), ApiError> {
+        self.access
+            .check(&self.authorization, &self.method, &self.scoped, self.need)
+            .await
+            .map(|_| ())
     }
 }

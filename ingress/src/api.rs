@@ -38,7 +38,7 @@ pub struct AdminApi {
     /// internal token.
     token: Option<String>,
     /// The check of every other route (bootstrap and scoped tokens).
-    access: Access,
+    access: Arc<Access>,
     /// The token of its internal routes (`/internal/...`, used by
     /// workers); `None`: the admin token.
     internal_token: Option<String>,
@@ -129,7 +129,7 @@ impl AdminApi {
         internal_token: Option<String>,
     ) -> Self {
         Self {
-            access: Access::new(control.clone(), token.clone()),
+            access: Arc::new(Access::new(control.clone(), token.clone())),
             control,
             token,
             internal_token,
@@ -301,7 +301,17 @@ impl AdminApi {
                 let query = LogQuery::parse(&query, now)?;
                 let lines = c.logs(name, &query).await?;
                 if follow {
-                    return Ok(crate::follow::followed(c.clone(), name, query, lines));
+                    // The stream outlives this check: it is made again
+                    // while it lasts.
+                    let need = crate::routes::needs(&method, path);
+                    let grant = self.access.grant(&parts.headers, &method, scoped, need);
+                    return Ok(crate::follow::followed(
+                        c.clone(),
+                        grant,
+                        name,
+                        query,
+                        lines,
+                    ));
                 }
                 Ok(text(
                     StatusCode::OK,

@@ -4,7 +4,9 @@
 //! the same route instead. The stream asks the actor's worker for the lines
 //! after the last one sent, waiting for new ones, so it follows the actor
 //! across pauses, traps and moves; it ends when the actor is deleted or
-//! the client leaves.
+//! the client leaves, or when the token that opened it is revoked or
+//! expires (within [`crate::access::REVOCATION_BOUND`]: the token is
+//! checked again that often while the stream waits).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,6 +19,8 @@ use stasis_contract::error::{ApiError, ErrorKind};
 use stasis_contract::logs::{LogLine, LogQuery, MAX_WAIT_SECS};
 use stasis_control::ControlPlane;
 use stasis_http::body::Body;
+
+use crate::access::{Grant, REVOCATION_BOUND};
 
 /// How long to wait before asking again after a failed read (the actor's
 /// worker unreachable, the actor moving).
@@ -73,17 +77,25 @@ pub fn ndjson(lines: &[LogLine]) -> String {
 }
 
 /// The streamed answer: `first` (what `query` selected), then every line
-/// after the last one sent, as it comes.
+/// after the last one sent, as it comes, for as long as `grant` holds.
 #[must_use]
 pub fn followed(
     control: Arc<ControlPlane>,
+    grant: Grant,
     name: &str,
     query: LogQuery,
     first: Vec<LogLine>,
 ) -> Response<Body> {
-    let state = (control, name.to_owned(), query, Some(first));
-    let chunks =
-        futures_util::stream::unfold(state, |(control, name, mut query, first)| async move {
+    let state = (
+        control,
+        Arc::new(grant),
+        name.to_owned(),
+        query,
+        Some(first),
+    );
+    let chunks = futures_util::stream::unfold(
+        state,
+        |(control, grant, name, mut query, first)| async move {
             let lines = match first {
                 Some(lines) => lines,
                 None => {
@@ -91,7 +103,8 @@ pub fn followed(
                     query.tail = None;
                     query.since_unix_ms = None;
                     query.wait_ms = Some(MAX_WAIT_SECS * 1000);
-                    match control.logs(&name, &query).await {
+                    let read = watched(&grant, &name, control.logs(&name, &query)).await?;
+                    match read {
                         Ok(lines) => lines,
                         Err(e) if e.is(ErrorKind::NotFound) => return None,
                         Err(e) => {
@@ -105,8 +118,12 @@ pub fn followed(
             if let Some(last) = lines.last() {
                 query.after = Some(last.seq);
             }
-            Some((Bytes::from(ndjson(&lines)), (control, name, query, None)))
-        });
+            Some((
+                Bytes::from(ndjson(&lines)),
+                (control, grant, name, query, None),
+            ))
+        },
+    );
     let mut response = Response::new(Body::stream(Box::pin(chunks)));
     *response.status_mut() = StatusCode::OK;
     let headers = response.headers_mut();
@@ -116,6 +133,34 @@ pub fn followed(
     );
     headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     response
+}
+
+/// Waits for `read` while `grant` holds, checking it every
+/// [`REVOCATION_BOUND`]; `None` once it does not (the stream ends).
+async fn watched<T>(
+    grant: &Grant,
+    name: &str,
+    read: impl std::future::Future<Output = T>,
+) -> Option<T> {
+    tokio::pin!(read);
+    loop {
+        tokio::select! {
+            done = &mut read => return Some(done),
+            () = tokio::time::sleep(REVOCATION_BOUND) => {
+                match grant.holds().await {
+                    Ok(()) => {}
+                    // Revoked, expired: the stream ends.
+                    Err(e) if e.is(ErrorKind::Unauthorized) || e.is(ErrorKind::Forbidden) => {
+                        tracing::info!(actor = name, "a followed log ends: {}", e.message());
+                        return None;
+                    }
+                    // The directory unreadable: the token is not known to
+                    // be revoked; asked again at the next bound.
+                    Err(e) => tracing::warn!(actor = name, "checking a follower's token: {}", e.message()),
+                }
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -396,3 +396,64 @@ async fn a_revoked_token_is_refused_by_every_replica_within_the_bound() {
         );
     }
 }
+
+/// A followed log (`logs?follow=1`, one streamed answer) opened with a
+/// token ends once the token is revoked, within the revocation bound
+/// (checked again while the stream waits), rather than streaming on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_followed_log_ends_when_its_token_is_revoked() {
+    use http_body_util::BodyExt as _;
+    let server = Server::start(&["--admin-token", ADMIN]);
+    let module = crate::support::demo("counter");
+    cli_ok(
+        &server,
+        &[
+            "template",
+            "push",
+            "counter",
+            module.to_str().expect("utf-8"),
+        ],
+    );
+    cli_ok(&server, &["actor", "create", "c", "--template", "counter"]);
+    // Its events so far (created, resumed) are the stream's first answer.
+    let client = crate::support::client();
+    assert_eq!(
+        count(&to_actor(&client, server.ingress, "c", "POST", "/").await),
+        1
+    );
+    let (id, reader) = new_token(&server, "reader", &[]);
+    let request = hyper::Request::get(format!(
+        "http://{}/v1/actors/c/logs?follow=1&stream=event",
+        server.admin
+    ))
+    .header("host", "localhost")
+    .header("authorization", format!("Bearer {reader}"))
+    .body(http_body_util::Full::new(bytes::Bytes::new()))
+    .expect("request");
+    let response = client.request(request).await.expect("follow");
+    assert_eq!(response.status(), 200);
+    let mut body = response.into_body();
+    // The stream is open: its first answer (the events so far) came.
+    let first = body.frame().await.expect("a first chunk").expect("frame");
+    let first = first.into_data().unwrap_or_default();
+    assert!(
+        String::from_utf8_lossy(&first).contains("\"event\""),
+        "{first:?}"
+    );
+    cli_ok(&server, &["token", "revoke", &id]);
+    // It ends (a clean end of the body) well before the 30 s a follow
+    // request waits for a new line: without the check it would not.
+    let revoked = Instant::now();
+    let ended = tokio::time::timeout(Duration::from_secs(10), async {
+        while let Some(frame) = body.frame().await {
+            frame.expect("frame");
+        }
+    })
+    .await;
+    assert!(ended.is_ok(), "the stream outlived its token");
+    assert!(
+        revoked.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        revoked.elapsed()
+    );
+}
