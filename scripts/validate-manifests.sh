@@ -4,8 +4,10 @@
 # Kubernetes version that kubernetes-validate ships (no network, no cluster).
 # A resource whose kind has no schema (a misspelt kind or apiVersion) fails
 # too: kubernetes-validate only warns about those. Also checks that
-# kustomization.yaml lists every manifest but the example Secrets, and, when
-# kubectl is installed, validates the kustomize output as well.
+# kustomization.yaml lists every manifest but the examples (*-example.yaml:
+# placeholder Secrets, an Ingress for one controller), which are validated
+# but never applied by `kubectl apply -k`, and, when kubectl is installed,
+# validates the kustomize output as well.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,11 +19,16 @@ python3 - "$DIR" <<'PY'
 import pathlib, sys, yaml
 d = pathlib.Path(sys.argv[1])
 listed = yaml.safe_load((d / "kustomization.yaml").read_text())["resources"]
-present = {p.name for p in d.glob("*.yaml")} - {"kustomization.yaml", "secret-example.yaml"}
+examples = {p.name for p in d.glob("*-example.yaml")}
+present = {p.name for p in d.glob("*.yaml")} - {"kustomization.yaml"} - examples
 missing = [r for r in listed if not (d / r).is_file()]
 unlisted = sorted(present - set(listed))
-if missing or unlisted:
-    sys.exit(f"kustomization.yaml: missing files {missing}, manifests not listed {unlisted}")
+applied_examples = sorted(examples & set(listed))
+if missing or unlisted or applied_examples:
+    sys.exit(
+        f"kustomization.yaml: missing files {missing}, manifests not listed {unlisted}, "
+        f"examples listed (they must not be) {applied_examples}"
+    )
 PY
 
 validate() {
