@@ -397,7 +397,10 @@ pub(crate) enum WorkerCommand {
 pub(crate) enum TokenRole {
     /// Reads only: lists, get, logs, events, metrics.
     Reader,
-    /// Reads, and changes to templates and actors.
+    /// Reads, and requests to the actors of a namespace whose ingress
+    /// needs a token (`namespace ingress-auth NS token`).
+    Invoker,
+    /// Reads, requests to actors, and changes to templates and actors.
     Writer,
     /// Everything in one namespace (give it with -n/--namespace).
     NamespaceAdmin,
@@ -466,6 +469,28 @@ pub(crate) enum NamespaceCommand {
         #[command(flatten)]
         client: ClientArgs,
     },
+    /// Set whether requests to a namespace's actors through the ingress
+    /// need a token (`Authorization: Bearer`, role invoker or above, of
+    /// the namespace); applies on every replica within a second.
+    IngressAuth {
+        /// Namespace name.
+        name: String,
+        /// `token`: a token is needed (401 without, 403 for another
+        /// namespace's); `none`: the actors are public (the default).
+        #[arg(value_enum)]
+        mode: IngressAuthMode,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+}
+
+/// What the ingress asks of requests to a namespace's actors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum IngressAuthMode {
+    /// A token (role invoker or above, of the namespace).
+    Token,
+    /// Nothing: public.
+    None,
 }
 
 /// A `--expires` duration, in whole seconds (at least one).

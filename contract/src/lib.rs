@@ -15,7 +15,9 @@
 //!   alarms behind [`directory::Directory`], and [`rollout`], what it keeps
 //!   of a template's rollout and what the API shows of one, and
 //!   [`tokens`], the scoped admin tokens it keeps, and [`quota`], the
-//!   namespaces' quotas; [`names`]: full names and namespaces;
+//!   namespaces' quotas, and [`ingress_auth`], which namespaces' actors
+//!   the ingress serves only with a token; [`names`]: full names and
+//!   namespaces;
 //! - [`proto`]: the wire types of the worker protocol; [`headers`]: every
 //!   header Stasis reserves, in one list; [`alarm`]: what delivering an
 //!   alarm did;
@@ -37,6 +39,7 @@ pub mod control_api;
 pub mod directory;
 pub mod error;
 pub mod headers;
+pub mod ingress_auth;
 pub mod logs;
 pub mod metrics;
 pub mod names;

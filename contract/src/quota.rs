@@ -29,6 +29,10 @@ pub struct NamespaceInfo {
     pub actors: u64,
     /// Its limits.
     pub quota: Quota,
+    /// Whether its actors need a token at the ingress
+    /// ([`crate::ingress_auth`]).
+    #[serde(default)]
+    pub ingress_auth: crate::ingress_auth::IngressAuth,
 }
 
 /// The quotas part of the directory: one [`Quota`] per namespace that has

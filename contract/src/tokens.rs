@@ -20,6 +20,10 @@ use crate::error::ApiError;
 pub enum Role {
     /// Reads: lists, `get`, logs, events, rollout status, `/metrics`.
     Reader,
+    /// A reader that may also send requests through the ingress to the
+    /// actors of a namespace that requires a token there
+    /// ([`crate::ingress_auth::IngressAuth::Token`]).
+    Invoker,
     /// A reader that also changes templates and actors: push, delete,
     /// rollout, create, fork, pause, resume, checkpoint, upgrade.
     Writer,
@@ -33,8 +37,9 @@ pub enum Role {
 
 impl Role {
     /// Every role, lowest first.
-    pub const ALL: [Role; 4] = [
+    pub const ALL: [Role; 5] = [
         Role::Reader,
+        Role::Invoker,
         Role::Writer,
         Role::NamespaceAdmin,
         Role::Admin,
@@ -45,6 +50,7 @@ impl Role {
     pub fn name(self) -> &'static str {
         match self {
             Self::Reader => "reader",
+            Self::Invoker => "invoker",
             Self::Writer => "writer",
             Self::NamespaceAdmin => "namespace-admin",
             Self::Admin => "admin",
@@ -61,7 +67,7 @@ impl Role {
             .find(|r| r.name() == name)
             .ok_or_else(|| {
                 ApiError::bad_request(format!(
-                    "unknown role {name:?}; the roles are reader, writer, namespace-admin and admin"
+                    "unknown role {name:?}; the roles are reader, invoker, writer, namespace-admin and admin"
                 ))
             })
     }

@@ -10,6 +10,7 @@ use stasis_contract::directory::{ActorRead, ActorRow, Directory, TemplateRow};
 use stasis_contract::error::ApiError;
 use stasis_contract::settings::Durability;
 
+mod ingress_auth;
 mod quotas;
 mod rollouts;
 mod tokens;
@@ -19,9 +20,9 @@ mod tokens;
 /// `alarms` table, 2 a template's `durability`, 3 the rollout tables
 /// (`rollouts`), 4 an actor's `created_ms` (null for actors created
 /// before), 5 the scoped admin tokens (`tokens`) and the namespaces'
-/// quotas (`quotas`). Opening migrates an
-/// older file in place; nothing in it changes.
-const SCHEMA_VERSION: i64 = 5;
+/// quotas (`quotas`), 6 the namespaces' ingress auth (`ingress_auth`).
+/// Opening migrates an older file in place; nothing in it changes.
+const SCHEMA_VERSION: i64 = 6;
 
 /// The embedded directory in one SQLite file. Every write is one
 /// transaction, durable on return (WAL, `synchronous=FULL`). Actor
@@ -419,6 +420,12 @@ fn migrate(conn: &Connection) -> anyhow::Result<()> {
             "BEGIN; {} {} PRAGMA user_version = 5; COMMIT;",
             tokens::TABLES,
             quotas::TABLES
+        ))?;
+    }
+    if version < 6 {
+        conn.execute_batch(&format!(
+            "BEGIN; {} PRAGMA user_version = 6; COMMIT;",
+            ingress_auth::TABLES
         ))?;
     }
     Ok(())

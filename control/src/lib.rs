@@ -48,6 +48,7 @@ pub mod calls;
 pub mod directory;
 pub mod follow;
 pub mod housekeeping;
+pub mod ingress_auth;
 pub mod local;
 pub mod logs;
 pub mod membership;
@@ -237,6 +238,8 @@ pub struct ControlPlane {
     sockets: sockets::Sockets,
     /// The namespaces' quotas as read, and their request budgets.
     quotas: quotas::QuotaState,
+    /// The namespaces' ingress auth as read.
+    ingress_auth: ingress_auth::IngressAuthState,
     _lock: Option<File>,
 }
 
@@ -345,6 +348,7 @@ impl ControlPlane {
             rollouts: rollout::RolloutTasks::new(me.clone()),
             sockets,
             quotas: quotas::QuotaState::default(),
+            ingress_auth: ingress_auth::IngressAuthState::default(),
             _lock: parts.lock,
         })
     }

@@ -116,6 +116,7 @@ impl ControlPlane {
             name: namespace.to_owned(),
             actors: self.actors_in(namespace, &std::collections::HashSet::new()),
             quota: self.quota(namespace).await?,
+            ingress_auth: self.ingress_auth(namespace).await?,
         })
     }
 

@@ -10,6 +10,9 @@
 //! every replica within that bound (at once by the replica that revoked
 //! it). Without `--admin-token` the admin API is open (loopback only, see
 //! `serve`), and every request is an admin's.
+//!
+//! The ingress asks the same check of requests to the actors of a
+//! namespace that requires a token there ([`Access::check_ingress`]).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -151,6 +154,42 @@ impl Access {
             scoped: scoped.clone(),
             need,
         }
+    }
+
+    /// Checks a request through the ingress (`method` on `path`) to an
+    /// actor of `namespace`, whose ingress auth is
+    /// [`IngressAuth::Token`](stasis_contract::ingress_auth::IngressAuth):
+    /// `headers` must present the bootstrap token or a scoped token of
+    /// role invoker or above for that namespace or for every one.
+    ///
+    /// # Errors
+    /// As [`Access::check`]; 401 for every request when this server has
+    /// no `--admin-token` (it has no tokens to check: the namespace stays
+    /// closed rather than open).
+    pub async fn check_ingress(
+        &self,
+        headers: &HeaderMap,
+        method: &Method,
+        path: &str,
+        namespace: &str,
+    ) -> Result<(), ApiError> {
+        if !self.guarded() {
+            return Err(ApiError::new(
+                ErrorKind::Unauthorized,
+                format!(
+                    "namespace {namespace} requires a token at the ingress, and this server has \
+                     no --admin-token to check one"
+                ),
+            ));
+        }
+        let scoped = Scoped {
+            namespace: namespace.to_owned(),
+            path: path.to_owned(),
+            global: false,
+        };
+        self.check(headers, method, &scoped, Role::Invoker)
+            .await
+            .map(|_| ())
     }
 
     /// Drops what is kept of token `id` (it was just revoked here).

@@ -10,6 +10,7 @@ use serde::Serialize;
 
 use stasis_contract::error::{ApiError, ErrorKind};
 use stasis_contract::headers::{FORWARDED_HEADER, REVISION_HEADER};
+use stasis_contract::ingress_auth::{IngressAuth, IngressAuthSetting};
 use stasis_contract::logs::LogQuery;
 use stasis_contract::proto::{ControlPath, JoinRequest, ResumeRequest};
 use stasis_contract::rollout::RolloutRequest;
@@ -134,6 +135,13 @@ impl AdminApi {
             token,
             internal_token,
         }
+    }
+
+    /// The credential check of this API, which the ingress shares for
+    /// namespaces that require a token ([`Access::check_ingress`]).
+    #[must_use]
+    pub fn access(&self) -> Arc<Access> {
+        self.access.clone()
     }
 
     /// Answers one admin request.
@@ -366,6 +374,18 @@ impl AdminApi {
                 }
                 let quota: Quota = parse_json(&body)?;
                 ok(&c.set_quota(ns, quota).await?)
+            }
+            (&Method::PUT, ["v1", "namespaces", ns, "ingress-auth"]) => {
+                let setting: IngressAuthSetting = parse_json(&body)?;
+                // Without --admin-token there is no token to check: the
+                // namespace's actors would answer no one.
+                if setting.mode == IngressAuth::Token && !self.access.guarded() {
+                    return Err(ApiError::bad_request(
+                        "ingress auth token needs a server started with --admin-token \
+                         (tokens are checked against it and the tokens it made)",
+                    ));
+                }
+                ok(&c.set_ingress_auth(ns, setting.mode).await?)
             }
             (&Method::GET, ["v1", "tokens"]) => ok(&c.tokens().await?),
             (&Method::POST, ["v1", "tokens"]) => {

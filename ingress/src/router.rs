@@ -21,11 +21,13 @@ use hyper::header::{HeaderName, HeaderValue};
 use hyper::http::request::Parts;
 use hyper::{Request, Response, StatusCode};
 
+use crate::access::Access;
 use crate::{ingress, sockets};
 use opentelemetry::trace::{SpanKind, Status, TraceContextExt as _, Tracer as _};
 use opentelemetry::{Context, KeyValue};
 use stasis_contract::client_gone::ClientGone;
 use stasis_contract::error::{ApiError, ErrorKind, echo_cut, echo_name, is_label};
+use stasis_contract::ingress_auth::IngressAuth;
 use stasis_contract::names;
 use stasis_contract::trace;
 use stasis_control::ControlPlane;
@@ -131,6 +133,30 @@ pub fn actor_of(parts: &Parts, domain: &str) -> Result<String, ApiError> {
 
 /// Converts the HTTP request into the guest's request, dropping hop-by-hop
 /// headers and the host-only ones (`stasis-actor`, `stasis-call-chain`).
+/// Checks a request to `actor` against its namespace's ingress auth; when
+/// the namespace requires a token, the `Authorization` header is taken
+/// out of `parts` once checked.
+///
+/// # Errors
+/// 401 or 403 from [`Access::check_ingress`]; 500 if the setting cannot
+/// be read.
+async fn authenticate(
+    control: &ControlPlane,
+    access: &Access,
+    parts: &mut Parts,
+    actor: &str,
+) -> Result<(), ApiError> {
+    let namespace = names::namespace_of(actor);
+    if control.ingress_auth(namespace).await? == IngressAuth::None {
+        return Ok(());
+    }
+    access
+        .check_ingress(&parts.headers, &parts.method, parts.uri.path(), namespace)
+        .await?;
+    parts.headers.remove(hyper::header::AUTHORIZATION);
+    Ok(())
+}
+
 fn guest_request(parts: &Parts, body: Bytes) -> stasis_host_api::Request {
     let uri = parts
         .uri
@@ -213,15 +239,19 @@ fn http_response(actor: &str, response: stasis_host_api::Response) -> Response<B
 pub struct Router {
     control: Arc<ControlPlane>,
     domain: Arc<str>,
+    /// The check of a namespace's ingress auth (the admin API's).
+    access: Arc<Access>,
 }
 
 impl Router {
-    /// A router for actors under `.actors.<domain>`.
+    /// A router for actors under `.actors.<domain>`, checking the tokens
+    /// of namespaces that require one at the ingress with `access`.
     #[must_use]
-    pub fn new(control: Arc<ControlPlane>, domain: &str) -> Self {
+    pub fn new(control: Arc<ControlPlane>, domain: &str, access: Arc<Access>) -> Self {
         Self {
             control,
             domain: Arc::from(domain),
+            access,
         }
     }
 
@@ -235,6 +265,7 @@ impl Router {
         let routed = tokio::spawn(route(
             self.control.clone(),
             self.domain.clone(),
+            self.access.clone(),
             request,
             gone,
         ));
@@ -252,6 +283,7 @@ impl Router {
 async fn route(
     control: Arc<ControlPlane>,
     domain: Arc<str>,
+    access: Arc<Access>,
     request: Request<Incoming>,
     gone: ClientGone,
 ) -> Response<Body> {
@@ -259,11 +291,24 @@ async fn route(
     let mut request = request;
     let upgrade = sockets::is_upgrade(request.headers());
     let on_upgrade = upgrade.then(|| hyper::upgrade::on(&mut request));
-    let (parts, body) = request.into_parts();
+    let (mut parts, body) = request.into_parts();
     let actor = match ingress::check(&parts).and_then(|()| actor_of(&parts, &domain)) {
         Ok(actor) => actor,
         Err(e) => return text_error(&e),
     };
+    // A namespace that requires a token: checked before the actor is
+    // looked up (a stranger learns nothing of its names), and the
+    // credential is the ingress's, never passed on to the guest.
+    if let Err(e) = authenticate(&control, &access, &mut parts, &actor).await {
+        let mut refused = text_error(&e);
+        if e.is(ErrorKind::Unauthorized) {
+            refused.headers_mut().insert(
+                hyper::header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer"),
+            );
+        }
+        return refused;
+    }
     let route = match control.route(&actor).await {
         Ok(route) => route,
         Err(e) => return text_error(&e),

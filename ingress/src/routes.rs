@@ -34,7 +34,7 @@ pub fn allowed(path: &str) -> &'static [&'static str] {
         ["v1", "actors", _, "logs"] => &["GET"],
         ["v1", "tokens"] => &["GET", "POST"],
         ["v1", "namespaces", _] => &["GET"],
-        ["v1", "namespaces", _, "quota"] => &["PUT"],
+        ["v1", "namespaces", _, "quota" | "ingress-auth"] => &["PUT"],
         ["v1", "tokens", _] => &["DELETE"],
         [
             "v1",
@@ -75,7 +75,7 @@ pub fn scope(path: &str) -> Result<Scoped, ApiError> {
     let (namespace, rest): (&str, &[&str]) = match segments.as_slice() {
         ["v1", "namespaces", namespace, rest @ ..] => {
             names::check_namespace(namespace)?;
-            if matches!(rest, [] | ["quota"]) {
+            if matches!(rest, [] | ["quota" | "ingress-auth"]) {
                 return Ok(Scoped {
                     namespace: (*namespace).to_owned(),
                     path: path.trim_end_matches('/').to_owned(),
@@ -84,7 +84,7 @@ pub fn scope(path: &str) -> Result<Scoped, ApiError> {
             }
             if !matches!(rest.first(), Some(&("actors" | "templates"))) {
                 return Err(ApiError::not_found(format!(
-                    "no admin route {path}: a namespace has /actors, /templates and /quota"
+                    "no admin route {path}: a namespace has /actors, /templates, /quota and /ingress-auth"
                 )));
             }
             (namespace, rest)
@@ -118,7 +118,8 @@ pub fn scope(path: &str) -> Result<Scoped, ApiError> {
 
 /// The role a request for `method` on `path` needs (see
 /// [`stasis_contract::tokens::Role`]): reads need a reader; changes to
-/// templates and actors a writer; moving an actor a namespace-admin;
+/// templates and actors a writer; moving an actor, or a namespace's
+/// ingress auth, a namespace-admin;
 /// workers, the cluster's moves, `gc`, quotas and tokens (even listing
 /// them) an admin.
 #[must_use]
@@ -129,7 +130,9 @@ pub fn needs(method: &hyper::Method, path: &str) -> Role {
         | ["v1", "workers", _, "drain" | "undrain"]
         | ["v1", "namespaces", _, "quota"]
         | ["v1", "rebalance" | "gc"] => Role::Admin,
-        ["v1", "actors", _, "migrate"] => Role::NamespaceAdmin,
+        ["v1", "actors", _, "migrate"] | ["v1", "namespaces", _, "ingress-auth"] => {
+            Role::NamespaceAdmin
+        }
         _ if matches!(*method, hyper::Method::GET | hyper::Method::HEAD) => Role::Reader,
         _ => Role::Writer,
     }
@@ -214,6 +217,11 @@ mod tests {
             (Method::POST, "/v1/actors/a/migrate", Role::NamespaceAdmin),
             (Method::PUT, "/v1/namespaces/a/quota", Role::Admin),
             (Method::GET, "/v1/namespaces/a", Role::Reader),
+            (
+                Method::PUT,
+                "/v1/namespaces/a/ingress-auth",
+                Role::NamespaceAdmin,
+            ),
             (Method::POST, "/v1/workers/w1/drain", Role::Admin),
             (Method::POST, "/v1/gc", Role::Admin),
             (Method::GET, "/v1/tokens", Role::Admin),

@@ -393,13 +393,14 @@ async fn open(
             applied_revision = Some(applied_rx);
         }
     }
+    let api = Arc::new(AdminApi::new(
+        control.clone(),
+        options.admin_token.clone(),
+        options.config.internal_token.clone(),
+    ));
     Ok(Serving {
-        router: Arc::new(Router::new(control.clone(), &options.domain)),
-        api: Arc::new(AdminApi::new(
-            control.clone(),
-            options.admin_token.clone(),
-            options.config.internal_token.clone(),
-        )),
+        router: Arc::new(Router::new(control.clone(), &options.domain, api.access())),
+        api,
         control,
         applied_revision,
         tasks,

@@ -55,7 +55,12 @@ pub async fn serve(
     let stopped = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
     };
-    let router = Arc::new(Router::new(control.clone(), &options.domain));
+    let api = Arc::new(AdminApi::new(
+        control.clone(),
+        options.admin_token.clone(),
+        options.config.internal_token.clone(),
+    ));
+    let router = Arc::new(Router::new(control.clone(), &options.domain, api.access()));
     let ingress_task = tokio::spawn(stasis_http::serve::serve_tls(
         ingress,
         options.tls.clone(),
@@ -65,11 +70,6 @@ pub async fn serve(
         },
         stopped(stop_rx.clone()),
         DRAIN,
-    ));
-    let api = Arc::new(AdminApi::new(
-        control.clone(),
-        options.admin_token.clone(),
-        options.config.internal_token.clone(),
     ));
     let admin_task = tokio::spawn(stasis_http::serve::serve_tls(
         admin,

@@ -9,8 +9,8 @@ use hyper::Method;
 
 use crate::client::encode_component;
 use crate::verbs::{
-    ActorCommand, ClientArgs, ClientCommand, NamespaceCommand, TemplateCommand, TokenCommand,
-    TokenRole, WorkerCommand,
+    ActorCommand, ClientArgs, ClientCommand, IngressAuthMode, NamespaceCommand, TemplateCommand,
+    TokenCommand, TokenRole, WorkerCommand,
 };
 
 /// How long a read-only call (list, get) may take; calls that change state
@@ -367,6 +367,7 @@ pub(super) fn plan(command: ClientCommand) -> anyhow::Result<Call> {
         }) => {
             let role = match role {
                 TokenRole::Reader => "reader",
+                TokenRole::Invoker => "invoker",
                 TokenRole::Writer => "writer",
                 TokenRole::NamespaceAdmin => "namespace-admin",
                 TokenRole::Admin => "admin",
@@ -418,6 +419,20 @@ pub(super) fn plan(command: ClientCommand) -> anyhow::Result<Call> {
                 View::Details,
             )
             .with_body(Body::Json(body))
+        }
+        C::Namespace(NamespaceCommand::IngressAuth { name, mode, client }) => {
+            let mode = match mode {
+                IngressAuthMode::Token => "token",
+                IngressAuthMode::None => "none",
+            };
+            Call::new(
+                client,
+                format!("namespace ingress-auth {name} {mode}"),
+                Method::PUT,
+                format!("/v1/namespaces/{}/ingress-auth", encode_component(&name)),
+                View::Details,
+            )
+            .with_body(Body::Json(serde_json::json!({ "mode": mode })))
         }
         C::Token(TokenCommand::List { client }) => Call::new(
             client,

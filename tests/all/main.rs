@@ -61,7 +61,11 @@
 //! * `namespaces`: the same name in two namespaces is two actors, reached
 //!   by host name or `stasis-actor: NS/NAME`; lists, templates and calls
 //!   stay in their namespace; names that would reach elsewhere are refused;
-//!   a namespaced token acts in its namespace only.
+//!   a namespaced token acts in its namespace only;
+//! * `ingress_auth`: a namespace that requires a token at the ingress
+//!   answers only its invokers (401/403 otherwise, never applied), keeps
+//!   the credential from the guest, and stays closed without a token to
+//!   check;
 //!
 //! Tests run in parallel in this one process: every server gets its own
 //! temporary data dir and kernel-picked loopback ports (see `support`), and
@@ -89,6 +93,7 @@ mod host_calls;
 mod http;
 mod incremental;
 mod ingress;
+mod ingress_auth;
 mod js;
 mod logs;
 mod lost_answers;

@@ -10,10 +10,10 @@
 
 use crate::support::{Server, client, count, demo, raw, raw_status, to_actor};
 
-const ADMIN: &str = "ns-admin-secret";
+pub(crate) const ADMIN: &str = "ns-admin-secret";
 
 /// `stasis -n NS ARGS` with the admin token.
-fn in_ns(server: &Server, ns: &str, token: &str, args: &[&str]) -> std::process::Output {
+pub(crate) fn in_ns(server: &Server, ns: &str, token: &str, args: &[&str]) -> std::process::Output {
     crate::support::STASIS
         .command()
         .args(["-n", ns])
@@ -25,7 +25,7 @@ fn in_ns(server: &Server, ns: &str, token: &str, args: &[&str]) -> std::process:
 }
 
 /// `stasis -n NS ARGS` with the admin token, asserting success; stdout.
-fn admin_ok(server: &Server, ns: &str, args: &[&str]) -> String {
+pub(crate) fn admin_ok(server: &Server, ns: &str, args: &[&str]) -> String {
     ok(
         &in_ns(server, ns, ADMIN, args),
         &format!("-n {ns} {args:?}"),
@@ -33,7 +33,7 @@ fn admin_ok(server: &Server, ns: &str, args: &[&str]) -> String {
 }
 
 /// Pushes the counter and creates actor `c` from it in each namespace.
-fn counter_c_in(server: &Server, namespaces: &[&str]) {
+pub(crate) fn counter_c_in(server: &Server, namespaces: &[&str]) {
     let counter = demo("counter");
     let counter = counter.to_str().expect("utf-8");
     for ns in namespaces {
@@ -55,7 +55,7 @@ fn ok(out: &std::process::Output, what: &str) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-fn failed(out: &std::process::Output, what: &str) -> String {
+pub(crate) fn failed(out: &std::process::Output, what: &str) -> String {
     assert!(!out.status.success(), "{what} passed");
     String::from_utf8_lossy(&out.stderr).into_owned()
 }

@@ -30,6 +30,7 @@ mod batch;
 mod changes;
 mod directory;
 mod election;
+mod ingress_auth;
 pub mod lease;
 mod options;
 mod quotas;

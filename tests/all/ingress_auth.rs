@@ -1,0 +1,193 @@
+//! Ingress auth per namespace (`stasis namespace ingress-auth NS token`),
+//! through the real binary: a namespace that requires a token answers its
+//! actors' requests only with `Authorization: Bearer` of role invoker or
+//! above for that namespace (401 without one, with `WWW-Authenticate`;
+//! 403 for a reader or another namespace's token), and a refused request
+//! is never applied; the header never reaches the guest; other namespaces
+//! stay public; the setting outlives a restart; a server with no
+//! `--admin-token` refuses to turn it on.
+
+use crate::namespaces::{ADMIN, admin_ok, counter_c_in, failed, in_ns};
+use crate::support::{STASIS, Server, count, raw, raw_status};
+
+/// `POST /` to actor `actor` (a full name) with `authorization` (none when
+/// empty); the raw answer.
+async fn post_as(server: &Server, actor: &str, authorization: &str) -> String {
+    let header = if authorization.is_empty() {
+        String::new()
+    } else {
+        format!("Authorization: {authorization}\r\n")
+    };
+    raw(
+        server.ingress,
+        &format!(
+            "POST / HTTP/1.1\r\nHost: {actor}.actors.localhost\r\n{header}Content-Length: 0\r\nConnection: close\r\n\r\n"
+        ),
+    )
+    .await
+}
+
+/// A token of `role` made with `-n NS` (all namespaces when `ns` is
+/// `None`); its text.
+fn token(server: &Server, ns: Option<&str>, role: &str) -> String {
+    let mut command = STASIS.command();
+    if let Some(ns) = ns {
+        command.args(["-n", ns]);
+    }
+    let out = command
+        .args(["token", "create", "--role", role, "-o", "json"])
+        .env("STASIS_ADMIN", server.admin_url())
+        .env("STASIS_ADMIN_TOKEN", ADMIN)
+        .output()
+        .expect("run stasis");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let made: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    made["token"].as_str().expect("token").to_owned()
+}
+
+/// The count in a raw 200 answer of the counter.
+fn counted(answer: &str) -> u64 {
+    assert_eq!(raw_status(answer), 200, "{answer}");
+    let body = answer.split("\r\n\r\n").nth(1).unwrap_or_default();
+    count(&crate::support::Answer {
+        status: 200,
+        body: body.to_owned(),
+        headers: Default::default(),
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespace_that_requires_a_token_answers_only_its_invokers() {
+    let server = Server::start(&["--admin-token", ADMIN]);
+    counter_c_in(&server, &["team-a", "team-b"]);
+    // Public until told otherwise; an Authorization header is the guest's.
+    assert_eq!(counted(&post_as(&server, "c.team-a", "").await), 1);
+
+    let shown = admin_ok(
+        &server,
+        "default",
+        &["namespace", "ingress-auth", "team-a", "token"],
+    );
+    assert!(shown.contains("token"), "{shown}");
+    let invoker_a = token(&server, Some("team-a"), "invoker");
+    let reader_a = token(&server, Some("team-a"), "reader");
+    let invoker_b = token(&server, Some("team-b"), "invoker");
+    let writer_all = token(&server, None, "writer");
+
+    // No token: 401 with a challenge, and the request was not applied.
+    let refused = post_as(&server, "c.team-a", "").await;
+    assert_eq!(raw_status(&refused), 401, "{refused}");
+    assert!(
+        refused
+            .to_ascii_lowercase()
+            .contains("www-authenticate: bearer"),
+        "{refused}"
+    );
+    // A made-up token, a reader, another namespace's invoker: refused.
+    let forged = format!("Bearer stasis_{}_{}", "1".repeat(16), "2".repeat(64));
+    assert_eq!(
+        raw_status(&post_as(&server, "c.team-a", &forged).await),
+        401
+    );
+    let reader = post_as(&server, "c.team-a", &format!("Bearer {reader_a}")).await;
+    assert_eq!(raw_status(&reader), 403, "{reader}");
+    assert!(reader.contains("needs role invoker"), "{reader}");
+    let other = post_as(&server, "c.team-a", &format!("Bearer {invoker_b}")).await;
+    assert_eq!(raw_status(&other), 403, "{other}");
+    assert!(other.contains("namespace team-b"), "{other}");
+    // The actor's own name is not given away to a stranger: an unknown
+    // actor of the namespace is 401 too, not 404.
+    assert_eq!(
+        raw_status(&post_as(&server, "nobody.team-a", "").await),
+        401
+    );
+
+    // The namespace's invoker, a writer of every namespace, the bootstrap
+    // token: served, and none of the refused requests counted.
+    for authorization in [
+        format!("Bearer {invoker_a}"),
+        format!("bearer {writer_all}"),
+        format!("Bearer {ADMIN}"),
+    ] {
+        let _ = counted(&post_as(&server, "c.team-a", &authorization).await);
+    }
+    assert_eq!(
+        counted(&post_as(&server, "c.team-a", &format!("Bearer {invoker_a}")).await),
+        5
+    );
+    // team-b is still public, its invoker token not needed.
+    assert_eq!(counted(&post_as(&server, "c.team-b", "").await), 1);
+    // `namespace get` shows it; a team-a reader may read, not change it.
+    let get = admin_ok(&server, "default", &["namespace", "get", "team-a"]);
+    assert!(get.contains("token"), "{get}");
+    let out = in_ns(
+        &server,
+        "team-a",
+        &reader_a,
+        &["namespace", "ingress-auth", "team-a", "none"],
+    );
+    assert!(failed(&out, "a reader's ingress-auth").contains("403"));
+
+    // The credential is the ingress's: the guest never sees it, while a
+    // public namespace's guest gets the header as it came.
+    if crate::js::engine_built() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let script = dir.path().join("headers.js");
+        std::fs::write(&script, HEADERS_JS).expect("write the script");
+        for ns in ["team-a", "team-b"] {
+            let script = script.to_str().expect("utf-8");
+            admin_ok(&server, ns, &["template", "push", "headers", script]);
+            admin_ok(
+                &server,
+                ns,
+                &["actor", "create", "h", "--template", "headers"],
+            );
+        }
+        let checked = post_as(&server, "h.team-a", &format!("Bearer {invoker_a}")).await;
+        assert_eq!(raw_status(&checked), 200, "{checked}");
+        assert!(checked.ends_with("authorization: none"), "{checked}");
+        let passed = post_as(&server, "h.team-b", "Bearer guest-own-scheme").await;
+        assert!(
+            passed.ends_with("authorization: Bearer guest-own-scheme"),
+            "{passed}"
+        );
+    }
+
+    // The setting outlives a restart (it is in stasis.db).
+    let server = server.restart(&["--admin-token", ADMIN]);
+    assert_eq!(raw_status(&post_as(&server, "c.team-a", "").await), 401);
+    // And without --admin-token the namespace stays closed, not open.
+    let server = server.restart(&[]);
+    let closed = post_as(&server, "c.team-a", "").await;
+    assert_eq!(raw_status(&closed), 401, "{closed}");
+    assert!(closed.contains("no --admin-token"), "{closed}");
+    // Turning it off opens it again; turning it on there is refused.
+    admin_ok(
+        &server,
+        "default",
+        &["namespace", "ingress-auth", "team-a", "none"],
+    );
+    assert_eq!(counted(&post_as(&server, "c.team-a", "").await), 6);
+    let out = in_ns(
+        &server,
+        "default",
+        "",
+        &["namespace", "ingress-auth", "team-a", "token"],
+    );
+    let refused = failed(&out, "ingress-auth token without --admin-token");
+    assert!(refused.contains("--admin-token"), "{refused}");
+}
+
+/// A JavaScript actor that answers with the `Authorization` header it was
+/// given.
+const HEADERS_JS: &str = r#"
+export default {
+  async fetch(request) {
+    return new Response("authorization: " + (request.headers.get("authorization") || "none"));
+  }
+};
+"#;
