@@ -192,6 +192,22 @@ impl Access {
             .map(|_| ())
     }
 
+    /// The namespace a good scoped token in `headers` is limited to;
+    /// `None` for the bootstrap token, a token of every namespace, and
+    /// any credential [`Access::check`] would refuse (it says why).
+    pub async fn token_namespace(&self, headers: &HeaderMap) -> Option<String> {
+        let admin_token = self.admin_token.as_ref()?;
+        let given = bearer(headers).ok()?;
+        if same_token(given, admin_token) {
+            return None;
+        }
+        let (id, secret) = std::str::from_utf8(given).ok().and_then(tokens::parse)?;
+        let record = self.record(id).await.ok()??;
+        tokens::secret_matches(&record, secret)
+            .then_some(record.namespace)
+            .flatten()
+    }
+
     /// Drops what is kept of token `id` (it was just revoked here).
     pub fn forget(&self, id: &str) {
         self.lock().remove(id);

@@ -170,6 +170,17 @@ impl AdminApi {
             // the request stands for.
             let (method, headers) = (request.method(), request.headers());
             let scoped = match crate::routes::scope(&path) {
+                // A namespace's token reads /metrics as its namespace's.
+                Ok(scoped) if scoped.global && scoped.path == "/metrics" => {
+                    match self.access.token_namespace(headers).await {
+                        Some(namespace) => Scoped {
+                            namespace,
+                            global: false,
+                            ..scoped
+                        },
+                        None => scoped,
+                    }
+                }
                 Ok(scoped) => scoped,
                 Err(e) => {
                     // Credentials first: a stranger learns nothing of names.
@@ -250,11 +261,13 @@ impl AdminApi {
             return self.internal(&method, internal, path, body).await;
         }
         match (&method, segments.as_slice()) {
-            (&Method::GET, ["metrics"]) => Ok(text(
-                StatusCode::OK,
-                c.metrics_text().await,
-                METRICS_CONTENT_TYPE,
-            )),
+            (&Method::GET, ["metrics"]) => {
+                let mut metrics = c.metrics_text().await;
+                if !scoped.global {
+                    metrics = crate::namespace_metrics::only_namespace(&metrics, namespace);
+                }
+                Ok(text(StatusCode::OK, metrics, METRICS_CONTENT_TYPE))
+            }
             (&Method::GET, ["v1", "templates"]) => {
                 let mut templates = c.templates()?;
                 templates.retain(|t| in_namespace(&t.name));

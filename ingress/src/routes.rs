@@ -75,6 +75,14 @@ pub fn scope(path: &str) -> Result<Scoped, ApiError> {
     let (namespace, rest): (&str, &[&str]) = match segments.as_slice() {
         ["v1", "namespaces", namespace, rest @ ..] => {
             names::check_namespace(namespace)?;
+            // A namespace's view of /metrics (`crate::namespace_metrics`).
+            if rest == ["metrics"] {
+                return Ok(Scoped {
+                    namespace: (*namespace).to_owned(),
+                    path: "/metrics".to_owned(),
+                    global: false,
+                });
+            }
             if matches!(rest, [] | ["quota" | "ingress-auth"]) {
                 return Ok(Scoped {
                     namespace: (*namespace).to_owned(),
@@ -84,7 +92,7 @@ pub fn scope(path: &str) -> Result<Scoped, ApiError> {
             }
             if !matches!(rest.first(), Some(&("actors" | "templates"))) {
                 return Err(ApiError::not_found(format!(
-                    "no admin route {path}: a namespace has /actors, /templates, /quota and /ingress-auth"
+                    "no admin route {path}: a namespace has /actors, /templates, /metrics, /quota and /ingress-auth"
                 )));
             }
             (namespace, rest)
@@ -185,6 +193,15 @@ mod tests {
         assert_eq!(
             scope("/v1/namespaces/team-a/actors").unwrap().path,
             "/v1/actors"
+        );
+        let metrics = scope("/v1/namespaces/team-a/metrics").unwrap();
+        assert_eq!(
+            (
+                metrics.path.as_str(),
+                metrics.namespace.as_str(),
+                metrics.global
+            ),
+            ("/metrics", "team-a", false)
         );
         let default = scope("/v1/namespaces/default/templates/t").unwrap();
         assert_eq!(default.path, "/v1/templates/t");

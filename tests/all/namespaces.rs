@@ -4,7 +4,7 @@
 //! actors and templates; an actor calls the actors of its own namespace;
 //! names that would reach another namespace's data (`..`, `%2e%2e`, `/`,
 //! look-alike letters, a second namespace) are refused; a token made for a
-//! namespace acts there only; a namespace's quota holds against
+//! namespace acts there only (and reads its own view of /metrics); a namespace's quota holds against
 //! concurrent creates, and its request rate is refused with 429, never
 //! applied.
 
@@ -301,12 +301,36 @@ async fn a_namespaced_token_acts_in_its_namespace_only() {
         "delete",
     );
     assert!(stderr.contains("needs role writer"), "{stderr}");
-    let metrics = raw(
-        server.admin,
-        &format!("GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {a_reader}\r\nConnection: close\r\n\r\n"),
-    )
-    .await;
-    assert_eq!(raw_status(&metrics), 403, "{metrics}");
+    // Its /metrics is team-a's view: team-a's templates' series, none of
+    // team-b's or the server's own.
+    let c = client();
+    for actor in ["c.team-a", "c.team-b"] {
+        count(&to_actor(&c, server.ingress, actor, "POST", "/").await);
+    }
+    let get = |path: &str, token: &str| {
+        let request = format!(
+            "GET {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"
+        );
+        async move { raw(server.admin, &request).await }
+    };
+    let full = get("/metrics", ADMIN).await;
+    assert!(full.contains("template=\"counter.team-b\""), "{full}");
+    assert!(full.contains("\nstasis_actors{"), "{full}");
+    for (path, token) in [
+        ("/metrics", a_reader.as_str()),
+        ("/v1/namespaces/team-a/metrics", ADMIN),
+    ] {
+        let seen = get(path, token).await;
+        assert_eq!(raw_status(&seen), 200, "{path}: {seen}");
+        assert!(
+            seen.contains("template=\"counter.team-a\""),
+            "{path}: {seen}"
+        );
+        assert!(!seen.contains("team-b"), "{path}: {seen}");
+        assert!(!seen.contains("\nstasis_actors{"), "{path}: {seen}");
+    }
+    let other = get("/v1/namespaces/team-b/metrics", &a_reader).await;
+    assert_eq!(raw_status(&other), 403, "{other}");
 
     // An admin token is for every namespace; a namespace-admin needs one.
     let stderr = failed(
