@@ -142,10 +142,11 @@ impl ControlPlane {
         same_namespace(new, "actor", src)?;
         let max_actors = self.quota(namespace_of(new)).await?.max_actors;
         let _guard = self.ops.write().await;
-        if let Some(max) = max_actors
-            && self.actors_in(namespace_of(new), &self.lock_pending()) >= max
-        {
-            return Err(crate::quotas::over_actors(namespace_of(new), max));
+        if let Some(max) = max_actors {
+            let held = self.actors_in(namespace_of(new), &self.lock_pending());
+            if held >= max {
+                return Err(crate::quotas::over_actors(namespace_of(new), held, max));
+            }
         }
         if self.has_actor(new) {
             return Err(ApiError::conflict(format!("actor {new} already exists")));
@@ -561,8 +562,9 @@ impl<'a> Reserved<'a> {
         }
         if let Some(max) = max_actors {
             let namespace = namespace_of(name);
-            if control.actors_in(namespace, &pending) >= max {
-                return Err(crate::quotas::over_actors(namespace, max));
+            let held = control.actors_in(namespace, &pending);
+            if held >= max {
+                return Err(crate::quotas::over_actors(namespace, held, max));
             }
         }
         pending.insert(name.to_owned());

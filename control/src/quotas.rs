@@ -44,12 +44,20 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// The 403 of a create or fork past namespace `namespace`'s `max`.
-pub(crate) fn over_actors(namespace: &str, max: u64) -> ApiError {
-    ApiError::new(
-        ErrorKind::Forbidden,
-        format!("namespace {namespace} holds its quota of {max} actors (max_actors)"),
-    )
+/// The 403 of a create or fork in namespace `namespace`, which holds
+/// `held` actors, at or past its `max`.
+pub(crate) fn over_actors(namespace: &str, held: u64, max: u64) -> ApiError {
+    let message = if held == max {
+        format!("namespace {namespace} holds its quota of {max} actors (max_actors)")
+    } else {
+        // The quota was lowered below what the namespace holds.
+        format!(
+            "namespace {namespace} holds {held} actors, over its quota of {max} (max_actors); \
+             delete {} before creating one",
+            held - max + 1
+        )
+    };
+    ApiError::new(ErrorKind::Forbidden, message)
 }
 
 impl ControlPlane {

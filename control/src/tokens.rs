@@ -36,6 +36,13 @@ pub fn parse(text: &str) -> Option<(&str, &str)> {
     (is_hex(id, ID_HEX) && is_hex(secret, SECRET_HEX)).then_some((id, secret))
 }
 
+/// Whether `c` is an invisible formatting character that could make a
+/// description print as something else: zero-width characters and marks,
+/// bidirectional embeddings, overrides and isolates, the byte order mark.
+fn is_formatting(c: char) -> bool {
+    matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{2069}' | '\u{FEFF}')
+}
+
 /// Whether `s` is `n` lowercase hex digits.
 fn is_hex(s: &str, n: usize) -> bool {
     s.len() == n
@@ -102,10 +109,11 @@ impl ControlPlane {
                     "description is over {MAX_DESCRIPTION_CHARS} characters"
                 )));
             }
-            if d.chars().any(char::is_control) {
-                return Err(ApiError::bad_request(
-                    "description holds a control character",
-                ));
+            if let Some(c) = d.chars().find(|c| c.is_control() || is_formatting(*c)) {
+                return Err(ApiError::bad_request(format!(
+                    "description holds a control or formatting character (U+{:04X})",
+                    u32::from(c)
+                )));
             }
         }
         match (&new.namespace, new.role) {
@@ -164,11 +172,21 @@ impl ControlPlane {
     /// within the admin API's cache bound).
     ///
     /// # Errors
-    /// 404 if there is no such token; 500 or 503 from the directory.
+    /// 400 for what is not an id (never echoed: it may be a token's
+    /// text); 404 if there is no such token; 500 or 503 from the
+    /// directory.
     pub async fn revoke_token(&self, id: &str) -> Result<(), ApiError> {
-        let no_such = || ApiError::not_found(format!("no token with id {id:?}"));
+        let no_such = || ApiError::not_found(format!("no token with id {id}"));
         if !is_hex(id, ID_HEX) {
-            return Err(no_such());
+            let what = if id.starts_with(TOKEN_PREFIX) {
+                "a token's text"
+            } else {
+                "not one"
+            };
+            return Err(ApiError::bad_request(format!(
+                "a token id is {ID_HEX} lowercase hex digits (`token list` shows them); \
+                 this is {what}"
+            )));
         }
         let owned = id.to_owned();
         let found = blocking(&self.directory, move |d| {

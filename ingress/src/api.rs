@@ -184,10 +184,19 @@ impl AdminApi {
                 Ok(scoped) => scoped,
                 Err(e) => {
                     // Credentials first: a stranger learns nothing of names.
-                    let unscoped = Scoped {
-                        namespace: stasis_contract::names::DEFAULT_NAMESPACE.to_owned(),
-                        path: path.clone(),
-                        global: true,
+                    // A token of the path's namespace (when that is a name)
+                    // is told what is wrong with the rest, as an admin is.
+                    let unscoped = match crate::routes::namespace_in(&path) {
+                        Some(namespace) => Scoped {
+                            namespace,
+                            path: path.clone(),
+                            global: false,
+                        },
+                        None => Scoped {
+                            namespace: stasis_contract::names::DEFAULT_NAMESPACE.to_owned(),
+                            path: path.clone(),
+                            global: true,
+                        },
                     };
                     let checked = self.access.check(headers, method, &unscoped, Role::Reader);
                     return *refusal(&checked.await.err().unwrap_or(e));

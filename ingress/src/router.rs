@@ -131,8 +131,6 @@ pub fn actor_of(parts: &Parts, domain: &str) -> Result<String, ApiError> {
     }
 }
 
-/// Converts the HTTP request into the guest's request, dropping hop-by-hop
-/// headers and the host-only ones (`stasis-actor`, `stasis-call-chain`).
 /// Checks a request to `actor` against its namespace's ingress auth; when
 /// the namespace requires a token, the `Authorization` header is taken
 /// out of `parts` once checked.
@@ -157,6 +155,8 @@ async fn authenticate(
     Ok(())
 }
 
+/// Converts the HTTP request into the guest's request, dropping hop-by-hop
+/// headers and the host-only ones (`stasis-actor`, `stasis-call-chain`).
 fn guest_request(parts: &Parts, body: Bytes) -> stasis_host_api::Request {
     let uri = parts
         .uri
@@ -307,6 +307,9 @@ async fn route(
                 HeaderValue::from_static("Bearer"),
             );
         }
+        // Counted under its template and status, as an answered request
+        // (an actor that does not exist has no series).
+        control.count_request(&actor, e.kind().status(), started.elapsed());
         return refused;
     }
     let route = match control.route(&actor).await {
@@ -315,6 +318,7 @@ async fn route(
     };
     // Over its namespace's request rate: refused, never delivered.
     if let Err(e) = control.admit_request(&actor).await {
+        control.count_request(&actor, e.kind().status(), started.elapsed());
         return text_error(&e);
     }
     // A request that may become a socket or stream gets one, open before

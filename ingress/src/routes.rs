@@ -124,6 +124,17 @@ pub fn scope(path: &str) -> Result<Scoped, ApiError> {
     })
 }
 
+/// The namespace `path` names (`/v1/namespaces/{ns}/...`), when it is a
+/// namespace's name, whatever the rest of the path is.
+#[must_use]
+pub fn namespace_in(path: &str) -> Option<String> {
+    let rest = path.strip_prefix("/v1/namespaces/")?;
+    let namespace = rest.split('/').next()?;
+    names::check_namespace(namespace)
+        .ok()
+        .map(|()| namespace.to_owned())
+}
+
 /// The role a request for `method` on `path` needs (see
 /// [`stasis_contract::tokens::Role`]): reads need a reader; changes to
 /// templates and actors a writer; moving an actor, or a namespace's

@@ -441,13 +441,18 @@ pub(super) fn plan(command: ClientCommand) -> anyhow::Result<Call> {
             "/v1/tokens".into(),
             View::Tokens,
         ),
-        C::Token(TokenCommand::Revoke { id, client }) => Call::new(
-            client,
-            format!("token revoke {id}"),
-            Method::DELETE,
-            format!("/v1/tokens/{}", encode_component(&id)),
-            View::Deleted,
-        ),
+        C::Token(TokenCommand::Revoke { id, client }) => {
+            // A token's whole text: only its id goes on the wire (and
+            // into the server's logs), never its secret.
+            let id = token_id(&id).unwrap_or(id);
+            Call::new(
+                client,
+                format!("token revoke {id}"),
+                Method::DELETE,
+                format!("/v1/tokens/{}", encode_component(&id)),
+                View::Deleted,
+            )
+        }
         C::Rebalance { client } => Call::new(
             client,
             "rebalance".into(),
@@ -481,4 +486,12 @@ pub(super) fn namespaced(namespace: Option<&str>, path: &str) -> String {
         }
         _ => path.to_owned(),
     }
+}
+
+/// The id of a token's whole text (`stasis_<id>_<secret>`), if `text`
+/// is one.
+fn token_id(text: &str) -> Option<String> {
+    let (id, secret) = text.strip_prefix("stasis_")?.split_once('_')?;
+    let hex = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_hexdigit());
+    (hex(id, 16) && hex(secret, 64)).then(|| id.to_owned())
 }

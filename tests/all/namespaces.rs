@@ -331,6 +331,14 @@ async fn a_namespaced_token_acts_in_its_namespace_only() {
     }
     let other = get("/v1/namespaces/team-b/metrics", &a_reader).await;
     assert_eq!(raw_status(&other), 403, "{other}");
+    // A bad name under its own namespace is a 400 saying so, as an
+    // admin is told; under another namespace, still a 403.
+    for token in [a_reader.as_str(), ADMIN] {
+        let bad = get("/v1/namespaces/team-a/actors/c1.team-b", token).await;
+        assert_eq!(raw_status(&bad), 400, "{bad}");
+    }
+    let foreign = get("/v1/namespaces/team-b/actors/c1.team-c", &a_reader).await;
+    assert_eq!(raw_status(&foreign), 403, "{foreign}");
 
     // An admin token is for every namespace; a namespace-admin needs one.
     let stderr = failed(
@@ -454,4 +462,30 @@ async fn a_quota_holds_against_concurrent_creates_and_a_rate_is_refused_unapplie
     tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
     let next = to_actor(&c, server.ingress, &name, "POST", "/").await;
     assert_eq!(count(&next), answered + 1);
+    // The refused ones are counted, under their status.
+    let metrics = stasis_test_util::admin::call(&c, server.admin, "GET", "/metrics", None).await;
+    let line =
+        format!("stasis_requests_total{{template=\"counter.team-q\",status=\"429\"}} {refused}");
+    assert!(
+        metrics.text().contains(&line),
+        "{line} not in {}",
+        metrics.text()
+    );
+
+    // A quota lowered below what a namespace holds says both numbers.
+    server.cli_json(&["namespace", "quota", "team-q", "--max-actors", "8"]);
+    let out = server.cli(&[
+        "-n",
+        "team-q",
+        "actor",
+        "create",
+        "z",
+        "--template",
+        "counter",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("holds 10 actors, over its quota of 8 (max_actors); delete 3"),
+        "{stderr}"
+    );
 }

@@ -350,13 +350,50 @@ async fn bad_token_requests_are_refused_by_name() {
     );
     assert!(made["expires_at"].is_string(), "{made}");
     let stderr = refused(&server, ADMIN, &["token", "revoke", "../../stasis.db"]);
-    assert!(stderr.contains("404"), "{stderr}");
+    assert!(
+        stderr.contains("400") && stderr.contains("lowercase hex"),
+        "{stderr}"
+    );
+    // (The CLI names its own verb; the server's answer echoes nothing.)
+    let answer = stderr.split_once("400").map_or("", |(_, a)| a);
+    assert!(!answer.contains("stasis.db"), "echoed: {stderr}");
+    // A description that would print as something else is refused.
+    let stderr = refused(
+        &server,
+        ADMIN,
+        &[
+            "token",
+            "create",
+            "--role",
+            "reader",
+            "--description",
+            "ci \u{202E}nimda",
+        ],
+    );
+    assert!(stderr.contains("U+202E"), "{stderr}");
     let listed = cli_ok(&server, &["token", "list"]);
     assert_eq!(
         listed.lines().count(),
         2,
         "only the ten-year token: {listed}"
     );
+    // A token's whole text given to `token revoke`: the CLI sends only its
+    // id; the API refuses the text without echoing it.
+    let (_, held) = new_token(&server, "reader", &[]);
+    let secret = held.rsplit('_').next().expect("secret").to_owned();
+    let answer = raw(
+        server.admin,
+        &format!(
+            "DELETE /v1/tokens/{held} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {ADMIN}\r\nConnection: close\r\n\r\n"
+        ),
+    )
+    .await;
+    assert_eq!(raw_status(&answer), 400, "{answer}");
+    assert!(!answer.contains(&secret), "echoed: {answer}");
+    assert_eq!(status(server.admin, "/v1/actors", &held).await, 200);
+    let revoked = cli_ok(&server, &["token", "revoke", &held]);
+    assert!(!revoked.contains(&secret), "{revoked}");
+    assert_eq!(status(server.admin, "/v1/actors", &held).await, 401);
 }
 
 /// In a cluster every admin request but `/metrics` goes through the
