@@ -469,6 +469,17 @@ pub(crate) enum NamespaceCommand {
         #[command(flatten)]
         client: ClientArgs,
     },
+    /// Set which other namespaces' actors may call and message this
+    /// namespace's (as NAME.NAMESPACE), replacing the list; none given:
+    /// only its own. Applies on every replica within a second.
+    CallsFrom {
+        /// Namespace name (the callee's).
+        name: String,
+        /// The namespaces whose actors may call it.
+        from: Vec<String>,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
     /// Set whether requests to a namespace's actors through the ingress
     /// need a token (`Authorization: Bearer`, role invoker or above, of
     /// the namespace); applies on every replica within a second.

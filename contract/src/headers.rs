@@ -16,6 +16,12 @@ pub const ACTOR_HEADER: &str = "stasis-actor";
 /// docs of `stasis-worker`): set by the host only.
 pub const CALL_CHAIN_HEADER: &str = "stasis-call-chain";
 
+/// The actor that made a `call` or `send` (its full name): set by the
+/// host only. The control plane checks a call or message across
+/// namespaces against the callee namespace's policy by it
+/// ([`crate::policy`]); the callee's guest may read it.
+pub const CALLER_HEADER: &str = "stasis-caller";
+
 /// Marks a request one replica forwarded to another; its value is the
 /// forwarding replica's name.
 pub const FORWARDED_HEADER: &str = "stasis-forwarded-by";
@@ -26,7 +32,12 @@ pub const REVISION_HEADER: &str = "stasis-etcd-revision";
 
 /// Headers only the host sets on a request to a guest: removed from every
 /// request that comes from a client or a guest.
-pub const HOST_ONLY: [&str; 3] = [ACTOR_HEADER, CALL_CHAIN_HEADER, SOCKET_HEADER];
+pub const HOST_ONLY: [&str; 4] = [
+    ACTOR_HEADER,
+    CALL_CHAIN_HEADER,
+    CALLER_HEADER,
+    SOCKET_HEADER,
+];
 
 pub use stasis_host_api::sockets::{SOCKET_HEADER, STREAM_HEADER};
 
@@ -65,6 +76,7 @@ mod tests {
         assert!(is_host_only("STASIS-CALL-CHAIN"));
         assert!(is_host_only("stasis-actor"));
         assert!(is_host_only("Stasis-Socket"));
+        assert!(is_host_only("stasis-caller"));
         assert!(!is_host_only("stasis-epoch"));
         assert!(!is_host_only("x-stasis-actor"));
     }

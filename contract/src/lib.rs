@@ -15,9 +15,9 @@
 //!   alarms behind [`directory::Directory`], and [`rollout`], what it keeps
 //!   of a template's rollout and what the API shows of one, and
 //!   [`tokens`], the scoped admin tokens it keeps, and [`quota`], the
-//!   namespaces' quotas, and [`ingress_auth`], which namespaces' actors
-//!   the ingress serves only with a token; [`names`]: full names and
-//!   namespaces;
+//!   namespaces' quotas, and [`policy`], what a namespace lets in (a
+//!   token at the ingress, calls from other namespaces); [`names`]: full
+//!   names and namespaces;
 //! - [`proto`]: the wire types of the worker protocol; [`headers`]: every
 //!   header Stasis reserves, in one list; [`alarm`]: what delivering an
 //!   alarm did;
@@ -39,11 +39,11 @@ pub mod control_api;
 pub mod directory;
 pub mod error;
 pub mod headers;
-pub mod ingress_auth;
 pub mod logs;
 pub mod metrics;
 pub mod names;
 pub mod outbound;
+pub mod policy;
 pub mod proto;
 pub mod quota;
 pub mod rollout;

@@ -30,9 +30,12 @@ pub struct NamespaceInfo {
     /// Its limits.
     pub quota: Quota,
     /// Whether its actors need a token at the ingress
-    /// ([`crate::ingress_auth`]).
+    /// ([`crate::policy`]).
     #[serde(default)]
-    pub ingress_auth: crate::ingress_auth::IngressAuth,
+    pub ingress_auth: crate::policy::IngressAuth,
+    /// The other namespaces whose actors may call its actors.
+    #[serde(default)]
+    pub calls_from: Vec<String>,
 }
 
 /// The quotas part of the directory: one [`Quota`] per namespace that has

@@ -22,7 +22,7 @@ pub enum Role {
     Reader,
     /// A reader that may also send requests through the ingress to the
     /// actors of a namespace that requires a token there
-    /// ([`crate::ingress_auth::IngressAuth::Token`]).
+    /// ([`crate::policy::IngressAuth::Token`]).
     Invoker,
     /// A reader that also changes templates and actors: push, delete,
     /// rollout, create, fork, pause, resume, checkpoint, upgrade.

@@ -10,7 +10,7 @@ use stasis_contract::directory::{ActorRead, ActorRow, Directory, TemplateRow};
 use stasis_contract::error::ApiError;
 use stasis_contract::settings::Durability;
 
-mod ingress_auth;
+mod policies;
 mod quotas;
 mod rollouts;
 mod tokens;
@@ -20,7 +20,7 @@ mod tokens;
 /// `alarms` table, 2 a template's `durability`, 3 the rollout tables
 /// (`rollouts`), 4 an actor's `created_ms` (null for actors created
 /// before), 5 the scoped admin tokens (`tokens`) and the namespaces'
-/// quotas (`quotas`), 6 the namespaces' ingress auth (`ingress_auth`).
+/// quotas (`quotas`), 6 the namespaces' policies (`policies`).
 /// Opening migrates an older file in place; nothing in it changes.
 const SCHEMA_VERSION: i64 = 6;
 
@@ -425,7 +425,7 @@ fn migrate(conn: &Connection) -> anyhow::Result<()> {
     if version < 6 {
         conn.execute_batch(&format!(
             "BEGIN; {} PRAGMA user_version = 6; COMMIT;",
-            ingress_auth::TABLES
+            policies::TABLES
         ))?;
     }
     Ok(())

@@ -48,12 +48,12 @@ pub mod calls;
 pub mod directory;
 pub mod follow;
 pub mod housekeeping;
-pub mod ingress_auth;
 pub mod local;
 pub mod logs;
 pub mod membership;
 pub mod migrate;
 pub mod placement;
+pub mod policies;
 pub mod quotas;
 pub mod recover;
 pub mod request;
@@ -238,8 +238,8 @@ pub struct ControlPlane {
     sockets: sockets::Sockets,
     /// The namespaces' quotas as read, and their request budgets.
     quotas: quotas::QuotaState,
-    /// The namespaces' ingress auth as read.
-    ingress_auth: ingress_auth::IngressAuthState,
+    /// The namespaces' policies as read.
+    policies: policies::PolicyState,
     _lock: Option<File>,
 }
 
@@ -348,7 +348,7 @@ impl ControlPlane {
             rollouts: rollout::RolloutTasks::new(me.clone()),
             sockets,
             quotas: quotas::QuotaState::default(),
-            ingress_auth: ingress_auth::IngressAuthState::default(),
+            policies: policies::PolicyState::default(),
             _lock: parts.lock,
         })
     }

@@ -120,11 +120,13 @@ impl ControlPlane {
     /// 400 for a bad namespace name; 500 from the directory.
     pub async fn namespace_info(&self, namespace: &str) -> Result<NamespaceInfo, ApiError> {
         check_namespace(namespace)?;
+        let policy = self.policy(namespace).await?;
         Ok(NamespaceInfo {
             name: namespace.to_owned(),
             actors: self.actors_in(namespace, &std::collections::HashSet::new()),
             quota: self.quota(namespace).await?,
-            ingress_auth: self.ingress_auth(namespace).await?,
+            ingress_auth: policy.ingress_auth,
+            calls_from: policy.calls_from,
         })
     }
 

@@ -158,7 +158,7 @@ impl Access {
 
     /// Checks a request through the ingress (`method` on `path`) to an
     /// actor of `namespace`, whose ingress auth is
-    /// [`IngressAuth::Token`](stasis_contract::ingress_auth::IngressAuth):
+    /// [`IngressAuth::Token`](stasis_contract::policy::IngressAuth):
     /// `headers` must present the bootstrap token or a scoped token of
     /// role invoker or above for that namespace or for every one.
     ///

@@ -10,8 +10,8 @@ use serde::Serialize;
 
 use stasis_contract::error::{ApiError, ErrorKind};
 use stasis_contract::headers::{FORWARDED_HEADER, REVISION_HEADER};
-use stasis_contract::ingress_auth::{IngressAuth, IngressAuthSetting};
 use stasis_contract::logs::LogQuery;
+use stasis_contract::policy::{CallsFromSetting, IngressAuth, IngressAuthSetting};
 use stasis_contract::proto::{ControlPath, JoinRequest, ResumeRequest};
 use stasis_contract::rollout::RolloutRequest;
 use stasis_contract::settings::Durability;
@@ -408,6 +408,10 @@ impl AdminApi {
                     ));
                 }
                 ok(&c.set_ingress_auth(ns, setting.mode).await?)
+            }
+            (&Method::PUT, ["v1", "namespaces", ns, "calls-from"]) => {
+                let setting: CallsFromSetting = parse_json(&body)?;
+                ok(&c.set_calls_from(ns, setting.namespaces).await?)
             }
             (&Method::GET, ["v1", "tokens"]) => ok(&c.tokens().await?),
             (&Method::POST, ["v1", "tokens"]) => {

@@ -34,7 +34,12 @@ pub fn allowed(path: &str) -> &'static [&'static str] {
         ["v1", "actors", _, "logs"] => &["GET"],
         ["v1", "tokens"] => &["GET", "POST"],
         ["v1", "namespaces", _] => &["GET"],
-        ["v1", "namespaces", _, "quota" | "ingress-auth"] => &["PUT"],
+        [
+            "v1",
+            "namespaces",
+            _,
+            "quota" | "ingress-auth" | "calls-from",
+        ] => &["PUT"],
         ["v1", "tokens", _] => &["DELETE"],
         [
             "v1",
@@ -83,7 +88,7 @@ pub fn scope(path: &str) -> Result<Scoped, ApiError> {
                     global: false,
                 });
             }
-            if matches!(rest, [] | ["quota" | "ingress-auth"]) {
+            if matches!(rest, [] | ["quota" | "ingress-auth" | "calls-from"]) {
                 return Ok(Scoped {
                     namespace: (*namespace).to_owned(),
                     path: path.trim_end_matches('/').to_owned(),
@@ -92,7 +97,7 @@ pub fn scope(path: &str) -> Result<Scoped, ApiError> {
             }
             if !matches!(rest.first(), Some(&("actors" | "templates"))) {
                 return Err(ApiError::not_found(format!(
-                    "no admin route {path}: a namespace has /actors, /templates, /metrics, /quota and /ingress-auth"
+                    "no admin route {path}: a namespace has /actors, /templates, /metrics, /quota, /ingress-auth and /calls-from"
                 )));
             }
             (namespace, rest)
@@ -137,8 +142,9 @@ pub fn namespace_in(path: &str) -> Option<String> {
 
 /// The role a request for `method` on `path` needs (see
 /// [`stasis_contract::tokens::Role`]): reads need a reader; changes to
-/// templates and actors a writer; moving an actor, or a namespace's
-/// ingress auth, a namespace-admin;
+/// templates and actors a writer; moving an actor, or what a namespace
+/// lets in (its ingress auth, the namespaces it takes calls from), a
+/// namespace-admin;
 /// workers, the cluster's moves, `gc`, quotas and tokens (even listing
 /// them) an admin.
 #[must_use]
@@ -149,7 +155,7 @@ pub fn needs(method: &hyper::Method, path: &str) -> Role {
         | ["v1", "workers", _, "drain" | "undrain"]
         | ["v1", "namespaces", _, "quota"]
         | ["v1", "rebalance" | "gc"] => Role::Admin,
-        ["v1", "actors", _, "migrate"] | ["v1", "namespaces", _, "ingress-auth"] => {
+        ["v1", "actors", _, "migrate"] | ["v1", "namespaces", _, "ingress-auth" | "calls-from"] => {
             Role::NamespaceAdmin
         }
         _ if matches!(*method, hyper::Method::GET | hyper::Method::HEAD) => Role::Reader,

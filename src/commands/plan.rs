@@ -420,6 +420,14 @@ pub(super) fn plan(command: ClientCommand) -> anyhow::Result<Call> {
             )
             .with_body(Body::Json(body))
         }
+        C::Namespace(NamespaceCommand::CallsFrom { name, from, client }) => Call::new(
+            client,
+            format!("namespace calls-from {name}"),
+            Method::PUT,
+            format!("/v1/namespaces/{}/calls-from", encode_component(&name)),
+            View::Details,
+        )
+        .with_body(Body::Json(serde_json::json!({ "namespaces": from }))),
         C::Namespace(NamespaceCommand::IngressAuth { name, mode, client }) => {
             let mode = match mode {
                 IngressAuthMode::Token => "token",

@@ -62,10 +62,11 @@
 //!   by host name or `stasis-actor: NS/NAME`; lists, templates and calls
 //!   stay in their namespace; names that would reach elsewhere are refused;
 //!   a namespaced token acts in its namespace only;
-//! * `ingress_auth`: a namespace that requires a token at the ingress
-//!   answers only its invokers (401/403 otherwise, never applied), keeps
-//!   the credential from the guest, and stays closed without a token to
-//!   check;
+//! * `namespace_policy`: a namespace that requires a token at the
+//!   ingress answers only its invokers (401/403 otherwise, never applied),
+//!   keeps the credential from the guest, and stays closed without a token
+//!   to check; calls and messages across namespaces only where the
+//!   callee's namespace takes them;
 //!
 //! Tests run in parallel in this one process: every server gets its own
 //! temporary data dir and kernel-picked loopback ports (see `support`), and
@@ -93,11 +94,11 @@ mod host_calls;
 mod http;
 mod incremental;
 mod ingress;
-mod ingress_auth;
 mod js;
 mod logs;
 mod lost_answers;
 mod mapped;
+mod namespace_policy;
 mod namespaces;
 mod outbound;
 mod placements;

@@ -1,7 +1,8 @@
 //! Namespaces through the real binary: `c.team-a.actors.<domain>` and
 //! `c.actors.<domain>` are two actors with their own state; `-n/--namespace`
 //! scopes the CLI (and `/v1/namespaces/NS/...` the API) to one namespace's
-//! actors and templates; an actor calls the actors of its own namespace;
+//! actors and templates; an actor calls the actors of its own namespace
+//! (others only where they take its calls);
 //! names that would reach another namespace's data (`..`, `%2e%2e`, `/`,
 //! look-alike letters, a second namespace) are refused; a token made for a
 //! namespace acts there only (and reads its own view of /metrics); a namespace's quota holds against
@@ -133,7 +134,8 @@ async fn one_name_in_two_namespaces_is_two_actors_and_each_stays_in_its_own() {
         count(&to_actor(&c, server.ingress, "c", "POST", "/").await),
         3
     );
-    // ... and cannot leave it.
+    // ... and leaves it only where another namespace takes its calls
+    // (`namespace_policy`): the default namespace does not.
     let answer = to_actor(
         &c,
         server.ingress,
@@ -142,8 +144,11 @@ async fn one_name_in_two_namespaces_is_two_actors_and_each_stays_in_its_own() {
         "/call/c.default",
     )
     .await;
-    assert_eq!(answer.status, 404, "{answer:?}");
-    assert!(answer.body.contains("own namespace"), "{answer:?}");
+    assert_eq!(answer.status, 403, "{answer:?}");
+    assert!(
+        answer.body.contains("does not take calls from namespace team-a"),
+        "{answer:?}"
+    );
 
     // A template of another namespace is not there.
     admin_ok(

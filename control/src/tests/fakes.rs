@@ -13,7 +13,7 @@ use stasis_contract::alarm::AlarmOutcome;
 use stasis_contract::client_gone::ClientGone;
 use stasis_contract::directory::{ActorRead, ActorRow, Directory, TemplateRow};
 use stasis_contract::error::{ApiError, ErrorKind};
-use stasis_contract::ingress_auth::{IngressAuth, IngressAuths};
+use stasis_contract::policy::{NamespacePolicy, Policies};
 use stasis_contract::quota::{Quota, Quotas};
 use stasis_contract::rollout::{ActorOutcome, RolloutRecord, Rollouts};
 use stasis_contract::status::{ActorState, ActorStatus, Captured, ResumeFrom, SnapshotReport};
@@ -317,7 +317,7 @@ pub(crate) struct MemoryDirectory {
     outcomes: Mutex<BTreeMap<(String, String), ActorOutcome>>,
     tokens: Mutex<BTreeMap<String, TokenRecord>>,
     quotas: Mutex<BTreeMap<String, Quota>>,
-    ingress_auth: Mutex<BTreeMap<String, IngressAuth>>,
+    policies: Mutex<BTreeMap<String, NamespacePolicy>>,
 }
 
 impl MemoryDirectory {
@@ -458,20 +458,15 @@ impl Quotas for MemoryDirectory {
     }
 }
 
-impl IngressAuths for MemoryDirectory {
-    fn put_ingress_auth(&self, namespace: &str, mode: IngressAuth) -> Result<(), ApiError> {
-        let mut modes = self.ingress_auth.lock().expect("lock");
-        modes.insert(namespace.to_owned(), mode);
+impl Policies for MemoryDirectory {
+    fn put_policy(&self, namespace: &str, policy: &NamespacePolicy) -> Result<(), ApiError> {
+        let mut policies = self.policies.lock().expect("lock");
+        policies.insert(namespace.to_owned(), policy.clone());
         Ok(())
     }
 
-    fn ingress_auth(&self, namespace: &str) -> Result<Option<IngressAuth>, ApiError> {
-        Ok(self
-            .ingress_auth
-            .lock()
-            .expect("lock")
-            .get(namespace)
-            .copied())
+    fn policy(&self, namespace: &str) -> Result<Option<NamespacePolicy>, ApiError> {
+        Ok(self.policies.lock().expect("lock").get(namespace).cloned())
     }
 }
 

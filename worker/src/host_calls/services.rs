@@ -21,6 +21,7 @@ use stasis_contract::trace;
 
 use super::{CALL_CHAIN_HEADER, HostCalls, count};
 use stasis_contract::error::{ApiError, ErrorKind, is_label};
+use stasis_contract::headers::CALLER_HEADER;
 
 /// The request an actor is running: who waits on it, until when, and the
 /// span its host calls are children of.
@@ -113,11 +114,20 @@ fn ready<T: Send + 'static>(result: Result<T, ServiceError>) -> ServiceFuture<T>
 }
 
 impl ActorHostServices {
-    /// The full name of actor `name` (a label) in this actor's namespace:
-    /// calls and messages never leave it.
-    fn in_my_namespace(&self, name: &str) -> String {
-        let namespace = stasis_contract::names::namespace_of(&self.actor);
-        stasis_contract::names::full_name(namespace, name)
+    /// The full name actor `name` stands for, called from this actor: a
+    /// plain name (a label) is an actor of this actor's namespace;
+    /// `NAME.NAMESPACE` is actor `NAME` of namespace `NAMESPACE`
+    /// (`NAME.default`: of the default namespace), which takes the call
+    /// only if its policy lets this namespace in (checked by the control
+    /// plane). `None` for anything else.
+    fn target(&self, name: &str) -> Option<String> {
+        use stasis_contract::names::{full_name, namespace_of};
+        match name.split_once('.') {
+            None => is_label(name).then(|| full_name(namespace_of(&self.actor), name)),
+            Some((actor, namespace)) => {
+                (is_label(actor) && is_label(namespace)).then(|| full_name(namespace, actor))
+            }
+        }
     }
 
     /// The services of `actor`, sharing `calls` with its worker.
@@ -168,15 +178,15 @@ impl ActorHostServices {
         check_loop: bool,
     ) -> Result<Prepared, ServiceError> {
         let scope = self.scope();
-        if !is_label(actor) {
+        let Some(actor) = &self.target(actor) else {
             return Err(ServiceError::new(
                 HostError::NotFound,
                 format!(
-                    "{actor:?} is not a valid actor name (an actor calls the actors of its own namespace, by name)"
+                    "{actor:?} is not an actor name (NAME for an actor of this namespace, \
+                     NAME.NAMESPACE for another namespace's)"
                 ),
             ));
-        }
-        let actor = &self.in_my_namespace(actor);
+        };
         if check_loop && scope.chain.iter().any(|a| a == actor) {
             return Err(ServiceError::new(
                 HostError::LoopDetected,
@@ -205,6 +215,9 @@ impl ActorHostServices {
         })?;
         // The host-only headers are the host's to set, never a guest's.
         request.headers.retain(|(name, _)| !is_host_only(name));
+        request
+            .headers
+            .push((CALLER_HEADER.to_owned(), self.actor.clone().into_bytes()));
         // A message's handler has no caller waiting on it: it starts a
         // chain of its own.
         if check_loop {
@@ -253,6 +266,10 @@ async fn until<T>(
 fn routing_error(actor: &str, e: &ApiError) -> ServiceError {
     let kind = if e.is(ErrorKind::NotFound) {
         HostError::NotFound
+    } else if e.is(ErrorKind::Forbidden) {
+        // The callee's namespace does not take it (a message across
+        // namespaces; a call answers 403 as the callee would).
+        HostError::Refused
     } else {
         HostError::Unavailable
     };
@@ -281,7 +298,7 @@ impl ActorServices for ActorHostServices {
     fn call(&self, actor: String, request: Request) -> ServiceFuture<Response> {
         let metrics = self.calls.metrics.clone();
         let given = actor;
-        let actor = self.in_my_namespace(&given);
+        let actor = self.target(&given).unwrap_or_else(|| given.clone());
         let (request, router, deadline, cx) = match self.prepare(&given, request, true) {
             Ok(prepared) => prepared,
             Err(e) => {
@@ -312,7 +329,7 @@ impl ActorServices for ActorHostServices {
     fn send(&self, actor: String, request: Request) -> ServiceFuture<()> {
         let metrics = self.calls.metrics.clone();
         let given = actor;
-        let actor = self.in_my_namespace(&given);
+        let actor = self.target(&given).unwrap_or_else(|| given.clone());
         let (request, router, deadline, cx) = match self.prepare(&given, request, false) {
             Ok(prepared) => prepared,
             Err(e) => {

@@ -1,11 +1,14 @@
-//! Ingress auth per namespace (`stasis namespace ingress-auth NS token`),
-//! through the real binary: a namespace that requires a token answers its
+//! What a namespace lets in, through the real binary. Ingress auth
+//! (`stasis namespace ingress-auth NS token`): a namespace that requires a token answers its
 //! actors' requests only with `Authorization: Bearer` of role invoker or
 //! above for that namespace (401 without one, with `WWW-Authenticate`;
 //! 403 for a reader or another namespace's token), and a refused request
 //! is never applied; the header never reaches the guest; other namespaces
 //! stay public; the setting outlives a restart; a server with no
-//! `--admin-token` refuses to turn it on.
+//! `--admin-token` refuses to turn it on. Calls across namespaces
+//! (`stasis namespace calls-from NS FROM...`): refused (403, a message
+//! `Refused`) and never delivered until the callee's namespace lists the
+//! caller's, then delivered.
 
 use crate::namespaces::{ADMIN, admin_ok, counter_c_in, failed, in_ns};
 use crate::support::{STASIS, Server, count, raw, raw_status};
@@ -180,6 +183,84 @@ async fn a_namespace_that_requires_a_token_answers_only_its_invokers() {
     );
     let refused = failed(&out, "ingress-auth token without --admin-token");
     assert!(refused.contains("--admin-token"), "{refused}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_cross_namespaces_only_where_the_callee_takes_them() {
+    let server = Server::start(&["--admin-token", ADMIN]);
+    counter_c_in(&server, &["team-b", "default"]);
+    let caller = crate::support::demo("caller");
+    let caller = caller.to_str().expect("utf-8");
+    admin_ok(&server, "team-a", &["template", "push", "caller", caller]);
+    admin_ok(
+        &server,
+        "team-a",
+        &["actor", "create", "a", "--template", "caller"],
+    );
+    let c = crate::support::client();
+    let via_a = |path: String| {
+        let c = c.clone();
+        async move { crate::support::to_actor(&c, server.ingress, "a.team-a", "POST", &path).await }
+    };
+
+    // Closed by default: 403 naming both namespaces, nothing delivered.
+    for target in ["c.team-b", "c.default"] {
+        let refused = via_a(format!("/call/{target}")).await;
+        assert_eq!(refused.status, 403, "{refused:?}");
+        assert!(
+            refused
+                .body
+                .contains("does not take calls from namespace team-a"),
+            "{refused:?}"
+        );
+    }
+    let refused = via_a("/send/c.team-b".into()).await;
+    assert_eq!(refused.status, 502, "{refused:?}");
+    assert!(
+        refused.body.contains("send to c.team-b failed"),
+        "{refused:?}"
+    );
+    // A plain name is the caller's own namespace's (no c there).
+    assert_eq!(via_a("/call/c".into()).await.status, 404);
+
+    // team-b takes calls from team-a: delivered; the default namespace
+    // still does not.
+    let set = admin_ok(
+        &server,
+        "default",
+        &["namespace", "calls-from", "team-b", "team-a", "-o", "json"],
+    );
+    let set: serde_json::Value = serde_json::from_str(&set).expect("json");
+    assert_eq!(set["calls_from"], serde_json::json!(["team-a"]), "{set}");
+    assert_eq!(count(&via_a("/call/c.team-b".into()).await), 1);
+    assert_eq!(via_a("/call/c.default".into()).await.status, 403);
+    assert_eq!(via_a("/send/c.team-b".into()).await.status, 202);
+    // The refused requests were never applied: c.team-b counts the call
+    // and the message only (GET reads; the message lands on its own time,
+    // so it is read until it has, within a bound).
+    let mut seen = 0;
+    for _ in 0..100 {
+        seen = count(&crate::support::to_actor(&c, server.ingress, "c.team-b", "GET", "/").await);
+        if seen >= 2 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(seen, 2, "one call and one message");
+
+    // Bad lists are refused by name; [] closes it again.
+    for (args, said) in [
+        (vec!["team-b", "team-b"], "its own actors"),
+        (vec!["team-b", "Team-A"], "namespace"),
+    ] {
+        let mut all = vec!["namespace", "calls-from"];
+        all.extend(args);
+        let out = in_ns(&server, "default", ADMIN, &all);
+        let stderr = failed(&out, "a bad calls-from");
+        assert!(stderr.contains("400") && stderr.contains(said), "{stderr}");
+    }
+    admin_ok(&server, "default", &["namespace", "calls-from", "team-b"]);
+    assert_eq!(via_a("/call/c.team-b".into()).await.status, 403);
 }
 
 /// A JavaScript actor that answers with the `Authorization` header it was

@@ -1,8 +1,9 @@
-//! Ingress authentication per namespace: whether requests to a
-//! namespace's actors through the ingress must present a token
-//! ([`IngressAuth`]), and [`IngressAuths`], the part of the directory that
-//! keeps the setting. A namespace with none set is open (`none`), as every
-//! namespace was before.
+//! What a namespace lets in ([`NamespacePolicy`]): whether requests to
+//! its actors through the ingress must present a token ([`IngressAuth`]),
+//! and which other namespaces' actors may call and message its actors
+//! (`calls_from`); and [`Policies`], the part of the directory that keeps
+//! them. A namespace with no policy set is open at the ingress (`none`)
+//! and closed to other namespaces' actors, as every namespace was before.
 
 use serde::{Deserialize, Serialize};
 
@@ -57,21 +58,45 @@ pub struct IngressAuthSetting {
     pub mode: IngressAuth,
 }
 
-/// The ingress-auth part of the directory: one [`IngressAuth`] per
+/// The body of `PUT /v1/namespaces/{ns}/calls-from`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CallsFromSetting {
+    /// The namespaces whose actors may call and message this one's (empty:
+    /// none but its own).
+    pub namespaces: Vec<String>,
+}
+
+/// Most namespaces a `calls_from` may list.
+pub const MAX_CALLS_FROM: usize = 100;
+
+/// What a namespace lets in.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NamespacePolicy {
+    /// What the ingress asks of requests to its actors.
+    #[serde(default)]
+    pub ingress_auth: IngressAuth,
+    /// The other namespaces whose actors may call and message its actors
+    /// (its own always may).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub calls_from: Vec<String>,
+}
+
+/// The policies part of the directory: one [`NamespacePolicy`] per
 /// namespace that has one set. Writes are durable on return and, in
 /// cluster mode, fenced.
-pub trait IngressAuths: Send + Sync {
-    /// Sets namespace `namespace`'s ingress auth, replacing any.
+pub trait Policies: Send + Sync {
+    /// Sets namespace `namespace`'s policy, replacing any.
     ///
     /// # Errors
     /// 500 on a storage failure; 503 from a leader that no longer leads.
-    fn put_ingress_auth(&self, namespace: &str, mode: IngressAuth) -> Result<(), ApiError>;
+    fn put_policy(&self, namespace: &str, policy: &NamespacePolicy) -> Result<(), ApiError>;
 
-    /// Namespace `namespace`'s ingress auth, if one was set.
+    /// Namespace `namespace`'s policy, if one was set.
     ///
     /// # Errors
     /// 500 on a storage failure.
-    fn ingress_auth(&self, namespace: &str) -> Result<Option<IngressAuth>, ApiError>;
+    fn policy(&self, namespace: &str) -> Result<Option<NamespacePolicy>, ApiError>;
 }
 
 #[cfg(test)]
@@ -92,5 +117,21 @@ mod tests {
         let body: IngressAuthSetting = serde_json::from_str(r#"{"mode":"token"}"#).expect("body");
         assert_eq!(body.mode, IngressAuth::Token);
         assert!(serde_json::from_str::<IngressAuthSetting>(r#"{"mode":"token","x":1}"#).is_err());
+    }
+
+    #[test]
+    fn a_policy_reads_with_its_fields_left_out() {
+        let open: NamespacePolicy = serde_json::from_str("{}").expect("policy");
+        assert_eq!(open, NamespacePolicy::default());
+        let policy = NamespacePolicy {
+            ingress_auth: IngressAuth::Token,
+            calls_from: vec!["team-a".into()],
+        };
+        let text = serde_json::to_string(&policy).expect("json");
+        assert_eq!(text, r#"{"ingress_auth":"token","calls_from":["team-a"]}"#);
+        assert_eq!(
+            serde_json::from_str::<NamespacePolicy>(&text).expect("back"),
+            policy
+        );
     }
 }

@@ -1,0 +1,177 @@
+//! Namespace policies on the control plane's side
+//! ([`stasis_contract::policy`]): setting a namespace's ingress auth and
+//! the namespaces it takes calls from, and reading them for each request
+//! the ingress routes ([`ControlPlane::ingress_auth`]) and each call or
+//! message between actors ([`ControlPlane::may_call`]). A namespace's
+//! policy is read from the directory and kept at most [`POLICY_BOUND`], so
+//! a change applies on every replica within it.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use stasis_contract::error::{ApiError, ErrorKind};
+use stasis_contract::names::{DEFAULT_NAMESPACE, check_namespace, namespace_of};
+use stasis_contract::policy::{IngressAuth, MAX_CALLS_FROM, NamespacePolicy};
+use stasis_contract::quota::NamespaceInfo;
+
+use crate::{ControlPlane, blocking};
+
+/// How long a replica keeps a namespace's policy before reading it again:
+/// the bound within which a change applies everywhere.
+pub const POLICY_BOUND: Duration = Duration::from_secs(1);
+
+/// Most namespaces whose policy is kept; past it the cache starts over.
+const MAX_KEPT: usize = 10_000;
+
+/// What the control plane keeps of the namespaces' policies.
+#[derive(Default)]
+pub struct PolicyState {
+    read: Mutex<HashMap<String, (NamespacePolicy, Instant)>>,
+    /// Held across a policy's read, change and write, so two changes of
+    /// one namespace's policy (its ingress auth and its calls) do not
+    /// undo each other.
+    writes: tokio::sync::Mutex<()>,
+}
+
+impl PolicyState {
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, (NamespacePolicy, Instant)>> {
+        self.read.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn keep(&self, namespace: &str, policy: NamespacePolicy) {
+        let mut read = self.lock();
+        if read.len() >= MAX_KEPT {
+            read.clear();
+        }
+        read.insert(namespace.to_owned(), (policy, Instant::now()));
+    }
+}
+
+/// How a namespace is named in a message.
+fn shown(namespace: &str) -> String {
+    if namespace == DEFAULT_NAMESPACE {
+        "the default namespace".to_owned()
+    } else {
+        format!("namespace {namespace}")
+    }
+}
+
+impl ControlPlane {
+    /// Namespace `namespace`'s policy, as read at most [`POLICY_BOUND`]
+    /// ago (the default policy when none was set).
+    ///
+    /// # Errors
+    /// 500 from the directory.
+    pub async fn policy(&self, namespace: &str) -> Result<NamespacePolicy, ApiError> {
+        if let Some((policy, at)) = self.policies.lock().get(namespace)
+            && at.elapsed() < POLICY_BOUND
+        {
+            return Ok(policy.clone());
+        }
+        let owned = namespace.to_owned();
+        let policy = blocking(&self.directory, move |d| d.policy(&owned))
+            .await?
+            .unwrap_or_default();
+        self.policies.keep(namespace, policy.clone());
+        Ok(policy)
+    }
+
+    /// Namespace `namespace`'s ingress auth.
+    ///
+    /// # Errors
+    /// 500 from the directory.
+    pub async fn ingress_auth(&self, namespace: &str) -> Result<IngressAuth, ApiError> {
+        Ok(self.policy(namespace).await?.ingress_auth)
+    }
+
+    /// Whether actor `caller` (a full name) may call or message actor
+    /// `callee`: always within a namespace; across namespaces when the
+    /// callee's namespace takes calls from the caller's.
+    ///
+    /// # Errors
+    /// 403 naming both namespaces when it may not; 500 from the directory.
+    pub async fn may_call(&self, caller: &str, callee: &str) -> Result<(), ApiError> {
+        let (from, to) = (namespace_of(caller), namespace_of(callee));
+        if from == to || self.policy(to).await?.calls_from.iter().any(|n| n == from) {
+            return Ok(());
+        }
+        Err(ApiError::new(
+            ErrorKind::Forbidden,
+            format!(
+                "{} does not take calls from {} (stasis namespace calls-from {to} {from})",
+                shown(to),
+                shown(from)
+            ),
+        ))
+    }
+
+    /// Sets namespace `namespace`'s ingress auth; its view.
+    ///
+    /// # Errors
+    /// 400 for a bad namespace name; 500 or 503 from the directory.
+    pub async fn set_ingress_auth(
+        &self,
+        namespace: &str,
+        mode: IngressAuth,
+    ) -> Result<NamespaceInfo, ApiError> {
+        self.change_policy(namespace, |p| p.ingress_auth = mode)
+            .await?;
+        tracing::info!(namespace, mode = mode.name(), "ingress auth set");
+        self.namespace_info(namespace).await
+    }
+
+    /// Sets the namespaces whose actors may call namespace `namespace`'s
+    /// (replacing the list); its view.
+    ///
+    /// # Errors
+    /// 400 for a bad namespace name, the namespace itself, or more than
+    /// [`MAX_CALLS_FROM`]; 500 or 503 from the directory.
+    pub async fn set_calls_from(
+        &self,
+        namespace: &str,
+        mut from: Vec<String>,
+    ) -> Result<NamespaceInfo, ApiError> {
+        if from.len() > MAX_CALLS_FROM {
+            return Err(ApiError::bad_request(format!(
+                "calls-from lists {} namespaces, over the limit of {MAX_CALLS_FROM}",
+                from.len()
+            )));
+        }
+        for other in &from {
+            check_namespace(other)?;
+            if other == namespace {
+                return Err(ApiError::bad_request(format!(
+                    "namespace {namespace} always takes calls from its own actors; list other namespaces"
+                )));
+            }
+        }
+        from.sort();
+        from.dedup();
+        let count = from.len();
+        self.change_policy(namespace, |p| p.calls_from = from)
+            .await?;
+        tracing::info!(namespace, namespaces = count, "calls-from set");
+        self.namespace_info(namespace).await
+    }
+
+    /// Reads namespace `namespace`'s policy from the directory, applies
+    /// `change` and writes it back, one change at a time.
+    async fn change_policy(
+        &self,
+        namespace: &str,
+        change: impl FnOnce(&mut NamespacePolicy),
+    ) -> Result<(), ApiError> {
+        check_namespace(namespace)?;
+        let _one_at_a_time = self.policies.writes.lock().await;
+        let owned = namespace.to_owned();
+        let mut policy = blocking(&self.directory, move |d| d.policy(&owned))
+            .await?
+            .unwrap_or_default();
+        change(&mut policy);
+        let (owned, stored) = (namespace.to_owned(), policy.clone());
+        blocking(&self.directory, move |d| d.put_policy(&owned, &stored)).await?;
+        self.policies.keep(namespace, policy);
+        Ok(())
+    }
+}
