@@ -190,6 +190,8 @@ pub(crate) struct ServeArgs {
     /// The private key of the --admin-tls-cert at the same position.
     #[arg(long = "admin-tls-key", value_name = "PATH")]
     admin_tls_key: Vec<PathBuf>,
+    #[command(flatten)]
+    internal_tls: crate::internal_tls::InternalTlsFlags,
 }
 
 /// A listener's certificates from `--{prefix}tls-cert`/`--{prefix}tls-key`
@@ -245,6 +247,7 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
     });
     let tls = server_tls("", &args.tls_cert, &args.tls_key)?;
     let admin_tls = server_tls("admin-", &args.admin_tls_cert, &args.admin_tls_key)?;
+    let internal_tls = args.internal_tls.load()?;
     if admin_tls.is_some() && cluster.is_some() {
         anyhow::bail!(
             "--admin-tls-cert is not supported with --etcd yet: replicas and workers of a \
@@ -320,6 +323,7 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
         metrics_per_actor: args.metrics_per_actor,
         tls,
         admin_tls,
+        internal_tls,
     };
     // A data dir this run creates is removed again if the start fails, so
     // that a mistyped flag leaves no empty ./stasis-data behind.

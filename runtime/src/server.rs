@@ -40,10 +40,12 @@ pub async fn serve(
     }
     let metrics = Arc::new(Metrics::new(options.metrics_per_actor));
     let config = options.config.clone();
-    let control =
-        tokio::task::spawn_blocking(move || crate::assemble::open_embedded(config, metrics))
-            .await
-            .context("opening the control plane")??;
+    let internal_tls = options.internal_tls.clone();
+    let control = tokio::task::spawn_blocking(move || {
+        crate::assemble::open_embedded(config, metrics, internal_tls)
+    })
+    .await
+    .context("opening the control plane")??;
     let (ingress, admin, bound) = bind(&options).await?;
     let housekeeping = tokio::spawn(control.clone().run_housekeeping());
     let detector = tokio::spawn(control.clone().run_failure_detector());

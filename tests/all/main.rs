@@ -61,7 +61,11 @@
 //! * `namespaces`: the same name in two namespaces is two actors, reached
 //!   by host name or `stasis-actor: NS/NAME`; lists, templates and calls
 //!   stay in their namespace; names that would reach elsewhere are refused;
-//!   a namespaced token acts in its namespace only.
+//!   a namespaced token acts in its namespace only;
+//! * `mtls`: mutual TLS between the control plane and workers under a
+//!   CA from `stasis ca`: a joined worker's actor, clients without the
+//!   CA's certificate refused, a worker of another CA given no actor,
+//!   flags that must come together.
 //!
 //! Tests run in parallel in this one process: every server gets its own
 //! temporary data dir and kernel-picked loopback ports (see `support`), and
@@ -93,6 +97,7 @@ mod js;
 mod logs;
 mod lost_answers;
 mod mapped;
+mod mtls;
 mod namespaces;
 mod outbound;
 mod placements;
