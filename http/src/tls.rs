@@ -43,6 +43,8 @@ struct Loaded {
 #[derive(Debug)]
 pub struct ServerTls {
     files: Vec<CertFiles>,
+    /// Whether it asks clients for a certificate.
+    verifies_clients: bool,
     certs: Arc<Certs>,
     config: Arc<rustls::ServerConfig>,
 }
@@ -135,6 +137,7 @@ impl ServerTls {
         let builder = rustls::ServerConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
             .map_err(|e| format!("TLS protocol versions: {e}"))?;
+        let verifies_clients = clients.is_some();
         let builder = match clients {
             Some(verifier) => builder.with_client_cert_verifier(verifier),
             None => builder.with_no_client_auth(),
@@ -147,6 +150,7 @@ impl ServerTls {
             .map_err(|e| format!("TLS session tickets: {e}"))?;
         Ok(Arc::new(Self {
             files,
+            verifies_clients,
             certs,
             config: Arc::new(config),
         }))
@@ -156,6 +160,14 @@ impl ServerTls {
     #[must_use]
     pub fn acceptor(&self) -> tokio_rustls::TlsAcceptor {
         tokio_rustls::TlsAcceptor::from(self.config.clone())
+    }
+
+    /// Whether it asks clients for a certificate (mutual TLS): its
+    /// requests then say whether theirs presented a verified one
+    /// ([`crate::serve::ClientCertified`]).
+    #[must_use]
+    pub fn verifies_clients(&self) -> bool {
+        self.verifies_clients
     }
 
     /// The first certificate and key (this process's own, when it

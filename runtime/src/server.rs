@@ -68,11 +68,24 @@ pub async fn serve(
         stopped(stop_rx.clone()),
         DRAIN,
     ));
-    let api = Arc::new(AdminApi::new(
+    let api = AdminApi::new(
         control.clone(),
         options.admin_token.clone(),
         options.config.internal_token.clone(),
-    ));
+    );
+    // An admin listener that asks for client certificates (mutual TLS
+    // with --internal-ca) serves the internal routes only to those.
+    let api = Arc::new(
+        if options
+            .admin_tls
+            .as_ref()
+            .is_some_and(|t| t.verifies_clients())
+        {
+            api.with_certified_internal_routes()
+        } else {
+            api
+        },
+    );
     let admin_task = tokio::spawn(stasis_http::serve::serve_tls(
         admin,
         options.admin_tls.clone(),

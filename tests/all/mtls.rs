@@ -3,7 +3,8 @@
 //! with certificates from `stasis ca create/issue`: a `worker run --join
 //! https://...` hosts an actor the ingress reaches; the worker's listener
 //! refuses a client with no certificate or one from another CA and
-//! answers one from the cluster's CA; a worker of another CA joins but
+//! answers one from the cluster's CA; the admin API's internal routes
+//! need a client certificate from the CA, its other routes do not; a worker of another CA joins but
 //! the control plane will not place an actor on it, naming TLS; a
 //! certificate the CA did not issue is refused at start; flags that do
 //! not come together are refused by name; `ca create` never replaces a CA
@@ -128,12 +129,13 @@ fn connector(ca: &Path, identity: Option<(&Path, &Path)>) -> tokio_rustls::TlsCo
     tokio_rustls::TlsConnector::from(Arc::new(config))
 }
 
-/// `GET /internal/v1/actors` over TLS at `addr` (by IP): the answer's
-/// status, or why there was none.
+/// `GET path` over TLS at `addr` (by IP): the answer's status and body,
+/// or why there was none.
 async fn get_over_tls(
     connector: &tokio_rustls::TlsConnector,
     addr: SocketAddr,
-) -> Result<u16, String> {
+    path: &str,
+) -> Result<(u16, String), String> {
     let tcp = tokio::net::TcpStream::connect(addr)
         .await
         .map_err(|e| e.to_string())?;
@@ -147,7 +149,7 @@ async fn get_over_tls(
         .map_err(|e| e.to_string())?;
     tokio::spawn(conn);
     let request = hyper::Request::builder()
-        .uri("/internal/v1/actors")
+        .uri(path)
         .header("host", addr.to_string())
         .body(Full::new(Bytes::new()))
         .map_err(|e| e.to_string())?;
@@ -155,7 +157,12 @@ async fn get_over_tls(
         .await
         .map_err(|_| "no answer".to_owned())?
         .map_err(|e| format!("request: {e}"))?;
-    Ok(response.status().as_u16())
+    let status = response.status().as_u16();
+    let body = http_body_util::BodyExt::collect(response.into_body())
+        .await
+        .map_err(|e| e.to_string())?
+        .to_bytes();
+    Ok((status, String::from_utf8_lossy(&body).into_owned()))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -203,15 +210,33 @@ async fn a_joined_worker_serves_actors_over_mutual_tls_and_refuses_other_clients
     let listen = w1.addr("listen=");
     let client = (certs.join("client.pem"), certs.join("client-key.pem"));
     let right = connector(&ca_pem, Some((&client.0, &client.1)));
-    assert_eq!(get_over_tls(&right, listen).await, Ok(200));
-    let anonymous = get_over_tls(&connector(&ca_pem, None), listen).await;
+    let actors = "/internal/v1/actors";
+    let answer = get_over_tls(&right, listen, actors).await;
+    assert_eq!(answer.map(|a| a.0), Ok(200));
+    let anonymous = get_over_tls(&connector(&ca_pem, None), listen, actors).await;
     assert!(anonymous.is_err(), "no client certificate: {anonymous:?}");
     let other = dir.path().join("other");
     ca(&other, &["client"]);
     let (other_cert, other_key) = (other.join("client.pem"), other.join("client-key.pem"));
     let stranger = connector(&ca_pem, Some((&other_cert, &other_key)));
-    let refused = get_over_tls(&stranger, listen).await;
+    let refused = get_over_tls(&stranger, listen, actors).await;
     assert!(refused.is_err(), "another CA's certificate: {refused:?}");
+
+    // The admin listener asks for a client certificate and lets clients
+    // without one in (the CLI above), but its internal routes serve only
+    // a connection with a certificate from the internal CA.
+    let workers = "/internal/v1/workers";
+    let (status, body) = get_over_tls(&connector(&ca_pem, None), server.admin, workers)
+        .await
+        .expect("an answer");
+    assert_eq!(status, 401, "{body}");
+    assert!(body.contains("client certificate"), "{body}");
+    let (status, body) = get_over_tls(&right, server.admin, workers)
+        .await
+        .expect("an answer");
+    assert_ne!(status, 401, "{body}");
+    let stranger_admin = get_over_tls(&stranger, server.admin, workers).await;
+    assert!(stranger_admin.is_err(), "{stranger_admin:?}");
     // Plain HTTP gets no answer either.
     let plain = crate::support::raw(
         listen,
