@@ -369,3 +369,40 @@ fn internal_tls_flags_come_together_and_files_are_named_by_name_only() {
         assert!(text.contains(wanted), "{wanted} not in {text}");
     }
 }
+
+/// Cluster mode (etcd, a replica, a registered worker): every process
+/// with the internal CA's flags (by their variables); the replica reaches
+/// the worker over mutual TLS, and the worker's listener serves no plain
+/// HTTP.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_replica_reaches_its_registered_worker_over_mutual_tls() {
+    use stasis_test_util::cluster::{Deployment, Setup};
+    let _one = crate::replicas::ONE_CLUSTER.lock().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let certs = dir.path().join("ca");
+    ca(&certs, &["internal"]);
+    let mut setup = Setup::new(1, 1, 1);
+    setup.lease_ttl = Some(crate::replicas::LEASE_TTL.to_owned());
+    setup.echo = crate::replicas::echo();
+    let file = |name: &str| certs.join(name).to_str().expect("utf-8").to_owned();
+    setup.env = vec![
+        ("STASIS_INTERNAL_CA".into(), file("ca.pem")),
+        ("STASIS_INTERNAL_TLS_CERT".into(), file("internal.pem")),
+        ("STASIS_INTERNAL_TLS_KEY".into(), file("internal-key.pem")),
+    ];
+    let d = Deployment::start(STASIS, setup);
+    d.push_counter(0);
+    d.cli_json(0, &["actor", "create", "t1", "--template", "counter"]);
+    let c = crate::support::client();
+    for expected in 1..=2 {
+        let answer = crate::support::to_actor(&c, d.replica(0).ingress, "t1", "POST", "/").await;
+        assert_eq!(count(&answer), expected);
+    }
+    assert_eq!(d.cli_json(0, &["actor", "get", "t1"])["worker"], "w1");
+    let plain = crate::support::raw(
+        d.worker("w1").listen,
+        "GET /internal/v1/actors HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    assert!(!plain.starts_with("HTTP/1.1 200"), "{plain}");
+}
