@@ -64,8 +64,9 @@
 //!   a namespaced token acts in its namespace only;
 //! * `mtls`: mutual TLS between the control plane and workers under a
 //!   CA from `stasis ca`: a joined worker's actor, clients without the
-//!   CA's certificate refused, a worker of another CA given no actor,
-//!   flags that must come together.
+//!   CA's certificate refused (worker listener, admin `/internal/`), a
+//!   worker of another CA given no actor, cluster mode, flags that must
+//!   come together.
 //!
 //! Tests run in parallel in this one process: every server gets its own
 //! temporary data dir and kernel-picked loopback ports (see `support`), and

@@ -6,7 +6,8 @@
 //! answers one from the cluster's CA; the admin API's internal routes
 //! need a client certificate from the CA, its other routes do not; a worker of another CA joins but
 //! the control plane will not place an actor on it, naming TLS; a
-//! certificate the CA did not issue is refused at start; flags that do
+//! certificate the CA did not issue is refused at start; a cluster
+//! replica reaches its registered worker over mutual TLS; flags that do
 //! not come together are refused by name; `ca create` never replaces a CA
 //! and keeps its key private.
 
