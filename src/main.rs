@@ -1,10 +1,13 @@
 //! The `stasis` command: `serve` (control plane, router and in-process
-//! workers), and the client verbs that drive a running server through its
-//! admin API (`template`, `actor`, `worker`, `rebalance`, `gc`).
+//! workers), `ca` (the internal CA's certificates), and the client verbs
+//! that drive a running server through its admin API (`template`,
+//! `actor`, `worker`, `rebalance`, `gc`).
 
+mod ca;
 mod client;
 mod cluster_flags;
 mod commands;
+mod internal_tls;
 mod js_template;
 mod output;
 mod process;
@@ -35,6 +38,10 @@ struct Cli {
 enum Command {
     /// Run the control plane, the router and in-process workers.
     Serve(Box<serve::ServeArgs>),
+    /// Make the cluster's internal CA and the certificates it issues to
+    /// the control plane and workers (mutual TLS, `--internal-ca`).
+    #[command(subcommand)]
+    Ca(ca::CaCommand),
     #[command(flatten)]
     Client(commands::ClientCommand),
 }
@@ -54,6 +61,7 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async {
         match cli.command {
             Command::Serve(args) => serve::run(*args).await,
+            Command::Ca(command) => ca::run(&command),
             Command::Client(command) => commands::run(command).await,
         }
     });

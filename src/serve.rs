@@ -9,6 +9,7 @@ use stasis_core::engine::Limits;
 use stasis_runtime::contract::settings::{ActorSettings, AllowList, Durability, WorkerSettings};
 use stasis_runtime::contract::sockets::SocketLimits;
 use stasis_runtime::control::{RebalanceBy, ServeConfig};
+use stasis_runtime::http::mtls::InternalTls;
 use stasis_runtime::http::tls::{CertFiles, ServerTls};
 use stasis_runtime::server::{ClusterConfig, ServeOptions, serve};
 
@@ -183,21 +184,29 @@ pub(crate) struct ServeArgs {
     /// Serve the admin API over TLS with this certificate chain (PEM, leaf
     /// first); repeatable, each with its --admin-tls-key, chosen by SNI and
     /// reloaded as --tls-cert is. Clients trust it through the CA file in
-    /// STASIS_CA_CERT (the CLI, `worker run --join https://...`). One
-    /// machine only for now: refused with --etcd.
+    /// STASIS_CA_CERT (the CLI, `worker run --join https://...`). With
+    /// --internal-ca, clients are asked for a certificate from that CA,
+    /// which the internal routes (/internal/) require. One machine only
+    /// for now: refused with --etcd.
     #[arg(long = "admin-tls-cert", value_name = "PATH")]
     admin_tls_cert: Vec<PathBuf>,
     /// The private key of the --admin-tls-cert at the same position.
     #[arg(long = "admin-tls-key", value_name = "PATH")]
     admin_tls_key: Vec<PathBuf>,
+    #[command(flatten)]
+    internal_tls: crate::internal_tls::InternalTlsFlags,
 }
 
 /// A listener's certificates from `--{prefix}tls-cert`/`--{prefix}tls-key`
 /// (none: plain HTTP).
+/// With `internal` (the admin listener of a server with `--internal-ca`)
+/// clients are asked for a certificate from the internal CA, which only
+/// the internal routes require.
 fn server_tls(
     prefix: &str,
     certs: &[PathBuf],
     keys: &[PathBuf],
+    internal: Option<&InternalTls>,
 ) -> anyhow::Result<Option<std::sync::Arc<ServerTls>>> {
     let (cert_flag, key_flag) = (format!("--{prefix}tls-cert"), format!("--{prefix}tls-key"));
     if certs.len() != keys.len() {
@@ -218,7 +227,11 @@ fn server_tls(
             key: key.clone(),
         })
         .collect();
-    ServerTls::load(files)
+    let clients = internal
+        .map(InternalTls::optional_client_verifier)
+        .transpose()
+        .map_err(anyhow::Error::msg)?;
+    ServerTls::load_verifying(files, clients)
         .map(Some)
         .map_err(|e| anyhow::anyhow!("{cert_flag}/{key_flag}: {e}"))
 }
@@ -243,8 +256,14 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
         lease_ttl: args.cluster.lease_ttl,
         advertise: args.advertise.clone(),
     });
-    let tls = server_tls("", &args.tls_cert, &args.tls_key)?;
-    let admin_tls = server_tls("admin-", &args.admin_tls_cert, &args.admin_tls_key)?;
+    let internal_tls = args.internal_tls.load()?;
+    let tls = server_tls("", &args.tls_cert, &args.tls_key, None)?;
+    let admin_tls = server_tls(
+        "admin-",
+        &args.admin_tls_cert,
+        &args.admin_tls_key,
+        internal_tls.as_deref(),
+    )?;
     if admin_tls.is_some() && cluster.is_some() {
         anyhow::bail!(
             "--admin-tls-cert is not supported with --etcd yet: replicas and workers of a \
@@ -320,6 +339,7 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
         metrics_per_actor: args.metrics_per_actor,
         tls,
         admin_tls,
+        internal_tls,
     };
     // A data dir this run creates is removed again if the start fails, so
     // that a mistyped flag leaves no empty ./stasis-data behind.

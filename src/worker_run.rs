@@ -48,6 +48,8 @@ pub(crate) struct WorkerRunArgs {
     #[command(flatten)]
     cluster: ClusterFlags,
     #[command(flatten)]
+    internal_tls: crate::internal_tls::InternalTlsFlags,
+    #[command(flatten)]
     trace: crate::trace_flags::TraceFlags,
     /// Cluster mode: the HOST:PORT others reach this worker's API at
     /// (default: the listen address).
@@ -63,6 +65,7 @@ pub(crate) async fn run(args: WorkerRunArgs) -> anyhow::Result<()> {
     crate::process::init_logging();
     let _telemetry = args.trace.install("stasis worker")?;
     let etcd = args.cluster.etcd()?;
+    let internal_tls = args.internal_tls.load()?;
     // $STASIS_ADMIN is where client verbs send their calls: a cluster
     // worker started in the same shell must not take it for --join.
     let join = match (&etcd, args.join) {
@@ -102,6 +105,7 @@ pub(crate) async fn run(args: WorkerRunArgs) -> anyhow::Result<()> {
         token: args.internal_token.or(args.admin_token),
         allow_outbound: stasis_runtime::contract::settings::AllowList::parse(&args.allow_outbound)
             .map_err(anyhow::Error::msg)?,
+        internal_tls,
     };
     let name = args.name;
     run_worker(options, crate::process::shutdown_signal(), move |addr| {

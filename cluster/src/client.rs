@@ -23,6 +23,7 @@ use stasis_contract::status::{ActorStatus, Captured, ResumeFrom, SnapshotReport}
 use stasis_contract::worker_api::{HostSpec, Location, WorkerApi};
 use stasis_host_api::sockets::SocketEvent;
 use stasis_http::client::{Answer, HttpClient, Unanswered};
+use stasis_http::mtls::InternalTls;
 
 /// An HTTP client for one peer of the cluster (a worker, or the control
 /// plane): a non-2xx answer becomes the [`ApiError`] it carries, a peer
@@ -40,8 +41,23 @@ impl Peer {
     /// # Errors
     /// 400 if the token cannot be a header value.
     pub fn new(base: &str, token: Option<&str>, what: &str) -> Result<Self, ApiError> {
+        Self::with_identity(base, token, what, None)
+    }
+
+    /// [`Peer::new`] with mutual TLS for an `https://` base: this process
+    /// presents its certificate and accepts the peer's only from the
+    /// internal CA (see [`stasis_http::mtls`]).
+    ///
+    /// # Errors
+    /// As [`Peer::new`].
+    pub fn with_identity(
+        base: &str,
+        token: Option<&str>,
+        what: &str,
+        identity: Option<&InternalTls>,
+    ) -> Result<Self, ApiError> {
         Ok(Self {
-            http: HttpClient::new(base, token, CONNECT_TIMEOUT)?,
+            http: HttpClient::with_identity(base, token, CONNECT_TIMEOUT, identity)?,
             what: what.to_owned(),
         })
     }
@@ -83,7 +99,12 @@ impl Peer {
             .exchange(method, path, headers, body, Some(timeout))
             .await
             .map_err(|e| {
-                let message = format!("{} unreachable ({}): {e}", self.what, self.base());
+                let message = format!(
+                    "{} unreachable ({}): {}{e}",
+                    self.what,
+                    self.base(),
+                    tls_failure(self.base(), &e)
+                );
                 match e {
                     // Refused before anything was sent: nothing ran there.
                     Unanswered::Connect(_) => ApiError::new(ErrorKind::Unreachable, message),
@@ -130,6 +151,22 @@ impl Peer {
     }
 }
 
+/// What a failure to reach an `https://` peer says first when its TLS
+/// handshake failed: a certificate the other side refused, or one from
+/// another CA.
+fn tls_failure(base: &str, e: &Unanswered) -> &'static str {
+    let text = e.to_string().to_lowercase();
+    if !base.starts_with("https://") {
+        ""
+    } else if text.contains("certificate") || text.contains("alert") {
+        "TLS handshake failed (do both sides have certificates from the same --internal-ca?): "
+    } else if text.contains("corrupt message") {
+        "TLS handshake failed (does the peer serve TLS, with --internal-ca?): "
+    } else {
+        ""
+    }
+}
+
 /// The [`WorkerApi`] of a remote worker, over its internal HTTP API.
 pub struct WorkerClient {
     name: String,
@@ -139,18 +176,26 @@ pub struct WorkerClient {
 
 impl WorkerClient {
     /// A client of worker `name` at `address` (`host:port`), sending
-    /// `token` as a bearer token.
+    /// `token` as a bearer token; over mutual TLS (`https://`) with
+    /// `identity`, else plain HTTP.
     ///
     /// # Errors
     /// 400 if the token cannot be a header value.
-    pub fn new(name: &str, address: &str, token: Option<&str>) -> Result<Self, ApiError> {
+    pub fn new(
+        name: &str,
+        address: &str,
+        token: Option<&str>,
+        identity: Option<&InternalTls>,
+    ) -> Result<Self, ApiError> {
+        let scheme = if identity.is_some() { "https" } else { "http" };
         Ok(Self {
             name: name.to_owned(),
             address: address.to_owned(),
-            peer: Peer::new(
-                &format!("http://{address}"),
+            peer: Peer::with_identity(
+                &format!("{scheme}://{address}"),
                 token,
                 &format!("worker {name}"),
+                identity,
             )?,
         })
     }
@@ -409,16 +454,19 @@ fn call_id() -> String {
 }
 
 /// How a control plane reaches a joining remote worker: a
-/// [`WorkerClient`] presenting the cluster's bearer token.
+/// [`WorkerClient`] presenting the cluster's bearer token, and its
+/// certificate over mutual TLS when the cluster has an internal CA.
 pub struct Connector {
     token: Option<String>,
+    identity: Option<Arc<InternalTls>>,
 }
 
 impl Connector {
-    /// Clients that present `token` (the admin token, if any).
+    /// Clients that present `token` (the internal or admin token, if any)
+    /// and, with `identity`, reach workers over mutual TLS.
     #[must_use]
-    pub fn new(token: Option<String>) -> Self {
-        Self { token }
+    pub fn new(token: Option<String>, identity: Option<Arc<InternalTls>>) -> Self {
+        Self { token, identity }
     }
 }
 
@@ -428,6 +476,7 @@ impl stasis_contract::worker_api::ConnectWorker for Connector {
             name,
             address,
             self.token.as_deref(),
+            self.identity.as_deref(),
         )?))
     }
 }

@@ -79,6 +79,20 @@ fn tls_config() -> Result<rustls::ClientConfig, ApiError> {
     Ok(builder.with_root_certificates(roots).with_no_client_auth())
 }
 
+/// The TLS configuration of an `http://` client: never used (the scheme
+/// picks plain HTTP).
+fn plain_config() -> Result<rustls::ClientConfig, ApiError> {
+    Ok(
+        rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| ApiError::internal(format!("TLS set-up: {e}")))?
+        .with_root_certificates(rustls::RootCertStore::empty())
+        .with_no_client_auth(),
+    )
+}
+
 /// An answer, any status.
 #[derive(Debug, Clone)]
 pub struct Answer {
@@ -145,6 +159,22 @@ impl HttpClient {
         token: Option<&str>,
         connect_timeout: Duration,
     ) -> Result<Self, ApiError> {
+        Self::with_identity(base, token, connect_timeout, None)
+    }
+
+    /// [`HttpClient::new`], and with `identity` (mutual TLS of the
+    /// internal API) an `https://` server is checked against the internal
+    /// CA only, instead of [`CA_CERT_VAR`]'s roots, and this process
+    /// presents its own certificate to it. `http://` stays plain HTTP.
+    ///
+    /// # Errors
+    /// As [`HttpClient::new`].
+    pub fn with_identity(
+        base: &str,
+        token: Option<&str>,
+        connect_timeout: Duration,
+        identity: Option<&crate::mtls::InternalTls>,
+    ) -> Result<Self, ApiError> {
         let authorization = match token.filter(|t| !t.trim().is_empty()) {
             Some(t) => Some(HeaderValue::from_str(&format!("Bearer {t}")).map_err(|_| {
                 ApiError::bad_request("the token contains characters not allowed in an HTTP header")
@@ -155,17 +185,12 @@ impl HttpClient {
         http.set_connect_timeout(Some(connect_timeout));
         http.set_nodelay(true);
         http.enforce_http(false);
-        let tls = if base.starts_with("https://") {
-            tls_config()?
+        let tls = if !base.starts_with("https://") {
+            plain_config()?
+        } else if let Some(identity) = identity {
+            identity.client_config()
         } else {
-            // Never used for http:// (the scheme picks plain HTTP).
-            rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
-                rustls::crypto::ring::default_provider(),
-            ))
-            .with_safe_default_protocol_versions()
-            .map_err(|e| ApiError::internal(format!("TLS set-up: {e}")))?
-            .with_root_certificates(rustls::RootCertStore::empty())
-            .with_no_client_auth()
+            tls_config()?
         };
         let connector = hyper_rustls::HttpsConnectorBuilder::new()
             .with_tls_config(tls)

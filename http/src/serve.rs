@@ -1,5 +1,7 @@
 //! Small HTTP helpers shared by the router and the admin API: body type,
-//! error answers, bounded body collection, and the accept loop.
+//! error answers, bounded body collection, and the accept loop (which
+//! marks the requests of a connection with a verified client certificate:
+//! [`ClientCertified`]).
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -196,17 +198,24 @@ pub async fn serve_tls<H, F>(
         };
         let _ = stream.set_nodelay(true);
         let handler = handler.clone();
-        let service = hyper::service::service_fn(move |req| {
-            let handler = handler.clone();
-            async move { Ok::<_, Infallible>(handler(req, peer).await) }
-        });
+        // Each request of a connection that presented a verified client
+        // certificate carries [`ClientCertified`].
+        let service = move |certified: bool| {
+            hyper::service::service_fn(move |mut req: Request<Incoming>| {
+                if certified {
+                    req.extensions_mut().insert(ClientCertified);
+                }
+                let handler = handler.clone();
+                async move { Ok::<_, Infallible>(handler(req, peer).await) }
+            })
+        };
         let watcher = graceful.watcher();
         let (builder, acceptor) = (builder.clone(), acceptor.clone());
         tokio::spawn(async move {
             let ended = match acceptor {
                 None => {
-                    let connection =
-                        builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+                    let connection = builder
+                        .serve_connection_with_upgrades(TokioIo::new(stream), service(false));
                     watcher.watch(connection.into_owned()).await
                 }
                 Some(acceptor) => {
@@ -224,8 +233,15 @@ pub async fn serve_tls<H, F>(
                                 return;
                             }
                         };
-                    let connection =
-                        builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+                    // rustls fails the handshake of a certificate its
+                    // verifier refuses: one that is here was verified.
+                    let certified = stream
+                        .get_ref()
+                        .1
+                        .peer_certificates()
+                        .is_some_and(|c| !c.is_empty());
+                    let connection = builder
+                        .serve_connection_with_upgrades(TokioIo::new(stream), service(certified));
                     watcher.watch(connection.into_owned()).await
                 }
             };
@@ -244,6 +260,12 @@ pub async fn serve_tls<H, F>(
         tracing::warn!("connections still open after {drain:?}; closing them");
     }
 }
+
+/// In a request's extensions when its connection presented a client
+/// certificate that the listener's verifier accepted (mutual TLS, see
+/// [`crate::tls::ServerTls::load_verifying`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClientCertified;
 
 /// How long a TLS client gets to finish its handshake.
 pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);

@@ -8,7 +8,8 @@
 //! renewed certificate, a Kubernetes Secret updated in place): new
 //! connections get the new certificates within [`RELOAD_EVERY`], open ones
 //! keep theirs; a file that cannot be read or parsed keeps the previous
-//! certificates and is logged.
+//! certificates and is logged. A listener may also ask its clients for a
+//! certificate ([`ServerTls::load_verifying`], mutual TLS).
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
@@ -42,6 +43,8 @@ struct Loaded {
 #[derive(Debug)]
 pub struct ServerTls {
     files: Vec<CertFiles>,
+    /// Whether it asks clients for a certificate.
+    verifies_clients: bool,
     certs: Arc<Certs>,
     config: Arc<rustls::ServerConfig>,
 }
@@ -60,17 +63,21 @@ fn stamp(path: &Path) -> Stamp {
         .and_then(|m| Some((m.modified().ok()?, m.len())))
 }
 
-/// The provider every listener uses.
-fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+/// The provider every listener (and every internal client) uses.
+pub(crate) fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// The name of the file at `path`, without its folders (errors show no
+/// server paths).
+pub(crate) fn file_name(path: &Path) -> String {
+    path.file_name()
+        .map_or_else(String::new, |n| n.to_string_lossy().into_owned())
 }
 
 /// Reads the chain and key of `files`.
 fn load(files: &CertFiles, provider: &rustls::crypto::CryptoProvider) -> Result<Loaded, String> {
-    let name = |p: &Path| {
-        p.file_name()
-            .map_or_else(String::new, |n| n.to_string_lossy().into_owned())
-    };
+    let name = file_name;
     let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&files.cert)
         .and_then(Iterator::collect)
         .map_err(|e| format!("reading the certificate {}: {e}", name(&files.cert)))?;
@@ -103,6 +110,19 @@ impl ServerTls {
     /// A message naming the file (by its name only) that cannot be read,
     /// holds no certificate or key, or whose key does not match.
     pub fn load(files: Vec<CertFiles>) -> Result<Arc<Self>, String> {
+        Self::load_verifying(files, None)
+    }
+
+    /// [`ServerTls::load`], asking each client for a certificate that
+    /// `clients` verifies (mutual TLS, see [`crate::mtls`]); `None` asks
+    /// for none.
+    ///
+    /// # Errors
+    /// As [`ServerTls::load`].
+    pub fn load_verifying(
+        files: Vec<CertFiles>,
+        clients: Option<Arc<dyn rustls::server::danger::ClientCertVerifier>>,
+    ) -> Result<Arc<Self>, String> {
         if files.is_empty() {
             return Err("TLS needs at least one certificate and key".into());
         }
@@ -114,11 +134,15 @@ impl ServerTls {
         let stamps = files.iter().flat_map(|f| [stamp(&f.cert), stamp(&f.key)]);
         let stamps = stamps.collect();
         let certs = Arc::new(Certs(RwLock::new((loaded, stamps))));
-        let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        let builder = rustls::ServerConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
-            .map_err(|e| format!("TLS protocol versions: {e}"))?
-            .with_no_client_auth()
-            .with_cert_resolver(certs.clone());
+            .map_err(|e| format!("TLS protocol versions: {e}"))?;
+        let verifies_clients = clients.is_some();
+        let builder = match clients {
+            Some(verifier) => builder.with_client_cert_verifier(verifier),
+            None => builder.with_no_client_auth(),
+        };
+        let mut config = builder.with_cert_resolver(certs.clone());
         config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
         // A client that reconnects resumes its session from a ticket (keys
         // rotated every 6 hours by rustls) instead of a full handshake.
@@ -126,6 +150,7 @@ impl ServerTls {
             .map_err(|e| format!("TLS session tickets: {e}"))?;
         Ok(Arc::new(Self {
             files,
+            verifies_clients,
             certs,
             config: Arc::new(config),
         }))
@@ -135,6 +160,21 @@ impl ServerTls {
     #[must_use]
     pub fn acceptor(&self) -> tokio_rustls::TlsAcceptor {
         tokio_rustls::TlsAcceptor::from(self.config.clone())
+    }
+
+    /// Whether it asks clients for a certificate (mutual TLS): its
+    /// requests then say whether theirs presented a verified one
+    /// ([`crate::serve::ClientCertified`]).
+    #[must_use]
+    pub fn verifies_clients(&self) -> bool {
+        self.verifies_clients
+    }
+
+    /// The first certificate and key (this process's own, when it
+    /// presents one as a client: [`crate::mtls`]).
+    #[must_use]
+    pub fn first(&self) -> Option<Arc<CertifiedKey>> {
+        self.certs.choose(None)
     }
 
     /// Reloads the files whenever one changed, every [`RELOAD_EVERY`]

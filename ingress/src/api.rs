@@ -43,6 +43,9 @@ pub struct AdminApi {
     /// The token of its internal routes (`/internal/...`, used by
     /// workers); `None`: the admin token.
     internal_token: Option<String>,
+    /// Whether the internal routes also need a connection that presented
+    /// a verified client certificate (mutual TLS on the admin listener).
+    internal_certified: bool,
 }
 
 /// Runs a move (or a drain, or a rebalance) in its own task: if the client
@@ -134,6 +137,7 @@ impl AdminApi {
             control,
             token,
             internal_token,
+            internal_certified: false,
         }
     }
 
@@ -142,6 +146,15 @@ impl AdminApi {
     #[must_use]
     pub fn access(&self) -> Arc<Access> {
         self.access.clone()
+    }
+
+    /// The internal routes refuse (401) a request whose connection
+    /// presented no client certificate from the internal CA: the admin
+    /// listener asks for one (`--admin-tls-cert` with `--internal-ca`).
+    #[must_use]
+    pub fn with_certified_internal_routes(mut self) -> Self {
+        self.internal_certified = true;
+        self
     }
 
     /// Answers one admin request.
@@ -156,6 +169,17 @@ impl AdminApi {
                 .unwrap_or_else(|e| stasis_http::serve::text_error(&e));
         }
         let scoped = if path.starts_with(INTERNAL_PREFIX) {
+            if self.internal_certified
+                && request
+                    .extensions()
+                    .get::<stasis_http::serve::ClientCertified>()
+                    .is_none()
+            {
+                return *stasis_http::auth::refusal(&ApiError::new(
+                    ErrorKind::Unauthorized,
+                    "the internal API needs a client certificate from the internal CA (--internal-ca): this connection presented none",
+                ));
+            }
             let token = self.internal_token.as_deref().or(self.token.as_deref());
             if let Err(refused) = authorize(&request, token) {
                 return *refused;

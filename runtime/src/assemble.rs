@@ -24,6 +24,7 @@ use stasis_core::engine::StasisEngine;
 use stasis_core::journal::Journal;
 use stasis_core::module::ModuleCache;
 use stasis_core::snapshot_store::SnapshotStore;
+use stasis_http::mtls::InternalTls;
 use stasis_worker::Worker;
 
 /// Creates the data dir's folders (`templates/`, `cache/`).
@@ -67,12 +68,14 @@ struct Backend {
 }
 
 /// Builds the control plane in `role` over `backend`, with the engine,
-/// templates and in-process workers, each wired to the control plane.
+/// templates and in-process workers, each wired to the control plane;
+/// remote workers are reached over mutual TLS with `internal_tls`.
 fn build(
     config: ServeConfig,
     metrics: Arc<Metrics>,
     backend: Backend,
     role: Role,
+    internal_tls: Option<Arc<InternalTls>>,
 ) -> anyhow::Result<Arc<ControlPlane>> {
     let dir = config.data_dir.clone();
     let engine = engine(&config)?;
@@ -112,7 +115,7 @@ fn build(
         .internal_token
         .clone()
         .or_else(|| config.admin_token.clone());
-    let connect = Arc::new(Connector::new(worker_token));
+    let connect = Arc::new(Connector::new(worker_token, internal_tls));
     let parts = ControlParts {
         directory: backend.directory,
         store,
@@ -174,6 +177,7 @@ fn open_journal(
 pub fn open_embedded(
     config: ServeConfig,
     metrics: Arc<Metrics>,
+    internal_tls: Option<Arc<InternalTls>>,
 ) -> anyhow::Result<Arc<ControlPlane>> {
     let dir = config.data_dir.clone();
     create_data_dir(&dir)?;
@@ -188,7 +192,7 @@ pub fn open_embedded(
         lock: Some(lock),
         journal: Some(journal),
     };
-    let control = build(config, metrics, backend, Role::Embedded)?;
+    let control = build(config, metrics, backend, Role::Embedded, internal_tls)?;
     control.recover()?;
     Ok(control)
 }
@@ -208,6 +212,7 @@ pub async fn open_replica(
     directory: Arc<dyn Directory>,
     workers: &BTreeMap<String, WorkerRecord>,
     role: Role,
+    internal_tls: Option<Arc<InternalTls>>,
 ) -> anyhow::Result<Arc<ControlPlane>> {
     let control = tokio::task::spawn_blocking(move || -> anyhow::Result<Arc<ControlPlane>> {
         let dir = config.data_dir.clone();
@@ -227,7 +232,7 @@ pub async fn open_replica(
             lock: None,
             journal: None,
         };
-        build(config, metrics, backend, role)
+        build(config, metrics, backend, role, internal_tls)
     })
     .await
     .context("opening the control plane")??;

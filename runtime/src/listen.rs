@@ -48,6 +48,11 @@ pub struct ServeOptions {
     /// The admin API's certificates (`--admin-tls-cert`/`--admin-tls-key`;
     /// one machine only); `None`: plain HTTP.
     pub admin_tls: Option<std::sync::Arc<stasis_http::tls::ServerTls>>,
+    /// Mutual TLS with remote workers (`--internal-ca`,
+    /// `--internal-tls-cert`, `--internal-tls-key`): they are reached at
+    /// `https://`, this process presenting its certificate; `None`: plain
+    /// HTTP with the bearer token.
+    pub internal_tls: Option<std::sync::Arc<stasis_http::mtls::InternalTls>>,
 }
 
 /// The addresses a running server listens on.

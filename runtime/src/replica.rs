@@ -378,6 +378,7 @@ async fn open(
         directory,
         &registered,
         role,
+        options.internal_tls.clone(),
     )
     .await?;
     let mut tasks = vec![tokio::spawn(control.clone().follow_registrations(workers))];

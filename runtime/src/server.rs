@@ -40,10 +40,12 @@ pub async fn serve(
     }
     let metrics = Arc::new(Metrics::new(options.metrics_per_actor));
     let config = options.config.clone();
-    let control =
-        tokio::task::spawn_blocking(move || crate::assemble::open_embedded(config, metrics))
-            .await
-            .context("opening the control plane")??;
+    let internal_tls = options.internal_tls.clone();
+    let control = tokio::task::spawn_blocking(move || {
+        crate::assemble::open_embedded(config, metrics, internal_tls)
+    })
+    .await
+    .context("opening the control plane")??;
     let (ingress, admin, bound) = bind(&options).await?;
     let housekeeping = tokio::spawn(control.clone().run_housekeeping());
     let detector = tokio::spawn(control.clone().run_failure_detector());
@@ -55,11 +57,24 @@ pub async fn serve(
     let stopped = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
     };
-    let api = Arc::new(AdminApi::new(
+    let api = AdminApi::new(
         control.clone(),
         options.admin_token.clone(),
         options.config.internal_token.clone(),
-    ));
+    );
+    // An admin listener that asks for client certificates (mutual TLS
+    // with --internal-ca) serves the internal routes only to those.
+    let api = Arc::new(
+        if options
+            .admin_tls
+            .as_ref()
+            .is_some_and(|t| t.verifies_clients())
+        {
+            api.with_certified_internal_routes()
+        } else {
+            api
+        },
+    );
     let router = Arc::new(Router::new(control.clone(), &options.domain, api.access()));
     let ingress_task = tokio::spawn(stasis_http::serve::serve_tls(
         ingress,

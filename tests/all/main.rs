@@ -67,6 +67,11 @@
 //!   keeps the credential from the guest, and stays closed without a token
 //!   to check; calls and messages across namespaces only where the
 //!   callee's namespace takes them;
+//! * `mtls`: mutual TLS between the control plane and workers under a
+//!   CA from `stasis ca`: a joined worker's actor, clients without the
+//!   CA's certificate refused (worker listener, admin `/internal/`), a
+//!   worker of another CA given no actor, cluster mode, flags that must
+//!   come together.
 //!
 //! Tests run in parallel in this one process: every server gets its own
 //! temporary data dir and kernel-picked loopback ports (see `support`), and
@@ -98,6 +103,7 @@ mod js;
 mod logs;
 mod lost_answers;
 mod mapped;
+mod mtls;
 mod namespace_policy;
 mod namespaces;
 mod outbound;

@@ -146,7 +146,9 @@ async fn one_name_in_two_namespaces_is_two_actors_and_each_stays_in_its_own() {
     .await;
     assert_eq!(answer.status, 403, "{answer:?}");
     assert!(
-        answer.body.contains("does not take calls from namespace team-a"),
+        answer
+            .body
+            .contains("does not take calls from namespace team-a"),
         "{answer:?}"
     );
 

@@ -44,6 +44,7 @@ use stasis_core::module::ModuleCache;
 use stasis_core::snapshot_files::LocalSnapshotStore;
 use stasis_core::snapshot_objects::{ObjectSnapshotStore, StoreUrl};
 use stasis_core::snapshot_store::SnapshotStore;
+use stasis_http::mtls::InternalTls;
 use stasis_worker::Worker;
 use stasis_worker::actor::Replicator;
 use stasis_worker::fence::{Fence, FencedStore};
@@ -64,6 +65,11 @@ pub struct WorkerOptions {
     pub token: Option<String>,
     /// Hosts its actors' `fetch` may reach (`--allow-outbound`).
     pub allow_outbound: stasis_contract::settings::AllowList,
+    /// Mutual TLS (`--internal-ca`, `--internal-tls-cert`,
+    /// `--internal-tls-key`): the API serves TLS only, to clients with a
+    /// certificate from the internal CA; an `https://` control plane is
+    /// reached with this worker's certificate. `None`: plain HTTP.
+    pub internal_tls: Option<Arc<InternalTls>>,
 }
 
 /// How a worker joins its cluster.
@@ -217,7 +223,7 @@ struct Storage {
 ///
 /// # Errors
 /// If the data dir is locked, the listener cannot be bound, or the API
-/// would be exposed beyond loopback without a token.
+/// would be exposed beyond loopback without a token or mutual TLS.
 pub async fn run(
     options: WorkerOptions,
     shutdown: impl Future<Output = ()> + Send,
@@ -225,9 +231,14 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     stasis_contract::error::check_label("worker", &options.name)
         .map_err(|e| anyhow::anyhow!("{e}"))?;
-    if !options.listen.ip().is_loopback() && options.token.is_none() {
+    // Mutual TLS lets in only clients with a certificate from the
+    // internal CA: that guards the API as a token does.
+    if !options.listen.ip().is_loopback()
+        && options.token.is_none()
+        && options.internal_tls.is_none()
+    {
         anyhow::bail!(
-            "refusing to expose the worker API on {} without a token: set --internal-token (STASIS_INTERNAL_TOKEN) or --admin-token (STASIS_ADMIN_TOKEN), or listen on loopback",
+            "refusing to expose the worker API on {} without a token: set --internal-token (STASIS_INTERNAL_TOKEN) or --admin-token (STASIS_ADMIN_TOKEN), or --internal-ca with its certificates, or listen on loopback",
             options.listen
         );
     }
@@ -259,8 +270,13 @@ pub async fn run(
                 std::fs::remove_dir_all(&snapshots)
                     .with_context(|| format!("clearing {}", snapshots.display()))?;
             }
-            let control = Peer::new(url, options.token.as_deref(), "control plane")
-                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            let control = Peer::with_identity(
+                url,
+                options.token.as_deref(),
+                "control plane",
+                options.internal_tls.as_deref(),
+            )
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
             let join = JoinRequest {
                 name: options.name.clone(),
                 address: bound.to_string(),
@@ -425,8 +441,9 @@ pub async fn run(
     );
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let api = remote.clone();
-    let server = tokio::spawn(stasis_http::serve::serve(
+    let server = tokio::spawn(stasis_http::serve::serve_tls(
         listener,
+        options.internal_tls.as_ref().map(|t| t.server()),
         move |req, _| {
             let api = api.clone();
             async move { api.handle(req).await }
