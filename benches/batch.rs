@@ -216,11 +216,7 @@ fn main() {
         Ok("s3") => Store::S3,
         _ => Store::File,
     };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
+    let rt = stasis_test_util::bench::runtime();
     let client = {
         let _guard = rt.enter();
         client()

@@ -138,11 +138,7 @@ fn main() {
         .without_plots()
         .configure_from_args();
     let started = Instant::now();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
+    let rt = stasis_test_util::bench::runtime();
     let tmp = tempfile::Builder::new()
         .prefix("stasis-bench-calls-")
         .tempdir()

@@ -437,11 +437,7 @@ fn main() {
     )
     .max(1);
     let chains = knob("STASIS_CHAIN_CHAINS", if test_mode() { 1 } else { 3 }).max(1);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
+    let rt = stasis_test_util::bench::runtime();
     let tmp = tempfile::Builder::new()
         .prefix("stasis-chain-")
         .tempdir()

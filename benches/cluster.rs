@@ -483,11 +483,7 @@ fn run_wrk(rt: &Runtime, client: &Http, admin_addr: SocketAddr, ingress: SocketA
 fn main() {
     let mut c = Criterion::default().configure_from_args();
     let started = Instant::now();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
+    let rt = stasis_test_util::bench::runtime();
     bench_downtime(&mut c, &rt);
     bench_load(&mut c, &rt);
     c.final_summary();

@@ -347,11 +347,7 @@ fn main() {
         .configure_from_args();
     let started = Instant::now();
     let config = Config::from_env();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
+    let rt = stasis_test_util::bench::runtime();
     let tmp = tempfile::Builder::new()
         .prefix("stasis-density-")
         .tempdir_in(&config.parent)

@@ -107,11 +107,7 @@ fn main() {
         .map_or(if test_mode() { 10_000 } else { 1_000_000 }, |v| {
             v.replace('_', "").parse().expect("STASIS_FORK_PRELOAD")
         });
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
+    let rt = stasis_test_util::bench::runtime();
     let tmp = tempfile::Builder::new()
         .prefix("stasis-fork-")
         .tempdir()

@@ -174,11 +174,7 @@ impl Latencies {
 }
 
 fn setup() -> Ctx {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
+    let rt = stasis_test_util::bench::runtime();
     let client = {
         let _guard = rt.enter();
         client()

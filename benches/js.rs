@@ -54,11 +54,7 @@ fn main() {
         .warm_up_time(Duration::from_millis(300))
         .measurement_time(Duration::from_secs(3))
         .configure_from_args();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
+    let rt = stasis_test_util::bench::runtime();
     let tmp = tempfile::Builder::new()
         .prefix("stasis-js-")
         .tempdir()

@@ -50,11 +50,7 @@ fn main() {
         env_usize("STASIS_LOGS_ACTORS", 100_000)
     };
     let concurrency = env_usize("STASIS_LOGS_CONCURRENCY", 16);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
+    let rt = stasis_test_util::bench::runtime();
     let tmp = tempfile::Builder::new()
         .prefix("stasis-logs-")
         .tempdir()

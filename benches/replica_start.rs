@@ -72,11 +72,7 @@ fn main() {
     } else {
         env_usize("STASIS_START_ACTORS", 1_000_000)
     };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
+    let rt = stasis_test_util::bench::runtime();
     let mut setup = Setup::new(1, 1, 1);
     setup.store = Store::File;
     let d = Deployment::start(STASIS, setup);

@@ -637,11 +637,7 @@ struct Envs {
 fn main() {
     let mut c = Criterion::default().configure_from_args();
     let started = Instant::now();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
+    let rt = stasis_test_util::bench::runtime();
     let client = {
         let _guard = rt.enter();
         client()

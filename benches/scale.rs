@@ -269,11 +269,7 @@ fn main() {
         if test_mode() { 10_000 } else { 1_000_000 },
     );
     let samples = knob("STASIS_SCALE_SAMPLES", if test_mode() { 3 } else { 20 }).max(1);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
+    let rt = stasis_test_util::bench::runtime();
     let tmp = tempfile::Builder::new()
         .prefix("stasis-scale-")
         .tempdir()

@@ -100,11 +100,7 @@ fn main() {
             env_usize("STASIS_SOCKETS_OPEN", 10_000),
         )
     };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
+    let rt = stasis_test_util::bench::runtime();
     let tmp = tempfile::Builder::new()
         .prefix("stasis-sockets-")
         .tempdir()

@@ -18,7 +18,7 @@ use std::net::SocketAddr;
 
 use bytes::Bytes;
 use serde_json::json;
-use stasis_test_util::bench::{env_usize, rate, serve, test_mode};
+use stasis_test_util::bench::{rate, serve};
 use stasis_test_util::http::{Http, client, send_with};
 use stasis_test_util::{Artifacts, artifacts};
 
@@ -55,20 +55,12 @@ async fn run(
 }
 
 fn main() {
-    let (rounds, seconds) = if test_mode() {
-        (1, 1)
-    } else {
-        (
-            env_usize("STASIS_TOKENS_ROUNDS", 3),
-            env_usize("STASIS_TOKENS_SECONDS", 3) as u64,
-        )
-    };
-    let in_flight = env_usize("STASIS_TOKENS_IN_FLIGHT", 8);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
+    let stasis_test_util::bench::Rounds {
+        rounds,
+        seconds,
+        in_flight,
+    } = stasis_test_util::bench::Rounds::from_env("STASIS_TOKENS");
+    let rt = stasis_test_util::bench::runtime();
     rt.block_on(async {
         let tmp = tempfile::tempdir().expect("tempdir");
         let server = serve(

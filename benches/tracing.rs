@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
-use stasis_test_util::bench::{env_usize, rate, serve, test_mode};
+use stasis_test_util::bench::{rate, serve};
 use stasis_test_util::http::{actor_host, client, send};
 use stasis_test_util::{Artifacts, admin, artifacts};
 
@@ -138,20 +138,12 @@ async fn run(case: &Case, sink: SocketAddr, in_flight: usize, seconds: u64) -> f
 }
 
 fn main() {
-    let (rounds, seconds) = if test_mode() {
-        (1, 1)
-    } else {
-        (
-            env_usize("STASIS_TRACING_ROUNDS", 3),
-            env_usize("STASIS_TRACING_SECONDS", 3) as u64,
-        )
-    };
-    let in_flight = env_usize("STASIS_TRACING_IN_FLIGHT", 8);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
+    let stasis_test_util::bench::Rounds {
+        rounds,
+        seconds,
+        in_flight,
+    } = stasis_test_util::bench::Rounds::from_env("STASIS_TRACING");
+    let rt = stasis_test_util::bench::runtime();
     rt.block_on(async {
         let received = Arc::new(AtomicU64::new(0));
         let sink = sink(received.clone()).await;

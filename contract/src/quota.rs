@@ -38,6 +38,17 @@ pub struct NamespaceInfo {
     pub calls_from: Vec<String>,
 }
 
+/// A namespace in use, as `GET /v1/namespaces` lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NamespaceSummary {
+    /// Its name.
+    pub name: String,
+    /// How many actors it holds.
+    pub actors: u64,
+    /// How many templates it holds.
+    pub templates: u64,
+}
+
 /// The quotas part of the directory: one [`Quota`] per namespace that has
 /// one. Writes are durable on return and, in cluster mode, fenced.
 pub trait Quotas: Send + Sync {

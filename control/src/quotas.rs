@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use stasis_contract::error::{ApiError, ErrorKind};
 use stasis_contract::names::{DEFAULT_NAMESPACE, check_namespace, namespace_of};
-use stasis_contract::quota::{NamespaceInfo, Quota};
+use stasis_contract::quota::{NamespaceInfo, NamespaceSummary, Quota};
 
 use crate::{ControlPlane, blocking};
 
@@ -128,6 +128,35 @@ impl ControlPlane {
             ingress_auth: policy.ingress_auth,
             calls_from: policy.calls_from,
         })
+    }
+
+    /// Every namespace that holds actors or templates, and `default`,
+    /// by name.
+    ///
+    /// # Errors
+    /// 500 from the directory.
+    pub fn namespaces(&self) -> Result<Vec<NamespaceSummary>, ApiError> {
+        fn summary<'a>(
+            by_name: &'a mut std::collections::BTreeMap<String, NamespaceSummary>,
+            namespace: &str,
+        ) -> &'a mut NamespaceSummary {
+            by_name
+                .entry(namespace.to_owned())
+                .or_insert_with(|| NamespaceSummary {
+                    name: namespace.to_owned(),
+                    actors: 0,
+                    templates: 0,
+                })
+        }
+        let mut by_name = std::collections::BTreeMap::new();
+        summary(&mut by_name, DEFAULT_NAMESPACE);
+        for name in self.placements().keys() {
+            summary(&mut by_name, namespace_of(name)).actors += 1;
+        }
+        for template in self.templates()? {
+            summary(&mut by_name, namespace_of(&template.name)).templates += 1;
+        }
+        Ok(by_name.into_values().collect())
     }
 
     /// How many actors namespace `namespace` holds, counting the names in

@@ -409,6 +409,7 @@ impl AdminApi {
                 let (c, name) = (c.clone(), (*name).to_owned());
                 ok(&detached(async move { c.upgrade(&name, req.to_version).await }).await?)
             }
+            (&Method::GET, ["v1", "namespaces"]) => ok(&c.namespaces()?),
             (&Method::GET, ["v1", "namespaces", ns]) => ok(&c.namespace_info(ns).await?),
             (&Method::PUT, ["v1", "namespaces", ns, "quota"]) => {
                 // A quota replaces the old one: only an object says what;

@@ -33,7 +33,7 @@ pub fn allowed(path: &str) -> &'static [&'static str] {
         ["v1", "actors", _] => &["GET", "DELETE"],
         ["v1", "actors", _, "logs"] => &["GET"],
         ["v1", "tokens"] => &["GET", "POST"],
-        ["v1", "namespaces", _] => &["GET"],
+        ["v1", "namespaces"] | ["v1", "namespaces", _] => &["GET"],
         [
             "v1",
             "namespaces",

@@ -57,6 +57,53 @@ pub fn env_usize(key: &str, default: usize) -> usize {
     })
 }
 
+/// The runtime every bench drives its clients on: two worker threads,
+/// as many as the machines the figures come from have cores.
+///
+/// # Panics
+/// If the runtime cannot be built.
+#[must_use]
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
+
+/// How long a throughput bench runs: `rounds` rounds alternating between
+/// its cases, each case `seconds` long with `in_flight` requests in flight.
+#[derive(Debug, Clone, Copy)]
+pub struct Rounds {
+    /// Rounds (the median is reported).
+    pub rounds: usize,
+    /// Seconds per case and round.
+    pub seconds: u64,
+    /// Requests in flight.
+    pub in_flight: usize,
+}
+
+impl Rounds {
+    /// From `<prefix>_ROUNDS` (3), `<prefix>_SECONDS` (3) and
+    /// `<prefix>_IN_FLIGHT` (8); in test mode one round of one second.
+    #[must_use]
+    pub fn from_env(prefix: &str) -> Self {
+        let in_flight = env_usize(&format!("{prefix}_IN_FLIGHT"), 8);
+        if test_mode() {
+            return Self {
+                rounds: 1,
+                seconds: 1,
+                in_flight,
+            };
+        }
+        Self {
+            rounds: env_usize(&format!("{prefix}_ROUNDS"), 3),
+            seconds: env_usize(&format!("{prefix}_SECONDS"), 3) as u64,
+            in_flight,
+        }
+    }
+}
+
 /// `VmRSS` of process `pid`, in bytes (0 if it cannot be read).
 #[must_use]
 pub fn rss(pid: u32) -> u64 {

@@ -5,6 +5,7 @@
 //! fork and delete buttons work; with `--admin-token` the page asks for
 //! the token and shows nothing without it. A screenshot is taken
 //! (`STASIS_CONSOLE_SCREENSHOT=PATH` keeps it, e.g. for docs/console.png).
+//! The namespace chooser switches the lists and pages to a namespace.
 
 use std::io::{BufRead as _, BufReader};
 use std::os::unix::process::CommandExt as _;
@@ -341,4 +342,56 @@ async fn with_a_token_the_console_shows_nothing_until_it_is_given() {
     browser
         .until("!!document.querySelector('tr[data-actor=secret]')")
         .await;
+}
+
+/// The namespace chooser: the lists show the namespace it names (the
+/// namespaces there are suggested), and an actor's page of another
+/// namespace reads and acts on that actor.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_shows_the_namespace_chosen() {
+    if !chromium_installed() {
+        return;
+    }
+    let server = Server::start(&["--workers", "1"]);
+    server.push("counter");
+    server.create("c1", "counter");
+    let counter = crate::support::demo("counter");
+    let counter = counter.to_str().expect("utf-8");
+    server.cli_ok(&["-n", "team-a", "template", "push", "counter", counter]);
+    server.cli_ok(&[
+        "-n",
+        "team-a",
+        "actor",
+        "create",
+        "c2",
+        "--template",
+        "counter",
+    ]);
+    let mut browser = Browser::open(&format!("http://{}/ui/", server.admin)).await;
+    browser
+        .until("!!document.querySelector('tr[data-actor=c1]')")
+        .await;
+    browser
+        .until("[...document.querySelectorAll('#namespaces option')].some((o) => o.value === 'team-a')")
+        .await;
+    browser
+        .eval("const n = document.getElementById('namespace'); n.value = 'team-a'; n.dispatchEvent(new Event('change'))")
+        .await;
+    browser
+        .until("!!document.querySelector('tr[data-actor=\"c2.team-a\"]') && !document.querySelector('tr[data-actor=c1]')")
+        .await;
+    // Its page, through the namespace's routes: the pause button works.
+    browser.eval("location.hash = '#/actor/c2.team-a'").await;
+    browser
+        .until("!!document.querySelector('[data-field=state]')?.textContent")
+        .await;
+    browser
+        .eval("document.getElementById('pause').click()")
+        .await;
+    browser
+        .until("document.querySelector('[data-field=state]').textContent === 'paused'")
+        .await;
+    let out = server.cli(&["-n", "team-a", "actor", "get", "c2", "-o", "json"]);
+    let got: Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(got["state"], "paused", "{got}");
 }

@@ -13,6 +13,21 @@ let lastCounts = { at: 0, counts: new Map() };
 
 function token() { return sessionStorage.getItem("stasis-token"); }
 
+// The namespace the lists show (kept in this tab), and the routes of it:
+// the default namespace's are the unprefixed ones (docs/api.md,
+// "Namespaces").
+function namespace() { return sessionStorage.getItem("stasis-namespace") || "default"; }
+function listBase() {
+  const ns = namespace();
+  return ns === "default" ? "/v1" : `/v1/namespaces/${encodeURIComponent(ns)}`;
+}
+// An actor's routes, by its full name (`c1.team-a`, or `c1` in default).
+function actorBase(full) {
+  const dot = full.indexOf(".");
+  const ns = dot < 0 ? "default" : full.slice(dot + 1);
+  return `/v1/namespaces/${encodeURIComponent(ns)}/actors/${encodeURIComponent(full)}`;
+}
+
 class Unauthorized extends Error {}
 
 async function api(method, path, body) {
@@ -96,7 +111,7 @@ function actorsView() {
   const table = el("table", { id: "actors" });
   view.replaceChildren(el("h1", {}, "Actors"), table);
   return every(2000, async () => {
-    const actors = await api("GET", "/v1/actors");
+    const actors = await api("GET", `${listBase()}/actors`);
     const now = Date.now();
     const seconds = (now - lastCounts.at) / 1000;
     const counts = new Map();
@@ -119,7 +134,7 @@ function actorsView() {
     });
     lastCounts = { at: now, counts };
     table.replaceChildren(head, ...rows);
-    say(`${actors.length} actors`);
+    say(`${actors.length} actors in namespace ${namespace()}`);
   });
 }
 
@@ -127,13 +142,13 @@ function templatesView() {
   const table = el("table", { id: "templates" });
   view.replaceChildren(el("h1", {}, "Templates"), table);
   return every(5000, async () => {
-    const templates = await api("GET", "/v1/templates");
+    const templates = await api("GET", `${listBase()}/templates`);
     table.replaceChildren(
       el("tr", {}, ...["template", "version", "actors", "module", "durability"].map((h) => el("th", {}, h))),
       ...templates.map((t) => el("tr", {},
         el("td", {}, t.name), el("td", { class: "num" }, t.version), el("td", { class: "num" }, t.actors),
         el("td", { class: "num" }, bytes(t.bytes)), el("td", {}, t.durability))));
-    say(`${templates.length} templates`);
+    say(`${templates.length} templates in namespace ${namespace()}`);
   });
 }
 
@@ -153,7 +168,7 @@ function workersView() {
 
 // One actor: its fields, the buttons, its log following live, its events.
 function actorView(name) {
-  const base = `/v1/actors/${encodeURIComponent(name)}`;
+  const base = actorBase(name);
   const facts = el("dl", { id: "facts" });
   const log = el("pre", { id: "log" });
   const events = el("ul", { class: "events", id: "events" });
@@ -231,10 +246,31 @@ function route() {
   else stopView = actorsView();
 }
 
+// The namespaces there are, as suggestions (a token of one namespace may
+// not list them: it types its own).
+const chooser = document.getElementById("namespace");
+chooser.value = namespace();
+chooser.addEventListener("change", () => {
+  const ns = chooser.value.trim().toLowerCase() || "default";
+  sessionStorage.setItem("stasis-namespace", ns);
+  chooser.value = ns;
+  if (location.hash.startsWith("#/actor/")) location.hash = "#/";
+  else route();
+});
+async function suggestNamespaces() {
+  try {
+    const namespaces = await api("GET", "/v1/namespaces");
+    document.getElementById("namespaces").replaceChildren(
+      ...namespaces.map((n) => el("option", { value: n.name }, `${n.actors} actors`)));
+  } catch (_) { /* typed instead */ }
+}
+
 login.addEventListener("submit", (event) => {
   event.preventDefault();
   sessionStorage.setItem("stasis-token", document.getElementById("token").value);
   route();
+  suggestNamespaces();
 });
 window.addEventListener("hashchange", route);
 route();
+suggestNamespaces();
