@@ -48,6 +48,7 @@ pub mod calls;
 pub mod directory;
 pub mod follow;
 pub mod housekeeping;
+mod kept;
 pub mod local;
 pub mod logs;
 pub mod membership;

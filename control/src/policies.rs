@@ -3,49 +3,50 @@
 //! the namespaces it takes calls from, and reading them for each request
 //! the ingress routes ([`ControlPlane::ingress_auth`]) and each call or
 //! message between actors ([`ControlPlane::may_call`]). A namespace's
-//! policy is read from the directory and kept at most [`POLICY_BOUND`], so
-//! a change applies on every replica within it.
+//! policy is read from the directory and kept ([`crate::kept`]), read
+//! again every [`POLICY_BOUND`], so a change applies on every replica
+//! within it (plus one read).
 
-use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use stasis_contract::error::{ApiError, ErrorKind};
 use stasis_contract::names::{DEFAULT_NAMESPACE, check_namespace, namespace_of};
 use stasis_contract::policy::{IngressAuth, MAX_CALLS_FROM, NamespacePolicy};
 use stasis_contract::quota::NamespaceInfo;
 
+use crate::kept::Kept;
 use crate::{ControlPlane, blocking};
 
-/// How long a replica keeps a namespace's policy before reading it again:
-/// the bound within which a change applies everywhere.
+/// How long a replica keeps a namespace's policy before reading it again
+/// (in the background: see [`crate::kept`]): the bound within which a
+/// change applies everywhere, plus one read.
 pub const POLICY_BOUND: Duration = Duration::from_secs(1);
 
-/// Most namespaces whose policy is kept; past it the cache starts over.
-const MAX_KEPT: usize = 10_000;
-
 /// What the control plane keeps of the namespaces' policies.
-#[derive(Default)]
 pub struct PolicyState {
-    read: Mutex<HashMap<String, (NamespacePolicy, Instant)>>,
+    kept: Kept<NamespacePolicy>,
     /// Held across a policy's read, change and write, so two changes of
     /// one namespace's policy (its ingress auth and its calls) do not
     /// undo each other.
     writes: tokio::sync::Mutex<()>,
 }
 
-impl PolicyState {
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, (NamespacePolicy, Instant)>> {
-        self.read.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn keep(&self, namespace: &str, policy: NamespacePolicy) {
-        let mut read = self.lock();
-        if read.len() >= MAX_KEPT {
-            read.clear();
+impl Default for PolicyState {
+    fn default() -> Self {
+        Self {
+            kept: Kept::new(POLICY_BOUND, "namespace policy"),
+            writes: tokio::sync::Mutex::default(),
         }
-        read.insert(namespace.to_owned(), (policy, Instant::now()));
     }
+}
+
+/// A namespace's policy as the directory holds it (the default when none
+/// was set).
+fn read_policy(
+    directory: &dyn stasis_contract::directory::Directory,
+    namespace: &str,
+) -> Result<NamespacePolicy, ApiError> {
+    Ok(directory.policy(namespace)?.unwrap_or_default())
 }
 
 /// How a namespace is named in a message.
@@ -64,17 +65,10 @@ impl ControlPlane {
     /// # Errors
     /// 500 from the directory.
     pub async fn policy(&self, namespace: &str) -> Result<NamespacePolicy, ApiError> {
-        if let Some((policy, at)) = self.policies.lock().get(namespace)
-            && at.elapsed() < POLICY_BOUND
-        {
-            return Ok(policy.clone());
-        }
-        let owned = namespace.to_owned();
-        let policy = blocking(&self.directory, move |d| d.policy(&owned))
-            .await?
-            .unwrap_or_default();
-        self.policies.keep(namespace, policy.clone());
-        Ok(policy)
+        self.policies
+            .kept
+            .get(&self.directory, namespace, read_policy)
+            .await
     }
 
     /// Namespace `namespace`'s ingress auth.
@@ -165,13 +159,11 @@ impl ControlPlane {
         check_namespace(namespace)?;
         let _one_at_a_time = self.policies.writes.lock().await;
         let owned = namespace.to_owned();
-        let mut policy = blocking(&self.directory, move |d| d.policy(&owned))
-            .await?
-            .unwrap_or_default();
+        let mut policy = blocking(&self.directory, move |d| read_policy(d, &owned)).await?;
         change(&mut policy);
         let (owned, stored) = (namespace.to_owned(), policy.clone());
         blocking(&self.directory, move |d| d.put_policy(&owned, &stored)).await?;
-        self.policies.keep(namespace, policy);
+        self.policies.kept.put(namespace, policy);
         Ok(())
     }
 }

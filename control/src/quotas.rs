@@ -1,9 +1,10 @@
 //! Quotas per namespace on the control plane's side: setting one, showing
 //! a namespace, the actor count a create or fork must stay within, and the
-//! request rate the ingress admits ([`ControlPlane::admit_request`]). A namespace's
-//! quota is read from the directory and kept at most [`QUOTA_BOUND`], so a
-//! change applies on every replica within it. The request rate is a token
-//! bucket per namespace and replica, holding one second's worth.
+//! request rate the ingress admits ([`ControlPlane::admit_request`]). A
+//! namespace's quota is read from the directory and kept
+//! ([`crate::kept`]), read again every [`QUOTA_BOUND`], so a change
+//! applies on every replica within it (plus one read). The request rate is
+//! a token bucket per namespace and replica, holding one second's worth.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
@@ -13,13 +14,13 @@ use stasis_contract::error::{ApiError, ErrorKind};
 use stasis_contract::names::{DEFAULT_NAMESPACE, check_namespace, namespace_of};
 use stasis_contract::quota::{NamespaceInfo, NamespaceSummary, Quota};
 
+use crate::kept::Kept;
 use crate::{ControlPlane, blocking};
 
 /// How long a replica keeps a namespace's quota before reading it again.
 pub const QUOTA_BOUND: Duration = Duration::from_secs(1);
 
-/// Most namespaces whose quota and bucket are kept; past it both start
-/// over.
+/// Most namespaces whose bucket is kept; past it the buckets start over.
 const MAX_KEPT: usize = 10_000;
 
 /// Largest `max_actors` or `max_requests_per_second` a quota may set.
@@ -34,10 +35,26 @@ struct Bucket {
 }
 
 /// What the control plane keeps of the quotas (module docs).
-#[derive(Default)]
 pub struct QuotaState {
-    read: Mutex<HashMap<String, (Option<Quota>, Instant)>>,
+    read: Kept<Quota>,
     buckets: Mutex<HashMap<String, Bucket>>,
+}
+
+impl Default for QuotaState {
+    fn default() -> Self {
+        Self {
+            read: Kept::new(QUOTA_BOUND, "quota"),
+            buckets: Mutex::default(),
+        }
+    }
+}
+
+/// A namespace's quota as the directory holds it (none: no limit).
+fn read_quota(
+    directory: &dyn stasis_contract::directory::Directory,
+    namespace: &str,
+) -> Result<Quota, ApiError> {
+    Ok(directory.quota(namespace)?.unwrap_or_default())
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -61,24 +78,16 @@ pub(crate) fn over_actors(namespace: &str, held: u64, max: u64) -> ApiError {
 }
 
 impl ControlPlane {
-    /// Namespace `namespace`'s quota, as read at most [`QUOTA_BOUND`] ago.
+    /// Namespace `namespace`'s quota, as kept ([`crate::kept`]: read again
+    /// every [`QUOTA_BOUND`]).
     ///
     /// # Errors
     /// 500 from the directory.
     pub async fn quota(&self, namespace: &str) -> Result<Quota, ApiError> {
-        if let Some((quota, at)) = lock(&self.quotas.read).get(namespace)
-            && at.elapsed() < QUOTA_BOUND
-        {
-            return Ok(quota.clone().unwrap_or_default());
-        }
-        let owned = namespace.to_owned();
-        let quota = blocking(&self.directory, move |d| d.quota(&owned)).await?;
-        let mut read = lock(&self.quotas.read);
-        if read.len() >= MAX_KEPT {
-            read.clear();
-        }
-        read.insert(namespace.to_owned(), (quota.clone(), Instant::now()));
-        Ok(quota.unwrap_or_default())
+        self.quotas
+            .read
+            .get(&self.directory, namespace, read_quota)
+            .await
     }
 
     /// Sets namespace `namespace`'s quota (replacing it); its view.
@@ -108,7 +117,7 @@ impl ControlPlane {
         }
         let (owned, stored) = (namespace.to_owned(), quota.clone());
         blocking(&self.directory, move |d| d.put_quota(&owned, &stored)).await?;
-        lock(&self.quotas.read).insert(namespace.to_owned(), (Some(quota), Instant::now()));
+        self.quotas.read.put(namespace, quota);
         lock(&self.quotas.buckets).remove(namespace);
         tracing::info!(namespace, "quota set");
         self.namespace_info(namespace).await

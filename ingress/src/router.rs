@@ -296,10 +296,15 @@ async fn route(
         Ok(actor) => actor,
         Err(e) => return text_error(&e),
     };
-    // A namespace that requires a token: checked before the actor is
-    // looked up (a stranger learns nothing of its names), and the
-    // credential is the ingress's, never passed on to the guest.
-    if let Err(e) = authenticate(&control, &access, &mut parts, &actor).await {
+    // A namespace that requires a token: answered before anything about
+    // the actor (a stranger learns nothing of its names), and the
+    // credential is the ingress's, never passed on to the guest. The
+    // placement is looked up meanwhile: neither waits on the other.
+    let (authenticated, route) = tokio::join!(
+        authenticate(&control, &access, &mut parts, &actor),
+        control.route(&actor)
+    );
+    if let Err(e) = authenticated {
         let mut refused = text_error(&e);
         if e.is(ErrorKind::Unauthorized) {
             refused.headers_mut().insert(
@@ -312,7 +317,7 @@ async fn route(
         control.count_request(&actor, e.kind().status(), started.elapsed());
         return refused;
     }
-    let route = match control.route(&actor).await {
+    let route = match route {
         Ok(route) => route,
         Err(e) => return text_error(&e),
     };

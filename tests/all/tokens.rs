@@ -102,17 +102,7 @@ async fn the_internal_token_and_the_admin_token_each_open_only_their_api() {
     }
 
     // The control plane reaches the worker with the internal token.
-    let module = crate::support::demo("counter");
-    cli_ok(
-        &server,
-        &[
-            "template",
-            "push",
-            "counter",
-            module.to_str().expect("utf-8"),
-        ],
-    );
-    cli_ok(&server, &["actor", "create", "c", "--template", "counter"]);
+    counter_c(&server);
     let client = crate::support::client();
     assert_eq!(
         count(&to_actor(&client, server.ingress, "c", "POST", "/").await),
@@ -153,6 +143,14 @@ fn an_internal_token_equal_to_the_admin_token_is_refused() {
         panic!("serve started with one token for both");
     };
     assert!(stderr.contains("--internal-token must differ"), "{stderr}");
+}
+
+/// Pushes the counter demo and creates actor `c` from it.
+fn counter_c(server: &Server) {
+    let module = crate::support::demo("counter");
+    let module = module.to_str().expect("utf-8");
+    cli_ok(server, &["template", "push", "counter", module]);
+    cli_ok(server, &["actor", "create", "c", "--template", "counter"]);
 }
 
 /// `stasis ARGS -o json` with `token`, asserting success.
@@ -441,17 +439,7 @@ async fn a_revoked_token_is_refused_by_every_replica_within_the_bound() {
 async fn a_followed_log_ends_when_its_token_is_revoked() {
     use http_body_util::BodyExt as _;
     let server = Server::start(&["--admin-token", ADMIN]);
-    let module = crate::support::demo("counter");
-    cli_ok(
-        &server,
-        &[
-            "template",
-            "push",
-            "counter",
-            module.to_str().expect("utf-8"),
-        ],
-    );
-    cli_ok(&server, &["actor", "create", "c", "--template", "counter"]);
+    counter_c(&server);
     // Its events so far (created, resumed) are the stream's first answer.
     let client = crate::support::client();
     assert_eq!(

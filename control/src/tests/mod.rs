@@ -5,7 +5,7 @@
 //! exercised without a process, a socket or a sleep.
 
 mod cache;
-mod fakes;
+pub(crate) mod fakes;
 mod scenarios;
 
 use std::collections::BTreeMap;
