@@ -38,7 +38,7 @@ run() {
     serve_start --workers 0 "${cp_flags[@]}"
     worker_start w1 "${w1_flags[@]}"
     counter_actor
-    curl -fsS "$admin/v1/actors/counter" | grep -q '"worker":"w1"' \
+    curl -fsS "$admin/v1/actors/counter" | grep -q '"worker": *"w1"' \
         || { echo "the actor is not on the remote worker" >&2; exit 1; }
     cat >"$tmp/post.lua" <<LUA
 wrk.method = "POST"
