@@ -42,7 +42,7 @@ STASIS__FN const char *stasis_error_text(int64_t code) {
     case STASIS_ERR_LOOP_DETECTED:
         return "loop detected: the callee is already in the chain of callers";
     case STASIS_ERR_DEADLINE: return "deadline exceeded";
-    case STASIS_ERR_REFUSED: return "refused by the outbound allow-list";
+    case STASIS_ERR_REFUSED: return "refused (by the outbound allow-list, or by the callee's namespace)";
     case STASIS_ERR_TOO_LARGE: return "body too large";
     case STASIS_ERR_BAD_INPUT: return "bad input";
     case STASIS_ERR_UNAVAILABLE: return "unavailable";

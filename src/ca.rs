@@ -29,8 +29,8 @@ pub(crate) enum CaCommand {
         /// The folder to write them to (created if missing).
         #[arg(long, value_name = "DIR")]
         dir: PathBuf,
-        /// How long the CA is valid.
-        #[arg(long, value_name = "N", default_value_t = 3650, value_parser = clap::value_parser!(u32).range(1..))]
+        /// How long the CA is valid (at most 3653: ten years).
+        #[arg(long, value_name = "N", default_value_t = 3650, value_parser = clap::value_parser!(u32).range(1..=3653))]
         days: u32,
     },
     /// Issue a certificate for one process (control plane or worker),
@@ -42,8 +42,9 @@ pub(crate) enum CaCommand {
         /// The folder of the CA (`ca create`), where the files go.
         #[arg(long, value_name = "DIR")]
         dir: PathBuf,
-        /// The certificate's name (1-63 of a-z, 0-9 and -): its common
-        /// name and its files' names.
+        /// The certificate's name (1-63 of a-z, 0-9 and -, not ending in
+        /// -key): its common name, a DNS name in it, and its files' names.
+        /// A worker's must be its --name: the control plane checks it.
         #[arg(long)]
         name: String,
         /// A DNS name or IP address the process is reached at;
@@ -51,8 +52,8 @@ pub(crate) enum CaCommand {
         /// reached at their --listen (or --advertise) address: give its IP.
         #[arg(long = "host", value_name = "H")]
         hosts: Vec<String>,
-        /// How long the certificate is valid.
-        #[arg(long, value_name = "N", default_value_t = 365, value_parser = clap::value_parser!(u32).range(1..))]
+        /// How long the certificate is valid (at most 3653: ten years).
+        #[arg(long, value_name = "N", default_value_t = 365, value_parser = clap::value_parser!(u32).range(1..=3653))]
         days: u32,
     },
 }
@@ -241,6 +242,31 @@ fn create(dir: &Path, days: u32) -> anyhow::Result<Vec<PathBuf>> {
     Ok(vec![cert_path, key_path])
 }
 
+/// Checks that `host` is an IP address (without brackets, port or zone)
+/// or a DNS name (labels of letters, digits and hyphens; a leftmost `*`
+/// label for a wildcard): a certificate for anything else matches no one.
+fn check_host(host: &str) -> anyhow::Result<()> {
+    if host.parse::<std::net::IpAddr>().is_ok() {
+        return Ok(());
+    }
+    let name = host.strip_prefix("*.").unwrap_or(host);
+    let label = |l: &str| {
+        !l.is_empty()
+            && l.len() <= 63
+            && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+    };
+    let numeric = name
+        .split('.')
+        .all(|l| l.bytes().all(|b| b.is_ascii_digit()));
+    anyhow::ensure!(
+        name.len() <= 253 && name.split('.').all(label) && !numeric,
+        "--host {host:?} is neither an IP address (no brackets, port or zone) nor a DNS name"
+    );
+    Ok(())
+}
+
 /// `ca issue`.
 fn issue(dir: &Path, name: &str, hosts: &[String], days: u32) -> anyhow::Result<Vec<PathBuf>> {
     stasis_runtime::contract::error::check_label("certificate", name)
@@ -249,6 +275,17 @@ fn issue(dir: &Path, name: &str, hosts: &[String], days: u32) -> anyhow::Result<
         name != "ca",
         "the name ca is the CA's own (ca.pem): give the certificate another name"
     );
+    // NAME.pem and NAME-key.pem must not be another certificate's key
+    // file, nor the CA's (ca-key.pem).
+    anyhow::ensure!(
+        !name.ends_with("-key"),
+        "a name ending in -key would overwrite the key file of another certificate \
+         (or the CA's ca-key.pem): give the certificate another name"
+    );
+    for host in hosts {
+        check_host(host)?;
+    }
+
     let (ca_cert, ca_key) = ca_files(dir);
     let read = |path: &Path| {
         std::fs::read_to_string(path).with_context(|| {
@@ -271,11 +308,17 @@ fn issue(dir: &Path, name: &str, hosts: &[String], days: u32) -> anyhow::Result<
     let ca_key = KeyPair::from_pem(&read(&ca_key)?)
         .with_context(|| format!("reading the CA key {}", ca_key.display()))?;
     let issuer = Issuer::new(ca_params(&ca_name), ca_key);
-    let hosts = if hosts.is_empty() {
+    let mut hosts = if hosts.is_empty() {
         vec!["localhost".to_owned(), "127.0.0.1".to_owned()]
     } else {
         hosts.to_vec()
     };
+    // The name too: the control plane checks that a worker's certificate
+    // names the worker it reaches (so one of the CA's certificates cannot
+    // stand in for another worker).
+    if !hosts.iter().any(|h| h == name) {
+        hosts.push(name.to_owned());
+    }
     let mut params = CertificateParams::new(hosts.clone())
         .with_context(|| format!("the hosts {}", hosts.join(", ")))?;
     params.distinguished_name = rcgen::DistinguishedName::new();

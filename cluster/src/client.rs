@@ -188,6 +188,13 @@ impl WorkerClient {
         identity: Option<&InternalTls>,
     ) -> Result<Self, ApiError> {
         let scheme = if identity.is_some() { "https" } else { "http" };
+        // Its certificate must name it: another of the CA's cannot
+        // stand in for it.
+        let identity = identity
+            .map(|i| i.for_peer(name))
+            .transpose()
+            .map_err(ApiError::bad_request)?;
+        let identity = identity.as_ref();
         Ok(Self {
             name: name.to_owned(),
             address: address.to_owned(),

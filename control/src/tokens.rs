@@ -36,11 +36,37 @@ pub fn parse(text: &str) -> Option<(&str, &str)> {
     (is_hex(id, ID_HEX) && is_hex(secret, SECRET_HEX)).then_some((id, secret))
 }
 
-/// Whether `c` is an invisible formatting character that could make a
-/// description print as something else: zero-width characters and marks,
-/// bidirectional embeddings, overrides and isolates, the byte order mark.
+/// Whether `c` is an invisible formatting character (Unicode category
+/// Cf) or a line or paragraph separator, which could make a description
+/// print as something else: the soft hyphen, bidirectional marks,
+/// embeddings, overrides and isolates, zero-width characters, the byte
+/// order mark, interlinear annotation, musical formatting and tag
+/// characters.
 fn is_formatting(c: char) -> bool {
-    matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{2069}' | '\u{FEFF}')
+    matches!(
+        c,
+        '\u{00AD}'
+            | '\u{0600}'..='\u{0605}'
+            | '\u{061C}'
+            | '\u{06DD}'
+            | '\u{070F}'
+            | '\u{0890}'..='\u{0891}'
+            | '\u{08E2}'
+            | '\u{180E}'
+            | '\u{200B}'..='\u{200F}'
+            | '\u{2028}'..='\u{202E}'
+            | '\u{2060}'..='\u{2064}'
+            | '\u{2066}'..='\u{206F}'
+            | '\u{FEFF}'
+            | '\u{FFF9}'..='\u{FFFB}'
+            | '\u{110BD}'
+            | '\u{110CD}'
+            | '\u{13430}'..='\u{1343F}'
+            | '\u{1BCA0}'..='\u{1BCA3}'
+            | '\u{1D173}'..='\u{1D17A}'
+            | '\u{E0001}'
+            | '\u{E0020}'..='\u{E007F}'
+    )
 }
 
 /// Whether `s` is `n` lowercase hex digits.
@@ -219,6 +245,30 @@ impl ControlPlane {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn invisible_formatting_characters_are_found() {
+        for c in [
+            '\u{00AD}',
+            '\u{061C}',
+            '\u{180E}',
+            '\u{200B}',
+            '\u{200D}',
+            '\u{2028}',
+            '\u{2029}',
+            '\u{202E}',
+            '\u{2066}',
+            '\u{FEFF}',
+            '\u{FFF9}',
+            '\u{1D173}',
+            '\u{E0041}',
+        ] {
+            assert!(is_formatting(c), "U+{:04X}", u32::from(c));
+        }
+        for c in ['a', 'é', 'ß', '中', ' ', '-', '\u{1F600}'] {
+            assert!(!is_formatting(c), "{c}");
+        }
+    }
 
     #[test]
     fn only_a_token_shaped_text_parses_and_only_its_secret_is_accepted() {

@@ -282,9 +282,10 @@ pub enum HostError {
     /// `-3`: the caller's request time ran out first. HTTP 504.
     #[error("deadline exceeded")]
     Deadline,
-    /// `-4`: outbound request to a host not allowed by `--allow-outbound`.
-    /// HTTP 502.
-    #[error("refused by the outbound allow-list")]
+    /// `-4`: outbound request to a host not allowed by `--allow-outbound`;
+    /// a message to an actor of a namespace that does not take the
+    /// sender's. HTTP 502.
+    #[error("refused (by the outbound allow-list, or by the callee's namespace)")]
     Refused,
     /// `-5`: a body over `--max-body`. HTTP 413.
     #[error("body too large")]

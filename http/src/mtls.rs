@@ -19,9 +19,12 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use rustls::DigitallySignedStruct;
 use rustls::RootCertStore;
+use rustls::client::WebPkiServerVerifier;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, UnixTime};
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::server::WebPkiClientVerifier;
 use rustls::server::danger::ClientCertVerifier;
 use rustls::sign::CertifiedKey;
@@ -147,6 +150,30 @@ impl InternalTls {
         rustls::ClientConfig::clone(&self.client)
     }
 
+    /// This identity for reaching the peer named `name` (a worker): the
+    /// peer's certificate must also name it, as a DNS name (`stasis ca
+    /// issue --name NAME` puts NAME in), besides the address it is reached
+    /// at, so one certificate of the CA cannot stand for another worker.
+    ///
+    /// # Errors
+    /// A message when `name` cannot be a DNS name.
+    pub fn for_peer(&self, name: &str) -> Result<Self, String> {
+        let name = ServerName::try_from(name.to_owned())
+            .map_err(|e| format!("worker name {name:?} cannot be checked in a certificate: {e}"))?;
+        let inner = WebPkiServerVerifier::builder_with_provider(self.roots.clone(), provider())
+            .build()
+            .map_err(|e| format!("the internal CA: {e}"))?;
+        let mut client = rustls::ClientConfig::clone(&self.client);
+        client
+            .dangerous()
+            .set_certificate_verifier(Arc::new(NamedPeer { inner, name }));
+        Ok(Self {
+            roots: self.roots.clone(),
+            server: self.server.clone(),
+            client: Arc::new(client),
+        })
+    }
+
     /// A verifier that asks for a client certificate from the CA but also
     /// lets a client without one in (a listener that serves both the
     /// internal API and others, such as the admin API).
@@ -194,5 +221,65 @@ impl rustls::client::ResolvesClientCert for OwnCert {
 
     fn has_certs(&self) -> bool {
         true
+    }
+}
+
+/// Checks a server's certificate as the CA's verifier does, and that it
+/// names the peer expected there ([`InternalTls::for_peer`]).
+#[derive(Debug)]
+struct NamedPeer {
+    inner: Arc<WebPkiServerVerifier>,
+    name: ServerName<'static>,
+}
+
+impl ServerCertVerifier for NamedPeer {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        let verified = self.inner.verify_server_cert(
+            end_entity,
+            intermediates,
+            server_name,
+            ocsp_response,
+            now,
+        )?;
+        webpki::EndEntityCert::try_from(end_entity)
+            .map_err(|e| rustls::Error::General(format!("the peer's certificate: {e}")))?
+            .verify_is_valid_for_subject_name(&self.name)
+            .map_err(|_| {
+                rustls::Error::General(format!(
+                    "the peer's certificate is not {}'s (issue it with stasis ca issue --name {})",
+                    self.name.to_str(),
+                    self.name.to_str()
+                ))
+            })?;
+        Ok(verified)
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.inner.supported_verify_schemes()
     }
 }

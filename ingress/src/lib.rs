@@ -7,7 +7,9 @@
 //! including the internal routes remote workers use), with [`routes`]
 //! (which methods each admin path takes: 404 or 405 with `Allow`, and the
 //! role each needs, checked by [`access`] against the bootstrap or a scoped
-//! token; [`namespace_metrics`]: `/metrics` as one namespace sees it) and
+//! token; [`namespace_metrics`]: `/metrics` as one namespace sees it;
+//! [`ingress_auth`]: a namespace's token at the ingress, for requests and
+//! the streams they open) and
 //! [`sockets`] (the WebSockets and streams actors accept). It depends on the
 //! control side (`stasis-control`) and the contract, never on the worker
 //! side or the cluster backends. [`console`] is the web console the admin
@@ -21,6 +23,7 @@ pub mod console;
 pub mod follow;
 pub mod forward;
 pub mod ingress;
+pub mod ingress_auth;
 pub mod namespace_metrics;
 pub mod relay;
 pub mod router;

@@ -22,13 +22,12 @@ use hyper::http::request::Parts;
 use hyper::{Request, Response, StatusCode};
 
 use crate::access::Access;
-use crate::{ingress, sockets};
+use crate::{ingress, ingress_auth, sockets};
 use opentelemetry::trace::{SpanKind, Status, TraceContextExt as _, Tracer as _};
 use opentelemetry::{Context, KeyValue};
 use stasis_contract::client_gone::ClientGone;
 use stasis_contract::error::{ApiError, ErrorKind, echo_cut, echo_name, is_label};
 use stasis_contract::names;
-use stasis_contract::policy::IngressAuth;
 use stasis_contract::trace;
 use stasis_control::ControlPlane;
 use stasis_host_api::sockets::{SOCKET_HEADER, STREAM_HEADER, STREAM_OPEN};
@@ -129,30 +128,6 @@ pub fn actor_of(parts: &Parts, domain: &str) -> Result<String, ApiError> {
         Some(authority) => actor_from_host(authority.host(), domain),
         None => Err(ApiError::bad_request("missing Host header")),
     }
-}
-
-/// Checks a request to `actor` against its namespace's ingress auth; when
-/// the namespace requires a token, the `Authorization` header is taken
-/// out of `parts` once checked.
-///
-/// # Errors
-/// 401 or 403 from [`Access::check_ingress`]; 500 if the setting cannot
-/// be read.
-async fn authenticate(
-    control: &ControlPlane,
-    access: &Access,
-    parts: &mut Parts,
-    actor: &str,
-) -> Result<(), ApiError> {
-    let namespace = names::namespace_of(actor);
-    if control.ingress_auth(namespace).await? == IngressAuth::None {
-        return Ok(());
-    }
-    access
-        .check_ingress(&parts.headers, &parts.method, parts.uri.path(), namespace)
-        .await?;
-    parts.headers.remove(hyper::header::AUTHORIZATION);
-    Ok(())
 }
 
 /// Converts the HTTP request into the guest's request, dropping hop-by-hop
@@ -301,22 +276,25 @@ async fn route(
     // credential is the ingress's, never passed on to the guest. The
     // placement is looked up meanwhile: neither waits on the other.
     let (authenticated, route) = tokio::join!(
-        authenticate(&control, &access, &mut parts, &actor),
+        ingress_auth::authenticate(&control, &access, &mut parts, &actor),
         control.route(&actor)
     );
-    if let Err(e) = authenticated {
-        let mut refused = text_error(&e);
-        if e.is(ErrorKind::Unauthorized) {
-            refused.headers_mut().insert(
-                hyper::header::WWW_AUTHENTICATE,
-                HeaderValue::from_static("Bearer"),
-            );
+    let credential = match authenticated {
+        Ok(credential) => credential,
+        Err(e) => {
+            let mut refused = text_error(&e);
+            if e.is(ErrorKind::Unauthorized) {
+                refused.headers_mut().insert(
+                    hyper::header::WWW_AUTHENTICATE,
+                    HeaderValue::from_static("Bearer"),
+                );
+            }
+            // Counted under its template and status, as an answered request
+            // (an actor that does not exist has no series).
+            control.count_request(&actor, e.kind().status(), started.elapsed());
+            return refused;
         }
-        // Counted under its template and status, as an answered request
-        // (an actor that does not exist has no series).
-        control.count_request(&actor, e.kind().status(), started.elapsed());
-        return refused;
-    }
+    };
     let route = match route {
         Ok(route) => route,
         Err(e) => return text_error(&e),
@@ -342,6 +320,16 @@ async fn route(
         Ok(reserved) => reserved,
         Err(e) => return text_error(&e),
     };
+    // A socket or stream is checked again while it lasts.
+    if let Some(socket) = &socket {
+        ingress_auth::watch(
+            control.clone(),
+            access,
+            actor.clone(),
+            socket.id(),
+            credential,
+        );
+    }
     let max_body = control.config().limits.max_body;
     let answer = match collect_body(&parts, body, max_body, "--max-body").await {
         Ok(body) => {

@@ -452,7 +452,17 @@ pub(super) fn plan(command: ClientCommand) -> anyhow::Result<Call> {
         C::Token(TokenCommand::Revoke { id, client }) => {
             // A token's whole text: only its id goes on the wire (and
             // into the server's logs), never its secret.
-            let id = token_id(&id).unwrap_or(id);
+            let given = id.trim();
+            let id = match token_id(given) {
+                Some(id) => id,
+                // Token-shaped but not a token: it may be most of one,
+                // so it is neither sent nor echoed.
+                None if given.starts_with("stasis_") => bail!(
+                    "token revoke: that is neither a whole token nor a token id \
+                     (`stasis token list` shows the ids)"
+                ),
+                None => given.to_owned(),
+            };
             Call::new(
                 client,
                 format!("token revoke {id}"),

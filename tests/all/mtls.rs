@@ -274,6 +274,19 @@ async fn a_worker_of_another_ca_gets_no_actor_and_the_error_names_tls() {
     assert!(stderr.contains("TLS"), "{stderr}");
     assert!(stderr.contains("rogue"), "{stderr}");
 
+    // A worker with a certificate of the right CA issued for another name
+    // cannot stand in for it: the control plane checks that the
+    // certificate names the worker it reaches.
+    let _impostor = worker(&admin, "w2", dir.path(), &flags(&certs, "w1"))
+        .expect("the worker starts and joins");
+    server.wait_for_worker("w2", "ready");
+    // (rogue takes no new actor: the create can only go to w2.)
+    server.cli_ok(&["worker", "drain", "rogue"]);
+    let out = server.cli(&["actor", "create", "d", "--template", "counter"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "placed on an impostor: {out:?}");
+    assert!(stderr.contains("is not w2's"), "{stderr}");
+
     // A certificate the worker's own --internal-ca did not issue is
     // refused at start, by file name.
     let mut mixed = flags(&certs, "w1");
@@ -364,11 +377,43 @@ fn internal_tls_flags_come_together_and_files_are_named_by_name_only() {
     for wanted in [
         "IP Address:10.1.2.3",
         "DNS:w9.internal.test",
+        "DNS:w9",
         "TLS Web Server Authentication",
         "TLS Web Client Authentication",
     ] {
         assert!(text.contains(wanted), "{wanted} not in {text}");
     }
+    // Names that would overwrite a key file (the CA's, or another
+    // certificate's), hosts that match no one and a validity past ten
+    // years are refused, and nothing is written.
+    for (args, said) in [
+        (&["--name", "ca-key"][..], "-key"),
+        (&["--name", "w9-key"], "-key"),
+        (
+            &["--name", "w8", "--host", "[::1]"],
+            "neither an IP address",
+        ),
+        (
+            &["--name", "w8", "--host", "10.0.0.1:80"],
+            "neither an IP address",
+        ),
+        (&["--name", "w8", "--host", "*"], "neither an IP address"),
+        (&["--name", "w8", "--host", ""], "neither an IP address"),
+        (&["--name", "w8", "--days", "5000"], "5000"),
+    ] {
+        let out = STASIS
+            .command()
+            .args(["ca", "issue", "--dir", arg(&certs)])
+            .args(args)
+            .output()
+            .expect("run stasis");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} issued");
+        assert!(stderr.contains(said), "{args:?}: {stderr}");
+    }
+    assert!(!certs.join("w8.pem").exists());
+    let key = std::fs::read_to_string(certs.join("ca-key.pem")).expect("the CA key");
+    assert!(key.contains("PRIVATE KEY"), "the CA key was replaced");
 }
 
 /// Cluster mode (etcd, a replica, a registered worker): every process
@@ -381,15 +426,17 @@ async fn a_cluster_replica_reaches_its_registered_worker_over_mutual_tls() {
     let _one = crate::replicas::ONE_CLUSTER.lock().await;
     let dir = tempfile::tempdir().expect("tempdir");
     let certs = dir.path().join("ca");
-    ca(&certs, &["internal"]);
+    // One certificate serves every process here: issued with the worker's
+    // name, which the replica checks in it.
+    ca(&certs, &["w1"]);
     let mut setup = Setup::new(1, 1, 1);
     setup.lease_ttl = Some(crate::replicas::LEASE_TTL.to_owned());
     setup.echo = crate::replicas::echo();
     let file = |name: &str| certs.join(name).to_str().expect("utf-8").to_owned();
     setup.env = vec![
         ("STASIS_INTERNAL_CA".into(), file("ca.pem")),
-        ("STASIS_INTERNAL_TLS_CERT".into(), file("internal.pem")),
-        ("STASIS_INTERNAL_TLS_KEY".into(), file("internal-key.pem")),
+        ("STASIS_INTERNAL_TLS_CERT".into(), file("w1.pem")),
+        ("STASIS_INTERNAL_TLS_KEY".into(), file("w1-key.pem")),
     ];
     let d = Deployment::start(STASIS, setup);
     d.push_counter(0);

@@ -16,6 +16,11 @@ use crate::support::{STASIS, Server, count, raw, raw_status};
 /// `POST /` to actor `actor` (a full name) with `authorization` (none when
 /// empty); the raw answer.
 async fn post_as(server: &Server, actor: &str, authorization: &str) -> String {
+    post_path(server, actor, "/", authorization).await
+}
+
+/// `POST path` to actor `actor` with `authorization`; the raw answer.
+async fn post_path(server: &Server, actor: &str, path: &str, authorization: &str) -> String {
     let header = if authorization.is_empty() {
         String::new()
     } else {
@@ -24,7 +29,7 @@ async fn post_as(server: &Server, actor: &str, authorization: &str) -> String {
     raw(
         server.ingress,
         &format!(
-            "POST / HTTP/1.1\r\nHost: {actor}.actors.localhost\r\n{header}Content-Length: 0\r\nConnection: close\r\n\r\n"
+            "POST {path} HTTP/1.1\r\nHost: {actor}.actors.localhost\r\n{header}Content-Length: 0\r\nConnection: close\r\n\r\n"
         ),
     )
     .await
@@ -261,6 +266,75 @@ async fn calls_cross_namespaces_only_where_the_callee_takes_them() {
     }
     admin_ok(&server, "default", &["namespace", "calls-from", "team-b"]);
     assert_eq!(via_a("/call/c.team-b".into()).await.status, 403);
+}
+
+/// A stream opened through the ingress with a namespace's token ends
+/// once the token is revoked (within the revocation bound), rather than
+/// carrying on: its credential is checked again while it lasts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_ends_when_the_token_that_opened_it_is_revoked() {
+    use http_body_util::BodyExt as _;
+    let server = Server::start(&["--admin-token", ADMIN]);
+    let chat = crate::support::demo("chat");
+    let chat = chat.to_str().expect("utf-8");
+    admin_ok(&server, "team-a", &["template", "push", "chat", chat]);
+    admin_ok(
+        &server,
+        "team-a",
+        &["actor", "create", "ch", "--template", "chat"],
+    );
+    admin_ok(
+        &server,
+        "default",
+        &["namespace", "ingress-auth", "team-a", "token"],
+    );
+    let made = admin_ok(
+        &server,
+        "team-a",
+        &["token", "create", "--role", "invoker", "-o", "json"],
+    );
+    let made: serde_json::Value = serde_json::from_str(&made).expect("json");
+    let (id, token) = (
+        made["id"].as_str().expect("id"),
+        made["token"].as_str().expect("token"),
+    );
+    let request = hyper::Request::get(format!("http://{}/events", server.ingress))
+        .header("host", "ch.team-a.actors.localhost")
+        .header("accept", "text/event-stream")
+        .header("authorization", format!("Bearer {token}"))
+        .body(http_body_util::Full::new(bytes::Bytes::new()))
+        .expect("request");
+    let response = crate::support::client()
+        .request(request)
+        .await
+        .expect("stream");
+    assert_eq!(response.status(), 200);
+    let mut body = response.into_body();
+    // Open and carrying what is said.
+    let said = post_path(&server, "ch.team-a", "/say", &format!("Bearer {token}")).await;
+    assert_eq!(raw_status(&said), 202, "{said}");
+    let mut text = String::new();
+    while !text.contains("data:") {
+        let frame = tokio::time::timeout(std::time::Duration::from_secs(10), body.frame())
+            .await
+            .expect("an event within 10 s")
+            .expect("not ended")
+            .expect("frame");
+        text.push_str(&String::from_utf8_lossy(
+            &frame.into_data().unwrap_or_default(),
+        ));
+    }
+    admin_ok(&server, "default", &["token", "revoke", id]);
+    // It ends, well within what an idle stream would wait.
+    let ended = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+        while let Some(frame) = body.frame().await {
+            if frame.is_err() {
+                break;
+            }
+        }
+    })
+    .await;
+    assert!(ended.is_ok(), "the stream outlived its token");
 }
 
 /// A JavaScript actor that answers with the `Authorization` header it was

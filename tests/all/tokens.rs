@@ -389,7 +389,15 @@ async fn bad_token_requests_are_refused_by_name() {
     assert_eq!(raw_status(&answer), 400, "{answer}");
     assert!(!answer.contains(&secret), "echoed: {answer}");
     assert_eq!(status(server.admin, "/v1/actors", &held).await, 200);
-    let revoked = cli_ok(&server, &["token", "revoke", &held]);
+    // Most of a token (cut short, say): neither sent nor echoed.
+    let cut = &held[..held.len() - 8];
+    let stderr = refused(&server, ADMIN, &["token", "revoke", cut]);
+    assert!(
+        stderr.contains("neither a whole token nor a token id"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains(&secret[..20]), "echoed: {stderr}");
+    let revoked = cli_ok(&server, &["token", "revoke", &format!("  {held} ")]);
     assert!(!revoked.contains(&secret), "{revoked}");
     assert_eq!(status(server.admin, "/v1/actors", &held).await, 401);
 }
