@@ -140,11 +140,12 @@ impl ControlPlane {
     }
 
     /// Every namespace that holds actors or templates, and `default`,
-    /// by name.
+    /// by name; with `only`, that namespace alone (listed even when it
+    /// holds nothing).
     ///
     /// # Errors
     /// 500 from the directory.
-    pub fn namespaces(&self) -> Result<Vec<NamespaceSummary>, ApiError> {
+    pub fn namespaces(&self, only: Option<&str>) -> Result<Vec<NamespaceSummary>, ApiError> {
         fn summary<'a>(
             by_name: &'a mut std::collections::BTreeMap<String, NamespaceSummary>,
             namespace: &str,
@@ -158,12 +159,15 @@ impl ControlPlane {
                 })
         }
         let mut by_name = std::collections::BTreeMap::new();
-        summary(&mut by_name, DEFAULT_NAMESPACE);
+        summary(&mut by_name, only.unwrap_or(DEFAULT_NAMESPACE));
         for name in self.placements().keys() {
             summary(&mut by_name, namespace_of(name)).actors += 1;
         }
         for template in self.templates()? {
             summary(&mut by_name, namespace_of(&template.name)).templates += 1;
+        }
+        if let Some(only) = only {
+            by_name.retain(|name, _| name == only);
         }
         Ok(by_name.into_values().collect())
     }

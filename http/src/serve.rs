@@ -200,10 +200,10 @@ pub async fn serve_tls<H, F>(
         let handler = handler.clone();
         // Each request of a connection that presented a verified client
         // certificate carries [`ClientCertified`].
-        let service = move |certified: bool| {
+        let service = move |certified: Option<ClientCertified>| {
             hyper::service::service_fn(move |mut req: Request<Incoming>| {
-                if certified {
-                    req.extensions_mut().insert(ClientCertified);
+                if let Some(certified) = &certified {
+                    req.extensions_mut().insert(certified.clone());
                 }
                 let handler = handler.clone();
                 async move { Ok::<_, Infallible>(handler(req, peer).await) }
@@ -214,8 +214,8 @@ pub async fn serve_tls<H, F>(
         tokio::spawn(async move {
             let ended = match acceptor {
                 None => {
-                    let connection = builder
-                        .serve_connection_with_upgrades(TokioIo::new(stream), service(false));
+                    let connection =
+                        builder.serve_connection_with_upgrades(TokioIo::new(stream), service(None));
                     watcher.watch(connection.into_owned()).await
                 }
                 Some(acceptor) => {
@@ -239,7 +239,10 @@ pub async fn serve_tls<H, F>(
                         .get_ref()
                         .1
                         .peer_certificates()
-                        .is_some_and(|c| !c.is_empty());
+                        .and_then(|c| c.first())
+                        .map(|leaf| ClientCertified {
+                            leaf: leaf.clone().into_owned(),
+                        });
                     let connection = builder
                         .serve_connection_with_upgrades(TokioIo::new(stream), service(certified));
                     watcher.watch(connection.into_owned()).await
@@ -264,8 +267,23 @@ pub async fn serve_tls<H, F>(
 /// In a request's extensions when its connection presented a client
 /// certificate that the listener's verifier accepted (mutual TLS, see
 /// [`crate::tls::ServerTls::load_verifying`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ClientCertified;
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientCertified {
+    leaf: rustls::pki_types::CertificateDer<'static>,
+}
+
+impl ClientCertified {
+    /// Whether the certificate names `name` as a DNS name (`stasis ca
+    /// issue --name NAME` puts NAME in).
+    #[must_use]
+    pub fn names(&self, name: &str) -> bool {
+        let Ok(name) = rustls::pki_types::ServerName::try_from(name.to_owned()) else {
+            return false;
+        };
+        webpki::EndEntityCert::try_from(&self.leaf)
+            .is_ok_and(|cert| cert.verify_is_valid_for_subject_name(&name).is_ok())
+    }
+}
 
 /// How long a TLS client gets to finish its handshake.
 pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);

@@ -12,7 +12,7 @@ use stasis_contract::error::{ApiError, ErrorKind};
 use stasis_contract::headers::{FORWARDED_HEADER, REVISION_HEADER};
 use stasis_contract::logs::LogQuery;
 use stasis_contract::policy::{CallsFromSetting, IngressAuth, IngressAuthSetting};
-use stasis_contract::proto::{ControlPath, JoinRequest, ResumeRequest};
+use stasis_contract::proto::{ControlPath, ResumeRequest};
 use stasis_contract::rollout::RolloutRequest;
 use stasis_contract::settings::Durability;
 use stasis_control::tokens::NewToken;
@@ -51,7 +51,7 @@ pub struct AdminApi {
 /// Runs a move (or a drain, or a rebalance) in its own task: if the client
 /// goes away, the handler's future is dropped, but a move must still finish
 /// or roll back, never stop half-way.
-async fn detached<T: Send + 'static>(
+pub(crate) async fn detached<T: Send + 'static>(
     work: impl std::future::Future<Output = Result<T, ApiError>> + Send + 'static,
 ) -> Result<T, ApiError> {
     tokio::spawn(work)
@@ -63,17 +63,17 @@ async fn detached<T: Send + 'static>(
     clippy::unnecessary_wraps,
     reason = "a route's answer, in the Result every route returns"
 )]
-fn ok<T: Serialize>(value: &T) -> Result<Response<Body>, ApiError> {
+pub(crate) fn ok<T: Serialize>(value: &T) -> Result<Response<Body>, ApiError> {
     Ok(json(StatusCode::OK, value))
 }
 
-fn no_content() -> Response<Body> {
+pub(crate) fn no_content() -> Response<Body> {
     let mut response = Response::new(Body::new(Bytes::new()));
     *response.status_mut() = StatusCode::NO_CONTENT;
     response
 }
 
-fn parse_json<T: for<'de> serde::Deserialize<'de>>(body: &[u8]) -> Result<T, ApiError> {
+pub(crate) fn parse_json<T: for<'de> serde::Deserialize<'de>>(body: &[u8]) -> Result<T, ApiError> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return serde_json::from_slice(b"{}")
             .map_err(|e| ApiError::bad_request(format!("body: {e}")));
@@ -110,7 +110,7 @@ struct UpgradeBody {
     to_version: Option<u64>,
 }
 
-fn bytes_response(bytes: Vec<u8>) -> Response<Body> {
+pub(crate) fn bytes_response(bytes: Vec<u8>) -> Response<Body> {
     let mut response = Response::new(Body::new(Bytes::from(bytes)));
     response.headers_mut().insert(
         hyper::header::CONTENT_TYPE,
@@ -194,8 +194,12 @@ impl AdminApi {
             // the request stands for.
             let (method, headers) = (request.method(), request.headers());
             let scoped = match crate::routes::scope(&path) {
-                // A namespace's token reads /metrics as its namespace's.
-                Ok(scoped) if scoped.global && scoped.path == "/metrics" => {
+                // A namespace's token reads /metrics as its namespace's,
+                // and finds its own namespace in the list of namespaces.
+                Ok(scoped)
+                    if scoped.global
+                        && matches!(scoped.path.as_str(), "/metrics" | "/v1/namespaces") =>
+                {
                     match self.access.token_namespace(headers).await {
                         Some(namespace) => Scoped {
                             namespace,
@@ -291,7 +295,10 @@ impl AdminApi {
         let (parts, body) = request.into_parts();
         let body = collect_body(&parts, body, limit, limit_name).await?;
         if let Some(internal) = internal {
-            return self.internal(&method, internal, path, body).await;
+            let peer = parts
+                .extensions
+                .get::<stasis_http::serve::ClientCertified>();
+            return crate::internal::answer(c, &method, internal, path, body, peer).await;
         }
         match (&method, segments.as_slice()) {
             (&Method::GET, ["metrics"]) => {
@@ -409,7 +416,9 @@ impl AdminApi {
                 let (c, name) = (c.clone(), (*name).to_owned());
                 ok(&detached(async move { c.upgrade(&name, req.to_version).await }).await?)
             }
-            (&Method::GET, ["v1", "namespaces"]) => ok(&c.namespaces()?),
+            (&Method::GET, ["v1", "namespaces"]) => {
+                ok(&c.namespaces((!scoped.global).then_some(namespace))?)
+            }
             (&Method::GET, ["v1", "namespaces", ns]) => ok(&c.namespace_info(ns).await?),
             (&Method::PUT, ["v1", "namespaces", ns, "quota"]) => {
                 // A quota replaces the old one: only an object says what;
@@ -467,89 +476,6 @@ impl AdminApi {
             _ => Err(crate::routes::unrouted(&method, path)),
         }
     }
-}
-
-impl AdminApi {
-    /// The routes remote workers use ([`ControlPath`]).
-    async fn internal(
-        &self,
-        method: &Method,
-        route: ControlPath<'_>,
-        path: &str,
-        body: Bytes,
-    ) -> Result<Response<Body>, ApiError> {
-        let c = &self.control;
-        match (method, route) {
-            (&Method::POST, ControlPath::Join) => {
-                let req: JoinRequest = parse_json(&body)?;
-                c.join(&req.name, &req.address)?;
-                ok(&c.cluster_settings())
-            }
-            (&Method::POST, ControlPath::Heartbeat(name)) => {
-                c.heartbeat(name)?;
-                ok(&serde_json::json!({}))
-            }
-            (&Method::POST, ControlPath::Drain(name)) => {
-                let (c, name) = (c.clone(), name.to_owned());
-                ok(&detached(async move { c.drain(&name).await }).await?)
-            }
-            (&Method::GET, ControlPath::Template(digest)) => {
-                Ok(bytes_response(c.template_bytes(digest)?))
-            }
-            (&Method::PUT, ControlPath::Snapshot(actor, seq)) => {
-                let seq = seq
-                    .parse()
-                    .map_err(|_| ApiError::bad_request(format!("bad sequence number {seq:?}")))?;
-                c.receive_snapshot(actor, seq, body).await?;
-                Ok(no_content())
-            }
-            (&Method::POST, ControlPath::Call(actor)) => {
-                let request = decode_host_request(&body)?;
-                let response = stasis_control::calls::call_via(c, actor, request).await?;
-                let bytes = stasis_host_api::encode_response(&response)
-                    .map_err(|e| ApiError::internal(e.to_string()))?;
-                Ok(bytes_response(bytes))
-            }
-            (&Method::POST, ControlPath::Send(actor)) => {
-                let request = decode_host_request(&body)?;
-                stasis_control::calls::send_via(c, actor, request).await?;
-                Ok(text(
-                    StatusCode::ACCEPTED,
-                    String::new(),
-                    "text/plain; charset=utf-8",
-                ))
-            }
-            (&Method::POST, ControlPath::Sockets(actor)) => {
-                let op = stasis_contract::sockets::decode_op(&body)?;
-                let ids = c.socket(actor, op)?;
-                Ok(text(
-                    StatusCode::OK,
-                    serde_json::to_string(&ids).map_err(|e| ApiError::internal(e.to_string()))?,
-                    "application/json",
-                ))
-            }
-            (&Method::PUT, ControlPath::Alarm(actor)) => {
-                let at_unix_ms = stasis_contract::proto::parse_ms(&body)?;
-                c.alarms().set(actor, at_unix_ms).await?;
-                Ok(no_content())
-            }
-            (&Method::DELETE, ControlPath::Alarm(actor)) => {
-                c.alarms().cancel(actor).await?;
-                Ok(no_content())
-            }
-            (&Method::GET, ControlPath::Alarm(actor)) => match c.alarms().get(actor).await? {
-                Some(at) => Ok(text(StatusCode::OK, at.to_string(), "text/plain")),
-                None => Ok(no_content()),
-            },
-            _ => Err(crate::routes::unrouted(method, path)),
-        }
-    }
-}
-
-/// A request a remote worker's actor calls or sends (host-API encoding).
-fn decode_host_request(body: &[u8]) -> Result<stasis_host_api::Request, ApiError> {
-    stasis_host_api::decode_request(body)
-        .map_err(|e| ApiError::bad_request(format!("the encoded request: {e}")))
 }
 
 /// A template push's query: `env=K=V` parameters (percent-encoded), in

@@ -3,8 +3,8 @@
 //! the request, handed to the control plane), [`forward`] (a follower
 //! replica's forwarding to the leader), [`relay`] (its relay of WebSockets
 //! and streams to the leader's ingress), [`follow`] (an actor's log as
-//! one streamed answer) and [`api`] (the admin HTTP API,
-//! including the internal routes remote workers use), with [`routes`]
+//! one streamed answer) and [`api`] (the admin HTTP API, with `internal`,
+//! the internal routes remote workers use), with [`routes`]
 //! (which methods each admin path takes: 404 or 405 with `Allow`, and the
 //! role each needs, checked by [`access`] against the bootstrap or a scoped
 //! token; [`namespace_metrics`]: `/metrics` as one namespace sees it;
@@ -24,6 +24,7 @@ pub mod follow;
 pub mod forward;
 pub mod ingress;
 pub mod ingress_auth;
+mod internal;
 pub mod namespace_metrics;
 pub mod relay;
 pub mod router;

@@ -188,6 +188,12 @@ async fn a_joined_worker_serves_actors_over_mutual_tls_and_refuses_other_clients
     let w1 =
         worker(&admin, "w1", dir.path(), &flags(&certs, "w1")).expect("w1 joins over mutual TLS");
     wait_ready(&admin, &ca_pem, "w1");
+    // Another worker's certificate does not join under a name it does not
+    // bear (the control plane checks the name in it).
+    let Err(stderr) = worker(&admin, "w2", dir.path(), &flags(&certs, "w1")) else {
+        panic!("w2 joined with w1's certificate");
+    };
+    assert!(stderr.contains("is not worker w2's"), "{stderr}");
     let counter = crate::support::demo("counter");
     cli_ok(
         &admin,

@@ -336,6 +336,18 @@ async fn a_namespaced_token_acts_in_its_namespace_only() {
         assert!(!seen.contains("team-b"), "{path}: {seen}");
         assert!(!seen.contains("\nstasis_actors{"), "{path}: {seen}");
     }
+    // The list of namespaces shows it its own only.
+    let listed = get("/v1/namespaces", &a_reader).await;
+    assert_eq!(raw_status(&listed), 200, "{listed}");
+    assert!(
+        listed.contains("\"team-a\"") && !listed.contains("team-b"),
+        "{listed}"
+    );
+    let all = get("/v1/namespaces", ADMIN).await;
+    assert!(
+        all.contains("\"team-b\"") && all.contains("\"default\""),
+        "{all}"
+    );
     let other = get("/v1/namespaces/team-b/metrics", &a_reader).await;
     assert_eq!(raw_status(&other), 403, "{other}");
     // A bad name under its own namespace is a 400 saying so, as an
