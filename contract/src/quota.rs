@@ -36,6 +36,22 @@ pub struct NamespaceInfo {
     /// The other namespaces whose actors may call its actors.
     #[serde(default)]
     pub calls_from: Vec<String>,
+    /// What its actors use now, as their workers report it.
+    #[serde(default)]
+    pub usage: NamespaceUsage,
+}
+
+/// What a namespace's actors use, summed over the actors as their
+/// workers report them when asked (an actor whose worker does not answer
+/// counts as paused with no snapshot).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NamespaceUsage {
+    /// Actors with a live instance.
+    pub live_actors: u64,
+    /// Their live linear memory, bytes.
+    pub memory_bytes: u64,
+    /// The snapshots stored of its actors, bytes.
+    pub snapshot_bytes: u64,
 }
 
 /// A namespace in use, as `GET /v1/namespaces` lists it.

@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 
 use stasis_contract::error::{ApiError, ErrorKind};
 use stasis_contract::names::{DEFAULT_NAMESPACE, check_namespace, namespace_of};
-use stasis_contract::quota::{NamespaceInfo, NamespaceSummary, Quota};
+use stasis_contract::quota::{NamespaceInfo, NamespaceSummary, NamespaceUsage, Quota};
+use stasis_contract::status::ActorState;
 
 use crate::kept::Kept;
 use crate::{ControlPlane, blocking};
@@ -123,19 +124,32 @@ impl ControlPlane {
         self.namespace_info(namespace).await
     }
 
-    /// Namespace `namespace` as the API shows it: its actor count and quota.
+    /// Namespace `namespace` as the API shows it: its actor count, quota,
+    /// policy and usage (which asks every worker for its actors' status).
     ///
     /// # Errors
     /// 400 for a bad namespace name; 500 from the directory.
     pub async fn namespace_info(&self, namespace: &str) -> Result<NamespaceInfo, ApiError> {
         check_namespace(namespace)?;
         let policy = self.policy(namespace).await?;
+        let mut usage = NamespaceUsage::default();
+        for actor in self.actors().await {
+            if namespace_of(&actor.name) != namespace {
+                continue;
+            }
+            if actor.state == ActorState::Running {
+                usage.live_actors += 1;
+            }
+            usage.memory_bytes += actor.memory_bytes;
+            usage.snapshot_bytes += actor.snapshots.iter().map(|s| s.bytes).sum::<u64>();
+        }
         Ok(NamespaceInfo {
             name: namespace.to_owned(),
             actors: self.actors_in(namespace, &std::collections::HashSet::new()),
             quota: self.quota(namespace).await?,
             ingress_auth: policy.ingress_auth,
             calls_from: policy.calls_from,
+            usage,
         })
     }
 

@@ -432,6 +432,24 @@ async fn a_quota_holds_against_concurrent_creates_and_a_rate_is_refused_unapplie
     assert_eq!(shown["actors"], 10, "{shown}");
     let listed = server.cli_json(&["-n", "team-q", "actor", "list"]);
     assert_eq!(listed.as_array().expect("list").len(), 10);
+    // Its usage is its actors' as listed: the live ones, their memory,
+    // their snapshots.
+    let actors = listed.as_array().expect("list");
+    let sum = |field: &dyn Fn(&serde_json::Value) -> u64| actors.iter().map(field).sum::<u64>();
+    let live = sum(&|a| u64::from(a["state"] == "running"));
+    let memory = sum(&|a| a["memory_bytes"].as_u64().expect("memory"));
+    let snapshots = sum(&|a| {
+        a["snapshots"]
+            .as_array()
+            .expect("snapshots")
+            .iter()
+            .map(|s| s["bytes"].as_u64().expect("bytes"))
+            .sum()
+    });
+    assert!(live > 0 && memory > 0 && snapshots > 0, "{listed}");
+    assert_eq!(shown["usage"]["live_actors"], live, "{shown}");
+    assert_eq!(shown["usage"]["memory_bytes"], memory, "{shown}");
+    assert_eq!(shown["usage"]["snapshot_bytes"], snapshots, "{shown}");
     // Forks count too; other namespaces do not.
     let out = server.cli(&["-n", "team-q", "actor", "fork", "a0", "one-more"]);
     assert!(!out.status.success());
