@@ -223,6 +223,17 @@ impl ControlPlane {
                     }
                     gate = self.route(name).await?.gate;
                 }
+                // Refused by worker after worker as stale (its placement
+                // kept changing, or cannot be read again now, e.g. etcd
+                // frozen): never applied, and the client's to try again,
+                // not a 421 meant for Stasis's own hops.
+                Err(e) if e.is(ErrorKind::StaleEpoch) => {
+                    return Err(ApiError::unavailable(format!(
+                        "actor {name} changed workers while this request was sent ({}); it was \
+                         not applied: try again",
+                        e.message()
+                    )));
+                }
                 // Never delivered (the worker refused the connection): held
                 // until the worker is back or the actor is re-placed.
                 Err(e) if e.is(ErrorKind::Unreachable) => {
