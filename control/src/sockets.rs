@@ -150,6 +150,12 @@ impl Sockets {
             .unwrap_or_default()
     }
 
+    /// Whether socket or stream `id` is open.
+    #[must_use]
+    pub fn is_open(&self, id: u64) -> bool {
+        self.table().entries.contains_key(&id)
+    }
+
     /// How many sockets and streams are open.
     #[must_use]
     pub fn len(&self) -> usize {

@@ -86,7 +86,7 @@ pub fn watch(
         let namespace = names::namespace_of(&actor).to_owned();
         loop {
             tokio::time::sleep(REVOCATION_BOUND).await;
-            if !control.sockets().list(&actor).contains(&socket) {
+            if !control.sockets().is_open(socket) {
                 return;
             }
             // A setting that cannot be read is not known to have changed.
