@@ -249,22 +249,12 @@ fn check_host(host: &str) -> anyhow::Result<()> {
     if host.parse::<std::net::IpAddr>().is_ok() {
         return Ok(());
     }
-    let name = host.strip_prefix("*.").unwrap_or(host);
-    let label = |l: &str| {
-        !l.is_empty()
-            && l.len() <= 63
-            && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
-            && !l.starts_with('-')
-            && !l.ends_with('-')
-    };
-    let numeric = name
-        .split('.')
-        .all(|l| l.bytes().all(|b| b.is_ascii_digit()));
-    anyhow::ensure!(
-        name.len() <= 253 && name.split('.').all(label) && !numeric,
-        "--host {host:?} is neither an IP address (no brackets, port or zone) nor a DNS name"
-    );
-    Ok(())
+    let name = host.strip_prefix("*.").unwrap_or(host).to_ascii_lowercase();
+    stasis_runtime::contract::outbound::check_name(&name).map_err(|why| {
+        anyhow::anyhow!(
+            "--host {host:?} is neither an IP address (no brackets, port or zone) nor a DNS name: {why}"
+        )
+    })
 }
 
 /// `ca issue`.

@@ -113,7 +113,10 @@ fn split_host_port(text: &str) -> Result<(&str, Option<u16>, bool), String> {
 /// `name` (lower case) checked as a DNS host name: labels of letters,
 /// digits and `-`, none empty, none beginning or ending with `-`, at most
 /// 63 characters each and 253 in all, the last not all digits.
-fn check_name(name: &str) -> Result<(), String> {
+///
+/// # Errors
+/// What is wrong with it, in words.
+pub fn check_name(name: &str) -> Result<(), String> {
     if name.is_empty() {
         return Err(format!("no host ({GRAMMAR})"));
     }

@@ -3,7 +3,7 @@
 //! base of every credential check (the remote worker API's, and the admin
 //! API's role check in `stasis-ingress`'s `access`).
 
-use hyper::header::{AUTHORIZATION, HeaderMap, HeaderValue, WWW_AUTHENTICATE};
+use hyper::header::{AUTHORIZATION, HeaderMap};
 use hyper::{Request, Response};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
@@ -32,17 +32,11 @@ pub fn authorize<B>(request: &Request<B>, token: Option<&str>) -> Result<(), Box
     check(request.headers(), token).map_err(|e| refusal(&e))
 }
 
-/// The response that refuses a request with `e`: its JSON error, with
-/// `WWW-Authenticate: Bearer` when it is a 401.
+/// The response that refuses a request with `e`: its JSON error (with
+/// `WWW-Authenticate: Bearer` when it is a 401, as every error answer).
 #[must_use]
 pub fn refusal(e: &ApiError) -> Box<Response<Body>> {
-    let mut response = json_error(e);
-    if e.is(ErrorKind::Unauthorized) {
-        response
-            .headers_mut()
-            .insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-    }
-    Box::new(response)
+    Box::new(json_error(e))
 }
 
 /// The 401 of a missing or wrong token.

@@ -248,16 +248,13 @@ impl ServerCertVerifier for NamedPeer {
             ocsp_response,
             now,
         )?;
-        webpki::EndEntityCert::try_from(end_entity)
-            .map_err(|e| rustls::Error::General(format!("the peer's certificate: {e}")))?
-            .verify_is_valid_for_subject_name(&self.name)
-            .map_err(|_| {
-                rustls::Error::General(format!(
-                    "the peer's certificate is not {}'s (issue it with stasis ca issue --name {})",
-                    self.name.to_str(),
-                    self.name.to_str()
-                ))
-            })?;
+        if !crate::tls::covers(end_entity, &self.name) {
+            return Err(rustls::Error::General(format!(
+                "the peer's certificate is not {}'s (issue it with stasis ca issue --name {})",
+                self.name.to_str(),
+                self.name.to_str()
+            )));
+        }
         Ok(verified)
     }
 

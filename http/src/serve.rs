@@ -25,7 +25,23 @@ pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
 pub use crate::body::Body;
 
-/// A `text/plain` answer for `error`, with `Retry-After` when it has one.
+/// The headers an answer for `error` carries besides its body's:
+/// `Retry-After` when it has one, and the `WWW-Authenticate: Bearer`
+/// challenge of a 401 (RFC 9110 §15.5.2).
+fn error_headers(error: &ApiError, headers: &mut hyper::HeaderMap) {
+    if let Some(secs) = error.retry_after() {
+        headers.insert(hyper::header::RETRY_AFTER, secs.into());
+    }
+    if error.is(ErrorKind::Unauthorized) {
+        headers.insert(
+            hyper::header::WWW_AUTHENTICATE,
+            hyper::header::HeaderValue::from_static("Bearer"),
+        );
+    }
+}
+
+/// A `text/plain` answer for `error`, with `Retry-After` when it has one
+/// and a 401's `WWW-Authenticate` challenge.
 #[must_use]
 pub fn text_error(error: &ApiError) -> Response<Body> {
     let mut response = Response::new(Body::new(Bytes::from(format!("{}\n", error.message()))));
@@ -35,9 +51,7 @@ pub fn text_error(error: &ApiError) -> Response<Body> {
         hyper::header::CONTENT_TYPE,
         hyper::header::HeaderValue::from_static("text/plain; charset=utf-8"),
     );
-    if let Some(secs) = error.retry_after() {
-        headers.insert(hyper::header::RETRY_AFTER, secs.into());
-    }
+    error_headers(error, headers);
     response
 }
 
@@ -85,11 +99,7 @@ pub fn json_error(error: &ApiError) -> Response<Body> {
         status_of(error),
         &serde_json::json!({ "error": error.message(), "kind": error.kind().name() }),
     );
-    if let Some(secs) = error.retry_after() {
-        response
-            .headers_mut()
-            .insert(hyper::header::RETRY_AFTER, secs.into());
-    }
+    error_headers(error, response.headers_mut());
     response
 }
 
@@ -277,11 +287,8 @@ impl ClientCertified {
     /// issue --name NAME` puts NAME in).
     #[must_use]
     pub fn names(&self, name: &str) -> bool {
-        let Ok(name) = rustls::pki_types::ServerName::try_from(name.to_owned()) else {
-            return false;
-        };
-        webpki::EndEntityCert::try_from(&self.leaf)
-            .is_ok_and(|cert| cert.verify_is_valid_for_subject_name(&name).is_ok())
+        rustls::pki_types::ServerName::try_from(name.to_owned())
+            .is_ok_and(|name| crate::tls::covers(&self.leaf, &name))
     }
 }
 

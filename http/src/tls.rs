@@ -217,6 +217,13 @@ impl ServerTls {
     }
 }
 
+/// Whether certificate `leaf` is valid for `name` (its DNS or IP subject
+/// alternative names, wildcards matched as browsers match them).
+pub(crate) fn covers(leaf: &CertificateDer<'_>, name: &ServerName<'_>) -> bool {
+    webpki::EndEntityCert::try_from(leaf)
+        .is_ok_and(|cert| cert.verify_is_valid_for_subject_name(name).is_ok())
+}
+
 impl Certs {
     fn read(&self) -> std::sync::RwLockReadGuard<'_, (Vec<Loaded>, Vec<Stamp>)> {
         self.0
@@ -235,16 +242,10 @@ impl Certs {
     fn choose(&self, name: Option<&str>) -> Option<Arc<CertifiedKey>> {
         let loaded = self.read();
         let wanted = name.and_then(|n| ServerName::try_from(n.to_owned()).ok());
-        let covers = |l: &&Loaded| {
-            wanted.as_ref().is_some_and(|w| {
-                webpki::EndEntityCert::try_from(&l.leaf)
-                    .is_ok_and(|cert| cert.verify_is_valid_for_subject_name(w).is_ok())
-            })
-        };
         loaded
             .0
             .iter()
-            .find(covers)
+            .find(|l| wanted.as_ref().is_some_and(|w| covers(&l.leaf, w)))
             .or_else(|| loaded.0.first())
             .map(|l| l.key.clone())
     }

@@ -143,13 +143,9 @@ impl Access {
         scoped: &Scoped,
         need: Role,
     ) -> Grant {
-        let mut authorization = HeaderMap::new();
-        for value in headers.get_all(AUTHORIZATION) {
-            authorization.append(AUTHORIZATION, value.clone());
-        }
         Grant {
             access: self.clone(),
-            authorization,
+            authorization: authorization_of(headers),
             method: method.clone(),
             scoped: scoped.clone(),
             need,
@@ -232,6 +228,26 @@ impl Access {
         cache.insert(id.to_owned(), (record.clone(), Instant::now()));
         Ok(record)
     }
+}
+
+/// The `Authorization` headers of `headers`, nothing else: what a stream
+/// keeps of its request to check it again.
+#[must_use]
+pub fn authorization_of(headers: &HeaderMap) -> HeaderMap {
+    let mut authorization = HeaderMap::new();
+    for value in headers.get_all(AUTHORIZATION) {
+        authorization.append(AUTHORIZATION, value.clone());
+    }
+    authorization
+}
+
+/// Whether `e`, from checking a credential again, says it no longer
+/// admits its request (401: revoked, expired; 403: no longer allowed),
+/// rather than that it could not be checked (the directory unreadable):
+/// what ends a stream.
+#[must_use]
+pub fn no_longer_admits(e: &ApiError) -> bool {
+    e.is(ErrorKind::Unauthorized) || e.is(ErrorKind::Forbidden)
 }
 
 /// A request's right to a route, kept by a stream (a followed log) that

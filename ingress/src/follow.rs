@@ -20,7 +20,7 @@ use stasis_contract::logs::{LogLine, LogQuery, MAX_WAIT_SECS};
 use stasis_control::ControlPlane;
 use stasis_http::body::Body;
 
-use crate::access::{Grant, REVOCATION_BOUND};
+use crate::access::{Grant, REVOCATION_BOUND, no_longer_admits};
 
 /// How long to wait before asking again after a failed read (the actor's
 /// worker unreachable, the actor moving).
@@ -150,7 +150,7 @@ async fn watched<T>(
                 match grant.holds().await {
                     Ok(()) => {}
                     // Revoked, expired: the stream ends.
-                    Err(e) if e.is(ErrorKind::Unauthorized) || e.is(ErrorKind::Forbidden) => {
+                    Err(e) if no_longer_admits(&e) => {
                         tracing::info!(actor = name, "a followed log ends: {}", e.message());
                         return None;
                     }

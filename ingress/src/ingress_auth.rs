@@ -12,13 +12,13 @@ use hyper::header::{AUTHORIZATION, HeaderMap};
 use hyper::http::request::Parts;
 use hyper::{Method, Uri};
 
-use stasis_contract::error::{ApiError, ErrorKind};
+use stasis_contract::error::ApiError;
 use stasis_contract::names;
 use stasis_contract::policy::IngressAuth;
 use stasis_contract::sockets::SocketOp;
 use stasis_control::ControlPlane;
 
-use crate::access::{Access, REVOCATION_BOUND};
+use crate::access::{Access, REVOCATION_BOUND, authorization_of, no_longer_admits};
 
 /// What a request showed the ingress, kept for the streams it opens.
 #[derive(Debug, Clone)]
@@ -42,12 +42,8 @@ pub async fn authenticate(
     parts: &mut Parts,
     actor: &str,
 ) -> Result<Credential, ApiError> {
-    let mut authorization = HeaderMap::new();
-    for value in parts.headers.get_all(AUTHORIZATION) {
-        authorization.append(AUTHORIZATION, value.clone());
-    }
     let credential = Credential {
-        authorization,
+        authorization: authorization_of(&parts.headers),
         method: parts.method.clone(),
         uri: parts.uri.clone(),
     };
@@ -94,7 +90,7 @@ pub fn watch(
                 continue;
             }
             match check(&access, &credential, &namespace).await {
-                Err(e) if e.is(ErrorKind::Unauthorized) || e.is(ErrorKind::Forbidden) => {
+                Err(e) if no_longer_admits(&e) => {
                     tracing::info!(actor, socket, "closing: {}", e.message());
                     let close = SocketOp::Close {
                         socket,

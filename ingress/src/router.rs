@@ -282,17 +282,10 @@ async fn route(
     let credential = match authenticated {
         Ok(credential) => credential,
         Err(e) => {
-            let mut refused = text_error(&e);
-            if e.is(ErrorKind::Unauthorized) {
-                refused.headers_mut().insert(
-                    hyper::header::WWW_AUTHENTICATE,
-                    HeaderValue::from_static("Bearer"),
-                );
-            }
             // Counted under its template and status, as an answered request
             // (an actor that does not exist has no series).
             control.count_request(&actor, e.kind().status(), started.elapsed());
-            return refused;
+            return text_error(&e);
         }
     };
     let route = match route {

@@ -453,8 +453,8 @@ pub(super) fn plan(command: ClientCommand) -> anyhow::Result<Call> {
             // A token's whole text: only its id goes on the wire (and
             // into the server's logs), never its secret.
             let given = id.trim();
-            let id = match token_id(given) {
-                Some(id) => id,
+            let id = match stasis_runtime::control::tokens::parse(given) {
+                Some((id, _)) => id.to_owned(),
                 // Token-shaped but not a token: it may be most of one,
                 // so it is neither sent nor echoed.
                 None if given.starts_with("stasis_") => bail!(
@@ -504,12 +504,4 @@ pub(super) fn namespaced(namespace: Option<&str>, path: &str) -> String {
         }
         _ => path.to_owned(),
     }
-}
-
-/// The id of a token's whole text (`stasis_<id>_<secret>`), if `text`
-/// is one.
-fn token_id(text: &str) -> Option<String> {
-    let (id, secret) = text.strip_prefix("stasis_")?.split_once('_')?;
-    let hex = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_hexdigit());
-    (hex(id, 16) && hex(secret, 64)).then(|| id.to_owned())
 }
