@@ -164,3 +164,50 @@ fn every_source_file_opens_with_a_module_doc() {
         .collect();
     assert!(undocumented.is_empty(), "no //! doc: {undocumented:?}");
 }
+
+/// The lines of `struct NAME { ... }` in `file` (from its opening line to
+/// the first line that is only `}`).
+fn struct_body(file: &str, name: &str) -> Vec<String> {
+    let text = std::fs::read_to_string(root().join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
+    let opening = format!("struct {name} {{");
+    let body: Vec<String> = text
+        .lines()
+        .skip_while(|line| !line.contains(&opening))
+        .skip(1)
+        .take_while(|line| line.trim() != "}")
+        .map(str::to_owned)
+        .collect();
+    assert!(!body.is_empty(), "no struct {name} in {file}");
+    body
+}
+
+/// The actor task has an inside: its fields are its own (issue 45), and
+/// the files of its paths (its child modules) take from it, never it from
+/// them, so they form no circle.
+#[test]
+fn the_actor_task_keeps_its_fields_private_and_imports_none_of_its_paths() {
+    for name in ["ActorTask", "Kept"] {
+        let public: Vec<String> = struct_body("worker/src/actor/mod.rs", name)
+            .into_iter()
+            .filter(|line| line.trim_start().starts_with("pub"))
+            .collect();
+        assert!(public.is_empty(), "{name} has pub fields: {public:?}");
+    }
+    let text = std::fs::read_to_string(root().join("worker/src/actor/mod.rs")).unwrap();
+    let children: Vec<&str> = text
+        .lines()
+        .filter_map(|line| line.strip_prefix("mod ")?.strip_suffix(';'))
+        .collect();
+    assert!(children.len() >= 5, "{children:?}");
+    let imports_child: Vec<&str> = text
+        .lines()
+        .filter(|line| line.starts_with("use ") || line.starts_with("pub use "))
+        .filter(|line| {
+            children.iter().any(|child| {
+                line.contains(&format!("use self::{child}"))
+                    || line.contains(&format!("use {child}::"))
+            })
+        })
+        .collect();
+    assert!(imports_child.is_empty(), "{imports_child:?}");
+}

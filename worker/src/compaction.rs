@@ -25,7 +25,7 @@ impl Worker {
     /// actor), which its actors at level `request` append to, and starts
     /// its compaction loop ([`run`]).
     pub fn set_journal(&self, journal: Arc<Journal>) {
-        if self.journal.set(Log::Local(journal.clone())).is_err() {
+        if self.ctx.journal.set(Log::Local(journal.clone())).is_err() {
             return;
         }
         tokio::spawn(run(self.this.clone(), journal));
@@ -37,7 +37,7 @@ impl Worker {
     /// recovers the newest entry a lost worker shipped for it. Starts its
     /// compaction loop ([`run_shipped`]).
     pub fn set_shipped(&self, journal: Arc<ShippedJournal>) {
-        if self.journal.set(Log::Shipped(journal.clone())).is_err() {
+        if self.ctx.journal.set(Log::Shipped(journal.clone())).is_err() {
             return;
         }
         tokio::spawn(run_shipped(self.this.clone(), journal));
@@ -46,7 +46,7 @@ impl Worker {
     /// The shipped journal, on a cluster worker.
     #[must_use]
     pub fn shipped(&self) -> Option<&Arc<ShippedJournal>> {
-        match self.journal.get()? {
+        match self.ctx.journal.get()? {
             Log::Shipped(journal) => Some(journal),
             Log::Local(_) => None,
         }

@@ -4,87 +4,11 @@
 //! (`stasis_load_state`), and its snapshot, written at the next sequence
 //! number, makes it the actor.
 
-use stasis_contract::error::{ApiError, ErrorKind};
-use stasis_contract::status::{ActorState, ResumeFrom, SnapshotReport};
-use stasis_core::instance::CallError;
+use stasis_contract::error::ApiError;
+use stasis_contract::status::{ActorState, SnapshotReport};
 
-use crate::actor::{ActorTask, Command};
+use crate::actor::Command;
 use crate::{ActorSpec, Worker};
-
-/// A failed hand-over call (`what`: which side): capacity, timeouts and
-/// the CPU limit keep their status; anything else (a trap, a refusal, bad
-/// bytes) is 422, the state cannot be handed over.
-pub(crate) fn refused(what: &str, e: &CallError) -> ApiError {
-    let kind = match e {
-        CallError::Capacity(_)
-        | CallError::Timeout(_)
-        | CallError::CpuLimit(_)
-        | CallError::MappedFileChanged(_) => ErrorKind::from(e),
-        CallError::Trap(_)
-        | CallError::BadResponse(_)
-        | CallError::Host(_)
-        | CallError::StateRefused(_) => ErrorKind::Unprocessable,
-    };
-    ApiError::new(kind, format!("{what}: {e}"))
-}
-
-impl ActorTask {
-    /// The actor's state from its instance's `stasis_save_state` (an
-    /// instance is restored from its newest snapshot first when it has
-    /// none), with the instance's clock. The actor stays captured. A call
-    /// that poisons the instance drops it.
-    ///
-    /// # Errors
-    /// 409 unless the actor is captured for a move; the restore's failure;
-    /// 422 (or the call's own status) if the guest fails to save.
-    pub(crate) async fn save_state(&mut self) -> Result<(Vec<u8>, u64), ApiError> {
-        let state = self.status().state;
-        if state != ActorState::Migrating {
-            return Err(ApiError::conflict(format!(
-                "actor {} is not captured for an upgrade (it is {})",
-                self.name,
-                state.as_str()
-            )));
-        }
-        if self.instance.is_none() {
-            let resumed = self.resume(ResumeFrom::Newest).await;
-            // Still captured: calls that come meanwhile wait for the end.
-            if self.status().state != ActorState::Failed {
-                self.set_state(ActorState::Migrating);
-            }
-            resumed?;
-        }
-        let Some(instance) = self.instance.as_mut() else {
-            return Err(ApiError::internal("a resumed actor without an instance"));
-        };
-        let clock_ns = instance.clock_ns();
-        match instance.save_state().await {
-            Ok(bytes) => Ok((bytes, clock_ns)),
-            Err(e) => {
-                if e.poisons_instance() {
-                    self.drop_instance(false);
-                    self.sync_live(false);
-                }
-                Err(refused("the running version's `stasis_save_state`", &e))
-            }
-        }
-    }
-
-    /// Gives the fresh instance the state handed over (see
-    /// [`ActorTask::create_with`]).
-    ///
-    /// # Errors
-    /// 422 (or the call's own status) if the new version refuses it.
-    pub(crate) async fn load_state(&mut self, state: &[u8]) -> Result<(), ApiError> {
-        let Some(instance) = self.instance.as_mut() else {
-            return Err(ApiError::internal("loading a state without an instance"));
-        };
-        instance
-            .load_state(state)
-            .await
-            .map_err(|e| refused("the new version's `stasis_load_state`", &e))
-    }
-}
 
 impl Worker {
     /// Hands captured actor `spec.name` over to `spec`'s module (another
@@ -109,8 +33,7 @@ impl Worker {
     ) -> Result<SnapshotReport, ApiError> {
         let (state, clock_ns) = self.command(&spec.name, Command::SaveState).await??;
         let mut task = self.task(spec, epoch, ActorState::Creating);
-        task.next_seq = seq;
-        task.clock.replaced(clock_ns);
+        task.hand_over_at(seq, clock_ns);
         let report = task.create_with(Some(&state)).await?;
         // The new instance is the actor now: the old task ends (calls it
         // held for the capture are told to ask again, under the new epoch).

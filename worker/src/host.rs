@@ -39,7 +39,7 @@ impl Worker {
         // Snapshots under a new actor's name are another's leftovers (a
         // create or fork that failed half-way, a delete that could not
         // remove every file): a new actor never adopts them.
-        let (store, name) = (self.store.clone(), spec.name.clone());
+        let (store, name) = (self.ctx.store.clone(), spec.name.clone());
         on_blocking_thread(move || {
             if !store.list(&name)?.is_empty() {
                 tracing::warn!(actor = %name, "removing snapshots left under a new actor's name");
@@ -62,7 +62,7 @@ impl Worker {
         let mut task = self.task(spec, epoch, ActorState::Creating);
         let report = task.create().await;
         if report.is_err() {
-            let (store, name) = (self.store.clone(), spec.name.clone());
+            let (store, name) = (self.ctx.store.clone(), spec.name.clone());
             let _ = on_blocking_thread(move || Ok(store.remove_actor(&name)?)).await;
             return report;
         }
@@ -83,7 +83,7 @@ impl Worker {
     /// it: an active task is told to stop (not waited for; calls it held
     /// for a move are told to ask again).
     pub(crate) fn replace_task(&self, name: &str) {
-        self.store.release(name);
+        self.ctx.store.release(name);
         if let Some(Entry::Active { mailbox, .. }) = self.lock().remove(name) {
             let (reply, _) = oneshot::channel();
             let _ = mailbox.try_send(Command::Stop(reply));
@@ -114,9 +114,9 @@ impl Worker {
         {
             return;
         }
-        let max_memory = self.engine.limits().max_memory;
+        let max_memory = self.ctx.engine.limits().max_memory;
         let Err(ChainError::Invalid { seq, source }) = open_chain(
-            self.store.as_ref(),
+            self.ctx.store.as_ref(),
             &spec.name,
             newest,
             &spec.template,
@@ -127,7 +127,7 @@ impl Worker {
         if seq != newest {
             return;
         }
-        match self.store.remove(&spec.name, seq) {
+        match self.ctx.store.remove(&spec.name, seq) {
             Ok(()) => {
                 tracing::warn!(
                     actor = %spec.name,
@@ -164,7 +164,11 @@ impl Worker {
             }),
             _ => Ok(None),
         };
-        let (mut list, acknowledged) = self.store.list_acknowledged(&spec.name).unwrap_or_default();
+        let (mut list, acknowledged) = self
+            .ctx
+            .store
+            .list_acknowledged(&spec.name)
+            .unwrap_or_default();
         self.drop_torn_newest(spec, &mut list, acknowledged, installed.as_ref());
         // Answers name the folder by its key; the log gets where it is.
         let dir = || format!("snapshots/{}", spec.name);
@@ -172,7 +176,7 @@ impl Worker {
         let problem = match (list.last(), missing) {
             _ if recovered.is_err() => recovered.err(),
             (_, Some(acked)) => {
-                task.next_seq = acked + 1;
+                task.set_newest(acked, None);
                 Some(format!(
                     "snapshot {acked} was acknowledged but is missing from {} (newest there: {})",
                     dir(),
@@ -182,37 +186,38 @@ impl Worker {
             }
             (None, None) => Some(format!("no snapshot of actor {} in {}", spec.name, dir())),
             (Some(newest), None) if installed.as_ref().is_some_and(|i| i.seq == newest.seq) => {
-                task.next_seq = newest.seq + 1;
-                if let Some(installed) = installed.filter(|i| i.prime) {
-                    task.primed = Some((installed.seq, installed.verified));
-                }
+                let primed = installed.filter(|i| i.prime).map(|i| i.verified);
+                task.set_newest(newest.seq, primed);
                 None
             }
             (Some(newest), None) => {
-                task.next_seq = newest.seq + 1;
+                task.set_newest(newest.seq, None);
                 open_chain(
-                    self.store.as_ref(),
+                    self.ctx.store.as_ref(),
                     &spec.name,
                     newest.seq,
                     &spec.template,
-                    self.engine.limits().max_memory,
+                    self.ctx.engine.limits().max_memory,
                 )
                 .err()
                 .map(|e| e.to_string())
             }
         };
         {
-            let mut status = task.status.lock().unwrap_or_else(|p| p.into_inner());
+            let mut status = task
+                .status_handle()
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
             status.snapshot = list.last().copied();
             if let Some(problem) = problem {
-                let location = self.store.location(&spec.name);
+                let location = self.ctx.store.location(&spec.name);
                 tracing::error!(actor = %spec.name, %location, "{problem}");
                 status.state = ActorState::Failed;
                 status.set_error(problem);
             }
         }
         let status = task
-            .status
+            .status_handle()
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
@@ -261,11 +266,11 @@ impl Worker {
             }
             _ => seq,
         };
-        let max_memory = self.engine.limits().max_memory;
+        let max_memory = self.ctx.engine.limits().max_memory;
         let what = format!("snapshot {seq} of {}", spec.name);
         let refused =
             move |e: &dyn std::fmt::Display| ApiError::unprocessable(format!("{what}: {e}"));
-        let store = self.store.clone();
+        let store = self.ctx.store.clone();
         let name = spec.name.clone();
         let template = spec.template.clone();
         // The snapshot is verified once, here, and handed to the actor as
@@ -309,7 +314,7 @@ impl Worker {
         let status = self.adopt_installed(spec, epoch, installed);
         if status.state != ActorState::Failed {
             self.logs
-                .get(&spec.name, &self.name, &self.store)
+                .get(&spec.name, &self.name, &self.ctx.store)
                 .event(&format!(
                     "placed here: snapshot {seq}, placement epoch {epoch}"
                 ));

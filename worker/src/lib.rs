@@ -1,7 +1,7 @@
 //! The worker side of Stasis: a worker hosts actors, one task and one
 //! bounded mailbox per actor (see [`actor`]) while the actor is addressed;
 //! an actor with no instance and nothing to do is *parked*: the worker's
-//! table keeps what outlives its task ([`actor::ParkedActor`]), with no
+//! table keeps what outlives its task ([`actor::Kept`]), with no
 //! tokio task or mailbox, and its next command starts a task again. The
 //! control plane places actors on workers and drives each through
 //! [`WorkerApi`] (implemented here in [`api`]); the in-process [`Worker`]
@@ -19,9 +19,10 @@
 pub mod actor;
 pub mod api;
 mod blocking;
-mod capture;
+mod chain;
 mod clock;
 mod compaction;
+mod context;
 pub mod fence;
 mod guest;
 mod hand_over;
@@ -33,8 +34,6 @@ pub use journaled::Log;
 pub mod live;
 mod mailbox;
 mod request;
-mod restore;
-mod run;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -45,15 +44,15 @@ use stasis_core::module::Template;
 use stasis_core::snapshot_store::SnapshotStore;
 use tokio::sync::{mpsc, oneshot};
 
-use self::clock::ActorClock;
 use crate::host_calls::HostCalls;
 use crate::host_calls::services::ActorHostServices;
-use actor::{ActorTask, Command, Ended, ParkedActor, Replicator};
+use actor::{ActorTask, Command, Ended, Kept, Replicator};
+use context::Context;
 use live::LiveSlots;
 use stasis_contract::control_api::ControlApi;
 use stasis_contract::error::ApiError;
 use stasis_contract::metrics::Metrics;
-use stasis_contract::settings::{ActorSettings, Durability, WorkerSettings};
+use stasis_contract::settings::{Durability, WorkerSettings};
 use stasis_contract::status::{ActorState, ActorStatus, Captured, ResumeFrom, SnapshotReport};
 use stasis_contract::templates::Templates;
 pub use stasis_contract::worker_api::{HostSpec, Location, WorkerApi};
@@ -64,9 +63,9 @@ enum Entry {
     /// (paused, failed, or paused and being moved). Its next command starts
     /// a task with a new mailbox ([`Worker::mailbox`]), and a task that
     /// has nothing left to do is parked again ([`Worker::park`]), so an
-    /// actor that is not addressed costs a [`ParkedActor`] and nothing
+    /// actor that is not addressed costs a [`Kept`] and nothing
     /// else: no mailbox, no tokio task.
-    Parked(Box<ParkedActor>),
+    Parked(Box<Kept>),
     /// A task reads the actor's mailbox.
     Active {
         mailbox: mpsc::Sender<Command>,
@@ -78,7 +77,7 @@ impl Entry {
     /// The actor's status, shared with its task.
     fn status(&self) -> &Arc<Mutex<ActorStatus>> {
         match self {
-            Entry::Parked(parked) => &parked.status,
+            Entry::Parked(parked) => parked.status(),
             Entry::Active { status, .. } => status,
         }
     }
@@ -122,23 +121,18 @@ enum Undelivered {
 /// A worker: a named set of actor tasks sharing an engine and a snapshot store.
 pub struct Worker {
     name: String,
-    engine: Arc<StasisEngine>,
-    store: Arc<dyn SnapshotStore>,
-    metrics: Arc<Metrics>,
+    /// What its actor tasks share (engine, store, metrics, replicator,
+    /// `--max-live` slots, journal).
+    ctx: Arc<Context>,
     settings: WorkerSettings,
     actors: Mutex<HashMap<String, Entry>>,
     /// The worker itself, for the tasks it starts (they park themselves
     /// back into `actors`).
     this: std::sync::Weak<Worker>,
-    replicator: Option<Arc<dyn Replicator>>,
     templates: Arc<dyn Templates>,
-    live: Option<Arc<LiveSlots>>,
     serving: AtomicBool,
     /// What the actors' host functions share (see [`crate::host_calls`]).
     host_calls: Arc<HostCalls>,
-    /// The journal its actors append to, once set (durability levels
-    /// `request` and `store`): the data dir's, or a shipped one.
-    journal: OnceLock<Log>,
     /// Its actors' logs (see [`logs`]).
     logs: logs::LogBooks,
 }
@@ -179,8 +173,8 @@ impl Worker {
         replicator: Option<Arc<dyn Replicator>>,
         templates: Arc<dyn Templates>,
     ) -> Arc<Self> {
-        Arc::new_cyclic(|this: &std::sync::Weak<Worker>| Self {
-            live: settings.max_live.map(|max| {
+        Arc::new_cyclic(|this: &std::sync::Weak<Worker>| {
+            let live = settings.max_live.map(|max| {
                 let worker = this.clone();
                 let evict = move |actor: &str| {
                     // Only a task can hold an instance: a parked actor has
@@ -192,25 +186,31 @@ impl Worker {
                     }
                 };
                 Arc::new(LiveSlots::new(max, settings.hold_timeout, Box::new(evict)))
-            }),
-            name: name.to_owned(),
-            host_calls: Arc::new(HostCalls::new(
-                metrics.host_calls.clone(),
-                engine.limits().request_timeout,
-                engine.limits().max_body,
-                settings.allow_outbound.clone(),
-            )),
-            engine,
-            store,
-            metrics,
-            settings,
-            actors: Mutex::new(HashMap::new()),
-            this: this.clone(),
-            replicator,
-            templates,
-            serving: AtomicBool::new(true),
-            journal: OnceLock::new(),
-            logs: logs::LogBooks::default(),
+            });
+            Self {
+                name: name.to_owned(),
+                host_calls: Arc::new(HostCalls::new(
+                    metrics.host_calls.clone(),
+                    engine.limits().request_timeout,
+                    engine.limits().max_body,
+                    settings.allow_outbound.clone(),
+                )),
+                ctx: Arc::new(Context {
+                    worker: name.to_owned(),
+                    engine,
+                    store,
+                    metrics,
+                    replicator,
+                    live,
+                    journal: OnceLock::new(),
+                }),
+                settings,
+                actors: Mutex::new(HashMap::new()),
+                this: this.clone(),
+                templates,
+                serving: AtomicBool::new(true),
+                logs: logs::LogBooks::default(),
+            }
         })
     }
 
@@ -236,13 +236,13 @@ impl Worker {
     /// The engine this worker runs actors on.
     #[must_use]
     pub fn engine(&self) -> &Arc<StasisEngine> {
-        &self.engine
+        &self.ctx.engine
     }
 
     /// The worker's snapshot store.
     #[must_use]
     pub fn store(&self) -> &Arc<dyn SnapshotStore> {
-        &self.store
+        &self.ctx.store
     }
 
     /// The worker's name.
@@ -256,72 +256,37 @@ impl Worker {
     }
 
     fn task(&self, spec: &ActorSpec, epoch: u64, state: ActorState) -> ActorTask {
-        let parked = ParkedActor {
-            template: spec.template.clone(),
-            env: spec.env.clone(),
-            status: actor::new_status(state),
-            next_seq: 0,
-            since_checkpoint: 0,
+        let durability = spec.durability.unwrap_or(self.settings.actor.durability);
+        let kept = Kept::new(
+            spec.template.clone(),
+            spec.env.clone(),
+            state,
             epoch,
-            clock: ActorClock::default(),
-            primed: None,
-            journaled: None,
-            gate: None,
-            durability: spec.durability.unwrap_or(self.settings.actor.durability),
-            adopted: false,
-        };
-        self.unpark(&spec.name, parked)
+            durability,
+        );
+        self.unpark(&spec.name, kept)
     }
 
-    /// The task of actor `name` as `parked` left it, with the worker's
+    /// The task of actor `name` as `kept` left it, with the worker's
     /// shared parts and no instance.
-    fn unpark(&self, name: &str, parked: ParkedActor) -> ActorTask {
-        let task = ActorTask {
-            name: name.to_owned(),
-            worker: self.name.clone(),
-            template: parked.template,
-            env: parked.env,
-            engine: self.engine.clone(),
-            store: self.store.clone(),
-            metrics: self.metrics.clone(),
-            settings: ActorSettings {
-                durability: parked.durability,
-                ..self.settings.actor.clone()
-            },
-            status: parked.status,
-            instance: None,
-            next_seq: parked.next_seq,
-            since_checkpoint: parked.since_checkpoint,
-            epoch: parked.epoch,
-            replicator: self.replicator.clone(),
-            live: self.live.clone(),
-            slot: None,
-            primed: parked.primed,
-            delta_base: None,
-            clock: parked.clock,
-            held_by_move: Vec::new(),
-            services: ActorHostServices::new(name, self.host_calls.clone()),
-            journal: self.journal.get().cloned(),
-            journaled: parked.journaled,
-            entry_chain: None,
-            gate: parked.gate,
-            adopted: parked.adopted,
-            wrote_unfenced: false,
-            log: self.logs.get(name, &self.name, &self.store),
-        };
-        task.log.placed(task.epoch);
-        let level = task.settings.durability.name();
-        task.status().durability = Some(level.to_owned());
-        task
+    fn unpark(&self, name: &str, kept: Kept) -> ActorTask {
+        ActorTask::unpark(
+            name,
+            self.ctx.clone(),
+            kept,
+            &self.settings.actor,
+            ActorHostServices::new(name, self.host_calls.clone()),
+            self.logs.get(name, &self.name, &self.ctx.store),
+        )
     }
 
     /// Enters `task` in the table: running if it holds an instance, else
     /// parked until its first command.
     fn start(&self, task: ActorTask) {
-        let name = task.name.clone();
-        let entry = if task.instance.is_some() {
+        let name = task.name().to_owned();
+        let entry = if task.is_live() {
             let (mailbox, rx) = mpsc::channel(self.settings.max_held.max(1));
-            let status = task.status.clone();
+            let status = task.status_handle().clone();
             tokio::spawn(drive(self.this.clone(), Box::new(task), rx));
             Entry::Active { mailbox, status }
         } else {
@@ -363,8 +328,8 @@ impl Worker {
     ) -> Option<Box<ActorTask>> {
         let mut actors = self.lock();
         let entry = actors
-            .get_mut(&task.name)
-            .filter(|e| e.is_of(&task.status))?;
+            .get_mut(task.name())
+            .filter(|e| e.is_of(task.status_handle()))?;
         mailbox.close();
         let mut pending = Vec::new();
         while let Ok(command) = mailbox.try_recv() {
@@ -381,7 +346,7 @@ impl Worker {
         *mailbox = rx;
         *entry = Entry::Active {
             mailbox: tx,
-            status: task.status.clone(),
+            status: task.status_handle().clone(),
         };
         Some(task)
     }
@@ -391,11 +356,11 @@ impl Worker {
     fn forget(&self, task: &ActorTask) {
         let mut actors = self.lock();
         if actors
-            .get(&task.name)
-            .is_some_and(|e| e.is_of(&task.status))
+            .get(task.name())
+            .is_some_and(|e| e.is_of(task.status_handle()))
         {
-            actors.remove(&task.name);
-            self.store.release(&task.name);
+            actors.remove(task.name());
+            self.ctx.store.release(task.name());
         }
     }
 
@@ -509,7 +474,7 @@ impl Worker {
     pub async fn remove(&self, actor: &str) {
         self.remove_task(actor).await;
         self.logs.remove(actor);
-        if let Some(Log::Local(journal)) = self.journal.get()
+        if let Some(Log::Local(journal)) = self.ctx.journal.get()
             && let Err(e) = journal.appended().wait().await
         {
             tracing::warn!(actor, "removing the actor: {e}");
@@ -522,11 +487,11 @@ impl Worker {
             match actors.get(actor) {
                 None => return,
                 Some(Entry::Parked(parked)) => {
-                    if let Some(journal) = self.journal.get() {
-                        journal.forget(actor, parked.epoch);
+                    if let Some(journal) = self.ctx.journal.get() {
+                        journal.forget(actor, parked.epoch());
                     }
                     actors.remove(actor);
-                    self.store.release(actor);
+                    self.ctx.store.release(actor);
                     return;
                 }
                 Some(Entry::Active { status, .. }) => status.clone(),
@@ -536,7 +501,7 @@ impl Worker {
         let mut actors = self.lock();
         if actors.get(actor).is_some_and(|e| e.is_of(&status)) {
             actors.remove(actor);
-            self.store.release(actor);
+            self.ctx.store.release(actor);
         }
     }
 

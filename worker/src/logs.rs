@@ -400,7 +400,7 @@ impl crate::Worker {
             )));
         }
         self.logs
-            .get(actor, &self.name, &self.store)
+            .get(actor, &self.name, &self.ctx.store)
             .read(query)
             .await
     }

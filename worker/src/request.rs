@@ -127,7 +127,7 @@ impl Worker {
         })?;
         let mut waiting = AbandonOnDrop {
             ticket: Some(ticket.clone()),
-            metrics: &self.metrics,
+            metrics: &self.ctx.metrics,
         };
         // The task ended without an answer: before the guest had the
         // delivery it was not applied; after, whether its effect stays is

@@ -14,8 +14,8 @@ use stasis_core::snapshot_store::{
 
 use stasis_core::journal::{EntryKind, Journal};
 
-use super::actor::ActorTask;
-use super::journaled::{Journaled, Then};
+use super::ActorTask;
+use crate::journaled::{Journaled, Then};
 use stasis_contract::error::ApiError;
 use stasis_contract::status::SnapshotReport;
 use stasis_contract::status::ms;
@@ -51,7 +51,8 @@ impl ActorTask {
         let unchanged = match kind {
             Kind::Delta { unchanged } => unchanged,
             Kind::Full => self.status().snapshot.is_some_and(|newest| {
-                self.store
+                self.ctx
+                    .store
                     .open_snapshot(&self.name, newest.seq)
                     .is_ok_and(|map| snapshot::same_state(&map, &bytes))
             }),
@@ -97,12 +98,13 @@ impl ActorTask {
     }
 
     fn capture_live_unchecked(&mut self, purpose: For) -> Result<(Vec<u8>, Kind), ApiError> {
-        let newest = self.next_seq.checked_sub(1);
+        let newest = self.kept.durable.next_seq.checked_sub(1);
         let base = self
-            .delta_base
+            .chain
+            .base
             .as_ref()
             .filter(|base| Some(base.seq) == newest)
-            .filter(|_| self.replicator.is_none() && self.store.supports_deltas());
+            .filter(|_| self.ctx.replicator.is_none() && self.ctx.store.supports_deltas());
         // The base's chain, verified (no checksum pass for files the store
         // wrote or checked): a delta is only taken on a chain that
         // restores, and leaves out pages that hold what it holds (those a
@@ -110,7 +112,7 @@ impl ActorTask {
         // since gives a full snapshot: the live instance holds the state.
         // A journal entry (one per request) takes the chain the previous
         // entry opened, while its head is still the base.
-        let cached = self.entry_chain.take().filter(|chain| {
+        let cached = self.chain.verified.take().filter(|chain| {
             purpose == For::Entry
                 && base
                     .is_some_and(|b| chain.head_seq() == b.seq && chain.head_crc32c() == b.crc32c)
@@ -141,7 +143,7 @@ impl ActorTask {
                 .ok()
         });
         if purpose == For::Entry {
-            self.entry_chain = chain.as_ref().map(|(_, chain)| chain.clone());
+            self.chain.verified = chain.as_ref().map(|(_, chain)| chain.clone());
         }
         let instance = self
             .instance
@@ -237,7 +239,7 @@ impl ActorTask {
         let Some((_, written)) = chain.links().last() else {
             return;
         };
-        let engine = self.engine.clone();
+        let engine = self.ctx.engine.clone();
         if let Some(instance) = self.instance.as_mut() {
             let mapped = snapshot::map_written_snapshot(&engine, instance, written);
             tracing::debug!(actor = %self.name, seq, mapped, "snapshot mapped over the live memory");
@@ -250,12 +252,12 @@ impl ActorTask {
         &self,
         seq: u64,
     ) -> Result<VerifiedChain<SnapshotBytes>, ChainError> {
-        let max_memory = self.engine.limits().max_memory;
+        let max_memory = self.ctx.engine.limits().max_memory;
         open_chain(
-            self.store.as_ref(),
+            self.ctx.store.as_ref(),
             &self.name,
             seq,
-            &self.template,
+            &self.kept.template,
             max_memory,
         )
     }
@@ -278,23 +280,29 @@ impl ActorTask {
         bytes: Vec<u8>,
         started: Instant,
     ) -> Result<SnapshotReport, ApiError> {
-        debug_assert!(self.next_seq == 0 && self.journaled.is_none());
-        let seq = self.next_seq;
+        debug_assert!(self.kept.durable.next_seq == 0 && self.kept.durable.journaled.is_none());
+        let seq = self.kept.durable.next_seq;
         let len = bytes.len() as u64;
         let unavailable = |e: stasis_core::journal::JournalError| {
             ApiError::unavailable(format!("creating the actor: {e}"))
         };
         let durable = journal
-            .append(EntryKind::Snapshot, self.epoch, seq, &self.name, &bytes)
+            .append(
+                EntryKind::Snapshot,
+                self.kept.epoch,
+                seq,
+                &self.name,
+                &bytes,
+            )
             .map_err(unavailable)?;
-        self.metrics.journaled(bytes.len());
+        self.ctx.metrics.journaled(bytes.len());
         durable.clone().wait().await.map_err(unavailable)?;
-        self.journaled = Some(Journaled {
+        self.kept.durable.journaled = Some(Journaled {
             seq,
             bytes: Arc::new(bytes),
             patches: 0,
         });
-        self.gate = Some(durable);
+        self.kept.durable.gate = Some(durable);
         Ok(self.wrote(seq, len, true, started))
     }
 
@@ -310,7 +318,7 @@ impl ActorTask {
     ) -> Result<SnapshotReport, ApiError> {
         let report = self.seal(started, Then::Keep).await?;
         // An entry sealed with no instance is no delta base.
-        self.delta_base = None;
+        self.chain.base = None;
         report.ok_or_else(|| ApiError::internal("no journal entry to write"))
     }
 
@@ -322,10 +330,10 @@ impl ActorTask {
         started: Instant,
     ) -> Result<SnapshotReport, ApiError> {
         let bytes: Arc<Vec<u8>> = bytes.into();
-        let seq = self.next_seq;
-        let store = self.store.clone();
+        let seq = self.kept.durable.next_seq;
+        let store = self.ctx.store.clone();
         let actor = self.name.clone();
-        let epoch = self.epoch;
+        let epoch = self.kept.epoch;
         let keep = self.settings.keep_snapshots;
         let len = bytes.len() as u64;
         let local = bytes.clone();
@@ -360,31 +368,27 @@ impl ActorTask {
             return Err(ApiError::internal(format!(
                 "worker {} lost its lease while writing snapshot {seq} of actor {}: the request \
                  may or may not have been applied",
-                self.worker, self.name
+                self.ctx.worker, self.name
             )));
         }
-        if !self.adopted {
+        if !self.kept.adopted {
             // The snapshot at this epoch is the placement's claim.
-            self.store.hold(&self.name, self.epoch);
-            self.adopted = true;
+            self.ctx.store.hold(&self.name, self.kept.epoch);
+            self.kept.adopted = true;
         }
-        let next_base = DeltaBase::of_file(seq, &bytes, self.delta_base.as_ref());
-        if let Some(replicator) = &self.replicator {
+        let next_base = DeltaBase::of_file(seq, &bytes, self.chain.base.as_ref());
+        if let Some(replicator) = &self.ctx.replicator {
             replicator.replicate(&self.name, seq, bytes).await?;
         }
-        self.next_seq += 1;
-        self.since_checkpoint = 0;
-        // The actor's journal entries are in the store now (this snapshot,
-        // or an older state a live capture superseded).
-        self.journaled = None;
-        if let Some(journal) = &self.journal {
-            journal.settled(&self.name, self.epoch);
+        self.kept.durable.wrote_snapshot();
+        if let Some(journal) = self.ctx.journal.get() {
+            journal.settled(&self.name, self.kept.epoch);
         }
         let full = next_base
             .as_ref()
             .is_some_and(|b| b.depth == 0 && b.root_pages >= MIN_DELTA_ROOT_PAGES);
-        self.delta_base = next_base;
-        if full && self.replicator.is_none() && self.store.supports_deltas() {
+        self.chain.base = next_base;
+        if full && self.ctx.replicator.is_none() && self.ctx.store.supports_deltas() {
             self.map_written(seq);
         }
         Ok(self.wrote(seq, len, false, started))
@@ -412,7 +416,7 @@ impl ActorTask {
 
 /// What [`ActorTask::capture_live`] captures for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum For {
+pub(crate) enum For {
     /// A snapshot file of the store.
     Snapshot,
     /// A journal entry.
@@ -421,7 +425,7 @@ pub(super) enum For {
 
 /// What [`ActorTask::capture_live`] took.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Kind {
+pub(crate) enum Kind {
     /// A full snapshot.
     Full,
     /// A delta on the newest snapshot; `unchanged`: no page, size or

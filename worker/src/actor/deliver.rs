@@ -8,9 +8,10 @@ use std::time::Instant;
 use stasis_core::instance::CallError;
 use stasis_core::journal::Durable;
 
-use super::actor::{ActorTask, Input, Ticket};
-use super::journaled::{Then, send_gated};
+use super::ActorTask;
 use crate::guest::{Answer, Work};
+use crate::journaled::{Then, send_gated};
+use crate::mailbox::{Input, Ticket};
 use opentelemetry::trace::{Status, TraceContextExt as _, Tracer as _};
 use opentelemetry::{Context, KeyValue};
 use stasis_contract::alarm::AlarmOutcome;
@@ -26,12 +27,12 @@ impl ActorTask {
         if !ticket.start() {
             return;
         }
-        if epoch != self.epoch {
+        if epoch != self.kept.epoch {
             input.refuse(ApiError::new(
                 ErrorKind::StaleEpoch,
                 format!(
                     "stale placement epoch {epoch} for actor {} (now {})",
-                    self.name, self.epoch
+                    self.name, self.kept.epoch
                 ),
             ));
             return;
@@ -110,10 +111,10 @@ impl ActorTask {
             .span_builder(name)
             .with_attributes([
                 KeyValue::new("stasis.actor", self.name.clone()),
-                KeyValue::new("stasis.worker", self.worker.clone()),
+                KeyValue::new("stasis.worker", self.ctx.worker.clone()),
                 KeyValue::new(
                     "stasis.epoch",
-                    i64::try_from(self.epoch).unwrap_or(i64::MAX),
+                    i64::try_from(self.kept.epoch).unwrap_or(i64::MAX),
                 ),
             ])
             .start_with_context(&tracer, &parent);
@@ -139,11 +140,11 @@ impl ActorTask {
     ) -> Result<(Answer, Option<Durable>), ApiError> {
         // A worker woken after its lease ended runs nothing more: the
         // actor may be placed elsewhere now (see `crate::fence`).
-        if self.store.check_fence(&self.name).is_err() {
+        if self.ctx.store.check_fence(&self.name).is_err() {
             return Err(ApiError::unavailable(format!(
                 "worker {} holds no valid lease for actor {}: the request was not run (the \
                  actor may be placed on another worker now; send it again)",
-                self.worker, self.name
+                self.ctx.worker, self.name
             )));
         }
         if self.instance.is_none() {
@@ -167,6 +168,8 @@ impl ActorTask {
         // initial state (a patch of the entry would change it), and the
         // request's entry is a delta on it.
         if self
+            .kept
+            .durable
             .journaled
             .as_ref()
             .is_some_and(|newest| newest.seq == 0)
@@ -209,7 +212,7 @@ impl ActorTask {
             Ok(answer) => answer,
             Err(e) => return Err(self.after_failed_call(e).await),
         };
-        self.since_checkpoint += 1;
+        self.kept.durable.since_checkpoint += 1;
         let journaled = {
             let _span = trace::tracer().start_with_context("stasis.journal", cx);
             self.journal_request().await
@@ -219,13 +222,13 @@ impl ActorTask {
             Err(e) => return Err(self.after_failed_entry(e)),
         };
         let every = self.checkpoint_every();
-        if every > 0 && self.since_checkpoint >= every {
+        if every > 0 && self.kept.durable.since_checkpoint >= every {
             let span = trace::tracer().start_with_context("stasis.checkpoint", cx);
             let written = self.snapshot(Instant::now()).await;
             drop(span);
             match written {
                 Ok(_) => {
-                    self.metrics.checkpointed(&self.worker, &self.name);
+                    self.ctx.metrics.checkpointed(&self.ctx.worker, &self.name);
                 }
                 Err(e) if every == 1 => {
                     return Err(self.after_failed_checkpoint(e).await);
@@ -247,7 +250,7 @@ impl ActorTask {
         if let CallError::MappedFileChanged(reason) = &error {
             return self.fail_mapped(reason);
         }
-        self.metrics.trapped(&self.worker, &self.name);
+        self.ctx.metrics.trapped(&self.ctx.worker, &self.name);
         self.log.event(&format!("trapped: {error}; rolling back"));
         tracing::warn!(actor = %self.name, "{error}; rolling back to the last acknowledged state");
         if let Err(e) = self.seal(Instant::now(), Then::Keep).await {
@@ -270,14 +273,14 @@ impl ActorTask {
     fn after_failed_entry(&mut self, error: ApiError) -> ApiError {
         self.drop_instance(false);
         self.sync_live(false);
-        if self.store.check_fence(&self.name).is_err() {
+        if self.ctx.store.check_fence(&self.name).is_err() {
             // Fenced off: the instance goes, and whatever this worker
             // acknowledged stays for the actor's next owner.
             tracing::warn!(actor = %self.name, "{}", error.message());
             return error;
         }
         tracing::error!(actor = %self.name, "journal: {}", error.message());
-        self.journaled = None;
+        self.kept.durable.journaled = None;
         let mut status = self.status();
         status.state = ActorState::Failed;
         status.set_error(error.message().to_owned());
@@ -307,7 +310,7 @@ impl ActorTask {
         }
         // Fenced off, nothing was written: the effect is gone with the
         // instance, and the actor may run elsewhere now.
-        let fenced = self.store.check_fence(&self.name).is_err();
+        let fenced = self.ctx.store.check_fence(&self.name).is_err();
         if !fenced && let Err(e) = self.resume(ResumeFrom::Newest).await {
             tracing::error!(actor = %self.name, "rollback failed: {e}");
         }

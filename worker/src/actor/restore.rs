@@ -11,7 +11,7 @@ use stasis_core::snapshot_store::{
     ChainError, SnapshotBytes, StoreError, open_chain_over, remove_corrupt,
 };
 
-use super::actor::ActorTask;
+use super::ActorTask;
 use stasis_contract::error::ApiError;
 use stasis_contract::status::{ActorState, ResumeFrom, ms};
 
@@ -28,7 +28,7 @@ impl ActorTask {
         self.take_slot().await?;
         // A repair of a running actor builds the new instance next to the
         // old one (which keeps running if the repair fails): a second slot.
-        let second_slot = match (&self.live, &self.instance, from) {
+        let second_slot = match (&self.ctx.live, &self.instance, from) {
             (Some(live), Some(_), ResumeFrom::Snapshot(_) | ResumeFrom::Template) => {
                 if live.max() == 1 {
                     return Err(ApiError::conflict(format!(
@@ -44,7 +44,7 @@ impl ActorTask {
         // Timed from here: the wait for a slot is not part of the resume.
         let started = Instant::now();
         if let Some(live) = &self.instance {
-            self.clock.replaced(live.clock_ns());
+            self.kept.clock.replaced(live.clock_ns());
         }
         self.set_state(ActorState::Resuming);
         let result = match from {
@@ -64,8 +64,13 @@ impl ActorTask {
                 self.instance = Some(instance);
                 // A repair's snapshot below is full: it starts a new chain.
                 // A journal entry is no base until it is in the store.
-                let entry = self.journaled.as_ref().map(|newest| newest.seq);
-                self.delta_base = base
+                let entry = self
+                    .kept
+                    .durable
+                    .journaled
+                    .as_ref()
+                    .map(|newest| newest.seq);
+                self.chain.base = base
                     .filter(|_| from == ResumeFrom::Newest)
                     .filter(|base| Some(base.seq) != entry);
                 if second_slot.is_some() {
@@ -73,8 +78,11 @@ impl ActorTask {
                     self.slot = second_slot;
                 }
                 let elapsed = started.elapsed();
-                self.metrics.resume_seconds.observe(elapsed.as_secs_f64());
-                self.metrics.resumed(&self.worker, &self.name);
+                self.ctx
+                    .metrics
+                    .resume_seconds
+                    .observe(elapsed.as_secs_f64());
+                self.ctx.metrics.resumed(&self.ctx.worker, &self.name);
                 {
                     let mut status = self.status();
                     status.state = ActorState::Running;
@@ -158,8 +166,11 @@ impl ActorTask {
             ResumeFrom::Snapshot(seq) => Some(seq),
             ResumeFrom::Template | ResumeFrom::Newest => None,
         };
-        let (store, actor) = (self.store.clone(), self.name.clone());
-        let (template, max_memory) = (self.template.clone(), self.engine.limits().max_memory);
+        let (store, actor) = (self.ctx.store.clone(), self.name.clone());
+        let (template, max_memory) = (
+            self.kept.template.clone(),
+            self.ctx.engine.limits().max_memory,
+        );
         let removed = tokio::task::spawn_blocking(move || {
             remove_corrupt(store.as_ref(), &actor, &template, max_memory, source)
         })
@@ -181,11 +192,12 @@ impl ActorTask {
     /// back makes the resume fail instead of silently rolling back.
     pub(super) fn newest_seq(&self) -> Option<u64> {
         // A journal entry not yet in the store is newer than any snapshot.
-        if let Some(newest) = &self.journaled {
+        if let Some(newest) = &self.kept.durable.journaled {
             return Some(newest.seq);
         }
         let known = self.status().snapshot.map(|s| s.seq).or_else(|| {
-            self.store
+            self.ctx
+                .store
                 .list(&self.name)
                 .ok()
                 .and_then(|list| list.last().map(|e| e.seq))
@@ -193,7 +205,7 @@ impl ActorTask {
         // An acknowledged snapshot missing from the folder at adoption left
         // `next_seq` past every file there: a plain resume names it (and
         // fails) instead of rolling back to an older file.
-        known.max(self.next_seq.checked_sub(1))
+        known.max(self.kept.durable.next_seq.checked_sub(1))
     }
 
     /// Restores snapshot `seq` (with its chain, for a delta) and runs
@@ -206,17 +218,21 @@ impl ActorTask {
         let broken = |what: &str, e: &dyn std::fmt::Display| {
             Unrestorable::Broken(format!("{what} {seq}: {e}"))
         };
-        if !self.adopted {
+        if !self.kept.adopted {
             self.adopt(seq)?;
         }
-        self.clock.load(self.store.as_ref(), &self.name);
-        let chain = match self.primed.take() {
+        self.kept.clock.load(self.ctx.store.as_ref(), &self.name);
+        let chain = match self.kept.primed.take() {
             Some((primed, chain)) if primed == seq => chain,
             _ => self.open_verified(seq)?,
         };
-        let restored =
-            snapshot::restore_chain(&self.engine, self.template.clone(), self.config(), &chain)
-                .await;
+        let restored = snapshot::restore_chain(
+            &self.ctx.engine,
+            self.kept.template.clone(),
+            self.config(),
+            &chain,
+        )
+        .await;
         let mut instance = match restored {
             Ok(instance) => instance,
             Err(snapshot::RestoreError::Call(e @ CallError::Capacity(_))) => {
@@ -247,18 +263,18 @@ impl ActorTask {
     ///
     /// [`SnapshotStore::adopt`]: stasis_core::snapshot_store::SnapshotStore::adopt
     fn adopt(&mut self, seq: u64) -> Result<(), Unrestorable> {
-        let epoch = self.epoch;
+        let epoch = self.kept.epoch;
         // Held from the fence's listing on (`SnapshotStore::hold`): the
         // next opens of this placement need no store round trip.
-        self.store.hold(&self.name, epoch);
+        self.ctx.store.hold(&self.name, epoch);
         // In place (a no-op for a store of one process, one small listing
         // and PUT for the object store), like the restore's other store
         // calls: no blocking-pool round trip on every first resume.
         let adopted =
-            crate::blocking::off_the_executor(|| self.store.adopt(&self.name, seq, epoch));
+            crate::blocking::off_the_executor(|| self.ctx.store.adopt(&self.name, seq, epoch));
         match adopted {
             Ok(()) => {
-                self.adopted = true;
+                self.kept.adopted = true;
                 Ok(())
             }
             Err(e @ StoreError::Fenced { .. }) => Err(Unrestorable::Unfenced(e.into())),
@@ -276,17 +292,19 @@ impl ActorTask {
     /// Reads snapshot `seq` (and, for a delta, its chain) from the store
     /// and verifies it against the template.
     fn open_verified(&self, seq: u64) -> Result<VerifiedChain<SnapshotBytes>, Unrestorable> {
-        let max_memory = self.engine.limits().max_memory;
+        let max_memory = self.ctx.engine.limits().max_memory;
         let entry = self
+            .kept
+            .durable
             .journaled
             .as_ref()
             .filter(|newest| newest.seq == seq)
             .map(|newest| (newest.seq, newest.bytes.as_slice()));
         open_chain_over(
-            self.store.as_ref(),
+            self.ctx.store.as_ref(),
             &self.name,
             seq,
-            &self.template,
+            &self.kept.template,
             max_memory,
             entry,
         )
@@ -299,7 +317,9 @@ impl ActorTask {
     }
 
     async fn fresh_from_template(&mut self) -> Result<ActorInstance, Unrestorable> {
-        match ActorInstance::spawn(&self.engine, self.template.clone(), self.config()).await {
+        match ActorInstance::spawn(&self.ctx.engine, self.kept.template.clone(), self.config())
+            .await
+        {
             Ok(instance) => Ok(instance),
             Err(e @ CallError::Capacity(_)) => Err(Unrestorable::Busy(e.to_string())),
             Err(e) => Err(Unrestorable::Broken(format!(

@@ -1,0 +1,85 @@
+//! An actor task's side of a state hand-over (a live code upgrade,
+//! `Worker::hand_over`): the captured actor's instance saves its state
+//! (`stasis_save_state`); a fresh instance of the new version takes it
+//! (`stasis_load_state`).
+
+use stasis_contract::error::{ApiError, ErrorKind};
+use stasis_contract::status::{ActorState, ResumeFrom};
+use stasis_core::instance::CallError;
+
+use super::ActorTask;
+
+/// A failed hand-over call (`what`: which side): capacity, timeouts and
+/// the CPU limit keep their status; anything else (a trap, a refusal, bad
+/// bytes) is 422, the state cannot be handed over.
+pub(crate) fn refused(what: &str, e: &CallError) -> ApiError {
+    let kind = match e {
+        CallError::Capacity(_)
+        | CallError::Timeout(_)
+        | CallError::CpuLimit(_)
+        | CallError::MappedFileChanged(_) => ErrorKind::from(e),
+        CallError::Trap(_)
+        | CallError::BadResponse(_)
+        | CallError::Host(_)
+        | CallError::StateRefused(_) => ErrorKind::Unprocessable,
+    };
+    ApiError::new(kind, format!("{what}: {e}"))
+}
+
+impl ActorTask {
+    /// The actor's state from its instance's `stasis_save_state` (an
+    /// instance is restored from its newest snapshot first when it has
+    /// none), with the instance's clock. The actor stays captured. A call
+    /// that poisons the instance drops it.
+    ///
+    /// # Errors
+    /// 409 unless the actor is captured for a move; the restore's failure;
+    /// 422 (or the call's own status) if the guest fails to save.
+    pub(crate) async fn save_state(&mut self) -> Result<(Vec<u8>, u64), ApiError> {
+        let state = self.status().state;
+        if state != ActorState::Migrating {
+            return Err(ApiError::conflict(format!(
+                "actor {} is not captured for an upgrade (it is {})",
+                self.name,
+                state.as_str()
+            )));
+        }
+        if self.instance.is_none() {
+            let resumed = self.resume(ResumeFrom::Newest).await;
+            // Still captured: calls that come meanwhile wait for the end.
+            if self.status().state != ActorState::Failed {
+                self.set_state(ActorState::Migrating);
+            }
+            resumed?;
+        }
+        let Some(instance) = self.instance.as_mut() else {
+            return Err(ApiError::internal("a resumed actor without an instance"));
+        };
+        let clock_ns = instance.clock_ns();
+        match instance.save_state().await {
+            Ok(bytes) => Ok((bytes, clock_ns)),
+            Err(e) => {
+                if e.poisons_instance() {
+                    self.drop_instance(false);
+                    self.sync_live(false);
+                }
+                Err(refused("the running version's `stasis_save_state`", &e))
+            }
+        }
+    }
+
+    /// Gives the fresh instance the state handed over (see
+    /// [`ActorTask::create_with`]).
+    ///
+    /// # Errors
+    /// 422 (or the call's own status) if the new version refuses it.
+    pub(crate) async fn load_state(&mut self, state: &[u8]) -> Result<(), ApiError> {
+        let Some(instance) = self.instance.as_mut() else {
+            return Err(ApiError::internal("loading a state without an instance"));
+        };
+        instance
+            .load_state(state)
+            .await
+            .map_err(|e| refused("the new version's `stasis_load_state`", &e))
+    }
+}

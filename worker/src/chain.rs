@@ -1,0 +1,32 @@
+//! The chain state of an actor's live instance: the snapshot its next
+//! delta is taken on, and that snapshot's verified chain, kept from one
+//! journal entry's capture to the next. Both exist only with an instance
+//! (dropped with it); the capture and restore paths of the actor task own
+//! them.
+
+use std::sync::Arc;
+
+use stasis_core::snapshot::{DeltaBase, VerifiedChain};
+use stasis_core::snapshot_store::SnapshotBytes;
+
+/// A live instance's chain state (module docs).
+#[derive(Default)]
+pub(crate) struct LiveChain {
+    /// What the next snapshot of the instance can be a delta on: the
+    /// newest snapshot whose state the instance held since it was made
+    /// (restored from, or captured from it). `None` without an instance,
+    /// after a repair, or where the store keeps no deltas.
+    pub(crate) base: Option<DeltaBase>,
+    /// The verified chain of `base`, kept from one journal entry's
+    /// capture to the next.
+    pub(crate) verified: Option<Arc<VerifiedChain<SnapshotBytes>>>,
+}
+
+impl LiveChain {
+    /// Forgets both: the instance is gone, or its memory no longer
+    /// matches what they describe.
+    pub(crate) fn clear(&mut self) {
+        self.base = None;
+        self.verified = None;
+    }
+}
