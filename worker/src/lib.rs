@@ -34,6 +34,8 @@ pub use journaled::Log;
 pub mod live;
 mod mailbox;
 mod request;
+#[cfg(test)]
+mod tests;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
