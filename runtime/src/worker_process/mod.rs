@@ -1,152 +1,55 @@
 //! The server half of the worker protocol, `stasis worker run`: a worker in
-//! its own process. This module starts it (its options, its store and
-//! templates: the control plane's in embedded mode, the shared store in
-//! cluster mode); [`membership`] keeps it a member (joins and heartbeats,
-//! or its etcd lease) and leaves at shutdown; [`api`] serves the internal
-//! worker API (see [`super::proto`]).
+//! its own process. This module starts it (its store and templates: the
+//! control plane's in embedded mode, the shared store in cluster mode);
+//! [`options`] are its flags; [`membership`] keeps it a member (joins and
+//! heartbeats, or its etcd lease) and leaves at shutdown; [`api`] serves
+//! the internal worker API (see [`stasis_contract::proto`]); [`joined`] is
+//! what an embedded-mode worker takes from the control plane it joined
+//! (snapshot replication, template modules); [`control_peer`] is how its
+//! actors reach the control plane. The `Worker` itself is built as `stasis
+//! serve` builds its in-process ones ([`crate::workers`]).
 //!
 //! Fencing: in embedded mode, if no heartbeat has been answered for the
 //! heartbeat timeout T, the worker stops serving and drops its instances by
 //! itself; the control plane only declares it lost after 2T. In cluster
-//! mode the same holds of its lease (see [`super::etcd`]). So at no instant
-//! do two workers run the same actor.
+//! mode the same holds of its lease (see [`stasis_cluster::etcd`]). So at
+//! no instant do two workers run the same actor.
 
 mod api;
 mod calls;
+pub mod control_peer;
+mod joined;
 mod membership;
+pub mod options;
 
 use std::future::Future;
 use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use async_trait::async_trait;
-use bytes::Bytes;
-use hyper::Method;
 use tokio::net::TcpListener;
 
-use super::client::Peer;
-use super::control_peer::ControlPeer;
-use super::etcd::{Etcd, EtcdOptions, WorkerLease};
-use super::shared::StoreTemplates;
+use crate::workers::WorkerBuilder;
+use control_peer::ControlPeer;
+use joined::{ControlReplicator, ControlTemplates};
 use membership::{join_until_admitted, settings_when_written};
-use stasis_contract::error::ApiError;
+pub use options::{Membership, RegisteredOptions, WorkerOptions};
+use stasis_cluster::client::Peer;
+use stasis_cluster::etcd::{Etcd, WorkerLease};
+use stasis_cluster::shared::StoreTemplates;
 use stasis_contract::metrics::Metrics;
-use stasis_contract::proto::{ControlPath, JoinAnswer, JoinRequest};
+use stasis_contract::proto::{JoinAnswer, JoinRequest};
 use stasis_contract::settings::{ActorSettings, WorkerSettings};
-use stasis_contract::templates::{FetchTemplate, TemplateDir};
+use stasis_contract::templates::FetchTemplate;
 use stasis_core::engine::{Limits, StasisEngine};
 use stasis_core::journal::shipped::{SegmentObjects, ShippedJournal};
-use stasis_core::module::ModuleCache;
 use stasis_core::snapshot_files::LocalSnapshotStore;
-use stasis_core::snapshot_objects::{ObjectSnapshotStore, StoreUrl};
+use stasis_core::snapshot_objects::ObjectSnapshotStore;
 use stasis_core::snapshot_store::SnapshotStore;
-use stasis_http::mtls::InternalTls;
 use stasis_worker::Worker;
 use stasis_worker::actor::Replicator;
 use stasis_worker::fence::{Fence, FencedStore};
-
-/// Flags of `stasis worker run`.
-#[derive(Debug, Clone)]
-pub struct WorkerOptions {
-    /// How the worker finds its cluster: the control plane's admin URL
-    /// (`--join`, embedded mode) or etcd (`--directory etcd://...`).
-    pub membership: Membership,
-    /// Where the internal worker API listens (`--listen`).
-    pub listen: SocketAddr,
-    /// The worker's name (`--name`, an RFC 1123 label).
-    pub name: String,
-    /// Its data dir (`--data-dir`).
-    pub data_dir: PathBuf,
-    /// Bearer token for the control plane and for this worker's API.
-    pub token: Option<String>,
-    /// Hosts its actors' `fetch` may reach (`--allow-outbound`).
-    pub allow_outbound: stasis_contract::settings::AllowList,
-    /// Mutual TLS (`--internal-ca`, `--internal-tls-cert`,
-    /// `--internal-tls-key`): the API serves TLS only, to clients with a
-    /// certificate from the internal CA; an `https://` control plane is
-    /// reached with this worker's certificate. `None`: plain HTTP.
-    pub internal_tls: Option<Arc<InternalTls>>,
-}
-
-/// How a worker joins its cluster.
-#[derive(Debug, Clone)]
-#[allow(clippy::large_enum_variant, reason = "one value per process")]
-pub enum Membership {
-    /// Embedded mode: join the control plane at this admin URL, heartbeat
-    /// to it, stream snapshots to its store.
-    Join(String),
-    /// Cluster mode: register in etcd under a lease and write snapshots to
-    /// the shared store.
-    Registered(Box<RegisteredOptions>),
-}
-
-/// Cluster-mode settings of a worker.
-#[derive(Debug, Clone)]
-pub struct RegisteredOptions {
-    /// The etcd cluster (`--directory etcd://...`, `--etcd-*`).
-    pub etcd: EtcdOptions,
-    /// The shared snapshot store (`--snapshot-store file://... | s3://...`).
-    pub store: StoreUrl,
-    /// TTL of the worker's lease (`--lease-ttl`).
-    pub lease_ttl: Duration,
-    /// Address others reach this worker's API at (`--advertise`).
-    pub advertise: Option<String>,
-}
-
-/// Streams snapshots to the control plane.
-struct ControlReplicator {
-    control: Peer,
-}
-
-impl Replicator for ControlReplicator {
-    fn replicate(
-        &self,
-        actor: &str,
-        seq: u64,
-        bytes: Arc<Vec<u8>>,
-    ) -> Pin<Box<dyn Future<Output = Result<(), ApiError>> + Send>> {
-        let control = self.control.clone();
-        let path = ControlPath::Snapshot(actor, &seq.to_string()).to_path();
-        Box::pin(async move {
-            // Sent from the snapshot's own buffer, not a copy.
-            let body = Bytes::from_owner(SharedBytes(bytes));
-            control
-                .send(Method::PUT, &path, &[], body)
-                .await
-                .map(|_| ())
-        })
-    }
-}
-
-/// A snapshot buffer shared with the actor task, as a request body.
-struct SharedBytes(Arc<Vec<u8>>);
-
-impl AsRef<[u8]> for SharedBytes {
-    fn as_ref(&self) -> &[u8] {
-        self.0.as_slice()
-    }
-}
-
-/// Fetches template modules from the control plane.
-struct ControlTemplates {
-    control: Peer,
-}
-
-#[async_trait]
-impl FetchTemplate for ControlTemplates {
-    async fn fetch(&self, digest: &str) -> Result<Bytes, ApiError> {
-        let path = ControlPath::Template(digest).to_path();
-        let answer = self
-            .control
-            .send(Method::GET, &path, &[], Bytes::new())
-            .await?;
-        Ok(answer.body)
-    }
-}
 
 struct RemoteWorker {
     worker: Arc<Worker>,
@@ -360,15 +263,6 @@ pub async fn run(
         Some(slots) => StasisEngine::pooled(limits, slots)?,
         None => StasisEngine::new(limits)?,
     };
-    let template_dir = TemplateDir::new(
-        ModuleCache::new(
-            engine.engine().clone(),
-            engine.linker().clone(),
-            Some(options.data_dir.join("cache")),
-        ),
-        templates,
-        Some(fetch),
-    );
     let replicator: Option<Arc<dyn Replicator>> = match &cluster {
         Cluster::Joined { control, .. } => Some(Arc::new(ControlReplicator {
             control: Peer::clone(control),
@@ -376,9 +270,8 @@ pub async fn run(
         Cluster::Registered { .. } => None,
     };
     let metrics = Arc::new(Metrics::default());
-    let worker = Worker::new(
-        &options.name,
-        engine.clone(),
+    let builder = WorkerBuilder::new(
+        engine,
         store.clone(),
         metrics.clone(),
         WorkerSettings {
@@ -392,9 +285,10 @@ pub async fn run(
             max_live: answer.max_live,
             allow_outbound: options.allow_outbound.clone(),
         },
-        replicator,
-        Arc::new(template_dir),
+        &options.data_dir,
+        Some(fetch),
     );
+    let worker = builder.build(&options.name, replicator);
     // Its actors' calls and alarms go through the control plane it joined
     // (embedded mode), or through the leader replica found in etcd
     // (cluster mode).

@@ -10,8 +10,8 @@ use bytes::Bytes;
 use hyper::Method;
 
 use super::{Cluster, RemoteWorker};
-use crate::client::Peer;
-use crate::etcd::{Etcd, NameTaken, WorkerLease};
+use stasis_cluster::client::Peer;
+use stasis_cluster::etcd::{Etcd, NameTaken, WorkerLease};
 use stasis_contract::error::{ApiError, ErrorKind};
 use stasis_contract::proto::{ControlPath, JoinAnswer, JoinRequest};
 
