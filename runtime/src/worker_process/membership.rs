@@ -38,12 +38,26 @@ pub(super) fn lease_lost(worker: &str) -> ApiError {
     ))
 }
 
+/// Whether the control plane's answer to a join refuses this worker for
+/// good, so that joining again cannot succeed: a bad name, a missing or
+/// wrong token, a token that may not join, or a name taken (or a cluster
+/// that takes no `--join` workers). Anything else (unreachable, not ready)
+/// is worth another try.
+fn refused_for_good(error: &ApiError) -> bool {
+    matches!(
+        error.kind(),
+        ErrorKind::BadRequest
+            | ErrorKind::Unauthorized
+            | ErrorKind::Forbidden
+            | ErrorKind::Conflict
+    )
+}
+
 /// Joins the control plane, retrying while it cannot be reached or is not
 /// ready.
 ///
 /// # Errors
-/// The control plane's refusal for good (400 bad name, 401/403 token, 409
-/// the name is taken or the cluster takes no `--join` workers).
+/// The control plane's refusal for good (see [`refused_for_good`]).
 pub(super) async fn join_until_admitted(
     control: &Peer,
     join: &JoinRequest,
@@ -58,7 +72,7 @@ pub(super) async fn join_until_admitted(
                 tracing::info!(control = control.base(), name = %join.name, "joined");
                 return Ok(answer);
             }
-            Err(e) if matches!(e.kind().status(), 400 | 401 | 403 | 409) => return Err(e),
+            Err(e) if refused_for_good(&e) => return Err(e),
             Err(e) => {
                 tracing::warn!(
                     "joining {} failed: {e}; retrying in {wait:?}",
@@ -311,6 +325,48 @@ impl RemoteWorker {
         self.worker.remove(name).await;
         if matches!(self.cluster, Cluster::Joined { .. }) {
             let _ = self.worker.store().remove_actor(name);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The decision by kind refuses exactly the answers the join refused
+    /// for good when it read their HTTP status (400, 401, 403, 409).
+    #[test]
+    fn a_join_is_refused_for_good_by_the_same_kinds_as_by_status() {
+        let kinds = [
+            ErrorKind::BadRequest,
+            ErrorKind::Unauthorized,
+            ErrorKind::Forbidden,
+            ErrorKind::NotFound,
+            ErrorKind::Conflict,
+            ErrorKind::Gone,
+            ErrorKind::StaleEpoch,
+            ErrorKind::TooLarge,
+            ErrorKind::TooManyRequests,
+            ErrorKind::MethodNotAllowed,
+            ErrorKind::Unprocessable,
+            ErrorKind::LoopDetected,
+            ErrorKind::Internal,
+            ErrorKind::NotImplemented,
+            ErrorKind::BadGateway,
+            ErrorKind::Unavailable,
+            ErrorKind::Timeout,
+            ErrorKind::InsufficientStorage,
+            ErrorKind::Abandoned,
+            ErrorKind::OutcomeUnknown,
+            ErrorKind::Unreachable,
+        ];
+        for kind in kinds {
+            let by_status = matches!(kind.status(), 400 | 401 | 403 | 409);
+            assert_eq!(
+                refused_for_good(&ApiError::new(kind, "refused")),
+                by_status,
+                "{kind:?}"
+            );
         }
     }
 }
