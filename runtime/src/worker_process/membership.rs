@@ -243,6 +243,40 @@ impl RemoteWorker {
             .map(|_| ())
     }
 
+    /// At shutdown: asks the control plane to drain this worker (`name`),
+    /// logs which actors the drain moved off, and pauses whatever stayed
+    /// here (all of them when the drain was refused or failed).
+    pub(super) async fn leave_at_shutdown(&self, name: &str) {
+        tracing::info!("shutting down: asking the control plane to drain this worker");
+        self.shutting_down
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        let hosted = self.worker.actor_names();
+        let drained = self.drain_me(name).await;
+        // What the drain did, actor by actor, as the control plane decided it:
+        // an actor it moved was removed from here before it answered.
+        let left = self.worker.actor_names();
+        for actor in hosted.iter().filter(|a| !left.contains(a)) {
+            tracing::info!(actor = %actor, "moved off this worker by the drain");
+        }
+        match drained {
+            Ok(()) => tracing::info!("drained"),
+            Err(e) => {
+                // Not moved: keep what was acknowledged by pausing every actor
+                // here (its snapshot goes to the store, or to the control
+                // plane), so that it comes back from that snapshot wherever it
+                // is placed next.
+                tracing::warn!(
+                    status = e.kind().status(),
+                    "drain refused or failed ({}); pausing every actor here before exiting",
+                    e.message()
+                );
+            }
+        }
+        // Whatever stayed (all of them when the drain was refused) is paused
+        // here; each actor's outcome is logged.
+        self.pause_all().await;
+    }
+
     /// Cluster mode: gives the lease back, so the registration goes at
     /// once rather than after the TTL.
     pub(super) async fn leave(&self) {

@@ -1,8 +1,9 @@
 //! The server half of the worker protocol, `stasis worker run`: a worker in
-//! its own process. This module starts it (its store and templates: the
-//! control plane's in embedded mode, the shared store in cluster mode);
-//! [`options`] are its flags; [`membership`] keeps it a member (joins and
-//! heartbeats, or its etcd lease) and leaves at shutdown; [`api`] serves
+//! its own process. This module starts it; [`options`] are its flags;
+//! [`storage`] its store and templates (the control plane's in embedded
+//! mode, the shared store in cluster mode); [`membership`] keeps it a
+//! member (joins and heartbeats, or its etcd lease) and leaves at shutdown
+//! (drain, or pause every actor); [`api`] serves
 //! the internal worker API (see [`stasis_contract::proto`]); [`joined`] is
 //! what an embedded-mode worker takes from the control plane it joined
 //! (snapshot replication, template modules); [`control_peer`] is how its
@@ -21,6 +22,7 @@ pub mod control_peer;
 mod joined;
 mod membership;
 pub mod options;
+mod storage;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -32,25 +34,21 @@ use tokio::net::TcpListener;
 
 use crate::workers::WorkerBuilder;
 use control_peer::ControlPeer;
-use joined::{ControlReplicator, ControlTemplates};
-use membership::{join_until_admitted, settings_when_written};
+use joined::ControlReplicator;
 pub use options::{Membership, RegisteredOptions, WorkerOptions};
 use stasis_cluster::client::Peer;
 use stasis_cluster::etcd::{Etcd, WorkerLease};
-use stasis_cluster::shared::StoreTemplates;
 use stasis_contract::metrics::Metrics;
-use stasis_contract::proto::{JoinAnswer, JoinRequest};
+use stasis_contract::proto::JoinRequest;
 use stasis_contract::settings::{ActorSettings, WorkerSettings};
-use stasis_contract::templates::FetchTemplate;
 use stasis_core::engine::{Limits, StasisEngine};
-use stasis_core::journal::shipped::{SegmentObjects, ShippedJournal};
-use stasis_core::snapshot_files::LocalSnapshotStore;
-use stasis_core::snapshot_objects::ObjectSnapshotStore;
-use stasis_core::snapshot_store::SnapshotStore;
+use stasis_core::journal::shipped::ShippedJournal;
 use stasis_worker::Worker;
 use stasis_worker::actor::Replicator;
-use stasis_worker::fence::{Fence, FencedStore};
+use storage::Storage;
 
+/// The worker of a `stasis worker run` process, as its API and its
+/// membership see it.
 struct RemoteWorker {
     worker: Arc<Worker>,
     /// What the worker counts (`GET /metrics`).
@@ -86,38 +84,12 @@ enum Cluster {
 /// the next registration), shared with its store's fence.
 type LeaseSlot = Arc<std::sync::RwLock<Option<Arc<WorkerLease>>>>;
 
-/// The fence of a cluster-mode worker's store: it holds while the worker
-/// believes in its lease (see the lease module: the worker gives it up
-/// before etcd expires it, so before the leader can place its actors
-/// elsewhere).
-struct LeaseFence(LeaseSlot);
-
-impl std::fmt::Debug for LeaseFence {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_tuple("LeaseFence").field(&self.holds()).finish()
-    }
-}
-
-impl Fence for LeaseFence {
-    fn holds(&self) -> bool {
-        lease_holds(&self.0)
-    }
-}
-
 /// Whether the lease in `slot` is one this worker may still believe in.
-fn lease_holds(slot: &LeaseSlot) -> bool {
+pub(super) fn lease_holds(slot: &LeaseSlot) -> bool {
     slot.read()
         .unwrap_or_else(|p| p.into_inner())
         .as_ref()
         .is_some_and(|l| l.is_valid())
-}
-
-/// Where a worker keeps its actors' snapshots, finds template modules and
-/// ships its journal (cluster mode: the object store takes the segments).
-struct Storage {
-    store: Arc<dyn SnapshotStore>,
-    fetch: Box<dyn FetchTemplate>,
-    segments: Option<Arc<dyn SegmentObjects>>,
 }
 
 /// Runs a remote worker until `shutdown` resolves; then, unless the control
@@ -164,87 +136,10 @@ pub async fn run(
     } else {
         local
     };
-    let (cluster, answer, storage): (Cluster, JoinAnswer, Storage) = match &options.membership {
-        Membership::Join(url) => {
-            let snapshots = options.data_dir.join("snapshots");
-            // The control plane's store is authoritative: local copies
-            // from an earlier run are stale.
-            if snapshots.exists() {
-                std::fs::remove_dir_all(&snapshots)
-                    .with_context(|| format!("clearing {}", snapshots.display()))?;
-            }
-            let control = Peer::with_identity(
-                url,
-                options.token.as_deref(),
-                "control plane",
-                options.internal_tls.as_deref(),
-            )
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
-            let join = JoinRequest {
-                name: options.name.clone(),
-                address: bound.to_string(),
-            };
-            let answer = join_until_admitted(&control, &join)
-                .await
-                .map_err(|e| anyhow::anyhow!("the control plane refused this worker: {e}"))?;
-            let store = Arc::new(LocalSnapshotStore::open(&snapshots, None)?);
-            let fetch = Box::new(ControlTemplates {
-                control: control.clone(),
-            });
-            (
-                Cluster::Joined {
-                    control: Box::new(control),
-                    join,
-                },
-                answer,
-                Storage {
-                    store,
-                    fetch,
-                    segments: None,
-                },
-            )
-        }
+    let (cluster, answer, storage) = match &options.membership {
+        Membership::Join(url) => storage::joined(&options, url, bound).await?,
         Membership::Registered(registered) => {
-            let etcd = Etcd::connect(&registered.etcd).await?;
-            let answer = settings_when_written(&etcd).await;
-            let mine = registered.store.to_string();
-            if let Some(theirs) = answer.snapshot_store.as_ref().filter(|s| **s != mine) {
-                anyhow::bail!(
-                    "refusing to start: --snapshot-store is {mine} here but {theirs} in the cluster's settings; every process of a cluster shares one store"
-                );
-            }
-            let cache = options.data_dir.join("snapshot-cache");
-            let url = registered.store.clone();
-            let shared =
-                tokio::task::spawn_blocking(move || ObjectSnapshotStore::open(&url, &cache, None))
-                    .await?
-                    .map_err(|e| {
-                        anyhow::anyhow!("--snapshot-store {}: {}", registered.store, e.detail())
-                    })?;
-            let shared = Arc::new(shared);
-            let address = match &registered.advertise {
-                Some(address) => address.clone(),
-                None => bound.to_string(),
-            };
-            let lease = LeaseSlot::default();
-            let fenced = FencedStore::new(
-                shared.clone(),
-                Arc::new(LeaseFence(lease.clone())),
-                &options.name,
-            );
-            let cluster = Cluster::Registered {
-                etcd,
-                address,
-                lease_ttl: registered.lease_ttl,
-                lease,
-            };
-            let fetch = Box::new(StoreTemplates::new(shared.clone()));
-            let storage = Storage {
-                store: fenced,
-                fetch,
-                segments: Some(shared),
-            };
-            (cluster, answer, storage)
+            storage::registered(&options, registered, bound).await?
         }
     };
     let Storage {
@@ -361,35 +256,7 @@ pub async fn run(
             "shipped journal: segments put since start"
         );
     }
-    tracing::info!("shutting down: asking the control plane to drain this worker");
-    remote
-        .shutting_down
-        .store(true, std::sync::atomic::Ordering::SeqCst);
-    let hosted = remote.worker.actor_names();
-    let drained = remote.drain_me(&options.name).await;
-    // What the drain did, actor by actor, as the control plane decided it:
-    // an actor it moved was removed from here before it answered.
-    let left = remote.worker.actor_names();
-    for actor in hosted.iter().filter(|a| !left.contains(a)) {
-        tracing::info!(actor = %actor, "moved off this worker by the drain");
-    }
-    match drained {
-        Ok(()) => tracing::info!("drained"),
-        Err(e) => {
-            // Not moved: keep what was acknowledged by pausing every actor
-            // here (its snapshot goes to the store, or to the control
-            // plane), so that it comes back from that snapshot wherever it
-            // is placed next.
-            tracing::warn!(
-                status = e.kind().status(),
-                "drain refused or failed ({}); pausing every actor here before exiting",
-                e.message()
-            );
-        }
-    }
-    // Whatever stayed (all of them when the drain was refused) is paused
-    // here; each actor's outcome is logged.
-    remote.pause_all().await;
+    remote.leave_at_shutdown(&options.name).await;
     membership.abort();
     remote.leave().await;
     let _ = stop_tx.send(true);
