@@ -1,12 +1,12 @@
 //! `stasis worker run`: a remote worker process (see
-//! `stasis_runtime::cluster::server`).
+//! `stasis_runtime::worker_process`).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::Args;
 use stasis_core::snapshot_objects::StoreUrl;
-use stasis_runtime::cluster::server::{
+use stasis_runtime::worker_process::{
     Membership, RegisteredOptions, WorkerOptions, run as run_worker,
 };
 

@@ -15,17 +15,18 @@ use stasis_cluster::shared::StoreTemplates;
 use stasis_contract::control_api::ControlApi;
 use stasis_contract::directory::{Directory, WorkerRecord};
 use stasis_contract::metrics::Metrics;
-use stasis_contract::templates::{FetchTemplate, TemplateDir};
+use stasis_contract::templates::FetchTemplate;
 use stasis_contract::worker_api::WorkerApi;
 use stasis_control::directory::SqliteDirectory;
 use stasis_control::local::LocalControl;
 use stasis_control::{ControlParts, ControlPlane, OpenedStore, Role, ServeConfig};
 use stasis_core::engine::StasisEngine;
 use stasis_core::journal::Journal;
-use stasis_core::module::ModuleCache;
 use stasis_core::snapshot_store::SnapshotStore;
 use stasis_http::mtls::InternalTls;
 use stasis_worker::Worker;
+
+use crate::workers::WorkerBuilder;
 
 /// Creates the data dir's folders (`templates/`, `cache/`).
 fn create_data_dir(dir: &Path) -> anyhow::Result<()> {
@@ -83,27 +84,17 @@ fn build(
     let fetch = shared
         .as_ref()
         .map(|shared| Box::new(StoreTemplates::new(shared.clone())) as Box<dyn FetchTemplate>);
-    let templates = Arc::new(TemplateDir::new(
-        ModuleCache::new(
-            engine.engine().clone(),
-            engine.linker().clone(),
-            Some(dir.join("cache")),
-        ),
-        dir.join("templates"),
+    let builder = WorkerBuilder::new(
+        engine,
+        store.clone(),
+        metrics.clone(),
+        config.worker.clone(),
+        &dir,
         fetch,
-    ));
+    );
+    let templates = builder.templates().clone();
     let locals: Vec<Arc<Worker>> = (1..=config.workers)
-        .map(|i| {
-            Worker::new(
-                &format!("worker-{i}"),
-                engine.clone(),
-                store.clone(),
-                metrics.clone(),
-                config.worker.clone(),
-                None,
-                templates.clone(),
-            )
-        })
+        .map(|i| builder.build(&format!("worker-{i}"), None))
         .collect();
     if let Some(journal) = &backend.journal {
         for worker in &locals {

@@ -4,8 +4,10 @@
 //! tasks, graceful shutdown); [`replica`] is one replica of a cluster
 //! (leader election, forwarding to the leader, read-your-writes);
 //! [`listen`] is what both share (options, listeners);
-//! [`assemble`] builds a control plane from its parts; [`telemetry`]
-//! exports the traces. `stasis worker run` is `stasis_cluster::server`.
+//! [`assemble`] builds a control plane from its parts; [`worker_process`]
+//! is `stasis worker run` (a worker in its own process, serving the worker
+//! protocol); [`workers`] builds the `Worker`s of both `serve` and `worker
+//! run`; [`telemetry`] exports the traces.
 //!
 //! The crates it assembles, following a request: `stasis-ingress` (router,
 //! admin API) → `stasis-control` (placement, the request gate, moves,
@@ -24,6 +26,8 @@ pub mod listen;
 pub mod replica;
 pub mod server;
 pub mod telemetry;
+pub mod worker_process;
+mod workers;
 
 pub use stasis_cluster as cluster;
 pub use stasis_contract as contract;

@@ -91,6 +91,30 @@ fn the_edge_depends_on_the_control_side_only() {
     }
 }
 
+/// The cluster backends (the etcd directory, leases, election, the client
+/// of a remote worker) know a worker only through the contract's
+/// `WorkerApi`: `stasis worker run`, which hosts a `stasis-worker` worker,
+/// is assembled in `stasis-runtime`.
+#[test]
+fn the_cluster_backends_do_not_depend_on_the_worker() {
+    let cluster = stasis_dependencies("cluster");
+    assert!(
+        cluster.contains(&"stasis-contract".to_owned()),
+        "{cluster:?}"
+    );
+    assert!(
+        !cluster.iter().any(|d| d == "stasis-worker"),
+        "stasis-cluster depends on stasis-worker: {cluster:?}"
+    );
+    let runtime = stasis_dependencies("runtime");
+    for needed in ["stasis-worker", "stasis-cluster"] {
+        assert!(
+            runtime.contains(&needed.to_owned()),
+            "stasis-runtime (which assembles `stasis worker run`) lacks {needed}: {runtime:?}"
+        );
+    }
+}
+
 /// Every `.rs` file under `dir`, recursively.
 fn rust_files_in(dir: &Path, out: &mut Vec<PathBuf>) {
     let Ok(entries) = std::fs::read_dir(dir) else {

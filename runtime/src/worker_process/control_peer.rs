@@ -16,8 +16,8 @@ use stasis_contract::proto::{ControlPath, parse_ms};
 use stasis_contract::sockets::{SocketAnswer, SocketOp};
 use stasis_host_api::{Request, Response};
 
-use super::client::Peer;
-use super::etcd::Etcd;
+use stasis_cluster::client::Peer;
+use stasis_cluster::etcd::Etcd;
 
 /// The control plane of a remote worker (module docs).
 #[derive(Clone)]

@@ -10,8 +10,8 @@ use bytes::Bytes;
 use hyper::Method;
 
 use super::{Cluster, RemoteWorker};
-use crate::client::Peer;
-use crate::etcd::{Etcd, NameTaken, WorkerLease};
+use stasis_cluster::client::Peer;
+use stasis_cluster::etcd::{Etcd, NameTaken, WorkerLease};
 use stasis_contract::error::{ApiError, ErrorKind};
 use stasis_contract::proto::{ControlPath, JoinAnswer, JoinRequest};
 
@@ -38,12 +38,26 @@ pub(super) fn lease_lost(worker: &str) -> ApiError {
     ))
 }
 
+/// Whether the control plane's answer to a join refuses this worker for
+/// good, so that joining again cannot succeed: a bad name, a missing or
+/// wrong token, a token that may not join, or a name taken (or a cluster
+/// that takes no `--join` workers). Anything else (unreachable, not ready)
+/// is worth another try.
+fn refused_for_good(error: &ApiError) -> bool {
+    matches!(
+        error.kind(),
+        ErrorKind::BadRequest
+            | ErrorKind::Unauthorized
+            | ErrorKind::Forbidden
+            | ErrorKind::Conflict
+    )
+}
+
 /// Joins the control plane, retrying while it cannot be reached or is not
 /// ready.
 ///
 /// # Errors
-/// The control plane's refusal for good (400 bad name, 401/403 token, 409
-/// the name is taken or the cluster takes no `--join` workers).
+/// The control plane's refusal for good (see [`refused_for_good`]).
 pub(super) async fn join_until_admitted(
     control: &Peer,
     join: &JoinRequest,
@@ -58,7 +72,7 @@ pub(super) async fn join_until_admitted(
                 tracing::info!(control = control.base(), name = %join.name, "joined");
                 return Ok(answer);
             }
-            Err(e) if matches!(e.kind().status(), 400 | 401 | 403 | 409) => return Err(e),
+            Err(e) if refused_for_good(&e) => return Err(e),
             Err(e) => {
                 tracing::warn!(
                     "joining {} failed: {e}; retrying in {wait:?}",
@@ -229,6 +243,40 @@ impl RemoteWorker {
             .map(|_| ())
     }
 
+    /// At shutdown: asks the control plane to drain this worker (`name`),
+    /// logs which actors the drain moved off, and pauses whatever stayed
+    /// here (all of them when the drain was refused or failed).
+    pub(super) async fn leave_at_shutdown(&self, name: &str) {
+        tracing::info!("shutting down: asking the control plane to drain this worker");
+        self.shutting_down
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        let hosted = self.worker.actor_names();
+        let drained = self.drain_me(name).await;
+        // What the drain did, actor by actor, as the control plane decided it:
+        // an actor it moved was removed from here before it answered.
+        let left = self.worker.actor_names();
+        for actor in hosted.iter().filter(|a| !left.contains(a)) {
+            tracing::info!(actor = %actor, "moved off this worker by the drain");
+        }
+        match drained {
+            Ok(()) => tracing::info!("drained"),
+            Err(e) => {
+                // Not moved: keep what was acknowledged by pausing every actor
+                // here (its snapshot goes to the store, or to the control
+                // plane), so that it comes back from that snapshot wherever it
+                // is placed next.
+                tracing::warn!(
+                    status = e.kind().status(),
+                    "drain refused or failed ({}); pausing every actor here before exiting",
+                    e.message()
+                );
+            }
+        }
+        // Whatever stayed (all of them when the drain was refused) is paused
+        // here; each actor's outcome is logged.
+        self.pause_all().await;
+    }
+
     /// Cluster mode: gives the lease back, so the registration goes at
     /// once rather than after the TTL.
     pub(super) async fn leave(&self) {
@@ -311,6 +359,48 @@ impl RemoteWorker {
         self.worker.remove(name).await;
         if matches!(self.cluster, Cluster::Joined { .. }) {
             let _ = self.worker.store().remove_actor(name);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The decision by kind refuses exactly the answers the join refused
+    /// for good when it read their HTTP status (400, 401, 403, 409).
+    #[test]
+    fn a_join_is_refused_for_good_by_the_same_kinds_as_by_status() {
+        let kinds = [
+            ErrorKind::BadRequest,
+            ErrorKind::Unauthorized,
+            ErrorKind::Forbidden,
+            ErrorKind::NotFound,
+            ErrorKind::Conflict,
+            ErrorKind::Gone,
+            ErrorKind::StaleEpoch,
+            ErrorKind::TooLarge,
+            ErrorKind::TooManyRequests,
+            ErrorKind::MethodNotAllowed,
+            ErrorKind::Unprocessable,
+            ErrorKind::LoopDetected,
+            ErrorKind::Internal,
+            ErrorKind::NotImplemented,
+            ErrorKind::BadGateway,
+            ErrorKind::Unavailable,
+            ErrorKind::Timeout,
+            ErrorKind::InsufficientStorage,
+            ErrorKind::Abandoned,
+            ErrorKind::OutcomeUnknown,
+            ErrorKind::Unreachable,
+        ];
+        for kind in kinds {
+            let by_status = matches!(kind.status(), 400 | 401 | 403 | 409);
+            assert_eq!(
+                refused_for_good(&ApiError::new(kind, "refused")),
+                by_status,
+                "{kind:?}"
+            );
         }
     }
 }

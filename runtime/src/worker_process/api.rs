@@ -1,5 +1,5 @@
 //! The worker API a `stasis worker run` process serves (see
-//! [`super::super::proto`]): authorization, the lease check, and each
+//! [`stasis_contract::proto`]): authorization, the lease check, and each
 //! route and actor operation handed to the [`Worker`](stasis_worker::Worker),
 //! and the worker's own `GET /metrics`.
 
