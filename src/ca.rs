@@ -259,7 +259,7 @@ fn check_host(host: &str) -> anyhow::Result<()> {
 
 /// `ca issue`.
 fn issue(dir: &Path, name: &str, hosts: &[String], days: u32) -> anyhow::Result<Vec<PathBuf>> {
-    stasis_runtime::contract::error::check_label("certificate", name)
+    stasis_runtime::contract::names::check_label("certificate", name)
         .map_err(|e| anyhow::anyhow!("{}", e.message()))?;
     anyhow::ensure!(
         name != "ca",

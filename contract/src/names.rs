@@ -9,10 +9,43 @@
 //! file name, a store key and an etcd key, and keeps each namespace's data
 //! apart. Templates are named the same way.
 
-use crate::error::{ApiError, check_label, echo_name, is_label};
+use crate::error::{ApiError, echo_name};
 
 /// The namespace of every name without one.
 pub const DEFAULT_NAMESPACE: &str = "default";
+
+/// Whether `name` is an RFC 1123 label: 1–63 of `a-z`, `0-9`, `-`, not
+/// starting or ending with `-`. Actor and template names must be.
+#[must_use]
+pub fn is_label(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 63
+        && !name.starts_with('-')
+        && !name.ends_with('-')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+}
+
+/// Checks `name` as an actor or template name (`what`).
+///
+/// # Errors
+/// 400 naming the rule broken.
+pub fn check_label(what: &str, name: &str) -> Result<(), ApiError> {
+    if is_label(name) {
+        Ok(())
+    } else {
+        let rule = if name.len() > 63 {
+            "longer than the limit of 63 characters"
+        } else {
+            "use 1-63 lower-case letters, digits and '-', not starting or ending with '-'"
+        };
+        Err(ApiError::bad_request(format!(
+            "invalid {what} name {}: {rule} (an RFC 1123 label)",
+            echo_name(name)
+        )))
+    }
+}
 
 /// The full name of `name` (a label) in namespace `namespace` (a label).
 #[must_use]

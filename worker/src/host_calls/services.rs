@@ -20,8 +20,9 @@ use stasis_contract::headers::is_host_only;
 use stasis_contract::trace;
 
 use super::{CALL_CHAIN_HEADER, HostCalls, count};
-use stasis_contract::error::{ApiError, ErrorKind, is_label};
+use stasis_contract::error::{ApiError, ErrorKind};
 use stasis_contract::headers::CALLER_HEADER;
+use stasis_contract::names::is_label;
 
 /// The request an actor is running: who waits on it, until when, and the
 /// span its host calls are children of.
