@@ -17,7 +17,7 @@ use stasis_control::tokens::NewToken;
 use stasis_control::{ControlPlane, MAX_TEMPLATE_BYTES};
 
 use crate::access::Access;
-use crate::respond::{bytes_response, detached, no_content, ok, parse_json};
+use crate::respond::{detached, no_content, ok, parse_json};
 use crate::routes::Scoped;
 use stasis_contract::names::resolve;
 use stasis_contract::quota::Quota;
