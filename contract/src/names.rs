@@ -127,6 +127,20 @@ pub fn resolve(what: &str, namespace: &str, given: &str) -> Result<String, ApiEr
     Ok(given.to_owned())
 }
 
+/// The full name an actor of namespace `caller` means by `given` when it
+/// calls or sends to it: a plain name (a label) is an actor of `caller`;
+/// `NAME.NAMESPACE` is actor `NAME` of namespace `NAMESPACE`
+/// (`NAME.default`: of the default namespace). `None` for anything else.
+#[must_use]
+pub fn call_target(caller: &str, given: &str) -> Option<String> {
+    match given.split_once('.') {
+        None => is_label(given).then(|| full_name(caller, given)),
+        Some((name, namespace)) => {
+            (is_label(name) && is_label(namespace)).then(|| full_name(namespace, name))
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -144,6 +158,20 @@ mod tests {
         );
         assert!(resolve("actor", "team-a", "c1.team-b").is_err());
         assert!(resolve("actor", "default", "c1.team-b").is_err());
+    }
+
+    #[test]
+    fn a_call_names_its_own_namespace_or_another() {
+        assert_eq!(call_target("team-a", "c1").as_deref(), Some("c1.team-a"));
+        assert_eq!(call_target("default", "c1").as_deref(), Some("c1"));
+        assert_eq!(
+            call_target("team-a", "c1.team-b").as_deref(),
+            Some("c1.team-b")
+        );
+        assert_eq!(call_target("team-a", "c1.default").as_deref(), Some("c1"));
+        for bad in ["", "C1", "a.b.c", "a/b", ".a", "a."] {
+            assert_eq!(call_target("team-a", bad), None, "{bad:?}");
+        }
     }
 
     #[test]

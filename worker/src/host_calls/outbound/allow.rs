@@ -199,6 +199,7 @@ pub trait AllowRules: Sized {
     /// brackets) on `port` (`default_port` when the URL names none) is
     /// allowed by a rule. The addresses it leads to are checked apart, by
     /// [`Self::check_address`].
+    #[must_use]
     fn allows(&self, host: &str, port: u16, default_port: u16) -> bool;
 
     /// Whether a connection for `host` on `port` may go to `address` (one
