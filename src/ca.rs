@@ -250,7 +250,7 @@ fn check_host(host: &str) -> anyhow::Result<()> {
         return Ok(());
     }
     let name = host.strip_prefix("*.").unwrap_or(host).to_ascii_lowercase();
-    stasis_runtime::contract::outbound::check_name(&name).map_err(|why| {
+    stasis_runtime::worker::host_calls::outbound::check_name(&name).map_err(|why| {
         anyhow::anyhow!(
             "--host {host:?} is neither an IP address (no brackets, port or zone) nor a DNS name: {why}"
         )
@@ -259,7 +259,7 @@ fn check_host(host: &str) -> anyhow::Result<()> {
 
 /// `ca issue`.
 fn issue(dir: &Path, name: &str, hosts: &[String], days: u32) -> anyhow::Result<Vec<PathBuf>> {
-    stasis_runtime::contract::error::check_label("certificate", name)
+    stasis_runtime::contract::names::check_label("certificate", name)
         .map_err(|e| anyhow::anyhow!("{}", e.message()))?;
     anyhow::ensure!(
         name != "ca",

@@ -12,6 +12,7 @@ use stasis_runtime::control::{RebalanceBy, ServeConfig};
 use stasis_runtime::http::mtls::InternalTls;
 use stasis_runtime::http::tls::{CertFiles, ServerTls};
 use stasis_runtime::server::{ClusterConfig, ServeOptions, serve};
+use stasis_runtime::worker::host_calls::outbound::AllowRules;
 
 /// A size: a number of bytes, optionally with an IEC unit (powers of
 /// 1024, case-insensitive): `4096`, `512KiB`, `256MiB`, `1.5GiB`, `1TiB`.

@@ -9,10 +9,43 @@
 //! file name, a store key and an etcd key, and keeps each namespace's data
 //! apart. Templates are named the same way.
 
-use crate::error::{ApiError, check_label, echo_name, is_label};
+use crate::error::{ApiError, echo_name};
 
 /// The namespace of every name without one.
 pub const DEFAULT_NAMESPACE: &str = "default";
+
+/// Whether `name` is an RFC 1123 label: 1–63 of `a-z`, `0-9`, `-`, not
+/// starting or ending with `-`. Actor and template names must be.
+#[must_use]
+pub fn is_label(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 63
+        && !name.starts_with('-')
+        && !name.ends_with('-')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+}
+
+/// Checks `name` as an actor or template name (`what`).
+///
+/// # Errors
+/// 400 naming the rule broken.
+pub fn check_label(what: &str, name: &str) -> Result<(), ApiError> {
+    if is_label(name) {
+        Ok(())
+    } else {
+        let rule = if name.len() > 63 {
+            "longer than the limit of 63 characters"
+        } else {
+            "use 1-63 lower-case letters, digits and '-', not starting or ending with '-'"
+        };
+        Err(ApiError::bad_request(format!(
+            "invalid {what} name {}: {rule} (an RFC 1123 label)",
+            echo_name(name)
+        )))
+    }
+}
 
 /// The full name of `name` (a label) in namespace `namespace` (a label).
 #[must_use]
@@ -94,6 +127,20 @@ pub fn resolve(what: &str, namespace: &str, given: &str) -> Result<String, ApiEr
     Ok(given.to_owned())
 }
 
+/// The full name an actor of namespace `caller` means by `given` when it
+/// calls or sends to it: a plain name (a label) is an actor of `caller`;
+/// `NAME.NAMESPACE` is actor `NAME` of namespace `NAMESPACE`
+/// (`NAME.default`: of the default namespace). `None` for anything else.
+#[must_use]
+pub fn call_target(caller: &str, given: &str) -> Option<String> {
+    match given.split_once('.') {
+        None => is_label(given).then(|| full_name(caller, given)),
+        Some((name, namespace)) => {
+            (is_label(name) && is_label(namespace)).then(|| full_name(namespace, name))
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -111,6 +158,20 @@ mod tests {
         );
         assert!(resolve("actor", "team-a", "c1.team-b").is_err());
         assert!(resolve("actor", "default", "c1.team-b").is_err());
+    }
+
+    #[test]
+    fn a_call_names_its_own_namespace_or_another() {
+        assert_eq!(call_target("team-a", "c1").as_deref(), Some("c1.team-a"));
+        assert_eq!(call_target("default", "c1").as_deref(), Some("c1"));
+        assert_eq!(
+            call_target("team-a", "c1.team-b").as_deref(),
+            Some("c1.team-b")
+        );
+        assert_eq!(call_target("team-a", "c1.default").as_deref(), Some("c1"));
+        for bad in ["", "C1", "a.b.c", "a/b", ".a", "a."] {
+            assert_eq!(call_target("team-a", bad), None, "{bad:?}");
+        }
     }
 
     #[test]

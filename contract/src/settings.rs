@@ -4,8 +4,8 @@
 //! in-process workers and tells them to joining remote workers
 //! ([`crate::proto::JoinAnswer`]).
 //!
-//! The allow-list, its grammar and the address rule are in
-//! [`crate::outbound`] ([`AllowList`] is re-exported here).
+//! The allow-list is data here ([`crate::outbound`], [`AllowList`]
+//! re-exported); its grammar and the address rule are the worker's.
 
 use std::time::Duration;
 

@@ -13,7 +13,8 @@ use super::ControlPlane;
 use super::views::WorkerInfo;
 pub use super::views::WorkerState;
 use stasis_contract::directory::WorkerRecord;
-use stasis_contract::error::{ApiError, ErrorKind, check_label};
+use stasis_contract::error::{ApiError, ErrorKind};
+use stasis_contract::names::check_label;
 use stasis_contract::status::ActorStatus;
 use stasis_contract::worker_api::{ConnectWorker, Location, WorkerApi};
 

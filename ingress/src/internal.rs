@@ -14,7 +14,7 @@ use stasis_contract::proto::{ControlPath, JoinRequest};
 use stasis_control::ControlPlane;
 use stasis_http::serve::{Body, ClientCertified, text};
 
-use crate::api::{bytes_response, detached, no_content, ok, parse_json};
+use crate::respond::{bytes_response, detached, no_content, ok, parse_json};
 
 /// Checks that `peer`, the connection's certificate if it presented one,
 /// names worker `name`.

@@ -4,7 +4,8 @@
 //! replica's forwarding to the leader), [`relay`] (its relay of WebSockets
 //! and streams to the leader's ingress), [`follow`] (an actor's log as
 //! one streamed answer) and [`api`] (the admin HTTP API, with `internal`,
-//! the internal routes remote workers use), with [`routes`]
+//! the internal routes remote workers use, and `respond`, the answers
+//! both share), with [`routes`]
 //! (which methods each admin path takes: 404 or 405 with `Allow`, and the
 //! role each needs, checked by [`access`] against the bootstrap or a scoped
 //! token; [`namespace_metrics`]: `/metrics` as one namespace sees it;
@@ -27,6 +28,7 @@ pub mod ingress_auth;
 mod internal;
 pub mod namespace_metrics;
 pub mod relay;
+mod respond;
 pub mod router;
 pub mod routes;
 pub mod sockets;

@@ -23,7 +23,7 @@ use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role, WebSocketConfig};
 use tokio_tungstenite::tungstenite::{Error as WsError, Message, error::CapacityError};
 
-use stasis_contract::error::ApiError;
+use stasis_contract::error::{ApiError, ErrorKind};
 use stasis_control::ControlPlane;
 use stasis_control::sockets::{Outgoing, SLOW_CLIENT};
 use stasis_host_api::sockets::{SocketEvent, SocketEventKind};
@@ -272,7 +272,14 @@ async fn serve<S>(
                 if let Err(e) = result
                     && message
                 {
-                    let code = if e.kind().status() == 503 { 1013 } else { 1011 };
+                    // Not now (1013 Try Again Later), else broken (1011).
+                    let code = match e.kind() {
+                        ErrorKind::Unavailable
+                        | ErrorKind::Unreachable
+                        | ErrorKind::Abandoned
+                        | ErrorKind::OutcomeUnknown => 1013,
+                        _ => 1011,
+                    };
                     tracing::debug!(actor, socket = id, "closing: {e}");
                     let close = stasis_contract::sockets::SocketOp::Close {
                         socket: id,

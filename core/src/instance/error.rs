@@ -50,18 +50,6 @@ impl CallError {
             CallError::BadResponse(_) | CallError::Capacity(_) | CallError::StateRefused(_)
         )
     }
-
-    /// The HTTP status the router answers with.
-    #[must_use]
-    pub fn status(&self) -> u16 {
-        match self {
-            CallError::CpuLimit(_) | CallError::Timeout(_) => 504,
-            CallError::BadResponse(_) => 502,
-            CallError::StateRefused(_) => 422,
-            CallError::Trap(_) | CallError::Host(_) => 500,
-            CallError::Capacity(_) | CallError::MappedFileChanged(_) => 503,
-        }
-    }
 }
 
 /// Whether `error` says the host ran out of room for instance resources:
@@ -137,7 +125,6 @@ mod tests {
             .context("failed to allocate a fiber stack");
         let error = classify(enomem, limit);
         assert!(matches!(error, CallError::Capacity(_)), "{error}");
-        assert_eq!(error.status(), 503);
         assert!(!error.poisons_instance());
 
         let pool = wasmtime::Error::msg("maximum concurrent limit of 1 for core instances reached");

@@ -4,8 +4,8 @@
 use wasmtime::Val;
 
 use super::dirty::changed_pages;
-use super::format::{self, GlobalValue, Header, MemoryImage, SnapshotError, WASM_PAGE};
-use super::memory::{PAGE_SIZE, append, prepare_fresh, scan_candidate_runs, scan_runs};
+use super::format::{self, GlobalValue, Header, MemoryImage, PAGE_SIZE, SnapshotError, WASM_PAGE};
+use super::memory::{append, prepare_fresh, scan_candidate_runs, scan_runs};
 use crate::instance::ActorInstance;
 use crate::module::GlobalKind;
 

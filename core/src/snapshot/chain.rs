@@ -6,8 +6,10 @@
 //! with.
 
 use super::capture::write_file;
-use super::format::{BaseRef, Header, MAX_DELTA_DEPTH, MemoryImage, SnapshotError, WASM_PAGE};
-use super::memory::{PAGE_SIZE, copy, scan_runs};
+use super::format::{
+    BaseRef, Header, MAX_DELTA_DEPTH, MemoryImage, PAGE_SIZE, SnapshotError, WASM_PAGE,
+};
+use super::memory::{copy, scan_runs};
 use super::source::SnapshotSource;
 use super::verify::{VerifiedSnapshot, recorded_crc32c};
 

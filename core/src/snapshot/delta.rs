@@ -13,10 +13,10 @@ use super::capture::{CaptureStats, capture_globals, write_file};
 use super::chain::ChainPages;
 use super::dirty::changed_pages;
 use super::format::{
-    BaseRef, GlobalValue, Header, MAX_DELTA_DEPTH, MemoryImage, PageRun, PageSpan, SnapshotError,
-    WASM_PAGE,
+    BaseRef, GlobalValue, Header, MAX_DELTA_DEPTH, MemoryImage, PAGE_SIZE, PageRun, PageSpan,
+    SnapshotError, WASM_PAGE,
 };
-use super::memory::{PAGE_SIZE, page_is_zero, push_page};
+use super::memory::{page_is_zero, push_page};
 use super::verify::{peek_header, recorded_crc32c};
 use crate::instance::ActorInstance;
 

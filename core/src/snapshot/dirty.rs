@@ -22,8 +22,8 @@ use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 
-use super::format::PageSpan;
-use super::memory::{PAGE_SIZE, push_page};
+use super::format::{PAGE_SIZE, PageSpan};
+use super::memory::push_page;
 
 /// pagemap: the page is present in RAM.
 const PRESENT: u64 = 1 << 63;

@@ -38,7 +38,6 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::memory::{PAGE_SIZE, align_up};
 use crate::module::{Digest, GlobalKind};
 
 /// First 8 bytes of every snapshot file.
@@ -62,6 +61,9 @@ pub(crate) const PREFIX_LEN: usize = 24;
 pub(crate) const TRAILER_LEN: usize = 4;
 /// Largest header accepted, in bytes.
 pub(crate) const MAX_HEADER: usize = 16 << 20;
+/// Granularity of the sparse page map, in bytes: the unit of a run, and
+/// the alignment of the memory pages in the file.
+pub const PAGE_SIZE: usize = 4096;
 
 /// One defined mutable global's value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -352,6 +354,11 @@ pub fn decode_header(version: u32, bytes: &[u8]) -> Result<Header, SnapshotError
 /// caller has checked that the prefix is there.
 pub(crate) fn recorded_header_len(bytes: &[u8]) -> usize {
     u32::from_le_bytes([bytes[12], bytes[13], bytes[14], bytes[15]]) as usize
+}
+
+/// `n` rounded up to a whole number of [`PAGE_SIZE`] pages.
+fn align_up(n: usize) -> usize {
+    n.div_ceil(PAGE_SIZE) * PAGE_SIZE
 }
 
 /// Where page data starts in a file whose header is `header_len` bytes:

@@ -2,15 +2,7 @@
 //! that stay fast between differently aligned buffers, and the page-fault
 //! hints for memory a bulk copy is about to fill.
 
-use super::format::{PageRun, PageSpan};
-
-/// Granularity of the sparse page map, in bytes.
-pub const PAGE_SIZE: usize = 4096;
-
-/// `n` rounded up to a whole number of [`PAGE_SIZE`] pages.
-pub(crate) fn align_up(n: usize) -> usize {
-    n.div_ceil(PAGE_SIZE) * PAGE_SIZE
-}
+use super::format::{PAGE_SIZE, PageRun, PageSpan};
 
 /// Whether a 4 KiB page is all zero (early exit on the first non-zero
 /// 256-byte block). Fixed-size chunks let the compiler vectorise the OR,

@@ -33,10 +33,10 @@ pub use delta::{
 };
 pub use format::{
     BaseRef, FORMAT_VERSION, FULL_FORMAT_VERSION, GlobalValue, Header, MAGIC, MAX_DELTA_DEPTH,
-    MemoryImage, OLDEST_READABLE_VERSION, PageRun, PageSpan, SnapshotError, decode_header,
-    encode_header,
+    MemoryImage, OLDEST_READABLE_VERSION, PAGE_SIZE, PageRun, PageSpan, SnapshotError,
+    decode_header, encode_header,
 };
-pub use memory::{PAGE_SIZE, page_is_zero};
+pub use memory::page_is_zero;
 pub use restamp::restamp;
 pub use restore::{RestoreError, map_written_snapshot, restore, restore_chain};
 pub use source::SnapshotSource;

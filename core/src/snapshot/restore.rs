@@ -8,8 +8,8 @@ use std::sync::Arc;
 use wasmtime::Val;
 
 use super::chain::VerifiedChain;
-use super::format::{GlobalValue, SnapshotError};
-use super::memory::{PAGE_SIZE, copy, prepare_fresh};
+use super::format::{GlobalValue, PAGE_SIZE, SnapshotError};
+use super::memory::{copy, prepare_fresh};
 use super::source::SnapshotSource;
 use super::verify::VerifiedSnapshot;
 use crate::cow::{self, MIN_MAPPED_RUN_BYTES};

@@ -15,10 +15,9 @@
 
 use super::format::{
     FORMAT_VERSION, Header, MAGIC, MAX_DELTA_DEPTH, MAX_HEADER, MemoryImage,
-    OLDEST_READABLE_VERSION, PREFIX_LEN, SnapshotError, TRAILER_LEN, WASM_PAGE, data_start,
-    decode_header, recorded_header_len,
+    OLDEST_READABLE_VERSION, PAGE_SIZE, PREFIX_LEN, SnapshotError, TRAILER_LEN, WASM_PAGE,
+    data_start, decode_header, recorded_header_len,
 };
-use super::memory::PAGE_SIZE;
 use super::source::SnapshotSource;
 use crate::module::{GlobalKind, Template};
 

@@ -1,6 +1,6 @@
 //! Outbound HTTP for the `fetch` host function: the allow-list of
-//! `--allow-outbound` ([`AllowList`]: its grammar and the address rule are
-//! in `stasis_contract::outbound`) and the client ([`Outbound`]):
+//! `--allow-outbound` ([`AllowList`], read and matched by [`allow`]: its
+//! grammar and the address rule) and the client ([`Outbound`]):
 //! HTTP/1.1, and HTTPS with rustls (ring) trusting the system's root
 //! certificates (`rustls-native-certs`).
 //!
@@ -15,6 +15,7 @@
 //! it is, `Location` header included, and a fetch of that location is
 //! the actor's own new fetch, checked like any other.
 
+pub mod allow;
 mod pinned;
 
 use std::net::IpAddr;
@@ -30,6 +31,7 @@ use stasis_core::host::ServiceError;
 use stasis_host_api::imports::HostError;
 use stasis_host_api::{Request, Response};
 
+pub use allow::{AllowRules, check_name, special_use};
 pub use stasis_contract::settings::AllowList;
 
 type HttpsClient = Client<hyper_rustls::HttpsConnector<pinned::PinnedConnector>, Full<Bytes>>;

@@ -20,8 +20,9 @@ use stasis_contract::headers::is_host_only;
 use stasis_contract::trace;
 
 use super::{CALL_CHAIN_HEADER, HostCalls, count};
-use stasis_contract::error::{ApiError, ErrorKind, is_label};
+use stasis_contract::error::{ApiError, ErrorKind};
 use stasis_contract::headers::CALLER_HEADER;
+use stasis_contract::names::{call_target, namespace_of};
 
 /// The request an actor is running: who waits on it, until when, and the
 /// span its host calls are children of.
@@ -114,20 +115,12 @@ fn ready<T: Send + 'static>(result: Result<T, ServiceError>) -> ServiceFuture<T>
 }
 
 impl ActorHostServices {
-    /// The full name actor `name` stands for, called from this actor: a
-    /// plain name (a label) is an actor of this actor's namespace;
-    /// `NAME.NAMESPACE` is actor `NAME` of namespace `NAMESPACE`
-    /// (`NAME.default`: of the default namespace), which takes the call
-    /// only if its policy lets this namespace in (checked by the control
-    /// plane). `None` for anything else.
+    /// The full name actor `name` stands for, called from this actor
+    /// ([`call_target`]); the callee takes the call only if its policy lets
+    /// this namespace in (checked by the control plane). `None` for
+    /// anything else.
     fn target(&self, name: &str) -> Option<String> {
-        use stasis_contract::names::{full_name, namespace_of};
-        match name.split_once('.') {
-            None => is_label(name).then(|| full_name(namespace_of(&self.actor), name)),
-            Some((actor, namespace)) => {
-                (is_label(actor) && is_label(namespace)).then(|| full_name(namespace, actor))
-            }
-        }
+        call_target(namespace_of(&self.actor), name)
     }
 
     /// The services of `actor`, sharing `calls` with its worker.

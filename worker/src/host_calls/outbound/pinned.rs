@@ -1,6 +1,6 @@
 //! The connector under `fetch`'s client ([`PinnedConnector`]): it resolves
 //! the host itself, checks every address against the allow-list
-//! ([`AllowList::check_address`]: public, or named by an IP rule) and
+//! ([`AllowRules::check_address`]: public, or named by an IP rule) and
 //! connects to the checked addresses only. The TCP connection is made by
 //! hyper-util's `HttpConnector` (happy eyeballs, `TCP_NODELAY`) whose
 //! resolver answers those checked addresses and never looks the name up
@@ -22,6 +22,8 @@ use hyper_util::rt::TokioIo;
 use stasis_contract::outbound::AllowList;
 use tokio::net::TcpStream;
 use tower_service::Service;
+
+use super::AllowRules;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
