@@ -6,10 +6,10 @@ use std::path::PathBuf;
 
 use clap::Args;
 use stasis_core::snapshot_objects::StoreUrl;
+use stasis_runtime::worker::host_calls::outbound::AllowRules;
 use stasis_runtime::worker_process::{
     Membership, RegisteredOptions, WorkerOptions, run as run_worker,
 };
-use stasis_runtime::worker::host_calls::outbound::AllowRules;
 
 use crate::cluster_flags::ClusterFlags;
 

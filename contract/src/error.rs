@@ -350,16 +350,6 @@ pub fn echo_cut(text: &str, max_chars: usize) -> String {
     }
 }
 
-/// Checks `name` as an actor or template name (`what`): the name check
-/// is [`crate::names::check_label`]; this path stays until the one caller
-/// left on it (`stasis-cluster`'s worker server) moves to it.
-///
-/// # Errors
-/// 400 naming the rule broken.
-pub fn check_label(what: &str, name: &str) -> Result<(), ApiError> {
-    crate::names::check_label(what, name)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -104,7 +104,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send,
     ready: impl FnOnce(SocketAddr),
 ) -> anyhow::Result<()> {
-    stasis_contract::error::check_label("worker", &options.name)
+    stasis_contract::names::check_label("worker", &options.name)
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     // Mutual TLS lets in only clients with a certificate from the
     // internal CA: that guards the API as a token does.

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use stasis_contract::control_api::ControlApi;
-use stasis_contract::sockets::{SocketAnswer, SocketOp};
 use stasis_contract::error::ApiError;
+use stasis_contract::sockets::{SocketAnswer, SocketOp};
 use stasis_contract::templates::Templates;
 use stasis_core::module::Template;
 use stasis_host_api::{Request, Response};

@@ -24,7 +24,11 @@ async fn a_trap_rolls_back_to_the_last_acknowledged_state() {
         }
         let trapped = h.post_trapping().await.unwrap_err();
         assert_eq!(trapped.kind(), ErrorKind::Internal, "{trapped:?}");
-        assert_eq!(h.post().await.unwrap(), 4, "{durability:?}: the trap's +1 stayed");
+        assert_eq!(
+            h.post().await.unwrap(),
+            4,
+            "{durability:?}: the trap's +1 stayed"
+        );
         h.worker.pause(ACTOR).await.unwrap();
         assert_eq!(h.post().await.unwrap(), 5, "{durability:?}");
     }
@@ -86,10 +90,7 @@ async fn a_capture_holds_deliveries_until_the_move_is_cancelled() {
     assert_eq!(h.post().await.unwrap(), 1);
     let captured = h.worker.capture(ACTOR).await.unwrap();
     assert!(captured.live);
-    assert_eq!(
-        h.worker.status(ACTOR).unwrap().state,
-        ActorState::Migrating
-    );
+    assert_eq!(h.worker.status(ACTOR).unwrap().state, ActorState::Migrating);
     let held: Vec<_> = (0..3)
         .map(|_| {
             let h = h.clone();
