@@ -282,6 +282,7 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
         (Durability::Interval, None) => Some(Duration::from_secs(1)),
         (_, every) => every,
     };
+    let worker = worker_settings(&args, durability)?;
     let options = ServeOptions {
         config: ServeConfig {
             data_dir: args.data_dir,
@@ -294,27 +295,7 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
                 request_timeout: args.request_timeout,
                 max_body: usize::try_from(args.max_body).unwrap_or(usize::MAX),
             },
-            worker: WorkerSettings {
-                max_held: args.max_held,
-                hold_timeout: args.hold_timeout,
-                actor: ActorSettings {
-                    keep_snapshots: usize::try_from(args.keep_snapshots).unwrap_or(usize::MAX),
-                    // `--checkpoint-every 1` is a spelling of `request`
-                    // (at an explicit `pause`, a checkpoint per request).
-                    checkpoint_every: args
-                        .checkpoint_every
-                        .filter(|&n| {
-                            n != 1 || !matches!(durability, Durability::Request | Durability::Store)
-                        })
-                        .unwrap_or(0),
-                    durability,
-                },
-                max_live: args
-                    .max_live
-                    .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
-                allow_outbound: AllowList::parse(&args.allow_outbound)
-                    .map_err(anyhow::Error::msg)?,
-            },
+            worker,
             snapshot_quota: args.snapshot_quota,
             idle_timeout: args.idle_timeout,
             checkpoint_interval,
@@ -369,6 +350,33 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
         );
     }
     result
+}
+
+/// The settings of every worker, from `serve`'s flags at `durability`.
+///
+/// # Errors
+/// A malformed `--allow-outbound` rule.
+fn worker_settings(args: &ServeArgs, durability: Durability) -> anyhow::Result<WorkerSettings> {
+    Ok(WorkerSettings {
+        max_held: args.max_held,
+        hold_timeout: args.hold_timeout,
+        actor: ActorSettings {
+            keep_snapshots: usize::try_from(args.keep_snapshots).unwrap_or(usize::MAX),
+            // `--checkpoint-every 1` is a spelling of `request`
+            // (at an explicit `pause`, a checkpoint per request).
+            checkpoint_every: args
+                .checkpoint_every
+                .filter(|&n| {
+                    n != 1 || !matches!(durability, Durability::Request | Durability::Store)
+                })
+                .unwrap_or(0),
+            durability,
+        },
+        max_live: args
+            .max_live
+            .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
+        allow_outbound: AllowList::parse(&args.allow_outbound).map_err(anyhow::Error::msg)?,
+    })
 }
 
 #[cfg(test)]

@@ -11,6 +11,9 @@
 //!   the control plane, with [`status`], what it reports of an actor;
 //! - [`control_api`]: [`control_api::ControlApi`], what the control plane
 //!   offers a worker's actors (calls, messages, alarms);
+//! - [`delivery`]: [`delivery::Delivery`], one delivery to an actor (a
+//!   request, a due alarm, a socket event) with its answer's type, from
+//!   the control plane to the guest;
 //! - [`directory`]: the durable record of templates, actors, placements and
 //!   alarms behind [`directory::Directory`], and [`rollout`], what it keeps
 //!   of a template's rollout and what the API shows of one, and
@@ -36,6 +39,7 @@
 pub mod alarm;
 pub mod client_gone;
 pub mod control_api;
+pub mod delivery;
 pub mod directory;
 pub mod error;
 pub mod headers;

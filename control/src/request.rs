@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use stasis_contract::alarm::AlarmOutcome;
 use stasis_contract::client_gone::{self, ClientGone};
+use stasis_contract::delivery::{Delivery, DueAlarm};
 use stasis_contract::error::{ApiError, ErrorKind};
 use stasis_host_api::sockets::SocketEvent;
 use stasis_host_api::{Request, Response};
@@ -18,23 +19,6 @@ use stasis_host_api::{Request, Response};
 use crate::ControlPlane;
 use crate::membership::Member;
 use crate::placement::{Gate, HeldAtGate};
-
-/// What goes through an actor's gate to its worker.
-enum Delivery {
-    /// An HTTP request (shared: a retry on the new owner sends the same).
-    Request(Arc<Request>),
-    /// A due alarm.
-    Alarm,
-    /// An event on one of the actor's sockets.
-    Socket(SocketEvent),
-}
-
-/// What the worker answered to a [`Delivery`].
-enum Delivered {
-    Response(Response),
-    Alarm(AlarmOutcome),
-    Socket,
-}
 
 impl ControlPlane {
     /// Looks actor `name` up for a request: the one placement lookup
@@ -93,11 +77,7 @@ impl ControlPlane {
         request: Request,
         gone: &ClientGone,
     ) -> Result<Response, ApiError> {
-        let delivery = Delivery::Request(Arc::new(request));
-        match self.through_gate(route, gone, &delivery).await? {
-            Delivered::Response(response) => Ok(response),
-            _ => Err(ApiError::internal("another delivery answered a request")),
-        }
+        self.through_gate(route, gone, &Arc::new(request)).await
     }
 
     /// Delivers `event` on one of the actor's sockets the way a request
@@ -107,15 +87,7 @@ impl ControlPlane {
     /// # Errors
     /// As [`ControlPlane::call`].
     pub async fn socket_event(&self, route: Route, event: SocketEvent) -> Result<(), ApiError> {
-        match self
-            .through_gate(route, &ClientGone::new(), &Delivery::Socket(event))
-            .await?
-        {
-            Delivered::Socket => Ok(()),
-            _ => Err(ApiError::internal(
-                "another delivery answered a socket event",
-            )),
-        }
+        self.through_gate(route, &ClientGone::new(), &event).await
     }
 
     /// Delivers a due alarm to the actor of `route` the way a request
@@ -126,25 +98,20 @@ impl ControlPlane {
     /// # Errors
     /// As [`ControlPlane::call`].
     pub async fn alarm(&self, route: Route) -> Result<AlarmOutcome, ApiError> {
-        match self
-            .through_gate(route, &ClientGone::new(), &Delivery::Alarm)
-            .await?
-        {
-            Delivered::Alarm(outcome) => Ok(outcome),
-            _ => Err(ApiError::internal("another delivery answered an alarm")),
-        }
+        self.through_gate(route, &ClientGone::new(), &DueAlarm)
+            .await
     }
 
     /// Hands `delivery` to the current owner of the actor of `route`,
     /// through its gate: while the actor moves, it waits (up to
     /// `--hold-timeout`, at most `--max-held` at once); one refused for a
     /// stale epoch is sent again to the current owner.
-    async fn through_gate(
+    async fn through_gate<D: Delivery>(
         &self,
         route: Route,
         gone: &ClientGone,
-        delivery: &Delivery,
-    ) -> Result<Delivered, ApiError> {
+        delivery: &D,
+    ) -> Result<D::Answer, ApiError> {
         let Route { actor, mut gate } = route;
         let name = actor.as_str();
         // A paused actor a rollout upgrades at its resume: first.
@@ -182,21 +149,7 @@ impl ControlPlane {
                 }
                 Err(e) => return Err(e),
             };
-            let forward = async {
-                match delivery {
-                    Delivery::Request(request) => member
-                        .api
-                        .call(name, epoch, request.clone(), gone)
-                        .await
-                        .map(Delivered::Response),
-                    Delivery::Alarm => member.api.alarm(name, epoch).await.map(Delivered::Alarm),
-                    Delivery::Socket(event) => member
-                        .api
-                        .socket_event(name, epoch, event.clone())
-                        .await
-                        .map(|()| Delivered::Socket),
-                }
-            };
+            let forward = delivery.send(member.api.as_ref(), name, epoch, gone);
             // A worker declared lost (frozen, cut off) is not waited for:
             // its actor is re-placed under this gate. Whether it ran the
             // delivery is unknown here (a woken worker is fenced off: see

@@ -260,37 +260,15 @@ async fn serve<S>(
         .max_frame_size(Some(max));
     let mut ws = WebSocketStream::from_raw_socket(io, Role::Server, Some(config)).await;
     let pending = Arc::new(AtomicUsize::new(0));
-    let (events, mut to_deliver) = mpsc::unbounded_channel::<SocketEventKind>();
+    let (events, to_deliver) = mpsc::unbounded_channel::<SocketEventKind>();
     // The deliveries, in order; a failed one closes the socket.
-    let deliveries = {
-        let (control, actor, pending) = (control.clone(), actor.clone(), pending.clone());
-        tokio::spawn(async move {
-            while let Some(kind) = to_deliver.recv().await {
-                let message = matches!(kind, SocketEventKind::Message { .. });
-                let result = deliver(&control, &actor, id, kind).await;
-                pending.fetch_sub(1, Ordering::AcqRel);
-                if let Err(e) = result
-                    && message
-                {
-                    // Not now (1013 Try Again Later), else broken (1011).
-                    let code = match e.kind() {
-                        ErrorKind::Unavailable
-                        | ErrorKind::Unreachable
-                        | ErrorKind::Abandoned
-                        | ErrorKind::OutcomeUnknown => 1013,
-                        _ => 1011,
-                    };
-                    tracing::debug!(actor, socket = id, "closing: {e}");
-                    let close = stasis_contract::sockets::SocketOp::Close {
-                        socket: id,
-                        code,
-                        reason: cut(e.message()),
-                    };
-                    let _ = control.socket(&actor, close);
-                }
-            }
-        })
-    };
+    let deliveries = tokio::spawn(deliver_in_order(
+        control.clone(),
+        actor.clone(),
+        id,
+        pending.clone(),
+        to_deliver,
+    ));
     let (code, reason) = loop {
         tokio::select! {
             out = queue.recv() => match out {
@@ -364,6 +342,42 @@ async fn serve<S>(
     let _ = ws.close(None).await;
     // The deliveries left run to their end on their own.
     drop(deliveries);
+}
+
+/// Delivers socket `id`'s events to `actor` in order, one at a time,
+/// until the socket's side ends; a failed message closes the socket (1013
+/// when the actor cannot take it now, else 1011).
+async fn deliver_in_order(
+    control: Arc<ControlPlane>,
+    actor: String,
+    id: u64,
+    pending: Arc<AtomicUsize>,
+    mut to_deliver: mpsc::UnboundedReceiver<SocketEventKind>,
+) {
+    while let Some(kind) = to_deliver.recv().await {
+        let message = matches!(kind, SocketEventKind::Message { .. });
+        let result = deliver(&control, &actor, id, kind).await;
+        pending.fetch_sub(1, Ordering::AcqRel);
+        if let Err(e) = result
+            && message
+        {
+            // Not now (1013 Try Again Later), else broken (1011).
+            let code = match e.kind() {
+                ErrorKind::Unavailable
+                | ErrorKind::Unreachable
+                | ErrorKind::Abandoned
+                | ErrorKind::OutcomeUnknown => 1013,
+                _ => 1011,
+            };
+            tracing::debug!(actor, socket = id, "closing: {e}");
+            let close = stasis_contract::sockets::SocketOp::Close {
+                socket: id,
+                code,
+                reason: cut(e.message()),
+            };
+            let _ = control.socket(&actor, close);
+        }
+    }
 }
 
 /// Queues an event for delivery; false when too many wait already.

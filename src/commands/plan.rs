@@ -140,13 +140,42 @@ fn fork_call(client: ClientArgs, src: &str, new: &str, from_snapshot: Option<u64
 pub(super) fn plan(command: ClientCommand) -> anyhow::Result<Call> {
     use ClientCommand as C;
     let call = match command {
-        C::Template(TemplateCommand::Push {
+        C::Template(command) => template_call(command)?,
+        C::Actor(command) => actor_call(command)?,
+        C::Worker(command) => worker_call(command)?,
+        C::Token(command) => token_call(command)?,
+        C::Namespace(command) => namespace_call(command)?,
+        C::Rebalance { client } => Call::new(
+            client,
+            "rebalance".into(),
+            Method::POST,
+            "/v1/rebalance".into(),
+            View::Moves,
+        ),
+        C::Gc { client } => Call::new(
+            client,
+            "gc".into(),
+            Method::POST,
+            "/v1/gc".into(),
+            View::Details,
+        ),
+    };
+    Ok(in_namespace(call))
+}
+
+/// The request of a `template` verb.
+///
+/// # Errors
+/// As [`plan`].
+fn template_call(command: TemplateCommand) -> anyhow::Result<Call> {
+    Ok(match command {
+        TemplateCommand::Push {
             name,
             file,
             env,
             durability,
             client,
-        }) => {
+        } => {
             let mut query = Vec::with_capacity(env.len() + 1);
             for (i, (key, value)) in env.iter().enumerate() {
                 if env[..i].iter().any(|(k, _)| k == key) {
@@ -174,28 +203,28 @@ pub(super) fn plan(command: ClientCommand) -> anyhow::Result<Call> {
             )
             .with_body(Body::Wasm(file))
         }
-        C::Template(TemplateCommand::List { client }) => Call::new(
+        TemplateCommand::List { client } => Call::new(
             client,
             "template list".into(),
             Method::GET,
             "/v1/templates".into(),
             View::Templates,
         ),
-        C::Template(TemplateCommand::Get { name, client }) => Call::new(
+        TemplateCommand::Get { name, client } => Call::new(
             client,
             format!("template get {name}"),
             Method::GET,
             template_path(&name),
             View::Details,
         ),
-        C::Template(TemplateCommand::Delete { name, client }) => Call::new(
+        TemplateCommand::Delete { name, client } => Call::new(
             client,
             format!("template delete {name}"),
             Method::DELETE,
             template_path(&name),
             View::Deleted,
         ),
-        C::Template(TemplateCommand::Rollout {
+        TemplateCommand::Rollout {
             name,
             to_version,
             canary,
@@ -203,7 +232,7 @@ pub(super) fn plan(command: ClientCommand) -> anyhow::Result<Call> {
             eager,
             no_wait,
             client,
-        }) => {
+        } => {
             let mut body = serde_json::json!({
                 "to_version": to_version,
                 "canary": canary,
@@ -221,29 +250,38 @@ pub(super) fn plan(command: ClientCommand) -> anyhow::Result<Call> {
             )
             .with_body(Body::Json(body))
         }
-        C::Template(TemplateCommand::RolloutStatus { name, client }) => Call::new(
+        TemplateCommand::RolloutStatus { name, client } => Call::new(
             client,
             format!("template rollout-status {name}"),
             Method::GET,
             format!("{}/rollout", template_path(&name)),
             View::Rollout { no_wait: true },
         ),
-        C::Template(TemplateCommand::Rollback {
+        TemplateCommand::Rollback {
             name,
             no_wait,
             client,
-        }) => Call::new(
+        } => Call::new(
             client,
             format!("template rollback {name}"),
             Method::POST,
             format!("{}/rollback", template_path(&name)),
             View::Rollout { no_wait },
         ),
-        C::Actor(ActorCommand::Create {
+    })
+}
+
+/// The request of an `actor` verb.
+///
+/// # Errors
+/// As [`plan`].
+fn actor_call(command: ActorCommand) -> anyhow::Result<Call> {
+    Ok(match command {
+        ActorCommand::Create {
             name,
             template,
             client,
-        }) => Call::new(
+        } => Call::new(
             client,
             format!("actor create {name}"),
             Method::POST,
@@ -253,42 +291,42 @@ pub(super) fn plan(command: ClientCommand) -> anyhow::Result<Call> {
         .with_body(Body::Json(
             serde_json::json!({ "name": name, "template": template }),
         )),
-        C::Actor(ActorCommand::Fork {
+        ActorCommand::Fork {
             src,
             new,
             from_snapshot,
             client,
-        }) => fork_call(client, &src, &new, from_snapshot),
-        C::Actor(ActorCommand::List { client }) => Call::new(
+        } => fork_call(client, &src, &new, from_snapshot),
+        ActorCommand::List { client } => Call::new(
             client,
             "actor list".into(),
             Method::GET,
             "/v1/actors".into(),
             View::Actors,
         ),
-        C::Actor(ActorCommand::Get { name, client }) => Call::new(
+        ActorCommand::Get { name, client } => Call::new(
             client,
             format!("actor get {name}"),
             Method::GET,
             actor_path(&name, ""),
             View::Details,
         ),
-        C::Actor(ActorCommand::Logs { name, .. } | ActorCommand::Events { name, .. }) => {
+        ActorCommand::Logs { name, .. } | ActorCommand::Events { name, .. } => {
             bail!("actor logs {name}: not a single request (see commands::logs)")
         }
-        C::Actor(ActorCommand::Pause { name, client }) => Call::new(
+        ActorCommand::Pause { name, client } => Call::new(
             client,
             format!("actor pause {name}"),
             Method::POST,
             actor_path(&name, "pause"),
             View::Details,
         ),
-        C::Actor(ActorCommand::Resume {
+        ActorCommand::Resume {
             name,
             from_snapshot,
             from_template,
             client,
-        }) => {
+        } => {
             let body = match (from_snapshot, from_template) {
                 (Some(seq), _) => Body::Json(serde_json::json!({ "from_snapshot": seq })),
                 (None, true) => Body::Json(serde_json::json!({ "from_template": true })),
@@ -303,21 +341,21 @@ pub(super) fn plan(command: ClientCommand) -> anyhow::Result<Call> {
             )
             .with_body(body)
         }
-        C::Actor(ActorCommand::Checkpoint { name, client }) => Call::new(
+        ActorCommand::Checkpoint { name, client } => Call::new(
             client,
             format!("actor checkpoint {name}"),
             Method::POST,
             actor_path(&name, "checkpoint"),
             View::Details,
         ),
-        C::Actor(ActorCommand::Delete { name, client }) => Call::new(
+        ActorCommand::Delete { name, client } => Call::new(
             client,
             format!("actor delete {name}"),
             Method::DELETE,
             actor_path(&name, ""),
             View::Deleted,
         ),
-        C::Actor(ActorCommand::Migrate { name, to, client }) => Call::new(
+        ActorCommand::Migrate { name, to, client } => Call::new(
             client,
             format!("actor migrate {name}"),
             Method::POST,
@@ -325,11 +363,11 @@ pub(super) fn plan(command: ClientCommand) -> anyhow::Result<Call> {
             View::Details,
         )
         .with_body(Body::Json(serde_json::json!({ "to": to }))),
-        C::Actor(ActorCommand::Upgrade {
+        ActorCommand::Upgrade {
             name,
             to_version,
             client,
-        }) => Call::new(
+        } => Call::new(
             client,
             format!("actor upgrade {name}"),
             Method::POST,
@@ -337,34 +375,52 @@ pub(super) fn plan(command: ClientCommand) -> anyhow::Result<Call> {
             View::Details,
         )
         .with_body(Body::Json(serde_json::json!({ "to_version": to_version }))),
-        C::Worker(WorkerCommand::List { client }) => Call::new(
+    })
+}
+
+/// The request of a `worker` verb.
+///
+/// # Errors
+/// As [`plan`].
+fn worker_call(command: WorkerCommand) -> anyhow::Result<Call> {
+    Ok(match command {
+        WorkerCommand::List { client } => Call::new(
             client,
             "worker list".into(),
             Method::GET,
             "/v1/workers".into(),
             View::Workers,
         ),
-        C::Worker(WorkerCommand::Drain { name, client }) => Call::new(
+        WorkerCommand::Drain { name, client } => Call::new(
             client,
             format!("worker drain {name}"),
             Method::POST,
             format!("/v1/workers/{}/drain", encode_component(&name)),
             View::Details,
         ),
-        C::Worker(WorkerCommand::Undrain { name, client }) => Call::new(
+        WorkerCommand::Undrain { name, client } => Call::new(
             client,
             format!("worker undrain {name}"),
             Method::POST,
             format!("/v1/workers/{}/undrain", encode_component(&name)),
             View::Details,
         ),
-        C::Worker(WorkerCommand::Run(_)) => bail!("worker run is a server, not a client verb"),
-        C::Token(TokenCommand::Create {
+        WorkerCommand::Run(_) => bail!("worker run is a server, not a client verb"),
+    })
+}
+
+/// The request of a `token` verb.
+///
+/// # Errors
+/// As [`plan`].
+fn token_call(command: TokenCommand) -> anyhow::Result<Call> {
+    Ok(match command {
+        TokenCommand::Create {
             role,
             expires,
             description,
             client,
-        }) => {
+        } => {
             let role = match role {
                 TokenRole::Reader => "reader",
                 TokenRole::Invoker => "invoker",
@@ -391,65 +447,14 @@ pub(super) fn plan(command: ClientCommand) -> anyhow::Result<Call> {
             )
             .with_body(Body::Json(body))
         }
-        C::Namespace(NamespaceCommand::Get { name, client }) => Call::new(
-            client,
-            format!("namespace get {name}"),
-            Method::GET,
-            format!("/v1/namespaces/{}", encode_component(&name)),
-            View::Details,
-        ),
-        C::Namespace(NamespaceCommand::Quota {
-            name,
-            max_actors,
-            max_requests_per_second,
-            client,
-        }) => {
-            let mut body = serde_json::json!({});
-            if let Some(n) = max_actors {
-                body["max_actors"] = n.into();
-            }
-            if let Some(r) = max_requests_per_second {
-                body["max_requests_per_second"] = r.into();
-            }
-            Call::new(
-                client,
-                format!("namespace quota {name}"),
-                Method::PUT,
-                format!("/v1/namespaces/{}/quota", encode_component(&name)),
-                View::Details,
-            )
-            .with_body(Body::Json(body))
-        }
-        C::Namespace(NamespaceCommand::CallsFrom { name, from, client }) => Call::new(
-            client,
-            format!("namespace calls-from {name}"),
-            Method::PUT,
-            format!("/v1/namespaces/{}/calls-from", encode_component(&name)),
-            View::Details,
-        )
-        .with_body(Body::Json(serde_json::json!({ "namespaces": from }))),
-        C::Namespace(NamespaceCommand::IngressAuth { name, mode, client }) => {
-            let mode = match mode {
-                IngressAuthMode::Token => "token",
-                IngressAuthMode::None => "none",
-            };
-            Call::new(
-                client,
-                format!("namespace ingress-auth {name} {mode}"),
-                Method::PUT,
-                format!("/v1/namespaces/{}/ingress-auth", encode_component(&name)),
-                View::Details,
-            )
-            .with_body(Body::Json(serde_json::json!({ "mode": mode })))
-        }
-        C::Token(TokenCommand::List { client }) => Call::new(
+        TokenCommand::List { client } => Call::new(
             client,
             "token list".into(),
             Method::GET,
             "/v1/tokens".into(),
             View::Tokens,
         ),
-        C::Token(TokenCommand::Revoke { id, client }) => {
+        TokenCommand::Revoke { id, client } => {
             // A token's whole text: only its id goes on the wire (and
             // into the server's logs), never its secret.
             let given = id.trim();
@@ -471,22 +476,67 @@ pub(super) fn plan(command: ClientCommand) -> anyhow::Result<Call> {
                 View::Deleted,
             )
         }
-        C::Rebalance { client } => Call::new(
+    })
+}
+
+/// The request of a `namespace` verb.
+///
+/// # Errors
+/// As [`plan`].
+fn namespace_call(command: NamespaceCommand) -> anyhow::Result<Call> {
+    Ok(match command {
+        NamespaceCommand::Get { name, client } => Call::new(
             client,
-            "rebalance".into(),
-            Method::POST,
-            "/v1/rebalance".into(),
-            View::Moves,
-        ),
-        C::Gc { client } => Call::new(
-            client,
-            "gc".into(),
-            Method::POST,
-            "/v1/gc".into(),
+            format!("namespace get {name}"),
+            Method::GET,
+            format!("/v1/namespaces/{}", encode_component(&name)),
             View::Details,
         ),
-    };
-    Ok(in_namespace(call))
+        NamespaceCommand::Quota {
+            name,
+            max_actors,
+            max_requests_per_second,
+            client,
+        } => {
+            let mut body = serde_json::json!({});
+            if let Some(n) = max_actors {
+                body["max_actors"] = n.into();
+            }
+            if let Some(r) = max_requests_per_second {
+                body["max_requests_per_second"] = r.into();
+            }
+            Call::new(
+                client,
+                format!("namespace quota {name}"),
+                Method::PUT,
+                format!("/v1/namespaces/{}/quota", encode_component(&name)),
+                View::Details,
+            )
+            .with_body(Body::Json(body))
+        }
+        NamespaceCommand::CallsFrom { name, from, client } => Call::new(
+            client,
+            format!("namespace calls-from {name}"),
+            Method::PUT,
+            format!("/v1/namespaces/{}/calls-from", encode_component(&name)),
+            View::Details,
+        )
+        .with_body(Body::Json(serde_json::json!({ "namespaces": from }))),
+        NamespaceCommand::IngressAuth { name, mode, client } => {
+            let mode = match mode {
+                IngressAuthMode::Token => "token",
+                IngressAuthMode::None => "none",
+            };
+            Call::new(
+                client,
+                format!("namespace ingress-auth {name} {mode}"),
+                Method::PUT,
+                format!("/v1/namespaces/{}/ingress-auth", encode_component(&name)),
+                View::Details,
+            )
+            .with_body(Body::Json(serde_json::json!({ "mode": mode })))
+        }
+    })
 }
 
 /// `call` with its actor or template route in its client's namespace:

@@ -235,3 +235,91 @@ fn the_actor_task_keeps_its_fields_private_and_imports_none_of_its_paths() {
         .collect();
     assert!(imports_child.is_empty(), "{imports_child:?}");
 }
+
+/// Where a function that starts at `lines[start]` ends: the first later
+/// line at its indentation that closes a brace (`None` for a declaration
+/// without a body).
+fn function_end(lines: &[&str], start: usize) -> Option<usize> {
+    let indent = lines[start].len() - lines[start].trim_start().len();
+    let opens = (start..lines.len()).find(|&i| {
+        let line = lines[i].trim_end();
+        line.ends_with('{') || line.ends_with(';')
+    })?;
+    if lines[opens].trim_end().ends_with(';') {
+        return None;
+    }
+    (opens + 1..lines.len()).find(|&i| {
+        let line = lines[i];
+        line.len() - line.trim_start().len() == indent && line.trim_start().starts_with('}')
+    })
+}
+
+/// Whether `line` starts a function (`fn`, after `pub`, `const`, `async`,
+/// `unsafe` or `extern "C"`).
+fn starts_function(line: &str) -> bool {
+    let mut rest = line.trim_start();
+    loop {
+        let before = rest;
+        for prefix in [
+            "pub(crate) ",
+            "pub(super) ",
+            "pub ",
+            "const ",
+            "async ",
+            "unsafe ",
+        ] {
+            rest = rest.strip_prefix(prefix).unwrap_or(rest);
+        }
+        rest = rest.strip_prefix("extern \"C\" ").unwrap_or(rest);
+        if rest == before {
+            break;
+        }
+    }
+    rest.starts_with("fn ")
+}
+
+/// Functions are cut by job: none outside tests is over 120 lines (issue
+/// 45; the 600-line file limit above is the backstop).
+#[test]
+fn no_function_outside_tests_is_over_120_lines() {
+    let files = rust_files(&[
+        "src",
+        "core/src",
+        "host-api/src",
+        "guest-sdk/src",
+        "contract/src",
+        "http/src",
+        "worker/src",
+        "control/src",
+        "cluster/src",
+        "ingress/src",
+        "runtime/src",
+        "test-util/src",
+    ]);
+    let mut long = Vec::new();
+    for file in files
+        .iter()
+        .filter(|f| !f.components().any(|c| c.as_os_str() == "tests"))
+        .filter(|f| f.file_name().is_none_or(|n| n != "tests.rs"))
+    {
+        let text = std::fs::read_to_string(file).unwrap();
+        // An inline test module closes a file: nothing after it counts.
+        let lines: Vec<&str> = text
+            .lines()
+            .take_while(|line| *line != "#[cfg(test)]")
+            .collect();
+        for start in (0..lines.len()).filter(|&i| starts_function(lines[i])) {
+            if let Some(end) = function_end(&lines, start)
+                && end - start + 1 > 120
+            {
+                long.push(format!(
+                    "{}:{} ({} lines)",
+                    file.display(),
+                    start + 1,
+                    end - start + 1
+                ));
+            }
+        }
+    }
+    assert!(long.is_empty(), "functions over 120 lines: {long:?}");
+}

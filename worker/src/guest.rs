@@ -1,77 +1,131 @@
 //! What the actor task runs in the guest for one delivery
-//! ([`crate::mailbox::Input`]): a request's handler (`stasis_handle`), an
-//! alarm's `stasis_on_alarm`, or a socket event's `stasis_on_socket`.
+//! ([`stasis_contract::delivery::Delivery`]): a request's handler
+//! (`stasis_handle`), an alarm's `stasis_on_alarm`, or a socket event's
+//! `stasis_on_socket`, each answering its delivery's own answer type.
+
+use std::future::Future;
+use std::sync::Arc;
 
 use opentelemetry::Context;
 use opentelemetry::trace::TraceContextExt as _;
 use stasis_contract::alarm::AlarmOutcome;
+use stasis_contract::delivery::{Delivery, DueAlarm};
+use stasis_contract::status::ActorStatus;
+use stasis_contract::trace;
 use stasis_core::instance::{ActorInstance, CallError};
 use stasis_host_api::sockets::SocketEvent;
 use stasis_host_api::{Request, Response};
 
 use crate::host_calls::services::ActorHostServices;
 
-/// What runs in the guest.
-#[derive(Clone, Copy)]
-pub(crate) enum Work<'a> {
-    /// The handler, for this request.
-    Request(&'a Request),
-    /// The alarm hook.
-    Alarm,
-    /// The socket hook, for this event.
-    Socket(&'a SocketEvent),
+/// A delivery as the guest runs it.
+pub(crate) trait Work: Delivery {
+    /// The name of the delivery's span (`stasis.request`, `stasis.alarm`
+    /// or `stasis.socket`).
+    const SPAN: &'static str;
+
+    /// The trace context the delivery's span is a child of: a request's
+    /// caller's (see [`stasis_contract::trace`]); an alarm or a socket
+    /// event starts a trace of its own.
+    fn parent(&self) -> Context {
+        Context::new()
+    }
+
+    /// Runs it in `instance`; `services` is told which request runs first
+    /// (an alarm or a socket event runs under no caller's chain), and that
+    /// the span of `cx` is the parent of the guest's host calls.
+    ///
+    /// # Errors
+    /// The guest's [`CallError`] (trap, CPU limit, timeout): the caller
+    /// rolls the actor back as for any failed request.
+    fn run<'a>(
+        &'a self,
+        instance: &'a mut ActorInstance,
+        services: &'a ActorHostServices,
+        cx: &'a Context,
+    ) -> impl Future<Output = Result<Self::Answer, CallError>> + Send + 'a;
+
+    /// Counts the delivery that ran (`result`) in the actor's `status`:
+    /// as a request, unless said otherwise.
+    fn count(
+        status: &mut ActorStatus,
+        _result: &Result<Self::Answer, CallError>,
+        now_ms: Option<u64>,
+    ) {
+        status.requests += 1;
+        status.last_request_at_unix_ms = now_ms;
+    }
 }
 
-/// What the guest answered.
-pub(crate) enum Answer {
-    /// The handler's response.
-    Response(Response),
-    /// What the alarm delivery did.
-    Alarm(AlarmOutcome),
-    /// The socket hook ran (or the guest has none).
-    Socket,
-}
+impl Work for Arc<Request> {
+    const SPAN: &'static str = "stasis.request";
 
-/// Runs `work` in `instance`; `services` is told which request runs first
-/// (an alarm runs under no caller's chain), and that the span of `cx` is
-/// the parent of the guest's host calls.
-///
-/// # Errors
-/// The guest's [`CallError`] (trap, CPU limit, timeout): the caller rolls
-/// the actor back as for any failed request.
-pub(crate) async fn run(
-    instance: &mut ActorInstance,
-    services: &ActorHostServices,
-    work: Work<'_>,
-    cx: &Context,
-) -> Result<Answer, CallError> {
-    let delivery = cx.span().span_context().clone();
-    match work {
-        Work::Request(request)
-            if stasis_host_api::sockets::offers_socket(request) && !instance.has_socket_hook() =>
-        {
-            Ok(Answer::Response(Response::text(
+    fn parent(&self) -> Context {
+        trace::parent_of(&self.headers)
+    }
+
+    async fn run<'a>(
+        &'a self,
+        instance: &'a mut ActorInstance,
+        services: &'a ActorHostServices,
+        cx: &'a Context,
+    ) -> Result<Response, CallError> {
+        let request: &Request = self;
+        if stasis_host_api::sockets::offers_socket(request) && !instance.has_socket_hook() {
+            return Ok(Response::text(
                 501,
                 format!(
                     "actor {} does not take WebSockets: its module exports no `{}`\n",
                     services.actor(),
                     stasis_host_api::exports::ON_SOCKET
                 ),
-            )))
+            ));
         }
-        Work::Request(request) => {
-            services.begin(Some(request), delivery);
-            instance.call(request).await.map(Answer::Response)
+        services.begin(Some(request), cx.span().span_context().clone());
+        instance.call(request).await
+    }
+}
+
+impl Work for DueAlarm {
+    const SPAN: &'static str = "stasis.alarm";
+
+    async fn run<'a>(
+        &'a self,
+        instance: &'a mut ActorInstance,
+        services: &'a ActorHostServices,
+        cx: &'a Context,
+    ) -> Result<AlarmOutcome, CallError> {
+        if !instance.has_alarm_hook() {
+            return Ok(AlarmOutcome::NoHook);
         }
-        Work::Socket(event) => {
-            services.begin(None, delivery);
-            instance.on_socket(event).await.map(|()| Answer::Socket)
+        services.begin(None, cx.span().span_context().clone());
+        instance.on_alarm().await?;
+        Ok(AlarmOutcome::Ran)
+    }
+
+    /// An actor without an `on_alarm` export ran nothing.
+    fn count(
+        status: &mut ActorStatus,
+        result: &Result<AlarmOutcome, CallError>,
+        now_ms: Option<u64>,
+    ) {
+        if !matches!(result, Ok(AlarmOutcome::NoHook)) {
+            status.alarms += 1;
+            status.last_alarm_at_unix_ms = now_ms;
         }
-        Work::Alarm if !instance.has_alarm_hook() => Ok(Answer::Alarm(AlarmOutcome::NoHook)),
-        Work::Alarm => {
-            services.begin(None, delivery);
-            instance.on_alarm().await?;
-            Ok(Answer::Alarm(AlarmOutcome::Ran))
-        }
+    }
+}
+
+impl Work for SocketEvent {
+    const SPAN: &'static str = "stasis.socket";
+
+    async fn run<'a>(
+        &'a self,
+        instance: &'a mut ActorInstance,
+        services: &'a ActorHostServices,
+        cx: &'a Context,
+    ) -> Result<(), CallError> {
+        services.begin(None, cx.span().span_context().clone());
+        instance.on_socket(self).await
     }
 }

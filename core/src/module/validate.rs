@@ -124,34 +124,13 @@ pub fn analyze(bytes: &[u8]) -> Result<ModuleInfo, ModuleError> {
     Validator::new()
         .validate_all(bytes)
         .map_err(|e| ModuleError::malformed(&e))?;
-    let mut info = ModuleInfo {
-        digest: digest(bytes),
-        abi_version: 0,
-        globals: Vec::new(),
-        memories: Vec::new(),
-        has_start: false,
-        layout: None,
-        saves_state: false,
-        loads_state: false,
-    };
-    let mut abi = None;
-    let mut imports_wasi = false;
-    // Host-function imports (name), checked against the ABI version once
-    // the custom section (which may come last) has been read.
-    let mut host_imports: Vec<String> = Vec::new();
-    let mut func_types: Vec<Option<FuncType>> = Vec::new();
-    // The type index of every function, imported ones first.
-    let mut func_sigs: Vec<u32> = Vec::new();
-    let mut exports_memory = false;
-    let mut imported_funcs = 0u32;
-    let mut func_index = 0u32;
-    let malformed = |e: wasmparser::BinaryReaderError| ModuleError::malformed(&e);
+    let mut scan = Scan::new(digest(bytes));
     for payload in Parser::new(0).parse_all(bytes) {
         match payload.map_err(malformed)? {
             Payload::TypeSection(reader) => {
                 for group in reader {
                     for sub in group.map_err(malformed)?.into_types() {
-                        func_types.push(match sub.composite_type.inner {
+                        scan.func_types.push(match sub.composite_type.inner {
                             CompositeInnerType::Func(f) => Some(f),
                             _ => None,
                         });
@@ -160,150 +139,33 @@ pub fn analyze(bytes: &[u8]) -> Result<ModuleInfo, ModuleError> {
             }
             Payload::ImportSection(reader) => {
                 for import in reader.into_imports() {
-                    let import = import.map_err(malformed)?;
-                    let what = format!("`{}`.`{}`", import.module, import.name);
-                    match import.ty {
-                        TypeRef::Func(i) | TypeRef::FuncExact(i) => {
-                            imported_funcs += 1;
-                            func_sigs.push(i);
-                        }
-                        TypeRef::Memory(_) => {
-                            return Err(refused(format!("imported memory {what}")));
-                        }
-                        TypeRef::Table(_) => return Err(refused(format!("imported table {what}"))),
-                        TypeRef::Global(_) => {
-                            return Err(refused(format!("imported global {what}")));
-                        }
-                        TypeRef::Tag(_) => return Err(refused(format!("imported tag {what}"))),
-                    }
-                    imports_wasi |= import.module == WASI_MODULE;
-                    if import.module == imports::MODULE {
-                        let ty = match import.ty {
-                            TypeRef::Func(i) | TypeRef::FuncExact(i) => {
-                                func_types.get(i as usize).and_then(Option::as_ref)
-                            }
-                            _ => None,
-                        };
-                        check_host_import(import.name, ty)?;
-                        host_imports.push(import.name.to_owned());
-                    } else if import.module != WASI_MODULE {
-                        return Err(refused(format!(
-                            "import {what}: only WASI preview 1 (`{WASI_MODULE}`) and, from ABI \
-                             version 2, the host functions of `{}` may be imported",
-                            imports::MODULE
-                        )));
-                    }
+                    scan.import(&import.map_err(malformed)?)?;
                 }
             }
             Payload::MemorySection(reader) => {
                 for (i, memory) in reader.into_iter().enumerate() {
-                    let memory = memory.map_err(malformed)?;
-                    if memory.shared {
-                        return Err(refused("shared memory (threads)"));
-                    }
-                    if memory.memory64 {
-                        return Err(refused("memory64"));
-                    }
-                    if memory.page_size_log2.is_some_and(|l| l != 16) {
-                        return Err(refused("custom page sizes"));
-                    }
-                    info.memories.push(MemoryInfo {
-                        index: u32::try_from(i).map_err(|_| refused("too many memories"))?,
-                        initial_pages: memory.initial,
-                        maximum_pages: memory.maximum,
-                    });
+                    scan.memory(i, &memory.map_err(malformed)?)?;
                 }
             }
             Payload::GlobalSection(reader) => {
                 for (i, global) in reader.into_iter().enumerate() {
-                    let global = global.map_err(malformed)?;
-                    // Imported globals are refused, so defined globals start at 0.
-                    let index = u32::try_from(i).unwrap_or(u32::MAX);
-                    if !global.ty.mutable {
-                        continue;
-                    }
-                    let kind = match global.ty.content_type {
-                        ValType::I32 => GlobalKind::I32,
-                        ValType::I64 => GlobalKind::I64,
-                        ValType::F32 => GlobalKind::F32,
-                        ValType::F64 => GlobalKind::F64,
-                        ValType::V128 => GlobalKind::V128,
-                        ValType::Ref(_) => {
-                            return Err(refused(format!(
-                                "mutable reference-typed global (global {index})"
-                            )));
-                        }
-                    };
-                    info.globals.push(GlobalInfo { index, kind });
+                    scan.global(i, &global.map_err(malformed)?)?;
                 }
             }
             Payload::FunctionSection(reader) => {
                 for ty in reader {
-                    func_sigs.push(ty.map_err(malformed)?);
+                    scan.func_sigs.push(ty.map_err(malformed)?);
                 }
             }
             Payload::ExportSection(reader) => {
                 for export in reader {
-                    let export = export.map_err(malformed)?;
-                    let ty = (export.kind == ExternalKind::Func)
-                        .then(|| func_sigs.get(export.index as usize))
-                        .flatten()
-                        .and_then(|&t| func_types.get(t as usize))
-                        .and_then(Option::as_ref);
-                    match export.name {
-                        exports::SAVE_STATE => {
-                            check_export(export.name, ty, &[], &[ValType::I64])?;
-                            info.saves_state = true;
-                        }
-                        exports::ON_SOCKET => {
-                            check_export(
-                                export.name,
-                                ty,
-                                &[ValType::I32, ValType::I32],
-                                &[ValType::I32],
-                            )?;
-                        }
-                        exports::LOAD_STATE => {
-                            check_export(
-                                export.name,
-                                ty,
-                                &[ValType::I32, ValType::I32],
-                                &[ValType::I32],
-                            )?;
-                            info.loads_state = true;
-                        }
-                        _ => {}
-                    }
-                    if export.name.starts_with(exports::RESERVED_PREFIX) {
-                        return Err(refused(format!(
-                            "export `{}` uses the reserved prefix `{}`",
-                            export.name,
-                            exports::RESERVED_PREFIX
-                        )));
-                    }
-                    exports_memory |=
-                        export.kind == ExternalKind::Memory && export.name == "memory";
-                    if export.kind == ExternalKind::Tag {
-                        return Err(refused("exception tags"));
-                    }
+                    scan.export(&export.map_err(malformed)?)?;
                 }
             }
-            Payload::StartSection { .. } => info.has_start = true,
-            Payload::CodeSectionEntry(body) => {
-                let index = imported_funcs + func_index;
-                func_index += 1;
-                let mut ops = body.get_operators_reader().map_err(malformed)?;
-                while !ops.eof() {
-                    if let Some(name) = refused_operator(&ops.read().map_err(malformed)?) {
-                        return Err(refused(format!(
-                            "`{name}` in function {index}: table and segment state cannot be \
-                             snapshotted"
-                        )));
-                    }
-                }
-            }
+            Payload::StartSection { .. } => scan.info.has_start = true,
+            Payload::CodeSectionEntry(body) => scan.code(&body)?,
             Payload::CustomSection(section) if section.name() == LAYOUT_SECTION => {
-                info.layout = Some(section.data().to_vec());
+                scan.info.layout = Some(section.data().to_vec());
             }
             Payload::CustomSection(section) if section.name() == ABI_SECTION => {
                 let data: [u8; 4] = section.data().try_into().map_err(|_| {
@@ -312,38 +174,235 @@ pub fn analyze(bytes: &[u8]) -> Result<ModuleInfo, ModuleError> {
                         section.data().len()
                     ))
                 })?;
-                abi = Some(u32::from_le_bytes(data));
+                scan.abi = Some(u32::from_le_bytes(data));
             }
             _ => {}
         }
     }
-    if info.memories.is_empty() {
-        return Err(refused(
-            "no linear memory: the ABI passes requests through memory 0",
-        ));
+    scan.finish()
+}
+
+fn malformed(e: wasmparser::BinaryReaderError) -> ModuleError {
+    ModuleError::malformed(&e)
+}
+
+/// What [`analyze`] has read of a module so far, section by section; the
+/// rules that need the whole module are checked at the end
+/// ([`Scan::finish`]).
+struct Scan {
+    info: ModuleInfo,
+    /// The ABI custom section's version, once read (it may come last).
+    abi: Option<u32>,
+    imports_wasi: bool,
+    /// Host-function imports (name), checked against the ABI version once
+    /// the custom section has been read.
+    host_imports: Vec<String>,
+    func_types: Vec<Option<FuncType>>,
+    /// The type index of every function, imported ones first.
+    func_sigs: Vec<u32>,
+    exports_memory: bool,
+    imported_funcs: u32,
+    /// Function bodies read so far.
+    func_index: u32,
+}
+
+impl Scan {
+    fn new(digest: [u8; 32]) -> Self {
+        Self {
+            info: ModuleInfo {
+                digest,
+                abi_version: 0,
+                globals: Vec::new(),
+                memories: Vec::new(),
+                has_start: false,
+                layout: None,
+                saves_state: false,
+                loads_state: false,
+            },
+            abi: None,
+            imports_wasi: false,
+            host_imports: Vec::new(),
+            func_types: Vec::new(),
+            func_sigs: Vec::new(),
+            exports_memory: false,
+            imported_funcs: 0,
+            func_index: 0,
+        }
     }
-    if imports_wasi && !exports_memory {
-        return Err(refused(
-            "WASI imports without a `memory` export (WASI preview 1 reads and writes through it)",
-        ));
+
+    /// Only functions may be imported: WASI preview 1's, and the host
+    /// functions of `stasis` with their exact signatures.
+    fn import(&mut self, import: &wasmparser::Import<'_>) -> Result<(), ModuleError> {
+        let what = format!("`{}`.`{}`", import.module, import.name);
+        match import.ty {
+            TypeRef::Func(i) | TypeRef::FuncExact(i) => {
+                self.imported_funcs += 1;
+                self.func_sigs.push(i);
+            }
+            TypeRef::Memory(_) => {
+                return Err(refused(format!("imported memory {what}")));
+            }
+            TypeRef::Table(_) => return Err(refused(format!("imported table {what}"))),
+            TypeRef::Global(_) => {
+                return Err(refused(format!("imported global {what}")));
+            }
+            TypeRef::Tag(_) => return Err(refused(format!("imported tag {what}"))),
+        }
+        self.imports_wasi |= import.module == WASI_MODULE;
+        if import.module == imports::MODULE {
+            let ty = match import.ty {
+                TypeRef::Func(i) | TypeRef::FuncExact(i) => {
+                    self.func_types.get(i as usize).and_then(Option::as_ref)
+                }
+                _ => None,
+            };
+            check_host_import(import.name, ty)?;
+            self.host_imports.push(import.name.to_owned());
+        } else if import.module != WASI_MODULE {
+            return Err(refused(format!(
+                "import {what}: only WASI preview 1 (`{WASI_MODULE}`) and, from ABI \
+                 version 2, the host functions of `{}` may be imported",
+                imports::MODULE
+            )));
+        }
+        Ok(())
     }
-    info.abi_version = abi.ok_or(ModuleError::MissingAbi)?;
-    if !(MIN_ABI_VERSION..=ABI_VERSION).contains(&info.abi_version) {
-        return Err(ModuleError::AbiVersion {
-            found: info.abi_version,
+
+    /// Memory `i`: 32-bit, unshared, with 64 KiB pages.
+    fn memory(&mut self, i: usize, memory: &wasmparser::MemoryType) -> Result<(), ModuleError> {
+        if memory.shared {
+            return Err(refused("shared memory (threads)"));
+        }
+        if memory.memory64 {
+            return Err(refused("memory64"));
+        }
+        if memory.page_size_log2.is_some_and(|l| l != 16) {
+            return Err(refused("custom page sizes"));
+        }
+        self.info.memories.push(MemoryInfo {
+            index: u32::try_from(i).map_err(|_| refused("too many memories"))?,
+            initial_pages: memory.initial,
+            maximum_pages: memory.maximum,
         });
+        Ok(())
     }
-    if info.abi_version < 2
-        && let Some(name) = host_imports.first()
-    {
-        return Err(refused(format!(
-            "import `{}`.`{name}`: host functions need ABI version 2, the module's \
-             `{ABI_SECTION}` section says {}",
-            imports::MODULE,
-            info.abi_version
-        )));
+
+    /// Global `i`: a mutable one is snapshotted, so it may not hold a
+    /// reference.
+    fn global(&mut self, i: usize, global: &wasmparser::Global<'_>) -> Result<(), ModuleError> {
+        // Imported globals are refused, so defined globals start at 0.
+        let index = u32::try_from(i).unwrap_or(u32::MAX);
+        if !global.ty.mutable {
+            return Ok(());
+        }
+        let kind = match global.ty.content_type {
+            ValType::I32 => GlobalKind::I32,
+            ValType::I64 => GlobalKind::I64,
+            ValType::F32 => GlobalKind::F32,
+            ValType::F64 => GlobalKind::F64,
+            ValType::V128 => GlobalKind::V128,
+            ValType::Ref(_) => {
+                return Err(refused(format!(
+                    "mutable reference-typed global (global {index})"
+                )));
+            }
+        };
+        self.info.globals.push(GlobalInfo { index, kind });
+        Ok(())
     }
-    Ok(info)
+
+    /// An export: the state hooks' signatures, no reserved name, no tag.
+    fn export(&mut self, export: &wasmparser::Export<'_>) -> Result<(), ModuleError> {
+        let ty = (export.kind == ExternalKind::Func)
+            .then(|| self.func_sigs.get(export.index as usize))
+            .flatten()
+            .and_then(|&t| self.func_types.get(t as usize))
+            .and_then(Option::as_ref);
+        match export.name {
+            exports::SAVE_STATE => {
+                check_export(export.name, ty, &[], &[ValType::I64])?;
+                self.info.saves_state = true;
+            }
+            exports::ON_SOCKET => {
+                check_export(
+                    export.name,
+                    ty,
+                    &[ValType::I32, ValType::I32],
+                    &[ValType::I32],
+                )?;
+            }
+            exports::LOAD_STATE => {
+                check_export(
+                    export.name,
+                    ty,
+                    &[ValType::I32, ValType::I32],
+                    &[ValType::I32],
+                )?;
+                self.info.loads_state = true;
+            }
+            _ => {}
+        }
+        if export.name.starts_with(exports::RESERVED_PREFIX) {
+            return Err(refused(format!(
+                "export `{}` uses the reserved prefix `{}`",
+                export.name,
+                exports::RESERVED_PREFIX
+            )));
+        }
+        self.exports_memory |= export.kind == ExternalKind::Memory && export.name == "memory";
+        if export.kind == ExternalKind::Tag {
+            return Err(refused("exception tags"));
+        }
+        Ok(())
+    }
+
+    /// A function body: no operator that changes table or segment state.
+    fn code(&mut self, body: &wasmparser::FunctionBody<'_>) -> Result<(), ModuleError> {
+        let index = self.imported_funcs + self.func_index;
+        self.func_index += 1;
+        let mut ops = body.get_operators_reader().map_err(malformed)?;
+        while !ops.eof() {
+            if let Some(name) = refused_operator(&ops.read().map_err(malformed)?) {
+                return Err(refused(format!(
+                    "`{name}` in function {index}: table and segment state cannot be \
+                     snapshotted"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// The rules of the whole module: a memory, WASI's `memory` export, an
+    /// ABI version this host speaks, host functions only from ABI 2.
+    fn finish(mut self) -> Result<ModuleInfo, ModuleError> {
+        if self.info.memories.is_empty() {
+            return Err(refused(
+                "no linear memory: the ABI passes requests through memory 0",
+            ));
+        }
+        if self.imports_wasi && !self.exports_memory {
+            return Err(refused(
+                "WASI imports without a `memory` export (WASI preview 1 reads and writes through it)",
+            ));
+        }
+        self.info.abi_version = self.abi.ok_or(ModuleError::MissingAbi)?;
+        if !(MIN_ABI_VERSION..=ABI_VERSION).contains(&self.info.abi_version) {
+            return Err(ModuleError::AbiVersion {
+                found: self.info.abi_version,
+            });
+        }
+        if self.info.abi_version < 2
+            && let Some(name) = self.host_imports.first()
+        {
+            return Err(refused(format!(
+                "import `{}`.`{name}`: host functions need ABI version 2, the module's \
+                 `{ABI_SECTION}` section says {}",
+                imports::MODULE,
+                self.info.abi_version
+            )));
+        }
+        Ok(self.info)
+    }
 }
 
 fn refused_operator(op: &Operator<'_>) -> Option<&'static str> {

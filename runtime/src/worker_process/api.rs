@@ -124,68 +124,26 @@ impl RemoteWorker {
             ));
         }
         match op {
-            Op::Create => {
-                let spec: HostSpec = serde_json::from_slice(&body)
-                    .map_err(|e| ApiError::bad_request(format!("bad actor spec: {e}")))?;
-                let started = std::time::Instant::now();
-                let report = w.create(name, &spec).await?;
-                tracing::debug!(
-                    target: "stasis_worker::timing",
-                    actor = name,
-                    total_ms = stasis_contract::status::ms(started.elapsed()),
-                    "create served"
-                );
-                Ok(json(StatusCode::OK, &report))
-            }
-            Op::Install => {
-                let text = header(SPEC_HEADER)
-                    .ok_or_else(|| ApiError::bad_request(format!("missing {SPEC_HEADER}")))?;
-                let spec: InstallSpec = serde_json::from_str(&text)
-                    .map_err(|e| ApiError::bad_request(format!("bad actor spec: {e}")))?;
-                if let Some(delay) = self.install_delay {
-                    tracing::warn!("failpoint: install of {name} waits {delay:?}");
-                    tokio::time::sleep(delay).await;
-                }
-                let bytes = (!body.is_empty()).then_some(body);
-                let started = std::time::Instant::now();
-                w.install(name, &spec.host, spec.seq, bytes, spec.resume)
-                    .await?;
-                tracing::debug!(
-                    target: "stasis_worker::timing",
-                    actor = name,
-                    total_ms = stasis_contract::status::ms(started.elapsed()),
-                    "install served"
-                );
-                Ok(json(StatusCode::OK, &w.status(name).await?))
-            }
+            Op::Create => self.create(name, &body).await,
+            Op::Install => self.install(name, &header, body).await,
             Op::Call => {
-                let epoch = header(EPOCH_HEADER)
-                    .and_then(|v| v.parse().ok())
-                    .ok_or_else(|| ApiError::bad_request(format!("missing {EPOCH_HEADER}")))?;
                 let request = stasis_host_api::decode_request(&body)
                     .map_err(|e| ApiError::bad_request(e.to_string()))?;
                 // Cancelled by `abandon` naming this call; and when the
                 // router's forward is dropped, this serving loop drops the
                 // call, which gives the request up too.
                 let call = self.calls.enter(header(CALL_HEADER));
-                let response = w.call(name, epoch, Arc::new(request), call.gone()).await?;
+                let request = Arc::new(request);
+                let response = w.call(name, epoch(&header)?, request, call.gone()).await?;
                 let bytes =
                     stasis_host_api::encode_response(&response).map_err(ApiError::internal)?;
                 Ok(Response::new(Body::new(Bytes::from(bytes))))
             }
-            Op::Alarm => {
-                let epoch = header(EPOCH_HEADER)
-                    .and_then(|v| v.parse().ok())
-                    .ok_or_else(|| ApiError::bad_request(format!("missing {EPOCH_HEADER}")))?;
-                Ok(json(StatusCode::OK, &w.alarm(name, epoch).await?))
-            }
+            Op::Alarm => Ok(json(StatusCode::OK, &w.alarm(name, epoch(&header)?).await?)),
             Op::SocketEvent => {
-                let epoch = header(EPOCH_HEADER)
-                    .and_then(|v| v.parse().ok())
-                    .ok_or_else(|| ApiError::bad_request(format!("missing {EPOCH_HEADER}")))?;
                 let event = stasis_host_api::sockets::decode_event(&body)
                     .map_err(|e| ApiError::bad_request(e.to_string()))?;
-                w.socket_event(name, epoch, event).await?;
+                w.socket_event(name, epoch(&header)?, event).await?;
                 Ok(json(StatusCode::OK, &serde_json::json!({})))
             }
             Op::Abandon => {
@@ -243,4 +201,60 @@ impl RemoteWorker {
             }
         }
     }
+
+    /// Creates actor `name` from the spec in `body`.
+    async fn create(&self, name: &str, body: &[u8]) -> Result<Response<Body>, ApiError> {
+        let spec: HostSpec = serde_json::from_slice(body)
+            .map_err(|e| ApiError::bad_request(format!("bad actor spec: {e}")))?;
+        let w: &dyn stasis_contract::worker_api::WorkerApi = self.worker.as_ref();
+        let started = std::time::Instant::now();
+        let report = w.create(name, &spec).await?;
+        tracing::debug!(
+            target: "stasis_worker::timing",
+            actor = name,
+            total_ms = stasis_contract::status::ms(started.elapsed()),
+            "create served"
+        );
+        Ok(json(StatusCode::OK, &report))
+    }
+
+    /// Installs actor `name` from the snapshot in `body` (or the shared
+    /// store's, when `body` is empty) as the spec header says.
+    async fn install(
+        &self,
+        name: &str,
+        header: &impl Fn(&str) -> Option<String>,
+        body: Bytes,
+    ) -> Result<Response<Body>, ApiError> {
+        let w: &dyn stasis_contract::worker_api::WorkerApi = self.worker.as_ref();
+        let text = header(SPEC_HEADER)
+            .ok_or_else(|| ApiError::bad_request(format!("missing {SPEC_HEADER}")))?;
+        let spec: InstallSpec = serde_json::from_str(&text)
+            .map_err(|e| ApiError::bad_request(format!("bad actor spec: {e}")))?;
+        if let Some(delay) = self.install_delay {
+            tracing::warn!("failpoint: install of {name} waits {delay:?}");
+            tokio::time::sleep(delay).await;
+        }
+        let bytes = (!body.is_empty()).then_some(body);
+        let started = std::time::Instant::now();
+        w.install(name, &spec.host, spec.seq, bytes, spec.resume)
+            .await?;
+        tracing::debug!(
+            target: "stasis_worker::timing",
+            actor = name,
+            total_ms = stasis_contract::status::ms(started.elapsed()),
+            "install served"
+        );
+        Ok(json(StatusCode::OK, &w.status(name).await?))
+    }
+}
+
+/// The placement epoch a delivery's header names.
+///
+/// # Errors
+/// 400 when it is missing or not a number.
+fn epoch(header: &impl Fn(&str) -> Option<String>) -> Result<u64, ApiError> {
+    header(EPOCH_HEADER)
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| ApiError::bad_request(format!("missing {EPOCH_HEADER}")))
 }

@@ -39,7 +39,7 @@ pub use options::{Membership, RegisteredOptions, WorkerOptions};
 use stasis_cluster::client::Peer;
 use stasis_cluster::etcd::{Etcd, WorkerLease};
 use stasis_contract::metrics::Metrics;
-use stasis_contract::proto::JoinRequest;
+use stasis_contract::proto::{JoinAnswer, JoinRequest};
 use stasis_contract::settings::{ActorSettings, WorkerSettings};
 use stasis_core::engine::{Limits, StasisEngine};
 use stasis_core::journal::shipped::ShippedJournal;
@@ -104,25 +104,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send,
     ready: impl FnOnce(SocketAddr),
 ) -> anyhow::Result<()> {
-    stasis_contract::names::check_label("worker", &options.name)
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-    // Mutual TLS lets in only clients with a certificate from the
-    // internal CA: that guards the API as a token does.
-    if !options.listen.ip().is_loopback()
-        && options.token.is_none()
-        && options.internal_tls.is_none()
-    {
-        anyhow::bail!(
-            "refusing to expose the worker API on {} without a token: set --internal-token (STASIS_INTERNAL_TOKEN) or --admin-token (STASIS_ADMIN_TOKEN), or --internal-ca with its certificates, or listen on loopback",
-            options.listen
-        );
-    }
-    if options.data_dir.join("stasis.db").exists() {
-        anyhow::bail!(
-            "{} is a control plane's data dir (it holds stasis.db); give the worker a folder of its own",
-            options.data_dir.display()
-        );
-    }
+    check(&options)?;
     let _lock = stasis_core::durable::lock_data_dir(&options.data_dir)?;
     let templates = options.data_dir.join("templates");
     std::fs::create_dir_all(&templates)?;
@@ -142,72 +124,8 @@ pub async fn run(
             storage::registered(&options, registered, bound).await?
         }
     };
-    let Storage {
-        store,
-        fetch,
-        segments,
-    } = storage;
-    let ms = Duration::from_millis;
-    let limits = Limits {
-        max_memory: answer.max_memory,
-        cpu_limit: ms(answer.cpu_limit_ms),
-        request_timeout: ms(answer.request_timeout_ms),
-        max_body: usize::try_from(answer.max_body).unwrap_or(usize::MAX),
-    };
-    let engine = match answer.max_live {
-        Some(slots) => StasisEngine::pooled(limits, slots)?,
-        None => StasisEngine::new(limits)?,
-    };
-    let replicator: Option<Arc<dyn Replicator>> = match &cluster {
-        Cluster::Joined { control, .. } => Some(Arc::new(ControlReplicator {
-            control: Peer::clone(control),
-        })),
-        Cluster::Registered { .. } => None,
-    };
     let metrics = Arc::new(Metrics::default());
-    let builder = WorkerBuilder::new(
-        engine,
-        store.clone(),
-        metrics.clone(),
-        WorkerSettings {
-            max_held: answer.max_held,
-            hold_timeout: ms(answer.hold_timeout_ms),
-            actor: ActorSettings {
-                keep_snapshots: answer.keep_snapshots,
-                checkpoint_every: answer.checkpoint_every,
-                durability: answer.durability,
-            },
-            max_live: answer.max_live,
-            allow_outbound: options.allow_outbound.clone(),
-        },
-        &options.data_dir,
-        Some(fetch),
-    );
-    let worker = builder.build(&options.name, replicator);
-    // Its actors' calls and alarms go through the control plane it joined
-    // (embedded mode), or through the leader replica found in etcd
-    // (cluster mode).
-    let control = match &cluster {
-        Cluster::Joined { control, .. } => ControlPeer::Joined(control.clone()),
-        Cluster::Registered { etcd, .. } => ControlPeer::Leader {
-            etcd: etcd.clone(),
-            token: options.token.clone(),
-        },
-    };
-    worker.set_control(Arc::new(control));
-    if let Some(segments) = segments {
-        // Tests lengthen the fold delay to find entries in segments.
-        let fold_after = std::env::var("STASIS_FAILPOINT_FOLD_AFTER_MS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .map_or(
-                stasis_core::journal::shipped::FOLD_AFTER,
-                Duration::from_millis,
-            );
-        let shipped = ShippedJournal::start(store, segments, &options.name, fold_after)
-            .context("starting the shipped journal")?;
-        worker.set_shipped(Arc::new(shipped));
-    }
+    let worker = build_worker(&options, &answer, &cluster, storage, &metrics)?;
     let remote = Arc::new(RemoteWorker {
         worker,
         metrics,
@@ -226,7 +144,7 @@ pub async fn run(
     let membership = tokio::spawn(
         remote
             .clone()
-            .keep_membership(ms(answer.heartbeat_timeout_ms)),
+            .keep_membership(Duration::from_millis(answer.heartbeat_timeout_ms)),
     );
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let api = remote.clone();
@@ -262,4 +180,109 @@ pub async fn run(
     let _ = stop_tx.send(true);
     let _ = server.await;
     Ok(())
+}
+
+/// Refuses options that cannot make a worker: a name that is no label, an
+/// API exposed beyond loopback without a token or mutual TLS, or a
+/// control plane's data dir.
+fn check(options: &WorkerOptions) -> anyhow::Result<()> {
+    stasis_contract::names::check_label("worker", &options.name)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    // Mutual TLS lets in only clients with a certificate from the
+    // internal CA: that guards the API as a token does.
+    if !options.listen.ip().is_loopback()
+        && options.token.is_none()
+        && options.internal_tls.is_none()
+    {
+        anyhow::bail!(
+            "refusing to expose the worker API on {} without a token: set --internal-token (STASIS_INTERNAL_TOKEN) or --admin-token (STASIS_ADMIN_TOKEN), or --internal-ca with its certificates, or listen on loopback",
+            options.listen
+        );
+    }
+    if options.data_dir.join("stasis.db").exists() {
+        anyhow::bail!(
+            "{} is a control plane's data dir (it holds stasis.db); give the worker a folder of its own",
+            options.data_dir.display()
+        );
+    }
+    Ok(())
+}
+
+/// The worker of `options`, with what the control plane `answer`ed at
+/// the join or registration: its engine, store, replicator (a joined
+/// worker without a shared store), the control plane its actors reach,
+/// and its shipped journal (cluster mode).
+fn build_worker(
+    options: &WorkerOptions,
+    answer: &JoinAnswer,
+    cluster: &Cluster,
+    storage: Storage,
+    metrics: &Arc<Metrics>,
+) -> anyhow::Result<Arc<Worker>> {
+    let Storage {
+        store,
+        fetch,
+        segments,
+    } = storage;
+    let ms = Duration::from_millis;
+    let limits = Limits {
+        max_memory: answer.max_memory,
+        cpu_limit: ms(answer.cpu_limit_ms),
+        request_timeout: ms(answer.request_timeout_ms),
+        max_body: usize::try_from(answer.max_body).unwrap_or(usize::MAX),
+    };
+    let engine = match answer.max_live {
+        Some(slots) => StasisEngine::pooled(limits, slots)?,
+        None => StasisEngine::new(limits)?,
+    };
+    let replicator: Option<Arc<dyn Replicator>> = match cluster {
+        Cluster::Joined { control, .. } => Some(Arc::new(ControlReplicator {
+            control: Peer::clone(control),
+        })),
+        Cluster::Registered { .. } => None,
+    };
+    let builder = WorkerBuilder::new(
+        engine,
+        store.clone(),
+        metrics.clone(),
+        WorkerSettings {
+            max_held: answer.max_held,
+            hold_timeout: ms(answer.hold_timeout_ms),
+            actor: ActorSettings {
+                keep_snapshots: answer.keep_snapshots,
+                checkpoint_every: answer.checkpoint_every,
+                durability: answer.durability,
+            },
+            max_live: answer.max_live,
+            allow_outbound: options.allow_outbound.clone(),
+        },
+        &options.data_dir,
+        Some(fetch),
+    );
+    let worker = builder.build(&options.name, replicator);
+    // Its actors' calls and alarms go through the control plane it joined
+    // (embedded mode), or through the leader replica found in etcd
+    // (cluster mode).
+    let control = match cluster {
+        Cluster::Joined { control, .. } => ControlPeer::Joined(control.clone()),
+        Cluster::Registered { etcd, .. } => ControlPeer::Leader {
+            etcd: etcd.clone(),
+            token: options.token.clone(),
+        },
+    };
+    worker.set_control(Arc::new(control));
+    if let Some(segments) = segments {
+        // Tests lengthen the fold delay to find entries in segments.
+        let fold_after = std::env::var("STASIS_FAILPOINT_FOLD_AFTER_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .map_or(
+                stasis_core::journal::shipped::FOLD_AFTER,
+                Duration::from_millis,
+            );
+        let shipped = ShippedJournal::start(store, segments, &options.name, fold_after)
+            .context("starting the shipped journal")?;
+        worker.set_shipped(Arc::new(shipped));
+    }
+    Ok(worker)
 }

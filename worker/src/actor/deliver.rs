@@ -9,16 +9,17 @@ use stasis_core::instance::CallError;
 use stasis_core::journal::Durable;
 
 use super::ActorTask;
-use crate::guest::{Answer, Work};
+use crate::guest::Work;
 use crate::journaled::{Then, send_gated};
 use crate::mailbox::{Input, Ticket};
 use opentelemetry::trace::{Status, TraceContextExt as _, Tracer as _};
 use opentelemetry::{Context, KeyValue};
-use stasis_contract::alarm::AlarmOutcome;
 use stasis_contract::client_gone;
+use stasis_contract::delivery::DueAlarm;
 use stasis_contract::error::{ApiError, ErrorKind};
 use stasis_contract::status::{ActorState, ResumeFrom};
 use stasis_contract::trace;
+use tokio::sync::oneshot;
 
 impl ActorTask {
     /// Runs one delivery unless its ticket was given up, and sends the
@@ -38,47 +39,26 @@ impl ActorTask {
             return;
         }
         match input {
-            Input::Request { request, reply } => {
-                let parent = trace::parent_of(&request.headers);
-                let work = Work::Request(&request);
-                let (result, gate) = split(self.run_guest(work, ticket, parent).await);
-                self.release_socket_ops(result.is_ok(), gate.as_ref());
-                // The request's lines are visible (and in the store) before
-                // its answer is sent.
-                self.log.settle(self.instance.is_none());
-                let result = result.and_then(|answer| match answer {
-                    Answer::Response(response) => Ok(response),
-                    _ => Err(ApiError::internal("another delivery answered a request")),
-                });
-                send_gated(reply, result, gate);
-            }
-            Input::Alarm { reply } => {
-                // An alarm starts a trace of its own.
-                let root = Context::new();
-                let (result, gate) = split(self.run_guest(Work::Alarm, ticket, root).await);
-                self.release_socket_ops(result.is_ok(), gate.as_ref());
-                self.log.settle(self.instance.is_none());
-                let result = result.and_then(|answer| match answer {
-                    Answer::Alarm(outcome) => Ok(outcome),
-                    _ => Err(ApiError::internal("another delivery answered an alarm")),
-                });
-                send_gated(reply, result, gate);
-            }
-            Input::Socket { event, reply } => {
-                let root = Context::new();
-                let work = Work::Socket(&event);
-                let (result, gate) = split(self.run_guest(work, ticket, root).await);
-                self.release_socket_ops(result.is_ok(), gate.as_ref());
-                self.log.settle(self.instance.is_none());
-                let result = result.and_then(|answer| match answer {
-                    Answer::Socket => Ok(()),
-                    _ => Err(ApiError::internal(
-                        "another delivery answered a socket event",
-                    )),
-                });
-                send_gated(reply, result, gate);
-            }
+            Input::Request { request, reply } => self.run_delivery(&request, ticket, reply).await,
+            Input::Alarm { reply } => self.run_delivery(&DueAlarm, ticket, reply).await,
+            Input::Socket { event, reply } => self.run_delivery(&*event, ticket, reply).await,
         }
+    }
+
+    /// Runs `work` in the guest and sends its answer on `reply` through
+    /// the output gate.
+    async fn run_delivery<W: Work>(
+        &mut self,
+        work: &W,
+        ticket: &Ticket,
+        reply: oneshot::Sender<Result<W::Answer, ApiError>>,
+    ) {
+        let (result, gate) = split(self.run_guest(work, ticket).await);
+        self.release_socket_ops(result.is_ok(), gate.as_ref());
+        // The delivery's log lines are visible (and in the store) before
+        // its answer is sent.
+        self.log.settle(self.instance.is_none());
+        send_gated(reply, result, gate);
     }
 
     /// Releases the socket writes of the delivery that just ran behind its
@@ -95,20 +75,15 @@ impl ActorTask {
     /// [`ActorTask::run_traced`] in the delivery's span (`stasis.request`,
     /// `stasis.alarm` or `stasis.socket`), a child of `parent` (see
     /// [`stasis_contract::trace`]).
-    async fn run_guest(
+    async fn run_guest<W: Work>(
         &mut self,
-        work: Work<'_>,
+        work: &W,
         ticket: &Ticket,
-        parent: Context,
-    ) -> Result<(Answer, Option<Durable>), ApiError> {
-        let name = match work {
-            Work::Request(_) => "stasis.request",
-            Work::Alarm => "stasis.alarm",
-            Work::Socket(_) => "stasis.socket",
-        };
+    ) -> Result<(W::Answer, Option<Durable>), ApiError> {
+        let parent = work.parent();
         let tracer = trace::tracer();
         let span = tracer
-            .span_builder(name)
+            .span_builder(W::SPAN)
             .with_attributes([
                 KeyValue::new("stasis.actor", self.name.clone()),
                 KeyValue::new("stasis.worker", self.ctx.worker.clone()),
@@ -132,12 +107,12 @@ impl ActorTask {
     /// (a journal entry, whose durability the answer waits for; or a
     /// checkpoint as `--checkpoint-every` says); each step a child span of
     /// `cx`'s.
-    async fn run_traced(
+    async fn run_traced<W: Work>(
         &mut self,
-        work: Work<'_>,
+        work: &W,
         ticket: &Ticket,
         cx: &Context,
-    ) -> Result<(Answer, Option<Durable>), ApiError> {
+    ) -> Result<(W::Answer, Option<Durable>), ApiError> {
         // A worker woken after its lease ended runs nothing more: the
         // actor may be placed elsewhere now (see `crate::fence`).
         if self.ctx.store.check_fence(&self.name).is_err() {
@@ -189,22 +164,11 @@ impl ActorTask {
             .instance
             .as_mut()
             .ok_or_else(|| ApiError::internal("no instance"))?;
-        let alarm = matches!(work, Work::Alarm);
-        let result = crate::guest::run(instance, &self.services, work, cx).await;
+        let result = work.run(instance, &self.services, cx).await;
         let memory_bytes = instance.memory_bytes();
         {
             let mut status = self.status();
-            let now = stasis_contract::status::now_unix_ms();
-            if alarm {
-                // An actor without an `on_alarm` export ran nothing.
-                if !matches!(result, Ok(Answer::Alarm(AlarmOutcome::NoHook))) {
-                    status.alarms += 1;
-                    status.last_alarm_at_unix_ms = now;
-                }
-            } else {
-                status.requests += 1;
-                status.last_request_at_unix_ms = now;
-            }
+            W::count(&mut status, &result, stasis_contract::status::now_unix_ms());
             status.last_active = Some(Instant::now());
             status.memory_bytes = memory_bytes;
         }

@@ -11,6 +11,8 @@ use stasis_core::snapshot_store::{
     ChainError, SnapshotBytes, StoreError, open_chain_over, remove_corrupt,
 };
 
+use tokio::sync::OwnedSemaphorePermit;
+
 use super::ActorTask;
 use stasis_contract::error::ApiError;
 use stasis_contract::status::{ActorState, ResumeFrom, ms};
@@ -60,99 +62,116 @@ impl ActorTask {
         };
         match result {
             Ok((instance, base)) => {
-                let memory_bytes = instance.memory_bytes();
-                self.instance = Some(instance);
-                // A repair's snapshot below is full: it starts a new chain.
-                // A journal entry is no base until it is in the store.
-                let entry = self
-                    .kept
-                    .durable
-                    .journaled
-                    .as_ref()
-                    .map(|newest| newest.seq);
-                self.chain.base = base
-                    .filter(|_| from == ResumeFrom::Newest)
-                    .filter(|base| Some(base.seq) != entry);
-                if second_slot.is_some() {
-                    // The old instance is gone: keep one slot.
-                    self.slot = second_slot;
-                }
-                let elapsed = started.elapsed();
-                self.ctx
-                    .metrics
-                    .resume_seconds
-                    .observe(elapsed.as_secs_f64());
-                self.ctx.metrics.resumed(&self.ctx.worker, &self.name);
-                {
-                    let mut status = self.status();
-                    status.state = ActorState::Running;
-                    status.resumes += 1;
-                    status.last_resume_ms = Some(ms(elapsed));
-                    status.last_resume_at_unix_ms = stasis_contract::status::now_unix_ms();
-                    status.last_active = Some(Instant::now());
-                    status.memory_bytes = memory_bytes;
-                    if from != ResumeFrom::Newest {
-                        status.error = None;
-                        status.error_at_unix_ms = None;
-                    }
-                }
-                self.log.event(&match from {
-                    ResumeFrom::Newest => format!("resumed in {:.1} ms", ms(elapsed)),
-                    ResumeFrom::Snapshot(seq) => format!("resumed from snapshot {seq}"),
-                    ResumeFrom::Template => "resumed from the template".to_owned(),
-                });
-                if from != ResumeFrom::Newest {
-                    // Make the repaired state the newest snapshot, so a later
-                    // rollback does not land on the bad one again; corrupt
-                    // snapshots go first, so retention keeps good ones.
-                    self.remove_corrupt_snapshots(from).await;
-                    // The journal's entries are of the state left behind.
-                    self.forget_journal();
-                    self.snapshot(started).await?;
-                }
-                Ok(())
+                self.resumed(from, instance, base, second_slot, started)
+                    .await
             }
-            Err(Unrestorable::Busy(e)) => {
+            Err(unrestorable) => Err(self.not_resumed(unrestorable)),
+        }
+    }
+
+    /// After [`ActorTask::resume`] restored `instance` (with its chain's
+    /// `base`): it is the actor's instance now, counted and logged; a
+    /// repair (`from` other than the newest) also removes corrupt
+    /// snapshots and writes the repaired state as the newest snapshot.
+    async fn resumed(
+        &mut self,
+        from: ResumeFrom,
+        instance: ActorInstance,
+        base: Option<DeltaBase>,
+        second_slot: Option<OwnedSemaphorePermit>,
+        started: Instant,
+    ) -> Result<(), ApiError> {
+        let memory_bytes = instance.memory_bytes();
+        self.instance = Some(instance);
+        // A repair's snapshot below is full: it starts a new chain.
+        // A journal entry is no base until it is in the store.
+        let entry = self
+            .kept
+            .durable
+            .journaled
+            .as_ref()
+            .map(|newest| newest.seq);
+        self.chain.base = base
+            .filter(|_| from == ResumeFrom::Newest)
+            .filter(|base| Some(base.seq) != entry);
+        if second_slot.is_some() {
+            // The old instance is gone: keep one slot.
+            self.slot = second_slot;
+        }
+        let elapsed = started.elapsed();
+        self.ctx
+            .metrics
+            .resume_seconds
+            .observe(elapsed.as_secs_f64());
+        self.ctx.metrics.resumed(&self.ctx.worker, &self.name);
+        {
+            let mut status = self.status();
+            status.state = ActorState::Running;
+            status.resumes += 1;
+            status.last_resume_ms = Some(ms(elapsed));
+            status.last_resume_at_unix_ms = stasis_contract::status::now_unix_ms();
+            status.last_active = Some(Instant::now());
+            status.memory_bytes = memory_bytes;
+            if from != ResumeFrom::Newest {
+                status.error = None;
+                status.error_at_unix_ms = None;
+            }
+        }
+        self.log.event(&match from {
+            ResumeFrom::Newest => format!("resumed in {:.1} ms", ms(elapsed)),
+            ResumeFrom::Snapshot(seq) => format!("resumed from snapshot {seq}"),
+            ResumeFrom::Template => "resumed from the template".to_owned(),
+        });
+        if from != ResumeFrom::Newest {
+            // Make the repaired state the newest snapshot, so a later
+            // rollback does not land on the bad one again; corrupt
+            // snapshots go first, so retention keeps good ones.
+            self.remove_corrupt_snapshots(from).await;
+            // The journal's entries are of the state left behind.
+            self.forget_journal();
+            self.snapshot(started).await?;
+        }
+        Ok(())
+    }
+
+    /// After [`ActorTask::resume`] could not restore: what the actor is
+    /// left as (unchanged when busy or unfenced, running when a repair of
+    /// a live actor failed, else `failed` with the reason), and the answer.
+    fn not_resumed(&mut self, unrestorable: Unrestorable) -> ApiError {
+        let unchanged = if self.instance.is_some() {
+            ActorState::Running
+        } else {
+            ActorState::Paused
+        };
+        match unrestorable {
+            Unrestorable::Busy(e) => {
                 // Out of instance capacity for now: nothing is wrong with
                 // the actor, which stays as it was.
-                let state = if self.instance.is_some() {
-                    ActorState::Running
-                } else {
-                    ActorState::Paused
-                };
-                self.set_state(state);
-                Err(ApiError::unavailable(format!(
+                self.set_state(unchanged);
+                ApiError::unavailable(format!(
                     "actor {} cannot get a live instance now: {e}",
                     self.name
-                )))
+                ))
             }
-            Err(Unrestorable::Unfenced(e)) => {
-                let state = if self.instance.is_some() {
-                    ActorState::Running
-                } else {
-                    ActorState::Paused
-                };
-                self.set_state(state);
-                Err(e)
+            Unrestorable::Unfenced(e) => {
+                self.set_state(unchanged);
+                e
             }
-            Err(Unrestorable::Broken(reason)) if self.instance.is_some() => {
+            Unrestorable::Broken(reason) if self.instance.is_some() => {
                 // A repair attempt on a live actor failed: it keeps running
                 // as it was.
                 self.set_state(ActorState::Running);
-                Err(ApiError::failed(format!(
+                ApiError::failed(format!(
                     "actor {} keeps running; resume failed: {reason}",
                     self.name
-                )))
+                ))
             }
-            Err(Unrestorable::Broken(reason)) => {
+            Unrestorable::Broken(reason) => {
                 tracing::error!(actor = %self.name, "resume failed: {reason}");
                 let mut status = self.status();
                 status.state = ActorState::Failed;
                 status.set_error(reason.clone());
-                Err(ApiError::failed(format!(
-                    "actor {} failed: {reason}",
-                    self.name
-                )))
+                ApiError::failed(format!("actor {} failed: {reason}", self.name))
             }
         }
     }

@@ -98,41 +98,80 @@ impl Outbound {
         request: Request,
         deadline: Instant,
     ) -> Result<Response, ServiceError> {
-        let uri: Uri = request
-            .uri
+        let target = self.target(&request.uri)?;
+        if request.body.len() > self.max_body {
+            return Err(error(
+                HostError::TooLarge,
+                format!(
+                    "request body of {} bytes exceeds --max-body ({} bytes)",
+                    request.body.len(),
+                    self.max_body
+                ),
+            ));
+        }
+        let client = self
+            .client
+            .as_ref()
+            .map_err(|e| error(HostError::Unavailable, e.clone()))?;
+        let mut builder = hyper::Request::builder()
+            .method(request.method.as_str())
+            .uri(target.uri.clone());
+        for (name, value) in &request.headers {
+            if stasis_contract::headers::not_passed_on(&name.to_ascii_lowercase())
+                || name.eq_ignore_ascii_case("host")
+            {
+                continue;
+            }
+            builder = builder.header(name.as_str(), value.as_slice());
+        }
+        let outgoing = builder
+            .body(Full::new(Bytes::from(request.body)))
+            .map_err(|e| error(HostError::BadInput, format!("the request: {e}")))?;
+        let exchange = exchange(client, outgoing, &target, self.max_body);
+        match tokio::time::timeout_at(deadline.into(), exchange).await {
+            Ok(result) => result,
+            Err(_) => Err(error(
+                HostError::Deadline,
+                format!(
+                    "fetch {}:{}: the request's time ran out first",
+                    target.host, target.port
+                ),
+            )),
+        }
+    }
+
+    /// Where a fetch of `url` goes, once its URL parses as an absolute
+    /// http(s) URL and `--allow-outbound` allows its host and port (an
+    /// address named directly is checked here too; the connector checks
+    /// every address it resolves).
+    ///
+    /// # Errors
+    /// [`HostError::BadInput`] or [`HostError::Refused`], as
+    /// [`Outbound::fetch`].
+    fn target(&self, url: &str) -> Result<Target, ServiceError> {
+        let uri: Uri = url
             .parse()
-            .map_err(|e| error(HostError::BadInput, format!("URL {:?}: {e}", request.uri)))?;
+            .map_err(|e| error(HostError::BadInput, format!("URL {url:?}: {e}")))?;
         let default_port = match uri.scheme_str() {
             Some("http") => 80,
             Some("https") => 443,
             _ => {
                 return Err(error(
                     HostError::BadInput,
-                    format!(
-                        "URL {:?} is not an absolute http:// or https:// URL",
-                        request.uri
-                    ),
+                    format!("URL {url:?} is not an absolute http:// or https:// URL"),
                 ));
             }
         };
         let host = uri
             .host()
-            .ok_or_else(|| {
-                error(
-                    HostError::BadInput,
-                    format!("URL {:?} has no host", request.uri),
-                )
-            })?
+            .ok_or_else(|| error(HostError::BadInput, format!("URL {url:?} has no host")))?
             .trim_start_matches('[')
             .trim_end_matches(']')
             .to_ascii_lowercase();
         let port = url_port(&uri, default_port).map_err(|p| {
             error(
                 HostError::BadInput,
-                format!(
-                    "URL {:?}: port {p:?} is not a number from 1 to 65535",
-                    request.uri
-                ),
+                format!("URL {url:?}: port {p:?} is not a number from 1 to 65535"),
             )
         })?;
         if !self.allow.allows(&host, port, default_port) {
@@ -150,83 +189,69 @@ impl Outbound {
                 .check_address(&host, ip, port, default_port)
                 .map_err(|e| error(HostError::Refused, e))?;
         }
-        if request.body.len() > self.max_body {
-            return Err(error(
-                HostError::TooLarge,
-                format!(
-                    "request body of {} bytes exceeds --max-body ({} bytes)",
-                    request.body.len(),
-                    self.max_body
-                ),
-            ));
-        }
-        let client = self
-            .client
-            .as_ref()
-            .map_err(|e| error(HostError::Unavailable, e.clone()))?;
-        let mut builder = hyper::Request::builder()
-            .method(request.method.as_str())
-            .uri(uri);
-        for (name, value) in &request.headers {
-            if stasis_contract::headers::not_passed_on(&name.to_ascii_lowercase())
-                || name.eq_ignore_ascii_case("host")
-            {
-                continue;
-            }
-            builder = builder.header(name.as_str(), value.as_slice());
-        }
-        let outgoing = builder
-            .body(Full::new(Bytes::from(request.body)))
-            .map_err(|e| error(HostError::BadInput, format!("the request: {e}")))?;
-        let max_body = self.max_body;
-        let exchange = async {
-            let answer = client
-                .request(outgoing)
-                .await
-                .map_err(|e| match pinned::refusal(&e) {
-                    Some(refusal) => error(HostError::Refused, refusal.to_string()),
-                    None => error(
-                        HostError::Unavailable,
-                        format!(
-                            "{}: {}",
-                            authority(&host, port),
-                            stasis_core::error_chain::with_causes(&e)
-                        ),
-                    ),
-                })?;
-            let (parts, body) = answer.into_parts();
-            let body = Limited::new(body, max_body)
-                .collect()
-                .await
-                .map_err(|e| {
-                    if e.is::<http_body_util::LengthLimitError>() {
-                        error(
-                            HostError::TooLarge,
-                            format!("the answer's body exceeds --max-body ({max_body} bytes)"),
-                        )
-                    } else {
-                        error(HostError::Unavailable, format!("reading the answer: {e}"))
-                    }
-                })?
-                .to_bytes();
-            Ok(Response {
-                status: parts.status.as_u16(),
-                headers: parts
-                    .headers
-                    .iter()
-                    .map(|(n, v)| (n.as_str().to_owned(), v.as_bytes().to_vec()))
-                    .collect(),
-                body: body.to_vec(),
-            })
-        };
-        match tokio::time::timeout_at(deadline.into(), exchange).await {
-            Ok(result) => result,
-            Err(_) => Err(error(
-                HostError::Deadline,
-                format!("fetch {host}:{port}: the request's time ran out first"),
-            )),
-        }
+        Ok(Target { uri, host, port })
     }
+}
+
+/// Where an allowed fetch goes ([`Outbound::target`]).
+struct Target {
+    uri: Uri,
+    /// Lower case, without an IPv6 address's brackets.
+    host: String,
+    port: u16,
+}
+
+/// Sends `outgoing` to `target` on `client` and reads the answer, its
+/// body up to `max_body` bytes.
+///
+/// # Errors
+/// [`HostError::Refused`] (an address the connector refused),
+/// [`HostError::Unavailable`] (connection, TLS, protocol),
+/// [`HostError::TooLarge`] (the answer's body).
+async fn exchange(
+    client: &HttpsClient,
+    outgoing: hyper::Request<Full<Bytes>>,
+    target: &Target,
+    max_body: usize,
+) -> Result<Response, ServiceError> {
+    let answer = client
+        .request(outgoing)
+        .await
+        .map_err(|e| match pinned::refusal(&e) {
+            Some(refusal) => error(HostError::Refused, refusal.to_string()),
+            None => error(
+                HostError::Unavailable,
+                format!(
+                    "{}: {}",
+                    authority(&target.host, target.port),
+                    stasis_core::error_chain::with_causes(&e)
+                ),
+            ),
+        })?;
+    let (parts, body) = answer.into_parts();
+    let body = Limited::new(body, max_body)
+        .collect()
+        .await
+        .map_err(|e| {
+            if e.is::<http_body_util::LengthLimitError>() {
+                error(
+                    HostError::TooLarge,
+                    format!("the answer's body exceeds --max-body ({max_body} bytes)"),
+                )
+            } else {
+                error(HostError::Unavailable, format!("reading the answer: {e}"))
+            }
+        })?
+        .to_bytes();
+    Ok(Response {
+        status: parts.status.as_u16(),
+        headers: parts
+            .headers
+            .iter()
+            .map(|(n, v)| (n.as_str().to_owned(), v.as_bytes().to_vec()))
+            .collect(),
+        body: body.to_vec(),
+    })
 }
 
 /// The port `uri` names, or `default_port` when it names none (or an
