@@ -1,28 +1,186 @@
-//! The admin API (HTTP/JSON): one route per operation of the control plane.
-//! Routes, bodies and status codes are documented in `docs/api.md`.
+//! The admin API (HTTP/JSON): one route per operation of the control plane,
+//! in one table (`ROUTES`) of the form of [`crate::routes`], its handlers
+//! by job in `templates`, `actors` and `cluster`. Routes, bodies and status
+//! codes are documented in `docs/api.md`.
+//!
+//! Roles: reads need a reader; changes to templates and actors a writer;
+//! moving an actor, or what a namespace lets in (its ingress auth, the
+//! namespaces it takes calls from), a namespace-admin; workers, the
+//! cluster's moves, `gc`, quotas and tokens (even listing them) an admin.
 
 mod actors;
 mod cluster;
-mod table;
 mod templates;
+#[cfg(test)]
+mod tests;
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response};
 
 use stasis_contract::error::{ApiError, ErrorKind};
 use stasis_contract::headers::{FORWARDED_HEADER, REVISION_HEADER};
-use stasis_contract::tokens::Role;
+use stasis_contract::tokens::Role::{self, Admin, NamespaceAdmin, Reader, Writer};
 use stasis_control::ControlPlane;
 use stasis_http::auth::{authorize, refusal};
 use stasis_http::serve::{Body, json_error};
 
 use crate::access::Access;
+use crate::routes::BodyLimit::{Json, Module};
+use crate::routes::{Route, Slashes, Table, route};
 use crate::scope::Scoped;
 
 /// Where the internal routes (control plane and workers) start.
 const INTERNAL_PREFIX: &str = "/internal/";
+
+/// The admin API's route table, on the paths [`crate::scope`] resolved (a
+/// namespace's actors and templates under `/v1/actors` and
+/// `/v1/templates`, with full names). The order of a path's entries is the
+/// order of the methods in its `Allow`; a template's routes read up to a
+/// module whatever their method (the body is read before the method is
+/// refused).
+static ROUTES: LazyLock<Table<Role>> = LazyLock::new(|| {
+    let mut routes = namespaced_routes();
+    routes.extend(cluster_routes());
+    Table::new(Slashes::Trimmed, routes)
+});
+
+/// The entries of the routes about a namespace's templates and actors.
+fn namespaced_routes() -> Vec<Route<Role>> {
+    use Method as M;
+    vec![
+        // Templates.
+        route(M::GET, "/v1/templates", Reader, Json, |c| {
+            Box::pin(templates::list(c))
+        }),
+        route(M::GET, "/v1/templates/{name}", Reader, Module, |c| {
+            Box::pin(templates::get(c))
+        }),
+        route(M::PUT, "/v1/templates/{name}", Writer, Module, |c| {
+            Box::pin(templates::push(c))
+        }),
+        route(M::POST, "/v1/templates/{name}", Writer, Module, |c| {
+            Box::pin(templates::push(c))
+        }),
+        route(M::DELETE, "/v1/templates/{name}", Writer, Module, |c| {
+            Box::pin(templates::delete(c))
+        }),
+        route(M::GET, "/v1/templates/{name}/rollout", Reader, Json, |c| {
+            Box::pin(templates::rollout_status(c))
+        }),
+        route(M::POST, "/v1/templates/{name}/rollout", Writer, Json, |c| {
+            Box::pin(templates::start_rollout(c))
+        }),
+        route(
+            M::POST,
+            "/v1/templates/{name}/rollback",
+            Writer,
+            Json,
+            |c| Box::pin(templates::rollback(c)),
+        ),
+        // Actors.
+        route(M::GET, "/v1/actors", Reader, Json, |c| {
+            Box::pin(actors::list(c))
+        }),
+        route(M::POST, "/v1/actors", Writer, Json, |c| {
+            Box::pin(actors::create(c))
+        }),
+        route(M::GET, "/v1/actors/{name}", Reader, Json, |c| {
+            Box::pin(actors::get(c))
+        }),
+        route(M::DELETE, "/v1/actors/{name}", Writer, Json, |c| {
+            Box::pin(actors::delete(c))
+        }),
+        route(M::GET, "/v1/actors/{name}/logs", Reader, Json, |c| {
+            Box::pin(actors::logs(c))
+        }),
+        route(M::POST, "/v1/actors/{name}/fork", Writer, Json, |c| {
+            Box::pin(actors::fork(c))
+        }),
+        route(M::POST, "/v1/actors/{name}/pause", Writer, Json, |c| {
+            Box::pin(actors::pause(c))
+        }),
+        route(M::POST, "/v1/actors/{name}/checkpoint", Writer, Json, |c| {
+            Box::pin(actors::checkpoint(c))
+        }),
+        route(M::POST, "/v1/actors/{name}/resume", Writer, Json, |c| {
+            Box::pin(actors::resume(c))
+        }),
+        route(
+            M::POST,
+            "/v1/actors/{name}/migrate",
+            NamespaceAdmin,
+            Json,
+            |c| Box::pin(actors::migrate(c)),
+        ),
+        route(M::POST, "/v1/actors/{name}/upgrade", Writer, Json, |c| {
+            Box::pin(actors::upgrade(c))
+        }),
+    ]
+}
+
+/// The entries of the routes about the whole cluster: the health check,
+/// `/metrics`, namespaces, tokens, workers and the cluster's moves.
+fn cluster_routes() -> Vec<Route<Role>> {
+    use Method as M;
+    vec![
+        route(M::GET, "/healthz", Reader, Json, |c| {
+            Box::pin(cluster::healthz(c))
+        }),
+        route(M::GET, "/metrics", Reader, Json, |c| {
+            Box::pin(cluster::metrics(c))
+        }),
+        // Namespaces.
+        route(M::GET, "/v1/namespaces", Reader, Json, |c| {
+            Box::pin(cluster::namespaces(c))
+        }),
+        route(M::GET, "/v1/namespaces/{ns}", Reader, Json, |c| {
+            Box::pin(cluster::namespace(c))
+        }),
+        route(M::PUT, "/v1/namespaces/{ns}/quota", Admin, Json, |c| {
+            Box::pin(cluster::set_quota(c))
+        }),
+        route(
+            M::PUT,
+            "/v1/namespaces/{ns}/ingress-auth",
+            NamespaceAdmin,
+            Json,
+            |c| Box::pin(cluster::set_ingress_auth(c)),
+        ),
+        route(
+            M::PUT,
+            "/v1/namespaces/{ns}/calls-from",
+            NamespaceAdmin,
+            Json,
+            |c| Box::pin(cluster::set_calls_from(c)),
+        ),
+        // Tokens.
+        route(M::GET, "/v1/tokens", Admin, Json, |c| {
+            Box::pin(cluster::tokens(c))
+        }),
+        route(M::POST, "/v1/tokens", Admin, Json, |c| {
+            Box::pin(cluster::create_token(c))
+        }),
+        route(M::DELETE, "/v1/tokens/{id}", Admin, Json, |c| {
+            Box::pin(cluster::revoke_token(c))
+        }),
+        // Workers and the cluster's moves.
+        route(M::GET, "/v1/workers", Reader, Json, |c| {
+            Box::pin(cluster::workers(c))
+        }),
+        route(M::POST, "/v1/workers/{name}/drain", Admin, Json, |c| {
+            Box::pin(cluster::drain(c))
+        }),
+        route(M::POST, "/v1/workers/{name}/undrain", Admin, Json, |c| {
+            Box::pin(cluster::undrain(c))
+        }),
+        route(M::POST, "/v1/rebalance", Admin, Json, |c| {
+            Box::pin(cluster::rebalance(c))
+        }),
+        route(M::POST, "/v1/gc", Admin, Json, |c| Box::pin(cluster::gc(c))),
+    ]
+}
 
 /// The admin API of one `stasis serve`.
 pub struct AdminApi {
@@ -112,9 +270,7 @@ impl AdminApi {
             let table = &crate::internal::ROUTES;
             table.dispatch(control, access, request, &scoped).await
         } else {
-            table::ROUTES
-                .dispatch(control, access, request, &scoped)
-                .await
+            ROUTES.dispatch(control, access, request, &scoped).await
         };
         let mut response = match answer {
             Ok(response) => response,
@@ -124,7 +280,7 @@ impl AdminApi {
                     let allow = if internal {
                         crate::internal::ROUTES.allowed(&scoped.path)
                     } else {
-                        table::ROUTES.allowed(&scoped.path)
+                        ROUTES.allowed(&scoped.path)
                     };
                     if let Ok(value) = hyper::header::HeaderValue::from_str(&allow.join(", ")) {
                         response.headers_mut().insert(hyper::header::ALLOW, value);
@@ -223,7 +379,7 @@ impl AdminApi {
                 return Err(refusal(&checked.await.err().unwrap_or(e)));
             }
         };
-        let need = table::ROUTES.need(method, &scoped.path);
+        let need = ROUTES.need(method, &scoped.path);
         if let Err(e) = self.access.check(headers, method, &scoped, need).await {
             return Err(refusal(&e));
         }
