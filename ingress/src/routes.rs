@@ -57,8 +57,9 @@ pub struct Call<'a, N> {
 }
 
 impl<'a, N> Call<'a, N> {
-    /// The `i`th `{...}` segment of the path (every table's unit tests
-    /// call each handler's pattern with as many).
+    /// The `i`th `{...}` segment of the path (empty past the last; each
+    /// table's unit tests check that a match hands over as many segments
+    /// as its pattern has).
     #[must_use]
     pub fn param(&self, i: usize) -> &'a str {
         self.params.get(i).copied().unwrap_or_default()
