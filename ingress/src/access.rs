@@ -3,7 +3,8 @@
 //! presents the `--admin-token` (the bootstrap token, role admin) or a
 //! scoped token made by `stasis token create`
 //! ([`stasis_control::tokens`]); the route needs a role
-//! ([`crate::routes::needs`]), and a token below it is refused with 403.
+//! (its entry in the route table, [`crate::routes::Table::need`]), and a
+//! token below it is refused with 403.
 //!
 //! A scoped token's record is read from the directory and kept here at
 //! most [`REVOCATION_BOUND`]: a token revoked or expired is refused by
@@ -28,7 +29,7 @@ use stasis_control::ControlPlane;
 use stasis_control::tokens;
 use stasis_http::auth::{bearer, same_token, unauthorized};
 
-use crate::routes::Scoped;
+use crate::scope::Scoped;
 
 /// How long a replica keeps a token's record before reading it again: the
 /// bound within which a revoked token is refused everywhere.

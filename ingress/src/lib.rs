@@ -6,9 +6,11 @@
 //! one streamed answer) and [`api`] (the admin HTTP API, with `internal`,
 //! the internal routes remote workers use, and `respond`, the answers
 //! both share), with [`routes`]
-//! (which methods each admin path takes: 404 or 405 with `Allow`, and the
+//! (the form of their route tables and the one dispatcher: which methods
+//! each path takes, 404 or 405 with `Allow`, the body it may send and the
 //! role each needs, checked by [`access`] against the bootstrap or a scoped
-//! token; [`namespace_metrics`]: `/metrics` as one namespace sees it;
+//! token; [`scope`]: an admin path's namespace resolved;
+//! [`namespace_metrics`]: `/metrics` as one namespace sees it;
 //! [`ingress_auth`]: a namespace's token at the ingress, for requests and
 //! the streams they open) and
 //! [`sockets`] (the WebSockets and streams actors accept). It depends on the
@@ -31,4 +33,5 @@ pub mod relay;
 mod respond;
 pub mod router;
 pub mod routes;
+pub mod scope;
 pub mod sockets;
