@@ -117,7 +117,11 @@ impl Proc {
         let what = format!("stasis {} to log {text:?}", self.child.id());
         crate::wait::until_else(&what, timeout, || {
             let log = self.log();
-            if log.contains(text) { Ok(()) } else { Err(format!("the log:\n{log}")) }
+            if log.contains(text) {
+                Ok(())
+            } else {
+                Err(format!("the log:\n{log}"))
+            }
         });
     }
 
@@ -127,7 +131,11 @@ impl Proc {
         let what = format!("stasis {} to log {text:?}", self.child.id());
         crate::wait::until_else_async(&what, timeout, async || {
             let log = self.log();
-            if log.contains(text) { Ok(()) } else { Err(format!("the log:\n{log}")) }
+            if log.contains(text) {
+                Ok(())
+            } else {
+                Err(format!("the log:\n{log}"))
+            }
         })
         .await;
     }

@@ -8,6 +8,12 @@
 //! answers `Err(what it saw)` instead, and that last observation goes into
 //! the panic message.
 //!
+//! A probe that starts at or after the limit is the last one, so waiting
+//! is never stricter than sleeping the limit and then looking once.
+//! [`holds_for`] and [`holds_for_async`] are the other way round: "nothing
+//! happens during this period", asked throughout the period and once at
+//! its end (never weaker than sleeping the period and then looking).
+//!
 //! The poll's own sleep lives here and only here: [`POLL`] between two
 //! probes, fixed (no growing backoff: the limits are seconds, the events
 //! come within milliseconds of each other, and a fixed step keeps the
@@ -40,10 +46,11 @@ pub fn until_else<T, E: Display>(
 ) -> T {
     let deadline = Instant::now() + limit;
     loop {
+        let last = Instant::now() >= deadline;
         match probe() {
             Ok(value) => return value,
             Err(seen) => {
-                if Instant::now() >= deadline {
+                if last {
                     timed_out(what, limit, &seen);
                 }
             }
@@ -70,16 +77,47 @@ pub async fn until_else_async<T, E: Display>(
 ) -> T {
     let deadline = Instant::now() + limit;
     loop {
+        let last = Instant::now() >= deadline;
         match probe().await {
             Ok(value) => return value,
             Err(seen) => {
-                if Instant::now() >= deadline {
+                if last {
                     timed_out(what, limit, &seen);
                 }
             }
         }
         // sleep: the poll's one backoff between two probes (see the module docs).
         tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Asks `probe` every [`POLL`] for `period`, and once more at its end;
+/// panics with `what` at the first `false` (what must hold did not).
+#[track_caller]
+pub fn holds_for(what: &str, period: Duration, mut probe: impl FnMut() -> bool) {
+    let end = Instant::now() + period;
+    loop {
+        let last = Instant::now() >= end;
+        assert!(probe(), "{what} stopped holding within {period:?}");
+        if last {
+            return;
+        }
+        // sleep: the poll's one backoff between two probes (see the module docs).
+        std::thread::sleep(POLL.min(end.saturating_duration_since(Instant::now())));
+    }
+}
+
+/// [`holds_for`] for an async probe, sleeping on tokio between two probes.
+pub async fn holds_for_async(what: &str, period: Duration, mut probe: impl AsyncFnMut() -> bool) {
+    let end = Instant::now() + period;
+    loop {
+        let last = Instant::now() >= end;
+        assert!(probe().await, "{what} stopped holding within {period:?}");
+        if last {
+            return;
+        }
+        // sleep: the poll's one backoff between two probes (see the module docs).
+        tokio::time::sleep(POLL.min(end.saturating_duration_since(Instant::now()))).await;
     }
 }
 

@@ -104,10 +104,14 @@ async fn clients_that_left_free_the_actor() {
     // The sleep that had started ran to its end and is counted, with the
     // GET (its count is recorded after its answer, which nobody waits
     // for: wait for the count, not for a time).
-    wait::until_else_async("the sleep and the GET counted", Duration::from_secs(10), async || {
-        let ok = metric(&server, OK).await;
-        if ok >= 2 { Ok(()) } else { Err(ok) }
-    })
+    wait::until_else_async(
+        "the sleep and the GET counted",
+        Duration::from_secs(10),
+        async || {
+            let ok = metric(&server, OK).await;
+            if ok >= 2 { Ok(()) } else { Err(ok) }
+        },
+    )
     .await;
     assert_eq!(metric(&server, OK).await, 2);
 }

@@ -62,7 +62,11 @@ pub(crate) async fn wait_fired_at(ingress: SocketAddr, actor: &str, k: u64, with
     wait::until_else_async(&what, within, async || {
         let now = fired_at(ingress, actor).await;
         assert!(now <= k, "{actor} fired {now} times, expected {k}");
-        if now == k { Ok(()) } else { Err(format!("fired {now} times")) }
+        if now == k {
+            Ok(())
+        } else {
+            Err(format!("fired {now} times"))
+        }
     })
     .await;
 }
@@ -81,7 +85,11 @@ async fn wait_metric(server: &Server, name: &str, want: f64) {
     let what = format!("{name} to be {want}");
     wait::until_else_async(&what, Duration::from_secs(5), async || {
         let text = server.metrics().await;
-        if crate::support::metric_in(&text, name) == want { Ok(()) } else { Err(text) }
+        if crate::support::metric_in(&text, name) == want {
+            Ok(())
+        } else {
+            Err(text)
+        }
     })
     .await;
 }
@@ -128,9 +136,13 @@ async fn an_alarm_wakes_a_paused_actor_and_a_cancelled_one_never_fires() {
         ask(&server, "sleeper", "GET", "/alarm").await.1,
         "alarm: none\n"
     );
-    // sleep: the cancelled alarm's time passes, and it must not fire.
-    tokio::time::sleep(Duration::from_millis(1_200)).await;
-    assert_eq!(fired(&server, "sleeper").await, 1);
+    // The cancelled alarm's time passes; it never fires.
+    wait::holds_for_async(
+        "sleeper fired once",
+        Duration::from_millis(1_200),
+        async || fired(&server, "sleeper").await == 1,
+    )
+    .await;
 
     // The actor's state continues: the next alarm is its second firing.
     server.cli_ok(&["actor", "pause", "sleeper"]);
@@ -175,9 +187,13 @@ async fn alarms_survive_restarts_and_fire_once() {
     set_alarm(&server, "durable", 1_500, "").await;
     let server = server.restart(&["--workers", "1"]);
     wait_fired(&server, "durable", 2, Duration::from_secs(6)).await;
-    // sleep: a second firing of the same alarm would come in this time; none must.
-    tokio::time::sleep(Duration::from_millis(700)).await;
-    assert_eq!(fired(&server, "durable").await, 2, "fired once each");
+    // A second firing of the same alarm would come in this time; none does.
+    wait::holds_for_async(
+        "durable fired once each",
+        Duration::from_millis(700),
+        async || fired(&server, "durable").await == 2,
+    )
+    .await;
     wait_metric(&server, "stasis_alarms_pending", 0.0).await;
 }
 
@@ -197,9 +213,11 @@ async fn an_alarm_follows_a_migration_and_fires_once_on_the_new_worker() {
     // Due 1.5 s after it was set.
     wait_fired(&server, "rover", 1, Duration::from_millis(6_500)).await;
     assert_eq!(server.worker_of("rover"), *to);
-    // sleep: a second firing of the same alarm would come in this time; none must.
-    tokio::time::sleep(Duration::from_millis(700)).await;
-    assert_eq!(fired(&server, "rover").await, 1, "fired once");
+    // A second firing of the same alarm would come in this time; none does.
+    wait::holds_for_async("rover fired once", Duration::from_millis(700), async || {
+        fired(&server, "rover").await == 1
+    })
+    .await;
     wait_metric(&server, "stasis_alarms_fired_total", 1.0).await;
     wait_metric(&server, "stasis_alarms_pending", 0.0).await;
 }
@@ -352,9 +370,13 @@ async fn in_an_etcd_cluster_the_leader_fires_alarms_and_its_successor_takes_them
     drop(d.replicas[leader].take());
     wait_fired_at(ingress, "ring", 2, Duration::from_secs(20)).await;
     assert_eq!(d.leader(), f);
-    // sleep: a second firing by the next leader would come in this time; none must.
-    tokio::time::sleep(Duration::from_millis(700)).await;
-    assert_eq!(fired_at(ingress, "ring").await, 2, "fired once each");
+    // A second firing by the next leader would come in this time; none does.
+    wait::holds_for_async(
+        "ring fired once each",
+        Duration::from_millis(700),
+        async || fired_at(ingress, "ring").await == 2,
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -371,8 +393,12 @@ async fn a_fork_does_not_inherit_its_sources_alarm() {
         "alarm: none\n"
     );
     wait_fired(&server, "origin", 1, Duration::from_secs(6)).await;
-    // sleep: the copy's firing would come in this time; none must.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(fired(&server, "copy").await, 0, "only the source fires");
+    // The copy's firing would come in this time; none does.
+    wait::holds_for_async(
+        "only the source fires",
+        Duration::from_millis(500),
+        async || fired(&server, "copy").await == 0,
+    )
+    .await;
     wait_metric(&server, "stasis_alarms_fired_total", 1.0).await;
 }

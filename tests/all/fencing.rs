@@ -55,6 +55,7 @@ pub(crate) fn wait_for_actor(
             return info.clone();
         }
         assert!(Instant::now() < deadline, "{actor} never {what}: {info:?}");
+        // sleep: poll backoff, not yet moved onto stasis_test_util::wait.
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -141,6 +142,7 @@ async fn a_worker_woken_after_its_lease_changes_nothing_and_answers_the_truth() 
         < 2
     {
         assert!(Instant::now() < deadline, "w1 never registered again");
+        // sleep: poll backoff, not yet moved onto stasis_test_util::wait.
         std::thread::sleep(Duration::from_millis(20));
     }
     // The store holds no snapshot w1 wrote after w2 took over, and every
@@ -225,6 +227,7 @@ async fn a_leader_woken_after_its_lease_delivers_no_alarm() {
             "{}",
             d.replica(old).process.log()
         );
+        // sleep: poll backoff, not yet moved onto stasis_test_util::wait.
         std::thread::sleep(Duration::from_millis(20));
     }
     assert_eq!(

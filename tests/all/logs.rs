@@ -264,6 +264,7 @@ fn wait_exit(child: &mut Child) -> std::process::ExitStatus {
             std::time::Instant::now() < deadline,
             "the follower did not end"
         );
+        // sleep: poll backoff, not yet moved onto stasis_test_util::wait.
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -462,6 +463,7 @@ async fn a_follower_carries_on_when_the_actors_worker_is_killed_and_it_is_placed
         match print("there").await {
             200 => break,
             503 if std::time::Instant::now() < deadline => {
+                // sleep: poll backoff, not yet moved onto stasis_test_util::wait.
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
             status => panic!("print after the re-placement: {status}"),

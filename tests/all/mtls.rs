@@ -98,6 +98,7 @@ fn wait_ready(admin: &str, ca: &Path, name: &str) {
             return;
         }
         assert!(Instant::now() < deadline, "{name} never ready: {list}");
+        // sleep: poll backoff, not yet moved onto stasis_test_util::wait.
         std::thread::sleep(Duration::from_millis(100));
     }
 }

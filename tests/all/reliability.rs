@@ -6,8 +6,8 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use crate::support::{self, Server, client, count, post, send, to_actor};
-use stasis_test_util::wait;
 use stasis_test_util::demos::count_in;
+use stasis_test_util::wait;
 
 async fn faulty(server: &Server, actor: &str, method: &str, path: &str) -> support::Answer {
     to_actor(&client(), server.ingress, actor, method, path).await
@@ -222,10 +222,18 @@ async fn idle_actors_are_paused_and_resume_on_demand() {
     server.create("sleepy", "counter");
     assert_eq!(count(&post(&server, "sleepy").await), 1);
     // `actor get` does not wake an actor: paused within 2 s of its request.
-    wait::until_else("sleepy paused by the idle timeout", Duration::from_secs(2), || {
-        let state = server.cli_json(&["actor", "get", "sleepy"])["state"].clone();
-        if state == "paused" { Ok(()) } else { Err(state) }
-    });
+    wait::until_else(
+        "sleepy paused by the idle timeout",
+        Duration::from_secs(2),
+        || {
+            let state = server.cli_json(&["actor", "get", "sleepy"])["state"].clone();
+            if state == "paused" {
+                Ok(())
+            } else {
+                Err(state)
+            }
+        },
+    );
     assert_eq!(count(&post(&server, "sleepy").await), 2);
 }
 
@@ -825,23 +833,27 @@ async fn sigterm_to_control_plane_and_workers_at_once_agrees_and_loses_nothing()
     let deadline = Instant::now() + Duration::from_secs(15);
     let mut settled_at: Option<Instant> = None;
     // Unsettled past 15 s fails in the probe; settled, it holds 1 s more.
-    wait::until_async("every actor hosted exactly once for 1 s", Duration::from_secs(17), async || {
-        let (on1, on2) = (hosted(&w1).await, hosted(&w2).await);
-        let once = names.iter().all(|name| {
-            let quoted = format!("\"{name}\"");
-            usize::from(on1.contains(&quoted)) + usize::from(on2.contains(&quoted)) == 1
-        });
-        if !once {
-            settled_at = None;
-            assert!(
-                Instant::now() < deadline,
-                "an actor is not hosted exactly once: w1 {on1}, w2 {on2}"
-            );
-            return None;
-        }
-        let at = *settled_at.get_or_insert_with(Instant::now);
-        (at.elapsed() > Duration::from_secs(1)).then_some(())
-    })
+    wait::until_async(
+        "every actor hosted exactly once for 1 s",
+        Duration::from_secs(17),
+        async || {
+            let (on1, on2) = (hosted(&w1).await, hosted(&w2).await);
+            let once = names.iter().all(|name| {
+                let quoted = format!("\"{name}\"");
+                usize::from(on1.contains(&quoted)) + usize::from(on2.contains(&quoted)) == 1
+            });
+            if !once {
+                settled_at = None;
+                assert!(
+                    Instant::now() < deadline,
+                    "an actor is not hosted exactly once: w1 {on1}, w2 {on2}"
+                );
+                return None;
+            }
+            let at = *settled_at.get_or_insert_with(Instant::now);
+            (at.elapsed() > Duration::from_secs(1)).then_some(())
+        },
+    )
     .await;
     for name in &names {
         assert_eq!(count(&post(&server, name).await), 5, "{name} carries on");
@@ -910,7 +922,11 @@ async fn a_lost_workers_actor_with_a_corrupt_newest_snapshot_is_not_stranded() {
     let limit = Duration::from_secs(20);
     let answer = wait::until_else_async("mend to come back", limit, async || {
         let answer = post(&server, "mend").await;
-        if answer.status == 200 { Ok(answer) } else { Err(format!("{answer:?}")) }
+        if answer.status == 200 {
+            Ok(answer)
+        } else {
+            Err(format!("{answer:?}"))
+        }
     })
     .await;
     assert_eq!(count(&answer), 2, "from the good snapshot (count 1)");
@@ -925,7 +941,11 @@ async fn a_lost_workers_actor_with_a_corrupt_newest_snapshot_is_not_stranded() {
     let left = limit.saturating_sub(started.elapsed());
     let doom = wait::until_else("doom to fail", left, || {
         let doom = server.cli_json(&["actor", "get", "doom"]);
-        if doom["state"] == "failed" { Ok(doom) } else { Err(doom) }
+        if doom["state"] == "failed" {
+            Ok(doom)
+        } else {
+            Err(doom)
+        }
     });
     let reason = doom["error"].as_str().unwrap_or_default();
     assert!(reason.contains("no snapshot can be restored"), "{doom}");
