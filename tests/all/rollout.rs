@@ -76,19 +76,15 @@ fn state(server: &Server, name: &str) -> String {
 /// Waits (30 s at most) until `template rollout-status` shows `state`;
 /// that status.
 fn wait_for_state(server: &Server, template: &str, state: &str) -> serde_json::Value {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
+    let what = format!("the rollout of {template} to become {state}");
+    stasis_test_util::wait::until_else(&what, Duration::from_secs(30), || {
         let status = server.cli_json(&["template", "rollout-status", template]);
         if status["state"] == state {
-            return status;
+            Ok(status.clone())
+        } else {
+            Err(status)
         }
-        assert!(
-            Instant::now() < deadline,
-            "rollout of {template} never became {state}: {status}"
-        );
-        // sleep: poll backoff, not yet moved onto stasis_test_util::wait.
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    })
 }
 
 /// `(total, upgraded, failed, pending)` of a status.
