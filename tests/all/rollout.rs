@@ -80,7 +80,7 @@ fn wait_for_state(server: &Server, template: &str, state: &str) -> serde_json::V
     stasis_test_util::wait::until_else(&what, Duration::from_secs(30), || {
         let status = server.cli_json(&["template", "rollout-status", template]);
         if status["state"] == state {
-            Ok(status.clone())
+            Ok(status)
         } else {
             Err(status)
         }
