@@ -29,6 +29,9 @@
 //! * [`cluster`]: a cluster-mode deployment on loopback (etcd members, an
 //!   S3 or `file://` snapshot store, replicas and workers of the real
 //!   binary).
+//! * [`wait`]: waiting for an observable event (an answer, a status, a
+//!   metric, a log line, a file, an exit) within a limit; the one place a
+//!   poll sleeps.
 //!
 //! Helpers panic with a message instead of returning errors: a failed step
 //! is a failed test.
@@ -50,6 +53,7 @@ pub mod ports;
 pub mod process;
 pub mod s3;
 pub mod stats;
+pub mod wait;
 
 pub use artifacts::Artifacts;
 pub use process::Proc;

@@ -114,19 +114,30 @@ impl Proc {
     /// read the line, so it is the way to assert on a line of a process
     /// that is still running.
     pub fn wait_for_log(&self, text: &str, timeout: Duration) {
-        let deadline = Instant::now() + timeout;
-        loop {
+        let what = format!("stasis {} to log {text:?}", self.child.id());
+        crate::wait::until_else(&what, timeout, || {
             let log = self.log();
             if log.contains(text) {
-                return;
+                Ok(())
+            } else {
+                Err(format!("the log:\n{log}"))
             }
-            assert!(
-                Instant::now() < deadline,
-                "stasis {} never logged {text:?} within {timeout:?}:\n{log}",
-                self.child.id()
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        });
+    }
+
+    /// [`Proc::wait_for_log`] sleeping on tokio between two looks, so the
+    /// test's other tasks run while it waits.
+    pub async fn wait_for_log_async(&self, text: &str, timeout: Duration) {
+        let what = format!("stasis {} to log {text:?}", self.child.id());
+        crate::wait::until_else_async(&what, timeout, async || {
+            let log = self.log();
+            if log.contains(text) {
+                Ok(())
+            } else {
+                Err(format!("the log:\n{log}"))
+            }
+        })
+        .await;
     }
 
     /// Sends SIGKILL and reaps the process (a no-op once it has exited).

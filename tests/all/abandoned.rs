@@ -11,6 +11,7 @@ use bytes::Bytes;
 use http_body_util::Full;
 
 use crate::support::{self, RemoteWorker, Server, actor_host, client, count};
+use stasis_test_util::wait;
 
 /// Sends `method path` to `actor` over a raw HTTP/1.1 connection and closes
 /// the connection after `patience`, before any answer (as a client with a
@@ -29,6 +30,7 @@ pub(crate) async fn leave_after(
         actor_host(actor)
     );
     stream.write_all(request.as_bytes()).await.expect("write");
+    // sleep: the client's patience, the time it waits before it leaves.
     tokio::time::sleep(patience).await;
     drop(stream);
 }
@@ -88,6 +90,7 @@ async fn clients_that_left_free_the_actor() {
     for leaver in leavers {
         leaver.await.expect("client");
     }
+    // sleep: the patient GET is sent 3 s after the leavers, as the input says.
     tokio::time::sleep(Duration::from_secs(3).saturating_sub(start.elapsed())).await;
     let sent = Instant::now();
     let patient = support::to_actor(&client(), server.ingress, "slow", "GET", "/").await;
@@ -101,10 +104,15 @@ async fn clients_that_left_free_the_actor() {
     // The sleep that had started ran to its end and is counted, with the
     // GET (its count is recorded after its answer, which nobody waits
     // for: wait for the count, not for a time).
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while metric(&server, OK).await < 2 && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait::until_else_async(
+        "the sleep and the GET counted",
+        Duration::from_secs(10),
+        async || {
+            let ok = metric(&server, OK).await;
+            if ok >= 2 { Ok(()) } else { Err(ok) }
+        },
+    )
+    .await;
     assert_eq!(metric(&server, OK).await, 2);
 }
 
@@ -120,7 +128,7 @@ async fn requests_abandoned_before_they_start_are_never_applied() {
     let sleeper = tokio::spawn(async move {
         support::to_actor(&client(), addr, "c", "POST", "/sleep?ms=2000").await
     });
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    server.wait_for_log_async("sleeping 2000 ms").await;
     let half = Duration::from_millis(500);
     let mut leavers = Vec::new();
     for i in 0..5 {
@@ -156,7 +164,7 @@ async fn a_request_waiting_for_a_live_slot_is_abandoned_with_its_client() {
     let sleeper = tokio::spawn(async move {
         support::to_actor(&client(), addr, "a", "POST", "/sleep?ms=2000").await
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    server.wait_for_log_async("sleeping 2000 ms").await;
     leave_after(addr, "b", "POST", "/", Duration::from_millis(500)).await;
     let slept = sleeper.await.expect("sleeper");
     assert_eq!(slept.status, 200, "{slept:?}");
@@ -175,7 +183,7 @@ async fn a_request_waiting_for_a_live_slot_is_abandoned_with_its_client() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forward_to_a_remote_worker_is_abandoned_with_its_client() {
     let server = Server::start(&["--workers", "0"]);
-    let _worker = RemoteWorker::start(&server, "w1", &[]);
+    let worker = RemoteWorker::start(&server, "w1", &[]);
     server.push("faulty");
     server.create("r", "faulty");
     assert_eq!(server.worker_of("r"), "w1");
@@ -183,7 +191,7 @@ async fn a_forward_to_a_remote_worker_is_abandoned_with_its_client() {
     let sleeper = tokio::spawn(async move {
         support::to_actor(&client(), addr, "r", "POST", "/sleep?ms=2000").await
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    worker.wait_for_log_async("sleeping 2000 ms").await;
     let leavers: Vec<_> = (0..3)
         .map(|_| {
             tokio::spawn(async move {
@@ -223,8 +231,9 @@ async fn a_request_held_at_a_closed_gate_is_abandoned_with_its_client() {
     let sleeper = tokio::spawn(async move {
         support::to_actor(&client(), addr, "g", "POST", "/sleep?ms=2000").await
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    server.wait_for_log_async("sleeping 2000 ms").await;
     let migrate = server.migrate_in_background("g", to);
+    // sleep: lets the move reach the running request (it logs nothing then).
     tokio::time::sleep(Duration::from_millis(300)).await;
     leave_after(addr, "g", "POST", "/", Duration::from_millis(500)).await;
     let slept = sleeper.await.expect("sleeper");

@@ -6,9 +6,10 @@
 //! every wait is bounded.
 
 use std::net::SocketAddr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::support::{RemoteWorker, Server, client, to_actor};
+use stasis_test_util::wait;
 
 /// `method path` to actor `actor` through the ingress at `ingress`; the
 /// answer's status and body.
@@ -57,19 +58,17 @@ async fn wait_fired(server: &Server, actor: &str, k: u64, within: Duration) {
 
 /// [`wait_fired`] through the ingress at `ingress`.
 pub(crate) async fn wait_fired_at(ingress: SocketAddr, actor: &str, k: u64, within: Duration) {
-    let deadline = Instant::now() + within;
-    loop {
+    let what = format!("{actor} to have fired {k} times");
+    wait::until_else_async(&what, within, async || {
         let now = fired_at(ingress, actor).await;
+        assert!(now <= k, "{actor} fired {now} times, expected {k}");
         if now == k {
-            return;
+            Ok(())
+        } else {
+            Err(format!("fired {now} times"))
         }
-        assert!(now < k, "{actor} fired {now} times, expected {k}");
-        assert!(
-            Instant::now() < deadline,
-            "{actor} fired {now} times, not {k}, within {within:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await;
 }
 
 fn state(server: &Server, actor: &str) -> String {
@@ -83,15 +82,16 @@ fn state(server: &Server, actor: &str) -> String {
 /// counts and clears an alarm just after its handler answered, so a
 /// request behind the handler may see the actor's state first.
 async fn wait_metric(server: &Server, name: &str, want: f64) {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
+    let what = format!("{name} to be {want}");
+    wait::until_else_async(&what, Duration::from_secs(5), async || {
         let text = server.metrics().await;
         if crate::support::metric_in(&text, name) == want {
-            return;
+            Ok(())
+        } else {
+            Err(text)
         }
-        assert!(Instant::now() < deadline, "{name} is not {want}: {text}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -136,8 +136,13 @@ async fn an_alarm_wakes_a_paused_actor_and_a_cancelled_one_never_fires() {
         ask(&server, "sleeper", "GET", "/alarm").await.1,
         "alarm: none\n"
     );
-    tokio::time::sleep(Duration::from_millis(1_200)).await;
-    assert_eq!(fired(&server, "sleeper").await, 1);
+    // The cancelled alarm's time passes; it never fires.
+    wait::holds_for_async(
+        "sleeper fired once",
+        Duration::from_millis(1_200),
+        async || fired(&server, "sleeper").await == 1,
+    )
+    .await;
 
     // The actor's state continues: the next alarm is its second firing.
     server.cli_ok(&["actor", "pause", "sleeper"]);
@@ -174,6 +179,7 @@ async fn alarms_survive_restarts_and_fire_once() {
     set_alarm(&server, "durable", 500, "").await;
     let mut server = server;
     let dir = server.stop();
+    // sleep: the alarm falls due while the server is down.
     tokio::time::sleep(Duration::from_millis(1_000)).await;
     let server = Server::start_in(&dir, &["--workers", "1"]).expect("start again");
     wait_fired(&server, "durable", 1, Duration::from_secs(5)).await;
@@ -181,8 +187,13 @@ async fn alarms_survive_restarts_and_fire_once() {
     set_alarm(&server, "durable", 1_500, "").await;
     let server = server.restart(&["--workers", "1"]);
     wait_fired(&server, "durable", 2, Duration::from_secs(6)).await;
-    tokio::time::sleep(Duration::from_millis(700)).await;
-    assert_eq!(fired(&server, "durable").await, 2, "fired once each");
+    // A second firing of the same alarm would come in this time; none does.
+    wait::holds_for_async(
+        "durable fired once each",
+        Duration::from_millis(700),
+        async || fired(&server, "durable").await == 2,
+    )
+    .await;
     wait_metric(&server, "stasis_alarms_pending", 0.0).await;
 }
 
@@ -202,8 +213,11 @@ async fn an_alarm_follows_a_migration_and_fires_once_on_the_new_worker() {
     // Due 1.5 s after it was set.
     wait_fired(&server, "rover", 1, Duration::from_millis(6_500)).await;
     assert_eq!(server.worker_of("rover"), *to);
-    tokio::time::sleep(Duration::from_millis(700)).await;
-    assert_eq!(fired(&server, "rover").await, 1, "fired once");
+    // A second firing of the same alarm would come in this time; none does.
+    wait::holds_for_async("rover fired once", Duration::from_millis(700), async || {
+        fired(&server, "rover").await == 1
+    })
+    .await;
     wait_metric(&server, "stasis_alarms_fired_total", 1.0).await;
     wait_metric(&server, "stasis_alarms_pending", 0.0).await;
 }
@@ -218,6 +232,7 @@ async fn a_trapping_alarm_handler_is_retried_until_it_succeeds() {
     set_alarm(&server, "flaky", 300, "&fail_ms=1200").await;
     // The pause's snapshot keeps the trap switch: a trap rolls back to it.
     server.cli_ok(&["actor", "pause", "flaky"]);
+    // sleep: the alarm alone wakes the paused actor (asking its count would wake it).
     tokio::time::sleep(Duration::from_millis(1_000)).await;
     wait_fired(&server, "flaky", 1, Duration::from_secs(8)).await;
     wait_metric(&server, "stasis_alarms_fired_total", 1.0).await;
@@ -355,8 +370,13 @@ async fn in_an_etcd_cluster_the_leader_fires_alarms_and_its_successor_takes_them
     drop(d.replicas[leader].take());
     wait_fired_at(ingress, "ring", 2, Duration::from_secs(20)).await;
     assert_eq!(d.leader(), f);
-    tokio::time::sleep(Duration::from_millis(700)).await;
-    assert_eq!(fired_at(ingress, "ring").await, 2, "fired once each");
+    // A second firing by the next leader would come in this time; none does.
+    wait::holds_for_async(
+        "ring fired once each",
+        Duration::from_millis(700),
+        async || fired_at(ingress, "ring").await == 2,
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -373,7 +393,12 @@ async fn a_fork_does_not_inherit_its_sources_alarm() {
         "alarm: none\n"
     );
     wait_fired(&server, "origin", 1, Duration::from_secs(6)).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(fired(&server, "copy").await, 0, "only the source fires");
+    // The copy's firing would come in this time; none does.
+    wait::holds_for_async(
+        "only the source fires",
+        Duration::from_millis(500),
+        async || fired(&server, "copy").await == 0,
+    )
+    .await;
     wait_metric(&server, "stasis_alarms_fired_total", 1.0).await;
 }

@@ -423,6 +423,7 @@ async fn c_caller_answers_as_the_rust_caller() {
                         Instant::now() < deadline,
                         "the send never landed: {answer:?}"
                     );
+                    // sleep: poll backoff, not yet moved onto stasis_test_util::wait.
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
             }

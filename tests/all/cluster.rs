@@ -82,8 +82,10 @@ async fn load_survives_scale_out_and_scale_in_with_exact_counts() {
             seen
         }));
     }
+    // sleep: the load runs a while before the new worker joins.
     tokio::time::sleep(Duration::from_millis(300)).await;
     let new = RemoteWorker::start(&server, "w-new", &[]);
+    // sleep: the load runs on both workers a while before the drain.
     tokio::time::sleep(Duration::from_millis(300)).await;
     let drained = server.cli_json(&["worker", "drain", &old.name]);
     assert_eq!(drained["state"], "drained");
@@ -162,6 +164,7 @@ async fn target_killed_mid_migration_rolls_back_to_the_source() {
             .await
         }
     });
+    // sleep: lets the move get under way before its target is killed.
     tokio::time::sleep(Duration::from_millis(200)).await;
     target.kill();
     let out = migrate.await.expect("migrate");
@@ -205,6 +208,7 @@ async fn requests_held_at_a_moving_actors_gate_count_against_max_held() {
         waiting.push(tokio::spawn(async move {
             send(&c, addr, "POST", "gated.actors.localhost", "/", Vec::new()).await
         }));
+        // sleep: spaces the five requests so they reach the gate in order.
         tokio::time::sleep(Duration::from_millis(30)).await;
     }
     let mut served = Vec::new();
@@ -302,6 +306,7 @@ async fn paused_actors_of_a_killed_worker_resume_elsewhere() {
             Instant::now() < deadline,
             "the lost worker's actors were never re-placed"
         );
+        // sleep: poll backoff, not yet moved onto stasis_test_util::wait.
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     for (i, name) in on_doomed.iter().enumerate() {
@@ -330,6 +335,7 @@ async fn a_large_body_sent_during_a_move_arrives_intact() {
         "worker-1"
     };
     let migrate = server.migrate_in_background("e", to);
+    // sleep: lets the move get under way before the large request.
     tokio::time::sleep(Duration::from_millis(50)).await;
     let body: Vec<u8> = (0..1 << 20)
         .map(|i: u32| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
@@ -373,6 +379,7 @@ async fn a_worker_restarted_under_the_same_name_gets_its_actors_back_from_snapsh
             break;
         }
         assert_eq!(answer.status, 503, "{answer:?}");
+        // sleep: poll backoff, not yet moved onto stasis_test_util::wait.
         tokio::time::sleep(Duration::from_millis(100)).await;
         answer = post(&server, "phoenix").await;
     }

@@ -109,6 +109,7 @@ impl Browser {
                         .to_owned();
                 }
                 assert!(Instant::now() < deadline, "no page for {url}: {targets}");
+                // sleep: poll backoff, not yet moved onto stasis_test_util::wait.
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         };
@@ -172,6 +173,7 @@ impl Browser {
                 "never true in the page: {expression}; the page says {}",
                 self.eval("document.body.innerText").await
             );
+            // sleep: poll backoff, not yet moved onto stasis_test_util::wait.
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
@@ -201,6 +203,7 @@ async fn until_state(server: &Server, actor: &str, state: &str) {
     };
     while state_of() != Some(Value::from(state)) {
         assert!(Instant::now() < deadline, "{actor} never {state}");
+        // sleep: poll backoff, not yet moved onto stasis_test_util::wait.
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
@@ -270,6 +273,7 @@ async fn the_console_lists_actors_follows_a_log_and_its_buttons_work() {
                 .eval("document.getElementById('status').textContent")
                 .await
         );
+        // sleep: poll backoff, not yet moved onto stasis_test_util::wait.
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let screenshot = browser
@@ -294,6 +298,7 @@ async fn the_console_lists_actors_follows_a_log_and_its_buttons_work() {
         && server.cli(&["actor", "get", "loud"]).status.success()
     {
         assert!(Instant::now() < deadline, "the delete never happened");
+        // sleep: poll backoff, not yet moved onto stasis_test_util::wait.
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(!server.cli(&["actor", "get", "loud"]).status.success());

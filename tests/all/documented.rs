@@ -13,15 +13,12 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::support::{RemoteWorker, STASIS, Server, client, count, post, send, to_actor};
+use stasis_test_util::wait;
 
-/// Polls `done` every 50 ms until it holds; panics with `what` after
-/// `limit`.
+/// [`wait::until_async`] for a yes/no probe: until `done` holds; panics
+/// with `what` after `limit`.
 async fn wait_until(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !done() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait::until_async(what, limit, async || done().then_some(())).await;
 }
 
 /// `GET /v1/actors` on the admin API, as a JSON array of Actor.
@@ -475,8 +472,12 @@ async fn a_frozen_worker_is_listed_unknown_and_calls_wait() {
     // A call waits for the frozen worker rather than failing at 3 s.
     let ingress = server.ingress;
     let call = tokio::spawn(async move { to_actor(&client(), ingress, "cold", "POST", "/").await });
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    assert!(!call.is_finished(), "the call gave up at the status bound");
+    wait::holds_for_async(
+        "the call waiting (it gave up at the status bound)",
+        Duration::from_secs(5),
+        async || !call.is_finished(),
+    )
+    .await;
     signal(frozen.pid(), "CONT");
     let answer = tokio::time::timeout(Duration::from_secs(20), call)
         .await

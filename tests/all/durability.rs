@@ -150,6 +150,7 @@ async fn kill_nine_under_load_loses_no_acknowledged_increment() {
                 }
             }));
         }
+        // sleep: the kill lands at a random point of the load.
         tokio::time::sleep(Duration::from_millis(50 + rand(400))).await;
         server.kill();
         for c in clients {

@@ -307,7 +307,7 @@ async fn retry_after_only_where_a_retry_can_succeed() {
         let ingress = server.ingress;
         async move { support::to_actor(&client(), ingress, "busy", "POST", "/sleep?ms=2500").await }
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    server.wait_for_log_async("sleeping 2500 ms").await;
     let held = post(&server, "busy").await;
     assert_eq!(held.status, 503, "{held:?}");
     assert!(held.body.contains("hold timeout"), "{held:?}");
@@ -354,6 +354,7 @@ async fn a_pause_answers_with_the_actor_as_the_pause_left_it() {
             .and_then(|s| s.last())
             .expect("snapshots");
         assert_eq!(newest["seq"], seq, "{info}");
+        // sleep: paces the pauses, so the load gets requests in between.
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -560,6 +561,7 @@ async fn checkpoint_interval_snapshots_running_actors() {
             std::time::Instant::now() < deadline,
             "never checkpointed: {got}"
         );
+        // sleep: poll backoff, not yet moved onto stasis_test_util::wait.
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(count(&post(&server, "ticking").await), 2);

@@ -45,18 +45,15 @@ pub(crate) fn wait_for_actor(
     what: &str,
     ready: impl Fn(&serde_json::Value) -> bool,
 ) -> serde_json::Value {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
+    let what = format!("{actor} {what}");
+    stasis_test_util::wait::until_else(&what, Duration::from_secs(30), || {
         let out = d.cli(0, &["actor", "get", actor, "-o", "json"]);
         let info = serde_json::from_slice::<serde_json::Value>(&out.stdout).ok();
-        if out.status.success()
-            && let Some(info) = info.as_ref().filter(|info| ready(info))
-        {
-            return info.clone();
+        match info {
+            Some(info) if out.status.success() && ready(&info) => Ok(info),
+            info => Err(format!("{info:?}")),
         }
-        assert!(Instant::now() < deadline, "{actor} never {what}: {info:?}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    })
 }
 
 /// The input: worker `w1` runs a slow request on `f1` with five
@@ -141,6 +138,7 @@ async fn a_worker_woken_after_its_lease_changes_nothing_and_answers_the_truth() 
         < 2
     {
         assert!(Instant::now() < deadline, "w1 never registered again");
+        // sleep: poll backoff, not yet moved onto stasis_test_util::wait.
         std::thread::sleep(Duration::from_millis(20));
     }
     // The store holds no snapshot w1 wrote after w2 took over, and every
@@ -225,6 +223,7 @@ async fn a_leader_woken_after_its_lease_delivers_no_alarm() {
             "{}",
             d.replica(old).process.log()
         );
+        // sleep: poll backoff, not yet moved onto stasis_test_util::wait.
         std::thread::sleep(Duration::from_millis(20));
     }
     assert_eq!(

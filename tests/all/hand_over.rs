@@ -155,6 +155,7 @@ async fn requests_during_upgrades_are_held_and_none_is_lost_or_doubled() {
         async move {
             while sent.load(Ordering::SeqCst) < n {
                 tokio::task::yield_now().await;
+                // sleep: poll backoff, not yet moved onto stasis_test_util::wait.
                 tokio::time::sleep(std::time::Duration::from_millis(5)).await;
             }
         }

@@ -256,7 +256,16 @@ async fn monotonic_clock_never_goes_back_across_traps_and_kill_nine() {
     let mut server = Server::start(&[]);
     server.push("faulty");
     server.create("tick", "faulty");
-    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    // Never stricter than sleeping 400 ms and reading once.
+    stasis_test_util::wait::until_else_async(
+        "the guest clock to pass 400 ms",
+        std::time::Duration::from_millis(400),
+        async || {
+            let now = guest_clock(&server, "tick").await;
+            if now >= 400_000_000 { Ok(()) } else { Err(now) }
+        },
+    )
+    .await;
     let before_trap = guest_clock(&server, "tick").await;
     assert!(before_trap >= 400_000_000, "the clock runs: {before_trap}");
     let trap = support::to_actor(&client(), server.ingress, "tick", "POST", "/trap").await;
@@ -266,6 +275,7 @@ async fn monotonic_clock_never_goes_back_across_traps_and_kill_nine() {
         after_trap >= before_trap,
         "clock went back across a trap rollback: {before_trap} -> {after_trap}"
     );
+    // sleep: the clock runs on 300 ms before the kill (a gap a reset would show).
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     let before_kill = guest_clock(&server, "tick").await;
     let dir = server.data_dir.clone();

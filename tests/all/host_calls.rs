@@ -118,6 +118,7 @@ async fn a_send_is_delivered_and_answered_202() {
             Instant::now() < deadline,
             "the message never arrived: {read:?}"
         );
+        // sleep: poll backoff, not yet moved onto stasis_test_util::wait.
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let answer = via(&server, "front", "/send/nobody").await;
@@ -198,6 +199,7 @@ async fn origin_seen(body: &'static str, delay: Duration) -> (std::net::SocketAd
                     }
                 }
                 seen.request.store(true, Ordering::SeqCst);
+                // sleep: the origin holds its answer this long (the slow origin is the input).
                 tokio::time::sleep(delay).await;
                 seen.answering.store(true, Ordering::SeqCst);
                 let answer = format!(
@@ -287,6 +289,7 @@ async fn a_pause_waits_for_an_in_flight_fetch() {
             Instant::now() < deadline,
             "the fetch never reached the origin"
         );
+        // sleep: poll backoff, not yet moved onto stasis_test_util::wait.
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let pause = server.cli_in_background(&["actor", "pause", "getter", "-o", "json"]);
@@ -402,6 +405,7 @@ async fn calls_and_sends_cross_workers_in_etcd_cluster_mode() {
             Instant::now() < deadline,
             "the message never arrived: {read:?}"
         );
+        // sleep: poll backoff, not yet moved onto stasis_test_util::wait.
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }

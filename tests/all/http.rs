@@ -158,6 +158,7 @@ async fn requests_during_a_pause_are_held_and_served_in_order() {
             .expect("request");
         c.request(req).await.expect("pause").status().as_u16()
     });
+    // sleep: gives the pause a head start on the burst (nothing to observe yet).
     tokio::time::sleep(Duration::from_millis(5)).await;
     let answers = burst(
         &client(),
@@ -415,33 +416,33 @@ async fn guest_output_is_logged_with_the_actor_name() {
     )
     .await;
     assert_eq!(answer.status, 200);
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    loop {
-        let log = server.log();
-        let lines: Vec<&str> = log
-            .lines()
-            .filter(|l| l.contains("hello-from-the-guest"))
-            .collect();
-        if lines.len() >= 2 {
-            assert!(
-                lines.iter().all(|l| l.contains("actor=chatty")),
-                "{lines:?}"
-            );
-            assert!(
-                lines
-                    .iter()
-                    .any(|l| l.contains("stream=\"stdout\"") || l.contains("stream=stdout")),
-                "{lines:?}"
-            );
-            assert!(lines.iter().any(|l| l.contains("stderr")), "{lines:?}");
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "guest output not in the log:\n{log}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let log = stasis_test_util::wait::until_else(
+        "the guest output in the log",
+        Duration::from_secs(5),
+        || {
+            let log = server.log();
+            let lines = log
+                .lines()
+                .filter(|l| l.contains("hello-from-the-guest"))
+                .count();
+            if lines >= 2 { Ok(log) } else { Err(log) }
+        },
+    );
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("hello-from-the-guest"))
+        .collect();
+    assert!(
+        lines.iter().all(|l| l.contains("actor=chatty")),
+        "{lines:?}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("stream=\"stdout\"") || l.contains("stream=stdout")),
+        "{lines:?}"
+    );
+    assert!(lines.iter().any(|l| l.contains("stderr")), "{lines:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -468,7 +469,16 @@ async fn clock_never_goes_backwards_across_a_restart() {
                 .unwrap_or_else(|| panic!("no clock in {body:?}"))
         }
     };
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Never stricter than sleeping 200 ms and reading once.
+    stasis_test_util::wait::until_else_async(
+        "the virtual clock to pass 200 ms",
+        Duration::from_millis(200),
+        async || {
+            let now = read(&server).await;
+            if now >= 200_000_000 { Ok(()) } else { Err(now) }
+        },
+    )
+    .await;
     let before = read(&server).await;
     assert!(
         before >= 200_000_000,

@@ -283,6 +283,7 @@ async fn kill_9_during_pauses_of_a_chained_actor_leaves_a_restorable_state() {
         // The pause (a delta) is killed somewhere between its start and a
         // little after its answer.
         let pausing = server.cli_in_background(&["actor", "pause", "big", "-o", "json"]);
+        // sleep: the kill lands at a different point of the pause each round.
         tokio::time::sleep(std::time::Duration::from_micros(u64::from(round) * 700)).await;
         server.kill();
         let answered = pausing.await.expect("cli").status.success();

@@ -210,6 +210,7 @@ async fn js_actors_of_one_template_draw_apart_and_read_the_real_clock() {
 
     server.cli_ok(&["actor", "pause", "r1"]);
     // Far enough apart that a clock restored from the snapshot would show.
+    // sleep: real time passes, so a clock restored from the snapshot would show.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let now = json(&server, "r1", "/now").await["now"]
         .as_f64()
@@ -311,6 +312,7 @@ export default {
             break;
         }
         assert!(Instant::now() < deadline, "no exception in the log:\n{log}");
+        // sleep: poll backoff, not yet moved onto stasis_test_util::wait.
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
@@ -363,6 +365,7 @@ export default {
     let deadline = Instant::now() + Duration::from_secs(15);
     while server.cli_json(&["actor", "get", "js-host"])["state"] == "paused" {
         assert!(Instant::now() < deadline, "the alarm never woke the actor");
+        // sleep: poll backoff, not yet moved onto stasis_test_util::wait.
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let deadline = Instant::now() + Duration::from_secs(15);
@@ -375,6 +378,7 @@ export default {
             Instant::now() < deadline,
             "the alarm never fired: {answer:?}"
         );
+        // sleep: poll backoff, not yet moved onto stasis_test_util::wait.
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }

@@ -255,17 +255,9 @@ async fn a_follower_sees_every_line_once_across_pause_trap_and_kill_9() {
 
 /// Waits for `child` to exit ([`DEADLINE`] at most).
 fn wait_exit(child: &mut Child) -> std::process::ExitStatus {
-    let deadline = std::time::Instant::now() + DEADLINE;
-    loop {
-        if let Some(status) = child.try_wait().expect("wait") {
-            return status;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the follower did not end"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    stasis_test_util::wait::until("the follower to end", DEADLINE, || {
+        child.try_wait().expect("wait")
+    })
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -462,6 +454,7 @@ async fn a_follower_carries_on_when_the_actors_worker_is_killed_and_it_is_placed
         match print("there").await {
             200 => break,
             503 if std::time::Instant::now() < deadline => {
+                // sleep: poll backoff, not yet moved onto stasis_test_util::wait.
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
             status => panic!("print after the re-placement: {status}"),

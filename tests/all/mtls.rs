@@ -14,7 +14,7 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::Full;
@@ -85,8 +85,8 @@ fn cli_ok(admin: &str, ca: &Path, args: &[&str]) -> String {
 
 /// Waits until `worker list` shows `name` ready.
 fn wait_ready(admin: &str, ca: &Path, name: &str) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
+    let what = format!("{name} to be ready");
+    stasis_test_util::wait::until_else(&what, Duration::from_secs(10), || {
         let list = cli_ok(admin, ca, &["worker", "list", "-o", "json"]);
         let list: serde_json::Value = serde_json::from_str(&list).expect("json");
         let ready = list
@@ -94,12 +94,8 @@ fn wait_ready(admin: &str, ca: &Path, name: &str) {
             .into_iter()
             .flatten()
             .any(|w| w["name"] == name && w["state"] == "ready");
-        if ready {
-            return;
-        }
-        assert!(Instant::now() < deadline, "{name} never ready: {list}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+        if ready { Ok(()) } else { Err(list) }
+    });
 }
 
 /// A raw TLS client trusting `ca`, presenting `identity` (certificate and

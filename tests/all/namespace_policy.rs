@@ -249,6 +249,7 @@ async fn calls_cross_namespaces_only_where_the_callee_takes_them() {
         if seen >= 2 {
             break;
         }
+        // sleep: poll backoff, not yet moved onto stasis_test_util::wait.
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
     assert_eq!(seen, 2, "one call and one message");

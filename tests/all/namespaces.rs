@@ -496,6 +496,7 @@ async fn a_quota_holds_against_concurrent_creates_and_a_rate_is_refused_unapplie
     }
     // Once the bucket refills, the next request finds only the answered
     // ones applied.
+    // sleep: the rate bucket refills with time.
     tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
     let next = to_actor(&c, server.ingress, &name, "POST", "/").await;
     assert_eq!(count(&next), answered + 1);

@@ -94,6 +94,7 @@ async fn concurrent_misses_for_one_actor_share_one_read() {
             signal(etcd, "CONT");
             panic!("the 20 requests did not all miss the cache");
         }
+        // sleep: poll backoff, not yet moved onto stasis_test_util::wait.
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let reads = metric(admin, READS).await;

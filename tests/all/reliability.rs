@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use crate::support::{self, Server, client, count, post, send, to_actor};
 use stasis_test_util::demos::count_in;
+use stasis_test_util::wait;
 
 async fn faulty(server: &Server, actor: &str, method: &str, path: &str) -> support::Answer {
     to_actor(&client(), server.ingress, actor, method, path).await
@@ -220,10 +221,18 @@ async fn idle_actors_are_paused_and_resume_on_demand() {
     server.push("counter");
     server.create("sleepy", "counter");
     assert_eq!(count(&post(&server, "sleepy").await), 1);
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(
-        server.cli_json(&["actor", "get", "sleepy"])["state"],
-        "paused"
+    // `actor get` does not wake an actor: paused within 2 s of its request.
+    wait::until_else(
+        "sleepy paused by the idle timeout",
+        Duration::from_secs(2),
+        || {
+            let state = server.cli_json(&["actor", "get", "sleepy"])["state"].clone();
+            if state == "paused" {
+                Ok(())
+            } else {
+                Err(state)
+            }
+        },
     );
     assert_eq!(count(&post(&server, "sleepy").await), 2);
 }
@@ -552,7 +561,7 @@ async fn max_live_waits_for_a_slot_and_answers_503_past_the_hold_timeout() {
             .await
         }
     });
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    server.wait_for_log_async("sleeping 2500 ms").await;
     let started = Instant::now();
     let refused = post(&server, "other").await;
     assert_eq!(refused.status, 503, "{refused:?}");
@@ -623,6 +632,7 @@ async fn soak_random_pauses_resumes_and_checkpoints_keep_exact_counts() {
                 assert_eq!(answer.status, 200, "{actor}: {answer:?}");
                 seen.push((actor.clone(), parse_count(&answer.body)));
                 if i.is_multiple_of(5) {
+                    // sleep: paces the client, so the moves interleave with its requests.
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
             }
@@ -648,6 +658,7 @@ async fn soak_random_pauses_resumes_and_checkpoints_keep_exact_counts() {
                 let status = c.request(req).await.expect("admin").status().as_u16();
                 assert!(status == 200 || status == 409, "{op} {actor}: {status}");
                 ops += 1;
+                // sleep: paces the admin verbs among the clients' requests.
                 tokio::time::sleep(Duration::from_millis(15)).await;
             }
             ops
@@ -742,7 +753,7 @@ async fn sigterm_to_control_plane_and_workers_at_once_agrees_and_loses_nothing()
     });
     assert!(a.success(), "w1 exit: {a}");
     assert!(b.success(), "w2 exit: {b}");
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Each exit waited for the rest of that process's log.
     let server_log = server.log();
     for worker in [&w1, &w2] {
         let log = worker.log();
@@ -820,27 +831,30 @@ async fn sigterm_to_control_plane_and_workers_at_once_agrees_and_loses_nothing()
         }
     };
     let deadline = Instant::now() + Duration::from_secs(15);
-    let mut settled_at = None;
-    loop {
-        let (on1, on2) = (hosted(&w1).await, hosted(&w2).await);
-        let once = names.iter().all(|name| {
-            let quoted = format!("\"{name}\"");
-            usize::from(on1.contains(&quoted)) + usize::from(on2.contains(&quoted)) == 1
-        });
-        match (once, settled_at) {
-            (true, None) => settled_at = Some(Instant::now()),
-            (true, Some(at)) if at.elapsed() > Duration::from_secs(1) => break,
-            (true, Some(_)) => {}
-            (false, _) => {
+    let mut settled_at: Option<Instant> = None;
+    // Unsettled past 15 s fails in the probe; settled, it holds 1 s more.
+    wait::until_async(
+        "every actor hosted exactly once for 1 s",
+        Duration::from_secs(17),
+        async || {
+            let (on1, on2) = (hosted(&w1).await, hosted(&w2).await);
+            let once = names.iter().all(|name| {
+                let quoted = format!("\"{name}\"");
+                usize::from(on1.contains(&quoted)) + usize::from(on2.contains(&quoted)) == 1
+            });
+            if !once {
                 settled_at = None;
                 assert!(
                     Instant::now() < deadline,
                     "an actor is not hosted exactly once: w1 {on1}, w2 {on2}"
                 );
+                return None;
             }
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+            let at = *settled_at.get_or_insert_with(Instant::now);
+            (at.elapsed() > Duration::from_secs(1)).then_some(())
+        },
+    )
+    .await;
     for name in &names {
         assert_eq!(count(&post(&server, name).await), 5, "{name} carries on");
     }
@@ -904,19 +918,18 @@ async fn a_lost_workers_actor_with_a_corrupt_newest_snapshot_is_not_stranded() {
     w1.kill();
     server.wait_for_worker("w1", "lost");
     let _w2 = support::RemoteWorker::start(&server, "w2", &[]);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
+    let started = Instant::now();
+    let limit = Duration::from_secs(20);
+    let answer = wait::until_else_async("mend to come back", limit, async || {
         let answer = post(&server, "mend").await;
         if answer.status == 200 {
-            assert_eq!(count(&answer), 2, "from the good snapshot (count 1)");
-            break;
+            Ok(answer)
+        } else {
+            Err(format!("{answer:?}"))
         }
-        assert!(
-            Instant::now() < deadline,
-            "mend never came back: {answer:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    })
+    .await;
+    assert_eq!(count(&answer), 2, "from the good snapshot (count 1)");
     assert!(
         !server
             .data_dir
@@ -924,14 +937,16 @@ async fn a_lost_workers_actor_with_a_corrupt_newest_snapshot_is_not_stranded() {
             .exists(),
         "the corrupt snapshot is kept out of retention"
     );
-    let doom = loop {
+    // Both within the same 20 s.
+    let left = limit.saturating_sub(started.elapsed());
+    let doom = wait::until_else("doom to fail", left, || {
         let doom = server.cli_json(&["actor", "get", "doom"]);
         if doom["state"] == "failed" {
-            break doom;
+            Ok(doom)
+        } else {
+            Err(doom)
         }
-        assert!(Instant::now() < deadline, "doom never failed: {doom}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    });
     let reason = doom["error"].as_str().unwrap_or_default();
     assert!(reason.contains("no snapshot can be restored"), "{doom}");
     let answer = post(&server, "doom").await;
@@ -949,7 +964,7 @@ async fn abandoned_counts_only_remote_requests_that_never_ran() {
     const ABANDONED: &str = "stasis_requests_abandoned_total";
     const OK: &str = "stasis_requests_total{template=\"faulty\",status=\"200\"}";
     let server = Server::start(&["--workers", "0"]);
-    let _worker = support::RemoteWorker::start(&server, "w1", &[]);
+    let worker = support::RemoteWorker::start(&server, "w1", &[]);
     server.push("faulty");
     server.create("r", "faulty");
     let addr = server.ingress;
@@ -962,19 +977,17 @@ async fn abandoned_counts_only_remote_requests_that_never_ran() {
         Duration::from_millis(500),
     )
     .await;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while metric(&server, OK).await < 1 {
-        assert!(
-            Instant::now() < deadline,
-            "the request that ran was not counted"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait::until_async(
+        "the request that ran to be counted",
+        Duration::from_secs(10),
+        async || (metric(&server, OK).await >= 1).then_some(()),
+    )
+    .await;
     assert_eq!(metric(&server, ABANDONED).await, 0, "it ran: not abandoned");
     // Two requests queued behind a running sleep; their clients leave.
     let sleeper =
         tokio::spawn(async move { to_actor(&client(), addr, "r", "POST", "/sleep?ms=2000").await });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    worker.wait_for_log_async("sleeping 2000 ms").await;
     for _ in 0..2 {
         leave_after(addr, "r", "POST", "/", Duration::from_millis(300)).await;
     }

@@ -91,6 +91,7 @@ pub(crate) async fn post_retrying(
         let addr = ingresses[next % ingresses.len()];
         match try_post(client, addr, actor).await {
             Some((200, body)) => return stasis_test_util::demos::count_in(&body),
+            // sleep: retry backoff after a 503 (the retry gives up with None, no panic).
             Some((503, _)) => tokio::time::sleep(Duration::from_millis(150)).await,
             Some((500, body)) if body.contains("may or may not have been applied") => return None,
             Some((status, body)) => panic!("POST to {actor} via {addr}: {status} {body}"),
@@ -421,6 +422,7 @@ async fn no_split_brain_and_no_lost_acknowledged_request_under_faults() {
                         Some(n) => acked.push((actor.clone(), n)),
                         None => failed += 1,
                     }
+                    // sleep: paces each client among the faults.
                     tokio::time::sleep(Duration::from_millis(40)).await;
                 }
                 (acked, failed)
@@ -429,16 +431,20 @@ async fn no_split_brain_and_no_lost_acknowledged_request_under_faults() {
         .collect();
     // The faults, while the clients run: the leader replica, one etcd
     // member and one worker are killed; a fourth worker joins.
+    // sleep: the faults are spaced in time while the clients run.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let leader = d.leader();
     d.replicas[leader].as_mut().expect("leader").process.kill();
     d.replicas[leader] = None;
+    // sleep: the faults are spaced in time while the clients run.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     d.etcd.kill(2);
+    // sleep: the faults are spaced in time while the clients run.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let victim = d.workers[0].as_mut().expect("w1");
     victim.process.kill();
     d.workers[0] = None;
+    // sleep: the faults are spaced in time while the clients run.
     tokio::time::sleep(Duration::from_millis(1000)).await;
     d.add_worker("w4");
     let mut acked: BTreeMap<String, Vec<u64>> = BTreeMap::new();

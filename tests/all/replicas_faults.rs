@@ -274,6 +274,7 @@ async fn every_process_outlives_etcd_quorum_frozen_past_the_lease() {
     for m in [1, 2] {
         signal(d.etcd.pid(m), "STOP");
     }
+    // sleep: two members stay frozen for three lease TTLs.
     tokio::time::sleep(Duration::from_secs(6)).await;
     for m in [1, 2] {
         signal(d.etcd.pid(m), "CONT");
@@ -361,15 +362,18 @@ async fn a_leader_frozen_mid_move_cannot_switch_the_placement_once_another_leads
             "no new leader: {}",
             d.replica(new).process.log()
         );
+        // sleep: poll backoff, not yet moved onto stasis_test_util::wait.
         std::thread::sleep(Duration::from_millis(50));
     }
     // The new leader cancelled the move: the actor serves on w1.
     assert_eq!(served(&d, new, "z1").await, 4);
     // Woken after w2 installed its copy: the old leader's switch must
     // not land.
+    // sleep: the old leader stays frozen until after w2 installed its copy.
     std::thread::sleep(Duration::from_secs(5));
     signal(pid, "CONT");
     let _ = mover.join();
+    // sleep: the woken old leader gets time to (wrongly) land its switch.
     tokio::time::sleep(Duration::from_secs(2)).await;
     for expected in 5..=8 {
         let via = if expected % 2 == 0 { new } else { old };
@@ -395,6 +399,7 @@ async fn a_leader_frozen_mid_move_cannot_switch_the_placement_once_another_leads
             "{}",
             d.replica(old).process.log()
         );
+        // sleep: poll backoff, not yet moved onto stasis_test_util::wait.
         std::thread::sleep(Duration::from_millis(50));
     }
     assert!(alive(pid), "the old leader exited");
@@ -452,10 +457,12 @@ async fn racing_creates_and_a_delete_through_a_follower_under_load_stay_consiste
                 Some((503, _)) | None => {}
                 Some((status, body)) => panic!("POST during the delete: {status} {body}"),
             }
+            // sleep: paces the poster during the delete.
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         (counts, false)
     });
+    // sleep: the poster runs a while before the delete.
     tokio::time::sleep(Duration::from_millis(400)).await;
     d.cli_ok(follower, &["actor", "delete", "dup"]);
     let (counts, gone) = posting.await.expect("poster");
@@ -572,6 +579,7 @@ async fn a_follower_frozen_across_a_delete_and_create_routes_to_the_new_actor() 
             "the follower still refuses x: {answer:?} (before: {last:?})"
         );
         last = Some(answer);
+        // sleep: poll backoff, not yet moved onto stasis_test_util::wait.
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(served(&d, leader, "x").await, 2, "one actor, both replicas");

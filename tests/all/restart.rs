@@ -105,11 +105,13 @@ async fn a_control_plane_restart_places_each_actor_once() {
         if last >= 25 {
             break;
         }
+        // sleep: poll backoff, not yet moved onto stasis_test_util::wait.
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(last >= 25, "the actor did not serve after the restart");
     // Re-placements triggered by either join have settled by now; exactly
     // one worker holds the actor.
+    // sleep: re-placements triggered by either join get time to settle.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let (on1, on2) = (hosted(&w1).await, hosted(&w2).await);
     let holders = [&on1, &on2]
@@ -160,6 +162,7 @@ async fn actors_of_an_unreachable_worker_stay_listed() {
             break;
         }
         assert!(Instant::now() < deadline, "u-1 never served: {answer:?}");
+        // sleep: poll backoff, not yet moved onto stasis_test_util::wait.
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }

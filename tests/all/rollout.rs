@@ -76,18 +76,15 @@ fn state(server: &Server, name: &str) -> String {
 /// Waits (30 s at most) until `template rollout-status` shows `state`;
 /// that status.
 fn wait_for_state(server: &Server, template: &str, state: &str) -> serde_json::Value {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
+    let what = format!("the rollout of {template} to become {state}");
+    stasis_test_util::wait::until_else(&what, Duration::from_secs(30), || {
         let status = server.cli_json(&["template", "rollout-status", template]);
         if status["state"] == state {
-            return status;
+            Ok(status)
+        } else {
+            Err(status)
         }
-        assert!(
-            Instant::now() < deadline,
-            "rollout of {template} never became {state}: {status}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    })
 }
 
 /// `(total, upgraded, failed, pending)` of a status.
@@ -380,6 +377,7 @@ async fn a_rollout_carries_on_after_the_control_plane_is_killed() {
     let deadline = Instant::now() + Duration::from_secs(20);
     while occurrences(&server, waits) < 16 {
         assert!(Instant::now() < deadline, "{}", server.log());
+        // sleep: poll backoff, not yet moved onto stasis_test_util::wait.
         std::thread::sleep(Duration::from_millis(20));
     }
     server.kill();
@@ -414,6 +412,7 @@ async fn cluster_answer(d: &stasis_test_util::cluster::Deployment, i: usize, act
         match crate::replicas::try_post(&c, d.replica(i).ingress, actor).await {
             Some((200, body)) if body.len() == 1 => return body.as_bytes()[0],
             Some((200 | 503, _)) | None => {
+                // sleep: poll backoff, not yet moved onto stasis_test_util::wait.
                 tokio::time::sleep(Duration::from_millis(250)).await;
             }
             Some((status, body)) => panic!("{actor}: {status} {body}"),
@@ -476,6 +475,7 @@ async fn a_rollout_carries_on_after_the_leader_is_killed() {
         < 16
     {
         assert!(Instant::now() < deadline, "{}", log(&d, leader));
+        // sleep: poll backoff, not yet moved onto stasis_test_util::wait.
         std::thread::sleep(Duration::from_millis(20));
     }
     d.replicas[leader].as_mut().expect("leader").process.kill();
@@ -498,6 +498,7 @@ async fn a_rollout_carries_on_after_the_leader_is_killed() {
             break;
         }
         assert!(Instant::now() < deadline, "{status}\n{}", log(&d, next));
+        // sleep: poll backoff, not yet moved onto stasis_test_util::wait.
         std::thread::sleep(Duration::from_millis(200));
     }
     assert!(log(&d, next).contains("rollout carried on"));

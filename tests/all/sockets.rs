@@ -126,6 +126,7 @@ async fn eventually(what: &str, mut check: impl AsyncFnMut() -> bool) {
     let started = Instant::now();
     while !check().await {
         assert!(started.elapsed() < Duration::from_secs(15), "never: {what}");
+        // sleep: poll backoff, not yet moved onto stasis_test_util::wait.
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }

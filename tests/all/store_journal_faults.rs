@@ -159,6 +159,7 @@ async fn kill_9_under_concurrent_load_at_level_store_keeps_exactly_the_acknowled
                     }
                 };
                 if !settled {
+                    // sleep: paces the client until its last request settles.
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
             }
@@ -177,6 +178,7 @@ async fn kill_9_under_concurrent_load_at_level_store_keeps_exactly_the_acknowled
                 return;
             }
             assert!(Instant::now() < deadline, "never {what}: {seen:?}");
+            // sleep: poll backoff, not yet moved onto stasis_test_util::wait.
             std::thread::sleep(Duration::from_millis(20));
         }
     };
@@ -249,6 +251,7 @@ async fn a_frozen_owner_woken_after_its_lease_ships_nothing_that_wins_at_level_s
         < 2
     {
         assert!(Instant::now() < deadline, "{first} never registered again");
+        // sleep: poll backoff, not yet moved onto stasis_test_util::wait.
         std::thread::sleep(Duration::from_millis(20));
     }
     assert_eq!(lose_worker_of(&mut d, "fz"), second);

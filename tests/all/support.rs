@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use stasis_test_util::demos::count_in;
 use stasis_test_util::http::{Http, Reply};
-use stasis_test_util::{Artifacts, Proc};
+use stasis_test_util::{Artifacts, Proc, wait};
 
 pub(crate) use stasis_test_util::http::{actor_host, burst, client};
 
@@ -98,6 +98,14 @@ impl Server {
     /// with the log otherwise.
     pub(crate) fn wait_for_log(&self, text: &str) {
         self.process.wait_for_log(text, Duration::from_secs(10));
+    }
+
+    /// [`Self::wait_for_log`] sleeping on tokio between two looks, so the
+    /// test's other tasks run while it waits.
+    pub(crate) async fn wait_for_log_async(&self, text: &str) {
+        self.process
+            .wait_for_log_async(text, Duration::from_secs(10))
+            .await;
     }
 
     /// The admin URL.
@@ -321,6 +329,14 @@ impl RemoteWorker {
     pub(crate) fn wait_for_log(&self, text: &str) {
         self.process.wait_for_log(text, Duration::from_secs(10));
     }
+
+    /// [`Self::wait_for_log`] sleeping on tokio between two looks, so the
+    /// test's other tasks run while it waits.
+    pub(crate) async fn wait_for_log_async(&self, text: &str) {
+        self.process
+            .wait_for_log_async(text, Duration::from_secs(10))
+            .await;
+    }
 }
 
 /// What a worker started with `STASIS_FAILPOINT_INSTALL_DELAY_MS` logs
@@ -349,23 +365,16 @@ impl Server {
 
     /// Waits until `worker list` shows `name` in `state` (10 s at most).
     pub(crate) fn wait_for_worker(&self, name: &str, state: &str) {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
+        let what = format!("worker {name} to become {state}");
+        wait::until_else(&what, Duration::from_secs(10), || {
             let list = self.cli_json(&["worker", "list"]);
             let found = list
                 .as_array()
                 .into_iter()
                 .flatten()
                 .any(|w| w["name"] == name && w["state"] == state);
-            if found {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "worker {name} never became {state}: {list}"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+            if found { Ok(()) } else { Err(list) }
+        });
     }
 
     /// The worker `actor` is placed on.

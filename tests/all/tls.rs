@@ -191,6 +191,7 @@ async fn the_ingress_serves_tls_by_sni_with_h2_reloads_and_is_not_held_up() {
             Instant::now() < deadline,
             "the renewed certificate was not served"
         );
+        // sleep: poll backoff, not yet moved onto stasis_test_util::wait.
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     drop(stuck);

@@ -95,11 +95,14 @@ async fn the_internal_token_and_the_admin_token_each_open_only_their_api() {
         &[("STASIS_INTERNAL_TOKEN", INTERNAL)],
     )
     .expect("a worker with the internal token joins");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !cli_ok(&server, &["worker", "list"]).contains("ready") {
-        assert!(Instant::now() < deadline, "w1 never became ready");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    stasis_test_util::wait::until_else("w1 to become ready", Duration::from_secs(10), || {
+        let list = cli_ok(&server, &["worker", "list"]);
+        if list.contains("ready") {
+            Ok(())
+        } else {
+            Err(list)
+        }
+    });
 
     // The control plane reaches the worker with the internal token.
     counter_c(&server);
@@ -278,7 +281,13 @@ async fn each_role_opens_only_its_routes_and_a_revoked_token_nothing() {
     // Expired: refused, saying so.
     let (_, brief) = new_token(&server, "reader", &["--expires", "1s"]);
     assert_eq!(status(server.admin, "/v1/actors", &brief).await, 200);
-    tokio::time::sleep(Duration::from_millis(1100)).await;
+    // Never stricter than sleeping 1.1 s and looking once.
+    stasis_test_util::wait::until_async(
+        "the brief token to expire",
+        Duration::from_millis(1100),
+        async || (status(server.admin, "/v1/actors", &brief).await == 401).then_some(()),
+    )
+    .await;
     let stderr = refused(&server, &brief, &["actor", "list"]);
     assert!(
         stderr.contains("401") && stderr.contains("expired at"),
@@ -395,7 +404,20 @@ async fn a_revoked_token_is_refused_by_every_replica_within_the_bound() {
         assert_eq!(status(admin, "/v1/gc", &token).await, 403, "replica {i}");
     }
     d.cli_ok(0, &["token", "revoke", &id]);
-    tokio::time::sleep(stasis_runtime::ingress::access::REVOCATION_BOUND).await;
+    // Never stricter than sleeping the bound and looking once.
+    stasis_test_util::wait::until_async(
+        "the revocation on both replicas",
+        stasis_runtime::ingress::access::REVOCATION_BOUND,
+        async || {
+            for i in 0..2 {
+                if status(d.replica(i).admin, "/metrics", &token).await != 401 {
+                    return None;
+                }
+            }
+            Some(())
+        },
+    )
+    .await;
     for i in 0..2 {
         let admin = d.replica(i).admin;
         assert_eq!(status(admin, "/metrics", &token).await, 401, "replica {i}");

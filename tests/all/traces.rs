@@ -159,6 +159,7 @@ impl Receiver {
                 "no {what} span; got {:#?}",
                 self.spans()
             );
+            // sleep: poll backoff, not yet moved onto stasis_test_util::wait.
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
