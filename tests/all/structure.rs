@@ -322,6 +322,7 @@ fn no_function_outside_tests_is_over_120_lines() {
         }
     }
     assert!(long.is_empty(), "functions over 120 lines: {long:?}");
+}
 
 /// Every file under `dir`, recursively, whatever its kind.
 fn files_in(dir: &Path, out: &mut Vec<PathBuf>) {
