@@ -380,3 +380,45 @@ fn tests_sleep_only_where_the_time_is_the_point_and_say_why() {
         sleeps.len()
     );
 }
+
+/// docs/architecture.md tells the truth about where things are: every
+/// path it names under one of the repository's folders exists (issue 45).
+#[test]
+fn every_path_the_architecture_page_names_exists() {
+    let page = std::fs::read_to_string(root().join("docs/architecture.md")).unwrap();
+    let folders = [
+        "src/",
+        "core/",
+        "host-api/",
+        "guest-sdk/",
+        "contract/",
+        "http/",
+        "worker/",
+        "control/",
+        "cluster/",
+        "ingress/",
+        "runtime/",
+        "test-util/",
+        "tests/",
+        "benches/",
+        "scripts/",
+        "demos/",
+        "docs/",
+    ];
+    let named: Vec<&str> = page
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|quoted| folders.iter().any(|folder| quoted.starts_with(folder)))
+        .filter(|quoted| !quoted.contains(char::is_whitespace))
+        .collect();
+    assert!(named.len() > 20, "found only {named:?}");
+    let missing: Vec<&&str> = named
+        .iter()
+        .filter(|path| !root().join(path).exists())
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "docs/architecture.md names missing paths: {missing:?}"
+    );
+}
