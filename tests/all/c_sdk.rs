@@ -13,10 +13,11 @@
 
 use stasis_host_api::{Context, Request, Response, decode_response, encode_request};
 use stasis_test_util::http::send_with;
+use stasis_test_util::wait;
 use wasmtime::{Engine, Instance, Linker, Memory, Module, Store, TypedFunc};
 
 use std::io::Write as _;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::support::{Answer, STASIS, Server, actor_host, client, count, post, to_actor};
 
@@ -412,20 +413,16 @@ async fn c_caller_answers_as_the_rust_caller() {
             // until it landed.
             let n: u64 = n.parse().expect("count");
             for pair in [&rust, &c] {
-                let deadline = Instant::now() + Duration::from_secs(10);
-                loop {
+                wait::until_else_async("the send to land", Duration::from_secs(10), async || {
                     let answer =
                         to_actor(&client(), server.ingress, pair.counter, "GET", "/").await;
                     if count(&answer) == n {
-                        break;
+                        Ok(())
+                    } else {
+                        Err(format!("{answer:?}"))
                     }
-                    assert!(
-                        Instant::now() < deadline,
-                        "the send never landed: {answer:?}"
-                    );
-                    // sleep: poll backoff, not yet moved onto stasis_test_util::wait.
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
+                })
+                .await;
             }
             continue;
         }

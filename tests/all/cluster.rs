@@ -3,9 +3,10 @@
 //! processes on loopback.
 
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use stasis_test_util::demos::{count_in, echo_answer};
+use stasis_test_util::wait;
 
 use crate::support::{
     RemoteWorker, Server, client, count, install_delay_line, post, send, to_actor,
@@ -297,18 +298,22 @@ async fn paused_actors_of_a_killed_worker_resume_elsewhere() {
     server.wait_for_worker("w-doomed", "lost");
     // Declared lost, its actors are re-placed in the background: wait
     // until every one has landed on worker-1.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while on_doomed
-        .iter()
-        .any(|name| server.worker_of(name) != "worker-1")
-    {
-        assert!(
-            Instant::now() < deadline,
-            "the lost worker's actors were never re-placed"
-        );
-        // sleep: poll backoff, not yet moved onto stasis_test_util::wait.
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait::until_else_async(
+        "the lost worker's actors to be re-placed",
+        Duration::from_secs(10),
+        async || {
+            let elsewhere: Vec<&String> = on_doomed
+                .iter()
+                .filter(|name| server.worker_of(name) != "worker-1")
+                .collect();
+            if elsewhere.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("not on worker-1: {elsewhere:?}"))
+            }
+        },
+    )
+    .await;
     for (i, name) in on_doomed.iter().enumerate() {
         assert_eq!(server.worker_of(name), "worker-1");
         assert_eq!(
@@ -373,16 +378,20 @@ async fn a_worker_restarted_under_the_same_name_gets_its_actors_back_from_snapsh
     // Long before the heartbeat timeout declares it lost, it joins again,
     // empty: the actor comes back from its newest snapshot, not as a 404.
     let _second = RemoteWorker::start(&server, "w-same", &[]);
-    let mut answer = post(&server, "phoenix").await;
-    for _ in 0..50 {
-        if answer.status == 200 {
-            break;
-        }
-        assert_eq!(answer.status, 503, "{answer:?}");
-        // sleep: poll backoff, not yet moved onto stasis_test_util::wait.
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        answer = post(&server, "phoenix").await;
-    }
+    // Until then a 503 (nothing applied), and nothing else.
+    let answer = wait::until_else_async(
+        "phoenix to serve again",
+        Duration::from_secs(5),
+        async || {
+            let answer = post(&server, "phoenix").await;
+            if answer.status == 200 {
+                return Ok(answer);
+            }
+            assert_eq!(answer.status, 503, "{answer:?}");
+            Err(format!("{answer:?}"))
+        },
+    )
+    .await;
     assert_eq!(count(&answer), 3);
 }
 

@@ -10,11 +10,12 @@
 use std::io::{BufRead as _, BufReader};
 use std::os::unix::process::CommandExt as _;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use base64::Engine as _;
 use futures_util::{SinkExt as _, StreamExt as _};
 use serde_json::{Value, json};
+use stasis_test_util::wait;
 use tokio_tungstenite::tungstenite::Message;
 
 use crate::support::{Server, client, send, to_actor};
@@ -85,9 +86,10 @@ impl Browser {
             .recv_timeout(Duration::from_secs(30))
             .expect("chromium's DevTools address on its stderr");
         let debugger = format!("127.0.0.1:{port}").parse().expect("address");
-        let page_url = {
-            let deadline = Instant::now() + Duration::from_secs(20);
-            loop {
+        let page_url = wait::until_else_async(
+            &format!("a page for {url}"),
+            Duration::from_secs(20),
+            async || {
                 let list = send(
                     &client(),
                     debugger,
@@ -102,17 +104,16 @@ impl Browser {
                 let page = targets.as_array().into_iter().flatten().find(|t| {
                     t["type"] == "page" && t["url"].as_str().is_some_and(|u| u.starts_with(url))
                 });
-                if let Some(page) = page {
-                    break page["webSocketDebuggerUrl"]
+                match page {
+                    Some(page) => Ok(page["webSocketDebuggerUrl"]
                         .as_str()
                         .expect("ws url")
-                        .to_owned();
+                        .to_owned()),
+                    None => Err(targets),
                 }
-                assert!(Instant::now() < deadline, "no page for {url}: {targets}");
-                // sleep: poll backoff, not yet moved onto stasis_test_util::wait.
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        };
+            },
+        )
+        .await;
         let (page, _) = tokio_tungstenite::connect_async(page_url.as_str())
             .await
             .unwrap_or_else(|e| panic!("connect to the page at {page_url}: {e}"));
@@ -163,19 +164,21 @@ impl Browser {
     /// Waits until `expression` is true in the page (15 s at most; an
     /// exception, e.g. before the page has loaded, counts as false).
     async fn until(&mut self, expression: &str) {
-        let deadline = Instant::now() + Duration::from_secs(15);
         let guarded = format!(
             "(() => {{ try {{ return !!({expression}); }} catch (_) {{ return false; }} }})()"
         );
-        while self.eval(&guarded).await != Value::Bool(true) {
-            assert!(
-                Instant::now() < deadline,
-                "never true in the page: {expression}; the page says {}",
-                self.eval("document.body.innerText").await
-            );
-            // sleep: poll backoff, not yet moved onto stasis_test_util::wait.
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        wait::until_else_async(
+            &format!("true in the page: {expression}"),
+            Duration::from_secs(15),
+            async || {
+                if self.eval(&guarded).await == Value::Bool(true) {
+                    return Ok(());
+                }
+                let text = self.eval("document.body.innerText").await;
+                Err(format!("the page says {text}"))
+            },
+        )
+        .await;
     }
 }
 
@@ -194,18 +197,18 @@ impl Drop for Browser {
 /// Polls the admin API until `actor` is in `state` (15 s; not found yet
 /// counts as not).
 async fn until_state(server: &Server, actor: &str, state: &str) {
-    let deadline = Instant::now() + Duration::from_secs(15);
     let state_of = || {
         let out = server.cli(&["actor", "get", actor, "-o", "json"]);
         serde_json::from_slice::<Value>(&out.stdout)
             .ok()
             .map(|v| v["state"].clone())
     };
-    while state_of() != Some(Value::from(state)) {
-        assert!(Instant::now() < deadline, "{actor} never {state}");
-        // sleep: poll backoff, not yet moved onto stasis_test_util::wait.
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait::until_async(
+        &format!("{actor} {state}"),
+        Duration::from_secs(15),
+        async || (state_of() == Some(Value::from(state))).then_some(()),
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -264,18 +267,16 @@ async fn the_console_lists_actors_follows_a_log_and_its_buttons_work() {
     browser
         .eval("document.getElementById('fork-name').value = 'loud-copy'; document.getElementById('fork').click()")
         .await;
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while !server.cli(&["actor", "get", "loud-copy"]).status.success() {
-        assert!(
-            Instant::now() < deadline,
-            "the fork never happened; the page says {}",
-            browser
-                .eval("document.getElementById('status').textContent")
-                .await
-        );
-        // sleep: poll backoff, not yet moved onto stasis_test_util::wait.
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait::until_else_async("the fork", Duration::from_secs(15), async || {
+        if server.cli(&["actor", "get", "loud-copy"]).status.success() {
+            return Ok(());
+        }
+        let status = browser
+            .eval("document.getElementById('status').textContent")
+            .await;
+        Err(format!("the page says {status}"))
+    })
+    .await;
     let screenshot = browser
         .command("Page.captureScreenshot", json!({"format": "png"}))
         .await;
@@ -293,14 +294,12 @@ async fn the_console_lists_actors_follows_a_log_and_its_buttons_work() {
     browser
         .eval("document.getElementById('confirm-delete').click()")
         .await;
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while server.cli(&["actor", "get", "loud-copy"]).status.success()
-        && server.cli(&["actor", "get", "loud"]).status.success()
-    {
-        assert!(Instant::now() < deadline, "the delete never happened");
-        // sleep: poll backoff, not yet moved onto stasis_test_util::wait.
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait::until_async("the delete", Duration::from_secs(15), async || {
+        let both = server.cli(&["actor", "get", "loud-copy"]).status.success()
+            && server.cli(&["actor", "get", "loud"]).status.success();
+        (!both).then_some(())
+    })
+    .await;
     assert!(!server.cli(&["actor", "get", "loud"]).status.success());
 }
 
