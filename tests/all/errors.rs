@@ -10,6 +10,8 @@
 use std::path::Path;
 use std::time::Duration;
 
+use stasis_test_util::wait;
+
 use crate::support::{self, Answer, Server, client, count, post, send};
 
 /// Asserts `text` shows no part of the server path `dir`: neither the path
@@ -550,20 +552,16 @@ async fn checkpoint_interval_snapshots_running_actors() {
     server.push("counter");
     server.create("ticking", "counter");
     assert_eq!(count(&post(&server, "ticking").await), 1);
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
+    let got = wait::until_else_async("a checkpoint", Duration::from_secs(10), async || {
         let got = server.cli_json(&["actor", "get", "ticking"]);
         if got["snapshot"]["seq"].as_u64().is_some_and(|seq| seq > 0) {
-            assert_eq!(got["state"], "running", "not unloaded: {got}");
-            break;
+            Ok(got)
+        } else {
+            Err(got)
         }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "never checkpointed: {got}"
-        );
-        // sleep: poll backoff, not yet moved onto stasis_test_util::wait.
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await;
+    assert_eq!(got["state"], "running", "not unloaded: {got}");
     assert_eq!(count(&post(&server, "ticking").await), 2);
 }
 

@@ -6,7 +6,9 @@
 
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use stasis_test_util::wait;
 
 use crate::alarms::{fired_at, set_alarm_at, wait_fired_at};
 use crate::replicas::{LEASE_TTL, ONE_CLUSTER, deployment, served, signal};
@@ -128,19 +130,10 @@ async fn a_worker_woken_after_its_lease_changes_nothing_and_answers_the_truth() 
     // Thawed, w1 finds its lease gone: it runs none of what it held and
     // writes nothing (its log says so for the request that was running).
     signal(w1, "CONT");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while d
-        .worker("w1")
-        .process
-        .log()
-        .matches("registered in etcd; serving")
-        .count()
-        < 2
-    {
-        assert!(Instant::now() < deadline, "w1 never registered again");
-        // sleep: poll backoff, not yet moved onto stasis_test_util::wait.
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait::until("w1 to register again", Duration::from_secs(20), || {
+        let log = d.worker("w1").process.log();
+        (log.matches("registered in etcd; serving").count() >= 2).then_some(())
+    });
     // The store holds no snapshot w1 wrote after w2 took over, and every
     // snapshot w2 wrote is still there.
     let bucket = d.s3.as_ref().expect("s3").bucket_dir();
@@ -211,21 +204,18 @@ async fn a_leader_woken_after_its_lease_delivers_no_alarm() {
     // The alarm is due on the old leader's clock too: woken, its scheduler
     // finds it due at once.
     signal(pid, "CONT");
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while !d
-        .replica(old)
-        .process
-        .log()
-        .contains("serving as a follower")
-    {
-        assert!(
-            Instant::now() < deadline,
-            "{}",
-            d.replica(old).process.log()
-        );
-        // sleep: poll backoff, not yet moved onto stasis_test_util::wait.
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait::until_else(
+        "the old leader to serve as a follower",
+        Duration::from_secs(15),
+        || {
+            let log = d.replica(old).process.log();
+            if log.contains("serving as a follower") {
+                Ok(())
+            } else {
+                Err(log)
+            }
+        },
+    );
     assert_eq!(
         fired_at(d.replica(new).ingress, "t1").await,
         1,

@@ -7,6 +7,8 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+use stasis_test_util::wait;
+
 use crate::support::{Server, client, count, demo, post, to_actor};
 
 /// Pushes demo `which` as template `name` (`--env` pairs make another
@@ -149,15 +151,17 @@ async fn requests_during_upgrades_are_held_and_none_is_lost_or_doubled() {
             counts
         }));
     }
-    // Some requests before, between and after the two upgrades.
+    // Some requests before, between and after the two upgrades (the
+    // clients send hundreds a second; a minute is a generous bound).
     let at_least = |n: u64| {
         let sent = sent.clone();
         async move {
-            while sent.load(Ordering::SeqCst) < n {
-                tokio::task::yield_now().await;
-                // sleep: poll backoff, not yet moved onto stasis_test_util::wait.
-                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-            }
+            wait::until_async(
+                &format!("{n} requests sent"),
+                std::time::Duration::from_secs(60),
+                async || (sent.load(Ordering::SeqCst) >= n).then_some(()),
+            )
+            .await;
         }
     };
     at_least(50).await;

@@ -4,7 +4,9 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use stasis_test_util::wait;
 
 use crate::support::{RemoteWorker, Server, client, count, to_actor};
 
@@ -108,19 +110,19 @@ async fn a_send_is_delivered_and_answered_202() {
     server.cli_ok(&["actor", "pause", "back"]);
     let answer = via(&server, "front", "/send/back").await;
     assert_eq!(answer.status, 202, "{answer:?}");
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let read = to_actor(&client(), server.ingress, "back", "GET", "/").await;
-        if count(&read) == 1 {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the message never arrived: {read:?}"
-        );
-        // sleep: poll backoff, not yet moved onto stasis_test_util::wait.
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait::until_else_async(
+        "the message to arrive",
+        Duration::from_secs(5),
+        async || {
+            let read = to_actor(&client(), server.ingress, "back", "GET", "/").await;
+            if count(&read) == 1 {
+                Ok(())
+            } else {
+                Err(format!("{read:?}"))
+            }
+        },
+    )
+    .await;
     let answer = via(&server, "front", "/send/nobody").await;
     assert_eq!(answer.status, 404, "{answer:?}");
     let text = server.metrics().await;
@@ -283,15 +285,12 @@ async fn a_pause_waits_for_an_in_flight_fetch() {
     });
     // The fetch is in flight once the origin has its request; the origin
     // holds the answer 1.5 s.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !seen.request.load(Ordering::SeqCst) {
-        assert!(
-            Instant::now() < deadline,
-            "the fetch never reached the origin"
-        );
-        // sleep: poll backoff, not yet moved onto stasis_test_util::wait.
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait::until_async(
+        "the fetch to reach the origin",
+        Duration::from_secs(10),
+        async || seen.request.load(Ordering::SeqCst).then_some(()),
+    )
+    .await;
     let pause = server.cli_in_background(&["actor", "pause", "getter", "-o", "json"]);
     let paused = pause.await.expect("pause verb");
     // Read as soon as the pause is done: the pause completed only after
@@ -395,17 +394,17 @@ async fn calls_and_sends_cross_workers_in_etcd_cluster_mode() {
     )
     .await;
     assert_eq!(answer.status, 202, "{answer:?}");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let read = to_actor(&c, d.replica(leader).ingress, "back", "GET", "/").await;
-        if count(&read) == 4 {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the message never arrived: {read:?}"
-        );
-        // sleep: poll backoff, not yet moved onto stasis_test_util::wait.
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait::until_else_async(
+        "the message to arrive",
+        Duration::from_secs(10),
+        async || {
+            let read = to_actor(&c, d.replica(leader).ingress, "back", "GET", "/").await;
+            if count(&read) == 4 {
+                Ok(())
+            } else {
+                Err(format!("{read:?}"))
+            }
+        },
+    )
+    .await;
 }

@@ -16,7 +16,9 @@
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use stasis_test_util::wait;
 
 use crate::support::{Answer, Server, actor_host, client, count, post, send, to_actor};
 
@@ -304,17 +306,21 @@ export default {
     assert!(!answer.body.contains("boom at"), "{answer:?}");
     // The increment before the throw is rolled back with the trap.
     assert_eq!(count(&post(&server, "b1").await), 3);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let log = server.log();
-        if log.contains("Uncaught exception in fetch: Error: boom at 3") && log.contains("explode")
-        {
-            break;
-        }
-        assert!(Instant::now() < deadline, "no exception in the log:\n{log}");
-        // sleep: poll backoff, not yet moved onto stasis_test_util::wait.
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait::until_else_async(
+        "the exception in the log",
+        Duration::from_secs(10),
+        async || {
+            let log = server.log();
+            if log.contains("Uncaught exception in fetch: Error: boom at 3")
+                && log.contains("explode")
+            {
+                Ok(())
+            } else {
+                Err(format!("\n{log}"))
+            }
+        },
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -362,25 +368,21 @@ export default {
     assert_eq!(paused["state"], "paused");
     // The alarm wakes the paused actor by itself (no request is sent
     // until it did: `actor get` does not wake an actor).
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while server.cli_json(&["actor", "get", "js-host"])["state"] == "paused" {
-        assert!(Instant::now() < deadline, "the alarm never woke the actor");
-        // sleep: poll backoff, not yet moved onto stasis_test_util::wait.
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
+    wait::until_async(
+        "the alarm to wake the actor",
+        Duration::from_secs(15),
+        async || (server.cli_json(&["actor", "get", "js-host"])["state"] != "paused").then_some(()),
+    )
+    .await;
+    wait::until_else_async("the alarm to fire", Duration::from_secs(15), async || {
         let answer = get(&server, "js-host", "/").await;
         if answer.body == "fired: 1\n" {
-            break;
+            Ok(())
+        } else {
+            Err(format!("{answer:?}"))
         }
-        assert!(
-            Instant::now() < deadline,
-            "the alarm never fired: {answer:?}"
-        );
-        // sleep: poll backoff, not yet moved onto stasis_test_util::wait.
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -16,6 +16,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use stasis_test_util::wait;
+
 use crate::support::{STASIS, Server, client, to_actor};
 
 /// How long a line may take to reach the follower.
@@ -449,17 +451,16 @@ async fn a_follower_carries_on_when_the_actors_worker_is_killed_and_it_is_placed
         info["worker_state"] == "lost"
     });
     // Sent until a worker runs it: a 503 says nothing was sent.
-    let deadline = std::time::Instant::now() + DEADLINE;
-    loop {
-        match print("there").await {
-            200 => break,
-            503 if std::time::Instant::now() < deadline => {
-                // sleep: poll backoff, not yet moved onto stasis_test_util::wait.
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
+    wait::until_else_async(
+        "a print after the re-placement",
+        DEADLINE,
+        async || match print("there").await {
+            200 => Ok(()),
+            503 => Err(503),
             status => panic!("print after the re-placement: {status}"),
-        }
-    }
+        },
+    )
+    .await;
     seen.extend(follower.expect(2));
     let mut expected = both("here");
     expected.extend(both("there"));

@@ -10,6 +10,8 @@
 //! `Refused`) and never delivered until the callee's namespace lists the
 //! caller's, then delivered.
 
+use stasis_test_util::wait;
+
 use crate::namespaces::{ADMIN, admin_ok, counter_c_in, failed, in_ns};
 use crate::support::{STASIS, Server, count, raw, raw_status};
 
@@ -243,15 +245,16 @@ async fn calls_cross_namespaces_only_where_the_callee_takes_them() {
     // The refused requests were never applied: c.team-b counts the call
     // and the message only (GET reads; the message lands on its own time,
     // so it is read until it has, within a bound).
-    let mut seen = 0;
-    for _ in 0..100 {
-        seen = count(&crate::support::to_actor(&c, server.ingress, "c.team-b", "GET", "/").await);
-        if seen >= 2 {
-            break;
-        }
-        // sleep: poll backoff, not yet moved onto stasis_test_util::wait.
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    let seen = wait::until_else_async(
+        "c.team-b to count one call and one message",
+        std::time::Duration::from_secs(5),
+        async || {
+            let seen =
+                count(&crate::support::to_actor(&c, server.ingress, "c.team-b", "GET", "/").await);
+            if seen >= 2 { Ok(seen) } else { Err(seen) }
+        },
+    )
+    .await;
     assert_eq!(seen, 2, "one call and one message");
 
     // Bad lists are refused by name; [] closes it again.

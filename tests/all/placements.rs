@@ -4,9 +4,10 @@
 //! misses for one actor share one read (forced by freezing etcd with
 //! SIGSTOP while they arrive), and a cached placement follows a move.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use stasis_test_util::cluster::PREFIX;
+use stasis_test_util::wait;
 
 use crate::replicas::{ONE_CLUSTER, deployment, served, signal};
 use crate::support::{client, send};
@@ -88,17 +89,29 @@ async fn concurrent_misses_for_one_actor_share_one_read() {
             tokio::spawn(async move { crate::replicas::try_post(&c, ingress, "x").await })
         })
         .collect();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while metric(admin, MISSES).await < 20.0 {
-        if Instant::now() > deadline {
-            signal(etcd, "CONT");
-            panic!("the 20 requests did not all miss the cache");
+    // etcd is thawed however this ends, a timed-out wait's panic included.
+    struct Thaw(u32);
+    impl Drop for Thaw {
+        fn drop(&mut self) {
+            signal(self.0, "CONT");
         }
-        // sleep: poll backoff, not yet moved onto stasis_test_util::wait.
-        tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    let thaw = Thaw(etcd);
+    wait::until_else_async(
+        "the 20 requests to all miss the cache",
+        Duration::from_secs(10),
+        async || {
+            let misses = metric(admin, MISSES).await;
+            if misses >= 20.0 {
+                Ok(())
+            } else {
+                Err(format!("{misses} misses"))
+            }
+        },
+    )
+    .await;
     let reads = metric(admin, READS).await;
-    signal(etcd, "CONT");
+    drop(thaw);
     assert_eq!(reads, 1.0, "20 concurrent misses made {reads} reads");
     let mut counts = Vec::new();
     for request in requests {
