@@ -14,6 +14,7 @@
 use std::time::{Duration, Instant};
 
 use stasis_test_util::Proc;
+use stasis_test_util::wait;
 
 use crate::replicas::{ONE_CLUSTER, deployment, echo, post_retrying, served, signal};
 use crate::support::{STASIS, client, count, install_delay_line, send, to_actor};
@@ -350,21 +351,14 @@ async fn a_leader_frozen_mid_move_cannot_switch_the_placement_once_another_leads
     w2.wait_for_log(&install_delay_line("z1"), Duration::from_secs(10));
     let pid = d.replica(old).process.pid();
     signal(pid, "STOP");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !d
-        .replica(new)
-        .process
-        .log()
-        .contains("serving as the leader")
-    {
-        assert!(
-            Instant::now() < deadline,
-            "no new leader: {}",
-            d.replica(new).process.log()
-        );
-        // sleep: poll backoff, not yet moved onto stasis_test_util::wait.
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait::until_else("a new leader", Duration::from_secs(20), || {
+        let log = d.replica(new).process.log();
+        if log.contains("serving as the leader") {
+            Ok(())
+        } else {
+            Err(log)
+        }
+    });
     // The new leader cancelled the move: the actor serves on w1.
     assert_eq!(served(&d, new, "z1").await, 4);
     // Woken after w2 installed its copy: the old leader's switch must
@@ -387,21 +381,18 @@ async fn a_leader_frozen_mid_move_cannot_switch_the_placement_once_another_leads
     let info = d.cli_json(new, &["actor", "get", "z1"]);
     assert_eq!(info["worker"], "w1", "{info}");
     // The woken leader stepped down and runs on as a follower.
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while !d
-        .replica(old)
-        .process
-        .log()
-        .contains("serving as a follower")
-    {
-        assert!(
-            Instant::now() < deadline,
-            "{}",
-            d.replica(old).process.log()
-        );
-        // sleep: poll backoff, not yet moved onto stasis_test_util::wait.
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait::until_else(
+        "the old leader to serve as a follower",
+        Duration::from_secs(15),
+        || {
+            let log = d.replica(old).process.log();
+            if log.contains("serving as a follower") {
+                Ok(())
+            } else {
+                Err(log)
+            }
+        },
+    );
     assert!(alive(pid), "the old leader exited");
 }
 
@@ -567,20 +558,20 @@ async fn a_follower_frozen_across_a_delete_and_create_routes_to_the_new_actor() 
     // its first answers may still come from before it applied them, but
     // once applied every answer is the new actor's (count from 1).
     let c = client();
-    let deadline = Instant::now() + Duration::from_secs(15);
     let mut last = None;
-    loop {
-        let answer = to_actor(&c, d.replica(follower).ingress, "x", "POST", "/").await;
-        if answer.status == 200 {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the follower still refuses x: {answer:?} (before: {last:?})"
-        );
-        last = Some(answer);
-        // sleep: poll backoff, not yet moved onto stasis_test_util::wait.
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait::until_else_async(
+        "the follower to serve x",
+        Duration::from_secs(15),
+        async || {
+            let answer = to_actor(&c, d.replica(follower).ingress, "x", "POST", "/").await;
+            if answer.status == 200 {
+                return Ok(());
+            }
+            let seen = format!("{answer:?} (before: {last:?})");
+            last = Some(answer);
+            Err(seen)
+        },
+    )
+    .await;
     assert_eq!(served(&d, leader, "x").await, 2, "one actor, both replicas");
 }

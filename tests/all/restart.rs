@@ -6,6 +6,8 @@
 
 use std::time::{Duration, Instant};
 
+use stasis_test_util::wait;
+
 use crate::support::{RemoteWorker, Server, client, count, post, send, to_actor};
 
 /// A loopback address whose port was free a moment ago and lies outside
@@ -105,7 +107,8 @@ async fn a_control_plane_restart_places_each_actor_once() {
         if last >= 25 {
             break;
         }
-        // sleep: poll backoff, not yet moved onto stasis_test_util::wait.
+        // sleep: paces the 20 read-and-write rounds over 2 s or more, so
+        // that they run across the re-placements the two joins trigger.
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(last >= 25, "the actor did not serve after the restart");
@@ -154,17 +157,16 @@ async fn actors_of_an_unreachable_worker_stay_listed() {
     assert!(text.contains("u-1") && text.contains("u-2"), "{text}");
     // Once lost, they come back (paused) on the next worker to join.
     let _w2 = RemoteWorker::start(&server, "w2", &[]);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
+    let answer = wait::until_else_async("u-1 to serve", Duration::from_secs(20), async || {
         let answer = post(&server, "u-1").await;
         if answer.status == 200 {
-            assert_eq!(count(&answer), 2);
-            break;
+            Ok(answer)
+        } else {
+            Err(format!("{answer:?}"))
         }
-        assert!(Instant::now() < deadline, "u-1 never served: {answer:?}");
-        // sleep: poll backoff, not yet moved onto stasis_test_util::wait.
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    })
+    .await;
+    assert_eq!(count(&answer), 2);
 }
 
 /// Input 9: SIGTERM to two remote workers at once: each asks to be

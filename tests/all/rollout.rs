@@ -10,7 +10,9 @@
 //! offset that tells the versions' code apart; versions declaring the same
 //! `stasis-layout` are carry-over compatible.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use stasis_test_util::wait;
 
 use crate::support::{Server, client, one_byte, send};
 
@@ -374,12 +376,14 @@ async fn a_rollout_carries_on_after_the_control_plane_is_killed() {
     // The second wave has begun waiting once 9..16 steps are logged: the
     // first wave's upgrades are done, the second's not started.
     let waits = "failpoint: rollout step waits";
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while occurrences(&server, waits) < 16 {
-        assert!(Instant::now() < deadline, "{}", server.log());
-        // sleep: poll backoff, not yet moved onto stasis_test_util::wait.
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait::until_else("16 rollout steps waiting", Duration::from_secs(20), || {
+        let log = server.log();
+        if log.matches(waits).count() >= 16 {
+            Ok(())
+        } else {
+            Err(log)
+        }
+    });
     server.kill();
     let before = occurrences(&server, "rollout upgraded actor");
     assert!(
@@ -408,17 +412,17 @@ async fn a_rollout_carries_on_after_the_control_plane_is_killed() {
 /// while the cluster settles: refused connections and 503s).
 async fn cluster_answer(d: &stasis_test_util::cluster::Deployment, i: usize, actor: &str) -> u8 {
     let c = client();
-    for _ in 0..60 {
-        match crate::replicas::try_post(&c, d.replica(i).ingress, actor).await {
-            Some((200, body)) if body.len() == 1 => return body.as_bytes()[0],
-            Some((200 | 503, _)) | None => {
-                // sleep: poll backoff, not yet moved onto stasis_test_util::wait.
-                tokio::time::sleep(Duration::from_millis(250)).await;
-            }
+    wait::until_else_async(
+        &format!("{actor} to be served through replica {i}"),
+        Duration::from_secs(15),
+        async || match crate::replicas::try_post(&c, d.replica(i).ingress, actor).await {
+            Some((200, body)) if body.len() == 1 => Ok(body.as_bytes()[0]),
+            Some((200 | 503, body)) => Err(body),
+            None => Err("no answer".to_owned()),
             Some((status, body)) => panic!("{actor}: {status} {body}"),
-        }
-    }
-    panic!("{actor} is not served through replica {i}");
+        },
+    )
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -468,16 +472,14 @@ async fn a_rollout_carries_on_after_the_leader_is_killed() {
     );
     assert_eq!(started["state"], "running", "{started}");
     let log = |d: &stasis_test_util::cluster::Deployment, i: usize| d.replica(i).process.log();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while log(&d, leader)
-        .matches("failpoint: rollout step waits")
-        .count()
-        < 16
-    {
-        assert!(Instant::now() < deadline, "{}", log(&d, leader));
-        // sleep: poll backoff, not yet moved onto stasis_test_util::wait.
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait::until_else("16 rollout steps waiting", Duration::from_secs(30), || {
+        let text = log(&d, leader);
+        if text.matches("failpoint: rollout step waits").count() >= 16 {
+            Ok(())
+        } else {
+            Err(text)
+        }
+    });
     d.replicas[leader].as_mut().expect("leader").process.kill();
     let before = log(&d, leader).matches("rollout upgraded actor").count();
     assert!(
@@ -486,21 +488,19 @@ async fn a_rollout_carries_on_after_the_leader_is_killed() {
     );
     d.replicas[leader] = None;
     let next = d.leader();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
+    let status = wait::until_else("the rollout to finish", Duration::from_secs(60), || {
         let status = d.cli_json(next, &["template", "rollout-status", "wc"]);
         if status["state"] == "finished" {
-            assert_eq!(
-                counts(&status),
-                (ACTORS as u64, ACTORS as u64, 0, 0),
-                "{status}"
-            );
-            break;
+            Ok(status)
+        } else {
+            Err(format!("{status}\n{}", log(&d, next)))
         }
-        assert!(Instant::now() < deadline, "{status}\n{}", log(&d, next));
-        // sleep: poll backoff, not yet moved onto stasis_test_util::wait.
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    });
+    assert_eq!(
+        counts(&status),
+        (ACTORS as u64, ACTORS as u64, 0, 0),
+        "{status}"
+    );
     assert!(log(&d, next).contains("rollout carried on"));
     for i in 0..ACTORS {
         assert_eq!(cluster_answer(&d, next, &format!("c{i:02}")).await, 102);

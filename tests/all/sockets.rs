@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use bytes::Buf as _;
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
+use stasis_test_util::wait;
 
 use crate::support::{
     RemoteWorker, Server, client, install_delay_line, raw, raw_status, send, to_actor,
@@ -123,12 +124,10 @@ async fn body_of(server: &Server, actor: &str, method: &str, path: &str) -> Stri
 
 /// Polls `what` until it is true, at most 15 s.
 async fn eventually(what: &str, mut check: impl AsyncFnMut() -> bool) {
-    let started = Instant::now();
-    while !check().await {
-        assert!(started.elapsed() < Duration::from_secs(15), "never: {what}");
-        // sleep: poll backoff, not yet moved onto stasis_test_util::wait.
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait::until_async(what, Duration::from_secs(15), async || {
+        check().await.then_some(())
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

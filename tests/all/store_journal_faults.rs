@@ -4,6 +4,7 @@
 //! in the store.
 
 use stasis_test_util::cluster::{Deployment, Setup};
+use stasis_test_util::wait;
 
 use crate::fencing::wait_for_actor;
 use crate::replicas::{LEASE_TTL, ONE_CLUSTER, echo, served};
@@ -107,7 +108,7 @@ struct Seen {
 #[tokio::test(flavor = "multi_thread")]
 async fn kill_9_under_concurrent_load_at_level_store_keeps_exactly_the_acknowledged_counts() {
     use std::sync::{Arc, Mutex};
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
 
     let _one = ONE_CLUSTER.lock().await;
     let mut d = cluster(2);
@@ -166,8 +167,7 @@ async fn kill_9_under_concurrent_load_at_level_store_keeps_exactly_the_acknowled
         });
     }
     let wait_until = |min: &[usize], what: &str| {
-        let deadline = Instant::now() + Duration::from_secs(40);
-        loop {
+        wait::until_else(what, Duration::from_secs(40), || {
             let done = seen
                 .lock()
                 .expect("seen")
@@ -175,12 +175,11 @@ async fn kill_9_under_concurrent_load_at_level_store_keeps_exactly_the_acknowled
                 .zip(min)
                 .all(|(s, &min)| s.acked.len() >= min);
             if done {
-                return;
+                Ok(())
+            } else {
+                Err(format!("{seen:?}"))
             }
-            assert!(Instant::now() < deadline, "never {what}: {seen:?}");
-            // sleep: poll backoff, not yet moved onto stasis_test_util::wait.
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        });
     };
     wait_until(&vec![3; actors.len()], "3 acknowledged counts per actor");
     // Mid-load: every actor's client has a request in flight or about to.
@@ -221,7 +220,7 @@ async fn kill_9_under_concurrent_load_at_level_store_keeps_exactly_the_acknowled
 /// actor comes back on the old one (registered anew) with exactly 7.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_frozen_owner_woken_after_its_lease_ships_nothing_that_wins_at_level_store() {
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
 
     use crate::replicas::signal;
 
@@ -241,19 +240,14 @@ async fn a_frozen_owner_woken_after_its_lease_ships_nothing_that_wins_at_level_s
     let second = worker_of(&d, "fz");
     assert_ne!(second, first);
     signal(pid, "CONT");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while d
-        .worker(&first)
-        .process
-        .log()
-        .matches("registered in etcd; serving")
-        .count()
-        < 2
-    {
-        assert!(Instant::now() < deadline, "{first} never registered again");
-        // sleep: poll backoff, not yet moved onto stasis_test_util::wait.
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait::until(
+        &format!("{first} to register again"),
+        Duration::from_secs(20),
+        || {
+            let log = d.worker(&first).process.log();
+            (log.matches("registered in etcd; serving").count() >= 2).then_some(())
+        },
+    );
     assert_eq!(lose_worker_of(&mut d, "fz"), second);
     assert_eq!(
         served(&d, 0, "fz").await,

@@ -8,7 +8,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -16,6 +16,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use stasis_test_util::certs::TestCa;
+use stasis_test_util::wait;
 
 use crate::support::Server;
 
@@ -175,25 +176,21 @@ async fn the_ingress_serves_tls_by_sni_with_h2_reloads_and_is_not_held_up() {
     std::fs::copy(&renewed.key, &actors.key).expect("replace the key");
     std::fs::copy(&renewed.cert, &actors.cert).expect("replace the cert");
     let wanted = CertificateDer::from_pem_file(&renewed.cert).expect("renewed");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        // A client of its own each time: a resumed session shows the
-        // certificate of the session it resumes.
-        let fresh = connector(&ca.cert, &[b"h2"]);
-        let seen = request(&fresh, server.ingress, host, "GET")
-            .await
-            .expect("get");
-        assert_eq!(seen.status, 200, "{}", seen.body);
-        if seen.leaf == wanted.to_vec() {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the renewed certificate was not served"
-        );
-        // sleep: poll backoff, not yet moved onto stasis_test_util::wait.
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    wait::until_async(
+        "the renewed certificate to be served",
+        Duration::from_secs(10),
+        async || {
+            // A client of its own each time: a resumed session shows the
+            // certificate of the session it resumes.
+            let fresh = connector(&ca.cert, &[b"h2"]);
+            let seen = request(&fresh, server.ingress, host, "GET")
+                .await
+                .expect("get");
+            assert_eq!(seen.status, 200, "{}", seen.body);
+            (seen.leaf == wanted.to_vec()).then_some(())
+        },
+    )
+    .await;
     drop(stuck);
 }
 

@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -18,6 +18,7 @@ use opentelemetry_proto::tonic::collector::trace::v1::{
 };
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
 use prost::Message as _;
+use stasis_test_util::wait;
 
 use crate::support::{Server, client};
 
@@ -149,19 +150,18 @@ impl Receiver {
 
     /// Waits (at most 20 s) until a span satisfies `want`.
     async fn wait_for(&self, what: &str, want: impl Fn(&Got) -> bool) -> Got {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Some(span) = self.spans().into_iter().find(|s| want(s)) {
-                return span;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "no {what} span; got {:#?}",
-                self.spans()
-            );
-            // sleep: poll backoff, not yet moved onto stasis_test_util::wait.
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        wait::until_else_async(
+            &format!("a {what} span"),
+            Duration::from_secs(20),
+            async || {
+                let spans = self.spans();
+                match spans.iter().find(|s| want(s)) {
+                    Some(span) => Ok(span.clone()),
+                    None => Err(format!("{spans:#?}")),
+                }
+            },
+        )
+        .await
     }
 }
 
