@@ -107,8 +107,9 @@ async fn a_control_plane_restart_places_each_actor_once() {
         if last >= 25 {
             break;
         }
-        // sleep: paces the 20 read-and-write rounds over 2 s or more, so
+        // The 20 read-and-write rounds are spread over 2 s or more, so
         // that they run across the re-placements the two joins trigger.
+        // sleep: paces the client's rounds (the spread is the point).
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(last >= 25, "the actor did not serve after the restart");
