@@ -87,6 +87,13 @@ pub trait Directory: Rollouts + Tokens + Quotas + Policies + Send + Sync {
         true
     }
 
+    /// Whether the directory is shared by a cluster's replicas (etcd):
+    /// membership comes from it and snapshots are in a shared store. False
+    /// for the embedded one.
+    fn is_shared(&self) -> bool {
+        false
+    }
+
     /// Inserts a template.
     ///
     /// # Errors

@@ -43,7 +43,8 @@ impl ControlPlane {
         // Creates run together; each holds its name in `pending` until it
         // is placed (or failed).
         let started = std::time::Instant::now();
-        let _guard = self.ops.read().await;
+        let decider = self.decider()?;
+        let _guard = decider.ops.read().await;
         let max_actors = self.quota(namespace_of(name)).await?.max_actors;
         let _reserved = Reserved::take(self, name, max_actors)?;
         // New actors run the template's newest version.
@@ -141,9 +142,9 @@ impl ControlPlane {
         check_full_name("actor", new)?;
         same_namespace(new, "actor", src)?;
         let max_actors = self.quota(namespace_of(new)).await?.max_actors;
-        let _guard = self.ops.write().await;
+        let _guard = self.decider()?.ops.write().await;
         if let Some(max) = max_actors {
-            let held = self.actors_in(namespace_of(new), &self.lock_pending());
+            let held = self.actors_in(namespace_of(new), &self.decider()?.lock_pending());
             if held >= max {
                 return Err(crate::quotas::over_actors(namespace_of(new), held, max));
             }
@@ -275,7 +276,7 @@ impl ControlPlane {
     /// As [`ControlPlane::actor`]; the directory's.
     pub async fn actor_with_alarm(&self, name: &str) -> Result<ActorInfo, ApiError> {
         let mut info = self.actor(name).await?;
-        info.alarm_at = self.alarms.get(name).await?.map(rfc3339);
+        info.alarm_at = self.alarms()?.get(name).await?.map(rfc3339);
         Ok(info)
     }
 
@@ -497,7 +498,7 @@ impl ControlPlane {
     /// # Errors
     /// 404 if unknown; 500 if its files cannot be removed.
     pub async fn delete_actor(&self, name: &str) -> Result<(), ApiError> {
-        let _guard = self.ops.write().await;
+        let _guard = self.decider()?.ops.write().await;
         let gate = self.placement_of(name)?.gate;
         let _gate = gate.barrier.write().await;
         // Re-read under the gate: a move may have finished meanwhile.
@@ -510,7 +511,9 @@ impl ControlPlane {
         // for it any more.
         self.metrics.forget_actor(name);
         self.directory.delete_actor(name)?;
-        self.alarms.forget(name);
+        if let Ok(alarms) = self.alarms() {
+            alarms.forget(name);
+        }
         self.sockets()
             .close_all(name, 1001, "the actor was deleted");
         self.store.remove_actor(name)?;
@@ -556,7 +559,7 @@ impl<'a> Reserved<'a> {
     ) -> Result<Self, ApiError> {
         // A name is placed only by a create holding it here, or under the
         // write side of `ops` (which no create holds then).
-        let mut pending = control.lock_pending();
+        let mut pending = control.decider()?.lock_pending();
         if control.has_actor(name) || pending.contains(name) {
             return Err(ApiError::conflict(format!("actor {name} already exists")));
         }
@@ -578,6 +581,9 @@ impl<'a> Reserved<'a> {
 
 impl Drop for Reserved<'_> {
     fn drop(&mut self) {
-        self.control.lock_pending().remove(&self.name);
+        // Taken only where there is a decider (see `take`).
+        if let Ok(decider) = self.control.decider() {
+            decider.lock_pending().remove(&self.name);
+        }
     }
 }

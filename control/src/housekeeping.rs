@@ -3,12 +3,11 @@
 //! gc through the snapshot store.
 
 use std::collections::HashSet;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::ControlPlane;
 use super::views::GcReport;
-use stasis_contract::error::{ApiError, ErrorKind};
+use stasis_contract::error::ApiError;
 use stasis_contract::status::ActorState;
 
 impl ControlPlane {
@@ -18,7 +17,7 @@ impl ControlPlane {
     /// # Errors
     /// 500 if the snapshot store cannot be read.
     pub async fn gc(&self) -> Result<GcReport, ApiError> {
-        let _guard = self.ops.write().await;
+        let _guard = self.decider()?.ops.write().await;
         let mut report = GcReport::default();
         let known: HashSet<String> = self.placements().keys().cloned().collect();
         let keep = self.config.worker.actor.keep_snapshots;
@@ -44,26 +43,23 @@ impl ControlPlane {
     /// answer 503 "control plane shutting down"), so every actor stays on
     /// the worker it is on and is paused there. Idempotent.
     pub fn begin_shutdown(&self) {
-        if !self.shutting_down.swap(true, Ordering::SeqCst) {
+        if self
+            .decider
+            .as_ref()
+            .is_some_and(crate::decider::Decider::begin_shutdown)
+        {
             tracing::info!("shutting down: no more moves or drains; actors are paused in place");
         }
     }
 
     /// 503 "control plane shutting down" once [`ControlPlane::begin_shutdown`]
-    /// ran: what a move or drain answers then.
+    /// ran: what a move or drain answers then (and 503 on a follower,
+    /// which decides none).
     ///
     /// # Errors
-    /// 503 while shutting down.
+    /// 503 while shutting down, or on a follower.
     pub(super) fn refuse_if_shutting_down(&self, what: &str) -> Result<(), ApiError> {
-        if self.shutting_down.load(Ordering::SeqCst) {
-            return Err(ApiError::new(
-                ErrorKind::Unavailable,
-                format!(
-                    "control plane shutting down: {what} refused; every actor is paused on the worker it is on"
-                ),
-            ));
-        }
-        Ok(())
+        self.decider()?.refuse_if_shutting_down(what)
     }
 
     /// Pauses every running actor (graceful shutdown): afterwards every

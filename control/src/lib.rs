@@ -26,6 +26,9 @@
 //! - [`directory`]: [`directory::SqliteDirectory`], the embedded
 //!   [`Directory`] in `stasis.db`;
 //! - [`alarms`]: the scheduler of every actor's alarm and its delivery;
+//! - [`decider`]: what only a deciding control plane (embedded, or a
+//!   cluster's leader) has: the operations lock, graceful shutdown, the
+//!   alarm scheduler and the rollouts; a follower has none;
 //! - [`local`]: [`local::LocalControl`], this control plane as the
 //!   [`stasis_contract::control_api::ControlApi`] of in-process workers,
 //!   and [`calls`], how a call or message goes through it;
@@ -45,6 +48,7 @@ pub mod actors;
 pub mod alarms;
 pub mod balance;
 pub mod calls;
+pub mod decider;
 pub mod directory;
 pub mod follow;
 pub mod housekeeping;
@@ -70,7 +74,6 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -215,33 +218,15 @@ pub struct ControlPlane {
     placements: placement::PlacementTable,
     metrics: Arc<Metrics>,
     config: ServeConfig,
-    /// Serialises operations that change the directory's set of names
-    /// (write), except creates, which run together (read) and reserve
-    /// their names in `pending`.
-    ops: tokio::sync::RwLock<()>,
-    pending: std::sync::Mutex<std::collections::HashSet<String>>,
-    /// The newest version of each template creates looked up (saving each
-    /// create its directory reads). Template pushes and deletes, the only
-    /// writers of templates, clear it under the write side of `ops`, which
-    /// no create holds then.
-    newest_templates: std::sync::Mutex<
-        std::collections::HashMap<String, stasis_contract::directory::TemplateRow>,
-    >,
-    /// Set when graceful shutdown begins: no move or drain starts after it.
-    shutting_down: AtomicBool,
-    role: Role,
-    /// Every actor's alarm (fired only by an embedded or leading control
-    /// plane, see [`crate::alarms`]).
-    alarms: crate::alarms::scheduler::Scheduler,
-    /// The rollouts this control plane drives (see [`crate::rollout`]).
-    rollouts: rollout::RolloutTasks,
+    /// What only a deciding control plane has (embedded, or a cluster's
+    /// leader); `None` on a follower replica.
+    decider: Option<decider::Decider>,
     /// The WebSockets and streams this process holds.
     sockets: sockets::Sockets,
     /// The namespaces' quotas as read, and their request budgets.
     quotas: quotas::QuotaState,
     /// The namespaces' policies as read.
     policies: policies::PolicyState,
-    _lock: Option<File>,
 }
 
 /// What a control plane does in its process.
@@ -317,20 +302,27 @@ impl ControlPlane {
         parts: ControlParts,
         role: Role,
     ) -> Arc<Self> {
-        let alarms = crate::alarms::scheduler::Scheduler::new(
-            parts.directory.clone(),
-            metrics.alarms.clone(),
-            config.alarm_retries,
-        );
         let sockets = sockets::Sockets::new(config.sockets);
-        let placements = if role == Role::Follower {
-            placement::PlacementTable::cached(
-                config.placement_cache,
-                metrics.placement_cache.clone(),
-            )
-        } else {
-            placement::PlacementTable::default()
+        // The one place a role is read: a follower follows placements
+        // into a bounded cache and decides nothing.
+        let (placements, decides) = match role {
+            Role::Follower => (
+                placement::PlacementTable::cached(
+                    config.placement_cache,
+                    metrics.placement_cache.clone(),
+                ),
+                false,
+            ),
+            Role::Embedded | Role::Leader => (placement::PlacementTable::default(), true),
         };
+        let alarms = decides.then(|| {
+            crate::alarms::scheduler::Scheduler::new(
+                parts.directory.clone(),
+                metrics.alarms.clone(),
+                config.alarm_retries,
+            )
+        });
+        let lock = parts.lock;
         Arc::new_cyclic(|me| Self {
             directory: parts.directory,
             templates: parts.templates,
@@ -340,17 +332,12 @@ impl ControlPlane {
             placements,
             metrics,
             config,
-            ops: tokio::sync::RwLock::new(()),
-            pending: std::sync::Mutex::default(),
-            newest_templates: std::sync::Mutex::default(),
-            shutting_down: AtomicBool::new(false),
-            role,
-            alarms,
-            rollouts: rollout::RolloutTasks::new(me.clone()),
+            decider: alarms.map(|alarms| {
+                decider::Decider::new(alarms, rollout::RolloutTasks::new(me.clone()), lock)
+            }),
             sockets,
             quotas: quotas::QuotaState::default(),
             policies: policies::PolicyState::default(),
-            _lock: parts.lock,
         })
     }
 
@@ -369,7 +356,7 @@ impl ControlPlane {
         workers: &BTreeMap<String, WorkerRecord>,
     ) -> anyhow::Result<()> {
         self.admit_registered(workers);
-        if self.role == Role::Leader {
+        if self.decides() {
             let directory = self.directory.clone();
             let rows = tokio::task::spawn_blocking(move || directory.actors())
                 .await
@@ -391,16 +378,31 @@ impl ControlPlane {
         self.config.cluster_settings(self.is_clustered())
     }
 
-    /// Whether this is a cluster's replica (membership comes from etcd).
+    /// Whether this is a cluster's replica (membership comes from etcd):
+    /// its directory is shared by the replicas.
     #[must_use]
     pub fn is_clustered(&self) -> bool {
-        self.role != Role::Embedded
+        self.directory.is_shared()
     }
 
-    /// What this control plane does.
+    /// Whether this control plane decides (embedded, or a cluster's
+    /// leader): it places, moves and fires alarms. A follower replica only
+    /// routes by the placements it follows.
     #[must_use]
-    pub fn role(&self) -> Role {
-        self.role
+    pub fn decides(&self) -> bool {
+        self.decider.is_some()
+    }
+
+    /// What only a deciding control plane has.
+    ///
+    /// # Errors
+    /// 503 on a follower replica: the leader decides.
+    pub fn decider(&self) -> Result<&decider::Decider, ApiError> {
+        self.decider.as_ref().ok_or_else(|| {
+            ApiError::unavailable(
+                "this replica follows: the leader replica decides (its admin API forwards there)",
+            )
+        })
     }
 
     /// Whether it may still act on its decisions: a leader, only while
@@ -419,9 +421,11 @@ impl ControlPlane {
     }
 
     /// Every actor's alarm (see [`crate::alarms`]).
-    #[must_use]
-    pub fn alarms(&self) -> &crate::alarms::scheduler::Scheduler {
-        &self.alarms
+    ///
+    /// # Errors
+    /// 503 on a follower replica (see [`ControlPlane::decider`]).
+    pub fn alarms(&self) -> Result<&crate::alarms::scheduler::Scheduler, ApiError> {
+        Ok(self.decider()?.alarms())
     }
 
     /// Starts firing alarms: `pending` is the directory's list
@@ -431,7 +435,7 @@ impl ControlPlane {
     /// If the scheduler cannot start.
     pub fn start_alarms(self: &Arc<Self>, pending: Vec<(String, u64)>) -> Result<(), ApiError> {
         let deliver = crate::alarms::deliver::ControlDeliver::new(self);
-        self.alarms.start(pending, deliver)
+        self.alarms()?.start(pending, deliver)
     }
 
     /// The metrics registry.

@@ -48,15 +48,15 @@ impl ControlApi for LocalControl {
     }
 
     async fn set_alarm(&self, actor: &str, at_unix_ms: u64) -> Result<(), ApiError> {
-        self.get()?.alarms().set(actor, at_unix_ms).await
+        self.get()?.alarms()?.set(actor, at_unix_ms).await
     }
 
     async fn cancel_alarm(&self, actor: &str) -> Result<(), ApiError> {
-        self.get()?.alarms().cancel(actor).await
+        self.get()?.alarms()?.cancel(actor).await
     }
 
     async fn alarm(&self, actor: &str) -> Result<Option<u64>, ApiError> {
-        self.get()?.alarms().get(actor).await
+        self.get()?.alarms()?.get(actor).await
     }
 
     async fn socket(&self, actor: &str, op: SocketOp) -> Result<SocketAnswer, ApiError> {

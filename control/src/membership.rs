@@ -343,7 +343,7 @@ impl ControlPlane {
             if registered || member.state() == WorkerState::Lost {
                 continue;
             }
-            if member.state() == WorkerState::Drained || self.role == super::Role::Follower {
+            if member.state() == WorkerState::Drained || !self.decides() {
                 // A follower does not decide losses (nor see drains): the
                 // leader re-places whatever the worker held.
                 tracing::info!(worker = %member.name, "worker gone; forgetting it");
@@ -356,7 +356,7 @@ impl ControlPlane {
         }
         changed |= self.admit_registered(current);
         // Only the leader acts on a membership change.
-        if changed && self.role == super::Role::Leader {
+        if changed && self.decides() {
             let control = self.clone();
             tokio::spawn(async move {
                 control.place_waiting().await;

@@ -167,7 +167,7 @@ impl ControlPlane {
                     attempts += 1;
                     tracing::debug!(actor = name, "retrying on the current owner: {e}");
                     drop(open);
-                    if self.role() == super::Role::Follower {
+                    if self.placements.follows() {
                         // A follower reads the placement again, a moment
                         // after the move (its watch may be behind).
                         self.placements.forget(name, epoch);
@@ -244,11 +244,7 @@ impl ControlPlane {
     /// retry; a follower's follows the watch, so it tries for about 2 s
     /// (25 ms, 50 ms, ... between attempts).
     fn misdirected_retries(&self) -> u32 {
-        if self.role() == super::Role::Follower {
-            12
-        } else {
-            3
-        }
+        if self.placements.follows() { 12 } else { 3 }
     }
 }
 

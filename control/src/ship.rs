@@ -92,7 +92,7 @@ impl ControlPlane {
         seq: u64,
         bytes: Bytes,
     ) -> Result<(), ApiError> {
-        if !self.has_actor(actor) && !self.lock_pending().contains(actor) {
+        if !self.has_actor(actor) && !self.decider()?.lock_pending().contains(actor) {
             return Err(ApiError::not_found(format!("no actor named {actor:?}")));
         }
         stasis_core::snapshot::verify_header(&bytes)
@@ -109,13 +109,5 @@ impl ControlPlane {
         .await
         .map_err(ApiError::internal)??;
         Ok(())
-    }
-
-    /// Actors being created: not placed yet, but a remote worker already
-    /// streams their seq-0 snapshot.
-    pub(super) fn lock_pending(
-        &self,
-    ) -> std::sync::MutexGuard<'_, std::collections::HashSet<String>> {
-        self.pending.lock().unwrap_or_else(|p| p.into_inner())
     }
 }

@@ -53,7 +53,7 @@ impl ControlPlane {
     /// # Errors
     /// 404 if unknown.
     pub(super) async fn newest_version(&self, name: &str) -> Result<TemplateRow, ApiError> {
-        if let Some(row) = self.lock_newest_templates().get(name) {
+        if let Some(row) = self.decider()?.lock_newest_templates().get(name) {
             return Ok(row.clone());
         }
         let (directory, template) = (self.directory.clone(), name.to_owned());
@@ -62,17 +62,10 @@ impl ControlPlane {
             .map_err(ApiError::internal)??
             .pop()
             .ok_or_else(|| ApiError::not_found(format!("no template named {name:?}")))?;
-        self.lock_newest_templates()
+        self.decider()?
+            .lock_newest_templates()
             .insert(name.to_owned(), row.clone());
         Ok(row)
-    }
-
-    fn lock_newest_templates(
-        &self,
-    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, TemplateRow>> {
-        self.newest_templates
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
     }
 
     /// What a worker needs to host an actor of `template` at `epoch`.
@@ -137,9 +130,10 @@ impl ControlPlane {
         // The environment is a set of variables: order does not matter.
         let mut env = env;
         env.sort();
-        let _guard = self.ops.write().await;
+        let decider = self.decider()?;
+        let _guard = decider.ops.write().await;
         // Under the write side of `ops`: no create reads the cache now.
-        self.lock_newest_templates().clear();
+        decider.lock_newest_templates().clear();
         let digest = hex::encode(stasis_core::module::digest(&bytes));
         let versions = self.versions_of(name)?;
         if let Some(newest) = versions.last()
@@ -300,8 +294,9 @@ impl ControlPlane {
     /// # Errors
     /// 404 if unknown; 409 while actors use it.
     pub async fn delete_template(&self, name: &str) -> Result<(), ApiError> {
-        let _guard = self.ops.write().await;
-        self.lock_newest_templates().clear();
+        let decider = self.decider()?;
+        let _guard = decider.ops.write().await;
+        decider.lock_newest_templates().clear();
         let versions = self.versions_of(name)?;
         if versions.is_empty() {
             return Err(ApiError::not_found(format!("no template named {name:?}")));

@@ -181,7 +181,7 @@ async fn sockets(call: Internal<'_>) -> Result<Response<Body>, ApiError> {
 
 /// `GET` [`ControlPath::Alarm`]: its time (Unix ms), `204` for none.
 async fn alarm(call: Internal<'_>) -> Result<Response<Body>, ApiError> {
-    match call.control.alarms().get(call.param(0)).await? {
+    match call.control.alarms()?.get(call.param(0)).await? {
         Some(at) => Ok(text(StatusCode::OK, at.to_string(), "text/plain")),
         None => Ok(no_content()),
     }
@@ -190,13 +190,16 @@ async fn alarm(call: Internal<'_>) -> Result<Response<Body>, ApiError> {
 /// `PUT` [`ControlPath::Alarm`] (body: Unix ms, decimal).
 async fn set_alarm(call: Internal<'_>) -> Result<Response<Body>, ApiError> {
     let at_unix_ms = stasis_contract::proto::parse_ms(&call.body)?;
-    call.control.alarms().set(call.param(0), at_unix_ms).await?;
+    call.control
+        .alarms()?
+        .set(call.param(0), at_unix_ms)
+        .await?;
     Ok(no_content())
 }
 
 /// `DELETE` [`ControlPath::Alarm`].
 async fn cancel_alarm(call: Internal<'_>) -> Result<Response<Body>, ApiError> {
-    call.control.alarms().cancel(call.param(0)).await?;
+    call.control.alarms()?.cancel(call.param(0)).await?;
     Ok(no_content())
 }
 

@@ -167,7 +167,7 @@ impl Replica {
                 Listener::Admin => json_error(&e),
             };
         };
-        let follower = serving.control.role() == Role::Follower;
+        let follower = !serving.control.decides();
         match listener {
             // Sockets are held where the actors' control plane is: the
             // leader (see `stasis_ingress::relay`).
@@ -383,16 +383,15 @@ async fn open(
     .await?;
     let mut tasks = vec![tokio::spawn(control.clone().follow_registrations(workers))];
     let mut applied_revision = None;
-    match role {
-        Role::Leader => tasks.push(tokio::spawn(control.clone().run_housekeeping())),
-        Role::Follower | Role::Embedded => {
-            let actors = etcd.watch_actor_changes().await?;
-            let (applied_tx, applied_rx) = watch::channel(0);
-            tasks.push(tokio::spawn(
-                control.clone().follow_placements(actors, applied_tx),
-            ));
-            applied_revision = Some(applied_rx);
-        }
+    if control.decides() {
+        tasks.push(tokio::spawn(control.clone().run_housekeeping()));
+    } else {
+        let actors = etcd.watch_actor_changes().await?;
+        let (applied_tx, applied_rx) = watch::channel(0);
+        tasks.push(tokio::spawn(
+            control.clone().follow_placements(actors, applied_tx),
+        ));
+        applied_revision = Some(applied_rx);
     }
     let api = Arc::new(AdminApi::new(
         control.clone(),

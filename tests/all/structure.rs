@@ -421,3 +421,39 @@ fn every_path_the_architecture_page_names_exists() {
         "docs/architecture.md names missing paths: {missing:?}"
     );
 }
+
+/// A control plane's role is a type, not a field (issue 45): the role is
+/// read in one `match` where a control plane is built, never compared;
+/// a follower has no decider; `ControlPlane` keeps at most 12 fields.
+#[test]
+fn the_role_is_read_once_and_the_control_plane_stays_small() {
+    let files = rust_files(&["control/src", "runtime/src", "ingress/src", "cluster/src"]);
+    let mut matches = Vec::new();
+    let mut compared = Vec::new();
+    for file in files
+        .iter()
+        .filter(|f| !f.components().any(|c| c.as_os_str() == "tests"))
+    {
+        let text = std::fs::read_to_string(file).unwrap();
+        for (i, line) in text.lines().enumerate() {
+            let at = || format!("{}:{}", file.display(), i + 1);
+            if line.contains("match role") {
+                matches.push(at());
+            }
+            if line.contains("== Role::") || line.contains("!= Role::") || line.contains(".role()")
+            {
+                compared.push(at());
+            }
+        }
+    }
+    assert_eq!(matches.len(), 1, "{matches:?}");
+    assert!(compared.is_empty(), "the role compared: {compared:?}");
+    let fields: Vec<String> = struct_body("control/src/lib.rs", "ControlPlane")
+        .into_iter()
+        .filter(|line| {
+            let line = line.trim_start();
+            !line.starts_with("//") && !line.starts_with('#') && line.contains(": ")
+        })
+        .collect();
+    assert!(fields.len() <= 12, "{} fields: {fields:?}", fields.len());
+}

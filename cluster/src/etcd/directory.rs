@@ -575,6 +575,10 @@ impl Directory for EtcdDirectory {
         Some(self.actors_revision.load(Ordering::SeqCst))
     }
 
+    fn is_shared(&self) -> bool {
+        true
+    }
+
     fn alarms(&self) -> Result<Vec<(String, u64)>, ApiError> {
         let etcd = self.etcd.clone();
         let dir = self.etcd.key("alarms/");

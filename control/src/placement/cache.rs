@@ -168,6 +168,12 @@ impl PlacementTable {
         self.cache.as_ref()
     }
 
+    /// Whether the table follows placements another replica decides (a
+    /// follower's cache, kept in step by a watch that may be behind).
+    pub(crate) fn follows(&self) -> bool {
+        self.cache.is_some()
+    }
+
     /// Puts what a read of `name` found (`read`, under `loading`) in the
     /// cache, unless the watch saw a later change meanwhile (then that
     /// change); `placement` makes a new placement. The placement's gate, or

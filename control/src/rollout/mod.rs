@@ -200,7 +200,7 @@ impl ControlPlane {
         record.state = RolloutState::Running;
         record.stop_reason = None;
         self.directory.put_rollout(&record)?;
-        self.rollouts.defer(template, Vec::new());
+        self.rollouts()?.defer(template, Vec::new());
         tracing::info!(
             template,
             from_version = record.to_version,
@@ -217,7 +217,7 @@ impl ControlPlane {
     pub async fn rollout_status(&self, template: &str) -> Result<RolloutStatus, ApiError> {
         let record = self.record_of(template)?;
         let (actors, outcomes) = self.gather(template).await?;
-        let busy = lock(&self.rollouts.busy).clone();
+        let busy = lock(&self.rollouts()?.busy).clone();
         Ok(plan::status(&Input {
             record: &record,
             actors: &actors,
@@ -249,21 +249,25 @@ impl ControlPlane {
     /// (the outcome is recorded either way; a failed upgrade leaves it on
     /// its version, and the request goes on to it there).
     pub(crate) async fn upgrade_if_deferred(&self, name: &str) {
-        if !self.rollouts.any_deferred.load(Ordering::Relaxed) {
+        // A follower drives no rollout: nothing is deferred there.
+        let Ok(rollouts) = self.rollouts() else {
+            return;
+        };
+        if !rollouts.any_deferred.load(Ordering::Relaxed) {
             return;
         }
         let taken = {
-            let mut deferred = lock(&self.rollouts.deferred);
+            let mut deferred = lock(&rollouts.deferred);
             let taken = deferred.remove(name);
-            self.rollouts
+            rollouts
                 .any_deferred
                 .store(!deferred.is_empty(), Ordering::SeqCst);
             taken
         };
-        let (Some((template, step)), Some(me)) = (taken, self.rollouts.me.upgrade()) else {
+        let (Some((template, step)), Some(me)) = (taken, rollouts.me.upgrade()) else {
             return;
         };
-        lock(&self.rollouts.busy).insert(name.to_owned());
+        lock(&rollouts.busy).insert(name.to_owned());
         tracing::info!(
             actor = name,
             to = step.to,
@@ -273,9 +277,27 @@ impl ControlPlane {
         // the upgrade half-way.
         let task = tokio::spawn(async move {
             me.run_step(&template, &step, false).await;
-            lock(&me.rollouts.busy).remove(&step.actor);
+            if let Ok(rollouts) = me.rollouts() {
+                lock(&rollouts.busy).remove(&step.actor);
+            }
         });
         let _ = task.await;
+    }
+
+    /// The rollouts this control plane drives.
+    ///
+    /// # Errors
+    /// 503 on a follower (see [`ControlPlane::decider`]).
+    fn rollouts(&self) -> Result<&RolloutTasks, ApiError> {
+        Ok(&self.decider()?.rollouts)
+    }
+
+    /// Whether rollouts stop here: graceful shutdown began, or this
+    /// control plane decides nothing (a follower).
+    fn stopping(&self) -> bool {
+        self.decider
+            .as_ref()
+            .is_none_or(crate::decider::Decider::shutting_down)
     }
 
     /// 409 if a rollout or rollback of `template` is running.
@@ -346,7 +368,10 @@ impl ControlPlane {
 
     /// Starts the task driving `template`'s rollout, unless one runs.
     fn drive(self: &Arc<Self>, template: &str) {
-        if !lock(&self.rollouts.driving).insert(template.to_owned()) {
+        let Ok(rollouts) = self.rollouts() else {
+            return;
+        };
+        if !lock(&rollouts.driving).insert(template.to_owned()) {
             return;
         }
         let (control, template) = (self.clone(), template.to_owned());
@@ -356,7 +381,10 @@ impl ControlPlane {
                     tracing::error!(template, "rollout interrupted: {e}");
                     tokio::time::sleep(WAIT_POLL).await;
                 }
-                lock(&control.rollouts.driving).remove(&template);
+                let Ok(rollouts) = control.rollouts() else {
+                    return;
+                };
+                lock(&rollouts.driving).remove(&template);
                 // A rollout (or rollback) started while this task ended
                 // found it still driving: carry it on.
                 let running = matches!(
@@ -365,8 +393,8 @@ impl ControlPlane {
                 );
                 if !running
                     || !control.may_act()
-                    || control.shutting_down.load(Ordering::SeqCst)
-                    || !lock(&control.rollouts.driving).insert(template.clone())
+                    || control.stopping()
+                    || !lock(&rollouts.driving).insert(template.clone())
                 {
                     return;
                 }
@@ -379,18 +407,18 @@ impl ControlPlane {
     /// act: shutting down, or no longer leading).
     async fn drive_until_done(&self, template: &str) -> Result<(), ApiError> {
         loop {
-            if !self.may_act() || self.shutting_down.load(Ordering::SeqCst) {
+            if !self.may_act() || self.stopping() {
                 return Ok(());
             }
             let Some(mut record) = self.directory.rollout(template)? else {
                 return Ok(());
             };
             if record.state != RolloutState::Running {
-                self.rollouts.defer(template, Vec::new());
+                self.rollouts()?.defer(template, Vec::new());
                 return Ok(());
             }
             let (actors, outcomes) = self.gather(template).await?;
-            let busy = lock(&self.rollouts.busy).clone();
+            let busy = lock(&self.rollouts()?.busy).clone();
             let input = Input {
                 record: &record,
                 actors: &actors,
@@ -404,11 +432,11 @@ impl ControlPlane {
                     self.run_wave(&record, steps, failed).await;
                 }
                 Next::Wait(steps) => {
-                    self.rollouts.defer(template, steps);
+                    self.rollouts()?.defer(template, steps);
                     tokio::time::sleep(WAIT_POLL).await;
                 }
                 Next::Finish | Next::Stop(_) => {
-                    self.rollouts.defer(template, Vec::new());
+                    self.rollouts()?.defer(template, Vec::new());
                     record.state = plan::state_after(&next).unwrap_or(record.state);
                     if let Next::Stop(why) = next {
                         tracing::warn!(template, "rollout stopped: {why}");
@@ -436,9 +464,7 @@ impl ControlPlane {
             .map(|step| {
                 let failures = &failures;
                 async move {
-                    if failures.load(Ordering::SeqCst) >= limit
-                        || self.shutting_down.load(Ordering::SeqCst)
-                    {
+                    if failures.load(Ordering::SeqCst) >= limit || self.stopping() {
                         return;
                     }
                     if !self
@@ -465,7 +491,7 @@ impl ControlPlane {
             tokio::time::sleep(Duration::from_millis(ms)).await;
         }
         let result = self.upgrade(&step.actor, Some(step.to)).await;
-        if self.shutting_down.load(Ordering::SeqCst) && result.is_err() {
+        if self.stopping() && result.is_err() {
             // Refused because the control plane stops: not the actor's
             // failure; the rollout carries on after the restart.
             return true;

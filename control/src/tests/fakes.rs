@@ -318,9 +318,20 @@ pub(crate) struct MemoryDirectory {
     tokens: Mutex<BTreeMap<String, TokenRecord>>,
     quotas: Mutex<BTreeMap<String, Quota>>,
     policies: Mutex<BTreeMap<String, NamespacePolicy>>,
+    /// Stands for etcd (a cluster's replicas share it).
+    shared: bool,
 }
 
 impl MemoryDirectory {
+    /// A directory that stands for etcd when `shared`, else for
+    /// `stasis.db`.
+    pub(crate) fn new(shared: bool) -> Self {
+        Self {
+            shared,
+            ..Self::default()
+        }
+    }
+
     /// The actor row `name`, if any.
     pub(crate) fn actor(&self, name: &str) -> Option<ActorRow> {
         self.actors.lock().expect("lock").get(name).cloned()
@@ -328,6 +339,10 @@ impl MemoryDirectory {
 }
 
 impl Directory for MemoryDirectory {
+    fn is_shared(&self) -> bool {
+        self.shared
+    }
+
     fn insert_template(&self, row: &TemplateRow) -> Result<(), ApiError> {
         self.templates
             .lock()

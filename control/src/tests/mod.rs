@@ -56,7 +56,7 @@ fn harness(role: Role, in_process: usize, actors: &[ActorRow]) -> Harness {
     let workers: Vec<Arc<FakeWorker>> = (1..=in_process)
         .map(|i| FakeWorker::new(&format!("worker-{i}"), Location::InProcess, store.clone()))
         .collect();
-    let directory = Arc::new(MemoryDirectory::default());
+    let directory = Arc::new(MemoryDirectory::new(role != Role::Embedded));
     directory
         .insert_template(&TemplateRow {
             name: TEMPLATE.to_owned(),
