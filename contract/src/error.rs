@@ -68,6 +68,31 @@ pub enum ErrorKind {
 }
 
 impl ErrorKind {
+    /// Every kind.
+    pub const ALL: [ErrorKind; 21] = [
+        ErrorKind::BadRequest,
+        ErrorKind::Unauthorized,
+        ErrorKind::Forbidden,
+        ErrorKind::NotFound,
+        ErrorKind::Conflict,
+        ErrorKind::Gone,
+        ErrorKind::TooLarge,
+        ErrorKind::TooManyRequests,
+        ErrorKind::MethodNotAllowed,
+        ErrorKind::StaleEpoch,
+        ErrorKind::Unprocessable,
+        ErrorKind::LoopDetected,
+        ErrorKind::Internal,
+        ErrorKind::NotImplemented,
+        ErrorKind::BadGateway,
+        ErrorKind::Unavailable,
+        ErrorKind::Timeout,
+        ErrorKind::InsufficientStorage,
+        ErrorKind::Abandoned,
+        ErrorKind::OutcomeUnknown,
+        ErrorKind::Unreachable,
+    ];
+
     /// The HTTP status the edge answers for this kind. [`ErrorKind::Abandoned`]
     /// and [`ErrorKind::OutcomeUnknown`] are never sent (their client is
     /// gone); they map to 503 should one be written anyway.
@@ -158,30 +183,7 @@ impl ErrorKind {
     /// The kind named `name` on the wire ([`ErrorKind::name`]).
     #[must_use]
     pub fn from_name(name: &str) -> Option<Self> {
-        const ALL: [ErrorKind; 21] = [
-            ErrorKind::BadRequest,
-            ErrorKind::Unauthorized,
-            ErrorKind::Forbidden,
-            ErrorKind::NotFound,
-            ErrorKind::Conflict,
-            ErrorKind::Gone,
-            ErrorKind::TooLarge,
-            ErrorKind::TooManyRequests,
-            ErrorKind::MethodNotAllowed,
-            ErrorKind::StaleEpoch,
-            ErrorKind::Unprocessable,
-            ErrorKind::LoopDetected,
-            ErrorKind::Internal,
-            ErrorKind::NotImplemented,
-            ErrorKind::BadGateway,
-            ErrorKind::Unavailable,
-            ErrorKind::Timeout,
-            ErrorKind::InsufficientStorage,
-            ErrorKind::Abandoned,
-            ErrorKind::OutcomeUnknown,
-            ErrorKind::Unreachable,
-        ];
-        ALL.into_iter().find(|k| k.name() == name)
+        Self::ALL.into_iter().find(|k| k.name() == name)
     }
 }
 

@@ -297,7 +297,7 @@ impl ControlPlane {
     fn stopping(&self) -> bool {
         self.decider
             .as_ref()
-            .is_none_or(crate::decider::Decider::shutting_down)
+            .is_none_or(|decider| decider.shutting_down())
     }
 
     /// 409 if a rollout or rollback of `template` is running.

@@ -371,29 +371,7 @@ mod tests {
     /// for good when it read their HTTP status (400, 401, 403, 409).
     #[test]
     fn a_join_is_refused_for_good_by_the_same_kinds_as_by_status() {
-        let kinds = [
-            ErrorKind::BadRequest,
-            ErrorKind::Unauthorized,
-            ErrorKind::Forbidden,
-            ErrorKind::NotFound,
-            ErrorKind::Conflict,
-            ErrorKind::Gone,
-            ErrorKind::StaleEpoch,
-            ErrorKind::TooLarge,
-            ErrorKind::TooManyRequests,
-            ErrorKind::MethodNotAllowed,
-            ErrorKind::Unprocessable,
-            ErrorKind::LoopDetected,
-            ErrorKind::Internal,
-            ErrorKind::NotImplemented,
-            ErrorKind::BadGateway,
-            ErrorKind::Unavailable,
-            ErrorKind::Timeout,
-            ErrorKind::InsufficientStorage,
-            ErrorKind::Abandoned,
-            ErrorKind::OutcomeUnknown,
-            ErrorKind::Unreachable,
-        ];
+        let kinds = ErrorKind::ALL;
         for kind in kinds {
             let by_status = matches!(kind.status(), 400 | 401 | 403 | 409);
             assert_eq!(
