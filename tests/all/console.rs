@@ -174,7 +174,10 @@ impl Browser {
                 if self.eval(&guarded).await == Value::Bool(true) {
                     return Ok(());
                 }
-                let text = self.eval("document.body.innerText").await;
+                // Guarded too: before the page has loaded it has no body.
+                let text = self
+                    .eval("(() => { try { return document.body.innerText; } catch (_) { return null; } })()")
+                    .await;
                 Err(format!("the page says {text}"))
             },
         )
