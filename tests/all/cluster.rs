@@ -69,25 +69,40 @@ async fn load_survives_scale_out_and_scale_in_with_exact_counts() {
     }
     let c = client();
     let addr = server.ingress;
+    // Answers the load has had so far: each step below waits for more of
+    // them, so the scale-out and the drain each happen under load.
+    let answered = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut clients = Vec::new();
     for k in 0..16 {
         let c = c.clone();
         let actors = actors.clone();
+        let answered = answered.clone();
         clients.push(tokio::spawn(async move {
             let mut seen = Vec::new();
             for i in 0..200 {
                 let actor = &actors[(k * 7 + i) % actors.len()];
                 let answer = to_actor(&c, addr, actor, "POST", "/").await;
+                answered.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 seen.push((actor.clone(), answer.status, answer.body));
             }
             seen
         }));
     }
-    // sleep: the load runs a while before the new worker joins.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let answers_past = |n: usize| {
+        let answered = answered.clone();
+        async move {
+            wait::until_async(
+                &format!("{n} answers to the load"),
+                Duration::from_secs(60),
+                async || (answered.load(std::sync::atomic::Ordering::SeqCst) >= n).then_some(()),
+            )
+            .await;
+        }
+    };
+    answers_past(400).await;
     let new = RemoteWorker::start(&server, "w-new", &[]);
-    // sleep: the load runs on both workers a while before the drain.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let joined_at = answered.load(std::sync::atomic::Ordering::SeqCst);
+    answers_past(joined_at + 400).await;
     let drained = server.cli_json(&["worker", "drain", &old.name]);
     assert_eq!(drained["state"], "drained");
     let mut counts: HashMap<String, Vec<u64>> = HashMap::new();

@@ -16,6 +16,7 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use stasis_test_util::cluster::{Deployment, Setup};
 use stasis_test_util::http::Http;
+use stasis_test_util::wait;
 
 use crate::support::{STASIS, actor_host, client, count, to_actor};
 
@@ -406,9 +407,13 @@ async fn no_split_brain_and_no_lost_acknowledged_request_under_faults() {
         d.cli_json(i % 2, &["actor", "create", name, "--template", "counter"]);
     }
     let ingresses: Vec<SocketAddr> = (0..2).map(|i| d.replica(i).ingress).collect();
+    // Requests the clients have had answered (acknowledged or failed):
+    // the faults below are spaced by the clients' progress.
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let clients: Vec<_> = (0..CLIENTS)
         .map(|k| {
             let names = names.clone();
+            let done = done.clone();
             // Each client starts at its own replica.
             let mut order = ingresses.clone();
             order.rotate_left(k % 2);
@@ -422,6 +427,7 @@ async fn no_split_brain_and_no_lost_acknowledged_request_under_faults() {
                         Some(n) => acked.push((actor.clone(), n)),
                         None => failed += 1,
                     }
+                    done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                     // sleep: paces each client among the faults.
                     tokio::time::sleep(Duration::from_millis(40)).await;
                 }
@@ -430,22 +436,29 @@ async fn no_split_brain_and_no_lost_acknowledged_request_under_faults() {
         })
         .collect();
     // The faults, while the clients run: the leader replica, one etcd
-    // member and one worker are killed; a fourth worker joins.
-    // sleep: the faults are spaced in time while the clients run.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // member and one worker are killed; a fourth worker joins. Each comes
+    // once the clients have had another sixth of their requests answered
+    // since the one before, so every fault lands on a cluster under load
+    // that got through the previous one.
+    let step = CLIENTS * POSTS / 6;
+    let progress = async |what: &str, past: usize| {
+        wait::until_async(what, Duration::from_secs(60), async || {
+            let now = done.load(std::sync::atomic::Ordering::SeqCst);
+            (now >= past).then_some(now)
+        })
+        .await
+    };
+    let at = progress("requests before the first fault", step).await;
     let leader = d.leader();
     d.replicas[leader].as_mut().expect("leader").process.kill();
     d.replicas[leader] = None;
-    // sleep: the faults are spaced in time while the clients run.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let at = progress("requests after the leader's kill", at + step).await;
     d.etcd.kill(2);
-    // sleep: the faults are spaced in time while the clients run.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let at = progress("requests after an etcd member's kill", at + step).await;
     let victim = d.workers[0].as_mut().expect("w1");
     victim.process.kill();
     d.workers[0] = None;
-    // sleep: the faults are spaced in time while the clients run.
-    tokio::time::sleep(Duration::from_millis(1000)).await;
+    progress("requests after a worker's kill", at + step).await;
     d.add_worker("w4");
     let mut acked: BTreeMap<String, Vec<u64>> = BTreeMap::new();
     let mut failed = 0;

@@ -438,23 +438,35 @@ async fn racing_creates_and_a_delete_through_a_follower_under_load_stay_consiste
     // that stays, and the actor is gone everywhere afterwards.
     let follower = 1 - d.leader();
     let ingresses = [d.replica(0).ingress, d.replica(1).ingress];
-    let posting = tokio::spawn(async move {
-        let c = client();
-        let mut counts = Vec::new();
-        for i in 0..60 {
-            match crate::replicas::try_post(&c, ingresses[i % 2], "dup").await {
-                Some((200, body)) => counts.push(stasis_test_util::demos::count_in(&body)),
-                Some((404, _)) => return (counts, true),
-                Some((503, _)) | None => {}
-                Some((status, body)) => panic!("POST during the delete: {status} {body}"),
+    let posted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let posting = tokio::spawn({
+        let posted = posted.clone();
+        async move {
+            let c = client();
+            let mut counts = Vec::new();
+            for i in 0..60 {
+                match crate::replicas::try_post(&c, ingresses[i % 2], "dup").await {
+                    Some((200, body)) => {
+                        counts.push(stasis_test_util::demos::count_in(&body));
+                        posted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    }
+                    Some((404, _)) => return (counts, true),
+                    Some((503, _)) | None => {}
+                    Some((status, body)) => panic!("POST during the delete: {status} {body}"),
+                }
+                // sleep: paces the poster during the delete.
+                tokio::time::sleep(Duration::from_millis(20)).await;
             }
-            // sleep: paces the poster during the delete.
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            (counts, false)
         }
-        (counts, false)
     });
-    // sleep: the poster runs a while before the delete.
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    // The poster has had counts through both replicas before the delete.
+    wait::until_async(
+        "five counts before the delete",
+        Duration::from_secs(30),
+        async || (posted.load(std::sync::atomic::Ordering::SeqCst) >= 5).then_some(()),
+    )
+    .await;
     d.cli_ok(follower, &["actor", "delete", "dup"]);
     let (counts, gone) = posting.await.expect("poster");
     assert!(
