@@ -8,8 +8,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::ApiError;
-pub use crate::policy::Policies;
-pub use crate::quota::Quotas;
+pub use crate::namespace_settings::{NamespaceSettings, Settings};
 pub use crate::rollout::Rollouts;
 use crate::settings::Durability;
 pub use crate::tokens::Tokens;
@@ -75,9 +74,9 @@ pub struct ActorRow {
 
 /// The durable record of templates, actors and placements, of rollouts
 /// ([`Rollouts`]), of scoped admin tokens ([`Tokens`]) and of the
-/// namespaces' quotas ([`Quotas`]) and policies ([`Policies`]). Every write is durable on return; errors are
+/// namespaces' settings, quotas and policies ([`NamespaceSettings`]). Every write is durable on return; errors are
 /// 500s naming the directory.
-pub trait Directory: Rollouts + Tokens + Quotas + Policies + Send + Sync {
+pub trait Directory: Rollouts + Tokens + NamespaceSettings + Send + Sync {
     /// Whether its writer may still act on what it decided: false once a
     /// leader's lease is past its deadline by this process's clock (its
     /// writes are refused by then too). A deposed leader delivers nothing

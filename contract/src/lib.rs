@@ -19,8 +19,9 @@
 //!   of a template's rollout and what the API shows of one, and
 //!   [`tokens`], the scoped admin tokens it keeps, and [`quota`], the
 //!   namespaces' quotas, and [`policy`], what a namespace lets in (a
-//!   token at the ingress, calls from other namespaces); [`names`]: full
-//!   names and namespaces;
+//!   token at the ingress, calls from other namespaces), both kept by
+//!   [`namespace_settings`] (one record per table and namespace); [`names`]:
+//!   full names and namespaces;
 //! - [`proto`]: the wire types of the worker protocol; [`headers`]: every
 //!   header Stasis reserves, in one list; [`alarm`]: what delivering an
 //!   alarm did;
@@ -46,6 +47,7 @@ pub mod headers;
 pub mod logs;
 pub mod metrics;
 pub mod names;
+pub mod namespace_settings;
 pub mod outbound;
 pub mod policy;
 pub mod proto;

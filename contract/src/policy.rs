@@ -8,6 +8,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::ApiError;
+use crate::namespace_settings::{NamespaceSetting, SettingTable};
 
 /// What the ingress asks of a request to a namespace's actors.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -82,21 +83,12 @@ pub struct NamespacePolicy {
     pub calls_from: Vec<String>,
 }
 
-/// The policies part of the directory: one [`NamespacePolicy`] per
-/// namespace that has one set. Writes are durable on return and, in
-/// cluster mode, fenced.
-pub trait Policies: Send + Sync {
-    /// Sets namespace `namespace`'s policy, replacing any.
-    ///
-    /// # Errors
-    /// 500 on a storage failure; 503 from a leader that no longer leads.
-    fn put_policy(&self, namespace: &str, policy: &NamespacePolicy) -> Result<(), ApiError>;
-
-    /// Namespace `namespace`'s policy, if one was set.
-    ///
-    /// # Errors
-    /// 500 on a storage failure.
-    fn policy(&self, namespace: &str) -> Result<Option<NamespacePolicy>, ApiError>;
+impl NamespaceSetting for NamespacePolicy {
+    const TABLE: SettingTable = SettingTable {
+        name: "policies",
+        read: "a namespace policy read",
+        write: "a namespace policy write",
+    };
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::ApiError;
+use crate::namespace_settings::{NamespaceSetting, SettingTable};
 
 /// A namespace's limits; a limit left out is no limit.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -65,18 +65,10 @@ pub struct NamespaceSummary {
     pub templates: u64,
 }
 
-/// The quotas part of the directory: one [`Quota`] per namespace that has
-/// one. Writes are durable on return and, in cluster mode, fenced.
-pub trait Quotas: Send + Sync {
-    /// Sets namespace `namespace`'s quota, replacing any.
-    ///
-    /// # Errors
-    /// 500 on a storage failure; 503 from a leader that no longer leads.
-    fn put_quota(&self, namespace: &str, quota: &Quota) -> Result<(), ApiError>;
-
-    /// Namespace `namespace`'s quota, if it has one.
-    ///
-    /// # Errors
-    /// 500 on a storage failure.
-    fn quota(&self, namespace: &str) -> Result<Option<Quota>, ApiError>;
+impl NamespaceSetting for Quota {
+    const TABLE: SettingTable = SettingTable {
+        name: "quotas",
+        read: "a quota read",
+        write: "a quota write",
+    };
 }

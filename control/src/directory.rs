@@ -10,8 +10,7 @@ use stasis_contract::directory::{ActorRead, ActorRow, Directory, TemplateRow};
 use stasis_contract::error::ApiError;
 use stasis_contract::settings::Durability;
 
-mod policies;
-mod quotas;
+mod namespace_settings;
 mod rollouts;
 mod tokens;
 
@@ -419,13 +418,13 @@ fn migrate(conn: &Connection) -> anyhow::Result<()> {
         conn.execute_batch(&format!(
             "BEGIN; {} {} PRAGMA user_version = 5; COMMIT;",
             tokens::TABLES,
-            quotas::TABLES
+            namespace_settings::QUOTAS
         ))?;
     }
     if version < 6 {
         conn.execute_batch(&format!(
             "BEGIN; {} PRAGMA user_version = 6; COMMIT;",
-            policies::TABLES
+            namespace_settings::POLICIES
         ))?;
     }
     Ok(())

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use stasis_contract::error::{ApiError, ErrorKind};
 use stasis_contract::names::{DEFAULT_NAMESPACE, check_namespace, namespace_of};
+use stasis_contract::namespace_settings::Settings as _;
 use stasis_contract::policy::{IngressAuth, MAX_CALLS_FROM, NamespacePolicy};
 use stasis_contract::quota::NamespaceInfo;
 
@@ -46,7 +47,9 @@ fn read_policy(
     directory: &dyn stasis_contract::directory::Directory,
     namespace: &str,
 ) -> Result<NamespacePolicy, ApiError> {
-    Ok(directory.policy(namespace)?.unwrap_or_default())
+    Ok(directory
+        .setting::<NamespacePolicy>(namespace)?
+        .unwrap_or_default())
 }
 
 /// How a namespace is named in a message.
@@ -162,7 +165,7 @@ impl ControlPlane {
         let mut policy = blocking(&self.directory, move |d| read_policy(d, &owned)).await?;
         change(&mut policy);
         let (owned, stored) = (namespace.to_owned(), policy.clone());
-        blocking(&self.directory, move |d| d.put_policy(&owned, &stored)).await?;
+        blocking(&self.directory, move |d| d.put_setting(&owned, &stored)).await?;
         self.policies.kept.put(namespace, policy);
         Ok(())
     }

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use stasis_contract::error::{ApiError, ErrorKind};
 use stasis_contract::names::{DEFAULT_NAMESPACE, check_namespace, namespace_of};
+use stasis_contract::namespace_settings::Settings as _;
 use stasis_contract::quota::{NamespaceInfo, NamespaceSummary, NamespaceUsage, Quota};
 use stasis_contract::status::ActorState;
 
@@ -55,7 +56,7 @@ fn read_quota(
     directory: &dyn stasis_contract::directory::Directory,
     namespace: &str,
 ) -> Result<Quota, ApiError> {
-    Ok(directory.quota(namespace)?.unwrap_or_default())
+    Ok(directory.setting::<Quota>(namespace)?.unwrap_or_default())
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -117,7 +118,7 @@ impl ControlPlane {
             }
         }
         let (owned, stored) = (namespace.to_owned(), quota.clone());
-        blocking(&self.directory, move |d| d.put_quota(&owned, &stored)).await?;
+        blocking(&self.directory, move |d| d.put_setting(&owned, &stored)).await?;
         self.quotas.read.put(namespace, quota);
         lock(&self.quotas.buckets).remove(namespace);
         tracing::info!(namespace, "quota set");

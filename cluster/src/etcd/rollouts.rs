@@ -38,6 +38,28 @@ impl EtcdDirectory {
         what: &'static str,
         key: String,
     ) -> Result<Option<T>, ApiError> {
+        self.get_with(what, key, decode)
+    }
+
+    /// The value at `key` as text, if there is one.
+    pub(super) fn get_text(
+        &self,
+        what: &'static str,
+        key: String,
+    ) -> Result<Option<String>, ApiError> {
+        self.get_with(what, key, move |bytes| {
+            String::from_utf8(bytes.to_vec())
+                .map_err(|e| ApiError::internal(format!("{what}: not text: {e}")))
+        })
+    }
+
+    /// The value at `key`, read by `read`, if there is one.
+    fn get_with<T: Send + 'static>(
+        &self,
+        what: &'static str,
+        key: String,
+        read: impl Fn(&[u8]) -> Result<T, ApiError> + Send + 'static,
+    ) -> Result<Option<T>, ApiError> {
         let kv = self.etcd.client().kv_client();
         self.etcd.run_blocking(what, async move {
             let mut resp = retry(|| {
@@ -48,7 +70,7 @@ impl EtcdDirectory {
             .map_err(failed)?;
             resp.take_kvs()
                 .first()
-                .map(|kv| decode(kv.value()))
+                .map(|kv| read(kv.value()))
                 .transpose()
         })
     }

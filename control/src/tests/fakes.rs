@@ -13,8 +13,7 @@ use stasis_contract::alarm::AlarmOutcome;
 use stasis_contract::client_gone::ClientGone;
 use stasis_contract::directory::{ActorRead, ActorRow, Directory, TemplateRow};
 use stasis_contract::error::{ApiError, ErrorKind};
-use stasis_contract::policy::{NamespacePolicy, Policies};
-use stasis_contract::quota::{Quota, Quotas};
+use stasis_contract::namespace_settings::{NamespaceSettings, SettingTable};
 use stasis_contract::rollout::{ActorOutcome, RolloutRecord, Rollouts};
 use stasis_contract::status::{ActorState, ActorStatus, Captured, ResumeFrom, SnapshotReport};
 use stasis_contract::tokens::{TokenRecord, Tokens};
@@ -316,8 +315,8 @@ pub(crate) struct MemoryDirectory {
     rollouts: Mutex<BTreeMap<String, RolloutRecord>>,
     outcomes: Mutex<BTreeMap<(String, String), ActorOutcome>>,
     tokens: Mutex<BTreeMap<String, TokenRecord>>,
-    quotas: Mutex<BTreeMap<String, Quota>>,
-    policies: Mutex<BTreeMap<String, NamespacePolicy>>,
+    /// Namespace settings: (table, namespace) to record.
+    settings: Mutex<BTreeMap<(&'static str, String), String>>,
     /// Stands for etcd (a cluster's replicas share it).
     shared: bool,
 }
@@ -461,27 +460,21 @@ impl Directory for MemoryDirectory {
     }
 }
 
-impl Quotas for MemoryDirectory {
-    fn put_quota(&self, namespace: &str, quota: &Quota) -> Result<(), ApiError> {
-        let mut quotas = self.quotas.lock().expect("lock");
-        quotas.insert(namespace.to_owned(), quota.clone());
+impl NamespaceSettings for MemoryDirectory {
+    fn put_record(
+        &self,
+        table: SettingTable,
+        namespace: &str,
+        record: String,
+    ) -> Result<(), ApiError> {
+        let mut settings = self.settings.lock().expect("lock");
+        settings.insert((table.name, namespace.to_owned()), record);
         Ok(())
     }
 
-    fn quota(&self, namespace: &str) -> Result<Option<Quota>, ApiError> {
-        Ok(self.quotas.lock().expect("lock").get(namespace).cloned())
-    }
-}
-
-impl Policies for MemoryDirectory {
-    fn put_policy(&self, namespace: &str, policy: &NamespacePolicy) -> Result<(), ApiError> {
-        let mut policies = self.policies.lock().expect("lock");
-        policies.insert(namespace.to_owned(), policy.clone());
-        Ok(())
-    }
-
-    fn policy(&self, namespace: &str) -> Result<Option<NamespacePolicy>, ApiError> {
-        Ok(self.policies.lock().expect("lock").get(namespace).cloned())
+    fn record(&self, table: SettingTable, namespace: &str) -> Result<Option<String>, ApiError> {
+        let settings = self.settings.lock().expect("lock");
+        Ok(settings.get(&(table.name, namespace.to_owned())).cloned())
     }
 }
 
