@@ -204,18 +204,9 @@ async fn a_leader_woken_after_its_lease_delivers_no_alarm() {
     // The alarm is due on the old leader's clock too: woken, its scheduler
     // finds it due at once.
     signal(pid, "CONT");
-    wait::until_else(
-        "the old leader to serve as a follower",
-        Duration::from_secs(15),
-        || {
-            let log = d.replica(old).process.log();
-            if log.contains("serving as a follower") {
-                Ok(())
-            } else {
-                Err(log)
-            }
-        },
-    );
+    d.replica(old)
+        .process
+        .wait_for_log("serving as a follower", Duration::from_secs(15));
     assert_eq!(
         fired_at(d.replica(new).ingress, "t1").await,
         1,

@@ -381,18 +381,9 @@ async fn a_leader_frozen_mid_move_cannot_switch_the_placement_once_another_leads
     let info = d.cli_json(new, &["actor", "get", "z1"]);
     assert_eq!(info["worker"], "w1", "{info}");
     // The woken leader stepped down and runs on as a follower.
-    wait::until_else(
-        "the old leader to serve as a follower",
-        Duration::from_secs(15),
-        || {
-            let log = d.replica(old).process.log();
-            if log.contains("serving as a follower") {
-                Ok(())
-            } else {
-                Err(log)
-            }
-        },
-    );
+    d.replica(old)
+        .process
+        .wait_for_log("serving as a follower", Duration::from_secs(15));
     assert!(alive(pid), "the old leader exited");
 }
 
