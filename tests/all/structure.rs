@@ -130,7 +130,6 @@ fn rust_files_in(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// Every `.rs` file under each of `dirs` (relative to the project root).
 /// Every crate's source folder.
 const SOURCES: [&str; 12] = [
     "src",
@@ -147,6 +146,7 @@ const SOURCES: [&str; 12] = [
     "test-util/src",
 ];
 
+/// Every `.rs` file under each of `dirs` (relative to the project root).
 fn rust_files(dirs: &[&str]) -> Vec<PathBuf> {
     let mut files = Vec::new();
     for dir in dirs {

@@ -21,7 +21,7 @@ use crate::{ActorSpec, Worker};
 #[async_trait]
 impl WorkerApi for Worker {
     fn name(&self) -> &str {
-        &self.name
+        &self.ctx.worker
     }
 
     fn location(&self) -> Location {
@@ -107,7 +107,10 @@ impl WorkerApi for Worker {
 
     async fn status(&self, actor: &str) -> Result<ActorStatus, ApiError> {
         Worker::status(self, actor).ok_or_else(|| {
-            ApiError::not_found(format!("actor {actor} is not on worker {}", self.name))
+            ApiError::not_found(format!(
+                "actor {actor} is not on worker {}",
+                self.ctx.worker
+            ))
         })
     }
 

@@ -314,7 +314,7 @@ impl Worker {
         let status = self.adopt_installed(spec, epoch, installed);
         if status.state != ActorState::Failed {
             self.logs
-                .get(&spec.name, &self.name, &self.ctx.store)
+                .get(&spec.name, &self.ctx.worker, &self.ctx.store)
                 .event(&format!(
                     "placed here: snapshot {seq}, placement epoch {epoch}"
                 ));

@@ -122,9 +122,8 @@ enum Undelivered {
 
 /// A worker: a named set of actor tasks sharing an engine and a snapshot store.
 pub struct Worker {
-    name: String,
-    /// What its actor tasks share (engine, store, metrics, replicator,
-    /// `--max-live` slots, journal).
+    /// What its actor tasks share (its name, engine, store, metrics,
+    /// replicator, `--max-live` slots, journal).
     ctx: Arc<Context>,
     settings: WorkerSettings,
     actors: Mutex<HashMap<String, Entry>>,
@@ -142,7 +141,7 @@ pub struct Worker {
 impl std::fmt::Debug for Worker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Worker")
-            .field("name", &self.name)
+            .field("name", &self.ctx.worker)
             .finish_non_exhaustive()
     }
 }
@@ -190,7 +189,6 @@ impl Worker {
                 Arc::new(LiveSlots::new(max, settings.hold_timeout, Box::new(evict)))
             });
             Self {
-                name: name.to_owned(),
                 host_calls: Arc::new(HostCalls::new(
                     metrics.host_calls.clone(),
                     engine.limits().request_timeout,
@@ -250,7 +248,7 @@ impl Worker {
     /// The worker's name.
     #[must_use]
     pub fn name(&self) -> &str {
-        &self.name
+        &self.ctx.worker
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
@@ -278,7 +276,7 @@ impl Worker {
             kept,
             &self.settings.actor,
             ActorHostServices::new(name, self.host_calls.clone()),
-            self.logs.get(name, &self.name, &self.ctx.store),
+            self.logs.get(name, &self.ctx.worker, &self.ctx.store),
         )
     }
 
@@ -373,7 +371,10 @@ impl Worker {
     fn mailbox(&self, actor: &str) -> Result<mpsc::Sender<Command>, ApiError> {
         let mut actors = self.lock();
         let entry = actors.get_mut(actor).ok_or_else(|| {
-            ApiError::not_found(format!("actor {actor} is not on worker {}", self.name))
+            ApiError::not_found(format!(
+                "actor {actor} is not on worker {}",
+                self.ctx.worker
+            ))
         })?;
         Ok(self.wake(actor, entry))
     }

@@ -396,11 +396,11 @@ impl crate::Worker {
         if !self.lock().contains_key(actor) {
             return Err(ApiError::not_found(format!(
                 "actor {actor} is not on worker {}",
-                self.name
+                self.ctx.worker
             )));
         }
         self.logs
-            .get(actor, &self.name, &self.ctx.store)
+            .get(actor, &self.ctx.worker, &self.ctx.store)
             .read(query)
             .await
     }

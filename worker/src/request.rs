@@ -105,7 +105,7 @@ impl Worker {
         if !self.is_serving() {
             return Err(ApiError::unavailable(format!(
                 "worker {} lost contact with the control plane and stopped serving",
-                self.name
+                self.ctx.worker
             )));
         }
         // Not here (moved away, or never here): misdirected, so the router

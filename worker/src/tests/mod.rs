@@ -97,7 +97,6 @@ impl CommitGate {
 struct Harness {
     worker: Arc<Worker>,
     store: Arc<dyn SnapshotStore>,
-    spec: ActorSpec,
     /// The journal's commit hook (level `request` only).
     commits: Arc<CommitGate>,
     _dir: tempfile::TempDir,
@@ -147,7 +146,6 @@ async fn harness(durability: Durability, hold_timeout: Duration) -> Harness {
     Harness {
         worker,
         store,
-        spec,
         commits,
         _dir: dir,
     }

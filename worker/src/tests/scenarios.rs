@@ -160,5 +160,4 @@ async fn a_resume_from_a_snapshot_restores_that_state() {
         .await
         .unwrap();
     assert_eq!(h.post().await.unwrap(), 2);
-    let _ = &h.spec;
 }
