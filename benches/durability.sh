@@ -7,6 +7,8 @@
 # request from /metrics.
 #
 # Usage: benches/durability.sh [DURATION] [CONNECTIONS]   (defaults: 10s 16)
+# STASIS_BENCH_TEMPLATE=demos-js/counter.js measures the JavaScript counter
+# instead (pushed with `stasis template push`, as a user would).
 # Needs `cargo build --release`, wrk, curl, python3 and (for the ceiling)
 # nginx (Debian: apt-get install -y wrk nginx-light). Each server runs on a
 # temporary data dir under $TMPDIR (default /tmp) and ports the kernel
@@ -15,7 +17,7 @@ set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin=${STASIS_BIN:-$root/target/release/stasis}
-demo=${STASIS_DEMOS_DIR:-$root/target/demos}/counter.wasm
+demo=${STASIS_BENCH_TEMPLATE:-${STASIS_DEMOS_DIR:-$root/target/demos}/counter.wasm}
 duration=${1:-10s}
 connections=${2:-16}
 threads=${WRK_THREADS:-2}
@@ -50,8 +52,11 @@ start() {
     ingress=${ready#*ingress=}
     ingress=${ingress%% *}
     admin=http://${ready#*admin=}
-    curl -fsS -X PUT --data-binary @"$demo" -H 'content-type: application/wasm' \
-        "$admin/v1/templates/counter" >/dev/null
+    case $demo in
+        *.js) "$bin" template push counter "$demo" --admin "$admin" >/dev/null ;;
+        *) curl -fsS -X PUT --data-binary @"$demo" -H 'content-type: application/wasm' \
+            "$admin/v1/templates/counter" >/dev/null ;;
+    esac
     for i in $(seq 0 $((actors - 1))); do
         curl -fsS -X POST -H 'content-type: application/json' \
             -d "{\"name\": \"c$i\", \"template\": \"counter\"}" "$admin/v1/actors" >/dev/null

@@ -15,6 +15,8 @@ use stasis_host_api::imports::HostError;
 use stasis_host_api::{Request, Response};
 
 use wasmtime::{StoreLimits, StoreLimitsBuilder};
+
+use crate::tape::{Tape, TapedMonotonic, TapedRandom, TapedWall};
 use wasmtime_wasi::WasiCtxBuilder;
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p1::WasiP1Ctx;
@@ -195,6 +197,10 @@ pub struct WasiSetup<'a> {
     pub clock: VirtualClock,
     /// What the `stasis` host functions call.
     pub services: Arc<dyn ActorServices>,
+    /// The instance's tape ([`crate::tape`]): its clocks and random bytes
+    /// are recorded on it, or replayed from it, and its output is dropped
+    /// while it replays.
+    pub tape: Tape,
 }
 
 impl Host {
@@ -204,12 +210,18 @@ impl Host {
     /// guest call.
     #[must_use]
     pub fn new(setup: WasiSetup<'_>, max_memory_bytes: u64, cpu_ticks: u64) -> Self {
+        let tape = setup.tape;
         let wasi = WasiCtxBuilder::new()
             .envs(setup.env)
             .args(&[setup.actor])
-            .stdout(setup.stdout)
-            .stderr(setup.stderr)
-            .monotonic_clock(setup.clock)
+            .stdout(setup.stdout.muted_by(tape.clone()))
+            .stderr(setup.stderr.muted_by(tape.clone()))
+            .monotonic_clock(TapedMonotonic {
+                clock: setup.clock,
+                tape: tape.clone(),
+            })
+            .wall_clock(TapedWall { tape: tape.clone() })
+            .secure_random(TapedRandom { tape })
             .build_p1();
         let services = setup.services;
         let max_memory = usize::try_from(max_memory_bytes).unwrap_or(usize::MAX);
@@ -280,6 +292,9 @@ pub struct GuestOutput {
     recent: Arc<Mutex<std::collections::VecDeque<String>>>,
     /// Where every byte also goes (the worker's per-actor log).
     sink: Option<Arc<dyn OutputSink>>,
+    /// Nothing is written while this tape replays (the output was
+    /// written when the delivery first ran).
+    mute: Option<Tape>,
 }
 
 /// Receives every byte a guest writes to stdout or stderr, as written
@@ -308,7 +323,15 @@ impl GuestOutput {
             tap: None,
             recent: Arc::default(),
             sink: None,
+            mute: None,
         }
+    }
+
+    /// Drops what is written while `tape` replays.
+    #[must_use]
+    pub fn muted_by(mut self, tape: Tape) -> Self {
+        self.mute = Some(tape);
+        self
     }
 
     /// The last lines written since the last call (a guest call's output:
@@ -345,6 +368,9 @@ impl GuestOutput {
     }
 
     fn write(&self, bytes: &[u8]) {
+        if self.mute.as_ref().is_some_and(Tape::is_replaying) {
+            return;
+        }
         if let Some(sink) = &self.sink {
             sink.write(self.stream, bytes);
         }

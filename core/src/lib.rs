@@ -10,11 +10,15 @@
 //! * [`sync_group`]: group commit of durability (one `syncfs` for many
 //!   writers).
 //! * [`durable`]: the one atomic-write routine and the data dir's `LOCK`.
+//! * [`tape`]: the tape of an instance's nondeterministic inputs (clocks,
+//!   random bytes, host call results), recorded for the logical journal
+//!   and replayed from it.
 //! * [`host`]: the store data of an instance ([`host::Host`]) and its WASI
 //!   wiring (virtual clock, guest output).
 //! * [`host_functions`]: the `stasis` host functions of ABI 2 in the
 //!   linker, over [`host::ActorServices`] (it names memory 0 by the
 //!   rewrite's export prefix, a constant of [`module`]).
+//! * `taped_services`: the host services behind the tape.
 //! * [`engine`]: the shared wasmtime engine, its linker, the epoch ticker
 //!   that enforces CPU limits, per-actor [`engine::Limits`].
 //! * [`module`]: templates: validate ([`module::validate`]), rewrite into
@@ -64,3 +68,5 @@ mod snapshot_quota;
 pub mod snapshot_store;
 mod store_error;
 pub mod sync_group;
+pub mod tape;
+mod taped_services;

@@ -197,10 +197,9 @@ async fn chains_are_bounded_and_retention_keeps_their_bases() {
     }
     // Eight deltas at most on one full snapshot (the first pause before
     // the loop wrote depth 1); then the chain is compacted by merging its
-    // deltas into one on the same root (depth 1: the read after the
-    // eighth pause wrote it, as its journal entry grew past 64 KiB), never
-    // by a full snapshot.
-    assert_eq!(depths, [2, 3, 4, 5, 6, 7, 8, 2, 3, 4], "{depths:?}");
+    // deltas into one on the same root (the ninth pause writes depth 1),
+    // never by a full snapshot.
+    assert_eq!(depths, [2, 3, 4, 5, 6, 7, 8, 1, 2, 3], "{depths:?}");
     // --keep-snapshots 1 kept the newest snapshot's chain, nothing older.
     let list = server.cli_json(&["actor", "get", "big"]);
     let snapshots = list["snapshots"].as_array().expect("snapshots").len();

@@ -98,6 +98,7 @@ mod held;
 mod host_calls;
 mod http;
 mod incremental;
+mod journal_replay;
 mod ingress;
 mod js;
 mod logs;

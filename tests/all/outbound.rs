@@ -13,7 +13,7 @@ use crate::support::{STASIS, Server, client, to_actor};
 
 /// A loopback origin answering every request with `head` (status line and
 /// headers) and `body`; counts the requests it has read.
-async fn origin(head: &str, body: &'static str) -> (SocketAddr, Arc<AtomicUsize>) {
+pub(crate) async fn origin(head: &str, body: &'static str) -> (SocketAddr, Arc<AtomicUsize>) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let head: Arc<str> = head.into();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")

@@ -1,6 +1,7 @@
 //! The chain state of an actor's live instance: the snapshot its next
 //! delta is taken on, and that snapshot's verified chain, kept from one
-//! journal entry's capture to the next. Both exist only with an instance
+//! journal entry's capture to the next; and what of its guest runs no
+//! journal entry holds yet. Both exist only with an instance
 //! (dropped with it); the capture and restore paths of the actor task own
 //! them.
 
@@ -20,6 +21,13 @@ pub(crate) struct LiveChain {
     /// The verified chain of `base`, kept from one journal entry's
     /// capture to the next.
     pub(crate) verified: Option<Arc<VerifiedChain<SnapshotBytes>>>,
+    /// The instance's `on_resume` hook ran and its host values are on the
+    /// tape: the next journal entry holds them (logical journal).
+    pub(crate) resumed: bool,
+    /// Guest code ran outside a delivery (a hook, a hand-over) since the
+    /// newest snapshot, and no journal entry holds it: the next delivery
+    /// takes a snapshot first (logical journal).
+    pub(crate) unjournaled: bool,
 }
 
 impl LiveChain {
@@ -28,5 +36,7 @@ impl LiveChain {
     pub(crate) fn clear(&mut self) {
         self.base = None;
         self.verified = None;
+        self.resumed = false;
+        self.unjournaled = false;
     }
 }

@@ -13,16 +13,30 @@ use stasis_contract::delivery::{Delivery, DueAlarm};
 use stasis_contract::status::ActorStatus;
 use stasis_contract::trace;
 use stasis_core::instance::{ActorInstance, CallError};
+use stasis_core::journal::delivery::answer_digest;
 use stasis_host_api::sockets::SocketEvent;
 use stasis_host_api::{Request, Response};
 
 use crate::host_calls::services::ActorHostServices;
 
 /// A delivery as the guest runs it.
-pub(crate) trait Work: Delivery {
+pub(crate) trait Work: Delivery + Sized {
     /// The name of the delivery's span (`stasis.request`, `stasis.alarm`
     /// or `stasis.socket`).
     const SPAN: &'static str;
+
+    /// Its input kind in a journal entry
+    /// ([`stasis_core::journal::delivery`]).
+    const INPUT: u8;
+
+    /// Its input as a journal entry keeps it.
+    fn encode(&self) -> Vec<u8>;
+
+    /// The input a journal entry kept; `None` when the bytes are not one.
+    fn decode(bytes: &[u8]) -> Option<Self>;
+
+    /// The digest of its answer, checked when it is replayed.
+    fn digest(answer: &Self::Answer) -> u64;
 
     /// The trace context the delivery's span is a child of: a request's
     /// caller's (see [`stasis_contract::trace`]); an alarm or a socket
@@ -57,8 +71,27 @@ pub(crate) trait Work: Delivery {
     }
 }
 
+/// A journal entry's input kinds.
+pub(crate) const REQUEST: u8 = 1;
+pub(crate) const ALARM: u8 = 2;
+pub(crate) const SOCKET: u8 = 3;
+
 impl Work for Arc<Request> {
     const SPAN: &'static str = "stasis.request";
+    const INPUT: u8 = REQUEST;
+
+    fn encode(&self) -> Vec<u8> {
+        // A request the guest can be given encodes (its size is bounded).
+        stasis_host_api::encode_request(self).unwrap_or_default()
+    }
+
+    fn decode(bytes: &[u8]) -> Option<Self> {
+        stasis_host_api::decode_request(bytes).ok().map(Arc::new)
+    }
+
+    fn digest(answer: &Response) -> u64 {
+        answer_digest(&stasis_host_api::encode_response(answer).unwrap_or_default())
+    }
 
     fn parent(&self) -> Context {
         trace::parent_of(&self.headers)
@@ -88,6 +121,22 @@ impl Work for Arc<Request> {
 
 impl Work for DueAlarm {
     const SPAN: &'static str = "stasis.alarm";
+    const INPUT: u8 = ALARM;
+
+    fn encode(&self) -> Vec<u8> {
+        Vec::new()
+    }
+
+    fn decode(_: &[u8]) -> Option<Self> {
+        Some(DueAlarm)
+    }
+
+    fn digest(answer: &AlarmOutcome) -> u64 {
+        match answer {
+            AlarmOutcome::Ran => 1,
+            AlarmOutcome::NoHook => 2,
+        }
+    }
 
     async fn run<'a>(
         &'a self,
@@ -118,6 +167,19 @@ impl Work for DueAlarm {
 
 impl Work for SocketEvent {
     const SPAN: &'static str = "stasis.socket";
+    const INPUT: u8 = SOCKET;
+
+    fn encode(&self) -> Vec<u8> {
+        stasis_host_api::sockets::encode_event(self).unwrap_or_default()
+    }
+
+    fn decode(bytes: &[u8]) -> Option<Self> {
+        stasis_host_api::sockets::decode_event(bytes).ok()
+    }
+
+    fn digest((): &()) -> u64 {
+        0
+    }
 
     async fn run<'a>(
         &'a self,

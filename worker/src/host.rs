@@ -10,10 +10,12 @@ use stasis_contract::status::{ActorState, ActorStatus, SnapshotReport};
 use stasis_contract::worker_api::HostSpec;
 use stasis_core::snapshot::{self, VerifiedChain};
 use stasis_core::snapshot_store::{ChainError, SnapshotBytes, SnapshotEntry, open_chain};
+use stasis_core::journal::Recovery;
 use tokio::sync::oneshot;
 
 use crate::actor::Command;
 use crate::blocking::on_blocking_thread;
+use crate::journaled::Log;
 use crate::{ActorSpec, Entry, Worker};
 use stasis_contract::status::ResumeFrom;
 
@@ -203,6 +205,17 @@ impl Worker {
                 .map(|e| e.to_string())
             }
         };
+        // A restart: the deliveries the data dir's journal holds after the
+        // newest snapshot are replayed at the actor's next resume.
+        let problem = problem.or_else(|| {
+            let Some(Log::Local(journal)) = self.ctx.journal.get() else {
+                return None;
+            };
+            match journal.take_recovered(&spec.name)? {
+                Recovery::Entries(entries) => task.recovered(entries).err(),
+                Recovery::Failed(why) => Some(why),
+            }
+        });
         {
             let mut status = task
                 .status_handle()

@@ -1,22 +1,33 @@
 //! An actor's durable state and the journal it appends to (durability
-//! level `request`; the task's side is `actor::journal`): after each request (or
-//! alarm) the state it produced is captured as a delta on the actor's
-//! newest snapshot — every page changed since that snapshot, so the newest
-//! entry alone gives the state — and appended to the worker journal
-//! ([`stasis_core::journal`]) — as a patch of its previous entry when only
-//! bytes within the same pages changed. The answer waits for the journal's group
-//! commit (the *output gate*, [`send_gated`]) while the actor runs its next
-//! request.
+//! levels `request` and `store`; the task's side is `actor::journal`).
 //!
-//! The newest entry is the actor's acknowledged state: a trap rolls back
-//! to it, not to the newest snapshot. It is *sealed* — written to the
-//! store as the snapshot it is, so later entries are deltas on it — when
-//! it passes [`SEAL_BYTES`], before every snapshot (pause, checkpoint,
-//! capture for a move), before a rollback, and when the journal asks
-//! ([`Command::Fold`](super::mailbox::Command::Fold): its segment is old).
+//! **The data dir's journal is logical**: after each delivery (request,
+//! alarm, socket event) its input, the host values it read (its tape,
+//! [`stasis_core::tape`]) and a digest of its answer are appended
+//! ([`stasis_core::journal::delivery`]), a few hundred bytes; the answer
+//! waits for the journal's group commit (the *output gate*,
+//! [`send_gated`]) while the actor runs its next delivery. The actor's
+//! acknowledged state is its newest snapshot plus the deliveries after it
+//! ([`DurableState::since`], also kept in memory): a trap, a restart or a
+//! resume restores the snapshot and replays them. A snapshot is captured
+//! in the background (after the answer is handed to the gate) once they
+//! pass [`SNAPSHOT_AFTER_ENTRIES`], [`SNAPSHOT_AFTER_BYTES`] or
+//! [`SNAPSHOT_AFTER`], at every pause, move and upgrade, and when the
+//! journal asks ([`Command::Fold`](super::mailbox::Command::Fold): their
+//! segment is old); the journal lets their segments go once it is written.
+//!
+//! **A cluster worker's shipped journal holds pages**: after each
+//! delivery the state it produced is captured as a delta on the actor's
+//! newest snapshot — every page changed since, so the newest entry alone
+//! gives the state — and shipped; that entry is the acknowledged state,
+//! *sealed* (written to the store as the snapshot it is) when it passes
+//! [`SEAL_BYTES`], before every snapshot and before a rollback. A create's
+//! snapshot 0 is such an entry at every level until it is sealed.
 
 use std::sync::Arc;
+use std::time::Instant;
 
+use stasis_core::journal::delivery::DeliveryRecord;
 use stasis_core::journal::shipped::ShippedJournal;
 use stasis_core::journal::{Durable, EntryKind, Journal, JournalError};
 use tokio::sync::oneshot;
@@ -60,9 +71,8 @@ impl Log {
         }
     }
 
-    /// Whether an entry may be appended as a patch of the one before it
-    /// (a shipped round keeps each actor's newest entry only: whole).
-    pub(crate) fn patches(&self) -> bool {
+    /// Whether the journal is logical (module docs): the data dir's.
+    pub(crate) fn is_logical(&self) -> bool {
         matches!(self, Self::Local(_))
     }
 
@@ -98,18 +108,14 @@ pub(crate) struct Journaled {
     pub seq: u64,
     /// The snapshot file.
     pub bytes: Arc<Vec<u8>>,
-    /// Patches appended since the journal last received it whole.
-    pub patches: u32,
 }
-
-/// A whole entry is appended at least every this many records of an
-/// actor (module docs).
-pub(crate) const PATCHES_PER_ENTRY: u32 = 256;
 
 /// Sends `result` on `reply` once `gate` (the durability of the newest
 /// entry the answer depends on) resolves; at once if there is none or it
-/// is durable already. If the journal fails first, the answer is 503: the
-/// request's effect may not survive a restart, so it is not reported done.
+/// is durable already. If the journal fails first (a write or `fdatasync`
+/// error), what reached the disk is unknown: the answer is 500 saying the
+/// request may or may not have been applied (a restart replays whatever
+/// did), never that it was refused.
 pub(crate) fn send_gated<T: Send + 'static>(
     reply: oneshot::Sender<Result<T, ApiError>>,
     result: Result<T, ApiError>,
@@ -124,13 +130,13 @@ pub(crate) fn send_gated<T: Send + 'static>(
             let _ = reply.send(result);
         }
         Some(Err(e)) => {
-            let _ = reply.send(Err(ApiError::unavailable(e.to_string())));
+            let _ = reply.send(Err(unknown_outcome(&e)));
         }
         None => {
             tokio::spawn(async move {
                 let answer = match gate.wait().await {
                     Ok(()) => result,
-                    Err(e) => Err(ApiError::unavailable(e.to_string())),
+                    Err(e) => Err(unknown_outcome(&e)),
                 };
                 let _ = reply.send(answer);
             });
@@ -138,17 +144,43 @@ pub(crate) fn send_gated<T: Send + 'static>(
     }
 }
 
+/// A logical journal's deliveries since the newest snapshot reach this
+/// many, a snapshot is captured (module docs).
+pub(crate) const SNAPSHOT_AFTER_ENTRIES: usize = 1_000;
+/// … or this many bytes of entries.
+pub(crate) const SNAPSHOT_AFTER_BYTES: usize = 4 << 20;
+/// … or the oldest of them is this old.
+pub(crate) const SNAPSHOT_AFTER: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The answer of a request whose journal entry's group commit failed.
+fn unknown_outcome(e: &JournalError) -> ApiError {
+    ApiError::internal(format!(
+        "{e}; this request's journal entry may or may not have reached the disk, so the \
+         request may or may not have been applied"
+    ))
+}
+
 /// What an actor has made durable and what is on its way: its snapshot
-/// sequence, its newest journal entry and that entry's durability. It
-/// outlives the actor's task (a parked actor keeps it).
+/// sequence, its deliveries since (or its newest page entry) and the
+/// durability of the newest. It outlives the actor's task (a parked actor
+/// keeps it).
 #[derive(Debug, Default)]
 pub(crate) struct DurableState {
     /// The sequence number of the actor's next snapshot (its newest + 1).
     pub(crate) next_seq: u64,
     /// Deliveries since the newest snapshot (for `--checkpoint-every`).
     pub(crate) since_checkpoint: u64,
-    /// The newest journal entry, not yet in the store.
+    /// The newest page entry, not yet in the store (a create's snapshot
+    /// 0, or a shipped journal's entry).
     pub(crate) journaled: Option<Journaled>,
+    /// The logical journal's deliveries after the newest snapshot, in
+    /// order: replayed on it by a resume (after a trap, a pause, a
+    /// restart).
+    pub(crate) since: Vec<Arc<DeliveryRecord>>,
+    /// Their bytes in the journal.
+    pub(crate) since_bytes: usize,
+    /// When the first of them was appended.
+    pub(crate) since_first: Option<Instant>,
     /// The durability of the newest entry appended: an answer that
     /// changed nothing still waits for it (it may show its effect).
     pub(crate) gate: Option<Durable>,
@@ -170,6 +202,31 @@ impl DurableState {
         self.next_seq += 1;
         self.since_checkpoint = 0;
         self.journaled = None;
+        self.covered();
+    }
+
+    /// The newest snapshot holds every delivery since the one before: they
+    /// are no longer needed for a replay.
+    pub(crate) fn covered(&mut self) {
+        self.since.clear();
+        self.since_bytes = 0;
+        self.since_first = None;
+    }
+
+    /// Whether the actor's newest state is not a snapshot in the store: a
+    /// page entry, or deliveries after the newest snapshot.
+    pub(crate) fn unsnapshotted(&self) -> bool {
+        self.journaled.is_some() || !self.since.is_empty()
+    }
+
+    /// Whether the deliveries since the newest snapshot passed a threshold
+    /// (module docs).
+    pub(crate) fn snapshot_due(&self) -> bool {
+        self.since.len() >= SNAPSHOT_AFTER_ENTRIES
+            || self.since_bytes >= SNAPSHOT_AFTER_BYTES
+            || self
+                .since_first
+                .is_some_and(|first| first.elapsed() >= SNAPSHOT_AFTER)
     }
 
     /// The journal entries no longer apply (the actor is deleted, moved
@@ -177,5 +234,6 @@ impl DurableState {
     pub(crate) fn forget(&mut self) {
         self.journaled = None;
         self.gate = None;
+        self.covered();
     }
 }

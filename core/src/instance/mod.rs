@@ -19,6 +19,8 @@ use crate::cow::CowMappings;
 use crate::engine::{Limits, StasisEngine};
 use crate::host::{ActorServices, GuestOutput, Host, NoServices, VirtualClock, WasiSetup};
 use crate::module::{GLOBAL_EXPORT_PREFIX, MEMORY_EXPORT_PREFIX, Template};
+use crate::tape::Tape;
+use crate::taped_services::TapedServices;
 
 mod error;
 mod state;
@@ -86,6 +88,8 @@ pub struct ActorInstance {
     /// The guest's stderr: a trap's answer carries what the call wrote
     /// last (a Rust guest's panic message).
     stderr: GuestOutput,
+    /// The tape of its nondeterministic inputs ([`crate::tape`]).
+    tape: Tape,
 }
 
 #[derive(Default)]
@@ -143,13 +147,18 @@ impl ActorInstance {
                 VirtualClock::starting_at(clock_ns.max(config.clock_floor_ns))
             }
         };
+        let tape = Tape::default();
         let setup = WasiSetup {
             actor: &config.context.actor,
             env: &config.env,
             stdout: config.stdout.clone(),
             stderr: config.stderr.clone(),
             clock: clock.clone(),
-            services: config.services.clone(),
+            services: Arc::new(TapedServices {
+                inner: config.services.clone(),
+                tape: tape.clone(),
+            }),
+            tape: tape.clone(),
         };
         let host = Host::new(setup, limits.max_memory, limits.cpu_ticks());
         let mut store = Store::new(engine.engine(), host);
@@ -173,7 +182,7 @@ impl ActorInstance {
             Err(_) => return Err(CallError::Timeout(limits.request_timeout)),
         };
         let stderr = config.stderr.clone();
-        Self::bind(
+        let mut bound = Self::bind(
             store,
             instance,
             template,
@@ -181,7 +190,9 @@ impl ActorInstance {
             config.context,
             limits,
             stderr,
-        )
+        )?;
+        bound.tape = tape;
+        Ok(bound)
     }
 
     fn bind(
@@ -252,7 +263,15 @@ impl ActorInstance {
             hooks,
             limits,
             stderr,
+            tape: Tape::default(),
         })
+    }
+
+    /// The tape of the instance's nondeterministic inputs: the worker
+    /// records a delivery's on it and replays them from it.
+    #[must_use]
+    pub fn tape(&self) -> &Tape {
+        &self.tape
     }
 
     /// The template this instance runs.
@@ -479,7 +498,14 @@ impl ActorInstance {
     }
 
     fn reset_cpu(&mut self) {
-        self.store.data_mut().cpu_ticks_left = self.limits.cpu_ticks();
+        // A replayed delivery ran within the limit when it was
+        // acknowledged: its replay is not cut by it (the wall-clock
+        // timeout still applies).
+        self.store.data_mut().cpu_ticks_left = if self.tape.is_replaying() {
+            u64::MAX
+        } else {
+            self.limits.cpu_ticks()
+        };
         self.store.set_epoch_deadline(1);
         // What this call writes to stderr starts now.
         let _ = self.stderr.recent();

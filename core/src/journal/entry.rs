@@ -7,9 +7,11 @@
 //! crc32c u32 LE   CRC32C of the payload
 //! payload:
 //!   kind   u8     1 = snapshot, 2 = forget, 3 = pad (ignored),
-//!                 4 = patch of the actor's previous entry
+//!                 4 = patch of the actor's previous entry, 5 = delivery
+//!                 (the logical journal's entry, `super::delivery`)
 //!   epoch  u64 LE the actor's placement epoch on the writing worker
-//!   seq    u64 LE the snapshot's sequence number (0 for a forget)
+//!   seq    u64 LE the snapshot's sequence number (0 for a forget; for a
+//!                 delivery, the snapshot it followed)
 //!   name   u16 LE length, then that many bytes of UTF-8: the actor
 //!   body          the rest: a snapshot file (format version 1 or 2), or
 //!                 a patch (`super::patch`)
@@ -44,6 +46,9 @@ pub enum EntryKind {
     /// The actor's state as snapshot `seq`, as a patch of its previous
     /// entry ([`super::patch`]).
     Patch,
+    /// One delivery after snapshot `seq`: its input and the host values it
+    /// read ([`super::delivery`]), replayed on that snapshot.
+    Delivery,
 }
 
 impl EntryKind {
@@ -53,6 +58,7 @@ impl EntryKind {
             Self::Forget => 2,
             Self::Pad => 3,
             Self::Patch => 4,
+            Self::Delivery => 5,
         }
     }
 
@@ -62,6 +68,7 @@ impl EntryKind {
             2 => Some(Self::Forget),
             3 => Some(Self::Pad),
             4 => Some(Self::Patch),
+            5 => Some(Self::Delivery),
             _ => None,
         }
     }

@@ -1,33 +1,38 @@
-//! The worker journal: one append-only log per data dir that receives the
-//! snapshots of every actor's requests and makes them durable by **group
-//! commit** — one `fdatasync` covers every entry appended while the
-//! previous one ran, across all actors.
+//! The worker journal: one append-only log per data dir that receives
+//! every actor's deliveries and makes them durable by **group commit** —
+//! one `fdatasync` covers every entry appended while the previous one ran,
+//! across all actors.
 //!
-//! An entry ([`entry`]) is a snapshot file of one actor: a delta on the
-//! newest snapshot in the store (or a full one), holding every page that
-//! changed since that snapshot, so the newest entry of an actor alone
-//! gives its state. [`Journal::append`] returns at once with a
-//! [`Durable`] that resolves when the entry is on disk: the worker's
-//! *output gate* holds the request's answer until then while the actor
-//! already runs its next request.
+//! An entry ([`entry`]) is usually a *delivery* ([`delivery`]): what one
+//! delivery of an actor received and the host values it read, on the
+//! actor's newest snapshot (the logical journal: a few hundred bytes,
+//! replayed by the worker on that snapshot). A *snapshot* entry holds a
+//! snapshot file instead (a create's snapshot 0, or the page entries an
+//! older build wrote), written to the store at start-up. [`Journal::append`]
+//! returns at once with a [`Durable`] that resolves when the entry is on
+//! disk: the worker's *output gate* holds the answer until then while the
+//! actor already runs its next delivery.
 //!
-//! The journal tracks, per actor, its newest entry not yet written to the
-//! store ([`Journal::settled`] says it was). Segments (`NNN.log`, named by
-//! the position of their first byte, zero-filled ahead) roll at
-//! [`SEGMENT_BYTES`] (the next one is zero-filled ahead, by a thread of
-//! its own, so a roll costs a rename); a segment is deleted
-//! ([`Journal::collect`]) once no actor's newest entry is in it or before
-//! it, so the actors pinning old segments are asked to write theirs to the
-//! store ([`Journal::pinning`], [`Journal::pinning_behind`]).
+//! The journal tracks, per actor, its oldest entry not yet covered by a
+//! snapshot in the store ([`Journal::settled`] says a snapshot covers
+//! them). Segments (`NNN.log`, named by the position of their first byte,
+//! zero-filled ahead) roll at [`SEGMENT_BYTES`] (the next one is
+//! zero-filled ahead, by a thread of its own, so a roll costs a rename); a
+//! segment is deleted ([`Journal::collect`]) once no actor needs an entry
+//! in it or before it, so the actors pinning old segments are asked to
+//! write a snapshot ([`Journal::pinning`], [`Journal::pinning_behind`]).
 //!
-//! At start-up ([`Journal::open`]) the segments are replayed: the newest
-//! entry of each actor is written to the store as the snapshot it is,
-//! when it still applies ([`replay`]), and the segments are deleted. A
-//! torn tail is ignored, never applied.
+//! At start-up ([`Journal::open`]) the segments are read: snapshot entries
+//! are written to the store when they still apply ([`replay`]); each
+//! actor's deliveries after its newest snapshot are sorted out
+//! ([`recovered`]) and handed to it ([`Journal::take_recovered`]), and
+//! their segments stay until it has written a snapshot past them. A torn
+//! tail is ignored, never applied.
 
 mod durable;
 pub mod entry;
 pub mod patch;
+mod recovered;
 mod replay;
 pub mod shipped;
 
@@ -46,6 +51,7 @@ use tokio::sync::watch;
 use durable::Committed;
 pub use durable::{Durable, JournalError};
 pub use entry::EntryKind;
+pub use recovered::{RecoveredEntry, Recovery};
 pub use replay::Replayed;
 
 use crate::durable::sync_dir;
@@ -129,6 +135,9 @@ pub struct JournalStats {
 pub struct Journal {
     dir: PathBuf,
     shared: Arc<Shared>,
+    /// What a previous run left for each actor, until the actor takes it
+    /// ([`Journal::take_recovered`]).
+    recovered: Mutex<HashMap<String, Recovery>>,
     writer: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -168,16 +177,35 @@ impl Journal {
         fs::create_dir_all(dir).context("creating the journal folder")?;
         let started = Instant::now();
         let old = list_segments(dir).context("listing the journal")?;
-        let mut replayed = replay::replay(dir, &old, store)?;
+        let (mut replayed, deliveries) = replay::replay(dir, &old, store)?;
+        let mut live = HashMap::new();
+        let mut recovered = HashMap::new();
+        for (actor, (recovery, at, epoch)) in recovered::sort_out(deliveries, store) {
+            match &recovery {
+                Recovery::Entries(_) => replayed.recovered += 1,
+                Recovery::Failed(_) => replayed.failed += 1,
+            }
+            live.insert(actor.clone(), (at, epoch));
+            recovered.insert(actor, recovery);
+        }
         replayed.duration = started.elapsed();
         // Positions go on past the old segments' (named by theirs).
         let start = old.last().map_or(0, |&last| {
             let len = fs::metadata(segment_path(dir, last)).map_or(0, |m| m.len());
             last + len + 1
         });
-        for &segment in &old {
-            fs::remove_file(segment_path(dir, segment)).context("deleting a replayed segment")?;
+        // Segments holding deliveries still to replay stay until their
+        // actors have written a snapshot past them ([`Journal::collect`]).
+        let mut segments = VecDeque::new();
+        if live.is_empty() {
+            for &segment in &old {
+                fs::remove_file(segment_path(dir, segment))
+                    .context("deleting a replayed segment")?;
+            }
+        } else {
+            segments.extend(old.iter().copied());
         }
+        segments.push_back(start);
         match fs::remove_file(spare_path(dir)) {
             Err(e) if e.kind() != io::ErrorKind::NotFound => {
                 return Err(e).context("deleting the spare segment");
@@ -189,8 +217,8 @@ impl Journal {
             state: Mutex::new(State {
                 pending: Vec::new(),
                 next: start,
-                live: HashMap::new(),
-                segments: VecDeque::from([start]),
+                live,
+                segments,
                 failed: None,
                 stopping: false,
                 idle: false,
@@ -216,6 +244,7 @@ impl Journal {
             Self {
                 dir: dir.to_owned(),
                 shared,
+                recovered: Mutex::new(recovered),
                 writer: Mutex::new(Some(writer)),
             },
             replayed,
@@ -249,6 +278,11 @@ impl Journal {
             EntryKind::Snapshot => {
                 state.live.insert(actor.to_owned(), (at, epoch));
             }
+            // The first delivery after the actor's newest snapshot pins
+            // the journal until a snapshot past it is written.
+            EntryKind::Delivery => {
+                state.live.entry(actor.to_owned()).or_insert((at, epoch));
+            }
             EntryKind::Forget => settle(&mut state.live, actor, epoch),
             // A patch needs the entry before it: the pin stays there.
             EntryKind::Pad | EntryKind::Patch => {}
@@ -265,6 +299,16 @@ impl Journal {
             end,
             committed: self.shared.committed.subscribe(),
         })
+    }
+
+    /// What a previous run left for `actor` ([`Recovery`]), once: the
+    /// actor replays it at its next resume.
+    #[must_use]
+    pub fn take_recovered(&self, actor: &str) -> Option<Recovery> {
+        self.recovered
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(actor)
     }
 
     /// The durability of every entry appended so far: resolves once they

@@ -22,6 +22,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 
 use super::entry::{Entry, EntryKind, scan};
+use super::recovered::Read;
 use super::segment_path;
 use crate::snapshot::{peek_header, recorded_crc32c};
 use crate::snapshot_store::SnapshotStore;
@@ -40,17 +41,27 @@ pub struct Replayed {
     pub torn_bytes: u64,
     /// Bytes of damaged records skipped between whole ones.
     pub damaged_bytes: u64,
+    /// Delivery entries read (the logical journal's).
+    pub deliveries: u64,
+    /// Actors whose delivery entries are replayed at their next resume.
+    pub recovered: u64,
+    /// Actors failed because their delivery entries do not follow on from
+    /// their newest snapshot ([`super::recovered`]).
+    pub failed: u64,
     /// How long the replay took.
     pub duration: Duration,
 }
 
-/// Replays segments `segments` of `dir` into `store` (module docs).
+/// Replays segments `segments` of `dir` into `store` (module docs);
+/// returns the delivery entries read, per actor, for
+/// [`super::recovered`].
 pub(super) fn replay(
     dir: &Path,
     segments: &[u64],
     store: &dyn SnapshotStore,
-) -> anyhow::Result<Replayed> {
+) -> anyhow::Result<(Replayed, HashMap<String, Read>)> {
     let mut newest: HashMap<String, Entry> = HashMap::new();
+    let mut deliveries: HashMap<String, Read> = HashMap::new();
     let mut replayed = Replayed::default();
     for &start in segments {
         let path = segment_path(dir, start);
@@ -84,10 +95,17 @@ pub(super) fn replay(
             .iter()
             .filter(|(_, entry)| entry.kind != EntryKind::Pad)
             .count() as u64;
-        for (_, entry) in entries {
+        for (at, entry) in entries {
             match entry.kind {
                 EntryKind::Snapshot => {
                     newest.insert(entry.actor.clone(), entry);
+                }
+                EntryKind::Delivery => {
+                    replayed.deliveries += 1;
+                    deliveries
+                        .entry(entry.actor.clone())
+                        .or_default()
+                        .push((start + at as u64, entry));
                 }
                 EntryKind::Pad => {}
                 EntryKind::Patch => {
@@ -109,6 +127,9 @@ pub(super) fn replay(
                     }
                 }
                 EntryKind::Forget => {
+                    if let Some(list) = deliveries.get_mut(&entry.actor) {
+                        list.retain(|(_, older)| older.epoch > entry.epoch);
+                    }
                     if newest
                         .get(&entry.actor)
                         .is_some_and(|older| older.epoch <= entry.epoch)
@@ -140,7 +161,7 @@ pub(super) fn replay(
             }
         }
     }
-    Ok(replayed)
+    Ok((replayed, deliveries))
 }
 
 /// Whether `entry` still applies to `store` (module docs), or why not.

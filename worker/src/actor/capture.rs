@@ -57,6 +57,14 @@ impl ActorTask {
                     .is_ok_and(|map| snapshot::same_state(&map, &bytes))
             }),
         };
+        if unchanged {
+            // The newest snapshot holds the deliveries since (they changed
+            // nothing): the journal need not keep them.
+            self.kept.durable.covered();
+            if let Some(journal) = self.ctx.journal.get() {
+                journal.settled(&self.name, self.kept.epoch);
+            }
+        }
         match (unchanged, sealed) {
             (true, Some(sealed)) => Ok(sealed),
             (true, None) => Ok(self.newest_unchanged(started)),
@@ -300,7 +308,6 @@ impl ActorTask {
         self.kept.durable.journaled = Some(Journaled {
             seq,
             bytes: Arc::new(bytes),
-            patches: 0,
         });
         self.kept.durable.gate = Some(durable);
         Ok(self.wrote(seq, len, true, started))
@@ -316,6 +323,13 @@ impl ActorTask {
         &mut self,
         started: Instant,
     ) -> Result<SnapshotReport, ApiError> {
+        if self.kept.durable.journaled.is_none() && !self.kept.durable.since.is_empty() {
+            // Deliveries after the newest snapshot (a restart left them in
+            // the journal): replayed by a resume, then captured.
+            self.resume(stasis_contract::status::ResumeFrom::Newest)
+                .await?;
+            return self.snapshot(started).await;
+        }
         let report = self.seal(started, Then::Keep).await?;
         // An entry sealed with no instance is no delta base.
         self.chain.base = None;

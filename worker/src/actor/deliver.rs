@@ -59,6 +59,7 @@ impl ActorTask {
         // its answer is sent.
         self.log.settle(self.instance.is_none());
         send_gated(reply, result, gate);
+        self.snapshot_if_due().await;
     }
 
     /// Releases the socket writes of the delivery that just ran behind its
@@ -151,6 +152,7 @@ impl ActorTask {
         {
             self.seal(Instant::now(), Then::Keep).await?;
         }
+        self.before_delivery().await?;
         if !ticket.run() {
             return Err(client_gone::abandoned(&self.name));
         }
@@ -179,7 +181,7 @@ impl ActorTask {
         self.kept.durable.since_checkpoint += 1;
         let journaled = {
             let _span = trace::tracer().start_with_context("stasis.journal", cx);
-            self.journal_request().await
+            self.journal_delivery(work, &answer).await
         };
         let gate = match journaled {
             Ok(gate) => gate,
@@ -208,7 +210,12 @@ impl ActorTask {
     /// first, or else its newest snapshot (DESIGN.md, "Traps").
     pub(super) async fn after_failed_call(&mut self, error: CallError) -> ApiError {
         let answer = ApiError::call(&error, error.to_string());
-        if !error.poisons_instance() {
+        // A bad response came after the guest ran: with the logical
+        // journal its effect is in no entry, so it is rolled back too (it
+        // was answered as failed).
+        let ran = matches!(error, CallError::BadResponse(_))
+            && self.journal_on().is_some_and(|log| log.is_logical());
+        if !error.poisons_instance() && !ran {
             return answer;
         }
         if let CallError::MappedFileChanged(reason) = &error {

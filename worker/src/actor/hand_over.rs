@@ -56,6 +56,7 @@ impl ActorTask {
             return Err(ApiError::internal("a resumed actor without an instance"));
         };
         let clock_ns = instance.clock_ns();
+        self.chain.unjournaled = true;
         match instance.save_state().await {
             Ok(bytes) => Ok((bytes, clock_ns)),
             Err(e) => {
@@ -77,6 +78,7 @@ impl ActorTask {
         let Some(instance) = self.instance.as_mut() else {
             return Err(ApiError::internal("loading a state without an instance"));
         };
+        self.chain.unjournaled = true;
         instance
             .load_state(state)
             .await

@@ -1,20 +1,32 @@
 //! The journal path of an actor task (durability levels `request` and
-//! `store`): after a delivery, the state it produced is captured and
-//! appended to the worker journal ([`crate::journaled`], which owns the
-//! actor's [`DurableState`](crate::journaled::DurableState)); the newest
-//! entry is *sealed* into the store when it grows, before every snapshot
-//! and when the journal asks.
+//! `store`, see [`crate::journaled`], which owns the actor's
+//! [`DurableState`](crate::journaled::DurableState)): after a delivery,
+//! its input and tape are appended to the logical journal (and a snapshot
+//! is captured once they pass a threshold), or with a shipped journal the
+//! state it produced is captured and appended, and *sealed* into the store
+//! when it grows, before every snapshot and when the journal asks; a
+//! resume replays the deliveries since the newest snapshot.
 
 use std::sync::Arc;
 use std::time::Instant;
 
-use stasis_core::journal::{Durable, EntryKind, patch};
+use stasis_core::journal::{Durable, EntryKind};
 use stasis_core::snapshot;
 use stasis_core::snapshot::delta::MIN_DELTA_ROOT_PAGES;
 
+use opentelemetry::Context;
+use stasis_core::instance::ActorInstance;
+use stasis_core::journal::RecoveredEntry;
+use stasis_core::journal::delivery::DeliveryRecord;
+use stasis_host_api::sockets::SocketEvent;
+use stasis_host_api::Request;
+use stasis_contract::delivery::DueAlarm;
+
 use super::ActorTask;
 use super::capture::{For, Kind};
-use crate::journaled::{Journaled, Log, PATCHES_PER_ENTRY, SEAL_BYTES, Then};
+use crate::guest::{self, Work};
+use crate::host_calls::services::ActorHostServices;
+use crate::journaled::{Journaled, Log, SEAL_BYTES, Then};
 use stasis_contract::error::ApiError;
 use stasis_contract::settings::Durability;
 use stasis_contract::status::SnapshotReport;
@@ -97,39 +109,210 @@ impl ActorTask {
         }
         let seq = self.kept.durable.next_seq;
         let bytes = Arc::new(bytes);
-        // A patch of the previous entry when it is one of the same
-        // snapshot, with a whole entry every PATCHES_PER_ENTRY records so
-        // the journal's pin on old segments moves on.
-        let patch = self
-            .kept
-            .durable
-            .journaled
-            .as_ref()
-            .filter(|_| journal.patches())
-            .filter(|previous| previous.seq == seq && previous.patches < PATCHES_PER_ENTRY)
-            .and_then(|previous| {
-                patch::diff(&previous.bytes, &bytes).map(|p| (p, previous.patches))
-            });
-        let (kind, record, patches) = match patch {
-            Some((record, patches)) => (EntryKind::Patch, Arc::new(record), patches + 1),
-            None => (EntryKind::Snapshot, bytes.clone(), 0),
-        };
         let durable = journal
-            .append(kind, self.kept.epoch, seq, &self.name, &record)
+            .append(EntryKind::Snapshot, self.kept.epoch, seq, &self.name, &bytes)
             .map_err(|e| ApiError::unavailable(e.to_string()))?;
-        self.ctx.metrics.journaled(record.len());
+        self.ctx.metrics.journaled(bytes.len());
         let big = bytes.len() > SEAL_BYTES;
-        self.kept.durable.journaled = Some(Journaled {
-            seq,
-            bytes,
-            patches,
-        });
+        self.kept.durable.journaled = Some(Journaled { seq, bytes });
         self.kept.durable.gate = Some(durable.clone());
         if big && let Err(e) = self.seal(Instant::now(), Then::Keep).await {
             tracing::warn!(actor = %self.name, "sealing a large journal entry: {e}");
         }
         Ok(Some(durable))
     }
+
+    /// After `work` ran and answered `answer`: appends its entry (input,
+    /// tape, answer digest) to the logical journal, or with a shipped
+    /// journal the state it produced ([`ActorTask::journal_request`]);
+    /// returns what the answer must wait for.
+    ///
+    /// # Errors
+    /// 503 when the journal failed: the caller rolls the delivery back.
+    pub(super) async fn journal_delivery<W: Work>(
+        &mut self,
+        work: &W,
+        answer: &W::Answer,
+    ) -> Result<Option<Durable>, ApiError> {
+        let Some(journal) = self.journal_on() else {
+            return Ok(None);
+        };
+        if !journal.is_logical() {
+            return self.journal_request().await;
+        }
+        if let Some(e) = journal.failed() {
+            return Err(ApiError::unavailable(e.to_string()));
+        }
+        // A worker past its lease keeps nothing of what it ran: its actor
+        // may have an owner elsewhere (see `fence`).
+        self.ctx.store.check_fence(&self.name)?;
+        let tape = self
+            .instance
+            .as_ref()
+            .ok_or_else(|| ApiError::internal("no instance"))?
+            .tape()
+            .take();
+        let durable = &mut self.kept.durable;
+        let record = DeliveryRecord {
+            index: durable.since.len() as u64 + 1,
+            input_kind: W::INPUT,
+            resumed: std::mem::take(&mut self.chain.resumed),
+            answer: W::digest(answer),
+            input: work.encode(),
+            tape,
+        };
+        let bytes = Arc::new(record.encode());
+        // Every delivery follows the newest snapshot in the store (a
+        // create's snapshot 0 was sealed before the first one ran).
+        let base = durable.next_seq.saturating_sub(1);
+        let appended = journal
+            .append(EntryKind::Delivery, self.kept.epoch, base, &self.name, &bytes)
+            .map_err(|e| ApiError::unavailable(e.to_string()))?;
+        self.ctx.metrics.journaled(bytes.len());
+        durable.since.push(Arc::new(record));
+        durable.since_bytes += bytes.len();
+        durable.since_first.get_or_insert_with(Instant::now);
+        durable.gate = Some(appended.clone());
+        Ok(Some(appended))
+    }
+
+    /// A restart found `entries` (deliveries after the actor's newest
+    /// snapshot) in the journal: its next resume replays them.
+    ///
+    /// # Errors
+    /// Why they cannot be (they follow another snapshot than the newest).
+    pub(crate) fn recovered(&mut self, entries: Vec<RecoveredEntry>) -> Result<(), String> {
+        let newest = self.kept.durable.next_seq.checked_sub(1);
+        if let Some(entry) = entries.iter().find(|e| Some(e.base) != newest) {
+            return Err(format!(
+                "its journal entries follow snapshot {}, but its newest snapshot is {}",
+                entry.base,
+                newest.map_or_else(|| "none".to_owned(), |n| n.to_string())
+            ));
+        }
+        let durable = &mut self.kept.durable;
+        for entry in entries {
+            durable.since_bytes += entry.record.input.len() + entry.record.tape.len();
+            durable.since.push(Arc::new(entry.record));
+        }
+        durable.since_first = Some(Instant::now());
+        Ok(())
+    }
+
+    /// Before a delivery runs on the live instance: with the logical
+    /// journal, the tape records it (keeping `on_resume`'s values for its
+    /// entry), and guest code that ran outside a delivery since the newest
+    /// snapshot (a hook, a hand-over) is captured first, since no entry
+    /// holds it.
+    ///
+    /// # Errors
+    /// The snapshot's (507 quota, 500 I/O): the delivery does not run.
+    pub(super) async fn before_delivery(&mut self) -> Result<(), ApiError> {
+        if !self.journal_on().is_some_and(|log| log.is_logical()) {
+            return Ok(());
+        }
+        if self.chain.unjournaled {
+            self.snapshot(Instant::now()).await?;
+            self.chain.unjournaled = false;
+        }
+        if !self.chain.resumed
+            && let Some(instance) = &self.instance
+        {
+            instance.tape().record();
+        }
+        Ok(())
+    }
+
+    /// After a delivery's answer went to the output gate: captures a
+    /// snapshot when the deliveries since the newest one passed a
+    /// threshold ([`crate::journaled`]), so a replay stays short and the
+    /// journal's old segments go.
+    pub(super) async fn snapshot_if_due(&mut self) {
+        if self.instance.is_none() || !self.kept.durable.snapshot_due() {
+            return;
+        }
+        if let Err(e) = self.snapshot(Instant::now()).await {
+            tracing::warn!(actor = %self.name, "snapshot after {} journal entries: {e}", self.kept.durable.since.len());
+        }
+    }
+
+    /// Replays the deliveries since the newest snapshot on `instance`,
+    /// just restored from it: each with its tape, its `on_resume` first
+    /// where it ran, its answer checked against the digest recorded.
+    ///
+    /// # Errors
+    /// Why the replay stopped: a delivery failed, read other host values
+    /// than it recorded, or answered otherwise (the actor is failed with
+    /// it; its entries stay in the journal for a repair).
+    pub(super) fn replay_since(
+        &self,
+        instance: &mut ActorInstance,
+    ) -> impl Future<Output = Result<(), String>> + Send {
+        // Owned: the task (which holds a live instance, not `Sync`) is not
+        // borrowed across the replay's awaits.
+        let since = self.kept.durable.since.clone();
+        let services = self.services.clone();
+        let base = self.kept.durable.next_seq.saturating_sub(1);
+        let actor = self.name.clone();
+        async move {
+            let started = Instant::now();
+            replay(instance, &since, &services, base).await?;
+            if !since.is_empty() {
+                tracing::info!(
+                    actor = %actor,
+                    entries = since.len(),
+                    ms = started.elapsed().as_secs_f64() * 1e3,
+                    "journal entries replayed"
+                );
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Replays `since` (the deliveries after snapshot `base`) on `instance`
+/// ([`ActorTask::replay_since`]).
+async fn replay(
+    instance: &mut ActorInstance,
+    since: &[Arc<DeliveryRecord>],
+    services: &ActorHostServices,
+    base: u64,
+) -> Result<(), String> {
+    {
+        for record in since {
+            let at = |what: String| {
+                format!(
+                    "replaying journal entry {base}.{} (snapshot.delivery) diverged: {what}; the                      entries stay in the journal (repair with `stasis actor resume NAME                      --from-snapshot N`)",
+                    record.index
+                )
+            };
+            instance.tape().replay(record.tape.clone());
+            if record.resumed {
+                instance
+                    .on_resume()
+                    .await
+                    .map_err(|e| at(format!("its on_resume hook failed: {e}")))?;
+            }
+            let digest = match record.input_kind {
+                guest::REQUEST => replay_one::<Arc<Request>>(instance, services, record).await,
+                guest::ALARM => replay_one::<DueAlarm>(instance, services, record).await,
+                guest::SOCKET => replay_one::<SocketEvent>(instance, services, record).await,
+                other => Err(format!("unknown input kind {other}")),
+            }
+            .map_err(at)?;
+            instance.tape().finish_replay().map_err(at)?;
+            if digest != record.answer {
+                return Err(at(format!(
+                    "its answer's digest is {digest:016x}, recorded {:016x} (the guest is not                      deterministic over its recorded host values)",
+                    record.answer
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl ActorTask {
 
     /// Writes the newest journal entry to the store as the snapshot it is
     /// (module docs) and reports it; `None` when there is none, or when
@@ -196,4 +379,19 @@ impl ActorTask {
             journal.forget(&self.name, self.kept.epoch);
         }
     }
+}
+
+/// Replays one delivery of kind `W` (`record`) on `instance`; returns its
+/// answer's digest.
+async fn replay_one<W: Work>(
+    instance: &mut ActorInstance,
+    services: &ActorHostServices,
+    record: &DeliveryRecord,
+) -> Result<u64, String> {
+    let work = W::decode(&record.input).ok_or("its input does not decode")?;
+    let answer = work
+        .run(instance, services, &Context::new())
+        .await
+        .map_err(|e| format!("the delivery failed: {e}"))?;
+    Ok(W::digest(&answer))
 }

@@ -152,6 +152,9 @@ impl ActorTask {
             Some(instance) => instance.on_pause().await,
             None => Ok(()),
         };
+        // What `on_pause` did is in no journal entry: the snapshot below
+        // holds it, or the next delivery takes one first.
+        self.chain.unjournaled = true;
         if let Err(e) = hook {
             let answer = self.after_failed_call(e).await;
             let message = format!("on_pause hook failed: {}", answer.message());
@@ -203,7 +206,7 @@ impl ActorTask {
         }
         let seq = if live {
             self.snapshot(Instant::now()).await?.seq
-        } else if self.kept.durable.journaled.is_some() {
+        } else if self.kept.durable.unsnapshotted() {
             // The target installs from the store.
             self.seal_parked(Instant::now()).await?.seq
         } else {

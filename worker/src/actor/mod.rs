@@ -389,7 +389,7 @@ impl ActorTask {
                     Some(_) => self.snapshot(Instant::now()).await,
                     // A paused actor whose newest state is a journal entry
                     // (a create's snapshot 0): the checkpoint writes it.
-                    None if self.kept.durable.journaled.is_some() => {
+                    None if self.kept.durable.unsnapshotted() => {
                         self.seal_parked(Instant::now()).await
                     }
                     None => Err(ApiError::new(
@@ -410,8 +410,17 @@ impl ActorTask {
                 let _ = reply.send(result);
             }
             Command::Fold(_permit) => {
-                if let Err(e) = self.seal(Instant::now(), Then::Keep).await {
-                    tracing::warn!(actor = %self.name, "writing its journal entry to the store: {e}");
+                let written = if self.kept.durable.since.is_empty() {
+                    self.seal(Instant::now(), Then::Keep).await.map(|_| ())
+                } else if self.instance.is_some() {
+                    self.snapshot(Instant::now()).await.map(|_| ())
+                } else if self.failed_reason().is_none() {
+                    self.seal_parked(Instant::now()).await.map(|_| ())
+                } else {
+                    Ok(())
+                };
+                if let Err(e) = written {
+                    tracing::warn!(actor = %self.name, "writing its journal entries to the store: {e}");
                 }
             }
             Command::SaveState(reply) => {

@@ -52,13 +52,13 @@ impl ActorTask {
         let result = match from {
             ResumeFrom::Template => self.fresh_from_template().await.map(|i| (i, None)),
             ResumeFrom::Newest => match self.newest_seq() {
-                Some(seq) => self.restore(seq).await,
+                Some(seq) => self.restore(seq, true).await,
                 None => Err(Unrestorable::Broken(format!(
                     "actor {} has no snapshot",
                     self.name
                 ))),
             },
-            ResumeFrom::Snapshot(seq) => self.restore(seq).await,
+            ResumeFrom::Snapshot(seq) => self.restore(seq, false).await,
         };
         match result {
             Ok((instance, base)) => {
@@ -83,6 +83,9 @@ impl ActorTask {
     ) -> Result<(), ApiError> {
         let memory_bytes = instance.memory_bytes();
         self.instance = Some(instance);
+        // `on_resume` ran on the tape: the next entry holds it.
+        self.chain.resumed = self.journal_on().is_some_and(|log| log.is_logical());
+        self.chain.unjournaled = false;
         // A repair's snapshot below is full: it starts a new chain.
         // A journal entry is no base until it is in the store.
         let entry = self
@@ -227,12 +230,15 @@ impl ActorTask {
         known.max(self.kept.durable.next_seq.checked_sub(1))
     }
 
-    /// Restores snapshot `seq` (with its chain, for a delta) and runs
-    /// `on_resume`; returns the instance and the base its next delta can
-    /// be taken against.
+    /// Restores snapshot `seq` (with its chain, for a delta), replays the
+    /// logical journal's deliveries after it when `replay` and it is the
+    /// newest ([`ActorTask::replay_since`]), and runs `on_resume` (its
+    /// host values recorded for the next entry); returns the instance and
+    /// the base its next delta can be taken against.
     async fn restore(
         &mut self,
         seq: u64,
+        replay: bool,
     ) -> Result<(ActorInstance, Option<DeltaBase>), Unrestorable> {
         let broken = |what: &str, e: &dyn std::fmt::Display| {
             Unrestorable::Broken(format!("{what} {seq}: {e}"))
@@ -267,6 +273,14 @@ impl ActorTask {
         );
         drop(chain);
         self.lease_clock(instance.clock_ns());
+        if replay && seq + 1 == self.kept.durable.next_seq {
+            self.replay_since(&mut instance)
+                .await
+                .map_err(Unrestorable::Broken)?;
+        }
+        if self.journal_on().is_some_and(|log| log.is_logical()) {
+            instance.tape().record();
+        }
         instance.on_resume().await.map_err(|e| match e {
             CallError::Capacity(_) => Unrestorable::Busy(e.to_string()),
             _ => broken("on_resume hook after snapshot", &e),

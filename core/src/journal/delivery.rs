@@ -1,0 +1,110 @@
+//! The logical journal's entry: what one delivery received and what the
+//! host answered it, not the pages it dirtied (the body of a
+//! [`EntryKind::Delivery`](super::EntryKind::Delivery) record, whose
+//! header's `seq` names the snapshot the delivery followed).
+//!
+//! ```text
+//! index   u64 LE  1 for the first delivery after that snapshot, then
+//!                 one more for each (continuous per actor and snapshot)
+//! input   u8      1 request, 2 alarm, 3 socket event
+//! flags   u8      bit 0: the actor's on_resume hook ran before it (its
+//!                 host values are the first on the tape)
+//! answer  u64 LE  digest of the delivery's answer (checked on replay)
+//! length  u32 LE  bytes of the input, then the input (encoded as the
+//!                 guest receives it)
+//! tape            the rest: the host values the delivery read
+//!                 ([`crate::tape`])
+//! ```
+
+use sha2::{Digest as _, Sha256};
+
+/// Bytes before the input.
+const FIXED: usize = 8 + 1 + 1 + 8 + 4;
+
+/// One delivery as the journal keeps it (module docs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeliveryRecord {
+    /// Its place after the snapshot it followed (1, 2, …).
+    pub index: u64,
+    /// What kind of delivery it was (the worker's code).
+    pub input_kind: u8,
+    /// The actor's `on_resume` hook ran just before it.
+    pub resumed: bool,
+    /// The digest of its answer ([`answer_digest`]).
+    pub answer: u64,
+    /// The delivery's input, encoded.
+    pub input: Vec<u8>,
+    /// The host values it read ([`crate::tape`]).
+    pub tape: Vec<u8>,
+}
+
+impl DeliveryRecord {
+    /// The record's bytes.
+    #[must_use]
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(FIXED + self.input.len() + self.tape.len());
+        out.extend_from_slice(&self.index.to_le_bytes());
+        out.push(self.input_kind);
+        out.push(u8::from(self.resumed));
+        out.extend_from_slice(&self.answer.to_le_bytes());
+        let len = u32::try_from(self.input.len()).expect("a delivery is below 4 GiB");
+        out.extend_from_slice(&len.to_le_bytes());
+        out.extend_from_slice(&self.input);
+        out.extend_from_slice(&self.tape);
+        out
+    }
+
+    /// Reads a record's bytes; `None` when they are not one.
+    #[must_use]
+    pub fn decode(bytes: &[u8]) -> Option<Self> {
+        let u64_at = |at: usize| -> Option<u64> {
+            Some(u64::from_le_bytes(bytes.get(at..at + 8)?.try_into().ok()?))
+        };
+        let index = u64_at(0)?;
+        let input_kind = *bytes.get(8)?;
+        let flags = *bytes.get(9)?;
+        let answer = u64_at(10)?;
+        let len = u32::from_le_bytes(bytes.get(18..22)?.try_into().ok()?);
+        let end = FIXED.checked_add(usize::try_from(len).ok()?)?;
+        Some(Self {
+            index,
+            input_kind,
+            resumed: flags & 1 == 1,
+            answer,
+            input: bytes.get(FIXED..end)?.to_vec(),
+            tape: bytes.get(end..)?.to_vec(),
+        })
+    }
+}
+
+/// The digest of a delivery's answer, encoded (the first 8 bytes of its
+/// SHA-256).
+#[must_use]
+pub fn answer_digest(answer: &[u8]) -> u64 {
+    let hash = Sha256::digest(answer);
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&hash[..8]);
+    u64::from_le_bytes(first)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_reads_back() {
+        let record = DeliveryRecord {
+            index: 7,
+            input_kind: 1,
+            resumed: true,
+            answer: answer_digest(b"200 ok"),
+            input: b"POST /".to_vec(),
+            tape: vec![1, 2, 3],
+        };
+        let bytes = record.encode();
+        assert_eq!(bytes.len(), FIXED + 6 + 3);
+        assert_eq!(DeliveryRecord::decode(&bytes), Some(record));
+        assert_eq!(DeliveryRecord::decode(&bytes[..FIXED + 2]), None);
+        assert_ne!(answer_digest(b"a"), answer_digest(b"b"));
+    }
+}

@@ -1,0 +1,146 @@
+//! The logical journal (docs/architecture.md, "The worker journal")
+//! through the real binary: after `kill -9` an actor's acknowledged
+//! deliveries are replayed on its newest snapshot without repeating their
+//! outbound effects; a delivery that replays otherwise than it ran fails
+//! its actor, naming the entry, until a repair; a record repeated in the
+//! journal fails its actor alone, never rewinding or doubling it.
+
+use std::io::Write as _;
+use std::sync::atomic::Ordering;
+
+use crate::outbound::origin;
+use crate::support::{Server, client, count, to_actor};
+
+async fn send(server: &Server, actor: &str, method: &str, path: &str) -> crate::support::Answer {
+    to_actor(&client(), server.ingress, actor, method, path).await
+}
+
+/// Three fetches through the `fetch` demo reach the origin three times;
+/// after `kill -9` the restarted server replays the three deliveries (a
+/// resume asks for it) with the origin's recorded answers and reaches it
+/// no more; the next fetch reaches it once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replayed_fetch_does_not_reach_its_origin_again() {
+    let (addr, seen) = origin("HTTP/1.1 200 OK", "hello\n").await;
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path().join("data");
+    let rule = addr.to_string();
+    let flags = ["--allow-outbound", rule.as_str()];
+    let mut server = Server::start_in(&dir, &flags).expect("serve starts");
+    server.push("fetch");
+    server.create("getter", "fetch");
+    let path = format!("/?url=http://{addr}/");
+    for n in 1..=3 {
+        let answer = send(&server, "getter", "GET", &path).await;
+        assert_eq!((answer.status, answer.body.as_str()), (200, "hello\n"));
+        assert_eq!(seen.load(Ordering::SeqCst), n);
+    }
+    server.kill();
+    let server = Server::start_in(&dir, &flags).expect("restart");
+    server.cli_ok(&["actor", "resume", "getter"]);
+    server.wait_for_log("journal entries replayed");
+    assert_eq!(
+        seen.load(Ordering::SeqCst),
+        3,
+        "a replayed fetch reached the origin"
+    );
+    let answer = send(&server, "getter", "GET", &path).await;
+    assert_eq!(answer.status, 200, "{answer:?}");
+    assert_eq!(seen.load(Ordering::SeqCst), 4);
+}
+
+/// A guest that replays otherwise than it ran — here `faulty`'s `/grow`,
+/// which a restart with a smaller `--max-memory` refuses where it was
+/// granted — is caught by the answer digest: the actor is failed with
+/// the entry and both digests, and never serves the diverged state; a
+/// resume from its snapshot repairs it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivery_that_replays_otherwise_fails_its_actor_naming_the_entry() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path().join("data");
+    let mut server = Server::start_in(&dir, &["--max-memory", "64MiB"]).expect("serve starts");
+    server.push("faulty");
+    server.create("f", "faulty");
+    assert_eq!(count(&send(&server, "f", "POST", "/").await), 1);
+    for _ in 0..3 {
+        let grown = send(&server, "f", "POST", "/grow?mib=8").await;
+        assert_eq!(grown.status, 200, "{grown:?}");
+    }
+    server.kill();
+    let server = Server::start_in(&dir, &["--max-memory", "24MiB"]).expect("restart");
+    let answer = send(&server, "f", "GET", "/").await;
+    assert!(answer.status >= 500, "a diverged state served: {answer:?}");
+    let info = server.cli_json(&["actor", "get", "f"]);
+    assert_eq!(info["state"], "failed", "{info}");
+    let error = info["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("replaying journal entry 0.4") && error.contains("digest"),
+        "{error}"
+    );
+    server.cli_ok(&["actor", "resume", "f", "--from-snapshot", "0"]);
+    assert_eq!(count(&send(&server, "f", "GET", "/").await), 0);
+}
+
+/// The byte ranges of whole journal records in `bytes` whose kind is a
+/// delivery (5): the record format of `core/src/journal/entry.rs`.
+fn delivery_records(bytes: &[u8]) -> Vec<std::ops::Range<usize>> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at + 12 <= bytes.len() && bytes[at..at + 4] == *b"SJE1" {
+        let len = u32::from_le_bytes(bytes[at + 4..at + 8].try_into().expect("len")) as usize;
+        if bytes[at + 12] == 5 {
+            out.push(at..at + 12 + len);
+        }
+        at += 12 + len;
+    }
+    out
+}
+
+/// An older delivery record of actor `a` copied after the journal's end
+/// (whole, its checksum valid) is not taken as `a`'s newest delivery: `a`
+/// is failed, naming the entry out of order, and not rewound or doubled;
+/// actor `b`, in the same segment, comes back with every increment.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repeated_record_fails_its_actor_and_the_others_start() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path().join("data");
+    let mut server = Server::start_in(&dir, &[]).expect("serve starts");
+    server.push("faulty");
+    server.create("a", "faulty");
+    server.create("b", "faulty");
+    for n in 1..=3 {
+        assert_eq!(count(&send(&server, "a", "POST", "/").await), n);
+        assert_eq!(count(&send(&server, "b", "POST", "/").await), n);
+    }
+    server.kill();
+    let segment = std::fs::read_dir(dir.join("journal"))
+        .expect("journal folder")
+        .map(|e| e.expect("entry").path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "log"))
+        .max()
+        .expect("a segment");
+    let bytes = std::fs::read(&segment).expect("segment");
+    // `a`'s first delivery: its name (u16 length, bytes) follows the
+    // kind, epoch and sequence number.
+    let first = delivery_records(&bytes)
+        .into_iter()
+        .find(|range| bytes[range.start + 12 + 17..range.start + 12 + 20] == [1, 0, b'a'])
+        .expect("a delivery record of a");
+    let mut file = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&segment)
+        .expect("open segment");
+    file.write_all(&bytes[first]).expect("append");
+    drop(file);
+    let server = Server::start_in(&dir, &[]).expect("restart");
+    assert_eq!(count(&send(&server, "b", "GET", "/").await), 3);
+    let answer = send(&server, "a", "GET", "/").await;
+    assert!(answer.status >= 500, "{answer:?}");
+    let info = server.cli_json(&["actor", "get", "a"]);
+    assert_eq!(info["state"], "failed", "{info}");
+    let error = info["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("does not follow") && error.contains("repeated"),
+        "{error}"
+    );
+}
