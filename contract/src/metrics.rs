@@ -114,6 +114,9 @@ pub struct Metrics {
     /// `stasis_journal_syncs_total`: the journal's group commits (one
     /// `fdatasync` each); fewer than entries when commits are shared.
     pub journal_syncs: Counter,
+    /// `stasis_journal_replay_failures_total`: actors failed because a
+    /// journal entry replayed otherwise or did not follow on.
+    pub journal_replay_failures: Counter,
     /// Calls, messages and outbound requests of the host functions.
     pub host_calls: HostCallMetrics,
     /// Alarms fired, failed and pending.
@@ -263,6 +266,32 @@ impl Default for Metrics {
     }
 }
 
+/// The worker journal's four counters, registered.
+fn register_journal(registry: &mut Registry) -> [Counter; 4] {
+    let counters: [Counter; 4] = Default::default();
+    for (counter, (name, help)) in counters.iter().zip([
+        (
+            "stasis_journal_entries",
+            "Entries appended to the worker journal (durability request)",
+        ),
+        (
+            "stasis_journal_bytes",
+            "Bytes appended to the worker journal",
+        ),
+        (
+            "stasis_journal_syncs",
+            "Group commits of the worker journal (one fdatasync each)",
+        ),
+        (
+            "stasis_journal_replay_failures",
+            "Actors failed by a journal entry replaying otherwise",
+        ),
+    ]) {
+        registry.register(name, help, counter.clone());
+    }
+    counters
+}
+
 impl Metrics {
     /// All metrics; with `per_actor`, also the bounded `stasis_actor_*`
     /// families (`--metrics-per-actor`).
@@ -282,23 +311,12 @@ impl Metrics {
         let actors = Family::<StateLabel, Gauge>::default();
         let held_requests = Gauge::default();
         let snapshot_bytes = Gauge::default();
-        let (journal_entries, journal_bytes, journal_syncs) =
-            (Counter::default(), Counter::default(), Counter::default());
-        registry.register(
-            "stasis_journal_entries",
-            "Entries appended to the worker journal (durability request)",
-            journal_entries.clone(),
-        );
-        registry.register(
-            "stasis_journal_bytes",
-            "Bytes appended to the worker journal",
-            journal_bytes.clone(),
-        );
-        registry.register(
-            "stasis_journal_syncs",
-            "Group commits of the worker journal (one fdatasync each)",
-            journal_syncs.clone(),
-        );
+        let [
+            journal_entries,
+            journal_bytes,
+            journal_syncs,
+            journal_replay_failures,
+        ] = register_journal(&mut registry);
         registry.register(
             "stasis_requests",
             "Requests answered, by template and status",
@@ -378,6 +396,7 @@ impl Metrics {
             journal_entries,
             journal_bytes,
             journal_syncs,
+            journal_replay_failures,
             host_calls,
             alarms,
             placement_cache,

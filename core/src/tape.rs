@@ -32,7 +32,6 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-
 const MONOTONIC: u8 = 1;
 const WALL: u8 = 2;
 const RANDOM: u8 = 3;
@@ -78,6 +77,16 @@ impl Tape {
         state.mode = Mode::Record;
         state.events.clear();
         state.diverged = None;
+    }
+
+    /// Starts recording unless it records (keeping what it recorded).
+    pub fn ensure_recording(&self) {
+        let mut state = self.lock();
+        if state.mode != Mode::Record {
+            state.mode = Mode::Record;
+            state.events.clear();
+            state.diverged = None;
+        }
     }
 
     /// The events recorded since the last take (or since recording
@@ -197,7 +206,6 @@ impl Tape {
             }
         }
     }
-
 }
 
 fn name(kind: u8) -> &'static str {

@@ -61,7 +61,8 @@ pub(crate) struct TapedServices {
 impl ActorServices for TapedServices {
     fn call(&self, actor: String, request: Request) -> ServiceFuture<Response> {
         let inner = &self.inner;
-        through(&self.tape, 
+        through(
+            &self.tape,
             RESPONSE,
             || inner.call(actor, request),
             encode_response,
@@ -70,7 +71,8 @@ impl ActorServices for TapedServices {
     }
     fn send(&self, actor: String, request: Request) -> ServiceFuture<()> {
         let inner = &self.inner;
-        through(&self.tape, 
+        through(
+            &self.tape,
             UNIT,
             || inner.send(actor, request),
             encode_unit,
@@ -79,7 +81,8 @@ impl ActorServices for TapedServices {
     }
     fn set_alarm(&self, at_unix_ms: u64) -> ServiceFuture<()> {
         let inner = &self.inner;
-        through(&self.tape, 
+        through(
+            &self.tape,
             UNIT,
             || inner.set_alarm(at_unix_ms),
             encode_unit,
@@ -88,15 +91,28 @@ impl ActorServices for TapedServices {
     }
     fn cancel_alarm(&self) -> ServiceFuture<()> {
         let inner = &self.inner;
-        through(&self.tape, UNIT, || inner.cancel_alarm(), encode_unit, decode_unit)
+        through(
+            &self.tape,
+            UNIT,
+            || inner.cancel_alarm(),
+            encode_unit,
+            decode_unit,
+        )
     }
     fn alarm(&self) -> ServiceFuture<Option<u64>> {
         let inner = &self.inner;
-        through(&self.tape, ALARM, || inner.alarm(), encode_alarm, decode_alarm)
+        through(
+            &self.tape,
+            ALARM,
+            || inner.alarm(),
+            encode_alarm,
+            decode_alarm,
+        )
     }
     fn fetch(&self, request: Request) -> ServiceFuture<Response> {
         let inner = &self.inner;
-        through(&self.tape, 
+        through(
+            &self.tape,
             RESPONSE,
             || inner.fetch(request),
             encode_response,
@@ -105,7 +121,8 @@ impl ActorServices for TapedServices {
     }
     fn socket_send(&self, socket: SocketTarget, data: Vec<u8>, text: bool) -> ServiceFuture<()> {
         let inner = &self.inner;
-        through(&self.tape, 
+        through(
+            &self.tape,
             UNIT,
             || inner.socket_send(socket, data, text),
             encode_unit,
@@ -114,7 +131,8 @@ impl ActorServices for TapedServices {
     }
     fn socket_close(&self, socket: u64, code: u16, reason: String) -> ServiceFuture<()> {
         let inner = &self.inner;
-        through(&self.tape, 
+        through(
+            &self.tape,
             UNIT,
             || inner.socket_close(socket, code, reason),
             encode_unit,
@@ -123,7 +141,13 @@ impl ActorServices for TapedServices {
     }
     fn sockets(&self) -> ServiceFuture<Vec<u64>> {
         let inner = &self.inner;
-        through(&self.tape, SOCKETS, || inner.sockets(), encode_ids, decode_ids)
+        through(
+            &self.tape,
+            SOCKETS,
+            || inner.sockets(),
+            encode_ids,
+            decode_ids,
+        )
     }
 }
 
@@ -219,10 +243,7 @@ mod tests {
         encode_result(&err, &mut out, encode_unit);
         encode_result(&Ok(Some(7)), &mut out, encode_alarm);
         encode_result(&Ok(vec![1, 2]), &mut out, encode_ids);
-        let mut reader = Reader {
-            bytes: &out,
-            at: 0,
-        };
+        let mut reader = Reader { bytes: &out, at: 0 };
         assert_eq!(decode_result(&mut reader, decode_unit), Some(err));
         assert_eq!(decode_result(&mut reader, decode_alarm), Some(Ok(Some(7))));
         assert_eq!(decode_result(&mut reader, decode_ids), Some(Ok(vec![1, 2])));

@@ -3,7 +3,8 @@
 //! deliveries are replayed on its newest snapshot without repeating their
 //! outbound effects; a delivery that replays otherwise than it ran fails
 //! its actor, naming the entry, until a repair; a record repeated in the
-//! journal fails its actor alone, never rewinding or doubling it.
+//! journal fails its actor alone, never rewinding or doubling it; an
+//! `fdatasync` error answers the truth about the requests it caught.
 
 use std::io::Write as _;
 use std::sync::atomic::Ordering;
@@ -143,4 +144,110 @@ async fn a_repeated_record_fails_its_actor_and_the_others_start() {
         error.contains("does not follow") && error.contains("repeated"),
         "{error}"
     );
+}
+
+/// A preload library whose `fdatasync` fails with `EIO` while the file
+/// named by `STASIS_TEST_EIO_FLAG` exists (a disk that fails a flush; no
+/// root or device mapper needed). Built with the system C compiler.
+fn eio_shim(dir: &std::path::Path) -> std::path::PathBuf {
+    let source = dir.join("eio.c");
+    std::fs::write(
+        &source,
+        r#"#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <unistd.h>
+int fdatasync(int fd) {
+    const char *flag = getenv("STASIS_TEST_EIO_FLAG");
+    if (flag && access(flag, F_OK) == 0) { errno = EIO; return -1; }
+    int (*real)(int) = (int (*)(int))dlsym(RTLD_NEXT, "fdatasync");
+    return real(fd);
+}
+"#,
+    )
+    .expect("write the shim");
+    let library = dir.join("eio.so");
+    let built = std::process::Command::new("cc")
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(&library)
+        .arg(&source)
+        .arg("-ldl")
+        .status()
+        .expect("run cc");
+    assert!(built.success(), "building the EIO shim");
+    library
+}
+
+/// `fdatasync` fails (EIO) under the journal: the request whose group
+/// commit failed is answered as of unknown outcome, never as refused; the
+/// next one is refused (the journal stopped) and not applied; after a
+/// restart the counter holds the three acknowledged increments, plus the
+/// fourth if its bytes reached the disk, never the fifth.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_fdatasync_error_answers_the_truth() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path().join("data");
+    let shim = eio_shim(tmp.path());
+    let flag = tmp.path().join("fail-fdatasync");
+    let env = [
+        ("LD_PRELOAD", shim.to_str().expect("utf-8 path")),
+        ("STASIS_TEST_EIO_FLAG", flag.to_str().expect("utf-8 path")),
+    ];
+    let mut server = Server::start_in_env(&dir, &[], &env).expect("serve starts");
+    server.push("faulty");
+    server.create("f", "faulty");
+    for n in 1..=3 {
+        assert_eq!(count(&send(&server, "f", "POST", "/").await), n);
+    }
+    std::fs::write(&flag, b"").expect("flag");
+    let unknown = send(&server, "f", "POST", "/").await;
+    assert_eq!(unknown.status, 503, "{unknown:?}");
+    assert!(
+        unknown.body.contains("may or may not have been applied"),
+        "{unknown:?}"
+    );
+    let refused = send(&server, "f", "POST", "/").await;
+    assert!(refused.status >= 500, "{refused:?}");
+    server.kill();
+    std::fs::remove_file(&flag).expect("unflag");
+    let server = Server::start_in(&dir, &[]).expect("restart");
+    let after = count(&send(&server, "f", "GET", "/").await);
+    assert!(
+        after == 3 || after == 4,
+        "count {after} after the failed commit"
+    );
+}
+
+/// A request names the worker it runs on to the guest (the counter
+/// answers it), so its replay does too: an actor whose worker is gone
+/// after a restart (`--workers 2`, then 1) replays on another worker the
+/// deliveries it answered on `worker-2` — digests intact, nothing failed
+/// — and then answers from its new worker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_on_another_worker_names_the_worker_each_delivery_ran_on() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path().join("data");
+    let mut server = Server::start_in(&dir, &["--workers", "2"]).expect("serve starts");
+    server.push("counter");
+    let actor = (0..8)
+        .map(|i| format!("c{i}"))
+        .find(|name| server.create(name, "counter")["worker"] == "worker-2")
+        .expect("an actor placed on worker-2");
+    for n in 1..=3 {
+        let answer = send(&server, &actor, "POST", "/").await;
+        assert_eq!(
+            answer.body,
+            format!("hello from: worker-2 | preserved memory count: {n}\n")
+        );
+    }
+    server.kill();
+    let server = Server::start_in(&dir, &["--workers", "1"]).expect("restart");
+    let answer = send(&server, &actor, "GET", "/").await;
+    assert_eq!(
+        answer.body, "hello from: worker-1 | preserved memory count: 3\n",
+        "{answer:?}"
+    );
+    let info = server.cli_json(&["actor", "get", &actor]);
+    assert_eq!(info["state"], "running", "{info}");
 }

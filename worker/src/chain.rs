@@ -24,7 +24,11 @@ pub(crate) struct LiveChain {
     /// The instance's `on_resume` hook ran and its host values are on the
     /// tape: the next journal entry holds them (logical journal).
     pub(crate) resumed: bool,
-    /// Guest code ran outside a delivery (a hook, a hand-over) since the
+    /// The instance's `on_pause` hook ran this many times since the last
+    /// journal entry (pauses whose snapshot failed): the next entry holds
+    /// them (logical journal).
+    pub(crate) paused: u8,
+    /// Guest code ran outside a delivery (a hand-over) since the
     /// newest snapshot, and no journal entry holds it: the next delivery
     /// takes a snapshot first (logical journal).
     pub(crate) unjournaled: bool,
@@ -37,6 +41,7 @@ impl LiveChain {
         self.base = None;
         self.verified = None;
         self.resumed = false;
+        self.paused = 0;
         self.unjournaled = false;
     }
 }

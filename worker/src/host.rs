@@ -8,9 +8,9 @@ use bytes::Bytes;
 use stasis_contract::error::ApiError;
 use stasis_contract::status::{ActorState, ActorStatus, SnapshotReport};
 use stasis_contract::worker_api::HostSpec;
+use stasis_core::journal::Recovery;
 use stasis_core::snapshot::{self, VerifiedChain};
 use stasis_core::snapshot_store::{ChainError, SnapshotBytes, SnapshotEntry, open_chain};
-use stasis_core::journal::Recovery;
 use tokio::sync::oneshot;
 
 use crate::actor::Command;
@@ -213,7 +213,10 @@ impl Worker {
             };
             match journal.take_recovered(&spec.name)? {
                 Recovery::Entries(entries) => task.recovered(entries).err(),
-                Recovery::Failed(why) => Some(why),
+                Recovery::Failed(why) => {
+                    self.ctx.metrics.journal_replay_failures.inc();
+                    Some(why)
+                }
             }
         });
         {

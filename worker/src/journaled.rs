@@ -113,7 +113,7 @@ pub(crate) struct Journaled {
 /// Sends `result` on `reply` once `gate` (the durability of the newest
 /// entry the answer depends on) resolves; at once if there is none or it
 /// is durable already. If the journal fails first (a write or `fdatasync`
-/// error), what reached the disk is unknown: the answer is 500 saying the
+/// error), what reached the disk is unknown: the answer is 503 saying the
 /// request may or may not have been applied (a restart replays whatever
 /// did), never that it was refused.
 pub(crate) fn send_gated<T: Send + 'static>(
@@ -125,23 +125,15 @@ pub(crate) fn send_gated<T: Send + 'static>(
         let _ = reply.send(result);
         return;
     };
-    match gate.outcome() {
-        Some(Ok(())) => {
-            let _ = reply.send(result);
-        }
-        Some(Err(e)) => {
-            let _ = reply.send(Err(unknown_outcome(&e)));
-        }
-        None => {
-            tokio::spawn(async move {
-                let answer = match gate.wait().await {
-                    Ok(()) => result,
-                    Err(e) => Err(unknown_outcome(&e)),
-                };
-                let _ = reply.send(answer);
-            });
-        }
-    }
+    // Sent by the journal's writer once the entry's group commit is over
+    // (at once if it is): no task or wake-up per answer.
+    gate.then(move |outcome| {
+        let answer = match outcome {
+            Ok(()) => result,
+            Err(e) => Err(unknown_outcome(&e)),
+        };
+        let _ = reply.send(answer);
+    });
 }
 
 /// A logical journal's deliveries since the newest snapshot reach this
@@ -152,12 +144,11 @@ pub(crate) const SNAPSHOT_AFTER_BYTES: usize = 4 << 20;
 /// … or the oldest of them is this old.
 pub(crate) const SNAPSHOT_AFTER: std::time::Duration = std::time::Duration::from_secs(30);
 
-/// The answer of a request whose journal entry's group commit failed.
+/// The answer of a request whose journal entry's group commit failed:
+/// 503, with the journal's reason, which says the request may or may not
+/// have been applied.
 fn unknown_outcome(e: &JournalError) -> ApiError {
-    ApiError::internal(format!(
-        "{e}; this request's journal entry may or may not have reached the disk, so the \
-         request may or may not have been applied"
-    ))
+    ApiError::unavailable(e.to_string())
 }
 
 /// What an actor has made durable and what is on its way: its snapshot

@@ -267,6 +267,21 @@ impl ActorInstance {
         })
     }
 
+    /// The worker named to the guest in each request
+    /// ([`Context::worker`]).
+    #[must_use]
+    pub fn worker(&self) -> &str {
+        &self.context.worker
+    }
+
+    /// Names `worker` to the guest in the next requests: a replayed
+    /// delivery sees the worker it ran on.
+    pub fn set_worker(&mut self, worker: &str) {
+        if self.context.worker != worker {
+            worker.clone_into(&mut self.context.worker);
+        }
+    }
+
     /// The tape of the instance's nondeterministic inputs: the worker
     /// records a delivery's on it and replays them from it.
     #[must_use]

@@ -2,8 +2,8 @@
 //! [`Durable`] an append returns (what the output gate waits for), the
 //! group commits it follows ([`Committed`]), and [`JournalError`].
 
-use std::collections::VecDeque;
-use std::sync::Arc;
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
 
@@ -27,15 +27,107 @@ pub(super) struct Committed {
     pub(super) lost: VecDeque<(u64, Arc<str>)>,
 }
 
+/// What runs once an entry's group commit is over.
+type Then = Box<dyn FnOnce(Result<(), JournalError>) + Send>;
+
+/// The callbacks of [`Durable::then`] waiting for a local journal's group
+/// commits: called by its writer thread, each once its entry is durable
+/// (or the journal failed), with no task or wake-up per waiter.
+#[derive(Default)]
+pub(super) struct Waiters(Mutex<WaitersState>);
+
+#[derive(Default)]
+struct WaitersState {
+    durable: u64,
+    failed: Option<Arc<str>>,
+    /// By the end of the entry they wait for.
+    waiting: BTreeMap<u64, Vec<Then>>,
+}
+
+impl std::fmt::Debug for Waiters {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Waiters").finish_non_exhaustive()
+    }
+}
+
+impl Waiters {
+    fn lock(&self) -> std::sync::MutexGuard<'_, WaitersState> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Starts at `durable` (everything before it is on disk).
+    pub(super) fn starting_at(durable: u64) -> Self {
+        Self(Mutex::new(WaitersState {
+            durable,
+            ..WaitersState::default()
+        }))
+    }
+
+    /// Everything up to `durable` is on disk: calls its waiters.
+    pub(super) fn durable(&self, durable: u64) {
+        let ready = {
+            let mut state = self.lock();
+            state.durable = durable;
+            let later = state.waiting.split_off(&(durable + 1));
+            std::mem::replace(&mut state.waiting, later)
+        };
+        for then in ready.into_values().flatten() {
+            then(Ok(()));
+        }
+    }
+
+    /// The journal failed (`why`): every waiter not yet called fails.
+    pub(super) fn fail(&self, why: &Arc<str>) {
+        let all = {
+            let mut state = self.lock();
+            state.failed = Some(why.clone());
+            std::mem::take(&mut state.waiting)
+        };
+        for then in all.into_values().flatten() {
+            then(Err(JournalError(why.clone())));
+        }
+    }
+
+    fn then(&self, end: u64, then: Then) {
+        let now = {
+            let mut state = self.lock();
+            if state.durable >= end {
+                Ok(())
+            } else if let Some(why) = &state.failed {
+                Err(JournalError(why.clone()))
+            } else {
+                state.waiting.entry(end).or_default().push(then);
+                return;
+            }
+        };
+        then(now);
+    }
+}
+
 /// An appended entry's durability: [`Durable::wait`] resolves once it is
 /// on disk.
 #[derive(Debug, Clone)]
 pub struct Durable {
     pub(super) end: u64,
     pub(super) committed: watch::Receiver<Committed>,
+    /// The local journal's waiters ([`Durable::then`]); `None` for the
+    /// shipped journal.
+    pub(super) waiters: Option<Arc<Waiters>>,
 }
 
 impl Durable {
+    /// Calls `then` once the entry's group commit is over (at once if it
+    /// is): with the local journal on its writer thread, so `then` must
+    /// be quick (send on a channel); otherwise from a task.
+    pub fn then(self, then: impl FnOnce(Result<(), JournalError>) + Send + 'static) {
+        match self.waiters.clone() {
+            Some(waiters) => waiters.then(self.end, Box::new(then)),
+            None => {
+                tokio::spawn(async move { then(self.wait().await) });
+            }
+        }
+    }
+
     /// Waits until the entry is durable.
     ///
     /// # Errors

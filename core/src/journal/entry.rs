@@ -134,8 +134,16 @@ pub(super) fn pad_to_page(out: &mut Vec<u8>, offset: u64, page: u64) -> u64 {
     if gap < least {
         gap += page;
     }
-    let body = vec![0u8; (gap - least) as usize];
-    encode(out, EntryKind::Pad, 0, 0, "", &body);
+    // Written in place: the header, then the zeros, then the checksum.
+    let start = out.len();
+    let length = u32::try_from(gap - HEADER_BYTES as u64).expect("a pad is below a page");
+    out.extend_from_slice(&MAGIC.to_le_bytes());
+    out.extend_from_slice(&length.to_le_bytes());
+    out.extend_from_slice(&[0; 4]);
+    out.push(EntryKind::Pad.code());
+    out.resize(start + gap as usize, 0);
+    let crc = crc32c::crc32c(&out[start + HEADER_BYTES..]);
+    out[start + 8..start + 12].copy_from_slice(&crc.to_le_bytes());
     gap
 }
 

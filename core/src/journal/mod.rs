@@ -29,6 +29,7 @@
 //! their segments stay until it has written a snapshot past them. A torn
 //! tail is ignored, never applied.
 
+pub mod delivery;
 mod durable;
 pub mod entry;
 pub mod patch;
@@ -48,7 +49,7 @@ use std::time::Instant;
 
 use tokio::sync::watch;
 
-use durable::Committed;
+use durable::{Committed, Waiters};
 pub use durable::{Durable, JournalError};
 pub use entry::EntryKind;
 pub use recovered::{RecoveredEntry, Recovery};
@@ -88,6 +89,8 @@ struct Shared {
     state: Mutex<State>,
     work: Condvar,
     committed: watch::Sender<Committed>,
+    /// What [`Durable::then`] registered.
+    waiters: Arc<Waiters>,
     syncs: AtomicU64,
     entries: AtomicU64,
     bytes: AtomicU64,
@@ -108,11 +111,14 @@ impl Shared {
 
     fn fail(&self, why: String) {
         let why: Arc<str> = format!(
-            "the worker journal failed: {why}; requests are refused until the server restarts"
+            "the worker journal failed: {why}; a request whose entry it had not made durable \
+             may or may not have been applied, and no more requests are taken until the server \
+             restarts"
         )
         .into();
         tracing::error!("worker journal: {why}");
         self.lock().failed = Some(why.clone());
+        self.waiters.fail(&why);
         self.committed.send_modify(|c| c.failed = Some(why));
     }
 }
@@ -224,6 +230,7 @@ impl Journal {
                 idle: false,
             }),
             work: Condvar::new(),
+            waiters: Arc::new(Waiters::starting_at(start)),
             committed: watch::Sender::new(Committed {
                 durable: start,
                 ..Committed::default()
@@ -298,6 +305,7 @@ impl Journal {
         Ok(Durable {
             end,
             committed: self.shared.committed.subscribe(),
+            waiters: Some(self.shared.waiters.clone()),
         })
     }
 
@@ -320,6 +328,7 @@ impl Journal {
         Durable {
             end,
             committed: self.shared.committed.subscribe(),
+            waiters: Some(self.shared.waiters.clone()),
         }
     }
 
@@ -532,6 +541,9 @@ fn write_rounds_with(
     spare: &mut Option<JoinHandle<io::Result<File>>>,
 ) {
     let mut len = 0u64;
+    // The buffer written last round, emptied: swapped in for the next
+    // round's appends (no allocation per round).
+    let mut spare_buffer = Vec::new();
     loop {
         let (batch, end) = {
             let mut state = shared.lock();
@@ -547,7 +559,8 @@ fn write_rounds_with(
             let offset = state.next - state.pending.len() as u64 - start;
             let padded = entry::pad_to_page(&mut state.pending, offset, PAGE);
             state.next += padded;
-            (std::mem::take(&mut state.pending), state.next)
+            std::mem::swap(&mut state.pending, &mut spare_buffer);
+            (std::mem::take(&mut spare_buffer), state.next)
         };
         let written = file
             .write_all_at(&batch, len)
@@ -557,9 +570,12 @@ fn write_rounds_with(
             return;
         }
         len += batch.len() as u64;
+        spare_buffer = batch;
+        spare_buffer.clear();
         shared.syncs.fetch_add(1, Ordering::Relaxed);
         (shared.on_sync)();
         shared.committed.send_modify(|c| c.durable = end);
+        shared.waiters.durable(end);
         if len >= SEGMENT_BYTES {
             match next_segment(dir, end, spare.take()) {
                 Ok(next) => {

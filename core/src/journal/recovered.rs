@@ -137,7 +137,9 @@ mod tests {
             index,
             input_kind: 1,
             resumed: false,
+            paused: 0,
             answer: 0,
+            worker: "w0".into(),
             input: Vec::new(),
             tape: Vec::new(),
         };
@@ -163,10 +165,88 @@ mod tests {
             (vec![entry(3, 1), entry(3, 2), entry(3, 1)], "a repeat"),
             (vec![entry(3, 1), entry(3, 2), entry(3, 2)], "a duplicate"),
             (vec![entry(4, 1)], "an entry on a snapshot the store lost"),
-            (vec![entry(3, 1), entry(4, 1)], "a snapshot lost after entries"),
+            (
+                vec![entry(3, 1), entry(4, 1)],
+                "a snapshot lost after entries",
+            ),
         ] {
             let why = follow_on("a", 3, bad).expect_err(what);
             assert!(why.contains("does not follow"), "{what}: {why}");
+        }
+    }
+
+    /// Segments written by the journal itself, the middle one deleted: the
+    /// actor whose entries ran through it is failed, naming the gap; the
+    /// actor whose entries are all in the newest segment comes back whole;
+    /// a repeated record (a copy of an older one after the end) fails its
+    /// actor too.
+    #[test]
+    fn a_missing_middle_segment_fails_the_actors_whose_entries_it_held() {
+        use crate::journal::{Journal, Recovery, segment_path};
+        use crate::snapshot::capture::empty_snapshot;
+        use crate::snapshot_files::LocalSnapshotStore;
+        use crate::snapshot_store::SnapshotStore as _;
+
+        let tmp = tempfile::tempdir().expect("tmp");
+        let store = LocalSnapshotStore::open(tmp.path().join("snapshots"), None).expect("store");
+        for actor in ["a", "b"] {
+            store
+                .write(actor, 0, 1, &empty_snapshot(1))
+                .expect("snapshot 0");
+        }
+        let dir = tmp.path().join("journal");
+        let record = |index| {
+            DeliveryRecord {
+                index,
+                input_kind: 1,
+                resumed: false,
+                paused: 0,
+                answer: 7,
+                worker: "w0".into(),
+                input: b"POST /".to_vec(),
+                tape: Vec::new(),
+            }
+            .encode()
+        };
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        // Three runs of the journal, one segment each (each open starts a
+        // segment after the last): `a` appends in all three, `b` only in
+        // the last.
+        let mut index = 0;
+        for run in 0..3 {
+            let (journal, _) = Journal::open(&dir, &store, Box::new(|| {})).expect("open");
+            for _ in 0..2 {
+                index += 1;
+                journal
+                    .append(EntryKind::Delivery, 1, 0, "a", &record(index))
+                    .expect("append");
+            }
+            if run == 2 {
+                for b in 1..=2 {
+                    journal
+                        .append(EntryKind::Delivery, 1, 0, "b", &record(b))
+                        .expect("append");
+                }
+            }
+            rt.block_on(journal.appended().wait()).expect("durable");
+        }
+        let mut segments = super::super::list_segments(&dir).expect("segments");
+        assert_eq!(segments.len(), 3, "{segments:?}");
+        std::fs::remove_file(segment_path(&dir, segments.remove(1))).expect("delete the middle");
+        let (journal, replayed) = Journal::open(&dir, &store, Box::new(|| {})).expect("open");
+        assert_eq!((replayed.recovered, replayed.failed), (1, 1));
+        match journal.take_recovered("a") {
+            Some(Recovery::Failed(why)) => {
+                assert!(why.contains("0.5") && why.contains("0.2"), "{why}");
+            }
+            other => panic!("a: {other:?}"),
+        }
+        match journal.take_recovered("b") {
+            Some(Recovery::Entries(entries)) => assert_eq!(entries.len(), 2),
+            other => panic!("b: {other:?}"),
         }
     }
 }

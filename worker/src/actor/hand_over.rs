@@ -78,7 +78,7 @@ impl ActorTask {
         let Some(instance) = self.instance.as_mut() else {
             return Err(ApiError::internal("loading a state without an instance"));
         };
-        self.chain.unjournaled = true;
+        // No journal entry holds it: the hand-over's snapshot follows.
         instance
             .load_state(state)
             .await

@@ -15,12 +15,12 @@ use stasis_core::snapshot;
 use stasis_core::snapshot::delta::MIN_DELTA_ROOT_PAGES;
 
 use opentelemetry::Context;
+use stasis_contract::delivery::DueAlarm;
 use stasis_core::instance::ActorInstance;
 use stasis_core::journal::RecoveredEntry;
 use stasis_core::journal::delivery::DeliveryRecord;
-use stasis_host_api::sockets::SocketEvent;
 use stasis_host_api::Request;
-use stasis_contract::delivery::DueAlarm;
+use stasis_host_api::sockets::SocketEvent;
 
 use super::ActorTask;
 use super::capture::{For, Kind};
@@ -110,7 +110,13 @@ impl ActorTask {
         let seq = self.kept.durable.next_seq;
         let bytes = Arc::new(bytes);
         let durable = journal
-            .append(EntryKind::Snapshot, self.kept.epoch, seq, &self.name, &bytes)
+            .append(
+                EntryKind::Snapshot,
+                self.kept.epoch,
+                seq,
+                &self.name,
+                &bytes,
+            )
             .map_err(|e| ApiError::unavailable(e.to_string()))?;
         self.ctx.metrics.journaled(bytes.len());
         let big = bytes.len() > SEAL_BYTES;
@@ -146,18 +152,19 @@ impl ActorTask {
         // A worker past its lease keeps nothing of what it ran: its actor
         // may have an owner elsewhere (see `fence`).
         self.ctx.store.check_fence(&self.name)?;
-        let tape = self
+        let instance = self
             .instance
             .as_ref()
-            .ok_or_else(|| ApiError::internal("no instance"))?
-            .tape()
-            .take();
+            .ok_or_else(|| ApiError::internal("no instance"))?;
+        let (tape, worker) = (instance.tape().take(), instance.worker().to_owned());
         let durable = &mut self.kept.durable;
         let record = DeliveryRecord {
             index: durable.since.len() as u64 + 1,
             input_kind: W::INPUT,
             resumed: std::mem::take(&mut self.chain.resumed),
+            paused: std::mem::take(&mut self.chain.paused),
             answer: W::digest(answer),
+            worker,
             input: work.encode(),
             tape,
         };
@@ -166,7 +173,13 @@ impl ActorTask {
         // create's snapshot 0 was sealed before the first one ran).
         let base = durable.next_seq.saturating_sub(1);
         let appended = journal
-            .append(EntryKind::Delivery, self.kept.epoch, base, &self.name, &bytes)
+            .append(
+                EntryKind::Delivery,
+                self.kept.epoch,
+                base,
+                &self.name,
+                &bytes,
+            )
             .map_err(|e| ApiError::unavailable(e.to_string()))?;
         self.ctx.metrics.journaled(bytes.len());
         durable.since.push(Arc::new(record));
@@ -215,7 +228,10 @@ impl ActorTask {
             self.snapshot(Instant::now()).await?;
             self.chain.unjournaled = false;
         }
+        // A fresh recording, unless hooks recorded what this entry holds
+        // first (`on_resume`, `on_pause`).
         if !self.chain.resumed
+            && self.chain.paused == 0
             && let Some(instance) = &self.instance
         {
             instance.tape().record();
@@ -271,49 +287,73 @@ impl ActorTask {
 }
 
 /// Replays `since` (the deliveries after snapshot `base`) on `instance`
-/// ([`ActorTask::replay_since`]).
+/// ([`ActorTask::replay_since`]), each naming the worker it ran on; the
+/// instance names its own again after.
 async fn replay(
     instance: &mut ActorInstance,
     since: &[Arc<DeliveryRecord>],
     services: &ActorHostServices,
     base: u64,
 ) -> Result<(), String> {
-    {
-        for record in since {
-            let at = |what: String| {
-                format!(
-                    "replaying journal entry {base}.{} (snapshot.delivery) diverged: {what}; the                      entries stay in the journal (repair with `stasis actor resume NAME                      --from-snapshot N`)",
-                    record.index
-                )
-            };
-            instance.tape().replay(record.tape.clone());
-            if record.resumed {
-                instance
-                    .on_resume()
-                    .await
-                    .map_err(|e| at(format!("its on_resume hook failed: {e}")))?;
-            }
-            let digest = match record.input_kind {
-                guest::REQUEST => replay_one::<Arc<Request>>(instance, services, record).await,
-                guest::ALARM => replay_one::<DueAlarm>(instance, services, record).await,
-                guest::SOCKET => replay_one::<SocketEvent>(instance, services, record).await,
-                other => Err(format!("unknown input kind {other}")),
-            }
-            .map_err(at)?;
-            instance.tape().finish_replay().map_err(at)?;
-            if digest != record.answer {
-                return Err(at(format!(
-                    "its answer's digest is {digest:016x}, recorded {:016x} (the guest is not                      deterministic over its recorded host values)",
-                    record.answer
-                )));
-            }
+    let worker = instance.worker().to_owned();
+    let mut result = Ok(());
+    for record in since {
+        result = replay_entry(instance, record, services, base).await;
+        if result.is_err() {
+            break;
         }
-        Ok(())
     }
+    instance.set_worker(&worker);
+    result
+}
+
+/// Replays one entry (`record`, after snapshot `base`) on `instance`.
+async fn replay_entry(
+    instance: &mut ActorInstance,
+    record: &DeliveryRecord,
+    services: &ActorHostServices,
+    base: u64,
+) -> Result<(), String> {
+    let at = |what: String| {
+        format!(
+            "replaying journal entry {base}.{} (snapshot.delivery) diverged: {what}; the entries \
+             stay in the journal (repair with `stasis actor resume NAME --from-snapshot N`)",
+            record.index
+        )
+    };
+    instance.set_worker(&record.worker);
+    instance.tape().replay(record.tape.clone());
+    if record.resumed {
+        instance
+            .on_resume()
+            .await
+            .map_err(|e| at(format!("its on_resume hook failed: {e}")))?;
+    }
+    for _ in 0..record.paused {
+        instance
+            .on_pause()
+            .await
+            .map_err(|e| at(format!("its on_pause hook failed: {e}")))?;
+    }
+    let digest = match record.input_kind {
+        guest::REQUEST => replay_one::<Arc<Request>>(instance, services, record).await,
+        guest::ALARM => replay_one::<DueAlarm>(instance, services, record).await,
+        guest::SOCKET => replay_one::<SocketEvent>(instance, services, record).await,
+        other => Err(format!("unknown input kind {other}")),
+    }
+    .map_err(at)?;
+    instance.tape().finish_replay().map_err(at)?;
+    if digest != record.answer {
+        return Err(at(format!(
+            "its answer's digest is {digest:016x}, recorded {:016x} (the guest is not \
+             deterministic over its recorded host values)",
+            record.answer
+        )));
+    }
+    Ok(())
 }
 
 impl ActorTask {
-
     /// Writes the newest journal entry to the store as the snapshot it is
     /// (module docs) and reports it; `None` when there is none, or when
     /// `then` is [`Then::Capture`] and a capture of the live instance is

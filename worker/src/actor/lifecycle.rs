@@ -148,13 +148,23 @@ impl ActorTask {
         if let Some(now_ns) = self.instance.as_ref().map(ActorInstance::clock_ns) {
             self.lease_clock(now_ns);
         }
+        // `on_pause` runs on the tape: the snapshot below holds what it
+        // did, or (when that fails) the next journal entry does.
+        let logical = self.journal_on().is_some_and(|log| log.is_logical());
         let hook = match self.instance.as_mut() {
-            Some(instance) => instance.on_pause().await,
+            Some(instance) => {
+                if logical {
+                    instance.tape().ensure_recording();
+                }
+                instance.on_pause().await
+            }
             None => Ok(()),
         };
-        // What `on_pause` did is in no journal entry: the snapshot below
-        // holds it, or the next delivery takes one first.
-        self.chain.unjournaled = true;
+        if logical {
+            self.chain.paused = self.chain.paused.saturating_add(1);
+            // More than an entry can count: a snapshot comes first.
+            self.chain.unjournaled |= self.chain.paused > 127;
+        }
         if let Err(e) = hook {
             let answer = self.after_failed_call(e).await;
             let message = format!("on_pause hook failed: {}", answer.message());

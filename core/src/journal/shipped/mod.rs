@@ -300,6 +300,7 @@ impl ShippedJournal {
         Ok(Durable {
             end: round,
             committed: self.shared.committed.subscribe(),
+            waiters: None,
         })
     }
 
