@@ -219,6 +219,10 @@ fn decode_alarm(reader: &mut Reader<'_>) -> Option<Option<u64>> {
     }
 }
 
+#[expect(
+    clippy::ptr_arg,
+    reason = "the encoder of a `Vec<u64>` result, as `through` takes it"
+)]
 fn encode_ids(ids: &Vec<u64>, out: &mut Vec<u8>) {
     let n = u32::try_from(ids.len()).unwrap_or(u32::MAX);
     out.extend_from_slice(&n.to_le_bytes());

@@ -273,11 +273,12 @@ impl ActorTask {
         );
         drop(chain);
         self.lease_clock(instance.clock_ns());
-        if replay && seq + 1 == self.kept.durable.next_seq {
-            if let Err(why) = self.replay_since(&mut instance).await {
-                self.ctx.metrics.journal_replay_failures.inc();
-                return Err(Unrestorable::Broken(why));
-            }
+        if replay
+            && seq + 1 == self.kept.durable.next_seq
+            && let Err(why) = self.replay_since(&mut instance).await
+        {
+            self.ctx.metrics.journal_replay_failures.inc();
+            return Err(Unrestorable::Broken(why));
         }
         if self.journal_on().is_some_and(|log| log.is_logical()) {
             instance.tape().record();
