@@ -8,7 +8,9 @@
 //! payload:
 //!   kind   u8     1 = snapshot, 2 = forget, 3 = pad (ignored),
 //!                 4 = patch of the actor's previous entry, 5 = delivery
-//!                 (the logical journal's entry, `super::delivery`)
+//!                 (the logical journal's entry, `super::delivery`),
+//!                 6 = roll (the actors' pins, `super::roll`), 7 = settled
+//!                 (the actor's entries are covered by a snapshot)
 //!   epoch  u64 LE the actor's placement epoch on the writing worker
 //!   seq    u64 LE the snapshot's sequence number (0 for a forget; for a
 //!                 delivery, the snapshot it followed)
@@ -49,6 +51,11 @@ pub enum EntryKind {
     /// One delivery after snapshot `seq`: its input and the host values it
     /// read ([`super::delivery`]), replayed on that snapshot.
     Delivery,
+    /// The actors whose entries were not yet covered by a snapshot when a
+    /// segment began ([`super::roll`]).
+    Roll,
+    /// The actor's entries before this one are covered by a snapshot.
+    Settled,
 }
 
 impl EntryKind {
@@ -59,6 +66,8 @@ impl EntryKind {
             Self::Pad => 3,
             Self::Patch => 4,
             Self::Delivery => 5,
+            Self::Roll => 6,
+            Self::Settled => 7,
         }
     }
 
@@ -69,6 +78,8 @@ impl EntryKind {
             3 => Some(Self::Pad),
             4 => Some(Self::Patch),
             5 => Some(Self::Delivery),
+            6 => Some(Self::Roll),
+            7 => Some(Self::Settled),
             _ => None,
         }
     }

@@ -35,11 +35,13 @@ pub mod entry;
 pub mod patch;
 mod recovered;
 mod replay;
+mod roll;
+mod segment;
 pub mod shipped;
 
 use std::collections::{HashMap, VecDeque};
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write as _};
+use std::fs::{self, File};
+use std::io;
 use std::os::unix::fs::FileExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -54,8 +56,8 @@ pub use durable::{Durable, JournalError};
 pub use entry::EntryKind;
 pub use recovered::{RecoveredEntry, Recovery};
 pub use replay::Replayed;
+use segment::{list_segments, new_segment, next_segment, prepare_spare, segment_path, spare_path};
 
-use crate::durable::sync_dir;
 use crate::snapshot_store::SnapshotStore;
 
 /// A segment is closed and a new one started once it holds this many
@@ -79,6 +81,9 @@ struct State {
     /// written now.
     segments: VecDeque<u64>,
     failed: Option<Arc<str>>,
+    /// The end of the newest settled record: segments are deleted only
+    /// once it is durable (a restart must see why a pin went).
+    settled_end: u64,
     stopping: bool,
     /// The writer waits for work: the next append wakes it (appends while
     /// it writes need no wake-up, it looks again when done).
@@ -147,24 +152,6 @@ pub struct Journal {
     writer: Mutex<Option<JoinHandle<()>>>,
 }
 
-fn segment_path(dir: &Path, start: u64) -> PathBuf {
-    dir.join(format!("{start:020}.log"))
-}
-
-/// The segments in `dir`, by start position, oldest first.
-fn list_segments(dir: &Path) -> io::Result<Vec<u64>> {
-    let mut starts = Vec::new();
-    for entry in fs::read_dir(dir)? {
-        let name = entry?.file_name();
-        let name = name.to_string_lossy();
-        if let Some(start) = name.strip_suffix(".log").and_then(|s| s.parse().ok()) {
-            starts.push(start);
-        }
-    }
-    starts.sort_unstable();
-    Ok(starts)
-}
-
 impl Journal {
     /// Opens the journal in `dir` (created if missing): replays the
     /// segments a previous run left into `store` ([`replay`]), deletes
@@ -183,16 +170,26 @@ impl Journal {
         fs::create_dir_all(dir).context("creating the journal folder")?;
         let started = Instant::now();
         let old = list_segments(dir).context("listing the journal")?;
-        let (mut replayed, deliveries) = replay::replay(dir, &old, store)?;
+        let (mut replayed, deliveries, lost) = replay::replay(dir, &old, store)?;
         let mut live = HashMap::new();
         let mut recovered = HashMap::new();
-        for (actor, (recovery, at, epoch)) in recovered::sort_out(deliveries, store) {
-            match &recovery {
+        let sorted = recovered::sort_out(deliveries, store).into_iter().chain(
+            lost.into_iter()
+                .map(|(actor, (why, at, epoch))| (actor, (Recovery::Failed(why), at, epoch))),
+        );
+        for (actor, (recovery, at, epoch)) in sorted {
+            if matches!(recovered.get(&actor), Some(Recovery::Failed(_))) {
+                continue;
+            }
+            let pin = live.entry(actor.clone()).or_insert((at, epoch));
+            pin.0 = pin.0.min(at);
+            recovered.insert(actor, recovery);
+        }
+        for recovery in recovered.values() {
+            match recovery {
                 Recovery::Entries(_) => replayed.recovered += 1,
                 Recovery::Failed(_) => replayed.failed += 1,
             }
-            live.insert(actor.clone(), (at, epoch));
-            recovered.insert(actor, recovery);
         }
         replayed.duration = started.elapsed();
         // Positions go on past the old segments' (named by theirs).
@@ -219,16 +216,20 @@ impl Journal {
             _ => {}
         }
         let file = new_segment(dir, start).context("starting a journal segment")?;
+        let mut state = State {
+            pending: Vec::new(),
+            next: start,
+            live,
+            segments,
+            failed: None,
+            settled_end: 0,
+            stopping: false,
+            idle: false,
+        };
+        // The new segment starts with the pins it keeps ([`roll`]).
+        roll_record(&mut state);
         let shared = Arc::new(Shared {
-            state: Mutex::new(State {
-                pending: Vec::new(),
-                next: start,
-                live,
-                segments,
-                failed: None,
-                stopping: false,
-                idle: false,
-            }),
+            state: Mutex::new(state),
             work: Condvar::new(),
             waiters: Arc::new(Waiters::starting_at(start)),
             committed: watch::Sender::new(Committed {
@@ -290,9 +291,11 @@ impl Journal {
             EntryKind::Delivery => {
                 state.live.entry(actor.to_owned()).or_insert((at, epoch));
             }
-            EntryKind::Forget => settle(&mut state.live, actor, epoch),
+            EntryKind::Forget => {
+                settle(&mut state.live, actor, epoch);
+            }
             // A patch needs the entry before it: the pin stays there.
-            EntryKind::Pad | EntryKind::Patch => {}
+            EntryKind::Pad | EntryKind::Patch | EntryKind::Roll | EntryKind::Settled => {}
         }
         let end = state.next;
         let wake = std::mem::take(&mut state.idle);
@@ -337,7 +340,19 @@ impl Journal {
     /// entry at a later epoch (the actor moved to another worker of this
     /// data dir meanwhile) stays.
     pub fn settled(&self, actor: &str, epoch: u64) {
-        settle(&mut self.shared.lock().live, actor, epoch);
+        let mut state = self.shared.lock();
+        if settle(&mut state.live, actor, epoch) {
+            // Recorded, so that a restart knows the pin went ([`roll`]).
+            let at = state.next;
+            entry::encode(&mut state.pending, EntryKind::Settled, epoch, 0, actor, &[]);
+            state.next = at + entry::record_len(actor, &[]) as u64;
+            state.settled_end = state.next;
+            let wake = std::mem::take(&mut state.idle);
+            drop(state);
+            if wake {
+                self.shared.work.notify_one();
+            }
+        }
     }
 
     /// The actors whose newest entry is in a segment that is no longer
@@ -395,6 +410,9 @@ impl Journal {
         loop {
             let doomed = {
                 let mut state = self.shared.lock();
+                if self.shared.committed.borrow().durable < state.settled_end {
+                    break;
+                }
                 let needed = state.live.values().map(|&(at, _)| at).min();
                 let needed = needed.unwrap_or(u64::MAX);
                 match (state.segments.front(), state.segments.get(1)) {
@@ -445,79 +463,25 @@ impl Drop for Journal {
 /// The page size group commits are padded to.
 const PAGE: u64 = 4096;
 
-/// Drops `actor`'s live entry if it is from `epoch` or before.
-fn settle(live: &mut HashMap<String, (u64, u64)>, actor: &str, epoch: u64) {
-    if live.get(actor).is_some_and(|&(_, at)| at <= epoch) {
+/// Appends a roll record of the pins (when there are any) at the start
+/// of a segment ([`roll`]).
+fn roll_record(state: &mut State) {
+    if state.live.is_empty() {
+        return;
+    }
+    let body = roll::encode(&state.live);
+    entry::encode(&mut state.pending, EntryKind::Roll, 0, 0, "", &body);
+    state.next += entry::record_len("", &body) as u64;
+}
+
+/// Drops `actor`'s live entry if it is from `epoch` or before; says
+/// whether it did.
+fn settle(live: &mut HashMap<String, (u64, u64)>, actor: &str, epoch: u64) -> bool {
+    let covered = live.get(actor).is_some_and(|&(_, at)| at <= epoch);
+    if covered {
         live.remove(actor);
     }
-}
-
-/// Creates segment `start` and makes its name durable.
-fn new_segment(dir: &Path, start: u64) -> io::Result<File> {
-    let file = zero_filled(&segment_path(dir, start), true)?;
-    sync_dir(dir)?;
-    Ok(file)
-}
-
-/// The next segment, zero-filled ahead of need by a thread of its own
-/// while the writer fills the current one: rolling renames it (one
-/// folder sync) instead of writing and syncing [`SEGMENT_BYTES`] of zeros
-/// between two group commits. A leftover one is removed at open.
-fn spare_path(dir: &Path) -> PathBuf {
-    dir.join("next.spare")
-}
-
-/// Creates `path` (`new`: it must not exist; else it is replaced) holding
-/// [`SEGMENT_BYTES`] of zeros, synced.
-fn zero_filled(path: &Path, new: bool) -> io::Result<File> {
-    let mut file = OpenOptions::new()
-        .create_new(new)
-        .create(!new)
-        .truncate(!new)
-        .write(true)
-        .open(path)?;
-    let zeros = vec![0u8; 1 << 20];
-    for _ in 0..SEGMENT_BYTES / zeros.len() as u64 {
-        file.write_all(&zeros)?;
-    }
-    file.sync_all()?;
-    Ok(file)
-}
-
-/// Starts zero-filling the spare segment ([`spare_path`]).
-fn prepare_spare(dir: &Path) -> Option<JoinHandle<io::Result<File>>> {
-    let path = spare_path(dir);
-    std::thread::Builder::new()
-        .name("stasis-journal-spare".into())
-        .spawn(move || zero_filled(&path, false))
-        .inspect_err(|e| tracing::warn!("journal: cannot prepare the next segment ahead: {e}"))
-        .ok()
-}
-
-/// Segment `start`: the spare renamed, when it is ready (or being made:
-/// waited for), else created now.
-fn next_segment(
-    dir: &Path,
-    start: u64,
-    spare: Option<JoinHandle<io::Result<File>>>,
-) -> io::Result<File> {
-    let prepared = spare.map(|spare| {
-        spare
-            .join()
-            .unwrap_or_else(|_| Err(io::Error::other("the spare segment's thread panicked")))
-    });
-    match prepared {
-        Some(Ok(file)) => {
-            fs::rename(spare_path(dir), segment_path(dir, start))?;
-            sync_dir(dir)?;
-            Ok(file)
-        }
-        Some(Err(e)) => {
-            tracing::warn!("journal: the spare segment failed ({e}); creating the next one now");
-            new_segment(dir, start)
-        }
-        None => new_segment(dir, start),
-    }
+    covered
 }
 
 /// The writer thread: takes everything appended since the last round,
@@ -582,7 +546,9 @@ fn write_rounds_with(
                     file = next;
                     start = end;
                     len = 0;
-                    shared.lock().segments.push_back(end);
+                    let mut state = shared.lock();
+                    state.segments.push_back(end);
+                    roll_record(&mut state);
                     *spare = prepare_spare(dir);
                 }
                 Err(e) => {

@@ -176,10 +176,9 @@ mod tests {
     }
 
     /// Segments written by the journal itself, the middle one deleted: the
-    /// actor whose entries ran through it is failed, naming the gap; the
-    /// actor whose entries are all in the newest segment comes back whole;
-    /// a repeated record (a copy of an older one after the end) fails its
-    /// actor too.
+    /// actor whose entries ran through it is failed, naming the gap, and so
+    /// is the one whose entries were all in it (by the roll record); the
+    /// actor whose entries are all in the newest segment comes back whole.
     #[test]
     fn a_missing_middle_segment_fails_the_actors_whose_entries_it_held() {
         use crate::journal::{Journal, Recovery, segment_path};
@@ -189,7 +188,7 @@ mod tests {
 
         let tmp = tempfile::tempdir().expect("tmp");
         let store = LocalSnapshotStore::open(tmp.path().join("snapshots"), None).expect("store");
-        for actor in ["a", "b"] {
+        for actor in ["a", "b", "c"] {
             store
                 .write(actor, 0, 1, &empty_snapshot(1))
                 .expect("snapshot 0");
@@ -224,12 +223,17 @@ mod tests {
                     .append(EntryKind::Delivery, 1, 0, "a", &record(index))
                     .expect("append");
             }
-            if run == 2 {
-                for b in 1..=2 {
-                    journal
-                        .append(EntryKind::Delivery, 1, 0, "b", &record(b))
-                        .expect("append");
-                }
+            // `b` only in the last segment, `c` only in the middle one.
+            let other = match run {
+                1 => Some("c"),
+                2 => Some("b"),
+                _ => None,
+            };
+            for n in other.map_or(0..0, |_| 1..3) {
+                let actor = other.expect("an actor");
+                journal
+                    .append(EntryKind::Delivery, 1, 0, actor, &record(n))
+                    .expect("append");
             }
             rt.block_on(journal.appended().wait()).expect("durable");
         }
@@ -237,12 +241,18 @@ mod tests {
         assert_eq!(segments.len(), 3, "{segments:?}");
         std::fs::remove_file(segment_path(&dir, segments.remove(1))).expect("delete the middle");
         let (journal, replayed) = Journal::open(&dir, &store, Box::new(|| {})).expect("open");
-        assert_eq!((replayed.recovered, replayed.failed), (1, 1));
+        assert_eq!((replayed.recovered, replayed.failed), (1, 2));
         match journal.take_recovered("a") {
             Some(Recovery::Failed(why)) => {
                 assert!(why.contains("0.5") && why.contains("0.2"), "{why}");
             }
             other => panic!("a: {other:?}"),
+        }
+        // No entry of `c` is left to show a hole: the roll record at the
+        // start of the last segment names its pin in the missing one.
+        match journal.take_recovered("c") {
+            Some(Recovery::Failed(why)) => assert!(why.contains("missing"), "{why}"),
+            other => panic!("c: {other:?}"),
         }
         match journal.take_recovered("b") {
             Some(Recovery::Entries(entries)) => assert_eq!(entries.len(), 2),

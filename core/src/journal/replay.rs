@@ -23,6 +23,7 @@ use anyhow::Context as _;
 
 use super::entry::{Entry, EntryKind, scan};
 use super::recovered::Read;
+use super::roll::{Lost, Pins};
 use super::segment_path;
 use crate::snapshot::{peek_header, recorded_crc32c};
 use crate::snapshot_store::SnapshotStore;
@@ -59,9 +60,11 @@ pub(super) fn replay(
     dir: &Path,
     segments: &[u64],
     store: &dyn SnapshotStore,
-) -> anyhow::Result<(Replayed, HashMap<String, Read>)> {
+) -> anyhow::Result<(Replayed, HashMap<String, Read>, Lost)> {
     let mut newest: HashMap<String, Entry> = HashMap::new();
     let mut deliveries: HashMap<String, Read> = HashMap::new();
+    let mut pins = Pins::default();
+    let mut read = Vec::with_capacity(segments.len());
     let mut replayed = Replayed::default();
     for &start in segments {
         let path = segment_path(dir, start);
@@ -91,9 +94,15 @@ pub(super) fn replay(
             );
             replayed.torn_bytes += (bytes.len() - end) as u64;
         }
+        read.push((start, start + end as u64));
         replayed.entries += entries
             .iter()
-            .filter(|(_, entry)| entry.kind != EntryKind::Pad)
+            .filter(|(_, entry)| {
+                !matches!(
+                    entry.kind,
+                    EntryKind::Pad | EntryKind::Roll | EntryKind::Settled
+                )
+            })
             .count() as u64;
         for (at, entry) in entries {
             match entry.kind {
@@ -108,6 +117,8 @@ pub(super) fn replay(
                         .push((start + at as u64, entry));
                 }
                 EntryKind::Pad => {}
+                EntryKind::Roll => pins.roll(&entry.body),
+                EntryKind::Settled => pins.settled(&entry.actor, entry.epoch),
                 EntryKind::Patch => {
                     // On the actor's previous entry, which must be there.
                     let patched = newest
@@ -127,6 +138,7 @@ pub(super) fn replay(
                     }
                 }
                 EntryKind::Forget => {
+                    pins.settled(&entry.actor, entry.epoch);
                     if let Some(list) = deliveries.get_mut(&entry.actor) {
                         list.retain(|(_, older)| older.epoch > entry.epoch);
                     }
@@ -161,7 +173,7 @@ pub(super) fn replay(
             }
         }
     }
-    Ok((replayed, deliveries))
+    Ok((replayed, deliveries, pins.lost(&read)))
 }
 
 /// Whether `entry` still applies to `store` (module docs), or why not.
