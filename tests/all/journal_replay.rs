@@ -251,3 +251,45 @@ async fn a_replay_on_another_worker_names_the_worker_each_delivery_ran_on() {
     let info = server.cli_json(&["actor", "get", &actor]);
     assert_eq!(info["state"], "running", "{info}");
 }
+
+/// Found by trying to break it: a damaged record in the middle of the
+/// journal (a flipped byte) that was an actor's last entry left nothing
+/// after it to show a hole, and the actor came back one acknowledged
+/// request short, `running`. The record's header still names its actor:
+/// that actor is failed; the other, whose records are whole, comes back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_last_entry_fails_its_actor_instead_of_rewinding_it() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path().join("data");
+    let mut server = Server::start_in(&dir, &[]).expect("serve starts");
+    server.push("faulty");
+    server.create("a", "faulty");
+    server.create("b", "faulty");
+    for n in 1..=3 {
+        assert_eq!(count(&send(&server, "b", "POST", "/").await), n);
+        assert_eq!(count(&send(&server, "a", "POST", "/").await), n);
+    }
+    server.kill();
+    let segment = std::fs::read_dir(dir.join("journal"))
+        .expect("journal folder")
+        .map(|e| e.expect("entry").path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "log"))
+        .max()
+        .expect("a segment");
+    let mut bytes = std::fs::read(&segment).expect("segment");
+    // `b`'s last delivery, with `a`'s last after it: a byte of its body.
+    let last = delivery_records(&bytes)
+        .into_iter()
+        .rfind(|range| bytes[range.start + 12 + 17..range.start + 12 + 20] == [1, 0, b'b'])
+        .expect("a delivery record of b");
+    bytes[last.end - 2] ^= 0x20;
+    std::fs::write(&segment, &bytes).expect("damage");
+    let server = Server::start_in(&dir, &[]).expect("restart");
+    assert_eq!(count(&send(&server, "a", "GET", "/").await), 3);
+    let answer = send(&server, "b", "GET", "/").await;
+    assert!(answer.status >= 500, "b rewound: {answer:?}");
+    let info = server.cli_json(&["actor", "get", "b"]);
+    assert_eq!(info["state"], "failed", "{info}");
+    let error = info["error"].as_str().unwrap_or_default();
+    assert!(error.contains("damaged"), "{error}");
+}

@@ -202,6 +202,39 @@ pub(super) fn decode(bytes: &[u8]) -> Option<(Entry, usize)> {
     ))
 }
 
+/// Whose a damaged record was, as far as its header still says.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Damaged {
+    /// Padding: nothing was lost.
+    Padding,
+    /// An entry of this actor (a delivery, or a snapshot entry).
+    Of(String),
+    /// The header cannot be read (or names no actor: a roll record).
+    Unknown,
+}
+
+/// Whose the damaged record at the start of `bytes` was ([`Damaged`]).
+pub(super) fn damaged(bytes: &[u8]) -> Damaged {
+    if u32_at(bytes, 0) != Some(MAGIC) {
+        return Damaged::Unknown;
+    }
+    let payload = bytes.get(HEADER_BYTES..).unwrap_or_default();
+    let name = payload
+        .get(17..19)
+        .map(|len| usize::from(u16::from_le_bytes([len[0], len[1]])))
+        .and_then(|len| payload.get(19..19 + len))
+        .and_then(|name| std::str::from_utf8(name).ok());
+    match (payload.first().copied().and_then(EntryKind::of), name) {
+        (Some(EntryKind::Pad), Some("")) => Damaged::Padding,
+        (Some(EntryKind::Delivery | EntryKind::Snapshot | EntryKind::Patch), Some(actor))
+            if !actor.is_empty() =>
+        {
+            Damaged::Of(actor.to_owned())
+        }
+        _ => Damaged::Unknown,
+    }
+}
+
 /// Every whole record of a segment's `bytes` from its start, in order,
 /// with its offset, and the offset where the valid records end (the torn
 /// tail, if any, starts there).

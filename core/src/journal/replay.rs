@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 
-use super::entry::{Entry, EntryKind, scan};
+use super::entry::{Damaged, Entry, EntryKind, damaged, scan};
 use super::recovered::Read;
 use super::roll::{Lost, Pins};
 use super::segment_path;
@@ -65,14 +65,18 @@ pub(super) fn replay(
     let mut deliveries: HashMap<String, Read> = HashMap::new();
     let mut pins = Pins::default();
     let mut read = Vec::with_capacity(segments.len());
+    // Actors with a damaged record in the middle of a segment, and where.
+    let mut damaged_of: HashMap<String, u64> = HashMap::new();
     let mut replayed = Replayed::default();
     for &start in segments {
         let path = segment_path(dir, start);
         let bytes =
             std::fs::read(&path).with_context(|| format!("reading journal segment {start}"))?;
         let (mut entries, mut end) = scan(&bytes);
-        // A damaged record with whole ones after it: those still count
-        // (a patch after a lost record no longer applies, see `patch`).
+        // A damaged record with whole ones after it: those still count,
+        // and the actor whose entry it was is failed (any actor with a
+        // delivery in the segment, when its header names none).
+        let mut unattributed = false;
         while let Some(next) = super::entry::resync(&bytes, end) {
             tracing::error!(
                 segment = start,
@@ -80,6 +84,13 @@ pub(super) fn replay(
                 skipped_bytes = next - end,
                 "journal: a damaged record is skipped; the records after it are replayed"
             );
+            match damaged(&bytes[end..next]) {
+                Damaged::Padding => {}
+                Damaged::Of(actor) => {
+                    damaged_of.insert(actor, start + end as u64);
+                }
+                Damaged::Unknown => unattributed = true,
+            }
             replayed.damaged_bytes += (next - end) as u64;
             let (more, more_end) = scan(&bytes[next..]);
             entries.extend(more.into_iter().map(|(at, entry)| (at + next, entry)));
@@ -95,6 +106,15 @@ pub(super) fn replay(
             replayed.torn_bytes += (bytes.len() - end) as u64;
         }
         read.push((start, start + end as u64));
+        if unattributed {
+            for (at, entry) in &entries {
+                if entry.kind == EntryKind::Delivery {
+                    damaged_of
+                        .entry(entry.actor.clone())
+                        .or_insert(start + *at as u64);
+                }
+            }
+        }
         replayed.entries += entries
             .iter()
             .filter(|(_, entry)| {
@@ -173,7 +193,17 @@ pub(super) fn replay(
             }
         }
     }
-    Ok((replayed, deliveries, pins.lost(&read)))
+    let mut lost = pins.lost(&read);
+    for (actor, at) in damaged_of {
+        let why = format!(
+            "actor {actor}: a journal record at position {at} that may be its entry is damaged; \
+             its acknowledged deliveries since its newest snapshot cannot all be replayed, and \
+             the journal is kept for a repair"
+        );
+        tracing::error!(actor = %actor, "journal: {why}");
+        lost.entry(actor).or_insert((why, at, 0));
+    }
+    Ok((replayed, deliveries, lost))
 }
 
 /// Whether `entry` still applies to `store` (module docs), or why not.

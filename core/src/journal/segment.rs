@@ -47,6 +47,14 @@ pub(super) fn spare_path(dir: &Path) -> PathBuf {
 /// Creates `path` (`new`: it must not exist; else it is replaced) holding
 /// [`SEGMENT_BYTES`] of zeros, synced.
 fn zero_filled(path: &Path, new: bool) -> io::Result<File> {
+    // A file left half-filled (the disk is full) would hold the space and
+    // be read as a segment: it goes.
+    zero_fill(path, new).inspect_err(|_| {
+        let _ = fs::remove_file(path);
+    })
+}
+
+fn zero_fill(path: &Path, new: bool) -> io::Result<File> {
     let mut file = OpenOptions::new()
         .create_new(new)
         .create(!new)
