@@ -461,7 +461,7 @@ impl Drop for Journal {
 }
 
 /// The page size group commits are padded to.
-const PAGE: u64 = 4096;
+pub(super) const PAGE: u64 = 4096;
 
 /// Appends a roll record of the pins (when there are any) at the start
 /// of a segment ([`roll`]).

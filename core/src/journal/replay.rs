@@ -72,49 +72,8 @@ pub(super) fn replay(
         let path = segment_path(dir, start);
         let bytes =
             std::fs::read(&path).with_context(|| format!("reading journal segment {start}"))?;
-        let (mut entries, mut end) = scan(&bytes);
-        // A damaged record with whole ones after it: those still count,
-        // and the actor whose entry it was is failed (any actor with a
-        // delivery in the segment, when its header names none).
-        let mut unattributed = false;
-        while let Some(next) = super::entry::resync(&bytes, end) {
-            tracing::error!(
-                segment = start,
-                offset = end,
-                skipped_bytes = next - end,
-                "journal: a damaged record is skipped; the records after it are replayed"
-            );
-            match damaged(&bytes[end..next]) {
-                Damaged::Padding => {}
-                Damaged::Of(actor) => {
-                    damaged_of.insert(actor, start + end as u64);
-                }
-                Damaged::Unknown => unattributed = true,
-            }
-            replayed.damaged_bytes += (next - end) as u64;
-            let (more, more_end) = scan(&bytes[next..]);
-            entries.extend(more.into_iter().map(|(at, entry)| (at + next, entry)));
-            end = next + more_end;
-        }
-        // Zeros after the records are the segment's unused space.
-        if bytes[end..].iter().any(|&b| b != 0) {
-            tracing::warn!(
-                segment = start,
-                ignored_bytes = bytes.len() - end,
-                "journal: a torn tail is ignored"
-            );
-            replayed.torn_bytes += (bytes.len() - end) as u64;
-        }
+        let (entries, end) = scan_segment(&bytes, start, &mut replayed, &mut damaged_of);
         read.push((start, start + end as u64));
-        if unattributed {
-            for (at, entry) in &entries {
-                if entry.kind == EntryKind::Delivery {
-                    damaged_of
-                        .entry(entry.actor.clone())
-                        .or_insert(start + *at as u64);
-                }
-            }
-        }
         replayed.entries += entries
             .iter()
             .filter(|(_, entry)| {
@@ -204,6 +163,73 @@ pub(super) fn replay(
         lost.entry(actor).or_insert((why, at, 0));
     }
     Ok((replayed, deliveries, lost))
+}
+
+/// The whole records of one segment's `bytes` (segment `start`) with
+/// their offsets, and where they end; counts torn and damaged bytes in
+/// `replayed` and notes in `damaged_of` the actors whose entry a damaged
+/// record in the middle may have been.
+fn scan_segment(
+    bytes: &[u8],
+    start: u64,
+    replayed: &mut Replayed,
+    damaged_of: &mut HashMap<String, u64>,
+) -> (Vec<(usize, Entry)>, usize) {
+    let (mut entries, mut end) = scan(bytes);
+    // A damaged record with whole ones after it: those still count,
+    // and the actor whose entry it was is failed (any actor with a
+    // delivery in the segment, when its header names none).
+    let mut unattributed = false;
+    while let Some(next) = super::entry::resync(bytes, end) {
+        tracing::error!(
+            segment = start,
+            offset = end,
+            skipped_bytes = next - end,
+            "journal: a damaged record is skipped; the records after it are replayed"
+        );
+        let run = &bytes[end..next];
+        // Whole pages of zeros: never-written space (a record after
+        // it is a stray copy, judged by its actor's sequence), not a
+        // damaged record.
+        let unwritten = run.iter().all(|&b| b == 0)
+            && (end as u64).is_multiple_of(super::PAGE)
+            && (next as u64).is_multiple_of(super::PAGE);
+        let owner = if unwritten {
+            Damaged::Padding
+        } else {
+            damaged(run)
+        };
+        match owner {
+            Damaged::Padding => {}
+            Damaged::Of(actor) => {
+                damaged_of.insert(actor, start + end as u64);
+            }
+            Damaged::Unknown => unattributed = true,
+        }
+        replayed.damaged_bytes += (next - end) as u64;
+        let (more, more_end) = scan(&bytes[next..]);
+        entries.extend(more.into_iter().map(|(at, entry)| (at + next, entry)));
+        end = next + more_end;
+    }
+    // Zeros after the records are the segment's unused space.
+    if bytes[end..].iter().any(|&b| b != 0) {
+        tracing::warn!(
+            segment = start,
+            ignored_bytes = bytes.len() - end,
+            "journal: a torn tail is ignored"
+        );
+        replayed.torn_bytes += (bytes.len() - end) as u64;
+    }
+    if unattributed {
+        for (at, entry) in &entries {
+            if entry.kind == EntryKind::Delivery {
+                damaged_of
+                    .entry(entry.actor.clone())
+                    .or_insert(start + *at as u64);
+            }
+        }
+    }
+    (entries, end)
 }
 
 /// Whether `entry` still applies to `store` (module docs), or why not.
