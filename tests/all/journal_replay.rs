@@ -97,21 +97,27 @@ fn delivery_records(bytes: &[u8]) -> Vec<std::ops::Range<usize>> {
     out
 }
 
-/// An older delivery record of actor `a` copied after the journal's end
-/// (whole, its checksum valid) is not taken as `a`'s newest delivery: `a`
-/// is failed, naming the entry out of order, and not rewound or doubled;
-/// actor `b`, in the same segment, comes back with every increment.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_repeated_record_fails_its_actor_and_the_others_start() {
-    let tmp = tempfile::tempdir().expect("tmp");
-    let dir = tmp.path().join("data");
-    let mut server = Server::start_in(&dir, &[]).expect("serve starts");
+/// Three acknowledged increments each of `faulty` actors `first` and
+/// `second` (alternating, `first` first), then `kill -9`: the newest
+/// journal segment's path and bytes, and the delivery records of each
+/// actor in it ([`delivery_records`]; a record's actor name, as u16
+/// length and bytes, follows its kind, epoch and sequence number).
+async fn two_actors_killed(
+    dir: &std::path::Path,
+    first: &str,
+    second: &str,
+) -> (
+    std::path::PathBuf,
+    Vec<u8>,
+    [Vec<std::ops::Range<usize>>; 2],
+) {
+    let mut server = Server::start_in(dir, &[]).expect("serve starts");
     server.push("faulty");
-    server.create("a", "faulty");
-    server.create("b", "faulty");
+    server.create(first, "faulty");
+    server.create(second, "faulty");
     for n in 1..=3 {
-        assert_eq!(count(&send(&server, "a", "POST", "/").await), n);
-        assert_eq!(count(&send(&server, "b", "POST", "/").await), n);
+        assert_eq!(count(&send(&server, first, "POST", "/").await), n);
+        assert_eq!(count(&send(&server, second, "POST", "/").await), n);
     }
     server.kill();
     let segment = std::fs::read_dir(dir.join("journal"))
@@ -121,12 +127,28 @@ async fn a_repeated_record_fails_its_actor_and_the_others_start() {
         .max()
         .expect("a segment");
     let bytes = std::fs::read(&segment).expect("segment");
-    // `a`'s first delivery: its name (u16 length, bytes) follows the
-    // kind, epoch and sequence number.
-    let first = delivery_records(&bytes)
-        .into_iter()
-        .find(|range| bytes[range.start + 12 + 17..range.start + 12 + 20] == [1, 0, b'a'])
-        .expect("a delivery record of a");
+    let of = |actor: &str| -> Vec<_> {
+        let mut name = (actor.len() as u16).to_le_bytes().to_vec();
+        name.extend_from_slice(actor.as_bytes());
+        delivery_records(&bytes)
+            .into_iter()
+            .filter(|range| bytes[range.start + 12 + 17..].starts_with(&name))
+            .collect()
+    };
+    let records = [of(first), of(second)];
+    (segment, bytes, records)
+}
+
+/// An older delivery record of actor `a` copied after the journal's end
+/// (whole, its checksum valid) is not taken as `a`'s newest delivery: `a`
+/// is failed, naming the entry out of order, and not rewound or doubled;
+/// actor `b`, in the same segment, comes back with every increment.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repeated_record_fails_its_actor_and_the_others_start() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path().join("data");
+    let (segment, bytes, [a, _]) = two_actors_killed(&dir, "a", "b").await;
+    let first = a.first().expect("a delivery record of a").clone();
     let mut file = std::fs::OpenOptions::new()
         .append(true)
         .open(&segment)
@@ -261,27 +283,9 @@ async fn a_replay_on_another_worker_names_the_worker_each_delivery_ran_on() {
 async fn a_damaged_last_entry_fails_its_actor_instead_of_rewinding_it() {
     let tmp = tempfile::tempdir().expect("tmp");
     let dir = tmp.path().join("data");
-    let mut server = Server::start_in(&dir, &[]).expect("serve starts");
-    server.push("faulty");
-    server.create("a", "faulty");
-    server.create("b", "faulty");
-    for n in 1..=3 {
-        assert_eq!(count(&send(&server, "b", "POST", "/").await), n);
-        assert_eq!(count(&send(&server, "a", "POST", "/").await), n);
-    }
-    server.kill();
-    let segment = std::fs::read_dir(dir.join("journal"))
-        .expect("journal folder")
-        .map(|e| e.expect("entry").path())
-        .filter(|path| path.extension().is_some_and(|ext| ext == "log"))
-        .max()
-        .expect("a segment");
-    let mut bytes = std::fs::read(&segment).expect("segment");
+    let (segment, mut bytes, [b, _]) = two_actors_killed(&dir, "b", "a").await;
     // `b`'s last delivery, with `a`'s last after it: a byte of its body.
-    let last = delivery_records(&bytes)
-        .into_iter()
-        .rfind(|range| bytes[range.start + 12 + 17..range.start + 12 + 20] == [1, 0, b'b'])
-        .expect("a delivery record of b");
+    let last = b.last().expect("a delivery record of b").clone();
     bytes[last.end - 2] ^= 0x20;
     std::fs::write(&segment, &bytes).expect("damage");
     let server = Server::start_in(&dir, &[]).expect("restart");
