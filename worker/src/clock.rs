@@ -68,7 +68,14 @@ impl ActorClock {
         }
         let mark = needed.saturating_add(nanos(LEASE));
         match store.write_clock_mark(actor, mark) {
-            Ok(()) => self.mark_ns = mark,
+            Ok(()) => {
+                self.mark_ns = mark;
+                // The mark on disk is this owner's now, ahead of any
+                // reading by design: a restore in this process (a trap's
+                // rollback) continues from the floor, not from the mark;
+                // only a new process (after a crash) starts from it.
+                self.known = true;
+            }
             Err(e) => tracing::warn!(actor, "cannot persist the clock mark: {e}"),
         }
     }
@@ -137,6 +144,9 @@ mod tests {
         clock.dropped(&store, "a", 7, false);
         assert_eq!(clock.floor_ns(), 7);
         assert_eq!(store.clock_mark("a"), leased);
+        // ... and its restore does not jump to the mark this owner leased.
+        clock.load(&store, "a");
+        assert_eq!(clock.floor_ns(), 7);
         // A pause writes the exact reading.
         let mut paused = ActorClock::default();
         paused.dropped(&store, "a", 9, true);
