@@ -81,11 +81,8 @@ impl Tape {
 
     /// Starts recording unless it records (keeping what it recorded).
     pub fn ensure_recording(&self) {
-        let mut state = self.lock();
-        if state.mode != Mode::Record {
-            state.mode = Mode::Record;
-            state.events.clear();
-            state.diverged = None;
+        if self.mode() != Mode::Record {
+            self.record();
         }
     }
 
@@ -174,36 +171,54 @@ impl Tape {
                 encode(&value, &mut state.events);
                 Some(value)
             }
-            Mode::Replay => {
-                if state.diverged.is_some() {
-                    return None;
-                }
-                let at = state.at;
-                let mut reader = Reader {
-                    bytes: &state.events,
-                    at,
-                };
-                let value = match reader.u8() {
-                    Some(found) if found == kind => decode(&mut reader),
-                    _ => None,
-                };
-                match value {
-                    Some(value) => {
-                        state.at = reader.at;
-                        Some(value)
-                    }
-                    None => {
-                        let found = state.events.get(at).copied();
-                        state.diverged = Some(format!(
-                            "the guest asked for a {} where the tape holds {} (byte {at} of {})",
-                            name(kind),
-                            found.map_or("nothing more", name),
-                            state.events.len()
-                        ));
-                        None
-                    }
-                }
-            }
+            Mode::Replay => replayed(&mut state, kind, decode),
+        }
+    }
+
+    /// The next recorded value, of `kind` (the tape replays); `None` once
+    /// the replay diverged here.
+    pub(crate) fn replayed<T>(
+        &self,
+        kind: u8,
+        decode: impl FnOnce(&mut Reader<'_>) -> Option<T>,
+    ) -> Option<T> {
+        replayed(&mut self.lock(), kind, decode)
+    }
+}
+
+/// The next value of `kind` on a replaying tape (`state`), or `None`
+/// with the divergence noted.
+fn replayed<T>(
+    state: &mut State,
+    kind: u8,
+    decode: impl FnOnce(&mut Reader<'_>) -> Option<T>,
+) -> Option<T> {
+    if state.diverged.is_some() {
+        return None;
+    }
+    let at = state.at;
+    let mut reader = Reader {
+        bytes: &state.events,
+        at,
+    };
+    let value = match reader.u8() {
+        Some(found) if found == kind => decode(&mut reader),
+        _ => None,
+    };
+    match value {
+        Some(value) => {
+            state.at = reader.at;
+            Some(value)
+        }
+        None => {
+            let found = state.events.get(at).copied();
+            state.diverged = Some(format!(
+                "the guest asked for a {} where the tape holds {} (byte {at} of {})",
+                name(kind),
+                found.map_or("nothing more", name),
+                state.events.len()
+            ));
+            None
         }
     }
 }

@@ -34,12 +34,7 @@ fn through<T: Send + 'static>(
         }
         Mode::Replay => {
             let result = tape
-                .read(
-                    kind,
-                    || Err(ServiceError::new(HostError::Internal, "not recorded")),
-                    |_, _| {},
-                    |reader| decode_result(reader, decode),
-                )
+                .replayed(kind, |reader| decode_result(reader, decode))
                 .unwrap_or_else(|| {
                     Err(ServiceError::new(
                         HostError::Internal,

@@ -52,8 +52,7 @@ impl DeliveryRecord {
     #[must_use]
     pub fn encode(&self) -> Vec<u8> {
         let worker = &self.worker.as_bytes()[..self.worker.len().min(255)];
-        let mut out =
-            Vec::with_capacity(FIXED + 1 + worker.len() + 4 + self.input.len() + self.tape.len());
+        let mut out = Vec::with_capacity(self.encoded_len());
         out.extend_from_slice(&self.index.to_le_bytes());
         out.push(self.input_kind);
         out.push(u8::from(self.resumed) | (self.paused.min(127) << 1));
@@ -65,6 +64,12 @@ impl DeliveryRecord {
         out.extend_from_slice(&self.input);
         out.extend_from_slice(&self.tape);
         out
+    }
+
+    /// The length of [`DeliveryRecord::encode`]'s bytes.
+    #[must_use]
+    pub fn encoded_len(&self) -> usize {
+        FIXED + 1 + self.worker.len().min(255) + 4 + self.input.len() + self.tape.len()
     }
 
     /// Reads a record's bytes; `None` when they are not one.
@@ -123,6 +128,7 @@ mod tests {
         };
         let bytes = record.encode();
         assert_eq!(bytes.len(), FIXED + 3 + 4 + 6 + 3);
+        assert_eq!(bytes.len(), record.encoded_len());
         assert_eq!(DeliveryRecord::decode(&bytes), Some(record));
         assert_eq!(DeliveryRecord::decode(&bytes[..FIXED + 5]), None);
         assert_ne!(answer_digest(b"a"), answer_digest(b"b"));

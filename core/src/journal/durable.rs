@@ -122,9 +122,12 @@ impl Durable {
     pub fn then(self, then: impl FnOnce(Result<(), JournalError>) + Send + 'static) {
         match self.waiters.clone() {
             Some(waiters) => waiters.then(self.end, Box::new(then)),
-            None => {
-                tokio::spawn(async move { then(self.wait().await) });
-            }
+            None => match self.outcome() {
+                Some(outcome) => then(outcome),
+                None => {
+                    tokio::spawn(async move { then(self.wait().await) });
+                }
+            },
         }
     }
 

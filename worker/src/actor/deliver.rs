@@ -213,8 +213,7 @@ impl ActorTask {
         // A bad response came after the guest ran: with the logical
         // journal its effect is in no entry, so it is rolled back too (it
         // was answered as failed).
-        let ran = matches!(error, CallError::BadResponse(_))
-            && self.journal_on().is_some_and(|log| log.is_logical());
+        let ran = matches!(error, CallError::BadResponse(_)) && self.logical_journal();
         if !error.poisons_instance() && !ran {
             return answer;
         }

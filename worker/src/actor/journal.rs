@@ -50,6 +50,12 @@ impl ActorTask {
         }
     }
 
+    /// Whether this actor's deliveries go to the logical journal (the data
+    /// dir's, [`crate::journaled`]).
+    pub(super) fn logical_journal(&self) -> bool {
+        self.journal_on().is_some_and(|log| log.is_logical())
+    }
+
     /// After how many requests the actor checkpoints: `--checkpoint-every`,
     /// or after each one at level `request` without a journal (a worker
     /// process, or a store without deltas), which makes each answer wait
@@ -205,7 +211,7 @@ impl ActorTask {
         }
         let durable = &mut self.kept.durable;
         for entry in entries {
-            durable.since_bytes += entry.record.input.len() + entry.record.tape.len();
+            durable.since_bytes += entry.record.encoded_len();
             durable.since.push(Arc::new(entry.record));
         }
         durable.since_first = Some(Instant::now());
@@ -221,7 +227,7 @@ impl ActorTask {
     /// # Errors
     /// The snapshot's (507 quota, 500 I/O): the delivery does not run.
     pub(super) async fn before_delivery(&mut self) -> Result<(), ApiError> {
-        if !self.journal_on().is_some_and(|log| log.is_logical()) {
+        if !self.logical_journal() {
             return Ok(());
         }
         if self.chain.unjournaled {

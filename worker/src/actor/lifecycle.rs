@@ -150,7 +150,7 @@ impl ActorTask {
         }
         // `on_pause` runs on the tape: the snapshot below holds what it
         // did, or (when that fails) the next journal entry does.
-        let logical = self.journal_on().is_some_and(|log| log.is_logical());
+        let logical = self.logical_journal();
         let hook = match self.instance.as_mut() {
             Some(instance) => {
                 if logical {

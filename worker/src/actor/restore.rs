@@ -84,7 +84,7 @@ impl ActorTask {
         let memory_bytes = instance.memory_bytes();
         self.instance = Some(instance);
         // `on_resume` ran on the tape: the next entry holds it.
-        self.chain.resumed = self.journal_on().is_some_and(|log| log.is_logical());
+        self.chain.resumed = self.logical_journal();
         self.chain.unjournaled = false;
         // A repair's snapshot below is full: it starts a new chain.
         // A journal entry is no base until it is in the store.
@@ -280,7 +280,7 @@ impl ActorTask {
             self.ctx.metrics.journal_replay_failures.inc();
             return Err(Unrestorable::Broken(why));
         }
-        if self.journal_on().is_some_and(|log| log.is_logical()) {
+        if self.logical_journal() {
             instance.tape().record();
         }
         instance.on_resume().await.map_err(|e| match e {
