@@ -2,8 +2,8 @@
 //! and `request` a cluster worker group-commits its actors' entries into
 //! the object store as journal segments, and a worker lost with its disk
 //! (`kill -9`, its data dir never used again) loses no acknowledged
-//! request: the actor's new owner recovers the newest entry from the
-//! segments.
+//! request: the actor's new owner replays its deliveries from the
+//! segments on its newest snapshot.
 
 use std::path::Path;
 use std::time::Duration;
@@ -110,7 +110,7 @@ async fn lose_a_worker_and_keep_every_answer(level: &str) {
         );
     }
     d.worker("w2").process.wait_for_log(
-        "recovered the actor's newest journal entry from the store",
+        "journal entries recovered from the store",
         Duration::from_secs(10),
     );
 }

@@ -1,14 +1,10 @@
 //! The chain state of an actor's live instance: the snapshot its next
-//! delta is taken on, and that snapshot's verified chain, kept from one
-//! journal entry's capture to the next; and what of its guest runs no
-//! journal entry holds yet. Both exist only with an instance
+//! delta is taken on, and what of its guest runs no journal entry holds
+//! yet. Both exist only with an instance
 //! (dropped with it); the capture and restore paths of the actor task own
 //! them.
 
-use std::sync::Arc;
-
-use stasis_core::snapshot::{DeltaBase, VerifiedChain};
-use stasis_core::snapshot_store::SnapshotBytes;
+use stasis_core::snapshot::DeltaBase;
 
 /// A live instance's chain state (module docs).
 #[derive(Default)]
@@ -18,9 +14,6 @@ pub(crate) struct LiveChain {
     /// (restored from, or captured from it). `None` without an instance,
     /// after a repair, or where the store keeps no deltas.
     pub(crate) base: Option<DeltaBase>,
-    /// The verified chain of `base`, kept from one journal entry's
-    /// capture to the next.
-    pub(crate) verified: Option<Arc<VerifiedChain<SnapshotBytes>>>,
     /// The instance's `on_resume` hook ran and its host values are on the
     /// tape: the next journal entry holds them (logical journal).
     pub(crate) resumed: bool,
@@ -39,7 +32,6 @@ impl LiveChain {
     /// matches what they describe.
     pub(crate) fn clear(&mut self) {
         self.base = None;
-        self.verified = None;
         self.resumed = false;
         self.paused = 0;
         self.unjournaled = false;

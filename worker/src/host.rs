@@ -78,7 +78,7 @@ impl Worker {
     /// or corrupt one shows as `failed` with the reason at once, never as a
     /// silently fresh actor.
     pub fn adopt(&self, spec: &ActorSpec, epoch: u64) -> ActorStatus {
-        self.adopt_installed(spec, epoch, None)
+        self.adopt_installed(spec, epoch, None, None)
     }
 
     /// Takes actor `name`'s entry out of the table for a task that replaces
@@ -147,24 +147,34 @@ impl Worker {
     /// [`Worker::adopt`], where `installed` is a snapshot (and its
     /// sequence number) the caller verified and wrote just now: if it is
     /// the newest, it is not read and verified again, and with `prime` the
-    /// actor's next restore takes it as it is.
+    /// actor's next restore takes it as it is. `shipped`: the deliveries
+    /// the caller recovered from the shipped journal's segments.
     fn adopt_installed(
         &self,
         spec: &ActorSpec,
         epoch: u64,
         installed: Option<Installed>,
+        shipped: Option<Recovery>,
     ) -> ActorStatus {
         self.replace_task(&spec.name);
         let mut task = self.task(spec, epoch, ActorState::Paused);
-        // A cluster worker taking the actor over: the newest entry its
-        // earlier owner shipped (and acknowledged) becomes its newest
-        // snapshot first.
-        let recovered = match (self.shipped(), &installed) {
-            (Some(shipped), None) => shipped.recover(&spec.name).map_err(|e| {
-                tracing::error!(actor = %spec.name, "reading the journal segments in the store: {}", e.detail());
-                format!("the journal segments in the snapshot store cannot be read ({e}); the actor's newest acknowledged state may be there")
-            }),
-            _ => Ok(None),
+        // A cluster worker taking the actor over: the deliveries its
+        // earlier owner shipped (and acknowledged) after its newest
+        // snapshot are replayed at its next resume.
+        let (recovered, mut shipped) = match (self.shipped(), &installed) {
+            (Some(journal), None) => match journal.recover(&spec.name) {
+                Ok(recovered) => (Ok(()), recovered.deliveries),
+                Err(e) => {
+                    tracing::error!(actor = %spec.name, "reading the journal segments in the store: {}", e.detail());
+                    (
+                        Err(format!(
+                            "the journal segments in the snapshot store cannot be read ({e}); the actor's newest acknowledged state may be there"
+                        )),
+                        None,
+                    )
+                }
+            },
+            _ => (Ok(()), shipped),
         };
         let (mut list, acknowledged) = self
             .ctx
@@ -206,12 +216,14 @@ impl Worker {
             }
         };
         // A restart: the deliveries the data dir's journal holds after the
-        // newest snapshot are replayed at the actor's next resume.
+        // newest snapshot are replayed at the actor's next resume (a
+        // takeover's, from the shipped journal, likewise).
         let problem = problem.or_else(|| {
-            let Some(Log::Local(journal)) = self.ctx.journal.get() else {
-                return None;
+            let recovery = match self.ctx.journal.get()? {
+                Log::Local(journal) => journal.take_recovered(&spec.name)?,
+                Log::Shipped(_) => shipped.take()?,
             };
-            match journal.take_recovered(&spec.name)? {
+            match recovery {
                 Recovery::Entries(entries) => task.recovered(entries).err(),
                 Recovery::Failed(why) => {
                     self.ctx.metrics.journal_replay_failures.inc();
@@ -259,18 +271,21 @@ impl Worker {
         recover: bool,
     ) -> Result<ActorStatus, ApiError> {
         // A cluster worker taking the actor over from the shared store
-        // after its owner was lost (`recover`): the newest entry that
-        // owner shipped (and acknowledged) becomes its newest snapshot
-        // first, and is the one installed. A move, fork or upgrade names
+        // after its owner was lost (`recover`): the deliveries that owner
+        // shipped (and acknowledged) after the actor's newest snapshot are
+        // replayed on it when it resumes. A move, fork or upgrade names
         // the actor's state itself: nothing to read.
-        let seq = match (self.shipped(), &bytes) {
+        let (seq, shipped) = match (self.shipped(), &bytes) {
             (Some(shipped), None) if recover => {
                 let (shipped, name) = (shipped.clone(), spec.name.clone());
                 let recovered = tokio::task::spawn_blocking(move || shipped.recover(&name))
                     .await
                     .map_err(ApiError::internal)?;
                 match recovered {
-                    Ok(recovered) => recovered.map_or(seq, |r| r.max(seq)),
+                    Ok(recovered) => (
+                        recovered.wrote.map_or(seq, |r| r.max(seq)),
+                        recovered.deliveries,
+                    ),
                     Err(e) => {
                         tracing::error!(actor = %spec.name, "reading the journal segments in the store: {}", e.detail());
                         return Err(ApiError::unavailable(format!(
@@ -280,7 +295,7 @@ impl Worker {
                     }
                 }
             }
-            _ => seq,
+            _ => (seq, None),
         };
         let max_memory = self.ctx.engine.limits().max_memory;
         let what = format!("snapshot {seq} of {}", spec.name);
@@ -327,7 +342,7 @@ impl Worker {
         })
         .await
         .map_err(ApiError::internal)??;
-        let status = self.adopt_installed(spec, epoch, installed);
+        let status = self.adopt_installed(spec, epoch, installed, shipped);
         if status.state != ActorState::Failed {
             self.logs
                 .get(&spec.name, &self.ctx.worker, &self.ctx.store)

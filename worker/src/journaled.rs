@@ -1,7 +1,8 @@
 //! An actor's durable state and the journal it appends to (durability
 //! levels `request` and `store`; the task's side is `actor::journal`).
 //!
-//! **The data dir's journal is logical**: after each delivery (request,
+//! **The journal is logical**, the data dir's and a cluster worker's
+//! shipped one ([`stasis_core::journal::shipped`]) alike: after each delivery (request,
 //! alarm, socket event) its input, the host values it read (its tape,
 //! [`stasis_core::tape`]) and a digest of its answer are appended
 //! ([`stasis_core::journal::delivery`]), a few hundred bytes; the answer
@@ -16,13 +17,15 @@
 //! journal asks ([`Command::Fold`](super::mailbox::Command::Fold): their
 //! segment is old); the journal lets their segments go once it is written.
 //!
-//! **A cluster worker's shipped journal holds pages**: after each
-//! delivery the state it produced is captured as a delta on the actor's
-//! newest snapshot — every page changed since, so the newest entry alone
-//! gives the state — and shipped; that entry is the acknowledged state,
-//! *sealed* (written to the store as the snapshot it is) when it passes
-//! [`SEAL_BYTES`], before every snapshot and before a rollback. A create's
-//! snapshot 0 is such an entry at every level until it is sealed.
+//! A cluster worker's actors also write a snapshot once their first entry
+//! since the newest is [`FOLD_AFTER`](stasis_core::journal::shipped::FOLD_AFTER)
+//! old (the journal asks), and before their next delivery when a round
+//! holding their entries was lost ([`Log::broken`]).
+//!
+//! A create's snapshot 0 is a page entry of the data dir's journal until it
+//! is *sealed* (written to the store as the snapshot it is,
+//! [`Journaled`]): before the first delivery, at a pause, and when the
+//! journal asks.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -71,9 +74,22 @@ impl Log {
         }
     }
 
-    /// Whether the journal is logical (module docs): the data dir's.
-    pub(crate) fn is_logical(&self) -> bool {
-        matches!(self, Self::Local(_))
+    /// Whether a lost round of the shipped journal held entries of
+    /// `actor` since its newest snapshot: its next delivery waits for a
+    /// snapshot in the store ([`ShippedJournal::broken`]).
+    pub(crate) fn broken(&self, actor: &str) -> bool {
+        match self {
+            Self::Local(_) => false,
+            Self::Shipped(journal) => journal.broken(actor),
+        }
+    }
+
+    /// Whether an append refused now leaves the journal usable (the
+    /// shipped journal's broken actor, or a worker stopping): the delivery
+    /// is rolled back and the actor lives on. A refusal of the data dir's
+    /// journal means it failed.
+    pub(crate) fn refusal_passes(&self) -> bool {
+        matches!(self, Self::Shipped(_))
     }
 
     /// `actor`'s newest entry at `epoch` or before is in the store.
@@ -95,12 +111,7 @@ pub(crate) enum Then {
     Keep,
 }
 
-/// An entry grown past this many bytes (the actor changed many pages since
-/// its newest snapshot) is sealed after its append, so that the next
-/// entries are small again.
-pub(crate) const SEAL_BYTES: usize = 64 << 10;
-
-/// The actor's newest journal entry, not yet in the store.
+/// A create's snapshot 0 as a journal entry, not yet in the store.
 #[derive(Debug, Clone)]
 pub(crate) struct Journaled {
     /// The snapshot it becomes when sealed: the actor's next sequence
@@ -152,7 +163,7 @@ fn unknown_outcome(e: &JournalError) -> ApiError {
 }
 
 /// What an actor has made durable and what is on its way: its snapshot
-/// sequence, its deliveries since (or its newest page entry) and the
+/// sequence, its deliveries since (or its create's page entry) and the
 /// durability of the newest. It outlives the actor's task (a parked actor
 /// keeps it).
 #[derive(Debug, Default)]
@@ -161,8 +172,7 @@ pub(crate) struct DurableState {
     pub(crate) next_seq: u64,
     /// Deliveries since the newest snapshot (for `--checkpoint-every`).
     pub(crate) since_checkpoint: u64,
-    /// The newest page entry, not yet in the store (a create's snapshot
-    /// 0, or a shipped journal's entry).
+    /// A create's snapshot 0 as a page entry, not yet in the store.
     pub(crate) journaled: Option<Journaled>,
     /// The logical journal's deliveries after the newest snapshot, in
     /// order: replayed on it by a resume (after a trap, a pause, a

@@ -72,6 +72,12 @@ impl DeliveryRecord {
         FIXED + 1 + self.worker.len().min(255) + 4 + self.input.len() + self.tape.len()
     }
 
+    /// The index of the record in `bytes`, without decoding the rest.
+    #[must_use]
+    pub fn peek_index(bytes: &[u8]) -> Option<u64> {
+        Some(u64::from_le_bytes(bytes.get(..8)?.try_into().ok()?))
+    }
+
     /// Reads a record's bytes; `None` when they are not one.
     #[must_use]
     pub fn decode(bytes: &[u8]) -> Option<Self> {

@@ -22,9 +22,36 @@ pub(super) struct Committed {
     pub(super) durable: u64,
     pub(super) failed: Option<Arc<str>>,
     /// Group commits at or below `durable` that did not make their
-    /// entries durable, with why (the shipped journal's lost rounds,
-    /// newest last; a local journal fails for good instead).
-    pub(super) lost: VecDeque<(u64, Arc<str>)>,
+    /// entries durable (the shipped journal's lost rounds, newest last; a
+    /// local journal fails for good instead).
+    pub(super) lost: VecDeque<Lost>,
+}
+
+/// A group commit that did not make entries durable.
+#[derive(Debug, Clone)]
+pub(super) struct Lost {
+    /// Its round.
+    pub(super) round: u64,
+    /// The one actor whose entries it left out, or `None` for all.
+    pub(super) actor: Option<Arc<str>>,
+    /// Why, as the answers say it.
+    pub(super) why: Arc<str>,
+}
+
+impl Committed {
+    /// Why the entry of `actor` (if named) in round `end` was lost.
+    fn lost(&self, end: u64, actor: Option<&Arc<str>>) -> Option<&Arc<str>> {
+        self.lost
+            .iter()
+            .find(|lost| {
+                lost.round == end
+                    && lost
+                        .actor
+                        .as_ref()
+                        .is_none_or(|a| actor.is_some_and(|actor| a == actor))
+            })
+            .map(|lost| &lost.why)
+    }
 }
 
 /// What runs once an entry's group commit is over.
@@ -113,6 +140,9 @@ pub struct Durable {
     /// The local journal's waiters ([`Durable::then`]); `None` for the
     /// shipped journal.
     pub(super) waiters: Option<Arc<Waiters>>,
+    /// The actor whose entry it is (the shipped journal, whose round may
+    /// leave out one actor's entries).
+    pub(super) actor: Option<Arc<str>>,
 }
 
 impl Durable {
@@ -146,8 +176,8 @@ impl Durable {
         if committed.durable < end {
             return Err(JournalError(committed.failed.clone().unwrap_or_default()));
         }
-        match committed.lost.iter().find(|(round, _)| *round == end) {
-            Some((_, why)) => Err(JournalError(why.clone())),
+        match committed.lost(end, self.actor.as_ref()) {
+            Some(why) => Err(JournalError(why.clone())),
             None => Ok(()),
         }
     }
@@ -159,12 +189,10 @@ impl Durable {
         if committed.durable < self.end {
             return committed.failed.clone().map(|why| Err(JournalError(why)));
         }
-        Some(
-            match committed.lost.iter().find(|(round, _)| *round == self.end) {
-                Some((_, why)) => Err(JournalError(why.clone())),
-                None => Ok(()),
-            },
-        )
+        Some(match committed.lost(self.end, self.actor.as_ref()) {
+            Some(why) => Err(JournalError(why.clone())),
+            None => Ok(()),
+        })
     }
 
     /// Whether the entry's group commit is over (durable, or lost: then

@@ -309,6 +309,7 @@ impl Journal {
             end,
             committed: self.shared.committed.subscribe(),
             waiters: Some(self.shared.waiters.clone()),
+            actor: None,
         })
     }
 
@@ -332,6 +333,7 @@ impl Journal {
             end,
             committed: self.shared.committed.subscribe(),
             waiters: Some(self.shared.waiters.clone()),
+            actor: None,
         }
     }
 

@@ -83,7 +83,7 @@ pub(super) fn sort_out(
             continue;
         };
         let first_epoch = first.epoch;
-        let recovery = match follow_on(&actor, head, kept) {
+        let recovery = match follow_on(&actor, head, kept, &|at| format!("at position {at}")) {
             Ok(entries) => Recovery::Entries(entries),
             Err(why) => {
                 tracing::error!(actor = %actor, "journal: {why}");
@@ -96,22 +96,28 @@ pub(super) fn sort_out(
 }
 
 /// `entries` (on snapshot `head` or later) if they follow on from it
-/// (module docs), decoded.
-fn follow_on(actor: &str, head: u64, entries: Read) -> Result<Vec<RecoveredEntry>, String> {
+/// (module docs), decoded; `place` says where an entry was read, by the
+/// number it was read with.
+pub(super) fn follow_on(
+    actor: &str,
+    head: u64,
+    entries: Read,
+    place: &dyn Fn(u64) -> String,
+) -> Result<Vec<RecoveredEntry>, String> {
     let (base, mut index) = (head, 0u64);
     let mut out = Vec::with_capacity(entries.len());
     for (at, entry) in entries {
-        let record = DeliveryRecord::decode(&entry.body).ok_or_else(|| {
-            format!("its journal entry at position {at} is not a delivery record")
-        })?;
+        let record = DeliveryRecord::decode(&entry.body)
+            .ok_or_else(|| format!("its journal entry {} is not a delivery record", place(at)))?;
         if entry.seq != base || record.index != index + 1 {
             return Err(format!(
-                "actor {actor}: journal entry {}.{} (snapshot.delivery, at position {at}) does \
-                 not follow entry {base}.{index}: an entry is missing, repeated or out of order \
-                 (a journal segment lost or damaged?); its {} acknowledged deliveries since \
-                 snapshot {head} are kept in the journal and not replayed",
+                "actor {actor}: journal entry {}.{} (snapshot.delivery, {}) does not follow \
+                 entry {base}.{index}: an entry is missing, repeated or out of order (a journal \
+                 segment lost or damaged?); its {} acknowledged deliveries since snapshot {head} \
+                 are kept in the journal and not replayed",
                 entry.seq,
                 record.index,
+                place(at),
                 out.len()
             ));
         }
@@ -158,7 +164,12 @@ mod tests {
     #[test]
     fn entries_follow_on_from_the_snapshot_or_the_actor_fails() {
         let ok = vec![entry(3, 1), entry(3, 2), entry(3, 3)];
-        assert_eq!(follow_on("a", 3, ok).expect("follows").len(), 3);
+        assert_eq!(
+            follow_on("a", 3, ok, &|at| at.to_string())
+                .expect("follows")
+                .len(),
+            3
+        );
         for (bad, what) in [
             (vec![entry(3, 2)], "a gap at the start"),
             (vec![entry(3, 1), entry(3, 3)], "a gap"),
@@ -170,7 +181,7 @@ mod tests {
                 "a snapshot lost after entries",
             ),
         ] {
-            let why = follow_on("a", 3, bad).expect_err(what);
+            let why = follow_on("a", 3, bad, &|at| at.to_string()).expect_err(what);
             assert!(why.contains("does not follow"), "{what}: {why}");
         }
     }

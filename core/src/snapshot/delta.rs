@@ -140,24 +140,6 @@ pub fn capture_delta(
     Ok(captured)
 }
 
-/// [`capture_delta`] for a journal entry ([`crate::journal`]): a delta
-/// on any chain, however small its full snapshot, since an entry costs no
-/// file of its own (a full snapshot of a small actor would still be many
-/// pages where the delta is one or two).
-///
-/// # Errors
-/// As [`capture_delta`].
-pub fn capture_entry_delta(
-    instance: &mut ActorInstance,
-    base: &DeltaBase,
-    chain: Option<&ChainPages<'_>>,
-    out: &mut Vec<u8>,
-) -> Result<Result<DeltaCapture, FullInstead>, SnapshotError> {
-    let captured = capture_delta_over(instance, base, chain, out, 0)?;
-    super::capture::intact(instance)?;
-    Ok(captured)
-}
-
 fn capture_delta_over(
     instance: &mut ActorInstance,
     base: &DeltaBase,

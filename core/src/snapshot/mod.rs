@@ -28,8 +28,7 @@ pub mod verify;
 pub use capture::{CaptureStats, capture, capture_into};
 pub use chain::{ChainPages, VerifiedChain, flatten};
 pub use delta::{
-    DeltaBase, DeltaCapture, FullInstead, MIN_MERGED, capture_delta, capture_entry_delta,
-    capture_merged, merge_point,
+    DeltaBase, DeltaCapture, FullInstead, MIN_MERGED, capture_delta, capture_merged, merge_point,
 };
 pub use format::{
     BaseRef, FORMAT_VERSION, FULL_FORMAT_VERSION, GlobalValue, Header, MAGIC, MAX_DELTA_DEPTH,

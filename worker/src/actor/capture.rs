@@ -31,7 +31,7 @@ impl ActorTask {
         if let Some(report) = self.seal(started, Then::Capture).await? {
             return Ok(report);
         }
-        let (bytes, _) = crate::blocking::off_the_executor(|| self.capture_live(For::Snapshot))?;
+        let (bytes, _) = crate::blocking::off_the_executor(|| self.capture_live())?;
         self.write_snapshot(bytes, started).await
     }
 
@@ -47,7 +47,7 @@ impl ActorTask {
         // A journal entry goes to the store first, so the capture below
         // (of what `on_pause` changed, if anything) is a delta on it.
         let sealed = self.seal(started, Then::Capture).await?;
-        let (bytes, kind) = crate::blocking::off_the_executor(|| self.capture_live(For::Snapshot))?;
+        let (bytes, kind) = crate::blocking::off_the_executor(|| self.capture_live())?;
         let unchanged = match kind {
             Kind::Delta { unchanged } => unchanged,
             Kind::Full => self.status().snapshot.is_some_and(|newest| {
@@ -93,19 +93,18 @@ impl ActorTask {
     /// when there is one and it is the newest snapshot, the store keeps
     /// chains, and no replicator needs self-contained files; otherwise (or
     /// when [`snapshot::capture_delta`] says a full snapshot is due) a full
-    /// snapshot. Also says which it took. `purpose`: a journal entry takes
-    /// a delta on any chain ([`snapshot::capture_entry_delta`]).
+    /// snapshot. Also says which it took.
     /// An instance whose mapped snapshot files changed is failed instead
     /// ([`ActorTask::fail_mapped`]), and nothing it captured is returned.
-    pub(super) fn capture_live(&mut self, purpose: For) -> Result<(Vec<u8>, Kind), ApiError> {
-        let captured = self.capture_live_unchecked(purpose);
+    pub(super) fn capture_live(&mut self) -> Result<(Vec<u8>, Kind), ApiError> {
+        let captured = self.capture_live_unchecked();
         match self.instance.as_ref().map(|i| i.mapped_intact()) {
             Some(Err(reason)) => Err(self.fail_mapped(&reason)),
             _ => captured,
         }
     }
 
-    fn capture_live_unchecked(&mut self, purpose: For) -> Result<(Vec<u8>, Kind), ApiError> {
+    fn capture_live_unchecked(&mut self) -> Result<(Vec<u8>, Kind), ApiError> {
         let newest = self.kept.durable.next_seq.checked_sub(1);
         let base = self
             .chain
@@ -118,23 +117,9 @@ impl ActorTask {
         // restores, and leaves out pages that hold what it holds (those a
         // restore copied in count as dirty). A chain damaged or replaced
         // since gives a full snapshot: the live instance holds the state.
-        // A journal entry (one per request) takes the chain the previous
-        // entry opened, while its head is still the base.
-        let cached = self.chain.verified.take().filter(|chain| {
-            purpose == For::Entry
-                && base
-                    .is_some_and(|b| chain.head_seq() == b.seq && chain.head_crc32c() == b.crc32c)
-        });
         let chain = base.and_then(|base| {
-            cached
-                .map_or_else(
-                    || {
-                        self.open_chain_at(base.seq)
-                            .map(Arc::new)
-                            .map_err(|e| e.to_string())
-                    },
-                    Ok,
-                )
+            self.open_chain_at(base.seq)
+                .map_err(|e| e.to_string())
                 .and_then(|chain| {
                     if chain.head_crc32c() == base.crc32c {
                         Ok((base, chain))
@@ -150,22 +135,16 @@ impl ActorTask {
                 })
                 .ok()
         });
-        if purpose == For::Entry {
-            self.chain.verified = chain.as_ref().map(|(_, chain)| chain.clone());
-        }
         let instance = self
             .instance
             .as_mut()
             .ok_or_else(|| ApiError::internal("no instance"))?;
         let internal = |e: snapshot::SnapshotError| ApiError::internal(e.to_string());
         if let Some((base, chain)) = &chain {
-            let pages = ChainPages::of(chain.as_ref());
+            let pages = ChainPages::of(chain);
             let mut bytes = Vec::new();
-            let capture = match purpose {
-                For::Snapshot => snapshot::capture_delta,
-                For::Entry => snapshot::capture_entry_delta,
-            };
-            let delta = capture(instance, base, Some(&pages), &mut bytes).map_err(internal)?;
+            let delta = snapshot::capture_delta(instance, base, Some(&pages), &mut bytes)
+                .map_err(internal)?;
             // A chain file changed while compared with: no delta on it.
             let delta = delta.and_then(|d| match chain.intact() {
                 Ok(()) => Ok(d),
@@ -197,9 +176,8 @@ impl ActorTask {
                 Err(FullInstead::ChainFull) => {
                     // Compacted by merging the chain's deltas into one on
                     // its root; a full snapshot only past half the root.
-                    if let Ok(merged) =
-                        snapshot::capture_merged(instance, base, chain.as_ref(), &mut bytes)
-                            .map_err(internal)?
+                    if let Ok(merged) = snapshot::capture_merged(instance, base, chain, &mut bytes)
+                        .map_err(internal)?
                     {
                         tracing::debug!(
                             actor = %self.name,
@@ -426,15 +404,6 @@ impl ActorTask {
             changed: true,
         }
     }
-}
-
-/// What [`ActorTask::capture_live`] captures for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum For {
-    /// A snapshot file of the store.
-    Snapshot,
-    /// A journal entry.
-    Entry,
 }
 
 /// What [`ActorTask::capture_live`] took.

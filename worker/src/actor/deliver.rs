@@ -239,13 +239,23 @@ impl ActorTask {
     /// the disk is unknown). The request ran, so the actor's memory holds
     /// an effect that is not durable; it must not be answered as done nor
     /// seen by a later request. The actor is failed until the server
-    /// restarts, which replays what is on disk.
+    /// restarts, which replays what is on disk. A refusal of the shipped
+    /// journal drops the instance only: the next resume replays the
+    /// acknowledged deliveries.
     fn after_failed_entry(&mut self, error: ApiError) -> ApiError {
         self.drop_instance(false);
         self.sync_live(false);
         if self.ctx.store.check_fence(&self.name).is_err() {
             // Fenced off: the instance goes, and whatever this worker
             // acknowledged stays for the actor's next owner.
+            tracing::warn!(actor = %self.name, "{}", error.message());
+            return error;
+        }
+        if self.journal_on().is_some_and(|log| log.refusal_passes()) {
+            // The shipped journal refused this entry alone (a lost round
+            // broke the actor): the next resume rolls it back to its
+            // acknowledged state, and its next delivery writes a snapshot
+            // first.
             tracing::warn!(actor = %self.name, "{}", error.message());
             return error;
         }

@@ -2,10 +2,9 @@
 //! `store`, see [`crate::journaled`], which owns the actor's
 //! [`DurableState`](crate::journaled::DurableState)): after a delivery,
 //! its input and tape are appended to the logical journal (and a snapshot
-//! is captured once they pass a threshold), or with a shipped journal the
-//! state it produced is captured and appended, and *sealed* into the store
-//! when it grows, before every snapshot and when the journal asks; a
-//! resume replays the deliveries since the newest snapshot.
+//! is captured once they pass a threshold); a resume replays the
+//! deliveries since the newest snapshot. A create's snapshot 0 held as a
+//! journal entry is *sealed* into the store before the first delivery.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -23,10 +22,9 @@ use stasis_host_api::Request;
 use stasis_host_api::sockets::SocketEvent;
 
 use super::ActorTask;
-use super::capture::{For, Kind};
 use crate::guest::{self, Work};
 use crate::host_calls::services::ActorHostServices;
-use crate::journaled::{Journaled, Log, SEAL_BYTES, Then};
+use crate::journaled::{Journaled, Log, Then};
 use stasis_contract::error::ApiError;
 use stasis_contract::settings::Durability;
 use stasis_contract::status::SnapshotReport;
@@ -50,10 +48,10 @@ impl ActorTask {
         }
     }
 
-    /// Whether this actor's deliveries go to the logical journal (the data
-    /// dir's, [`crate::journaled`]).
+    /// Whether this actor's deliveries go to the logical journal
+    /// ([`crate::journaled`]).
     pub(super) fn logical_journal(&self) -> bool {
-        self.journal_on().is_some_and(|log| log.is_logical())
+        self.journal_on().is_some()
     }
 
     /// After how many requests the actor checkpoints: `--checkpoint-every`,
@@ -72,75 +70,13 @@ impl ActorTask {
         }
     }
 
-    /// After a request or alarm ran: appends the state it produced to the
-    /// journal, and returns what its answer must wait for (its entry, or
-    /// the newest entry still in flight when it changed nothing).
-    ///
-    /// # Errors
-    /// 503 when the journal failed or the capture did: the caller rolls the
-    /// request back.
-    pub(super) async fn journal_request(&mut self) -> Result<Option<Durable>, ApiError> {
-        let Some(journal) = self.journal_on() else {
-            return Ok(None);
-        };
-        if let Some(e) = journal.failed() {
-            return Err(ApiError::unavailable(e.to_string()));
-        }
-        // A worker past its lease keeps nothing of what it ran: its actor
-        // may have an owner elsewhere (see `fence`).
-        self.ctx.store.check_fence(&self.name)?;
-        // On the actor's task itself: a delta of a few pages takes tens of
-        // microseconds, less than a hop to a blocking thread.
-        let (bytes, kind) = self.capture_live(For::Entry)?;
-        let same = match &self.kept.durable.journaled {
-            Some(newest) => snapshot::same_state(&newest.bytes, &bytes),
-            None => kind == (Kind::Delta { unchanged: true }),
-        };
-        // The newest entry's round was lost (the store did not take it):
-        // an answer showing its state waits for the entry to ship again.
-        let lost = self.kept.durable.journaled.is_some()
-            && self
-                .kept
-                .durable
-                .gate
-                .as_ref()
-                .is_some_and(|gate| matches!(gate.outcome(), Some(Err(_))));
-        if same && !lost {
-            return Ok(self
-                .kept
-                .durable
-                .gate
-                .clone()
-                .filter(|gate| !gate.is_durable()));
-        }
-        let seq = self.kept.durable.next_seq;
-        let bytes = Arc::new(bytes);
-        let durable = journal
-            .append(
-                EntryKind::Snapshot,
-                self.kept.epoch,
-                seq,
-                &self.name,
-                &bytes,
-            )
-            .map_err(|e| ApiError::unavailable(e.to_string()))?;
-        self.ctx.metrics.journaled(bytes.len());
-        let big = bytes.len() > SEAL_BYTES;
-        self.kept.durable.journaled = Some(Journaled { seq, bytes });
-        self.kept.durable.gate = Some(durable.clone());
-        if big && let Err(e) = self.seal(Instant::now(), Then::Keep).await {
-            tracing::warn!(actor = %self.name, "sealing a large journal entry: {e}");
-        }
-        Ok(Some(durable))
-    }
-
     /// After `work` ran and answered `answer`: appends its entry (input,
-    /// tape, answer digest) to the logical journal, or with a shipped
-    /// journal the state it produced ([`ActorTask::journal_request`]);
-    /// returns what the answer must wait for.
+    /// tape, answer digest) to the journal; returns what the answer must
+    /// wait for.
     ///
     /// # Errors
-    /// 503 when the journal failed: the caller rolls the delivery back.
+    /// 503 when the journal failed or refused the entry: the caller rolls
+    /// the delivery back.
     pub(super) async fn journal_delivery<W: Work>(
         &mut self,
         work: &W,
@@ -149,9 +85,6 @@ impl ActorTask {
         let Some(journal) = self.journal_on() else {
             return Ok(None);
         };
-        if !journal.is_logical() {
-            return self.journal_request().await;
-        }
         if let Some(e) = journal.failed() {
             return Err(ApiError::unavailable(e.to_string()));
         }
@@ -222,7 +155,7 @@ impl ActorTask {
     /// journal, the tape records it (keeping `on_resume`'s values for its
     /// entry), and guest code that ran outside a delivery since the newest
     /// snapshot (a hook, a hand-over) is captured first, since no entry
-    /// holds it.
+    /// holds it; so is an actor a lost round of the shipped journal broke.
     ///
     /// # Errors
     /// The snapshot's (507 quota, 500 I/O): the delivery does not run.
@@ -230,7 +163,12 @@ impl ActorTask {
         if !self.logical_journal() {
             return Ok(());
         }
-        if self.chain.unjournaled {
+        // A lost round of the shipped journal held entries since the
+        // newest snapshot: the next one would follow a hole.
+        let broken = self
+            .journal_on()
+            .is_some_and(|journal| journal.broken(&self.name));
+        if self.chain.unjournaled || broken {
             self.snapshot(Instant::now()).await?;
             self.chain.unjournaled = false;
         }
@@ -397,7 +335,6 @@ impl ActorTask {
                     actor = %self.name,
                     "the chain of its journal entry no longer restores; a full snapshot instead"
                 );
-                self.chain.verified = None;
                 return Ok(None);
             }
         }

@@ -7,7 +7,6 @@ use std::time::Instant;
 use stasis_core::instance::ActorInstance;
 
 use super::ActorTask;
-use super::capture::For;
 use super::hand_over::refused;
 use crate::journaled::Log;
 use stasis_contract::error::{ApiError, ErrorKind};
@@ -65,7 +64,7 @@ impl ActorTask {
             return Err(e);
         }
         let spawned_at = started.elapsed();
-        let captured = crate::blocking::off_the_executor(|| self.capture_live(For::Snapshot));
+        let captured = crate::blocking::off_the_executor(|| self.capture_live());
         let captured_at = started.elapsed();
         if !keep {
             // A borrowed slot is given back before the write. Snapshot 0

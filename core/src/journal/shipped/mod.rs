@@ -4,32 +4,42 @@
 //! local journal's format, [`super::entry`]), so a worker lost with its
 //! disk loses no acknowledged request and the number of PUTs per second
 //! does not grow with the request rate: a round takes every entry
-//! appended while the previous round's PUT ran, and keeps only each
-//! actor's newest (an entry holds every page changed since the actor's
-//! newest snapshot, so the newest alone gives its state).
+//! appended while the previous round's PUT ran.
+//!
+//! The entries are **logical**, as in the data dir's journal: a delivery's
+//! input, the host values it read and its answer's digest
+//! ([`super::delivery`], a few hundred bytes), on the actor's newest
+//! snapshot in the store. The actor's acknowledged state is that snapshot
+//! plus every delivery after it, so a round holds every entry appended
+//! meanwhile, in order.
 //!
 //! [`ShippedJournal::append`] returns a [`Durable`] that resolves when the
 //! round carrying the entry is in the store; a round the store did not
 //! take (its PUT failed, or the worker's lease ended: the store's
 //! [`SnapshotStore::check_fence`]) resolves its entries with an error
 //! saying the request may or may not have been applied (a PUT whose
-//! answer was lost may have landed). The next entry of each such actor is
-//! whole again, so nothing later depends on the lost round.
+//! answer was lost may have landed). The actors it held are *broken*
+//! until their next snapshot is in the store ([`ShippedJournal::settled`]):
+//! a later delivery on the same snapshot would follow a hole, so their
+//! entries still waiting for a round are left out of it (and answered the
+//! same way) and a new one is refused ([`ShippedJournal::broken`] tells
+//! the worker to write the snapshot first).
 //!
-//! An actor's entry stops mattering once it is written to the store as
-//! the snapshot it is ([`ShippedJournal::settled`]; the worker folds
-//! entries older than [`FOLD_AFTER`], see [`ShippedJournal::pinning`]);
-//! a segment no actor's newest entry is in is deleted after the next
-//! round. When an actor is placed on a worker,
-//! [`ShippedJournal::recover`] reads the segments in the store (every
-//! worker's, decoded once per segment and kept) and writes the actor's
-//! newest entry to the store when it still applies (the rules of the
-//! start-up replay: its base is there with the named CRC32C and its seq is
-//! past the head); segments whose entries all no longer apply and that
-//! are older than [`SWEEP_AFTER`] are deleted by whichever worker sees
-//! them (a lost worker's segments too).
+//! An actor's entries stop mattering once a snapshot past them is in the
+//! store ([`ShippedJournal::settled`]; the worker writes one for an actor
+//! whose first entry since its snapshot is older than [`FOLD_AFTER`], see
+//! [`ShippedJournal::pinning`]); this run's segments older than every
+//! unsettled actor's first entry are deleted after the next round. When
+//! an actor is placed on a worker, [`ShippedJournal::recover`] reads the
+//! segments in the store (every worker's, decoded once per segment and
+//! kept) and returns its deliveries after its newest snapshot, to replay
+//! (the rules of the data dir's start-up recovery: they must follow on
+//! from the snapshot without a hole, else the actor is failed with the
+//! reason); segments whose entries all no longer apply and that are older
+//! than [`SWEEP_AFTER`] are deleted by whichever worker sees them (a lost
+//! worker's segments too).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -38,16 +48,19 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use tokio::sync::watch;
 
+use super::durable::Lost;
 use super::entry::{Entry, EntryKind};
 use super::{Committed, Durable, JournalError};
 use crate::snapshot_store::{SnapshotStore, StoreError};
 
 mod recover;
 
-/// An entry not written to the store as a snapshot this long after it was
-/// appended is folded ([`ShippedJournal::pinning`]): the bound on how long
-/// a segment is kept for a live actor (the default of
-/// [`ShippedJournal::start`]'s `fold_after`).
+pub use recover::Recovered;
+
+/// An actor's first entry since its newest snapshot is this old, the
+/// worker writes a snapshot ([`ShippedJournal::pinning`]): the bound on
+/// how long a segment is kept for a live actor and on what a takeover
+/// replays (the default of [`ShippedJournal::start`]'s `fold_after`).
 pub const FOLD_AFTER: Duration = Duration::from_secs(5);
 
 /// A segment whose entries all no longer apply is deleted once it is this
@@ -112,31 +125,32 @@ pub struct ShippedStats {
     pub bytes: u64,
 }
 
-/// One actor's entry waiting for its round.
+/// An entry waiting for its round.
 #[derive(Debug)]
 struct Pending {
     kind: EntryKind,
     epoch: u64,
     seq: u64,
+    actor: Arc<str>,
     body: Arc<Vec<u8>>,
 }
 
 #[derive(Debug)]
 struct State {
-    /// Per actor, its newest entry appended since the last round started.
-    pending: HashMap<String, Pending>,
+    /// The entries appended since the last round started, in order.
+    pending: Vec<Pending>,
     /// The round the pending entries go out in (rounds count from 1).
     open: u64,
-    /// Per actor, the round of its newest entry not yet in the store as a
-    /// snapshot, its epoch, and when it was appended.
+    /// Per actor with entries not yet covered by a snapshot in the store:
+    /// the round of the first of them, its epoch, and when it was
+    /// appended. Every segment from that round on is kept for it.
     live: HashMap<String, (u64, u64, Instant)>,
-    /// Per actor, the round whose segment holds its newest entry the
-    /// store took (and that entry's epoch): that segment is kept until the
-    /// entry is settled, whatever happens to later rounds.
-    acked: HashMap<String, (u64, u64)>,
-    /// Rounds of this run whose segment held an actor's acknowledged entry
-    /// when a forget came (the actor left this worker: deleted, moved, or
-    /// dropped when the lease ended): only the sweep deletes them, once
+    /// Actors a lost round held entries of (module docs): refused until
+    /// settled.
+    broken: HashSet<String>,
+    /// Rounds of this run whose segment may hold the unsettled entries of
+    /// an actor that left this worker (deleted, moved, or dropped when the
+    /// lease ended), or a tombstone: only the sweep deletes them, once
     /// their entries no longer apply, since a next owner may need one.
     orphans: BTreeSet<u64>,
     /// Rounds of this run whose segment is in the store.
@@ -156,8 +170,8 @@ struct Shared {
     /// earlier run of the same worker are another's to recover.
     run: u64,
     fold_after: Duration,
-    /// Decoded segments of the store, by name: each actor's newest entry.
-    seen: Mutex<HashMap<String, Arc<HashMap<String, Entry>>>>,
+    /// Decoded segments of the store, by name: each actor's entries.
+    seen: Mutex<HashMap<String, Arc<HashMap<String, Vec<Entry>>>>>,
     stats: Counters,
 }
 
@@ -211,10 +225,10 @@ impl ShippedJournal {
             .map_or(0, |d| d.as_micros() as u64);
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
-                pending: HashMap::new(),
+                pending: Vec::new(),
                 open: 1,
                 live: HashMap::new(),
-                acked: HashMap::new(),
+                broken: HashSet::new(),
                 orphans: BTreeSet::new(),
                 shipped: BTreeSet::new(),
                 stopping: false,
@@ -241,13 +255,13 @@ impl ShippedJournal {
         })
     }
 
-    /// Appends `actor`'s entry (a snapshot file, as snapshot `seq` at
-    /// placement `epoch`, or a [`EntryKind::Forget`]) to the next round;
-    /// it is in the store when the [`Durable`] resolves.
+    /// Appends `actor`'s entry (a [`EntryKind::Delivery`] on snapshot
+    /// `seq`, at placement `epoch`, or a [`EntryKind::Forget`]) to the next
+    /// round; it is in the store when the [`Durable`] resolves.
     ///
     /// # Errors
-    /// [`JournalError`] when the journal is stopping, or for a patch
-    /// (entries shipped are whole).
+    /// [`JournalError`] when the journal is stopping, for a patch, or when
+    /// the actor is [broken](ShippedJournal::broken) (nothing is appended).
     pub fn append(
         &self,
         kind: EntryKind,
@@ -258,7 +272,7 @@ impl ShippedJournal {
     ) -> Result<Durable, JournalError> {
         if matches!(kind, EntryKind::Patch | EntryKind::Pad) {
             return Err(JournalError(
-                "the shipped journal takes whole entries only".into(),
+                "the shipped journal takes no page patches".into(),
             ));
         }
         let mut state = self.shared.lock();
@@ -267,33 +281,46 @@ impl ShippedJournal {
         }
         let round = state.open;
         match kind {
-            EntryKind::Snapshot => {
-                state
-                    .live
-                    .insert(actor.to_owned(), (round, epoch, Instant::now()));
-            }
-            _ => {
-                // Both the acknowledged entry's segment and the forget's
-                // own go to the sweep: the forget must not vanish before
-                // the entry it drops.
-                if let Some(&(acked, at)) = state.acked.get(actor)
+            EntryKind::Forget => {
+                // The segments of an actor leaving unsettled, and the
+                // forget's own, go to the sweep: the forget must not
+                // vanish before the entries it drops.
+                if let Some(&(first, at, _)) = state.live.get(actor)
                     && at <= epoch
                 {
-                    state.orphans.insert(acked);
-                    state.orphans.insert(round);
+                    let kept: Vec<u64> = state.shipped.range(first..).copied().collect();
+                    state.orphans.extend(kept);
+                    state
+                        .orphans
+                        .extend(round.saturating_sub(1).max(first)..=round);
                 }
                 state.settle(actor, epoch);
             }
+            _ => {
+                if state.broken.contains(actor) {
+                    return Err(JournalError(
+                        format!(
+                            "a journal round holding earlier entries of actor {actor} was lost; \
+                             its next snapshot must reach the store first (the request was not \
+                             applied)"
+                        )
+                        .into(),
+                    ));
+                }
+                state
+                    .live
+                    .entry(actor.to_owned())
+                    .or_insert((round, epoch, Instant::now()));
+            }
         }
-        state.pending.insert(
-            actor.to_owned(),
-            Pending {
-                kind,
-                epoch,
-                seq,
-                body,
-            },
-        );
+        let actor: Arc<str> = actor.into();
+        state.pending.push(Pending {
+            kind,
+            epoch,
+            seq,
+            actor: actor.clone(),
+            body,
+        });
         drop(state);
         self.shared.work.notify_one();
         self.shared.stats.entries.fetch_add(1, Ordering::Relaxed);
@@ -301,6 +328,7 @@ impl ShippedJournal {
             end: round,
             committed: self.shared.committed.subscribe(),
             waiters: None,
+            actor: Some(actor),
         })
     }
 
@@ -325,10 +353,20 @@ impl ShippedJournal {
         Ok(durable)
     }
 
-    /// `actor`'s newest entry at `epoch` or before is in the store as a
-    /// snapshot now (or no longer matters): no segment is kept for it.
+    /// A snapshot of `actor` at `epoch` holding every entry it appended
+    /// at that epoch or before is in the store now (or they no longer
+    /// matter): no segment is kept for them, and the actor is no longer
+    /// broken.
     pub fn settled(&self, actor: &str, epoch: u64) {
         self.shared.lock().settle(actor, epoch);
+    }
+
+    /// Whether a lost round held entries of `actor` since its newest
+    /// snapshot (module docs): its next delivery must wait for a snapshot
+    /// in the store.
+    #[must_use]
+    pub fn broken(&self, actor: &str) -> bool {
+        self.shared.lock().broken.contains(actor)
     }
 
     /// Deletes this run's segments no actor's entry needs any more.
@@ -336,9 +374,9 @@ impl ShippedJournal {
         collect(&self.shared);
     }
 
-    /// The actors whose newest entry was appended over `fold_after`
-    /// ago: they keep its segment in the store until they write the entry
-    /// as a snapshot.
+    /// The actors whose first entry since their newest snapshot was
+    /// appended over `fold_after` ago: they keep its segment (and every
+    /// later one) in the store until they write a snapshot.
     #[must_use]
     pub fn pinning(&self) -> Vec<String> {
         let state = self.shared.lock();
@@ -385,18 +423,18 @@ impl State {
         if self.live.get(actor).is_some_and(|&(_, at, _)| at <= epoch) {
             self.live.remove(actor);
         }
-        if self.acked.get(actor).is_some_and(|&(_, at)| at <= epoch) {
-            self.acked.remove(actor);
-        }
+        self.broken.remove(actor);
     }
 }
 
-/// The shipper thread: each round takes the pending entries, puts them as
-/// one segment (asking the fence first), publishes the round's outcome,
-/// and deletes this run's segments no live entry is in any more.
+/// The shipper thread: each round takes the pending entries (less those of
+/// broken actors, reported lost), puts them as one segment (asking the
+/// fence first), publishes the round's outcome, and deletes this run's
+/// segments no unsettled entry is in any more.
 fn ship_rounds(shared: &Shared) {
+    let mut body = Vec::new();
     loop {
-        let (round, pending) = {
+        let (round, pending, left_out) = {
             let mut state = shared.lock();
             while state.pending.is_empty() && !state.stopping {
                 state = shared.work.wait(state).unwrap_or_else(|p| p.into_inner());
@@ -406,62 +444,86 @@ fn ship_rounds(shared: &Shared) {
             }
             let round = state.open;
             state.open += 1;
-            (round, std::mem::take(&mut state.pending))
+            let mut pending = std::mem::take(&mut state.pending);
+            // Appended before an earlier round of theirs was lost: they
+            // would follow a hole.
+            let mut left_out: Vec<Arc<str>> = Vec::new();
+            if !state.broken.is_empty() {
+                pending.retain(|entry| {
+                    let keep =
+                        entry.kind == EntryKind::Forget || !state.broken.contains(&*entry.actor);
+                    if !keep && !left_out.contains(&entry.actor) {
+                        left_out.push(entry.actor.clone());
+                    }
+                    keep
+                });
+            }
+            (round, pending, left_out)
         };
-        let mut body = Vec::new();
-        let mut actors: Vec<_> = pending.into_iter().collect();
-        actors.sort_by(|a, b| a.0.cmp(&b.0));
-        for (actor, entry) in &actors {
+        body.clear();
+        for entry in &pending {
             super::entry::encode(
                 &mut body,
                 entry.kind,
                 entry.epoch,
                 entry.seq,
-                actor,
+                &entry.actor,
                 &entry.body,
             );
         }
         let name = shared.segment_name(round);
         let len = body.len() as u64;
-        let outcome = put_round(shared, &name, Bytes::from(body));
+        let outcome = if pending.is_empty() {
+            Ok(())
+        } else {
+            put_round(shared, &name, Bytes::copy_from_slice(&body))
+        };
         let stats = &shared.stats;
         match &outcome {
-            Ok(()) => {
+            Ok(()) if !pending.is_empty() => {
                 stats.rounds.fetch_add(1, Ordering::Relaxed);
                 stats
                     .shipped
-                    .fetch_add(actors.len() as u64, Ordering::Relaxed);
+                    .fetch_add(pending.len() as u64, Ordering::Relaxed);
                 stats.bytes.fetch_add(len, Ordering::Relaxed);
-                let mut state = shared.lock();
-                state.shipped.insert(round);
-                for (actor, entry) in &actors {
-                    match entry.kind {
-                        // Unless settled meanwhile (a seal after the
-                        // append): then no segment is needed for it.
-                        EntryKind::Snapshot
-                            if state.live.get(actor).is_some_and(|&(at, ..)| at >= round) =>
-                        {
-                            state.acked.insert(actor.clone(), (round, entry.epoch));
-                        }
-                        _ => {}
-                    }
-                }
+                shared.lock().shipped.insert(round);
             }
+            Ok(()) => {}
             Err(why) => {
                 stats.lost_rounds.fetch_add(1, Ordering::Relaxed);
                 tracing::error!(segment = %name, "journal round lost: {why}");
                 // A PUT whose answer was lost may have landed: the sweep
                 // deletes it once its entries no longer apply.
-                shared.lock().orphans.insert(round);
+                let mut state = shared.lock();
+                state.orphans.insert(round);
+                for entry in &pending {
+                    if entry.kind != EntryKind::Forget {
+                        state.broken.insert(entry.actor.to_string());
+                    }
+                }
             }
         }
         shared.committed.send_modify(|c| {
             c.durable = round;
-            if let Err(why) = outcome {
-                c.lost.push_back((round, why));
-                while c.lost.len() > 1024 {
-                    c.lost.pop_front();
+            let lost = |actor, why: &Arc<str>| Lost {
+                round,
+                actor,
+                why: why.clone(),
+            };
+            if let Err(why) = &outcome {
+                c.lost.push_back(lost(None, why));
+            }
+            if !left_out.is_empty() {
+                let why: Arc<str> = "a journal round holding earlier entries of this actor was \
+                                     lost, so this one was not shipped; the request may or may \
+                                     not have been applied"
+                    .into();
+                for actor in left_out {
+                    c.lost.push_back(lost(Some(actor), &why));
                 }
+            }
+            while c.lost.len() > 1024 {
+                c.lost.pop_front();
             }
         });
         collect(shared);
@@ -503,18 +565,23 @@ fn lost(e: &StoreError) -> Arc<str> {
     .into()
 }
 
-/// Deletes this run's segments that no live entry is in (older rounds
-/// than the newest shipped one only: a round in flight is never touched).
+/// Deletes this run's segments older than every unsettled actor's first
+/// entry (a round in flight is never touched: it is not shipped yet),
+/// orphans aside.
 fn collect(shared: &Shared) {
     let doomed: Vec<u64> = {
         let state = shared.lock();
-        let mut needed: BTreeSet<u64> = state.acked.values().map(|&(round, _)| round).collect();
-        needed.extend(&state.orphans);
+        let first = state
+            .live
+            .values()
+            .map(|&(round, ..)| round)
+            .min()
+            .unwrap_or(u64::MAX);
         state
             .shipped
             .iter()
             .copied()
-            .filter(|round| !needed.contains(round))
+            .filter(|round| *round < first && !state.orphans.contains(round))
             .collect()
     };
     if doomed.is_empty() {

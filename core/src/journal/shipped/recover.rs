@@ -1,55 +1,90 @@
-//! Recovery from the journal segments in the store: the newest entry of
-//! an actor placed on this worker ([`ShippedJournal::recover`]), and the
-//! sweep of segments whose entries all no longer apply
-//! ([`ShippedJournal::sweep`]).
+//! Recovery from the journal segments in the store: the deliveries of an
+//! actor placed on this worker after its newest snapshot
+//! ([`ShippedJournal::recover`]), and the sweep of segments whose entries
+//! all no longer apply ([`ShippedJournal::sweep`]).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::super::entry::{Entry, EntryKind};
+use super::super::recovered::{Read, follow_on};
+use super::super::{Recovery, delivery::DeliveryRecord};
 use super::{SWEEP_AFTER, ShippedJournal};
 use crate::snapshot_store::StoreError;
 
+/// What the segments in the store give back an actor placed on a worker
+/// ([`ShippedJournal::recover`]).
+#[derive(Debug, Default)]
+pub struct Recovered {
+    /// The sequence number of a snapshot entry written to the store as its
+    /// newest snapshot (a segment of an earlier version, which shipped
+    /// pages).
+    pub wrote: Option<u64>,
+    /// Its deliveries after its newest snapshot, to replay at its next
+    /// resume, or why they cannot be; `None` when there are none.
+    pub deliveries: Option<Recovery>,
+}
+
 impl ShippedJournal {
-    /// Writes `actor`'s newest entry found in the store's segments as the
-    /// snapshot it is, when it still applies (module docs): the state a
-    /// worker lost with its disk acknowledged after its newest snapshot.
-    /// Returns the sequence number written, if any.
+    /// What the segments in the store hold of `actor` (module docs): its
+    /// deliveries after its newest snapshot, which a worker lost with its
+    /// disk acknowledged. They must follow on from the snapshot without a
+    /// hole, else [`Recovery::Failed`] says where. Where several owners
+    /// shipped entries of the same index (a worker past its lease whose
+    /// PUT raced the fence), the later placement epoch's win.
     ///
     /// # Errors
-    /// [`StoreError`] when the segments cannot be listed or read, or the
-    /// snapshot cannot be written: the actor must not run then.
-    pub fn recover(&self, actor: &str) -> Result<Option<u64>, StoreError> {
+    /// [`StoreError`] when the segments cannot be listed or read, or a
+    /// snapshot entry cannot be written: the actor must not run then.
+    pub fn recover(&self, actor: &str) -> Result<Recovered, StoreError> {
         let segments = self.read_segments()?;
-        let Some(entry) = newest_entry(&segments, actor) else {
-            return Ok(None);
+        let store = self.shared.store.as_ref();
+        let mut recovered = Recovered::default();
+        if let Some(entry) = newest_entry(&segments, actor)
+            && super::super::replay::applies(store, entry).is_ok()
+        {
+            store.write(actor, entry.seq, entry.epoch, &entry.body)?;
+            tracing::info!(
+                actor,
+                seq = entry.seq,
+                epoch = entry.epoch,
+                "recovered the actor's newest journal entry from the store"
+            );
+            recovered.wrote = Some(entry.seq);
+        }
+        let Some(head) = store.list(actor)?.last().map(|s| s.seq) else {
+            return Ok(recovered);
         };
-        match super::super::replay::applies(self.shared.store.as_ref(), entry) {
-            Ok(()) => {
-                self.shared
-                    .store
-                    .write(actor, entry.seq, entry.epoch, &entry.body)?;
+        let read = deliveries(&segments, actor, head);
+        if read.is_empty() {
+            return Ok(recovered);
+        }
+        let count = read.len();
+        let place = |index: u64| format!("delivery {index} in the journal segments in the store");
+        recovered.deliveries = Some(match follow_on(actor, head, read, &place) {
+            Ok(entries) => {
                 tracing::info!(
                     actor,
-                    seq = entry.seq,
-                    epoch = entry.epoch,
-                    "recovered the actor's newest journal entry from the store"
+                    snapshot = head,
+                    entries = count,
+                    "journal entries recovered from the store"
                 );
-                Ok(Some(entry.seq))
+                Recovery::Entries(entries)
             }
             Err(why) => {
-                tracing::debug!(actor, seq = entry.seq, "journal entry not recovered: {why}");
-                Ok(None)
+                tracing::error!(actor, "journal: {why}");
+                Recovery::Failed(why)
             }
-        }
+        });
+        Ok(recovered)
     }
 
     /// Every segment in the store, decoded (each once; forgotten when it
     /// is gone from the store), with its age.
     fn read_segments(&self) -> Result<HashMap<String, Segment>, StoreError> {
         let listed = self.shared.objects.list_segments()?;
-        let known: HashMap<String, Arc<HashMap<String, Entry>>> = {
+        let known: HashMap<String, Arc<HashMap<String, Vec<Entry>>>> = {
             let mut seen = self.shared.seen.lock().unwrap_or_else(|p| p.into_inner());
             seen.retain(|name, _| listed.iter().any(|m| &m.name == name));
             seen.clone()
@@ -91,7 +126,7 @@ impl ShippedJournal {
 
     /// Deletes the segments in the store older than [`SWEEP_AFTER`] whose
     /// entries all no longer apply: a lost worker's, an earlier run's, and
-    /// this run's orphans (segments that held the acknowledged entry of an
+    /// this run's orphans (segments that held unsettled entries of an
     /// actor that left this worker); returns how many.
     ///
     /// # Errors
@@ -99,26 +134,21 @@ impl ShippedJournal {
     pub fn sweep(&self) -> Result<usize, StoreError> {
         let listed = self.shared.objects.list_segments()?;
         let mine = self.shared.run_prefix();
-        let (orphans, pinned): (Vec<String>, Vec<String>) = {
+        // This run's orphans, less those an unsettled actor here needs.
+        let orphans: Vec<String> = {
             let state = self.shared.lock();
-            (
-                state
-                    .orphans
-                    .iter()
-                    .map(|&r| self.shared.segment_name(r))
-                    .collect(),
-                state
-                    .acked
-                    .values()
-                    .map(|&(r, _)| self.shared.segment_name(r))
-                    .collect(),
-            )
+            let first = state.live.values().map(|&(r, ..)| r).min();
+            state
+                .orphans
+                .iter()
+                .filter(|&&r| first.is_none_or(|first| r < first))
+                .map(|&r| self.shared.segment_name(r))
+                .collect()
         };
         let old: Vec<String> = listed
             .iter()
             .filter(|m| m.age >= SWEEP_AFTER)
             .filter(|m| !m.name.starts_with(&mine) || orphans.contains(&m.name))
-            .filter(|m| !pinned.contains(&m.name))
             .map(|m| m.name.clone())
             .collect();
         if old.is_empty() {
@@ -126,30 +156,55 @@ impl ShippedJournal {
         }
         let segments = self.read_segments()?;
         let store = self.shared.store.as_ref();
+        let mut heads: HashMap<String, Option<Option<u64>>> = HashMap::new();
+        let mut head = |actor: &str| {
+            *heads
+                .entry(actor.to_owned())
+                .or_insert_with(|| store.list(actor).ok().map(|l| l.last().map(|s| s.seq)))
+        };
         // A snapshot entry goes when it no longer applies or a later
-        // forget dropped it; a tombstone when no older entry of its actor
-        // still applies.
-        let applies = |entry: &Entry| super::super::replay::applies(store, entry).is_ok();
+        // forget dropped it; a delivery when its snapshot is no longer the
+        // newest (or the actor is gone) or a later forget dropped it; a
+        // tombstone when no older entry of its actor still applies. An
+        // actor whose snapshots cannot be listed keeps its entries.
+        let mut applies = |entry: &Entry, name: &String, segment: &Segment| match entry.kind {
+            EntryKind::Snapshot => super::super::replay::applies(store, entry).is_ok(),
+            EntryKind::Delivery => match head(&entry.actor) {
+                None => true,
+                Some(head) => {
+                    head.is_some_and(|head| head <= entry.seq)
+                        && !forgotten(&segments, (name, segment), entry)
+                }
+            },
+            _ => false,
+        };
         let doomed: Vec<String> = old
             .into_iter()
             .filter(|name| {
-                segments.get(name).is_none_or(|segment| {
-                    segment.entries.values().all(|entry| match entry.kind {
+                let Some(segment) = segments.get(name) else {
+                    return true;
+                };
+                segment
+                    .entries
+                    .values()
+                    .flatten()
+                    .all(|entry| match entry.kind {
                         EntryKind::Snapshot => {
                             newest_entry(&segments, &entry.actor)
                                 .is_none_or(|newest| !std::ptr::eq(newest, entry))
-                                || !applies(entry)
+                                || !applies(entry, name, segment)
                         }
+                        EntryKind::Delivery => !applies(entry, name, segment),
                         _ if entry.epoch == TOMBSTONE => !segments.iter().any(|(other, older)| {
                             newer((name, segment), (other, older))
-                                && older
-                                    .entries
-                                    .get(&entry.actor)
-                                    .is_some_and(|e| e.kind == EntryKind::Snapshot && applies(e))
+                                && older.entries.get(&entry.actor).is_some_and(|entries| {
+                                    entries.iter().any(|e| {
+                                        e.kind != EntryKind::Forget && applies(e, other, older)
+                                    })
+                                })
                         }),
                         _ => true,
                     })
-                })
             })
             .collect();
         if doomed.is_empty() {
@@ -176,8 +231,8 @@ impl ShippedJournal {
 pub(super) struct Segment {
     /// How long ago it was written.
     age: Duration,
-    /// Each actor's newest entry in it.
-    entries: Arc<HashMap<String, Entry>>,
+    /// Each actor's entries in it, in order.
+    entries: Arc<HashMap<String, Vec<Entry>>>,
 }
 
 /// The epoch of a *tombstone*: a forget a worker puts in the store when it
@@ -197,34 +252,101 @@ fn newer((a, sa): (&String, &Segment), (b, sb): (&String, &Segment)) -> bool {
     }
 }
 
-/// `actor`'s newest snapshot entry in `segments`, unless a later forget
-/// dropped it: one of the same run at the entry's epoch or later (the
-/// actor was deleted, moved away or repaired there), or a tombstone of
-/// any worker. Successive entries of an actor share a seq until one is
-/// sealed: of one run, the later round wins.
-fn newest_entry<'a>(segments: &'a HashMap<String, Segment>, actor: &str) -> Option<&'a Entry> {
-    let records: Vec<((&String, &Segment), &Entry)> = segments
-        .iter()
-        .filter_map(|(name, segment)| segment.entries.get(actor).map(|e| ((name, segment), e)))
-        .collect();
-    let (at, entry) = records
-        .iter()
-        .filter(|(_, entry)| entry.kind == EntryKind::Snapshot)
-        .max_by_key(|((name, _), entry)| (entry.seq, entry.epoch, name.as_str()))
-        .copied()?;
+/// Whether a forget after `entry` (in segment `at`) dropped it: one of the
+/// same run at the entry's epoch or later (the actor was deleted, moved
+/// away or repaired there), or a tombstone of any worker.
+fn forgotten(segments: &HashMap<String, Segment>, at: (&String, &Segment), entry: &Entry) -> bool {
     let run = at.0.rsplit_once('-').map_or(at.0.as_str(), |(run, _)| run);
-    let forgotten = records.iter().any(|(other, forget)| {
-        forget.kind == EntryKind::Forget
-            && newer(*other, at)
-            && (forget.epoch == TOMBSTONE
-                || (other.0.starts_with(run) && forget.epoch >= entry.epoch))
-    });
-    (!forgotten).then_some(entry)
+    // A tombstone's epoch is above every other.
+    let applies = |forget: &Entry| forget.kind == EntryKind::Forget && forget.epoch >= entry.epoch;
+    segments.iter().any(|(name, segment)| {
+        let Some(entries) = segment.entries.get(&entry.actor) else {
+            return false;
+        };
+        if std::ptr::eq(segment, at.1) {
+            // Later in the same segment.
+            return entries
+                .iter()
+                .skip_while(|e| !std::ptr::eq(*e, entry))
+                .skip(1)
+                .any(applies);
+        }
+        newer((name, segment), at)
+            && entries.iter().any(|forget| {
+                applies(forget) && (forget.epoch == TOMBSTONE || name.starts_with(run))
+            })
+    })
 }
 
-/// Each actor's newest entry in a segment's bytes (a damaged record ends
-/// the segment there: a PUT is whole or absent, so it is logged).
-fn decode(name: &str, bytes: &[u8]) -> HashMap<String, Entry> {
+/// `actor`'s newest snapshot entry in `segments` (segments of an earlier
+/// version shipped pages), unless a later forget dropped it. Successive
+/// entries of an actor share a seq until one is sealed: of one run, the
+/// later round wins.
+fn newest_entry<'a>(segments: &'a HashMap<String, Segment>, actor: &str) -> Option<&'a Entry> {
+    let (at, entry) = segments
+        .iter()
+        .filter_map(|(name, segment)| {
+            let entries = segment.entries.get(actor)?;
+            let newest = entries
+                .iter()
+                .filter(|e| e.kind == EntryKind::Snapshot)
+                .max_by_key(|e| (e.seq, e.epoch))?;
+            Some(((name, segment), newest))
+        })
+        .max_by_key(|((name, _), entry)| (entry.seq, entry.epoch, name.as_str()))?;
+    (!forgotten(segments, at, entry)).then_some(entry)
+}
+
+/// `actor`'s delivery entries on snapshot `head` in `segments` that no
+/// forget dropped, by index: where owners of several placement epochs
+/// shipped the same index, the later epoch's entries win, and an earlier
+/// epoch's count only below the first index a later one holds (a later
+/// owner replayed them and went on from there).
+fn deliveries(segments: &HashMap<String, Segment>, actor: &str, head: u64) -> Read {
+    let mut by_epoch: BTreeMap<u64, BTreeMap<u64, (&String, &Entry)>> = BTreeMap::new();
+    for (name, segment) in segments {
+        let Some(entries) = segment.entries.get(actor) else {
+            continue;
+        };
+        for entry in entries {
+            if entry.kind != EntryKind::Delivery
+                || entry.seq != head
+                || forgotten(segments, (name, segment), entry)
+            {
+                continue;
+            }
+            let Some(index) = DeliveryRecord::peek_index(&entry.body) else {
+                continue;
+            };
+            let same = by_epoch.entry(entry.epoch).or_default();
+            // Of one epoch, the later segment's copy.
+            if same
+                .get(&index)
+                .is_none_or(|(other, _)| newer((name, segment), (other, &segments[*other])))
+            {
+                same.insert(index, (name, entry));
+            }
+        }
+    }
+    let mut chosen: BTreeMap<u64, &Entry> = BTreeMap::new();
+    let mut below = u64::MAX;
+    for same in by_epoch.values().rev() {
+        let mut first = below;
+        for (&index, &(_, entry)) in same.range(..below) {
+            chosen.insert(index, entry);
+            first = first.min(index);
+        }
+        below = first;
+    }
+    chosen
+        .into_iter()
+        .map(|(index, entry)| (index, entry.clone()))
+        .collect()
+}
+
+/// Each actor's entries in a segment's bytes, in order (a damaged record
+/// ends the segment there: a PUT is whole or absent, so it is logged).
+fn decode(name: &str, bytes: &[u8]) -> HashMap<String, Vec<Entry>> {
     let (entries, end) = super::super::entry::scan(bytes);
     if end != bytes.len() {
         tracing::warn!(
@@ -233,14 +355,9 @@ fn decode(name: &str, bytes: &[u8]) -> HashMap<String, Entry> {
             "journal segment in the store: a damaged record and what follows it are ignored"
         );
     }
-    let mut newest: HashMap<String, Entry> = HashMap::new();
+    let mut all: HashMap<String, Vec<Entry>> = HashMap::new();
     for (_, entry) in entries {
-        if newest
-            .get(&entry.actor)
-            .is_none_or(|old| (entry.seq, entry.epoch) >= (old.seq, old.epoch))
-        {
-            newest.insert(entry.actor.clone(), entry);
-        }
+        all.entry(entry.actor.clone()).or_default().push(entry);
     }
-    newest
+    all
 }

@@ -1,16 +1,19 @@
 //! The shipped journal ([`ShippedJournal`]) over a real object store:
-//! rounds group-commit many entries into one segment, another worker
-//! recovers an actor's newest acknowledged entry from the segments, a
-//! segment is deleted once its entries are settled but kept for an actor
-//! that left the worker unsettled, a forget drops the entries before it,
-//! and a round the store refuses answers
-//! its entries with "may or may not have been applied".
+//! rounds group-commit many delivery entries into one segment, another
+//! worker recovers an actor's deliveries after its newest snapshot from
+//! the segments (a later owner's entries winning over a fenced one's, a
+//! hole failing the actor), a segment is deleted once its entries are
+//! settled but kept for an actor that left the worker unsettled, a forget
+//! drops the entries before it, and a round the store refuses answers its
+//! entries with "may or may not have been applied" and breaks its actors
+//! until their next snapshot.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use stasis_core::journal::delivery::DeliveryRecord;
 use stasis_core::journal::shipped::{FOLD_AFTER, SegmentObjects, ShippedJournal};
-use stasis_core::journal::{Durable, EntryKind};
+use stasis_core::journal::{Durable, EntryKind, Recovery};
 use stasis_core::snapshot_objects::ObjectSnapshotStore;
 use stasis_core::snapshot_store::SnapshotStore;
 use stasis_test_util::fault_proxy::{Fault, FaultProxy};
@@ -40,34 +43,70 @@ fn segments(store: &ObjectSnapshotStore) -> Vec<String> {
     names
 }
 
-/// `actor` with its snapshot 0 in the store, and a full snapshot for its
-/// entries (seq 1: past the head, no base).
-fn created(store: &ObjectSnapshotStore, actor: &str) -> Arc<Vec<u8>> {
+/// `actor` with its snapshot 0 in the store.
+fn created(store: &ObjectSnapshotStore, actor: &str) {
     store
         .write(actor, 0, 1, real_snapshot())
         .expect("snapshot 0");
-    Arc::new(real_snapshot().to_vec())
+}
+
+/// Delivery `index` on snapshot `base` of `actor` at `epoch`; `answer`
+/// tells copies apart.
+fn deliver(
+    journal: &ShippedJournal,
+    actor: &str,
+    (epoch, base, index): (u64, u64, u64),
+    answer: u64,
+) -> Result<Durable, String> {
+    let record = DeliveryRecord {
+        index,
+        input_kind: 1,
+        resumed: false,
+        paused: 0,
+        answer,
+        worker: "w".into(),
+        input: b"POST /increment".to_vec(),
+        tape: vec![7; 16],
+    };
+    journal
+        .append(
+            EntryKind::Delivery,
+            epoch,
+            base,
+            actor,
+            Arc::new(record.encode()),
+        )
+        .map_err(|e| e.to_string())
+}
+
+/// The (index, answer) of each delivery `journal` recovers for `actor`.
+fn recovered(journal: &ShippedJournal, actor: &str) -> Result<Vec<(u64, u64)>, String> {
+    match journal.recover(actor).expect("recover").deliveries {
+        None => Ok(Vec::new()),
+        Some(Recovery::Entries(entries)) => Ok(entries
+            .iter()
+            .map(|e| (e.record.index, e.record.answer))
+            .collect()),
+        Some(Recovery::Failed(why)) => Err(why),
+    }
 }
 
 #[test]
-fn shipped_rounds_group_commit_and_another_worker_recovers_the_newest_entry() {
+fn shipped_rounds_group_commit_and_another_worker_recovers_the_deliveries() {
     let shared = Shared::file();
     let cache = tempfile::tempdir().unwrap();
     let store = Arc::new(shared.open(cache.path(), None));
     let w1 = journal(&store, "w1");
     let actors = ["a", "b", "c", "d"];
-    let mut entry = Arc::default();
     for actor in actors {
-        entry = created(&store, actor);
+        created(&store, actor);
     }
-    // 50 entries of each actor, appended without waiting: rounds take many.
+    // 50 deliveries of each actor, appended without waiting: rounds take
+    // many.
     let mut waits = Vec::new();
-    for _ in 0..50 {
+    for index in 1..=50 {
         for actor in actors {
-            waits.push(
-                w1.append(EntryKind::Snapshot, 1, 1, actor, entry.clone())
-                    .expect("append"),
-            );
+            waits.push(deliver(&w1, actor, (1, 0, index), index).expect("append"));
         }
     }
     for durable in waits {
@@ -75,26 +114,67 @@ fn shipped_rounds_group_commit_and_another_worker_recovers_the_newest_entry() {
     }
     let stats = w1.stats();
     assert_eq!(stats.entries, 200);
+    assert_eq!(stats.shipped, 200, "every delivery is shipped: {stats:?}");
     assert!(
         stats.rounds < stats.entries / 4,
         "one PUT covers many entries: {stats:?}"
     );
+    assert!(
+        stats.bytes < 200 * 256,
+        "a delivery costs bytes, not pages: {stats:?}"
+    );
     assert_eq!(stats.lost_rounds, 0);
     assert!(!segments(&store).is_empty());
     // Worker w1 is lost: w2, with a cache of its own, recovers each actor's
-    // entry once (then it is the store's newest snapshot).
+    // deliveries in order; the store's snapshots are untouched.
     let cache2 = tempfile::tempdir().unwrap();
     let store2 = Arc::new(shared.open(cache2.path(), None));
     let w2 = journal(&store2, "w2");
+    let all: Vec<(u64, u64)> = (1..=50).map(|i| (i, i)).collect();
     for actor in actors {
-        assert_eq!(w2.recover(actor).expect("recover"), Some(1), "{actor}");
-        assert_eq!(w2.recover(actor).expect("recover"), None, "{actor}");
+        assert_eq!(recovered(&w2, actor).expect("follows on"), all, "{actor}");
         let listed: Vec<u64> = store2.list(actor).unwrap().iter().map(|e| e.seq).collect();
-        assert_eq!(listed, vec![0, 1], "{actor}");
+        assert_eq!(listed, vec![0], "{actor}");
     }
+    // Once a snapshot past them is in the store they no longer apply.
+    store2.write("a", 1, 2, real_snapshot()).unwrap();
+    assert_eq!(recovered(&w2, "a").unwrap(), Vec::new());
     // An actor no segment names recovers nothing.
     created(&store2, "z");
-    assert_eq!(w2.recover("z").expect("recover"), None);
+    assert_eq!(recovered(&w2, "z").unwrap(), Vec::new());
+}
+
+#[test]
+fn shipped_a_later_owner_wins_and_a_hole_fails_the_actor() {
+    let shared = Shared::file();
+    let cache = tempfile::tempdir().unwrap();
+    let store = Arc::new(shared.open(cache.path(), None));
+    created(&store, "a");
+    created(&store, "b");
+    let w1 = journal(&store, "w1");
+    for index in 1..=3 {
+        wait(deliver(&w1, "a", (1, 0, index), 100 + index).unwrap()).unwrap();
+    }
+    // w2 took "a" over at epoch 2 after replaying 1 and 2, while w1's PUT
+    // of delivery 3 raced its fence: w2's own 3 and 4 win.
+    let w2 = journal(&store, "w2");
+    for index in 3..=4 {
+        wait(deliver(&w2, "a", (2, 0, index), 200 + index).unwrap()).unwrap();
+    }
+    let w3 = journal(&store, "w3");
+    assert_eq!(
+        recovered(&w3, "a").expect("follows on"),
+        vec![(1, 101), (2, 102), (3, 203), (4, 204)]
+    );
+    // A hole (delivery 2 of "b" is in no segment) fails the actor, naming
+    // the entries; it is never served from a state that skips one.
+    wait(deliver(&w1, "b", (1, 0, 1), 1).unwrap()).unwrap();
+    wait(deliver(&w1, "b", (1, 0, 3), 3).unwrap()).unwrap();
+    let why = recovered(&w3, "b").expect_err("a hole");
+    assert!(
+        why.contains("0.3") && why.contains("does not follow"),
+        "{why}"
+    );
 }
 
 #[test]
@@ -103,25 +183,17 @@ fn shipped_segments_go_once_settled_and_stay_for_an_actor_that_left_unsettled() 
     let cache = tempfile::tempdir().unwrap();
     let store = Arc::new(shared.open(cache.path(), None));
     let w1 = journal(&store, "w1");
-    let entry = created(&store, "a");
-    created(&store, "b");
-    created(&store, "c");
-    wait(
-        w1.append(EntryKind::Snapshot, 1, 1, "a", entry.clone())
-            .unwrap(),
-    )
-    .unwrap();
+    for actor in ["a", "b", "c"] {
+        created(&store, actor);
+    }
+    wait(deliver(&w1, "a", (1, 0, 1), 1).unwrap()).unwrap();
     let with_a = segments(&store);
     assert_eq!(with_a.len(), 1, "{with_a:?}");
-    // a's entry is sealed into its chain: the next round deletes a's
-    // segment.
-    store.write("a", 1, 1, &entry).unwrap();
+    // A snapshot of a past its delivery is in the store: the next round
+    // deletes a's segment.
+    store.write("a", 1, 1, real_snapshot()).unwrap();
     w1.settled("a", 1);
-    wait(
-        w1.append(EntryKind::Snapshot, 1, 1, "b", entry.clone())
-            .unwrap(),
-    )
-    .unwrap();
+    wait(deliver(&w1, "b", (1, 0, 1), 1).unwrap()).unwrap();
     // (The shipper collects after each round too, once its answers are out.)
     w1.collect();
     let with_b = segments(&store);
@@ -133,20 +205,19 @@ fn shipped_segments_go_once_settled_and_stay_for_an_actor_that_left_unsettled() 
     // longer applies.
     w1.append(EntryKind::Forget, 1, 0, "b", Arc::default())
         .unwrap();
-    wait(
-        w1.append(EntryKind::Snapshot, 1, 1, "c", entry.clone())
-            .unwrap(),
-    )
-    .unwrap();
+    wait(deliver(&w1, "c", (1, 0, 1), 1).unwrap()).unwrap();
     w1.collect();
     let now = segments(&store);
     assert!(now.contains(&with_b[0]), "b's segment stays: {now:?}");
     // A forget the store did take (the actor was deleted, moved or
-    // repaired there) drops the entry before it for the next owner.
+    // repaired there) drops the entries before it for the next owner.
     let cache2 = tempfile::tempdir().unwrap();
     let store2 = Arc::new(shared.open(cache2.path(), None));
-    assert_eq!(journal(&store2, "w2").recover("b").unwrap(), None);
-    assert_eq!(journal(&store2, "w2").recover("c").unwrap(), Some(1));
+    assert_eq!(recovered(&journal(&store2, "w2"), "b").unwrap(), Vec::new());
+    assert_eq!(
+        recovered(&journal(&store2, "w2"), "c").unwrap(),
+        vec![(1, 1)]
+    );
 }
 
 #[test]
@@ -155,23 +226,36 @@ fn shipped_a_round_the_store_refuses_is_reported_as_maybe_applied() {
     let proxy = FaultProxy::start(shared.server.as_ref().expect("s3").addr());
     let cache = tempfile::tempdir().unwrap();
     let store = Arc::new(shared.open_through(&proxy, cache.path()));
-    let entry = created(&store, "a");
+    created(&store, "a");
+    created(&store, "b");
     let w1 = journal(&store, "w1");
     // Every PUT of a segment is dropped before it reaches the store.
     proxy.on("PUT", "journal/", Fault::DropRequest, 1000);
     let started = std::time::Instant::now();
-    let lost = wait(
-        w1.append(EntryKind::Snapshot, 1, 1, "a", entry.clone())
-            .unwrap(),
-    )
-    .expect_err("a round the store never took is not acknowledged");
+    let lost = wait(deliver(&w1, "a", (1, 0, 1), 1).unwrap())
+        .expect_err("a round the store never took is not acknowledged");
     assert!(lost.contains("may or may not have been applied"), "{lost}");
     assert!(
         started.elapsed() < Duration::from_secs(60),
         "bounded retries"
     );
     assert_eq!(w1.stats().lost_rounds, 1);
-    // The store takes PUTs again: the next entry is whole and acknowledged.
+    // The store takes PUTs again, but a's next delivery would follow a
+    // hole: it is refused (not applied) until a's next snapshot is in the
+    // store; b is not held back.
     proxy.clear();
-    wait(w1.append(EntryKind::Snapshot, 1, 1, "a", entry).unwrap()).expect("acknowledged");
+    assert!(w1.broken("a") && !w1.broken("b"));
+    let refused = deliver(&w1, "a", (1, 0, 2), 2).expect_err("a is broken");
+    assert!(refused.contains("not applied"), "{refused}");
+    wait(deliver(&w1, "b", (1, 0, 1), 1).unwrap()).expect("b acknowledged");
+    store.write("a", 1, 1, real_snapshot()).unwrap();
+    w1.settled("a", 1);
+    assert!(!w1.broken("a"));
+    wait(deliver(&w1, "a", (1, 1, 1), 1).unwrap()).expect("acknowledged");
+    let cache2 = tempfile::tempdir().unwrap();
+    let store2 = Arc::new(shared.open_through(&proxy, cache2.path()));
+    assert_eq!(
+        recovered(&journal(&store2, "w2"), "a").unwrap(),
+        vec![(1, 1)]
+    );
 }
