@@ -166,8 +166,14 @@ pub fn lock_data_dir(dir: &Path) -> anyhow::Result<File> {
     }
     file.set_len(0)
         .with_context(|| format!("truncating {}", path.display()))?;
-    writeln!(file, "{}", std::process::id())
-        .with_context(|| format!("writing the pid to {}", path.display()))?;
+    // The pid only names the holder to another process: a full disk does
+    // not keep the server from starting (docs/operations.md).
+    match writeln!(file, "{}", std::process::id()) {
+        Err(e) if e.kind() == std::io::ErrorKind::StorageFull => {
+            tracing::warn!("{}: the pid is not written: {e}", path.display());
+        }
+        written => written.with_context(|| format!("writing the pid to {}", path.display()))?,
+    }
     Ok(file)
 }
 

@@ -168,39 +168,6 @@ async fn a_repeated_record_fails_its_actor_and_the_others_start() {
     );
 }
 
-/// A preload library whose `fdatasync` fails with `EIO` while the file
-/// named by `STASIS_TEST_EIO_FLAG` exists (a disk that fails a flush; no
-/// root or device mapper needed). Built with the system C compiler.
-fn eio_shim(dir: &std::path::Path) -> std::path::PathBuf {
-    let source = dir.join("eio.c");
-    std::fs::write(
-        &source,
-        r#"#define _GNU_SOURCE
-#include <dlfcn.h>
-#include <errno.h>
-#include <stdlib.h>
-#include <unistd.h>
-int fdatasync(int fd) {
-    const char *flag = getenv("STASIS_TEST_EIO_FLAG");
-    if (flag && access(flag, F_OK) == 0) { errno = EIO; return -1; }
-    int (*real)(int) = (int (*)(int))dlsym(RTLD_NEXT, "fdatasync");
-    return real(fd);
-}
-"#,
-    )
-    .expect("write the shim");
-    let library = dir.join("eio.so");
-    let built = std::process::Command::new("cc")
-        .args(["-shared", "-fPIC", "-o"])
-        .arg(&library)
-        .arg(&source)
-        .arg("-ldl")
-        .status()
-        .expect("run cc");
-    assert!(built.success(), "building the EIO shim");
-    library
-}
-
 /// `fdatasync` fails (EIO) under the journal: the request whose group
 /// commit failed is answered as of unknown outcome, never as refused; the
 /// next one is refused (the journal stopped) and not applied; after a
@@ -210,7 +177,7 @@ int fdatasync(int fd) {
 async fn an_fdatasync_error_answers_the_truth() {
     let tmp = tempfile::tempdir().expect("tmp");
     let dir = tmp.path().join("data");
-    let shim = eio_shim(tmp.path());
+    let shim = crate::preload::eio(tmp.path());
     let flag = tmp.path().join("fail-fdatasync");
     let env = [
         ("LD_PRELOAD", shim.to_str().expect("utf-8 path")),

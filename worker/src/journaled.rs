@@ -35,7 +35,7 @@ use stasis_core::journal::shipped::ShippedJournal;
 use stasis_core::journal::{Durable, EntryKind, Journal, JournalError};
 use tokio::sync::oneshot;
 
-use stasis_contract::error::ApiError;
+use stasis_contract::error::{ApiError, ErrorKind};
 
 /// Where a worker's actors append their journal entries.
 #[derive(Debug, Clone)]
@@ -84,12 +84,13 @@ impl Log {
         }
     }
 
-    /// Whether an append refused now leaves the journal usable (the
-    /// shipped journal's broken actor, or a worker stopping): the delivery
-    /// is rolled back and the actor lives on. A refusal of the data dir's
-    /// journal means it failed.
-    pub(crate) fn refusal_passes(&self) -> bool {
-        matches!(self, Self::Shipped(_))
+    /// Why the data dir's journal refuses entries now for want of disk
+    /// space, if it does: a delivery does not run.
+    pub(crate) fn no_room(&self) -> Option<JournalError> {
+        match self {
+            Self::Local(journal) => journal.no_room(),
+            Self::Shipped(_) => None,
+        }
     }
 
     /// `actor`'s newest entry at `epoch` or before is in the store.
@@ -160,6 +161,28 @@ pub(crate) const SNAPSHOT_AFTER: std::time::Duration = std::time::Duration::from
 /// have been applied.
 fn unknown_outcome(e: &JournalError) -> ApiError {
     ApiError::unavailable(e.to_string())
+}
+
+/// The answer of a delivery whose entry the journal refused or lost: 507
+/// when the data dir's disk has no room (the reason names it), else 503.
+pub(crate) fn entry_error(e: &JournalError) -> ApiError {
+    if e.is_no_room() {
+        ApiError::new(ErrorKind::InsufficientStorage, e.to_string())
+    } else {
+        ApiError::unavailable(e.to_string())
+    }
+}
+
+/// Why a delivery's entry is not in the journal.
+#[derive(Debug)]
+pub(crate) enum NotAppended {
+    /// Nothing of it was written and the journal takes entries again
+    /// later (no room on the disk, a shipped journal's broken actor): the
+    /// delivery is rolled back and the actor lives on.
+    Refused(ApiError),
+    /// The journal failed (what reached the disk is unknown), or the
+    /// worker lost its lease.
+    Failed(ApiError),
 }
 
 /// What an actor has made durable and what is on its way: its snapshot

@@ -11,10 +11,50 @@ use tokio::sync::watch;
 /// `fdatasync` failed, what reached the disk is unknown: the journal
 /// refuses every later entry and every entry not yet durable fails, so no
 /// request is answered as done unless it is on disk. A restart replays
-/// what is.
+/// what is. A *refusal* ([`JournalError::is_refusal`]) wrote nothing and
+/// leaves the journal usable: the data dir's disk has no room for a new
+/// segment, or a lost round of the shipped journal broke the actor.
 #[derive(Debug, Clone, thiserror::Error)]
-#[error("{0}")]
-pub struct JournalError(pub(super) Arc<str>);
+#[error("{why}")]
+pub struct JournalError {
+    why: Arc<str>,
+    refusal: bool,
+}
+
+impl JournalError {
+    /// A failure: what reached the disk (or the store) is unknown.
+    pub(super) fn failed(why: impl Into<Arc<str>>) -> Self {
+        Self {
+            why: why.into(),
+            refusal: false,
+        }
+    }
+
+    /// A refusal: nothing of the entry was written.
+    pub(super) fn refused(why: impl Into<Arc<str>>) -> Self {
+        Self {
+            why: why.into(),
+            refusal: true,
+        }
+    }
+
+    /// Whether the entry was refused before anything of it was written
+    /// (the journal takes entries again later): the delivery is rolled
+    /// back and the actor lives on.
+    #[must_use]
+    pub fn is_refusal(&self) -> bool {
+        self.refusal
+    }
+
+    /// Whether the refusal is for want of disk space (answered 507).
+    #[must_use]
+    pub fn is_no_room(&self) -> bool {
+        self.refusal && self.why.starts_with(NO_ROOM)
+    }
+}
+
+/// How a refusal for want of disk space begins.
+pub(super) const NO_ROOM: &str = "the data dir's disk is full";
 
 /// The durable end of the log, and the failure that stopped it.
 #[derive(Debug, Clone, Default)]
@@ -111,7 +151,7 @@ impl Waiters {
             std::mem::take(&mut state.waiting)
         };
         for then in all.into_values().flatten() {
-            then(Err(JournalError(why.clone())));
+            then(Err(JournalError::failed(why.clone())));
         }
     }
 
@@ -121,7 +161,7 @@ impl Waiters {
             if state.durable >= end {
                 Ok(())
             } else if let Some(why) = &state.failed {
-                Err(JournalError(why.clone()))
+                Err(JournalError::failed(why.clone()))
             } else {
                 state.waiting.entry(end).or_default().push(then);
                 return;
@@ -172,12 +212,14 @@ impl Durable {
             .committed
             .wait_for(|c| c.durable >= end || c.failed.is_some())
             .await
-            .map_err(|_| JournalError("the journal writer stopped".into()))?;
+            .map_err(|_| JournalError::failed("the journal writer stopped"))?;
         if committed.durable < end {
-            return Err(JournalError(committed.failed.clone().unwrap_or_default()));
+            return Err(JournalError::failed(
+                committed.failed.clone().unwrap_or_default(),
+            ));
         }
         match committed.lost(end, self.actor.as_ref()) {
-            Some(why) => Err(JournalError(why.clone())),
+            Some(why) => Err(JournalError::failed(why.clone())),
             None => Ok(()),
         }
     }
@@ -187,10 +229,13 @@ impl Durable {
     pub fn outcome(&self) -> Option<Result<(), JournalError>> {
         let committed = self.committed.borrow();
         if committed.durable < self.end {
-            return committed.failed.clone().map(|why| Err(JournalError(why)));
+            return committed
+                .failed
+                .clone()
+                .map(|why| Err(JournalError::failed(why)));
         }
         Some(match committed.lost(self.end, self.actor.as_ref()) {
-            Some(why) => Err(JournalError(why.clone())),
+            Some(why) => Err(JournalError::failed(why.clone())),
             None => Ok(()),
         })
     }

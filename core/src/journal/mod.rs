@@ -28,6 +28,14 @@
 //! ([`recovered`]) and handed to it ([`Journal::take_recovered`]), and
 //! their segments stay until it has written a snapshot past them. A torn
 //! tail is ignored, never applied.
+//!
+//! A disk with no room for the next segment (at start, or when one rolls)
+//! stops nothing: replay needs no new space, entries appended before are
+//! written once there is room, and new ones are *refused*
+//! ([`JournalError::is_refusal`]: nothing written, the delivery is rolled
+//! back) until the writer, looking every [`ROOM_PROBE`], makes the
+//! segment. A failed write or `fdatasync` stops the journal for good
+//! instead: what reached the disk is unknown until a restart reads it.
 
 pub mod delivery;
 mod durable;
@@ -68,6 +76,30 @@ use crate::snapshot_store::SnapshotStore;
 /// measured in BENCHMARKS.md, section 18).
 pub const SEGMENT_BYTES: u64 = 16 << 20;
 
+/// With no room on the disk for the next segment, the writer looks again
+/// this often (module docs).
+pub const ROOM_PROBE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Whether `e` says the disk (or the user's quota) is full.
+fn is_no_room(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded
+    )
+}
+
+/// What a refusal says while the disk has no room for segment `start`.
+fn no_room(e: &io::Error) -> Arc<str> {
+    format!(
+        "{}: the worker journal cannot start its next segment ({} MiB): {e}; the request was not \
+         applied, and requests are taken again once there is room (looked for every {} s)",
+        durable::NO_ROOM,
+        SEGMENT_BYTES >> 20,
+        ROOM_PROBE.as_secs()
+    )
+    .into()
+}
+
 #[derive(Debug)]
 struct State {
     /// Records appended and not yet handed to the writer.
@@ -81,6 +113,9 @@ struct State {
     /// written now.
     segments: VecDeque<u64>,
     failed: Option<Arc<str>>,
+    /// The disk has no room for the next segment (module docs): why, as
+    /// refusals say it.
+    no_room: Option<Arc<str>>,
     /// The end of the newest settled record: segments are deleted only
     /// once it is durable (a restart must see why a pin went).
     settled_end: u64,
@@ -215,13 +250,24 @@ impl Journal {
             }
             _ => {}
         }
-        let file = new_segment(dir, start).context("starting a journal segment")?;
+        // A full disk: the journal starts with no segment, refusing entries
+        // until the writer finds room ([`ROOM_PROBE`]); replay needed none.
+        let (file, room) = match new_segment(dir, start) {
+            Ok(file) => (Some(file), None),
+            Err(e) if is_no_room(&e) => {
+                let why = no_room(&e);
+                tracing::warn!("worker journal: {why}");
+                (None, Some(why))
+            }
+            Err(e) => return Err(e).context("starting a journal segment"),
+        };
         let mut state = State {
             pending: Vec::new(),
             next: start,
             live,
             segments,
             failed: None,
+            no_room: room,
             settled_end: 0,
             stopping: false,
             idle: false,
@@ -276,7 +322,10 @@ impl Journal {
     ) -> Result<Durable, JournalError> {
         let mut state = self.shared.lock();
         if let Some(failed) = &state.failed {
-            return Err(JournalError(failed.clone()));
+            return Err(JournalError::failed(failed.clone()));
+        }
+        if let Some(why) = &state.no_room {
+            return Err(JournalError::refused(why.clone()));
         }
         let at = state.next;
         entry::encode(&mut state.pending, kind, epoch, seq, actor, body);
@@ -436,7 +485,18 @@ impl Journal {
     /// The failure that stopped the journal, if any.
     #[must_use]
     pub fn failed(&self) -> Option<JournalError> {
-        self.shared.lock().failed.clone().map(JournalError)
+        self.shared.lock().failed.clone().map(JournalError::failed)
+    }
+
+    /// Why the journal refuses entries now for want of disk space (module
+    /// docs), if it does: it takes them again once the writer finds room.
+    #[must_use]
+    pub fn no_room(&self) -> Option<JournalError> {
+        self.shared
+            .lock()
+            .no_room
+            .clone()
+            .map(JournalError::refused)
     }
 
     /// Counters since the journal was opened.
@@ -488,9 +548,10 @@ fn settle(live: &mut HashMap<String, (u64, u64)>, actor: &str, epoch: u64) -> bo
 
 /// The writer thread: takes everything appended since the last round,
 /// writes it with one `write` and one `fdatasync`, publishes the new
-/// durable end, and rolls the segment when it is full.
-fn write_rounds(shared: &Shared, dir: &Path, file: File, start: u64) {
-    let mut spare = prepare_spare(dir);
+/// durable end, and rolls the segment when it is full; with no segment
+/// (no room on the disk), looks for room first ([`find_room`]).
+fn write_rounds(shared: &Shared, dir: &Path, file: Option<File>, start: u64) {
+    let mut spare = file.as_ref().and_then(|_| prepare_spare(dir));
     write_rounds_with(shared, dir, file, start, &mut spare);
     // Not left half-written behind a closed journal (removed at the next
     // open anyway).
@@ -502,7 +563,7 @@ fn write_rounds(shared: &Shared, dir: &Path, file: File, start: u64) {
 fn write_rounds_with(
     shared: &Shared,
     dir: &Path,
-    mut file: File,
+    mut file: Option<File>,
     mut start: u64,
     spare: &mut Option<JoinHandle<io::Result<File>>>,
 ) {
@@ -511,6 +572,14 @@ fn write_rounds_with(
     // round's appends (no allocation per round).
     let mut spare_buffer = Vec::new();
     loop {
+        let Some(current) = &file else {
+            file = find_room(shared, dir, start);
+            if file.is_none() {
+                return;
+            }
+            *spare = prepare_spare(dir);
+            continue;
+        };
         let (batch, end) = {
             let mut state = shared.lock();
             while state.pending.is_empty() && !state.stopping {
@@ -528,9 +597,9 @@ fn write_rounds_with(
             std::mem::swap(&mut state.pending, &mut spare_buffer);
             (std::mem::take(&mut spare_buffer), state.next)
         };
-        let written = file
+        let written = current
             .write_all_at(&batch, len)
-            .and_then(|()| file.sync_data());
+            .and_then(|()| current.sync_data());
         if let Err(e) = written {
             shared.fail(format!("writing segment {start}: {e}"));
             return;
@@ -545,7 +614,7 @@ fn write_rounds_with(
         if len >= SEGMENT_BYTES {
             match next_segment(dir, end, spare.take()) {
                 Ok(next) => {
-                    file = next;
+                    file = Some(next);
                     start = end;
                     len = 0;
                     let mut state = shared.lock();
@@ -553,10 +622,60 @@ fn write_rounds_with(
                     roll_record(&mut state);
                     *spare = prepare_spare(dir);
                 }
+                Err(e) if is_no_room(&e) => {
+                    // Nothing is lost: entries wait in memory for the
+                    // segment, and new ones are refused meanwhile.
+                    let why = no_room(&e);
+                    tracing::warn!("worker journal: {why}");
+                    shared.lock().no_room = Some(why);
+                    (file, start, len) = (None, end, 0);
+                }
                 Err(e) => {
                     shared.fail(format!("starting segment {end}: {e}"));
                     return;
                 }
+            }
+        }
+    }
+}
+
+/// With no room on the disk for segment `start`: looks every
+/// [`ROOM_PROBE`] (the file system's free space first, then by creating
+/// it) until it is made; then the journal takes entries again. `None`
+/// when the journal stops (or fails) first.
+fn find_room(shared: &Shared, dir: &Path, start: u64) -> Option<File> {
+    loop {
+        {
+            let state = shared.lock();
+            if state.stopping {
+                return None;
+            }
+            let (state, _) = shared
+                .work
+                .wait_timeout(state, ROOM_PROBE)
+                .unwrap_or_else(|p| p.into_inner());
+            if state.stopping {
+                return None;
+            }
+        }
+        if segment::free_bytes(dir).is_some_and(|free| free < SEGMENT_BYTES) {
+            continue;
+        }
+        match new_segment(dir, start) {
+            Ok(file) => {
+                let mut state = shared.lock();
+                state.no_room = None;
+                if state.segments.back() != Some(&start) {
+                    state.segments.push_back(start);
+                    roll_record(&mut state);
+                }
+                tracing::info!("worker journal: the disk has room again; requests are taken");
+                return Some(file);
+            }
+            Err(e) if is_no_room(&e) => {}
+            Err(e) => {
+                shared.fail(format!("starting segment {start}: {e}"));
+                return None;
             }
         }
     }

@@ -10,7 +10,7 @@ use stasis_core::journal::Durable;
 
 use super::ActorTask;
 use crate::guest::Work;
-use crate::journaled::{Then, send_gated};
+use crate::journaled::{NotAppended, Then, send_gated};
 use crate::mailbox::{Input, Ticket};
 use opentelemetry::trace::{Status, TraceContextExt as _, Tracer as _};
 use opentelemetry::{Context, KeyValue};
@@ -239,23 +239,26 @@ impl ActorTask {
     /// the disk is unknown). The request ran, so the actor's memory holds
     /// an effect that is not durable; it must not be answered as done nor
     /// seen by a later request. The actor is failed until the server
-    /// restarts, which replays what is on disk. A refusal of the shipped
-    /// journal drops the instance only: the next resume replays the
-    /// acknowledged deliveries.
-    fn after_failed_entry(&mut self, error: ApiError) -> ApiError {
+    /// restarts, which replays what is on disk. A refusal (no room on the
+    /// disk, a shipped journal's broken actor) drops the instance only: the
+    /// next resume replays the acknowledged deliveries.
+    fn after_failed_entry(&mut self, error: NotAppended) -> ApiError {
         self.drop_instance(false);
         self.sync_live(false);
+        let error = match error {
+            NotAppended::Refused(error) => {
+                // Nothing written, and the journal takes entries again
+                // later (the disk has room, the broken actor's snapshot is
+                // in the store): the next resume rolls the actor back to
+                // its acknowledged state.
+                tracing::warn!(actor = %self.name, "{}", error.message());
+                return error;
+            }
+            NotAppended::Failed(error) => error,
+        };
         if self.ctx.store.check_fence(&self.name).is_err() {
             // Fenced off: the instance goes, and whatever this worker
             // acknowledged stays for the actor's next owner.
-            tracing::warn!(actor = %self.name, "{}", error.message());
-            return error;
-        }
-        if self.journal_on().is_some_and(|log| log.refusal_passes()) {
-            // The shipped journal refused this entry alone (a lost round
-            // broke the actor): the next resume rolls it back to its
-            // acknowledged state, and its next delivery writes a snapshot
-            // first.
             tracing::warn!(actor = %self.name, "{}", error.message());
             return error;
         }

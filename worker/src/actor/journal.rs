@@ -24,7 +24,7 @@ use stasis_host_api::sockets::SocketEvent;
 use super::ActorTask;
 use crate::guest::{self, Work};
 use crate::host_calls::services::ActorHostServices;
-use crate::journaled::{Journaled, Log, Then};
+use crate::journaled::{Journaled, Log, NotAppended, Then, entry_error};
 use stasis_contract::error::ApiError;
 use stasis_contract::settings::Durability;
 use stasis_contract::status::SnapshotReport;
@@ -81,20 +81,23 @@ impl ActorTask {
         &mut self,
         work: &W,
         answer: &W::Answer,
-    ) -> Result<Option<Durable>, ApiError> {
+    ) -> Result<Option<Durable>, NotAppended> {
         let Some(journal) = self.journal_on() else {
             return Ok(None);
         };
         if let Some(e) = journal.failed() {
-            return Err(ApiError::unavailable(e.to_string()));
+            return Err(NotAppended::Failed(entry_error(&e)));
         }
         // A worker past its lease keeps nothing of what it ran: its actor
         // may have an owner elsewhere (see `fence`).
-        self.ctx.store.check_fence(&self.name)?;
+        self.ctx
+            .store
+            .check_fence(&self.name)
+            .map_err(|e| NotAppended::Failed(e.into()))?;
         let instance = self
             .instance
             .as_ref()
-            .ok_or_else(|| ApiError::internal("no instance"))?;
+            .ok_or_else(|| NotAppended::Failed(ApiError::internal("no instance")))?;
         let (tape, worker) = (instance.tape().take(), instance.worker().to_owned());
         let durable = &mut self.kept.durable;
         let record = DeliveryRecord {
@@ -119,7 +122,13 @@ impl ActorTask {
                 &self.name,
                 &bytes,
             )
-            .map_err(|e| ApiError::unavailable(e.to_string()))?;
+            .map_err(|e| {
+                if e.is_refusal() {
+                    NotAppended::Refused(entry_error(&e))
+                } else {
+                    NotAppended::Failed(entry_error(&e))
+                }
+            })?;
         self.ctx.metrics.journaled(bytes.len());
         durable.since.push(Arc::new(record));
         durable.since_bytes += bytes.len();
@@ -158,16 +167,19 @@ impl ActorTask {
     /// holds it; so is an actor a lost round of the shipped journal broke.
     ///
     /// # Errors
-    /// The snapshot's (507 quota, 500 I/O): the delivery does not run.
+    /// The snapshot's (507 quota, 500 I/O), or 507 while the data dir's
+    /// disk has no room for the journal: the delivery does not run.
     pub(super) async fn before_delivery(&mut self) -> Result<(), ApiError> {
-        if !self.logical_journal() {
+        let Some(journal) = self.journal_on() else {
             return Ok(());
+        };
+        // No room on the disk for the journal: refused before it runs.
+        if let Some(e) = journal.no_room() {
+            return Err(entry_error(&e));
         }
         // A lost round of the shipped journal held entries since the
         // newest snapshot: the next one would follow a hole.
-        let broken = self
-            .journal_on()
-            .is_some_and(|journal| journal.broken(&self.name));
+        let broken = journal.broken(&self.name);
         if self.chain.unjournaled || broken {
             self.snapshot(Instant::now()).await?;
             self.chain.unjournaled = false;

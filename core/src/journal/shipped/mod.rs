@@ -271,13 +271,13 @@ impl ShippedJournal {
         body: Arc<Vec<u8>>,
     ) -> Result<Durable, JournalError> {
         if matches!(kind, EntryKind::Patch | EntryKind::Pad) {
-            return Err(JournalError(
-                "the shipped journal takes no page patches".into(),
+            return Err(JournalError::refused(
+                "the shipped journal takes no page patches",
             ));
         }
         let mut state = self.shared.lock();
         if state.stopping {
-            return Err(JournalError("the worker is stopping".into()));
+            return Err(JournalError::refused("the worker is stopping"));
         }
         let round = state.open;
         match kind {
@@ -298,14 +298,10 @@ impl ShippedJournal {
             }
             _ => {
                 if state.broken.contains(actor) {
-                    return Err(JournalError(
-                        format!(
-                            "a journal round holding earlier entries of actor {actor} was lost; \
-                             its next snapshot must reach the store first (the request was not \
-                             applied)"
-                        )
-                        .into(),
-                    ));
+                    return Err(JournalError::refused(format!(
+                        "a journal round holding earlier entries of actor {actor} was lost; its \
+                         next snapshot must reach the store first (the request was not applied)"
+                    )));
                 }
                 state
                     .live
