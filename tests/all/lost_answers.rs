@@ -1,10 +1,9 @@
 //! Acknowledgements that tell the truth (reliability round 3, input 2)
 //! through the real binary: a cluster worker reaches the S3 server
 //! (`s3s-fs`) through a fault proxy on loopback that loses the answer to
-//! `CompleteMultipartUpload` after the server applied it. The request
-//! whose checkpoint that was is answered 200 (the store read the object
-//! back), not "undone", and the actor comes back with it on another
-//! worker.
+//! `CompleteMultipartUpload` after the server applied it. The checkpoint
+//! is acknowledged (the store read the object back), not "undone", and
+//! the actor comes back with it on another worker.
 
 use stasis_test_util::fault_proxy::{Fault, FaultProxy};
 
@@ -38,10 +37,14 @@ async fn a_checkpoint_whose_complete_multipart_answer_was_lost_is_acknowledged()
     let ingress = d.replica(0).ingress;
     assert_eq!(count(&to_actor(&c, ingress, "m1", "POST", "/").await), 1);
     // 12 MiB more: its checkpoint is a multipart upload (over 8 MiB), and
-    // the answer to its completion is lost once.
-    proxy.on("POST", "uploadId=", Fault::LoseAnswer, 1);
+    // the answer to its completion is lost once. (The request itself is a
+    // journal entry of a few hundred bytes; the checkpoint writes the
+    // actor's memory.)
     let grown = to_actor(&c, ingress, "m1", "POST", "/grow?mib=12").await;
     assert_eq!(grown.status, 200, "{grown:?}\n{}", w1.log());
+    proxy.on("POST", "uploadId=", Fault::LoseAnswer, 1);
+    let checkpoint = d.cli_json(0, &["actor", "checkpoint", "m1"]);
+    assert_eq!(checkpoint["snapshot"]["seq"], 1, "{checkpoint}");
     assert_eq!(
         proxy.fired().len(),
         1,
