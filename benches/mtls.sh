@@ -20,7 +20,8 @@ threads=${WRK_THREADS:-2}
 need wrk curl
 
 "$bin" ca create --dir "$tmp/certs" >/dev/null
-for name in cp w1; do "$bin" ca issue --dir "$tmp/certs" --name "$name" >/dev/null; done
+"$bin" ca issue --dir "$tmp/certs" --name cp --role control >/dev/null
+"$bin" ca issue --dir "$tmp/certs" --name w1 >/dev/null
 
 # internal NAME: the mutual TLS flags of process NAME (cp or w1).
 internal() {

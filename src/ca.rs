@@ -2,7 +2,9 @@
 //! control plane and workers (`--internal-ca`). `ca create` makes the CA
 //! (`DIR/ca.pem`, `DIR/ca-key.pem`); `ca issue` signs a certificate for
 //! one process (`DIR/NAME.pem`, `DIR/NAME-key.pem`), valid as both a
-//! server and a client, for its host names and IP addresses. Keys are
+//! server and a client, for its host names and IP addresses, with its
+//! role (`--role control` or `worker`, in the subject's organizational
+//! unit: a worker takes calls only from the control plane's). Keys are
 //! ECDSA P-256, written with mode 0600. `ca issue` signs with the CA's
 //! key under the name `ca create` gave the CA, and checks what it made
 //! against `ca.pem` before writing it (a CA made otherwise is refused).
@@ -17,6 +19,7 @@ use rcgen::{
     KeyUsagePurpose, SerialNumber,
 };
 use stasis_runtime::http::mtls::check_issued;
+use stasis_runtime::http::subject::{CertRole, common_name};
 use time::{Duration, OffsetDateTime};
 
 /// `stasis ca ...`.
@@ -55,7 +58,30 @@ pub(crate) enum CaCommand {
         /// How long the certificate is valid (at most 3653: ten years).
         #[arg(long, value_name = "N", default_value_t = 365, value_parser = clap::value_parser!(u32).range(1..=3653))]
         days: u32,
+        /// What the certificate is for: `control` for the control plane
+        /// (`stasis serve`, every replica), whose calls workers take, or
+        /// `worker` for a worker, which a worker never takes calls from.
+        #[arg(long, value_enum, default_value_t = RoleFlag::Worker)]
+        role: RoleFlag,
     },
+}
+
+/// `ca issue --role`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum RoleFlag {
+    /// The control plane's certificate.
+    Control,
+    /// A worker's certificate.
+    Worker,
+}
+
+impl From<RoleFlag> for CertRole {
+    fn from(role: RoleFlag) -> Self {
+        match role {
+            RoleFlag::Control => Self::Control,
+            RoleFlag::Worker => Self::Worker,
+        }
+    }
 }
 
 /// The CA's files in `dir`: certificate, key.
@@ -76,7 +102,9 @@ pub(crate) fn run(command: &CaCommand) -> anyhow::Result<()> {
             name,
             hosts,
             days,
-        } => issue(dir, name, hosts, *days).with_context(|| format!("ca issue {name}"))?,
+            role,
+        } => issue(dir, name, hosts, *days, (*role).into())
+            .with_context(|| format!("ca issue {name}"))?,
     };
     for path in written {
         println!("{}", path.display());
@@ -155,56 +183,6 @@ fn ca_params(common_name: &str) -> CertificateParams {
     params
 }
 
-/// One DER element of `input`: its tag, its contents, and what follows.
-fn der(input: &[u8]) -> Option<(u8, &[u8], &[u8])> {
-    let (&tag, rest) = input.split_first()?;
-    let (&first, rest) = rest.split_first()?;
-    let (len, rest) = if first < 0x80 {
-        (usize::from(first), rest)
-    } else {
-        let n = usize::from(first & 0x7f);
-        if n == 0 || n > 3 || rest.len() < n {
-            return None;
-        }
-        let len = rest[..n]
-            .iter()
-            .fold(0_usize, |acc, &b| (acc << 8) | usize::from(b));
-        (len, &rest[n..])
-    };
-    (rest.len() >= len).then(|| (tag, &rest[..len], &rest[len..]))
-}
-
-/// The subject common name (UTF-8) of the certificate `cert_der`: the
-/// name `ca create` gave the CA.
-fn common_name(cert_der: &[u8]) -> Option<String> {
-    const CN: &[u8] = &[0x55, 0x04, 0x03];
-    let (_, cert, _) = der(cert_der)?;
-    let (_, tbs, _) = der(cert)?;
-    let mut fields = tbs;
-    // [0] version, serial, signature algorithm, issuer, validity, subject.
-    let mut seen = Vec::new();
-    while seen.len() < 6 {
-        let (tag, contents, rest) = der(fields)?;
-        if seen.is_empty() && tag != 0xa0 {
-            seen.push(&[][..]);
-        }
-        seen.push(contents);
-        fields = rest;
-    }
-    let mut rdns = seen[5];
-    while let Some((_, set, rest)) = der(rdns) {
-        let (_, attribute, _) = der(set)?;
-        let (_, oid, value) = der(attribute)?;
-        let (tag, text, _) = der(value)?;
-        // UTF8String or PrintableString.
-        if oid == CN && (tag == 0x0c || tag == 0x13) {
-            return String::from_utf8(text.to_vec()).ok();
-        }
-        rdns = rest;
-    }
-    None
-}
-
 /// The DER of the first certificate in `pem`.
 fn pem_der(pem: &str) -> Option<Vec<u8>> {
     use base64::Engine as _;
@@ -258,7 +236,13 @@ fn check_host(host: &str) -> anyhow::Result<()> {
 }
 
 /// `ca issue`.
-fn issue(dir: &Path, name: &str, hosts: &[String], days: u32) -> anyhow::Result<Vec<PathBuf>> {
+fn issue(
+    dir: &Path,
+    name: &str,
+    hosts: &[String],
+    days: u32,
+    role: CertRole,
+) -> anyhow::Result<Vec<PathBuf>> {
     stasis_runtime::contract::names::check_label("certificate", name)
         .map_err(|e| anyhow::anyhow!("{}", e.message()))?;
     anyhow::ensure!(
@@ -313,6 +297,9 @@ fn issue(dir: &Path, name: &str, hosts: &[String], days: u32) -> anyhow::Result<
         .with_context(|| format!("the hosts {}", hosts.join(", ")))?;
     params.distinguished_name = rcgen::DistinguishedName::new();
     params.distinguished_name.push(DnType::CommonName, name);
+    params
+        .distinguished_name
+        .push(DnType::OrganizationalUnitName, role.unit());
     params.is_ca = IsCa::ExplicitNoCa;
     params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
     params.extended_key_usages = vec![
@@ -353,6 +340,9 @@ mod tests {
         assert_eq!(name, "Stasis internal CA 0a1b2c3d");
         let issuer = Issuer::new(ca_params(&name), key);
         let mut params = CertificateParams::new(vec!["127.0.0.1".to_owned()]).expect("params");
+        params
+            .distinguished_name
+            .push(DnType::OrganizationalUnitName, CertRole::Control.unit());
         params.extended_key_usages = vec![
             ExtendedKeyUsagePurpose::ServerAuth,
             ExtendedKeyUsagePurpose::ClientAuth,
@@ -360,12 +350,13 @@ mod tests {
         let leaf_key = KeyPair::generate().expect("key");
         let leaf = params.signed_by(&leaf_key, &issuer).expect("leaf");
         check_issued(ca.pem().as_bytes(), leaf.pem().as_bytes()).expect("issued by the CA");
+        assert_eq!(CertRole::of(leaf.der()), Some(CertRole::Control));
+        assert_eq!(CertRole::of(&der), None, "the CA has no role");
         // Under another name the signature does not verify.
         let other_key = KeyPair::generate().expect("key");
         let other = Issuer::new(ca_params(&name), other_key);
         let forged = params.signed_by(&leaf_key, &other).expect("leaf");
         assert!(check_issued(ca.pem().as_bytes(), forged.pem().as_bytes()).is_err());
-        assert_eq!(common_name(b"\x30\x03\x02\x01"), None, "truncated");
         assert_eq!(pem_der("no PEM here"), None);
     }
 }

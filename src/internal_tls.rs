@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use clap::Args;
 use stasis_runtime::http::mtls::InternalTls;
+use stasis_runtime::http::subject::CertRole;
 use stasis_runtime::http::tls::CertFiles;
 
 /// Mutual TLS between the control plane and workers: all three or none.
@@ -33,14 +34,15 @@ pub(crate) struct InternalTlsFlags {
 const FLAGS: &str = "--internal-ca, --internal-tls-cert and --internal-tls-key";
 
 impl InternalTlsFlags {
-    /// The CA and this process's certificate, or `None` when no flag is
-    /// given.
+    /// The CA and this process's certificate, which must carry `role`
+    /// (`stasis ca issue --role`), or `None` when no flag is given.
     ///
     /// # Errors
     /// If only some of the three are given (naming them), or a file cannot
-    /// be read, holds no certificate or key, or the CA did not issue the
-    /// certificate (naming the file, without its folders).
-    pub(crate) fn load(&self) -> anyhow::Result<Option<Arc<InternalTls>>> {
+    /// be read, holds no certificate or key, the CA did not issue the
+    /// certificate (naming the file, without its folders), or it carries
+    /// another role or none.
+    pub(crate) fn load(&self, role: CertRole) -> anyhow::Result<Option<Arc<InternalTls>>> {
         match (
             &self.internal_ca,
             &self.internal_tls_cert,
@@ -52,9 +54,26 @@ impl InternalTlsFlags {
                     cert: cert.clone(),
                     key: key.clone(),
                 };
-                InternalTls::load(ca, files)
-                    .map(Some)
-                    .map_err(|e| anyhow::anyhow!("{FLAGS}: {e}"))
+                let tls =
+                    InternalTls::load(ca, files).map_err(|e| anyhow::anyhow!("{FLAGS}: {e}"))?;
+                let name = cert.file_name().unwrap_or_default().to_string_lossy();
+                let stem = name.strip_suffix(".pem").unwrap_or(&name);
+                match tls.cert_role() {
+                    Some(held) if held == role => Ok(Some(tls)),
+                    held => anyhow::bail!(
+                        "--internal-tls-cert: {name} is {}, not a {} certificate: workers take \
+                         calls only from the control plane's; issue it with `stasis ca issue \
+                         --dir DIR --name {stem} --role {}`",
+                        held.map_or("a certificate without a role (issued before roles)", |h| {
+                            match h {
+                                CertRole::Control => "the control plane's",
+                                CertRole::Worker => "a worker's",
+                            }
+                        }),
+                        role.flag(),
+                        role.flag()
+                    ),
+                }
             }
             (ca, cert, key) => {
                 let missing: Vec<&str> = [

@@ -257,7 +257,9 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
         lease_ttl: args.cluster.lease_ttl,
         advertise: args.advertise.clone(),
     });
-    let internal_tls = args.internal_tls.load()?;
+    let internal_tls = args
+        .internal_tls
+        .load(stasis_runtime::http::subject::CertRole::Control)?;
     let tls = server_tls("", &args.tls_cert, &args.tls_key, None)?;
     let admin_tls = server_tls(
         "admin-",

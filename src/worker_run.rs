@@ -66,7 +66,9 @@ pub(crate) async fn run(args: WorkerRunArgs) -> anyhow::Result<()> {
     crate::process::init_logging();
     let _telemetry = args.trace.install("stasis worker")?;
     let etcd = args.cluster.etcd()?;
-    let internal_tls = args.internal_tls.load()?;
+    let internal_tls = args
+        .internal_tls
+        .load(stasis_runtime::http::subject::CertRole::Worker)?;
     // $STASIS_ADMIN is where client verbs send their calls: a cluster
     // worker started in the same shell must not take it for --join.
     let join = match (&etcd, args.join) {

@@ -88,7 +88,8 @@ pub enum Op {
 }
 
 impl Op {
-    const ALL: [Op; 13] = [
+    /// Every operation.
+    pub const ALL: [Op; 13] = [
         Op::Create,
         Op::Install,
         Op::Call,

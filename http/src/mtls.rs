@@ -136,6 +136,14 @@ impl InternalTls {
         }))
     }
 
+    /// The role this process's certificate carries (`stasis ca issue
+    /// --role`), if any.
+    #[must_use]
+    pub fn cert_role(&self) -> Option<crate::subject::CertRole> {
+        let own = self.server.first()?;
+        crate::subject::CertRole::of(own.cert.first()?)
+    }
+
     /// The listener of a worker's internal API: this process's
     /// certificate, and a client certificate from the CA required.
     #[must_use]

@@ -283,6 +283,13 @@ pub struct ClientCertified {
 }
 
 impl ClientCertified {
+    /// The role the certificate carries (`stasis ca issue --role`), if
+    /// any.
+    #[must_use]
+    pub fn cert_role(&self) -> Option<crate::subject::CertRole> {
+        crate::subject::CertRole::of(&self.leaf)
+    }
+
     /// Whether the certificate names `name` as a DNS name (`stasis ca
     /// issue --name NAME` puts NAME in).
     #[must_use]

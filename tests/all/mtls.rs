@@ -9,7 +9,10 @@
 //! certificate the CA did not issue is refused at start; a cluster
 //! replica reaches its registered worker over mutual TLS; flags that do
 //! not come together are refused by name; `ca create` never replaces a CA
-//! and keeps its key private.
+//! and keeps its key private. Certificates carry a role: every worker
+//! route answers only the control plane's (a worker's is refused with 403
+//! and never acts; none, another CA's and an expired one fail the
+//! handshake), and a process refuses to start with the other role's.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -37,11 +40,26 @@ fn arg(path: &Path) -> &str {
 }
 
 /// A CA in `dir` with a certificate for each of `names` (default hosts:
-/// localhost and 127.0.0.1).
+/// localhost and 127.0.0.1): `cp` and `client` with the control plane's
+/// role, the others a worker's.
 fn ca(dir: &Path, names: &[&str]) -> PathBuf {
     stasis_ok(&["ca", "create", "--dir", arg(dir)]);
     for name in names {
-        stasis_ok(&["ca", "issue", "--dir", arg(dir), "--name", name]);
+        let role = if matches!(*name, "cp" | "client") {
+            "control"
+        } else {
+            "worker"
+        };
+        stasis_ok(&[
+            "ca",
+            "issue",
+            "--dir",
+            arg(dir),
+            "--name",
+            name,
+            "--role",
+            role,
+        ]);
     }
     dir.join("ca.pem")
 }
@@ -133,6 +151,17 @@ async fn get_over_tls(
     addr: SocketAddr,
     path: &str,
 ) -> Result<(u16, String), String> {
+    call_over_tls(connector, addr, "GET", path).await
+}
+
+/// `METHOD path` (empty body) over TLS at `addr` (by IP): the answer's
+/// status and body, or why there was none.
+async fn call_over_tls(
+    connector: &tokio_rustls::TlsConnector,
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+) -> Result<(u16, String), String> {
     let tcp = tokio::net::TcpStream::connect(addr)
         .await
         .map_err(|e| e.to_string())?;
@@ -146,6 +175,7 @@ async fn get_over_tls(
         .map_err(|e| e.to_string())?;
     tokio::spawn(conn);
     let request = hyper::Request::builder()
+        .method(method)
         .uri(path)
         .header("host", addr.to_string())
         .body(Full::new(Bytes::new()))
@@ -382,6 +412,7 @@ fn internal_tls_flags_come_together_and_files_are_named_by_name_only() {
         "DNS:w9",
         "TLS Web Server Authentication",
         "TLS Web Client Authentication",
+        "stasis worker",
     ] {
         assert!(text.contains(wanted), "{wanted} not in {text}");
     }
@@ -428,19 +459,27 @@ async fn a_cluster_replica_reaches_its_registered_worker_over_mutual_tls() {
     let _one = crate::replicas::ONE_CLUSTER.lock().await;
     let dir = tempfile::tempdir().expect("tempdir");
     let certs = dir.path().join("ca");
-    // One certificate serves every process here: issued with the worker's
-    // name, which the replica checks in it.
-    ca(&certs, &["w1"]);
-    let mut setup = Setup::new(1, 1, 1);
+    // The replica's certificate has the control plane's role; the
+    // worker's is issued with its name, which the replica checks in it.
+    ca(&certs, &["cp", "w1"]);
+    let mut setup = Setup::new(1, 1, 0);
     setup.lease_ttl = Some(crate::replicas::LEASE_TTL.to_owned());
     setup.echo = crate::replicas::echo();
     let file = |name: &str| certs.join(name).to_str().expect("utf-8").to_owned();
     setup.env = vec![
         ("STASIS_INTERNAL_CA".into(), file("ca.pem")),
-        ("STASIS_INTERNAL_TLS_CERT".into(), file("w1.pem")),
-        ("STASIS_INTERNAL_TLS_KEY".into(), file("w1-key.pem")),
+        ("STASIS_INTERNAL_TLS_CERT".into(), file("cp.pem")),
+        ("STASIS_INTERNAL_TLS_KEY".into(), file("cp-key.pem")),
     ];
-    let d = Deployment::start(STASIS, setup);
+    let mut d = Deployment::start(STASIS, setup);
+    d.add_worker_with(
+        "w1",
+        &[
+            ("STASIS_INTERNAL_TLS_CERT".into(), file("w1.pem")),
+            ("STASIS_INTERNAL_TLS_KEY".into(), file("w1-key.pem")),
+        ],
+    );
+    d.wait_for_workers(1);
     d.push_counter(0);
     d.cli_json(0, &["actor", "create", "t1", "--template", "counter"]);
     let c = crate::support::client();
@@ -455,4 +494,133 @@ async fn a_cluster_replica_reaches_its_registered_worker_over_mutual_tls() {
     )
     .await;
     assert!(!plain.starts_with("HTTP/1.1 200"), "{plain}");
+}
+
+/// The certificate `name.pem`/`name-key.pem` in `dir`, issued by its CA
+/// with `role` (a `stasis ca issue --role` unit) and expired an hour ago.
+fn expired(dir: &Path, name: &str, role: stasis_runtime::http::subject::CertRole) {
+    use rcgen::{CertificateParams, DnType, IsCa, Issuer, KeyPair};
+    let ca_pem = std::fs::read(dir.join("ca.pem")).expect("ca.pem");
+    let ca_der = CertificateDer::from_pem_slice(&ca_pem).expect("the CA certificate");
+    let ca_name = stasis_runtime::http::subject::common_name(&ca_der).expect("its name");
+    let ca_key = std::fs::read_to_string(dir.join("ca-key.pem")).expect("ca-key.pem");
+    let mut ca = CertificateParams::default();
+    ca.distinguished_name.push(DnType::CommonName, ca_name);
+    ca.is_ca = IsCa::Ca(rcgen::BasicConstraints::Constrained(0));
+    let issuer = Issuer::new(ca, KeyPair::from_pem(&ca_key).expect("the CA key"));
+    let mut params = CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])
+        .expect("params");
+    params.distinguished_name.push(DnType::CommonName, name);
+    params
+        .distinguished_name
+        .push(DnType::OrganizationalUnitName, role.unit());
+    params.extended_key_usages = vec![
+        rcgen::ExtendedKeyUsagePurpose::ServerAuth,
+        rcgen::ExtendedKeyUsagePurpose::ClientAuth,
+    ];
+    let now = time::OffsetDateTime::now_utc();
+    params.not_before = now - time::Duration::days(2);
+    params.not_after = now - time::Duration::hours(1);
+    let key = KeyPair::generate().expect("key");
+    let cert = params.signed_by(&key, &issuer).expect("sign");
+    std::fs::write(dir.join(format!("{name}.pem")), cert.pem()).expect("write");
+    std::fs::write(dir.join(format!("{name}-key.pem")), key.serialize_pem()).expect("write");
+}
+
+/// Every route of a worker's API × every kind of client certificate: the
+/// control plane's reaches the route (whatever it answers); a worker's of
+/// the same CA (its own, or another worker's) is refused with 403 naming
+/// the control plane, and a `DELETE` of an actor with it never acts; no
+/// certificate, another CA's and an expired one fail the handshake. A
+/// control plane with a worker's certificate, and a worker with the
+/// control plane's, refuse to start, saying how to issue the right one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_worker_route_takes_calls_from_the_control_plane_certificate_only() {
+    use stasis_runtime::http::subject::CertRole;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let certs = dir.path().join("ca");
+    let ca_pem = ca(&certs, &["cp", "w1", "w2", "client"]);
+    expired(&certs, "stale", CertRole::Control);
+    let other = dir.path().join("other");
+    ca(&other, &["client"]);
+    let cp = flags(&certs, "cp");
+    let mut args: Vec<&str> = vec!["--workers", "0"];
+    args.extend(cp.iter().map(String::as_str));
+    let server = Server::start(&args);
+    let admin = server.admin_url();
+    let w1 = worker(&admin, "w1", dir.path(), &flags(&certs, "w1")).expect("w1 joins");
+    server.wait_for_worker("w1", "ready");
+    server.push("counter");
+    server.cli_ok(&["actor", "create", "c", "--template", "counter"]);
+    assert_eq!(count(&post(&server, "c").await), 1);
+    let listen = w1.addr("listen=");
+
+    let identity = |dir: &Path, name: &str| {
+        connector(
+            &ca_pem,
+            Some((
+                &dir.join(format!("{name}.pem")),
+                &dir.join(format!("{name}-key.pem")),
+            )),
+        )
+    };
+    let control = identity(&certs, "client");
+    let workers = [identity(&certs, "w1"), identity(&certs, "w2")];
+    let refused = [
+        ("no certificate", connector(&ca_pem, None)),
+        ("another CA's", identity(&other, "client")),
+        ("an expired one", identity(&certs, "stale")),
+    ];
+    let mut routes = vec![
+        ("GET", "/internal/v1/actors".to_owned()),
+        ("GET", "/internal/v1/actors/c".to_owned()),
+        ("DELETE", "/internal/v1/actors/ghost".to_owned()),
+        ("GET", "/metrics".to_owned()),
+    ];
+    for op in stasis_runtime::contract::proto::Op::ALL {
+        routes.push(("POST", format!("/internal/v1/actors/ghost/{}", op.as_str())));
+    }
+    for (method, path) in &routes {
+        let (status, body) = call_over_tls(&control, listen, method, path)
+            .await
+            .unwrap_or_else(|e| panic!("{method} {path} as the control plane: {e}"));
+        assert_ne!(status, 403, "{method} {path} as the control plane: {body}");
+        for worker in &workers {
+            let (status, body) = call_over_tls(worker, listen, method, path)
+                .await
+                .unwrap_or_else(|e| panic!("{method} {path} as a worker: {e}"));
+            assert_eq!(status, 403, "{method} {path} as a worker: {body}");
+            assert!(body.contains("only from the control plane"), "{body}");
+        }
+        for (what, client) in &refused {
+            let answer = call_over_tls(client, listen, method, path).await;
+            assert!(answer.is_err(), "{method} {path} with {what}: {answer:?}");
+        }
+    }
+    // Another worker's certificate never acts: the actor is still there.
+    let (status, _) = call_over_tls(&workers[1], listen, "DELETE", "/internal/v1/actors/c")
+        .await
+        .expect("an answer");
+    assert_eq!(status, 403);
+    assert_eq!(count(&post(&server, "c").await), 2);
+    assert_eq!(server.cli_json(&["actor", "get", "c"])["state"], "running");
+
+    // The wrong role refuses to start, saying how to issue the right one.
+    let out = STASIS
+        .command()
+        .args(["serve", "--workers", "0", "--data-dir"])
+        .arg(dir.path().join("wrong"))
+        .args(flags(&certs, "w2"))
+        .output()
+        .expect("run stasis");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "serve started with a worker's certificate"
+    );
+    assert!(stderr.contains("--role control"), "{stderr}");
+    let Err(stderr) = worker(&admin, "w3", dir.path(), &flags(&certs, "cp")) else {
+        panic!("a worker started with the control plane's certificate");
+    };
+    assert!(stderr.contains("--role worker"), "{stderr}");
 }

@@ -18,7 +18,10 @@ use stasis_contract::proto::{
 };
 use stasis_contract::worker_api::HostSpec;
 use stasis_http::auth::authorize;
-use stasis_http::serve::{Body, METRICS_CONTENT_TYPE, collect_body, json, json_error, text};
+use stasis_http::serve::{
+    Body, ClientCertified, METRICS_CONTENT_TYPE, collect_body, json, json_error, text,
+};
+use stasis_http::subject::CertRole;
 
 impl RemoteWorker {
     pub(super) async fn handle(&self, request: Request<Incoming>) -> Response<Body> {
@@ -30,6 +33,25 @@ impl RemoteWorker {
         }
         if let Err(refused) = authorize(&request, self.token.as_deref()) {
             return *refused;
+        }
+        // Over mutual TLS the worker takes calls only from the control
+        // plane's certificate: another worker's (of the same CA) never acts.
+        if let Some(peer) = request.extensions().get::<ClientCertified>()
+            && peer.cert_role() != Some(CertRole::Control)
+        {
+            return json_error(&ApiError::new(
+                ErrorKind::Forbidden,
+                format!(
+                    "worker {} takes calls only from the control plane: this connection's client \
+                     certificate is {} (issue the control plane's with `stasis ca issue --role \
+                     control`)",
+                    self.worker.name(),
+                    match peer.cert_role() {
+                        Some(CertRole::Worker) => "a worker's",
+                        _ => "one without a role",
+                    }
+                ),
+            ));
         }
         if !self.may_serve() {
             return json_error(&lease_lost(self.worker.name()));
