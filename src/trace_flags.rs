@@ -3,6 +3,7 @@
 //! they ask for (see `stasis_runtime::telemetry`).
 
 use clap::Args;
+use stasis_runtime::contract::trace::Cidr;
 use stasis_runtime::telemetry::Telemetry;
 
 /// OpenTelemetry trace export.
@@ -18,6 +19,12 @@ pub(crate) struct TraceFlags {
     /// flag is not followed.
     #[arg(long, default_value_t = 1.0, value_parser = parse_ratio)]
     trace_sample_ratio: f64,
+    /// A proxy in front of the ingress that samples already: requests from
+    /// this network (ADDRESS/PREFIX or an address; repeatable) keep their
+    /// `traceparent`'s sampled flag. From anyone else the flag is not
+    /// followed.
+    #[arg(long, value_name = "CIDR")]
+    trace_trust_from: Vec<Cidr>,
 }
 
 fn parse_ratio(s: &str) -> Result<f64, String> {
@@ -34,6 +41,7 @@ impl TraceFlags {
     /// # Errors
     /// A bad endpoint.
     pub(crate) fn install(&self, service: &str) -> anyhow::Result<Option<Telemetry>> {
+        stasis_runtime::contract::trace::set_trusted(self.trace_trust_from.clone());
         self.otlp_endpoint
             .as_deref()
             .map(|endpoint| Telemetry::install(endpoint, self.trace_sample_ratio, service))

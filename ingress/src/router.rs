@@ -337,7 +337,11 @@ async fn route(
                     .headers
                     .push(("upgrade".to_owned(), b"websocket".to_vec()));
             }
-            let span = ingress_span(&actor, &mut guest);
+            let peer = parts
+                .extensions
+                .get::<stasis_http::serve::ClientAddr>()
+                .map(|addr| addr.0.ip());
+            let span = ingress_span(&actor, &mut guest, peer);
             let answer = control
                 .call(route, guest, &gone)
                 .await
@@ -367,10 +371,15 @@ async fn route(
 
 /// Starts the `stasis.ingress` span of a request to `actor` (see
 /// [`stasis_contract::trace`]): a child of the client's `traceparent` if it
-/// sent one (sampled as Stasis decides), the root of a trace otherwise; the
-/// request then carries it as its parent.
-fn ingress_span(actor: &str, guest: &mut stasis_host_api::Request) -> Context {
-    let parent = trace::client_parent(&guest.headers);
+/// sent one (sampled as Stasis decides, or as a trusted proxy at `peer`
+/// did), the root of a trace otherwise; the request then carries it as its
+/// parent.
+fn ingress_span(
+    actor: &str,
+    guest: &mut stasis_host_api::Request,
+    peer: Option<std::net::IpAddr>,
+) -> Context {
+    let parent = trace::client_parent(&guest.headers, peer);
     let tracer = trace::tracer();
     let span = tracer
         .span_builder("stasis.ingress")

@@ -192,9 +192,14 @@ fn traced_server(receiver: &Receiver, extra: &[&str]) -> Server {
 
 /// `POST path` to `actor` with the client's `traceparent`.
 async fn post_traced(server: &Server, actor: &str, path: &str) -> u16 {
+    post_with_parent(server, actor, path, &traceparent()).await
+}
+
+/// `POST path` to `actor` with `traceparent: parent`.
+async fn post_with_parent(server: &Server, actor: &str, path: &str, parent: &str) -> u16 {
     let c = client();
     let host = stasis_test_util::http::actor_host(actor);
-    let parent = traceparent();
+    let parent = parent.to_owned();
     stasis_test_util::http::send_with(
         &c,
         server.ingress,
@@ -312,6 +317,49 @@ async fn a_clients_sampled_flag_does_not_force_sampling() {
     }
     server.stop();
     assert!(receiver.spans().is_empty(), "{:#?}", receiver.spans());
+}
+
+/// Issue 47, input 2: with `--trace-sample-ratio 0.5` a client whose trace
+/// id's low 64 bits are zero (which an id-ratio rule always samples) gets
+/// about half its requests sampled, its flag set or not: the draw is
+/// Stasis' own. Requests from a trusted proxy (`--trace-trust-from`) keep
+/// their flag, even at ratio 0.
+#[tokio::test(flavor = "multi_thread")]
+async fn neither_a_clients_flag_nor_its_trace_id_steers_sampling_unless_it_is_a_trusted_proxy() {
+    let receiver = Receiver::start().await;
+    let mut server = traced_server(&receiver, &["--trace-sample-ratio", "0.5"]);
+    server.push("counter");
+    server.create("n", "counter");
+    let low = "00-4bf92f3577b34da60000000000000000-00f067aa0ba902b7-01";
+    for _ in 0..40 {
+        assert_eq!(post_with_parent(&server, "n", "/", low).await, 200);
+    }
+    server.stop();
+    let sampled = receiver
+        .spans()
+        .iter()
+        .filter(|s| s.name == "stasis.ingress")
+        .count();
+    assert!((4..=36).contains(&sampled), "{sampled} of 40 sampled");
+
+    let receiver = Receiver::start().await;
+    let mut server = traced_server(
+        &receiver,
+        &["--trace-sample-ratio", "0", "--trace-trust-from", "127.0.0.0/8"],
+    );
+    server.push("counter");
+    server.create("n", "counter");
+    let unsampled = traceparent().replace("-01", "-00");
+    assert_eq!(post_with_parent(&server, "n", "/", &unsampled).await, 200);
+    assert_eq!(post_traced(&server, "n", "/").await, 200);
+    server.stop();
+    let ingress: Vec<_> = receiver
+        .spans()
+        .into_iter()
+        .filter(|s| s.name == "stasis.ingress")
+        .collect();
+    assert_eq!(ingress.len(), 1, "the proxy's flag decides: {ingress:#?}");
+    assert_eq!(ingress[0].trace, CLIENT_TRACE);
 }
 
 #[tokio::test(flavor = "multi_thread")]

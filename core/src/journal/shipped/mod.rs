@@ -70,6 +70,9 @@ pub const SWEEP_AFTER: Duration = Duration::from_secs(60);
 /// Attempts of one round's PUT before its entries are reported lost.
 const PUT_ATTEMPTS: u32 = 3;
 
+/// A segment's entries as decoded: each actor's, in order.
+type Decoded = Arc<HashMap<String, Vec<Entry>>>;
+
 /// A journal segment in the store.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SegmentMeta {
@@ -171,7 +174,7 @@ struct Shared {
     run: u64,
     fold_after: Duration,
     /// Decoded segments of the store, by name: each actor's entries.
-    seen: Mutex<HashMap<String, Arc<HashMap<String, Vec<Entry>>>>>,
+    seen: Mutex<HashMap<String, Decoded>>,
     stats: Counters,
 }
 

@@ -84,7 +84,7 @@ impl ShippedJournal {
     /// is gone from the store), with its age.
     fn read_segments(&self) -> Result<HashMap<String, Segment>, StoreError> {
         let listed = self.shared.objects.list_segments()?;
-        let known: HashMap<String, Arc<HashMap<String, Vec<Entry>>>> = {
+        let known: HashMap<String, super::Decoded> = {
             let mut seen = self.shared.seen.lock().unwrap_or_else(|p| p.into_inner());
             seen.retain(|name, _| listed.iter().any(|m| &m.name == name));
             seen.clone()
@@ -232,7 +232,7 @@ pub(super) struct Segment {
     /// How long ago it was written.
     age: Duration,
     /// Each actor's entries in it, in order.
-    entries: Arc<HashMap<String, Vec<Entry>>>,
+    entries: super::Decoded,
 }
 
 /// The epoch of a *tombstone*: a forget a worker puts in the store when it
