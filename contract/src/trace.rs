@@ -64,7 +64,9 @@ impl Cidr {
             _ => ip,
         };
         let (net, ip, bits) = match (self.addr, ip) {
-            (IpAddr::V4(n), IpAddr::V4(i)) => (u128::from(n.to_bits()), u128::from(i.to_bits()), 32),
+            (IpAddr::V4(n), IpAddr::V4(i)) => {
+                (u128::from(n.to_bits()), u128::from(i.to_bits()), 32)
+            }
             (IpAddr::V6(n), IpAddr::V6(i)) => (n.to_bits(), i.to_bits(), 128),
             _ => return false,
         };
@@ -82,7 +84,11 @@ impl std::str::FromStr for Cidr {
 
     /// `ADDRESS/PREFIX` or a bare address (the one host).
     fn from_str(s: &str) -> Result<Self, String> {
-        let bad = || format!("{s:?} is not a network: give ADDRESS/PREFIX (10.0.0.0/8, fd00::/8) or an address");
+        let bad = || {
+            format!(
+                "{s:?} is not a network: give ADDRESS/PREFIX (10.0.0.0/8, fd00::/8) or an address"
+            )
+        };
         let (addr, prefix) = match s.split_once('/') {
             Some((addr, prefix)) => (addr, Some(prefix)),
             None => (s, None),
@@ -91,7 +97,11 @@ impl std::str::FromStr for Cidr {
         let most = if addr.is_ipv4() { 32 } else { 128 };
         let prefix = match prefix {
             None => most,
-            Some(p) => p.parse::<u8>().ok().filter(|&p| p <= most).ok_or_else(bad)?,
+            Some(p) => p
+                .parse::<u8>()
+                .ok()
+                .filter(|&p| p <= most)
+                .ok_or_else(bad)?,
         };
         Ok(Self { addr, prefix })
     }
@@ -215,9 +225,9 @@ pub fn client_parent(headers: &[(String, Vec<u8>)], peer: Option<IpAddr>) -> Con
     } else {
         TraceFlags::default()
     };
-    let oversized = headers.iter().any(|(name, value)| {
-        name.eq_ignore_ascii_case(TRACESTATE) && value.len() > MAX_TRACESTATE
-    });
+    let oversized = headers
+        .iter()
+        .any(|(name, value)| name.eq_ignore_ascii_case(TRACESTATE) && value.len() > MAX_TRACESTATE);
     let state = if oversized {
         TraceState::default()
     } else {
@@ -261,7 +271,12 @@ mod tests {
         );
         assert!(!span.is_sampled());
         set_sample_ratio(1.0);
-        assert!(client_parent(&headers, None).span().span_context().is_sampled());
+        assert!(
+            client_parent(&headers, None)
+                .span()
+                .span_context()
+                .is_sampled()
+        );
         // Another part of Stasis follows the flag it wrote itself.
         assert!(parent_of(&headers).span().span_context().is_sampled());
         // The next hop's parent replaces whatever the request carried, with
@@ -284,7 +299,12 @@ mod tests {
         ] {
             let headers = vec![(TRACEPARENT.to_owned(), id.as_bytes().to_vec())];
             let sampled = (0..400)
-                .filter(|_| client_parent(&headers, None).span().span_context().is_sampled())
+                .filter(|_| {
+                    client_parent(&headers, None)
+                        .span()
+                        .span_context()
+                        .is_sampled()
+                })
                 .count();
             assert!((100..=300).contains(&sampled), "{id}: {sampled} of 400");
         }
@@ -293,13 +313,31 @@ mod tests {
         set_sample_ratio(0.0);
         let proxy = Some("10.1.2.3".parse().expect("ip"));
         let stranger = Some("192.0.2.1".parse().expect("ip"));
-        assert!(client_parent(&headers, proxy).span().span_context().is_sampled());
-        assert!(!client_parent(&headers, stranger).span().span_context().is_sampled());
+        assert!(
+            client_parent(&headers, proxy)
+                .span()
+                .span_context()
+                .is_sampled()
+        );
+        assert!(
+            !client_parent(&headers, stranger)
+                .span()
+                .span_context()
+                .is_sampled()
+        );
         set_sample_ratio(1.0);
         let unsampled_client = vec![(TRACEPARENT.to_owned(), unsampled_bytes())];
-        assert!(!client_parent(&unsampled_client, proxy).span().span_context().is_sampled());
+        assert!(
+            !client_parent(&unsampled_client, proxy)
+                .span()
+                .span_context()
+                .is_sampled()
+        );
         // An oversized tracestate is dropped; a small one kept.
-        for (state, kept) in [("k=v".to_owned(), true), (format!("k={}", "v".repeat(600)), false)] {
+        for (state, kept) in [
+            ("k=v".to_owned(), true),
+            (format!("k={}", "v".repeat(600)), false),
+        ] {
             let mut headers = headers.clone();
             headers.push((TRACESTATE.to_owned(), state.clone().into_bytes()));
             let cx = client_parent(&headers, None);

@@ -639,13 +639,27 @@ async fn a_guest_panic_answers_with_its_message() {
     )
     .await;
     assert_eq!(panicked.status, 500, "{panicked:?}");
-    assert!(
-        panicked.body.contains("faulty panicked on purpose"),
-        "{panicked:?}"
-    );
+    // The client learns that the actor trapped and the trap's id; the
+    // detail (the guest's panic, wasmtime's message) is in `actor get`
+    // and the actor's log under the same id.
+    for internal in ["panicked", "wasm", "backtrace", "stderr"] {
+        assert!(
+            !panicked.body.contains(internal),
+            "{internal}: {panicked:?}"
+        );
+    }
+    assert!(panicked.body.contains("actor p trapped"), "{panicked:?}");
+    let id = panicked
+        .body
+        .split("(trap ")
+        .nth(1)
+        .and_then(|rest| rest.split(')').next())
+        .expect("a trap id")
+        .to_owned();
     let got = server.cli_json(&["actor", "get", "p"]);
     let error = got["error"].as_str().expect("the last trap");
     assert!(error.contains("faulty panicked on purpose"), "{got}");
+    assert!(error.contains(&id), "{got}");
     // With its time, so an old trap is told from a new one.
     let now_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

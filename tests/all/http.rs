@@ -330,8 +330,9 @@ async fn bad_input_gets_clear_errors_and_harms_nothing() {
     assert_eq!(big.status, 413);
     assert_eq!(count(&post(&server, "a1").await), 2);
 
-    // A trap: 500 with the reason; the actor continues from its last
-    // answered request (durability `request`), not its newest snapshot.
+    // A trap: 500 saying so (the reason is in `actor get`); the actor
+    // continues from its last answered request (durability `request`), not
+    // its newest snapshot.
     server.push("faulty");
     server.create("f1", "faulty");
     let c = client();
@@ -344,7 +345,14 @@ async fn bad_input_gets_clear_errors_and_harms_nothing() {
     assert_eq!(three.body, "count: 3\n");
     let trap = send(&c, addr, "POST", "f1.actors.localhost", "/trap", Vec::new()).await;
     assert_eq!(trap.status, 500);
-    assert!(trap.body.contains("unreachable"), "{trap:?}");
+    assert!(trap.body.contains("actor f1 trapped"), "{trap:?}");
+    let got = server.cli_json(&["actor", "get", "f1"]);
+    assert!(
+        got["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("unreachable")),
+        "{got}"
+    );
     let after = send(&c, addr, "GET", "f1.actors.localhost", "/", Vec::new()).await;
     assert_eq!(
         after.body, "count: 3\n",

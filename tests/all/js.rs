@@ -298,12 +298,19 @@ export default {
     assert_eq!(count(&post(&server, "b1").await), 2);
     let answer = to_actor(&client(), server.ingress, "b1", "POST", "/boom").await;
     assert_eq!(answer.status, 500, "{answer:?}");
-    // The client learns where to look, not the exception's text.
+    // The client learns that the actor trapped and where to look, not the
+    // exception's text nor the engine's internals (issue 47, input 10).
+    assert!(answer.body.contains("actor b1 trapped"), "{answer:?}");
+    for internal in ["boom at", "panicked", "js-engine", "RUST_BACKTRACE", "wasm"] {
+        assert!(!answer.body.contains(internal), "{internal}: {answer:?}");
+    }
+    let got = server.cli_json(&["actor", "get", "b1"]);
     assert!(
-        answer.body.contains("uncaught exception in fetch"),
-        "{answer:?}"
+        got["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("uncaught exception in fetch")),
+        "{got}"
     );
-    assert!(!answer.body.contains("boom at"), "{answer:?}");
     // The increment before the throw is rolled back with the trap.
     assert_eq!(count(&post(&server, "b1").await), 3);
     wait::until_else_async(

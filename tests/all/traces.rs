@@ -345,7 +345,12 @@ async fn neither_a_clients_flag_nor_its_trace_id_steers_sampling_unless_it_is_a_
     let receiver = Receiver::start().await;
     let mut server = traced_server(
         &receiver,
-        &["--trace-sample-ratio", "0", "--trace-trust-from", "127.0.0.0/8"],
+        &[
+            "--trace-sample-ratio",
+            "0",
+            "--trace-trust-from",
+            "127.0.0.0/8",
+        ],
     );
     server.push("counter");
     server.create("n", "counter");

@@ -209,7 +209,25 @@ impl ActorTask {
     /// acknowledged state: its newest journal entry, written to the store
     /// first, or else its newest snapshot (DESIGN.md, "Traps").
     pub(super) async fn after_failed_call(&mut self, error: CallError) -> ApiError {
-        let answer = ApiError::call(&error, error.to_string());
+        // A trap's detail (wasmtime's message, the guest's panic and
+        // stderr) is for the actor's log and `actor get`, never the
+        // client: the answer names the trap by an id found in both.
+        let (answer, detail) = match &error {
+            CallError::Trap(_) | CallError::Host(_) => {
+                let id = trap_id();
+                let answer = ApiError::call(
+                    &error,
+                    format!(
+                        "actor {} trapped ({id}): the request was not applied, and the actor is \
+                         back at its last acknowledged state; the detail is in its log and in \
+                         `stasis actor get {}`",
+                        self.name, self.name
+                    ),
+                );
+                (answer, format!("{error} ({id})"))
+            }
+            _ => (ApiError::call(&error, error.to_string()), error.to_string()),
+        };
         // A bad response came after the guest ran: with the logical
         // journal its effect is in no entry, so it is rolled back too (it
         // was answered as failed).
@@ -221,14 +239,14 @@ impl ActorTask {
             return self.fail_mapped(reason);
         }
         self.ctx.metrics.trapped(&self.ctx.worker, &self.name);
-        self.log.event(&format!("trapped: {error}; rolling back"));
-        tracing::warn!(actor = %self.name, "{error}; rolling back to the last acknowledged state");
+        self.log.event(&format!("trapped: {detail}; rolling back"));
+        tracing::warn!(actor = %self.name, "{detail}; rolling back to the last acknowledged state");
         if let Err(e) = self.seal(Instant::now(), Then::Keep).await {
             // The entry stays the newest: the restore below reads it.
             tracing::warn!(actor = %self.name, "writing its journal entry to the store: {e}");
         }
         self.drop_instance(false);
-        self.status().set_error(error.to_string());
+        self.status().set_error(detail);
         if let Err(e) = self.resume(ResumeFrom::Newest).await {
             tracing::error!(actor = %self.name, "rollback failed: {e}");
         }
@@ -338,4 +356,12 @@ fn split<T>(
         Ok((answer, gate)) => (Ok(answer), gate),
         Err(e) => (Err(e), None),
     }
+}
+
+/// A short random id of a trap, given to the client and kept with the
+/// trap's detail in the actor's log and `actor get`.
+fn trap_id() -> String {
+    let mut bytes = [0u8; 4];
+    let _ = getrandom::fill(&mut bytes);
+    format!("trap {}", hex::encode(bytes))
 }
