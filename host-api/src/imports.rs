@@ -106,8 +106,11 @@
 //!   socket cannot be reached), [`HostError::NotEnabled`].
 //! * **`socket_close`** closes one of the actor's WebSockets with `code`
 //!   (1000 or 3000–4999; 1000 when 0) and a UTF-8 `reason` of at most 123
-//!   bytes, or ends a stream's body. No close event follows. Errors: as
-//!   `socket_send`, and [`HostError::BadInput`] for another code.
+//!   bytes, or ends a stream's body. No close event follows. Closing a
+//!   socket that is not open (its client closed it: this may be the
+//!   handler of its close event; or it was closed before) does nothing and
+//!   is no error. Errors: as `socket_send` but for that, and
+//!   [`HostError::BadInput`] for another code.
 //! * **`sockets`** returns the ids of the actor's open WebSockets and
 //!   streams, as a bincode list of `u64` (a varint count, then each id as
 //!   a varint); the list is the host's, so it is whole after a pause, a

@@ -470,6 +470,49 @@ async fn a_javascript_actor_takes_websockets_through_a_pause() {
     assert_eq!(refused["status"], 501, "{refused}");
 }
 
+/// Issue 47, input 8: a JavaScript handler of a socket's close event that
+/// closes that socket (already closed by its client) does not throw: the
+/// close is a no-op, and the rest of the handler — its state change and
+/// its broadcast to the other sockets — stands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closing_the_socket_whose_close_is_being_handled_is_a_no_op_in_javascript() {
+    if !crate::js::engine_built() {
+        return;
+    }
+    let server = Server::start(&["--workers", "1"]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("closer.js");
+    std::fs::write(
+        &path,
+        r#"import { acceptWebSocket, broadcast, socketClose } from "stasis";
+let closes = 0;
+export default {
+  fetch(request) {
+    if (new URL(request.url).pathname === "/ws") return acceptWebSocket();
+    return new Response(`closes: ${closes}\n`);
+  },
+  socket(event) {
+    if (event.type !== "close") return;
+    socketClose(event.socket, 1000, "bye");
+    closes += 1;
+    broadcast(`gone ${closes}`);
+  },
+};
+"#,
+    )
+    .expect("write the script");
+    server.cli_ok(&["template", "push", "closer", path.to_str().expect("utf-8")]);
+    server.create("door", "closer");
+    let mut ws = Clients::new(&server);
+    let ids = ws.open_at("door", "/ws", 2).expect("two sockets");
+    let answer = ws.ask(json!({"op": "close", "client": ids[0]}));
+    assert_eq!(answer["ok"], true, "{answer}");
+    assert_eq!(ws.recv(ids[1], 1), ["gone 1"]);
+    assert_eq!(body_of(&server, "door", "GET", "/").await, "closes: 1\n");
+    let info = server.cli_json(&["actor", "get", "door"]);
+    assert!(info["error"].is_null(), "the handler threw: {info}");
+}
+
 /// Cluster mode: sockets through a follower replica are relayed to the
 /// leader's ingress, whose control plane the actors' writes reach, so a
 /// broadcast reaches clients of every replica, and a stream opened

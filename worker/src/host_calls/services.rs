@@ -431,6 +431,12 @@ impl ActorHostServices {
                 ));
             }
             if let Some(id) = socket {
+                // Closing a socket that is no longer open (its client
+                // closed it, and this may be the handler of that close
+                // event) does nothing.
+                if !known.ids.contains(&id) && matches!(op, SocketOp::Close { .. }) {
+                    return Ok(());
+                }
                 if !known.ids.contains(&id) {
                     return Err(ServiceError::new(
                         HostError::NotFound,
