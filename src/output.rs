@@ -388,14 +388,26 @@ pub(crate) fn workers_table(list: &Json) -> String {
     table_or_none(&table, "workers")
 }
 
-/// Scoped tokens: ID ROLE CREATED EXPIRES DESCRIPTION, or `no tokens`.
+/// Scoped tokens: ID ROLE NAMESPACE CREATED EXPIRES DESCRIPTION (the
+/// namespace `*` for a token of every namespace), or `no tokens`.
 #[must_use]
 pub(crate) fn tokens_table(list: &Json) -> String {
-    let mut table = Table::new(&["ID", "ROLE", "CREATED", "EXPIRES", "DESCRIPTION"]);
+    let mut table = Table::new(&[
+        "ID",
+        "ROLE",
+        "NAMESPACE",
+        "CREATED",
+        "EXPIRES",
+        "DESCRIPTION",
+    ]);
     for token in items(list) {
         table.push(vec![
             cell(token.get("id")),
             cell(token.get("role")),
+            match token.get("namespace") {
+                None => "*".to_owned(),
+                namespace => cell(namespace),
+            },
             cell(token.get("created_at")),
             match token.get("expires_at") {
                 None => "never".to_owned(),

@@ -455,7 +455,14 @@ pub(crate) enum NamespaceCommand {
         client: ClientArgs,
     },
     /// Set a namespace's quota (replacing it: a limit not given is
-    /// removed); applies on every replica within a second.
+    /// removed), or remove it with --clear; applies on every replica
+    /// within a second. At least one limit or --clear must be given.
+    #[command(group(
+        clap::ArgGroup::new("quota")
+            .required(true)
+            .multiple(true)
+            .args(["max_actors", "max_requests_per_second", "clear"])
+    ))]
     Quota {
         /// Namespace name.
         name: String,
@@ -466,6 +473,9 @@ pub(crate) enum NamespaceCommand {
         /// (past it: 429 with Retry-After, not delivered).
         #[arg(long, value_name = "R")]
         max_requests_per_second: Option<u32>,
+        /// Remove every limit of the quota.
+        #[arg(long, conflicts_with_all = ["max_actors", "max_requests_per_second"])]
+        clear: bool,
         #[command(flatten)]
         client: ClientArgs,
     },

@@ -96,7 +96,20 @@ pub fn check_full_name(what: &str, full: &str) -> Result<(), ApiError> {
     let Some((name, namespace)) = full.split_once('.') else {
         return check_label(what, full);
     };
-    check_label(what, name)?;
+    // The whole name is echoed (safely) when a part of it is not a label:
+    // `../beta/secret` is not a name with an empty first part.
+    if !is_label(name) || !is_label(namespace) {
+        let rule = if name.len() > 63 || namespace.len() > 63 {
+            "a part is longer than the limit of 63 characters"
+        } else {
+            "use NAME or NAME.NAMESPACE, each 1-63 lower-case letters, digits and '-', not \
+             starting or ending with '-'"
+        };
+        return Err(ApiError::bad_request(format!(
+            "invalid {what} name {}: {rule} (RFC 1123 labels)",
+            echo_name(full)
+        )));
+    }
     check_namespace(namespace)?;
     if namespace == DEFAULT_NAMESPACE {
         return Err(ApiError::bad_request(format!(
@@ -201,5 +214,12 @@ mod tests {
         for good in ["a", "a.b", "counter-1.team-a"] {
             assert!(is_full_name(good), "{good:?}");
         }
+        // The refusal echoes the whole name, not an empty part of it.
+        let why = check_full_name("actor", "../beta/secret")
+            .expect_err("not a name")
+            .message()
+            .to_owned();
+        assert!(why.contains(r#""../beta/secret""#), "{why}");
+        assert!(!why.contains(r#""""#), "{why}");
     }
 }

@@ -45,6 +45,15 @@ pub fn unauthorized() -> ApiError {
     ApiError::new(ErrorKind::Unauthorized, "missing or wrong bearer token")
 }
 
+/// The 401 of a request with no bearer token at all.
+#[must_use]
+pub fn no_token() -> ApiError {
+    ApiError::new(
+        ErrorKind::Unauthorized,
+        "no bearer token: send the header Authorization: Bearer TOKEN",
+    )
+}
+
 /// The token a request presents: the one `Authorization` header's value
 /// after its `Bearer` scheme (any letter case, RFC 9110 §11.1) and one or
 /// more spaces or tabs, without the spaces around it.
@@ -54,7 +63,7 @@ pub fn unauthorized() -> ApiError {
 /// if it carries none, another scheme, or an empty token.
 pub fn bearer(headers: &HeaderMap) -> Result<&[u8], ApiError> {
     let mut values = headers.get_all(AUTHORIZATION).iter();
-    let value = values.next().ok_or_else(unauthorized)?;
+    let value = values.next().ok_or_else(no_token)?;
     if values.next().is_some() {
         return Err(ApiError::bad_request(
             "more than one Authorization header; send exactly one",
@@ -62,10 +71,16 @@ pub fn bearer(headers: &HeaderMap) -> Result<&[u8], ApiError> {
     }
     let value = value.as_bytes();
     let is_space = |b: &u8| *b == b' ' || *b == b'\t';
-    let scheme_end = value.iter().position(is_space).ok_or_else(unauthorized)?;
+    let not_bearer = || {
+        ApiError::new(
+            ErrorKind::Unauthorized,
+            "the Authorization header is not a bearer token: send Authorization: Bearer TOKEN",
+        )
+    };
+    let scheme_end = value.iter().position(is_space).ok_or_else(not_bearer)?;
     let (scheme, rest) = value.split_at(scheme_end);
     if !scheme.eq_ignore_ascii_case(b"bearer") {
-        return Err(unauthorized());
+        return Err(not_bearer());
     }
     let start = rest.iter().position(|b| !is_space(b)).unwrap_or(rest.len());
     let end = rest
@@ -74,7 +89,7 @@ pub fn bearer(headers: &HeaderMap) -> Result<&[u8], ApiError> {
         .map_or(start, |i| i + 1);
     let given = &rest[start..end];
     if given.is_empty() {
-        return Err(unauthorized());
+        return Err(no_token());
     }
     Ok(given)
 }

@@ -93,9 +93,15 @@ impl Access {
         };
         let record = self.record(id).await?;
         let now = now_unix_ms().unwrap_or(0);
-        let Some(record) = record.filter(|r| tokens::secret_matches(r, secret)) else {
-            return Err(unauthorized());
+        let Some(record) = record else {
+            return Err(ApiError::new(
+                ErrorKind::Unauthorized,
+                format!("token {id} is revoked or was never issued"),
+            ));
         };
+        if !tokens::secret_matches(&record, secret) {
+            return Err(unauthorized());
+        }
         if record.expired(now) {
             let at = record
                 .expires_at_unix_ms

@@ -496,6 +496,7 @@ fn namespace_call(command: NamespaceCommand) -> anyhow::Result<Call> {
             name,
             max_actors,
             max_requests_per_second,
+            clear: _,
             client,
         } => {
             let mut body = serde_json::json!({});

@@ -129,15 +129,17 @@ fn tokens_table_shows_never_for_no_expiry() {
     let list = parse(
         r#"[{"id":"0123456789abcdef","role":"reader","created_at":"2026-12-05T10:00:00Z"},
             {"id":"fedcba9876543210","role":"admin","created_at":"2026-12-05T10:00:00Z",
-             "expires_at":"2026-12-06T10:00:00Z","description":"ci"}]"#,
+             "expires_at":"2026-12-06T10:00:00Z","description":"ci","namespace":"team-a"}]"#,
     );
     let table = tokens_table(&list);
     let lines: Vec<&str> = table.lines().collect();
     assert!(lines[0].starts_with("ID"), "{table}");
+    assert!(lines[0].contains("NAMESPACE"), "{table}");
     assert!(
-        lines[1].contains("reader") && lines[1].contains("never"),
+        lines[1].contains("reader") && lines[1].contains("never") && lines[1].contains(" * "),
         "{table}"
     );
+    assert!(lines[2].contains("team-a"), "{table}");
     assert!(
         lines[2].contains("2026-12-06T10:00:00Z") && lines[2].ends_with("ci"),
         "{table}"

@@ -390,6 +390,29 @@ async fn a_quota_holds_against_concurrent_creates_and_a_rate_is_refused_unapplie
     }
     let set = server.cli_json(&["namespace", "quota", "team-q", "--max-actors", "10"]);
     assert_eq!(set["quota"]["max_actors"], 10, "{set}");
+    // No limit and no --clear: refused, naming the flags; the quota stays
+    // (issue 47, input 11: it used to be removed silently).
+    let out = server.cli(&["namespace", "quota", "team-q"]);
+    assert!(!out.status.success(), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--max-actors") && stderr.contains("--clear"),
+        "{stderr}"
+    );
+    let kept = server.cli_json(&["namespace", "get", "team-q"]);
+    assert_eq!(kept["quota"]["max_actors"], 10, "{kept}");
+    let out = server.cli(&[
+        "namespace",
+        "quota",
+        "team-q",
+        "--clear",
+        "--max-actors",
+        "3",
+    ]);
+    assert!(!out.status.success(), "--clear with a limit: {out:?}");
+    let cleared = server.cli_json(&["namespace", "quota", "team-q", "--clear"]);
+    assert!(cleared["quota"].get("max_actors").is_none(), "{cleared}");
+    server.cli_json(&["namespace", "quota", "team-q", "--max-actors", "10"]);
 
     // 50 creates at once against a quota of 10: exactly 10.
     let c = client();

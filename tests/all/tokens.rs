@@ -276,6 +276,21 @@ async fn each_role_opens_only_its_routes_and_a_revoked_token_nothing() {
     let revoked = cli_ok(&server, &["token", "revoke", &reader_id]);
     assert_eq!(revoked.trim(), format!("token {reader_id} revoked"));
     assert_eq!(status(server.admin, "/v1/actors", &reader).await, 401);
+    // Saying so (issue 47, input 11), unlike a request with no token.
+    let stderr = refused(&server, &reader, &["actor", "list"]);
+    assert!(
+        stderr.contains("401") && stderr.contains(&format!("token {reader_id} is revoked")),
+        "{stderr}"
+    );
+    let bare = crate::support::raw(
+        server.admin,
+        "GET /v1/actors HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    assert!(
+        bare.starts_with("HTTP/1.1 401") && bare.contains("no bearer token"),
+        "{bare}"
+    );
     assert!(refused(&server, ADMIN, &["token", "revoke", &reader_id]).contains("404"));
 
     // Expired: refused, saying so.
