@@ -19,7 +19,8 @@
 //! (its delivery to the actor on its worker), `stasis.resume`,
 //! `stasis.journal` and `stasis.checkpoint` (under the delivery),
 //! `stasis.call` and `stasis.send` (a guest's host call; the callee's
-//! delivery is their child), `stasis.alarm` (an alarm's delivery: a trace
+//! delivery is their child), `stasis.fetch` (a guest's outbound fetch;
+//! the origin gets its `traceparent`), `stasis.alarm` (an alarm's delivery: a trace
 //! of its own) and `stasis.move` (a move, in the control plane).
 
 use std::net::IpAddr;

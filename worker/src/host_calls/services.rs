@@ -383,12 +383,40 @@ impl ActorServices for ActorHostServices {
         self.with_sockets(SocketOp::List, |answer| answer.ids)
     }
 
-    fn fetch(&self, request: Request) -> ServiceFuture<Response> {
+    fn fetch(&self, mut request: Request) -> ServiceFuture<Response> {
         let (outbound, metrics) = (self.calls.outbound.clone(), self.calls.metrics.clone());
-        let deadline = self.scope().deadline;
+        let scope = self.scope();
+        // A client span under the delivery, and its context on the request
+        // (replacing a `traceparent` the guest copied from its own
+        // request): the origin continues the trace under the fetch.
+        let host = request
+            .uri
+            .parse::<hyper::Uri>()
+            .ok()
+            .and_then(|uri| uri.host().map(str::to_owned))
+            .unwrap_or_default();
+        let tracer = trace::tracer();
+        let span = tracer
+            .span_builder("stasis.fetch")
+            .with_kind(SpanKind::Client)
+            .with_attributes([
+                KeyValue::new("stasis.actor", self.actor.clone()),
+                KeyValue::new("http.request.method", request.method.clone()),
+                KeyValue::new("server.address", host),
+            ])
+            .start_with_context(&tracer, &trace::under(&scope.trace));
+        let cx = Context::new().with_span(span);
+        trace::inject(&cx, &mut request.headers);
         Box::pin(async move {
-            let result = outbound.fetch(request, deadline).await;
+            let result = outbound.fetch(request, scope.deadline).await;
             count(&metrics.fetches, &outcome(&result));
+            if let Ok(response) = &result {
+                cx.span().set_attribute(KeyValue::new(
+                    "http.response.status_code",
+                    i64::from(response.status),
+                ));
+            }
+            end_span(&cx, &result);
             result
         })
     }
