@@ -24,6 +24,8 @@ pub struct EtcdCluster {
     members: Vec<Member>,
     initial_cluster: String,
     tls: Option<TlsFiles>,
+    /// Flags every member gets too (limits other than the defaults).
+    flags: Vec<String>,
 }
 
 /// PEM files of a TLS cluster ([`EtcdCluster::start_tls`]).
@@ -70,7 +72,16 @@ impl EtcdCluster {
     /// If etcd is not installed (naming the install command), or a member
     /// is not healthy within 30 s (with the tail of its log).
     pub fn start(members: usize) -> EtcdCluster {
-        Self::start_with(members, false)
+        Self::start_with(members, false, &[])
+    }
+
+    /// As [`EtcdCluster::start`], every member with `flags` too (e.g.
+    /// `--max-txn-ops=16`: limits other than etcd's defaults).
+    ///
+    /// # Panics
+    /// As [`EtcdCluster::start`].
+    pub fn start_with_flags(members: usize, flags: &[&str]) -> EtcdCluster {
+        Self::start_with(members, false, flags)
     }
 
     /// As [`EtcdCluster::start`], but clients must speak TLS and present a
@@ -80,7 +91,7 @@ impl EtcdCluster {
     /// As [`EtcdCluster::start`], or if `openssl` cannot make the
     /// certificates.
     pub fn start_tls(members: usize) -> EtcdCluster {
-        Self::start_with(members, true)
+        Self::start_with(members, true, &[])
     }
 
     /// The PEM files of a TLS cluster; `None` for a plain one.
@@ -89,7 +100,7 @@ impl EtcdCluster {
         self.tls.as_ref()
     }
 
-    fn start_with(members: usize, tls: bool) -> EtcdCluster {
+    fn start_with(members: usize, tls: bool, flags: &[&str]) -> EtcdCluster {
         let bin = std::env::var_os("ETCD_BIN")
             .map(PathBuf::from)
             .unwrap_or_else(|| PathBuf::from("/usr/bin/etcd"));
@@ -120,6 +131,7 @@ impl EtcdCluster {
             members,
             initial_cluster,
             tls,
+            flags: flags.iter().map(|&f| f.to_owned()).collect(),
         };
         for i in 0..cluster.members.len() {
             cluster.spawn(i);
@@ -173,6 +185,7 @@ impl EtcdCluster {
             .arg("--election-timeout=500")
             .arg("--logger=zap")
             .arg("--log-outputs=stderr")
+            .args(&self.flags)
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("clone log handle"))
             .stderr(log)

@@ -23,7 +23,11 @@
 //! [`MAX_WRITES`] writes (at most 2 operations each, so even counted
 //! together they stay within 128) and at most [`MAX_BYTES`] of keys and
 //! values; the rest waits for the next transaction, which starts as soon
-//! as this one is answered.
+//! as this one is answered. An etcd run with smaller limits refuses a
+//! batch as a whole before applying any of it ("too many operations in
+//! txn request", "request is too large"): the batch goes back to the
+//! front of the queue, and from then on batches hold half as many writes
+//! and bytes, down to one write (which, refused alone, gets the error).
 //!
 //! A transaction whose answer was lost in transit may have applied: each
 //! write is answered with the error and its caller decides (an insert
@@ -166,6 +170,43 @@ fn stopped() -> etcd_client::Error {
     etcd_client::Error::InvalidArgs("the directory's write queue stopped".into())
 }
 
+/// How much one transaction may hold: [`MAX_WRITES`] and [`MAX_BYTES`],
+/// halved each time etcd refuses a batch as too big (module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Limits {
+    pub(super) writes: usize,
+    pub(super) bytes: usize,
+}
+
+impl Limits {
+    /// etcd's defaults.
+    pub(super) const DEFAULT: Self = Self {
+        writes: MAX_WRITES,
+        bytes: MAX_BYTES,
+    };
+
+    /// Half of what `batch` held, at least one write.
+    fn halved(self, batch: &[Pending]) -> Self {
+        let bytes: usize = batch.iter().map(|p| p.write.bytes()).sum();
+        Self {
+            writes: (batch.len() / 2).max(1),
+            bytes: (bytes / 2).max(1),
+        }
+    }
+}
+
+/// Whether etcd refused a transaction for its size before applying any of
+/// it (its `--max-txn-ops` or `--max-request-bytes`).
+fn too_big(e: &etcd_client::Error) -> bool {
+    let etcd_client::Error::GRpcStatus(status) = e else {
+        return false;
+    };
+    let message = status.message();
+    message.contains("too many operations in txn request")
+        || message.contains("request is too large")
+        || (status.code() == tonic::Code::ResourceExhausted && message.contains("larger than max"))
+}
+
 /// Takes every write queued, commits as many as one transaction holds
 /// (module docs), answers them, and goes round with the rest.
 async fn commit_loop(
@@ -174,6 +215,7 @@ async fn commit_loop(
     mut rx: mpsc::UnboundedReceiver<Pending>,
 ) {
     let mut waiting: VecDeque<Pending> = VecDeque::new();
+    let mut limits = Limits::DEFAULT;
     loop {
         if waiting.is_empty() {
             match rx.recv().await {
@@ -184,11 +226,28 @@ async fn commit_loop(
         while let Ok(more) = rx.try_recv() {
             waiting.push_back(more);
         }
-        let batch = take_batch(&mut waiting);
+        let batch = take_batch(&mut waiting, limits);
         if batch.is_empty() {
             continue;
         }
-        let answers = commit(kv.clone(), fence.clone(), &batch).await;
+        let answers = match commit(kv.clone(), fence.clone(), &batch).await {
+            Err(e) if too_big(&e) && batch.len() > 1 => {
+                // Refused whole, nothing applied: smaller batches.
+                limits = limits.halved(&batch);
+                tracing::warn!(
+                    writes = limits.writes,
+                    bytes = limits.bytes,
+                    "etcd refused a batch of {} writes as too big ({e}); batches are smaller from now on",
+                    batch.len()
+                );
+                for pending in batch.into_iter().rev() {
+                    waiting.push_front(pending);
+                }
+                continue;
+            }
+            Err(e) => batch.iter().map(|_| Err(clone_error(&e))).collect(),
+            Ok(answers) => answers,
+        };
         for (pending, answer) in batch.into_iter().zip(answers) {
             let _ = pending.answer.send(answer);
         }
@@ -196,15 +255,16 @@ async fn commit_loop(
 }
 
 /// The next batch out of `waiting`, in order: each key once, within
-/// [`MAX_WRITES`] and [`MAX_BYTES`]; writes skipped keep their places.
-pub(super) fn take_batch(waiting: &mut VecDeque<Pending>) -> Vec<Pending> {
+/// `limits`; writes skipped keep their places.
+pub(super) fn take_batch(waiting: &mut VecDeque<Pending>, limits: Limits) -> Vec<Pending> {
     let mut batch = Vec::new();
     let mut keys: HashSet<String> = HashSet::new();
     let mut bytes = 0;
     let mut kept = VecDeque::new();
     while let Some(p) = waiting.pop_front() {
         let size = p.write.bytes();
-        let fits = batch.len() < MAX_WRITES && (batch.is_empty() || bytes + size <= MAX_BYTES);
+        let fits =
+            batch.len() < limits.writes && (batch.is_empty() || bytes + size <= limits.bytes);
         if fits && !keys.contains(p.write.key()) {
             keys.insert(p.write.key().to_owned());
             bytes += size;
@@ -212,7 +272,7 @@ pub(super) fn take_batch(waiting: &mut VecDeque<Pending>) -> Vec<Pending> {
         } else {
             kept.push_back(p);
         }
-        if batch.len() == MAX_WRITES {
+        if batch.len() == limits.writes {
             break;
         }
     }
@@ -222,7 +282,14 @@ pub(super) fn take_batch(waiting: &mut VecDeque<Pending>) -> Vec<Pending> {
 }
 
 /// One transaction of `batch`'s nested transactions; an answer per write.
-async fn commit(mut kv: KvClient, fence: Option<Compare>, batch: &[Pending]) -> Vec<Answer> {
+///
+/// # Errors
+/// The transaction's (it may or may not have applied, unless [`too_big`]).
+async fn commit(
+    mut kv: KvClient,
+    fence: Option<Compare>,
+    batch: &[Pending],
+) -> Result<Vec<Answer>, etcd_client::Error> {
     let txn = Txn::new()
         .when(fence.into_iter().collect::<Vec<_>>())
         .and_then(
@@ -231,18 +298,15 @@ async fn commit(mut kv: KvClient, fence: Option<Compare>, batch: &[Pending]) -> 
                 .map(|p| TxnOp::txn(p.write.txn()))
                 .collect::<Vec<_>>(),
         );
-    let resp = match kv.txn(txn).await {
-        Ok(resp) => resp,
-        Err(e) => return batch.iter().map(|_| Err(clone_error(&e))).collect(),
-    };
+    let resp = kv.txn(txn).await?;
     if !resp.succeeded() {
-        return batch.iter().map(|_| Ok(Outcome::Unfenced)).collect();
+        return Ok(batch.iter().map(|_| Ok(Outcome::Unfenced)).collect());
     }
     let revision = resp
         .header()
         .map_or(0, etcd_client::ResponseHeader::revision);
     let ops = resp.op_responses();
-    batch
+    Ok(batch
         .iter()
         .enumerate()
         .map(|(i, _)| match ops.get(i) {
@@ -265,7 +329,7 @@ async fn commit(mut kv: KvClient, fence: Option<Compare>, batch: &[Pending]) -> 
                 batch.len()
             ))),
         })
-        .collect()
+        .collect())
 }
 
 /// `e` once per write of a batch (the client's error is not `Clone`):

@@ -11,8 +11,8 @@ use std::time::Duration;
 use etcd_client::GetOptions;
 use tokio::time::Instant;
 
-use super::batch::{MAX_BYTES, MAX_WRITES, Pending, Write, take_batch};
-use super::tests::{actor, connect, etcd_test, record, signal_all};
+use super::batch::{Limits, MAX_BYTES, MAX_WRITES, Pending, Write, take_batch};
+use super::tests::{actor, connect, etcd_test, etcd_test_with, record, signal_all};
 use super::*;
 use stasis_contract::directory::Directory;
 use stasis_contract::error::ApiError;
@@ -201,7 +201,7 @@ fn a_batch_takes_each_key_once_within_the_limits() {
     let mut queue: std::collections::VecDeque<Pending> = (0..100)
         .map(|i| pending(format!("k{}", i % 70), 10))
         .collect();
-    let first = take_batch(&mut queue);
+    let first = take_batch(&mut queue, Limits::DEFAULT);
     let keys: Vec<String> = first.iter().map(|p| key_of(&p.write)).collect();
     assert_eq!(first.len(), MAX_WRITES);
     assert_eq!(
@@ -209,7 +209,7 @@ fn a_batch_takes_each_key_once_within_the_limits() {
         (0..MAX_WRITES).map(|i| format!("k{i}")).collect::<Vec<_>>()
     );
     // What was left keeps its order: k64..k69, then the second k0..k29.
-    let second = take_batch(&mut queue);
+    let second = take_batch(&mut queue, Limits::DEFAULT);
     let keys: Vec<String> = second.iter().map(|p| key_of(&p.write)).collect();
     let want: Vec<String> = (64..70).chain(0..30).map(|i| format!("k{i}")).collect();
     assert_eq!(keys, want);
@@ -224,7 +224,7 @@ fn a_batch_takes_each_key_once_within_the_limits() {
     .into_iter()
     .collect();
     for want in ["a", "b", "c"] {
-        let batch = take_batch(&mut queue);
+        let batch = take_batch(&mut queue, Limits::DEFAULT);
         assert_eq!(
             batch.iter().map(|p| key_of(&p.write)).collect::<Vec<_>>(),
             [want]
@@ -267,5 +267,29 @@ fn a_former_leaders_batch_applies_nothing() {
         assert_eq!(rows.len(), 1, "{rows:?}");
         assert_eq!(rows[0].name, "kept");
         lead_b.resign().await.expect("resign");
+    });
+}
+
+/// Issue 47, input 6: an etcd whose limits are below the defaults
+/// (`--max-txn-ops 16`, `--max-request-bytes 3000`) refuses a full batch
+/// whole; the batch is split and every one of 60 concurrent inserts
+/// succeeds, none applied twice.
+#[test]
+fn an_etcd_with_smaller_limits_gets_smaller_batches_and_every_write_succeeds() {
+    let flags = ["--max-txn-ops=16", "--max-request-bytes=3000"];
+    etcd_test_with(&flags, Duration::from_secs(60), |cluster| async move {
+        let etcd = connect(&cluster, "/small").await;
+        let dir = etcd.directory();
+        let jobs: Vec<Job> = (0..60)
+            .map(|i| -> Job {
+                Box::new(move |d| d.insert_actor(&actor(&format!("s{i:02}"), "w1")))
+            })
+            .collect();
+        let answers = frozen_then_all(&cluster, &dir, jobs);
+        let failed: Vec<_> = answers.iter().filter(|a| a.is_err()).collect();
+        assert!(failed.is_empty(), "{failed:?}");
+        assert_eq!(dir.actors().expect("actors").len(), 60);
+        // More than one transaction after the in-flight one: split.
+        assert!(revisions(&etcd, "s").await.len() > 2);
     });
 }

@@ -23,8 +23,17 @@ where
     F: FnOnce(EtcdCluster) -> Fut,
     Fut: Future<Output = ()>,
 {
+    etcd_test_with(&[], limit, body);
+}
+
+/// [`etcd_test`] on members started with `flags` too.
+pub(super) fn etcd_test_with<F, Fut>(flags: &[&str], limit: Duration, body: F)
+where
+    F: FnOnce(EtcdCluster) -> Fut,
+    Fut: Future<Output = ()>,
+{
     let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let cluster = EtcdCluster::start(3);
+    let cluster = EtcdCluster::start_with_flags(3, flags);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
