@@ -235,6 +235,22 @@ impl Sockets {
         }
     }
 
+    /// Closes every socket and stream this process holds with `code` and
+    /// `reason` (a graceful stop: 1001, so clients reconnect rather than
+    /// see a lost connection, 1006). No close event reaches the actors.
+    pub fn close_every(&self, code: u16, reason: &str) {
+        let mut table = self.table();
+        let ids: Vec<u64> = table.entries.keys().copied().collect();
+        for id in ids {
+            if let Some(entry) = table.remove(id) {
+                let _ = entry.queue.try_send(Outgoing::Close {
+                    code,
+                    reason: reason.to_owned(),
+                });
+            }
+        }
+    }
+
     /// Closes every socket of `actor` with `code` and `reason` (it was
     /// deleted).
     pub fn close_all(&self, actor: &str, code: u16, reason: &str) {

@@ -100,6 +100,9 @@ pub async fn serve(
     shutdown.await;
     tracing::info!("shutting down: finishing open requests, then pausing every running actor");
     control.begin_shutdown();
+    control
+        .sockets()
+        .close_every(1001, "the server is shutting down");
     let _ = stop_tx.send(true);
     let _ = ingress_task.await;
     housekeeping.abort();

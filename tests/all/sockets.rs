@@ -470,6 +470,26 @@ async fn a_javascript_actor_takes_websockets_through_a_pause() {
     assert_eq!(refused["status"], 501, "{refused}");
 }
 
+/// Issue 47, input 7: a graceful stop of `stasis serve` closes every
+/// WebSocket with 1001 (going away) and a close frame, so clients
+/// reconnect, rather than leaving them to see a lost connection (1006).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_graceful_stop_closes_websockets_with_1001() {
+    let mut server = Server::start(&["--workers", "1"]);
+    server.push("chat");
+    server.create("room", "chat");
+    let mut ws = Clients::new(&server);
+    let ids = ws.open("room", 2).expect("two sockets");
+    ws.say(ids[0], "hello");
+    assert_eq!(ws.recv(ids[1], 1), ["hello"]);
+    server.stop();
+    for id in ids {
+        let (code, reason) = ws.closed(id);
+        assert_eq!(code, 1001, "client {id}: {reason}");
+        assert!(reason.contains("shutting down"), "{reason}");
+    }
+}
+
 /// Issue 47, input 8: a JavaScript handler of a socket's close event that
 /// closes that socket (already closed by its client) does not throw: the
 /// close is a no-op, and the rest of the handler — its state change and
