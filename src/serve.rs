@@ -90,6 +90,12 @@ pub(crate) struct ServeArgs {
     /// closes its socket with code 1009; an actor's send over it fails).
     #[arg(long, default_value = "1MiB", value_parser = parse_size)]
     max_socket_message: u64,
+    /// A WebSocket whose client has sent nothing this long is pinged, and
+    /// closed (1011 to the client, 1006 to the actor as its close event)
+    /// when nothing comes back within as long again: a dead peer is
+    /// noticed. 0s: never.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    socket_ping: Duration,
     /// Largest linear memory per actor; a grow past it fails in the guest.
     #[arg(long, default_value = "256MiB", value_parser = parse_size)]
     max_memory: u64,
@@ -308,6 +314,7 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<()> {
             sockets: SocketLimits {
                 per_actor: usize::try_from(args.max_sockets).unwrap_or(usize::MAX),
                 max_message: usize::try_from(args.max_socket_message).unwrap_or(usize::MAX),
+                ping: args.socket_ping,
                 ..SocketLimits::default()
             },
             admin_token: args.admin_token.clone(),

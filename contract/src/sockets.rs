@@ -72,6 +72,9 @@ pub struct SocketLimits {
     pub max_message: usize,
     /// Messages queued for one client before it is dropped as too slow.
     pub queue: usize,
+    /// `--socket-ping`: a WebSocket silent this long is pinged, and closed
+    /// when it stays silent as long again (a dead peer); zero: never.
+    pub ping: std::time::Duration,
 }
 
 impl Default for SocketLimits {
@@ -80,6 +83,7 @@ impl Default for SocketLimits {
             per_actor: 1024,
             max_message: 1 << 20,
             queue: 1024,
+            ping: std::time::Duration::from_secs(30),
         }
     }
 }

@@ -237,6 +237,16 @@ fn close_frame(code: u16, reason: &str) -> Message {
     }))
 }
 
+/// The client was heard from: the next ping is `ping` from now.
+fn heard(
+    pinged: &mut bool,
+    silence: std::pin::Pin<&mut tokio::time::Sleep>,
+    ping: std::time::Duration,
+) {
+    *pinged = false;
+    silence.reset(tokio::time::Instant::now() + ping);
+}
+
 /// Serves an accepted WebSocket: what the client sends goes to the actor
 /// in order (one delivery at a time, by a task of its own, so that what
 /// the actor writes meanwhile still goes out); what the actor writes goes
@@ -269,8 +279,29 @@ async fn serve<S>(
         pending.clone(),
         to_deliver,
     ));
+    // A client silent for `--socket-ping` is pinged; silent as long again,
+    // it is taken for dead (a frozen process, a network gone).
+    let ping = control.sockets().limits().ping;
+    let silence = tokio::time::sleep(ping);
+    tokio::pin!(silence);
+    let mut pinged = false;
     let (code, reason) = loop {
         tokio::select! {
+            () = &mut silence, if !ping.is_zero() => {
+                if pinged {
+                    let reason = format!(
+                        "no answer to a ping within {} (--socket-ping)",
+                        format!("{ping:?}")
+                    );
+                    let _ = ws.send(close_frame(1011, &reason)).await;
+                    break (1006, cut(&reason));
+                }
+                if ws.send(Message::Ping(Bytes::new())).await.is_err() {
+                    break (1006, String::new());
+                }
+                pinged = true;
+                silence.as_mut().reset(tokio::time::Instant::now() + ping);
+            }
             out = queue.recv() => match out {
                 Some(Outgoing::Message { data, text }) => {
                     let message = if text {
@@ -295,7 +326,9 @@ async fn serve<S>(
                     break (1008, SLOW_CLIENT.to_owned());
                 }
             },
-            incoming = ws.next() => match incoming {
+            incoming = ws.next() => {
+                heard(&mut pinged, silence.as_mut(), ping);
+                match incoming {
                 Some(Ok(Message::Text(text))) => {
                     let data = Bytes::from(text).to_vec();
                     if !queue_event(&pending, &events, SocketEventKind::Message { data, text: true }) {
@@ -329,7 +362,8 @@ async fn serve<S>(
                     break (1006, String::new());
                 }
                 None => break (1006, String::new()),
-            },
+                }
+            }
         }
     };
     // The hub dropped a slow client itself (its entry is gone already):

@@ -470,6 +470,51 @@ async fn a_javascript_actor_takes_websockets_through_a_pause() {
     assert_eq!(refused["status"], 501, "{refused}");
 }
 
+/// Issue 47, input 7: a client that completed its WebSocket handshake and
+/// then went silent (it never reads, so it never answers a ping: a frozen
+/// process, a network gone) is pinged after `--socket-ping`, and closed
+/// when no answer comes within as long again; the actor hears of it as a
+/// close event. A live client (its library answers pings) stays open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_websocket_peer_is_pinged_and_closed_as_dead() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let server = Server::start(&["--workers", "1", "--socket-ping", "300ms"]);
+    server.push("chat");
+    server.create("room", "chat");
+    let mut ws = Clients::new(&server);
+    let live = ws.open("room", 1).expect("a live socket")[0];
+    let mut silent = tokio::net::TcpStream::connect(server.ingress)
+        .await
+        .expect("connect");
+    silent
+        .write_all(
+            b"GET / HTTP/1.1\r\nHost: room.actors.localhost\r\nUpgrade: websocket\r\n\
+              Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
+              Sec-WebSocket-Version: 13\r\n\r\n",
+        )
+        .await
+        .expect("handshake");
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        silent.read_exact(&mut byte).await.expect("read the answer");
+        head.push(byte[0]);
+    }
+    assert!(
+        head.starts_with(b"HTTP/1.1 101"),
+        "{}",
+        String::from_utf8_lossy(&head)
+    );
+    // From here on the silent client reads nothing.
+    eventually("the actor hears the dead peer's close", async || {
+        body_of(&server, "room", "GET", "/left").await == "left: 1\n"
+    })
+    .await;
+    ws.say(live, "still here");
+    assert_eq!(ws.recv(live, 1), ["still here"]);
+    drop(silent);
+}
+
 /// Issue 47, input 7: a graceful stop of `stasis serve` closes every
 /// WebSocket with 1001 (going away) and a close frame, so clients
 /// reconnect, rather than leaving them to see a lost connection (1006).
