@@ -289,10 +289,7 @@ async fn serve<S>(
         tokio::select! {
             () = &mut silence, if !ping.is_zero() => {
                 if pinged {
-                    let reason = format!(
-                        "no answer to a ping within {} (--socket-ping)",
-                        format!("{ping:?}")
-                    );
+                    let reason = format!("no answer to a ping within {ping:?} (--socket-ping)");
                     let _ = ws.send(close_frame(1011, &reason)).await;
                     break (1006, cut(&reason));
                 }
