@@ -237,6 +237,28 @@ fn close_frame(code: u16, reason: &str) -> Message {
     }))
 }
 
+/// The client was silent for `ping`: pings it, or when it was pinged
+/// already (a dead peer), closes it with 1011; the end, if it ended.
+async fn ping_or_give_up<S>(
+    ws: &mut WebSocketStream<S>,
+    pinged: &mut bool,
+    ping: std::time::Duration,
+) -> Option<(u16, String)>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    if *pinged {
+        let reason = format!("no answer to a ping within {ping:?} (--socket-ping)");
+        let _ = ws.send(close_frame(1011, &reason)).await;
+        return Some((1006, cut(&reason)));
+    }
+    if ws.send(Message::Ping(Bytes::new())).await.is_err() {
+        return Some((1006, String::new()));
+    }
+    *pinged = true;
+    None
+}
+
 /// The client was heard from: the next ping is `ping` from now.
 fn heard(
     pinged: &mut bool,
@@ -288,15 +310,9 @@ async fn serve<S>(
     let (code, reason) = loop {
         tokio::select! {
             () = &mut silence, if !ping.is_zero() => {
-                if pinged {
-                    let reason = format!("no answer to a ping within {ping:?} (--socket-ping)");
-                    let _ = ws.send(close_frame(1011, &reason)).await;
-                    break (1006, cut(&reason));
+                if let Some(end) = ping_or_give_up(&mut ws, &mut pinged, ping).await {
+                    break end;
                 }
-                if ws.send(Message::Ping(Bytes::new())).await.is_err() {
-                    break (1006, String::new());
-                }
-                pinged = true;
                 silence.as_mut().reset(tokio::time::Instant::now() + ping);
             }
             out = queue.recv() => match out {

@@ -12,7 +12,8 @@ use etcd_client::GetOptions;
 use tokio::time::Instant;
 
 use super::batch::{Limits, MAX_BYTES, MAX_WRITES, Pending, Write, take_batch};
-use super::tests::{actor, connect, etcd_test, etcd_test_with, record, signal_all};
+use super::harness::etcd_test_with;
+use super::tests::{actor, connect, etcd_test, record, signal_all};
 use super::*;
 use stasis_contract::directory::Directory;
 use stasis_contract::error::ApiError;

@@ -42,6 +42,8 @@ mod watch;
 #[cfg(test)]
 mod batch_tests;
 #[cfg(test)]
+mod harness;
+#[cfg(test)]
 mod tests;
 #[cfg(test)]
 mod watch_tests;
