@@ -389,6 +389,9 @@ STASIS__FN uint64_t stasis__handle(uint32_t ptr, uint32_t len, stasis_handler ha
         handler(&req, &res);
     free(arena);
     free(input);
+    /* What the handler left in stdio's buffers goes out with its delivery,
+     * never into a snapshot (a fork would print it again). */
+    fflush(NULL);
     return stasis__finish(&res);
 }
 
@@ -452,7 +455,7 @@ STASIS__FN uint32_t stasis__load_state(uint32_t ptr, uint32_t len, stasis_load_f
 
 #define STASIS__EXPORT_HOOK(export, fn)                                                      \
     __attribute__((export_name(#export))) void export(void);                                 \
-    void export(void) { fn(); }                                                              \
+    void export(void) { fn(); fflush(NULL); }                                                \
     typedef int stasis__hook_exported
 
 /* Exports `fn` (void fn(void)) as `stasis_init`: once, at creation. */
@@ -514,6 +517,7 @@ STASIS__FN uint32_t stasis__on_socket(uint32_t ptr, uint32_t len,
     }
     if (!err) fn(&e);
     free(buf);
+    fflush(NULL);
     return 0;
 }
 

@@ -6,7 +6,9 @@
  *   /self   answers 200 with the actor's name (self_name + take_result);
  *   /alarm  sets, reads and cancels the alarm, answers 200 with the codes;
  *   /fetch  fetches http://127.0.0.1:9/ and answers the code or status;
- *   /sockets sends to, closes and lists sockets: answers the codes and count.
+ *   /sockets sends to, closes and lists sockets: answers the codes and count;
+ *   anything else calls and sends to a missing actor, and prints a line
+ *   with stdio that it never flushes (the SDK does, after every call).
  * Built and pushed by tests/all/c_sdk.rs.
  */
 #include <inttypes.h>
@@ -58,6 +60,7 @@ static void handle(const stasis_request *req, stasis_response *res) {
         char *reason;
         size_t len;
         if (stasis_last_error(&reason, &len) == 0) free(reason);
+        printf("unflushed line %d\n", hooks);
         stasis_response_text(res, 200, "call %d send %d hooks %d\n", rc, sent, hooks);
     }
 }

@@ -521,6 +521,14 @@ async fn every_c_host_function_links_and_runs() {
     server.cli_ok(&["actor", "pause", "abi"]);
     // `stasis_on_pause` and `stasis_on_resume` ran.
     assert_eq!(ask("POST", "/").await.body, "call -1 send -1 hooks 3\n");
+    // Its `printf`s, never flushed by the actor, reached its log with
+    // their deliveries: the SDK flushes stdio after every call (issue 47,
+    // input 4), so none waits in linear memory for a snapshot (a fork
+    // would print it again).
+    let logs = server.cli_ok(&["actor", "logs", "abi"]);
+    for line in ["unflushed line 1", "unflushed line 3"] {
+        assert!(logs.contains(line), "{line}: {logs}");
+    }
     // Alarms and fetch answer codes, whatever this host enables.
     let alarm = ask("POST", "/alarm").await;
     assert_eq!(alarm.status, 200, "{alarm:?}");
