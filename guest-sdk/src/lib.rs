@@ -179,16 +179,6 @@ pub mod __rt {
         }
     }
 
-    /// Writes what the guest left in its stdout and stderr buffers (a
-    /// `print!` without a newline) to the host at the end of every
-    /// delivery and hook: output is delivered with its delivery, and never
-    /// kept in linear memory, where a snapshot would carry it into a fork.
-    fn flush_stdio() {
-        use std::io::Write as _;
-        let _ = std::io::stdout().flush();
-        let _ = std::io::stderr().flush();
-    }
-
     impl<A: Actor> Slot<A> {
         pub const fn new() -> Self {
             Self {
@@ -208,22 +198,18 @@ pub mod __rt {
 
         pub fn init(&self) {
             let _ = self.actor();
-            flush_stdio();
         }
 
         pub fn on_pause(&self) {
             self.actor().on_pause();
-            flush_stdio();
         }
 
         pub fn on_resume(&self) {
             self.actor().on_resume();
-            flush_stdio();
         }
 
         pub fn on_alarm(&self) {
             self.actor().alarm();
-            flush_stdio();
         }
 
         /// The body of `stasis_on_socket`: decodes the event in the buffer
@@ -240,7 +226,6 @@ pub mod __rt {
                 Ok(event) => self.actor().on_socket(event),
                 Err(e) => eprintln!("bad socket event from host: {e}"),
             }
-            flush_stdio();
             0
         }
 
@@ -302,7 +287,6 @@ pub mod __rt {
                 Err(e) => super::Response::text(400, format!("bad request from host: {e}\n")),
             };
             drop(input);
-            flush_stdio();
             let bytes = stasis_host_api::encode_response(&response).unwrap_or_else(|e| {
                 let fallback = super::Response::text(500, format!("{e}\n"));
                 stasis_host_api::encode_response(&fallback).unwrap_or_default()

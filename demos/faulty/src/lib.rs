@@ -11,8 +11,7 @@
 //!   the allocation is refused;
 //! * `GET /clock`: `monotonic=<ns> wall=<ns since epoch>\n`;
 //! * `POST /print?text=T`: writes T and a newline to stdout and stderr;
-//! * `POST /write?text=T`: writes T to stdout with no newline (`print!`,
-//!   not flushed by the demo: the SDK flushes after every delivery);
+//! * `POST /write?text=T`: writes T to stdout with no newline (flushed);
 //! * `GET /constructors`: `constructors: <n>\n`, how often the module's
 //!   static constructor ran (1 for the actor's whole life);
 //! * `GET /random`: 16 bytes from WASI `random_get`, hex, and a newline
@@ -117,9 +116,11 @@ impl Actor for Faulty {
                 Response::text(200, "printed\n")
             }
             ("POST", "/write") => {
-                // Not flushed here: the SDK flushes stdio after every
-                // delivery, so nothing is left in the guest's buffer.
-                print!("{}", req.query("text").unwrap_or(""));
+                use std::io::Write as _;
+                let text = req.query("text").unwrap_or("");
+                let mut out = std::io::stdout();
+                let _ = out.write_all(text.as_bytes());
+                let _ = out.flush();
                 Response::text(200, "written\n")
             }
             ("GET", "/constructors") => Response::text(
