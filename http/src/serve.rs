@@ -208,12 +208,10 @@ pub async fn serve_tls<H, F>(
         };
         let _ = stream.set_nodelay(true);
         let handler = handler.clone();
-        // Each request carries its connection's [`ClientAddr`], and one of
-        // a connection that presented a verified client certificate
-        // [`ClientCertified`].
+        // Each request of a connection that presented a verified client
+        // certificate carries [`ClientCertified`].
         let service = move |certified: Option<ClientCertified>| {
             hyper::service::service_fn(move |mut req: Request<Incoming>| {
-                req.extensions_mut().insert(ClientAddr(peer));
                 if let Some(certified) = &certified {
                     req.extensions_mut().insert(certified.clone());
                 }
@@ -275,10 +273,6 @@ pub async fn serve_tls<H, F>(
         tracing::warn!("connections still open after {drain:?}; closing them");
     }
 }
-
-/// In every request's extensions: the address its connection came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ClientAddr(pub SocketAddr);
 
 /// In a request's extensions when its connection presented a client
 /// certificate that the listener's verifier accepted (mutual TLS, see

@@ -13,6 +13,7 @@
 //! `Host` against `:authority`, `Transfer-Encoding`), so a malformed
 //! request is a 400 even when `stasis-actor` names the actor.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -234,7 +235,7 @@ impl Router {
     /// its own, so that when hyper drops this future (the client left) the
     /// request is given up unless the guest runs it, and one that ran is
     /// still counted (see [`stasis_contract::client_gone`]).
-    pub async fn handle(&self, request: Request<Incoming>) -> Response<Body> {
+    pub async fn handle(&self, request: Request<Incoming>, peer: SocketAddr) -> Response<Body> {
         let gone = ClientGone::new();
         let _left = gone.clone().drop_guard();
         let routed = tokio::spawn(route(
@@ -242,6 +243,7 @@ impl Router {
             self.domain.clone(),
             self.access.clone(),
             request,
+            peer,
             gone,
         ));
         routed.await.unwrap_or_else(|e| {
@@ -260,6 +262,7 @@ async fn route(
     domain: Arc<str>,
     access: Arc<Access>,
     request: Request<Incoming>,
+    peer: SocketAddr,
     gone: ClientGone,
 ) -> Response<Body> {
     let started = std::time::Instant::now();
@@ -337,11 +340,7 @@ async fn route(
                     .headers
                     .push(("upgrade".to_owned(), b"websocket".to_vec()));
             }
-            let peer = parts
-                .extensions
-                .get::<stasis_http::serve::ClientAddr>()
-                .map(|addr| addr.0.ip());
-            let span = ingress_span(&actor, &mut guest, peer);
+            let span = ingress_span(&actor, &mut guest, peer.ip());
             let answer = control
                 .call(route, guest, &gone)
                 .await
@@ -377,9 +376,9 @@ async fn route(
 fn ingress_span(
     actor: &str,
     guest: &mut stasis_host_api::Request,
-    peer: Option<std::net::IpAddr>,
+    peer: std::net::IpAddr,
 ) -> Context {
-    let parent = trace::client_parent(&guest.headers, peer);
+    let parent = trace::client_parent(&guest.headers, Some(peer));
     let tracer = trace::tracer();
     let span = tracer
         .span_builder("stasis.ingress")

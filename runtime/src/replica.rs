@@ -159,7 +159,12 @@ impl Replica {
     /// Admin API: answered here by the leader; a follower answers
     /// `/healthz` and `/metrics` (its own) and forwards the rest.
     /// `/healthz` says `ok (leader NAME)` or `ok (follower NAME)`.
-    async fn handle(&self, listener: Listener, request: Request<Incoming>) -> Response<Body> {
+    async fn handle(
+        &self,
+        listener: Listener,
+        request: Request<Incoming>,
+        peer: std::net::SocketAddr,
+    ) -> Response<Body> {
         let Some(serving) = self.serving() else {
             let e = ApiError::unavailable("the replica is starting; retry");
             return match listener {
@@ -185,7 +190,7 @@ impl Replica {
                 };
                 relayed.unwrap_or_else(|e| text_error(&e))
             }
-            Listener::Ingress => serving.router.handle(request).await,
+            Listener::Ingress => serving.router.handle(request, peer).await,
             Listener::Admin if request.uri().path() == "/healthz" => {
                 let role = if follower { "follower" } else { "leader" };
                 let mut answer = Response::new(stasis_http::serve::Body::new(bytes::Bytes::from(
@@ -316,9 +321,9 @@ pub async fn serve_replica(
         tokio::spawn(stasis_http::serve::serve_tls(
             listener,
             tls,
-            move |req, _| {
+            move |req, peer| {
                 let replica = replica.clone();
-                async move { replica.handle(which, req).await }
+                async move { replica.handle(which, req, peer).await }
             },
             stopped(rx),
             DRAIN,

@@ -79,9 +79,9 @@ pub async fn serve(
     let ingress_task = tokio::spawn(stasis_http::serve::serve_tls(
         ingress,
         options.tls.clone(),
-        move |req, _| {
+        move |req, peer| {
             let router = router.clone();
-            async move { router.handle(req).await }
+            async move { router.handle(req, peer).await }
         },
         stopped(stop_rx.clone()),
         DRAIN,
