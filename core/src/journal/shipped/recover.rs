@@ -173,7 +173,7 @@ impl ShippedJournal {
                 None => true,
                 Some(head) => {
                     head.is_some_and(|head| head <= entry.seq)
-                        && !forgotten(&segments, (name, segment), entry)
+                        && !forgotten(&holding(&segments, &entry.actor), (name, segment), entry)
                 }
             },
             _ => false,
@@ -245,24 +245,41 @@ pub(super) const TOMBSTONE: u64 = u64::MAX;
 /// Whether segment `a` was written after segment `b`: by round within one
 /// worker's run (names sort by round), else by age.
 fn newer((a, sa): (&String, &Segment), (b, sb): (&String, &Segment)) -> bool {
-    let run = |name: &str| name.rsplit_once('-').map(|(run, _)| run.to_owned());
-    match (run(a), run(b)) {
+    match (run_of(a), run_of(b)) {
         (Some(ra), Some(rb)) if ra == rb => a > b,
         _ => sa.age < sb.age,
     }
 }
 
+/// The `<worker>/<run>` part of a segment's name.
+fn run_of(name: &str) -> Option<&str> {
+    name.rsplit_once('-').map(|(run, _)| run)
+}
+
+/// The segments holding entries of one actor, with those entries: what
+/// [`forgotten`] looks through (found once per actor, not per entry).
+type Holding<'a> = Vec<(&'a String, &'a Segment, &'a [Entry])>;
+
+/// The segments of `segments` that hold entries of `actor`.
+fn holding<'a>(segments: &'a HashMap<String, Segment>, actor: &str) -> Holding<'a> {
+    segments
+        .iter()
+        .filter_map(|(name, segment)| {
+            let entries = segment.entries.get(actor)?;
+            Some((name, segment, entries.as_slice()))
+        })
+        .collect()
+}
+
 /// Whether a forget after `entry` (in segment `at`) dropped it: one of the
 /// same run at the entry's epoch or later (the actor was deleted, moved
-/// away or repaired there), or a tombstone of any worker.
-fn forgotten(segments: &HashMap<String, Segment>, at: (&String, &Segment), entry: &Entry) -> bool {
-    let run = at.0.rsplit_once('-').map_or(at.0.as_str(), |(run, _)| run);
+/// away or repaired there), or a tombstone of any worker. `holding`: the
+/// segments with entries of the entry's actor.
+fn forgotten(holding: &Holding<'_>, at: (&String, &Segment), entry: &Entry) -> bool {
+    let run = run_of(at.0).unwrap_or(at.0.as_str());
     // A tombstone's epoch is above every other.
     let applies = |forget: &Entry| forget.kind == EntryKind::Forget && forget.epoch >= entry.epoch;
-    segments.iter().any(|(name, segment)| {
-        let Some(entries) = segment.entries.get(&entry.actor) else {
-            return false;
-        };
+    holding.iter().any(|&(name, segment, entries)| {
         if std::ptr::eq(segment, at.1) {
             // Later in the same segment.
             return entries
@@ -283,10 +300,10 @@ fn forgotten(segments: &HashMap<String, Segment>, at: (&String, &Segment), entry
 /// entries of an actor share a seq until one is sealed: of one run, the
 /// later round wins.
 fn newest_entry<'a>(segments: &'a HashMap<String, Segment>, actor: &str) -> Option<&'a Entry> {
-    let (at, entry) = segments
+    let holding = holding(segments, actor);
+    let (at, entry) = holding
         .iter()
-        .filter_map(|(name, segment)| {
-            let entries = segment.entries.get(actor)?;
+        .filter_map(|&(name, segment, entries)| {
             let newest = entries
                 .iter()
                 .filter(|e| e.kind == EntryKind::Snapshot)
@@ -294,7 +311,7 @@ fn newest_entry<'a>(segments: &'a HashMap<String, Segment>, actor: &str) -> Opti
             Some(((name, segment), newest))
         })
         .max_by_key(|((name, _), entry)| (entry.seq, entry.epoch, name.as_str()))?;
-    (!forgotten(segments, at, entry)).then_some(entry)
+    (!forgotten(&holding, at, entry)).then_some(entry)
 }
 
 /// `actor`'s delivery entries on snapshot `head` in `segments` that no
@@ -304,14 +321,12 @@ fn newest_entry<'a>(segments: &'a HashMap<String, Segment>, actor: &str) -> Opti
 /// owner replayed them and went on from there).
 fn deliveries(segments: &HashMap<String, Segment>, actor: &str, head: u64) -> Read {
     let mut by_epoch: BTreeMap<u64, BTreeMap<u64, (&String, &Entry)>> = BTreeMap::new();
-    for (name, segment) in segments {
-        let Some(entries) = segment.entries.get(actor) else {
-            continue;
-        };
+    let holding = holding(segments, actor);
+    for &(name, segment, entries) in &holding {
         for entry in entries {
             if entry.kind != EntryKind::Delivery
                 || entry.seq != head
-                || forgotten(segments, (name, segment), entry)
+                || forgotten(&holding, (name, segment), entry)
             {
                 continue;
             }
