@@ -14,17 +14,48 @@ use crate::support::{STASIS, Server, client, to_actor};
 /// A loopback origin answering every request with `head` (status line and
 /// headers) and `body`; counts the requests it has read.
 pub(crate) async fn origin(head: &str, body: &'static str) -> (SocketAddr, Arc<AtomicUsize>) {
+    let seen = Arc::new(AtomicUsize::new(0));
+    let count = seen.clone();
+    let addr = serve_origin(head, body, move |_| {
+        count.fetch_add(1, Ordering::SeqCst);
+    })
+    .await;
+    (addr, seen)
+}
+
+/// [`origin`], keeping each request's head (lower-cased).
+pub(crate) async fn recording_origin(
+    head: &str,
+    body: &'static str,
+) -> (SocketAddr, Arc<std::sync::Mutex<Vec<String>>>) {
+    let heads = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let kept = heads.clone();
+    let addr = serve_origin(head, body, move |request| {
+        kept.lock()
+            .expect("heads")
+            .push(String::from_utf8_lossy(request).to_lowercase());
+    })
+    .await;
+    (addr, heads)
+}
+
+/// The origin's accept loop: `seen` gets each request's head, then the
+/// answer is `head`, a text body and `connection: close`.
+async fn serve_origin(
+    head: &str,
+    body: &'static str,
+    seen: impl Fn(&[u8]) + Send + Sync + 'static,
+) -> SocketAddr {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let head: Arc<str> = head.into();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind origin");
     let addr = listener.local_addr().expect("origin address");
-    let seen = Arc::new(AtomicUsize::new(0));
-    let count = seen.clone();
+    let seen = Arc::new(seen);
     tokio::spawn(async move {
         while let Ok((mut stream, _)) = listener.accept().await {
-            let count = count.clone();
+            let seen = seen.clone();
             let head = head.clone();
             tokio::spawn(async move {
                 let mut request = Vec::new();
@@ -35,7 +66,7 @@ pub(crate) async fn origin(head: &str, body: &'static str) -> (SocketAddr, Arc<A
                         Ok(n) => request.extend_from_slice(&buf[..n]),
                     }
                 }
-                count.fetch_add(1, Ordering::SeqCst);
+                seen(&request);
                 let answer = format!(
                     "{head}\r\ncontent-type: text/plain\r\ncontent-length: {}\r\n\
                      connection: close\r\n\r\n{body}",
@@ -45,7 +76,7 @@ pub(crate) async fn origin(head: &str, body: &'static str) -> (SocketAddr, Arc<A
             });
         }
     });
-    (addr, seen)
+    addr
 }
 
 /// `GET url` through the `fetch` demo actor `getter` (brackets escaped

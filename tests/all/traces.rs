@@ -367,48 +367,13 @@ async fn neither_a_clients_flag_nor_its_trace_id_steers_sampling_unless_it_is_a_
     assert_eq!(ingress[0].trace, CLIENT_TRACE);
 }
 
-/// An origin on loopback that answers 200 and keeps each request's head.
-async fn recording_origin() -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    let heads = Arc::new(Mutex::new(Vec::new()));
-    let kept = heads.clone();
-    tokio::spawn(async move {
-        while let Ok((mut stream, _)) = listener.accept().await {
-            let kept = kept.clone();
-            tokio::spawn(async move {
-                let mut head = Vec::new();
-                let mut buf = [0u8; 1024];
-                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match stream.read(&mut buf).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => head.extend_from_slice(&buf[..n]),
-                    }
-                }
-                kept.lock()
-                    .expect("heads")
-                    .push(String::from_utf8_lossy(&head).to_lowercase());
-                let _ = stream
-                    .write_all(
-                        b"HTTP/1.1 200 OK\r\ncontent-length: 3\r\nconnection: close\r\n\r\nok\n",
-                    )
-                    .await;
-            });
-        }
-    });
-    (addr, heads)
-}
-
 /// Issue 47, input 3: an actor's `fetch` is a `stasis.fetch` client span
 /// under its delivery, and the origin receives a `traceparent` naming that
 /// span (not the caller's), so the origin's own spans join the trace.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_fetch_is_a_client_span_and_carries_its_traceparent() {
     let receiver = Receiver::start().await;
-    let (origin, heads) = recording_origin().await;
+    let (origin, heads) = crate::outbound::recording_origin("HTTP/1.1 200 OK", "ok\n").await;
     let rule = origin.to_string();
     let server = traced_server(&receiver, &["--allow-outbound", rule.as_str()]);
     server.push("fetch");
