@@ -16,8 +16,8 @@ use stasis_contract::client_gone::ClientGone;
 use stasis_contract::error::{ApiError, ErrorKind};
 use stasis_contract::logs::{LogLine, LogQuery};
 use stasis_contract::proto::{
-    CALL_HEADER, CONNECT_TIMEOUT, EPOCH_HEADER, InstallSpec, LIVE_HEADER, Op, PEER_TIMEOUT,
-    ResumeRequest, SEQ_HEADER, SPEC_HEADER, STATUS_TIMEOUT, WorkerPath,
+    CALL_HEADER, CONNECT_TIMEOUT, EPOCH_HEADER, EventNote, InstallSpec, LIVE_HEADER, Op,
+    PEER_TIMEOUT, ResumeRequest, SEQ_HEADER, SPEC_HEADER, STATUS_TIMEOUT, WorkerPath,
 };
 use stasis_contract::status::{ActorStatus, Captured, ResumeFrom, SnapshotReport};
 use stasis_contract::worker_api::{HostSpec, Location, WorkerApi};
@@ -95,6 +95,39 @@ impl Peer {
         headers: &[(&str, &str)],
         body: Bytes,
     ) -> Result<Answer, ApiError> {
+        self.exchange(timeout, method, path, headers, body, false)
+            .await
+    }
+
+    /// [`Peer::send`] of a delivery to an actor (a request, an alarm, a
+    /// socket event), which is not safe to send twice: a connection that
+    /// breaks off or an answer that does not come after the delivery was
+    /// sent is a 500 saying it may or may not have been applied, never a
+    /// 503 that a client would read as "not applied, try again". A
+    /// connection refused is still [`ErrorKind::Unreachable`] (never
+    /// delivered: held and sent again).
+    ///
+    /// # Errors
+    /// As [`Peer::send`], with that difference.
+    pub async fn deliver(
+        &self,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Bytes,
+    ) -> Result<Answer, ApiError> {
+        self.exchange(PEER_TIMEOUT, Method::POST, path, headers, body, true)
+            .await
+    }
+
+    async fn exchange(
+        &self,
+        timeout: Duration,
+        method: Method,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Bytes,
+        delivery: bool,
+    ) -> Result<Answer, ApiError> {
         self.http
             .exchange(method, path, headers, body, Some(timeout))
             .await
@@ -108,6 +141,9 @@ impl Peer {
                 match e {
                     // Refused before anything was sent: nothing ran there.
                     Unanswered::Connect(_) => ApiError::new(ErrorKind::Unreachable, message),
+                    _ if delivery => ApiError::internal(format!(
+                        "{message}; the delivery was sent, so it may or may not have been applied"
+                    )),
                     _ => ApiError::unavailable(message),
                 }
             })?
@@ -278,7 +314,7 @@ impl WorkerApi for WorkerClient {
         let epoch = epoch.to_string();
         let call = call_id();
         let headers = [(EPOCH_HEADER, epoch.as_str()), (CALL_HEADER, call.as_str())];
-        let forward = self.peer.send(Method::POST, &path, &headers, body.into());
+        let forward = self.peer.deliver(&path, &headers, body.into());
         tokio::pin!(forward);
         let answer = tokio::select! {
             biased;
@@ -320,12 +356,7 @@ impl WorkerApi for WorkerClient {
         let epoch = epoch.to_string();
         let answer = self
             .peer
-            .send(
-                Method::POST,
-                &path,
-                &[(EPOCH_HEADER, epoch.as_str())],
-                Bytes::new(),
-            )
+            .deliver(&path, &[(EPOCH_HEADER, epoch.as_str())], Bytes::new())
             .await?;
         serde_json::from_slice(&answer.body).map_err(|e| {
             ApiError::bad_gateway(format!("worker {}: bad alarm answer: {e}", self.name))
@@ -344,12 +375,7 @@ impl WorkerApi for WorkerClient {
             ApiError::new(stasis_contract::error::ErrorKind::TooLarge, e.to_string())
         })?;
         self.peer
-            .send(
-                Method::POST,
-                &path,
-                &[(EPOCH_HEADER, epoch.as_str())],
-                Bytes::from(body),
-            )
+            .deliver(&path, &[(EPOCH_HEADER, epoch.as_str())], Bytes::from(body))
             .await
             .map(|_| ())
     }
@@ -383,6 +409,14 @@ impl WorkerApi for WorkerClient {
 
     async fn cancel_move(&self, actor: &str) {
         let _ = self.op(actor, Op::CancelMove, &[]).await;
+    }
+
+    async fn event(&self, actor: &str, text: &str) -> Result<(), ApiError> {
+        let note = EventNote {
+            text: text.to_owned(),
+        };
+        let _: serde_json::Value = self.json_op(actor, Op::Event, &note).await?;
+        Ok(())
     }
 
     async fn hand_over(

@@ -13,53 +13,18 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 mod alarms;
+mod labels;
 mod latency;
 mod placements;
 mod scrape;
+mod sockets;
 
 pub use alarms::AlarmMetrics;
+pub use labels::{ActorLabel, ActorRequestLabels, RequestLabels, StateLabel, WorkerLabel};
 use latency::{Histograms, histogram, latency_buckets};
 pub use latency::{LatencyLabels, RequestLatency};
 pub use placements::PlacementCacheMetrics;
-
-/// Labels `{template, status}` of `stasis_requests_total`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct RequestLabels {
-    /// Template name of the actor that answered.
-    pub template: String,
-    /// HTTP status code answered.
-    pub status: u16,
-}
-
-/// Labels `{actor, status}` of `stasis_actor_requests_total`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ActorRequestLabels {
-    /// Actor name.
-    pub actor: String,
-    /// HTTP status code answered.
-    pub status: u16,
-}
-
-/// Label `{worker}`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct WorkerLabel {
-    /// Worker name.
-    pub worker: String,
-}
-
-/// Label `{actor}`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ActorLabel {
-    /// Actor name.
-    pub actor: String,
-}
-
-/// Label `{state}` of `stasis_actors`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct StateLabel {
-    /// Lower-case actor state.
-    pub state: String,
-}
+pub use sockets::SocketMetrics;
 
 /// Most actors that have per-actor series at once (`--metrics-per-actor`).
 /// Events of further actors are counted in the template and worker series
@@ -121,6 +86,8 @@ pub struct Metrics {
     pub host_calls: HostCallMetrics,
     /// Alarms fired, failed and pending.
     pub alarms: AlarmMetrics,
+    /// WebSockets and streams open, pinged and closed as dead.
+    pub sockets: SocketMetrics,
     /// A follower replica's placement cache.
     pub placement_cache: PlacementCacheMetrics,
 }
@@ -376,6 +343,7 @@ impl Metrics {
         let per_actor = per_actor.then(|| PerActor::new(&mut registry));
         let host_calls = HostCallMetrics::register(&mut registry);
         let alarms = AlarmMetrics::register(&mut registry);
+        let sockets = SocketMetrics::register(&mut registry);
         let placement_cache = PlacementCacheMetrics::register(&mut registry);
         Self {
             registry,
@@ -399,6 +367,7 @@ impl Metrics {
             journal_replay_failures,
             host_calls,
             alarms,
+            sockets,
             placement_cache,
         }
     }

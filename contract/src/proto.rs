@@ -85,11 +85,23 @@ pub enum Op {
     /// Body: [`crate::logs::LogQuery`] (JSON). Answer: the lines it
     /// selects, `[LogLine]` (JSON), after its wait if it has one.
     Logs,
+    /// Body: [`EventNote`] (JSON): a lifecycle event the control plane
+    /// records in the actor's log (an upgrade that failed). Answer: empty
+    /// JSON object.
+    Event,
+}
+
+/// The body of [`Op::Event`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EventNote {
+    /// The event's text: its kind, a colon, what happened.
+    pub text: String,
 }
 
 impl Op {
     /// Every operation.
-    pub const ALL: [Op; 13] = [
+    pub const ALL: [Op; 14] = [
         Op::Create,
         Op::Install,
         Op::Call,
@@ -103,6 +115,7 @@ impl Op {
         Op::HandOver,
         Op::Abandon,
         Op::Logs,
+        Op::Event,
     ];
 
     /// Its path segment.
@@ -122,6 +135,7 @@ impl Op {
             Op::HandOver => "hand-over",
             Op::Abandon => "abandon",
             Op::Logs => "logs",
+            Op::Event => "event",
         }
     }
 

@@ -91,14 +91,19 @@ pub struct ActorOutcome {
     /// Why the rollback could not move it back.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollback_error: Option<String>,
+    /// The actor was deleted while the rollout ran, before it was moved:
+    /// the rollout skipped it (`gone`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub gone: bool,
 }
 
-/// One actor that failed in a rollout, as the status shows it.
+/// One actor that failed in a rollout (or that it skipped), as the
+/// status shows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RolloutFailure {
     /// The actor.
     pub actor: String,
-    /// Why (the upgrade's refusal).
+    /// Why (the upgrade's refusal; `gone` for a skipped actor).
     pub reason: String,
 }
 
@@ -113,7 +118,7 @@ pub struct RolloutStatus {
     pub to_version: u64,
     /// Where it is.
     pub state: RolloutState,
-    /// Actors it covers: `upgraded + failed + pending`.
+    /// Actors it covers: `upgraded + failed + pending + skipped`.
     pub total: usize,
     /// Actors moved (to `to_version`; by a rollback, back to their
     /// previous version).
@@ -132,6 +137,13 @@ pub struct RolloutStatus {
     pub eager: bool,
     /// Every failed actor with its reason, by name.
     pub failures: Vec<RolloutFailure>,
+    /// Actors it covered that were deleted before it moved them (each is
+    /// in `skips`, reason `gone`).
+    #[serde(default)]
+    pub skipped: usize,
+    /// Every skipped actor with why, by name.
+    #[serde(default)]
+    pub skips: Vec<RolloutFailure>,
     /// Why it stopped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stop_reason: Option<String>,

@@ -184,6 +184,15 @@ pub trait WorkerApi: Send + Sync {
         seq: u64,
     ) -> Result<SnapshotReport, ApiError>;
 
+    /// Records lifecycle event `text` (its kind, a colon, what happened)
+    /// in `actor`'s log here, as the worker's own events are: the control
+    /// plane's record of what the actor went through that its worker cannot
+    /// see (an upgrade refused before or after the capture).
+    ///
+    /// # Errors
+    /// 404 if it does not host the actor; 503 if unreachable.
+    async fn event(&self, actor: &str, text: &str) -> Result<(), ApiError>;
+
     /// Stops hosting `actor`. A worker with a store of its own also deletes
     /// its copy of the actor's snapshots (the control plane keeps them).
     async fn remove(&self, actor: &str);

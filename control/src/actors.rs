@@ -511,6 +511,7 @@ impl ControlPlane {
         // for it any more.
         self.metrics.forget_actor(name);
         self.directory.delete_actor(name)?;
+        self.rollout_saw_delete(name, &placement.template);
         if let Ok(alarms) = self.alarms() {
             alarms.forget(name);
         }

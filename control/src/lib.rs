@@ -302,7 +302,7 @@ impl ControlPlane {
         parts: ControlParts,
         role: Role,
     ) -> Arc<Self> {
-        let sockets = sockets::Sockets::new(config.sockets);
+        let sockets = sockets::Sockets::new(config.sockets, metrics.sockets.clone());
         // The one place a role is read: a follower follows placements
         // into a bounded cache and decides nothing.
         let (placements, decides) = match role {
@@ -464,6 +464,8 @@ impl ControlPlane {
             let cached = i64::try_from(self.placements().len()).unwrap_or(i64::MAX);
             cache.metrics.cached.set(cached);
         }
+        let open = i64::try_from(self.sockets.len()).unwrap_or(i64::MAX);
+        self.metrics.sockets.open.set(open);
         self.metrics
             .encode_at_scrape(states, held, self.store.used_bytes())
     }

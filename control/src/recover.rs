@@ -224,6 +224,24 @@ impl ControlPlane {
         while tasks.join_next().await.is_some() {}
     }
 
+    /// On a deciding control plane, places `actor` now if it waits for a
+    /// host (its worker was lost) and a worker is ready: a request held
+    /// for it does not wait for its turn in the re-placement wave. A
+    /// failure is counted and left to the wave's retries.
+    pub(crate) async fn place_if_waiting(&self, actor: &str) {
+        if !self.decides()
+            || self.least_loaded().is_none()
+            || !self
+                .placement_of(actor)
+                .is_ok_and(|p| self.needs_a_host(&p, actor))
+        {
+            return;
+        }
+        if let Err(e) = self.re_place(actor).await {
+            self.replacement_failed(actor, &e);
+        }
+    }
+
     /// Counts and logs a failed re-placement of `actor`, and keeps its
     /// reason for `actor get` until the actor is placed.
     fn replacement_failed(&self, actor: &str, e: &ApiError) {

@@ -119,7 +119,7 @@ impl ControlPlane {
         let hold = self.config.worker.hold_timeout;
         let mut attempts = 0;
         // Since when the actor has had no reachable host, if it has not.
-        let mut hostless = None;
+        let mut hostless = HostWait::default();
         loop {
             let open = match gate.barrier.try_read() {
                 Ok(open) => open,
@@ -150,17 +150,24 @@ impl ControlPlane {
                 Err(e) => return Err(e),
             };
             let forward = delivery.send(member.api.as_ref(), name, epoch, gone);
+            tokio::pin!(forward);
             // A worker declared lost (frozen, cut off) is not waited for:
             // its actor is re-placed under this gate. Whether it ran the
             // delivery is unknown here (a woken worker is fenced off: see
-            // `stasis_worker::fence`), and the answer says so.
+            // `stasis_worker::fence`), and the answer says so — unless the
+            // forward is refusing its connection as the loss is declared
+            // (a dead worker): never delivered, so held like any other.
             let answer = tokio::select! {
-                answer = forward => answer,
-                () = member.lost() => Err(ApiError::internal(format!(
-                    "worker {} was lost while it held the request for actor {name}: it may or \
-                     may not have been applied",
-                    member.name
-                ))),
+                biased;
+                answer = &mut forward => answer,
+                () = member.lost() => match tokio::time::timeout(LOST_GRACE, &mut forward).await {
+                    Ok(Err(e)) if e.is(ErrorKind::Unreachable) => Err(e),
+                    _ => Err(ApiError::internal(format!(
+                        "worker {} was lost while it held the request for actor {name}: it may \
+                         or may not have been applied",
+                        member.name
+                    ))),
+                },
             };
             match answer {
                 Err(e) if e.is(ErrorKind::StaleEpoch) && attempts < self.misdirected_retries() => {
@@ -208,7 +215,9 @@ impl ControlPlane {
     /// like one at a closed gate (counted in `--max-held`, given up when
     /// its client leaves) instead of failing while a re-placement is
     /// pending. Past `--hold-timeout` since `since` (set at the first
-    /// hold), the answer is `error`'s 503 naming the timeout.
+    /// hold), the answer is `error`'s 503 naming the timeout. On a deciding
+    /// control plane, an actor that waits for a host (its worker lost) is
+    /// placed now (see [`ControlPlane::place_if_waiting`]).
     ///
     /// # Errors
     /// 503 past the hold timeout or over `--max-held`;
@@ -218,17 +227,24 @@ impl ControlPlane {
         name: &str,
         gate: &Gate,
         gone: &ClientGone,
-        since: &mut Option<Instant>,
+        since: &mut HostWait,
         error: ApiError,
     ) -> Result<(), ApiError> {
         let hold = self.config.worker.hold_timeout;
-        let held_for = since.get_or_insert_with(Instant::now).elapsed();
+        let held_for = since.since.get_or_insert_with(Instant::now).elapsed();
         let Some(left) = hold.checked_sub(held_for).filter(|left| !left.is_zero()) else {
             return Err(ApiError::unavailable(format!(
                 "{}; not served within the hold timeout of {hold:?}",
                 error.message()
             )));
         };
+        if since.placed.is_none_or(|at| at.elapsed() >= PLACE_AGAIN) {
+            // A deciding control plane places a lost worker's actor for its
+            // first waiting request now, not in its turn in the wave (and
+            // again each `PLACE_AGAIN` it still waits).
+            since.placed = Some(Instant::now());
+            self.place_if_waiting(name).await;
+        }
         let _held = HeldAtGate::enter(&gate.held, self.config.worker.max_held, name)?;
         tracing::debug!(actor = name, "held for a host: {}", error.message());
         let pause = HOST_POLL.min(left);
@@ -251,6 +267,24 @@ impl ControlPlane {
 /// How often a held delivery looks again for its actor's host (the
 /// placement, and the worker's connection).
 const HOST_POLL: Duration = Duration::from_millis(50);
+
+/// How often a delivery held for a host asks a deciding control plane to
+/// place its actor (the first time at once).
+const PLACE_AGAIN: Duration = Duration::from_secs(1);
+
+/// How long a forward to a worker just declared lost may still say that
+/// its connection was refused (never delivered) before the answer is that
+/// the delivery's outcome is unknown.
+const LOST_GRACE: Duration = Duration::from_millis(200);
+
+/// A delivery's wait for a reachable host of its actor.
+#[derive(Debug, Default)]
+struct HostWait {
+    /// Since when the actor has had no reachable host.
+    since: Option<Instant>,
+    /// When this delivery last asked for the actor to be placed.
+    placed: Option<Instant>,
+}
 
 /// An actor found for a request ([`ControlPlane::route`]): the gate its
 /// request passes.

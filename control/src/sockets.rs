@@ -15,6 +15,7 @@ use bytes::Bytes;
 use tokio::sync::mpsc;
 
 use stasis_contract::error::{ApiError, ErrorKind};
+use stasis_contract::metrics::SocketMetrics;
 use stasis_contract::sockets::{SocketAnswer, SocketLimits, SocketOp, SocketTarget};
 
 use crate::ControlPlane;
@@ -69,21 +70,23 @@ impl Table {
 /// The sockets and streams this process holds (module docs).
 pub struct Sockets {
     limits: SocketLimits,
+    metrics: SocketMetrics,
     next: AtomicU64,
     table: Mutex<Table>,
 }
 
 impl Sockets {
-    /// No sockets yet, under `limits`. Ids start at the current time in
-    /// microseconds, so an id an actor kept from before a restart of this
-    /// process names no new socket.
+    /// No sockets yet, under `limits`, counted in `metrics`. Ids start at
+    /// the current time in microseconds, so an id an actor kept from before
+    /// a restart of this process names no new socket.
     #[must_use]
-    pub fn new(limits: SocketLimits) -> Self {
+    pub fn new(limits: SocketLimits, metrics: SocketMetrics) -> Self {
         let start = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(1, |d| u64::try_from(d.as_micros()).unwrap_or(1));
         Self {
             limits,
+            metrics,
             next: AtomicU64::new(start),
             table: Mutex::default(),
         }
@@ -93,6 +96,14 @@ impl Sockets {
     #[must_use]
     pub fn limits(&self) -> SocketLimits {
         self.limits
+    }
+
+    /// The socket metrics (`stasis_sockets_open` is set at scrape time
+    /// from [`Sockets::len`]; the edge counts pings, dead peers and
+    /// heartbeats).
+    #[must_use]
+    pub fn metrics(&self) -> &SocketMetrics {
+        &self.metrics
     }
 
     fn table(&self) -> std::sync::MutexGuard<'_, Table> {

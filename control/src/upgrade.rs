@@ -73,10 +73,14 @@ impl ControlPlane {
             (None, _) => Path::CarryOver(new.info.digest),
             (Some(_), None) => Path::HandOver,
             (Some(carry), Some(hand)) => {
+                let why =
+                    format!("not by memory carry-over ({carry}), not by state hand-over ({hand})");
+                if let Ok(member) = self.host_of(&placement, name) {
+                    upgrade_failed(&member, name, &template, (from, to), &why).await;
+                }
                 return Err(ApiError::conflict(format!(
                     "actor {name} cannot move from version {from} to version {to} of template \
-                     {template}: not by memory carry-over ({carry}), not by state hand-over \
-                     ({hand}); it stays on version {from}"
+                     {template}: {why}; it stays on version {from}"
                 )));
             }
         };
@@ -199,6 +203,7 @@ impl ControlPlane {
                 .await;
             drop(closed);
             tracing::warn!(actor = name, from, to, "upgrade refused: {e}");
+            upgrade_failed(&member, name, template, (from, to), e.message()).await;
             let message = format!(
                 "upgrade of {name} to version {to} of template {template} refused; it stays \
                  on version {from} with its state: {}",
@@ -351,6 +356,25 @@ impl ControlPlane {
         {
             tracing::error!(actor = name, "putting the actor back on its version: {e}");
         }
+    }
+}
+
+/// Records event `upgrade_failed` in actor `name`'s log on `member`: the
+/// versions and why the actor stays on `from` (best effort: the answer to
+/// the upgrade says it either way).
+async fn upgrade_failed(
+    member: &Member,
+    name: &str,
+    template: &str,
+    (from, to): (u64, u64),
+    why: &str,
+) {
+    let text = format!(
+        "upgrade_failed: from version {from} to version {to} of template {template}: {why}; \
+         it stays on version {from} with its state"
+    );
+    if let Err(e) = member.api.event(name, &text).await {
+        tracing::warn!(actor = name, "recording the failed upgrade in its log: {e}");
     }
 }
 

@@ -24,6 +24,7 @@ use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role, WebSocketConfig
 use tokio_tungstenite::tungstenite::{Error as WsError, Message, error::CapacityError};
 
 use stasis_contract::error::{ApiError, ErrorKind};
+use stasis_contract::metrics::SocketMetrics;
 use stasis_control::ControlPlane;
 use stasis_control::sockets::{Outgoing, SLOW_CLIENT};
 use stasis_host_api::sockets::{SocketEvent, SocketEventKind};
@@ -243,11 +244,13 @@ async fn ping_or_give_up<S>(
     ws: &mut WebSocketStream<S>,
     pinged: &mut bool,
     ping: std::time::Duration,
+    metrics: &SocketMetrics,
 ) -> Option<(u16, String)>
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
     if *pinged {
+        metrics.dead.inc();
         let reason = format!("no answer to a ping within {ping:?} (--socket-ping)");
         let _ = ws.send(close_frame(1011, &reason)).await;
         return Some((1006, cut(&reason)));
@@ -255,6 +258,7 @@ where
     if ws.send(Message::Ping(Bytes::new())).await.is_err() {
         return Some((1006, String::new()));
     }
+    metrics.pings.inc();
     *pinged = true;
     None
 }
@@ -310,7 +314,7 @@ async fn serve<S>(
     let (code, reason) = loop {
         tokio::select! {
             () = &mut silence, if !ping.is_zero() => {
-                if let Some(end) = ping_or_give_up(&mut ws, &mut pinged, ping).await {
+                if let Some(end) = ping_or_give_up(&mut ws, &mut pinged, ping, control.sockets().metrics()).await {
                     break end;
                 }
                 silence.as_mut().reset(tokio::time::Instant::now() + ping);
@@ -455,7 +459,10 @@ where
 /// stream) open as `stream`: its body is the answer's body, then each
 /// message the actor writes to the stream, until it closes it. A client
 /// that leaves ends the stream and the actor hears of it (a `Closed`
-/// event with code 1001).
+/// event with code 1001). An event stream (`content-type:
+/// text/event-stream`) silent for `--socket-ping` gets a comment line
+/// ([`HEARTBEAT`]): proxies keep it open, and a peer that is gone is
+/// noticed when its connection fails a write.
 pub fn open_stream(
     actor: &str,
     stream: Reservation,
@@ -475,9 +482,20 @@ pub fn open_stream(
         id,
         end: Some((1001, "the client left".to_owned())),
     };
+    let ping = control_ping(&opened, &guard.control);
     let first = futures_util::stream::once(async move { first });
-    let rest = futures_util::stream::unfold((queue, guard), |(mut queue, guard)| async move {
-        match queue.recv().await {
+    let rest = futures_util::stream::unfold((queue, guard), move |(mut queue, guard)| async move {
+        let next = match ping {
+            Some(ping) => match tokio::time::timeout(ping, queue.recv()).await {
+                Ok(next) => next,
+                Err(_) => {
+                    guard.control.sockets().metrics().heartbeats.inc();
+                    return Some((Bytes::from_static(HEARTBEAT), (queue, guard)));
+                }
+            },
+            None => queue.recv().await,
+        };
+        match next {
             Some(Outgoing::Message { data, .. }) => Some((data, (queue, guard))),
             Some(Outgoing::Close { .. }) => {
                 guard.finish(None);
@@ -491,6 +509,24 @@ pub fn open_stream(
     });
     *opened.body_mut() = Body::stream(Box::pin(first.chain(rest)));
     opened
+}
+
+/// What an event stream silent for `--socket-ping` is sent: an SSE
+/// comment, which clients ignore.
+pub const HEARTBEAT: &[u8] = b": heartbeat\n\n";
+
+/// The heartbeat period of stream answer `opened`: `--socket-ping` for an
+/// event stream, none for other bodies (a comment would be data there) or
+/// with the ping off.
+fn control_ping(opened: &Response<Body>, control: &ControlPlane) -> Option<std::time::Duration> {
+    let event_stream = opened
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|t| t.trim().eq_ignore_ascii_case("text/event-stream"));
+    let ping = control.sockets().limits().ping;
+    (event_stream && !ping.is_zero()).then_some(ping)
 }
 
 /// Ends a stream when its body is dropped: the actor hears of an end it

@@ -68,13 +68,14 @@ pub(super) async fn wait(client: &AdminClient, path: &str, first: Reply) -> anyh
     }
 }
 
-/// A rollout status as `key: value` lines, then one line per failed actor.
+/// A rollout status as `key: value` lines, then one line per failed
+/// actor and one per skipped (deleted) actor.
 #[must_use]
 pub(super) fn render(json: &Json) -> String {
     let failures = match json {
         Json::Object(fields) => fields
             .iter()
-            .filter(|(k, _)| k != "failures")
+            .filter(|(k, _)| k != "failures" && k != "skips")
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect(),
         _ => Vec::new(),
@@ -84,6 +85,15 @@ pub(super) fn render(json: &Json) -> String {
         for f in failed {
             out.push_str(&format!(
                 "failed {}: {}\n",
+                f.get("actor").and_then(Json::as_str).unwrap_or("?"),
+                f.get("reason").and_then(Json::as_str).unwrap_or("?")
+            ));
+        }
+    }
+    if let Some(Json::Array(skipped)) = json.get("skips") {
+        for f in skipped {
+            out.push_str(&format!(
+                "skipped {}: {}\n",
                 f.get("actor").and_then(Json::as_str).unwrap_or("?"),
                 f.get("reason").and_then(Json::as_str).unwrap_or("?")
             ));

@@ -99,6 +99,27 @@ async fn counter_moves_to_counter_v2_with_its_count_and_a_refusal_changes_nothin
         stderr.contains("stasis_load_state") && stderr.contains("stays on version 2"),
         "{stderr}"
     );
+    // Each refusal is an `upgrade_failed` event in the actor's history,
+    // with both versions and the reason, after its capture and put-back.
+    let failed: Vec<String> = server
+        .cli_ok(&["actor", "events", "run", "-o", "json"])
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("a JSON line"))
+        .filter_map(|e| e["text"].as_str().map(str::to_owned))
+        .filter(|t| t.starts_with("upgrade_failed: "))
+        .collect();
+    assert_eq!(failed.len(), 2, "{failed:?}");
+    assert!(
+        failed[0].contains("from version 2 to version 1 of template c")
+            && failed[0].contains("schema 2 cannot be loaded by schema 1")
+            && failed[0].contains("stays on version 2"),
+        "{failed:?}"
+    );
+    assert!(
+        failed[1].contains("from version 2 to version 3")
+            && failed[1].contains("stasis_load_state"),
+        "{failed:?}"
+    );
     // Both refusals left it on version 2 with its count, and a restart
     // keeps every actor on its version.
     assert_eq!(count(&post(&server, "run").await), 5);

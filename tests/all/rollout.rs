@@ -338,6 +338,64 @@ async fn a_paused_actor_whose_upgrade_fails_at_its_resume_is_served_by_its_versi
     assert_eq!(counts(&status), (2, 1, 1, 0), "{status}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn actors_deleted_during_a_rollout_are_listed_as_skipped() {
+    const ACTORS: usize = 20;
+    // Each step waits 3 s first: the first 8 steps (k00..k07, by name)
+    // are waiting while k15..k19 are deleted, long before their turn.
+    let delay = [("STASIS_FAILPOINT_ROLLOUT_DELAY_MS", "3000")];
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let server = Server::start_in_env(&tmp.path().join("data"), &["--workers", "1"], &delay)
+        .expect("serve starts");
+    server.push_module("wc", &guest("wc-1", 0));
+    for i in 0..ACTORS {
+        create(&server, &format!("k{i:02}"), "wc").await;
+    }
+    server.push_module("wc", &guest("wc-1", 100));
+    server.cli_json(&[
+        "template",
+        "rollout",
+        "wc",
+        "--to-version",
+        "2",
+        "--no-wait",
+    ]);
+    server.wait_for_log("failpoint: rollout step waits");
+    for i in 15..ACTORS {
+        server.cli_ok(&["actor", "delete", &format!("k{i:02}")]);
+    }
+    let status = wait_for_state(&server, "wc", "finished");
+    assert_eq!(counts(&status), (20, 15, 0, 0), "{status}");
+    assert_eq!(status["skipped"], 5, "{status}");
+    let skips: Vec<(&str, &str)> = status["skips"]
+        .as_array()
+        .expect("skips")
+        .iter()
+        .map(|s| {
+            (
+                s["actor"].as_str().expect("actor"),
+                s["reason"].as_str().expect("reason"),
+            )
+        })
+        .collect();
+    assert_eq!(
+        skips,
+        [
+            ("k15", "gone"),
+            ("k16", "gone"),
+            ("k17", "gone"),
+            ("k18", "gone"),
+            ("k19", "gone")
+        ],
+        "{status}"
+    );
+    let table = server.cli_ok(&["template", "rollout-status", "wc"]);
+    assert!(table.contains("skipped k17: gone"), "{table}");
+    for i in 0..15 {
+        assert_eq!(one_byte(&server, &format!("k{i:02}")).await, 101);
+    }
+}
+
 /// How many times `text` is in the server's log.
 fn occurrences(server: &Server, text: &str) -> usize {
     server.log().matches(text).count()

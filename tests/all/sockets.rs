@@ -512,7 +512,72 @@ async fn a_silent_websocket_peer_is_pinged_and_closed_as_dead() {
     .await;
     ws.say(live, "still here");
     assert_eq!(ws.recv(live, 1), ["still here"]);
+    let metrics = server.metrics().await;
+    let metric = |name| crate::support::metric_in(&metrics, name);
+    assert_eq!(metric("stasis_sockets_dead_total"), 1.0, "{metrics}");
+    assert!(metric("stasis_socket_pings_total") >= 1.0, "{metrics}");
+    assert_eq!(
+        metric("stasis_sockets_open"),
+        1.0,
+        "the live one: {metrics}"
+    );
     drop(silent);
+}
+
+/// Issue 47, input 7: an event stream silent for `--socket-ping` gets an
+/// SSE comment (`: heartbeat`) each period, which clients skip: proxies
+/// keep it open and a peer that is gone is noticed when a write fails.
+/// Open sockets, pings and heartbeats are counted in `/metrics`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_event_stream_gets_heartbeats_and_sockets_are_counted() {
+    let server = Server::start(&["--workers", "1", "--socket-ping", "150ms"]);
+    server.push("ticker");
+    server.create("tick", "ticker");
+    let request = hyper::Request::get(format!("http://{}/?count=3&every_ms=1000", server.ingress))
+        .header("host", "tick.actors.localhost")
+        .header("accept", "text/event-stream")
+        .body(http_body_util::Full::new(bytes::Bytes::new()))
+        .expect("request");
+    let response = client().request(request).await.expect("stream");
+    assert_eq!(response.status(), 200);
+    let mut body = response.into_body();
+    let mut text = String::new();
+    let mut open_seen = None;
+    while let Some(frame) = tokio::time::timeout(Duration::from_secs(10), body.frame())
+        .await
+        .expect("a frame within 10 s")
+    {
+        if let Ok(data) = frame.expect("frame").into_data() {
+            text.push_str(std::str::from_utf8(data.chunk()).expect("utf-8"));
+        }
+        if open_seen.is_none() && text.contains(": heartbeat") {
+            let metrics = server.metrics().await;
+            open_seen = Some(crate::support::metric_in(&metrics, "stasis_sockets_open"));
+        }
+    }
+    let ticks: Vec<&str> = text
+        .split("\n\n")
+        .filter(|r| r.starts_with("data: "))
+        .collect();
+    assert_eq!(
+        ticks,
+        ["data: tick 1", "data: tick 2", "data: tick 3"],
+        "{text}"
+    );
+    // Two gaps of a second each, a heartbeat every 150 ms of silence.
+    let beats = text.matches(": heartbeat\n\n").count();
+    assert!(beats >= 4, "{beats} heartbeats in {text:?}");
+    assert_eq!(open_seen, Some(1.0), "the open stream is counted");
+    let metrics = server.metrics().await;
+    assert!(
+        crate::support::metric_in(&metrics, "stasis_stream_heartbeats_total") >= 4.0,
+        "{metrics}"
+    );
+    assert_eq!(
+        crate::support::metric_in(&metrics, "stasis_sockets_open"),
+        0.0,
+        "{metrics}"
+    );
 }
 
 /// Issue 47, input 7: a graceful stop of `stasis serve` closes every

@@ -77,6 +77,20 @@ async fn an_actor_moves_between_versions_with_its_state_and_a_refusal_changes_no
         String::from_utf8_lossy(&missing.stderr).contains("has no version 9"),
         "{missing:?}"
     );
+    // Both refusals are in the actor's history (a version that does not
+    // exist is not an upgrade of the actor).
+    let events = server.cli_ok(&["actor", "events", "u"]);
+    let failed: Vec<&str> = events
+        .lines()
+        .filter(|l| l.contains("upgrade_failed: "))
+        .collect();
+    assert_eq!(failed.len(), 2, "{events}");
+    assert!(
+        failed[0].contains("from version 2 to version 3 of template wc")
+            && failed[0].contains("layouts declared differ"),
+        "{events}"
+    );
+    assert!(failed[1].contains("to version 4"), "{events}");
     // Both refusals left it on version 2 with its count.
     assert_eq!(one_byte(&server, "u").await, 106);
     assert_eq!(

@@ -91,6 +91,10 @@ impl WorkerApi for Worker {
         Worker::cancel_move(self, actor).await;
     }
 
+    async fn event(&self, actor: &str, text: &str) -> Result<(), ApiError> {
+        Worker::event(self, actor, text)
+    }
+
     async fn hand_over(
         &self,
         actor: &str,

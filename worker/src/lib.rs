@@ -469,6 +469,24 @@ impl Worker {
         let _ = self.command(actor, Command::CancelMove).await;
     }
 
+    /// Records lifecycle event `text` in `actor`'s log (see
+    /// [`stasis_contract::worker_api::WorkerApi::event`]).
+    ///
+    /// # Errors
+    /// 404 if it does not host the actor.
+    pub fn event(&self, actor: &str, text: &str) -> Result<(), ApiError> {
+        if self.status(actor).is_none() {
+            return Err(ApiError::not_found(format!(
+                "worker {} does not host actor {actor}",
+                self.ctx.worker
+            )));
+        }
+        self.logs
+            .get(actor, &self.ctx.worker, &self.ctx.store)
+            .event(text);
+        Ok(())
+    }
+
     /// Stops `actor`'s task and drops its instance; its files stay.
     /// Requests still held get 503. Returns once the journal's forget of
     /// the actor is durable: a restart never replays an entry of an actor

@@ -119,6 +119,7 @@ mod tests {
             error: error.map(str::to_owned),
             rolled_back: false,
             rollback_error: None,
+            gone: false,
         };
         dir.put_rollout_outcome("t", &outcome("b", Some("refused")))
             .expect("outcome");

@@ -226,6 +226,64 @@ impl ControlPlane {
         }))
     }
 
+    /// Actor `name`, of version row `row`, was deleted: if a running
+    /// rollout of its template had not moved it yet, it lists the actor as
+    /// skipped (`gone`) instead of forgetting it.
+    pub(crate) fn rollout_saw_delete(&self, name: &str, row: &str) {
+        let (template, version) = row_version(row);
+        let Ok(Some(record)) = self.directory.rollout(template) else {
+            return;
+        };
+        if record.state != RolloutState::Running
+            || (!record.rollback && version == record.to_version)
+        {
+            return;
+        }
+        let outcome = self
+            .directory
+            .rollout_outcomes(template)
+            .ok()
+            .and_then(|all| all.into_iter().find(|o| o.actor == name));
+        match outcome {
+            // Not reached yet.
+            None if !record.rollback => self.record_gone(template, name, version),
+            // Upgraded, not yet moved back.
+            Some(o)
+                if record.rollback
+                    && o.error.is_none()
+                    && !o.rolled_back
+                    && o.rollback_error.is_none() =>
+            {
+                let gone = ActorOutcome { gone: true, ..o };
+                if let Err(e) = self.directory.put_rollout_outcome(template, &gone) {
+                    tracing::error!(actor = name, "recording a rollout outcome: {e}");
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Records actor `name` (on version `from_version`) as skipped by
+    /// `template`'s rollout: deleted before it was moved.
+    fn record_gone(&self, template: &str, name: &str, from_version: u64) {
+        let outcome = ActorOutcome {
+            actor: name.to_owned(),
+            from_version,
+            error: None,
+            rolled_back: false,
+            rollback_error: None,
+            gone: true,
+        };
+        tracing::info!(
+            actor = name,
+            template,
+            "rollout: the actor is gone, skipped"
+        );
+        if let Err(e) = self.directory.put_rollout_outcome(template, &outcome) {
+            tracing::error!(actor = name, "recording a rollout outcome: {e}");
+        }
+    }
+
     /// Carries on every running rollout of the directory (at start, or
     /// when this replica begins to lead).
     pub fn resume_rollouts(self: &Arc<Self>) {
@@ -504,6 +562,12 @@ impl ControlPlane {
                 if e.is(stasis_contract::error::ErrorKind::NotFound)
                     && !self.has_actor(&step.actor) =>
             {
+                // Deleted before its turn: skipped, not failed.
+                self.record_gone(
+                    template,
+                    &step.actor,
+                    if rollback { step.to } else { step.from },
+                );
                 return true;
             }
             Err(e) => Some(e.message().to_owned()),
@@ -516,6 +580,7 @@ impl ControlPlane {
             error: if rollback { None } else { error.clone() },
             rolled_back: rollback && ok,
             rollback_error: if rollback { error.clone() } else { None },
+            gone: false,
         };
         match &error {
             None => tracing::info!(

@@ -78,6 +78,7 @@ fn pending(input: &Input<'_>) -> (Vec<Step>, Vec<Step>) {
             match outcome {
                 Some(o)
                     if o.error.is_none()
+                        && !o.gone
                         && !o.rolled_back
                         && o.rollback_error.is_none()
                         && actor.version == record.to_version =>
@@ -107,6 +108,20 @@ fn pending(input: &Input<'_>) -> (Vec<Step>, Vec<Step>) {
         }
     }
     (now, deferred)
+}
+
+/// The actors the rollout skipped because they were deleted before it
+/// moved them (and not created again since), by actor.
+fn skips(input: &Input<'_>) -> Vec<RolloutFailure> {
+    input
+        .outcomes
+        .values()
+        .filter(|o| o.gone && !input.actors.iter().any(|a| a.name == o.actor))
+        .map(|o| RolloutFailure {
+            actor: o.actor.clone(),
+            reason: "gone".to_owned(),
+        })
+        .collect()
 }
 
 /// The failures that count: forward, the upgrades that failed; for a
@@ -184,6 +199,7 @@ pub fn canaries(input: &Input<'_>, n: usize) -> Vec<String> {
 pub fn status(input: &Input<'_>) -> RolloutStatus {
     let record = input.record;
     let failures = failures(input);
+    let skips = skips(input);
     let (now, deferred) = pending(input);
     let busy = input
         .actors
@@ -195,7 +211,9 @@ pub fn status(input: &Input<'_>) -> RolloutStatus {
         .outcomes
         .values()
         .filter(|o| {
-            if record.rollback {
+            if o.gone {
+                false
+            } else if record.rollback {
                 o.rolled_back
             } else {
                 o.error.is_none()
@@ -214,7 +232,7 @@ pub fn status(input: &Input<'_>) -> RolloutStatus {
         .to_owned(),
         to_version: record.to_version,
         state: record.state,
-        total: upgraded + failures.len() + pending,
+        total: upgraded + failures.len() + pending + skips.len(),
         upgraded,
         failed: failures.len(),
         pending,
@@ -223,6 +241,8 @@ pub fn status(input: &Input<'_>) -> RolloutStatus {
         max_failures: record.max_failures,
         eager: record.eager,
         failures,
+        skipped: skips.len(),
+        skips,
         stop_reason: record.stop_reason.clone(),
     }
 }
@@ -274,6 +294,7 @@ mod tests {
             error: None,
             rolled_back: false,
             rollback_error: None,
+            gone: false,
         }
     }
 

@@ -240,6 +240,11 @@ impl WorkerApi for FakeWorker {
         Ok(Captured { seq: 0, live })
     }
 
+    async fn event(&self, actor: &str, text: &str) -> Result<(), ApiError> {
+        self.note(format!("event {actor} {text}"));
+        Ok(())
+    }
+
     async fn cancel_move(&self, actor: &str) {
         self.note(format!("cancel_move {actor}"));
         let _ = self.set_state(actor, ActorState::Running);

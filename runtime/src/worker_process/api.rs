@@ -13,7 +13,7 @@ use super::RemoteWorker;
 use super::membership::lease_lost;
 use stasis_contract::error::{ApiError, ErrorKind};
 use stasis_contract::proto::{
-    CALL_HEADER, EPOCH_HEADER, InstallSpec, LIVE_HEADER, Op, ResumeRequest, SEQ_HEADER,
+    CALL_HEADER, EPOCH_HEADER, EventNote, InstallSpec, LIVE_HEADER, Op, ResumeRequest, SEQ_HEADER,
     SPEC_HEADER, WorkerPath,
 };
 use stasis_contract::worker_api::HostSpec;
@@ -219,6 +219,12 @@ impl RemoteWorker {
             }
             Op::CancelMove => {
                 w.cancel_move(name).await;
+                Ok(json(StatusCode::OK, &serde_json::json!({})))
+            }
+            Op::Event => {
+                let note: EventNote = serde_json::from_slice(&body)
+                    .map_err(|e| ApiError::bad_request(format!("bad event: {e}")))?;
+                w.event(name, &note.text).await?;
                 Ok(json(StatusCode::OK, &serde_json::json!({})))
             }
         }
