@@ -46,6 +46,7 @@ impl Deliver for Recorder {
     fn deliver<'a, 'b, 'c>(
         &'a self,
         actor: &'b str,
+        _setter: Option<String>,
     ) -> Pin<Box<dyn Future<Output = Delivery> + Send + 'c>>
     where
         'a: 'c,
@@ -67,7 +68,7 @@ impl Deliver for Recorder {
 async fn run_case(scheduler: &Scheduler, recorder: &Recorder, due: &[(String, u64)]) -> Vec<f64> {
     recorder.seen.lock().expect("recorder").clear();
     for (actor, at) in due {
-        scheduler.set(actor, *at).await.expect("set alarm");
+        scheduler.set(actor, *at, None).await.expect("set alarm");
     }
     let last = due.iter().map(|(_, at)| *at).max().unwrap_or(0);
     let give_up = last + 60_000;

@@ -503,6 +503,28 @@ pub(crate) enum NamespaceCommand {
         #[command(flatten)]
         client: ClientArgs,
     },
+    /// Create a namespace's actors on first use: a request, call or
+    /// message to an unknown actor of the namespace creates it from the
+    /// template's newest version (once, counted in its quota); --off: an
+    /// unknown actor is 404 again. Applies on every replica within a
+    /// second.
+    #[command(group(
+        clap::ArgGroup::new("on_demand")
+            .required(true)
+            .args(["template", "off"])
+    ))]
+    OnDemand {
+        /// Namespace name (`default` for actors without one).
+        name: String,
+        /// The template new actors are made from (of the namespace).
+        #[arg(long, value_name = "T")]
+        template: Option<String>,
+        /// Stop creating actors on first use.
+        #[arg(long)]
+        off: bool,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
 }
 
 /// What the ingress asks of requests to a namespace's actors.

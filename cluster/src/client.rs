@@ -351,13 +351,19 @@ impl WorkerApi for WorkerClient {
             .map_err(|e| ApiError::bad_gateway(format!("worker {}: {e}", self.name)))
     }
 
-    async fn alarm(&self, actor: &str, epoch: u64) -> Result<AlarmOutcome, ApiError> {
+    async fn alarm(
+        &self,
+        actor: &str,
+        epoch: u64,
+        setter: Option<&str>,
+    ) -> Result<AlarmOutcome, ApiError> {
         let path = WorkerPath::Op(actor, Ok(Op::Alarm)).to_path();
         let epoch = epoch.to_string();
-        let answer = self
-            .peer
-            .deliver(&path, &[(EPOCH_HEADER, epoch.as_str())], Bytes::new())
-            .await?;
+        let mut headers = vec![(EPOCH_HEADER, epoch.as_str())];
+        if let Some(setter) = setter {
+            headers.push((stasis_contract::trace::TRACEPARENT, setter));
+        }
+        let answer = self.peer.deliver(&path, &headers, Bytes::new()).await?;
         serde_json::from_slice(&answer.body).map_err(|e| {
             ApiError::bad_gateway(format!("worker {}: bad alarm answer: {e}", self.name))
         })

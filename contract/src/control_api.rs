@@ -31,12 +31,19 @@ pub trait ControlApi: Send + Sync {
     /// accepted.
     async fn send(&self, actor: &str, request: Request) -> Result<(), ApiError>;
 
-    /// Sets `actor`'s alarm to `at_unix_ms` (Unix ms), replacing any.
+    /// Sets `actor`'s alarm to `at_unix_ms` (Unix ms), replacing any;
+    /// `setter` is the `traceparent` of the delivery's span that set it
+    /// (the alarm's span links to it).
     ///
     /// # Errors
     /// Unavailable when the control plane cannot be reached or no longer
     /// leads; internal on a directory failure.
-    async fn set_alarm(&self, actor: &str, at_unix_ms: u64) -> Result<(), ApiError>;
+    async fn set_alarm(
+        &self,
+        actor: &str,
+        at_unix_ms: u64,
+        setter: Option<String>,
+    ) -> Result<(), ApiError>;
 
     /// Removes `actor`'s alarm (fine when none is set).
     ///

@@ -58,8 +58,12 @@ impl Delivery for Arc<Request> {
 }
 
 /// A due alarm, for the guest's `stasis_on_alarm` (see [`crate::alarm`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DueAlarm;
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DueAlarm {
+    /// The `traceparent` of the span that set the alarm, when known: the
+    /// alarm's span (a trace of its own) links to it.
+    pub setter: Option<String>,
+}
 
 impl Delivery for DueAlarm {
     type Answer = AlarmOutcome;
@@ -72,7 +76,7 @@ impl Delivery for DueAlarm {
         epoch: u64,
         _gone: &'a ClientGone,
     ) -> impl Future<Output = Result<AlarmOutcome, ApiError>> + Send + 'a {
-        worker.alarm(actor, epoch)
+        worker.alarm(actor, epoch, self.setter.as_deref())
     }
 }
 

@@ -68,6 +68,16 @@ pub struct CallsFromSetting {
     pub namespaces: Vec<String>,
 }
 
+/// The body of `PUT /v1/namespaces/{ns}/on-demand`: the template unknown
+/// actors of the namespace are created from on first use, or `null` to
+/// stop.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OnDemandSetting {
+    /// The template (a name in the namespace), or `None`.
+    pub template: Option<String>,
+}
+
 /// Most namespaces a `calls_from` may list.
 pub const MAX_CALLS_FROM: usize = 100;
 
@@ -77,6 +87,11 @@ pub struct NamespacePolicy {
     /// What the ingress asks of requests to its actors.
     #[serde(default)]
     pub ingress_auth: IngressAuth,
+    /// The template (a full name) its unknown actors are created from on
+    /// first use (see `stasis_control::on_demand`); `None`: an unknown
+    /// name is 404.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_demand: Option<String>,
     /// The other namespaces whose actors may call and message its actors
     /// (its own always may).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -117,6 +132,7 @@ mod tests {
         assert_eq!(open, NamespacePolicy::default());
         let policy = NamespacePolicy {
             ingress_auth: IngressAuth::Token,
+            on_demand: None,
             calls_from: vec!["team-a".into()],
         };
         let text = serde_json::to_string(&policy).expect("json");

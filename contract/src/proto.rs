@@ -213,6 +213,10 @@ pub enum ControlPath<'a> {
     /// `POST`: an actor's operation on its WebSockets and streams (body: a
     /// `SocketOp`, JSON; answer: the ids of a list, JSON).
     Sockets(&'a str),
+    /// `POST`: a follower replica asks the leader to create actor `name`
+    /// on first use (answer 204 once it exists; 404 when its namespace
+    /// creates no actors on first use).
+    OnDemand(&'a str),
 }
 
 impl<'a> ControlPath<'a> {
@@ -229,6 +233,7 @@ impl<'a> ControlPath<'a> {
             ControlPath::Send(actor) => format!("{PREFIX}/sends/{actor}"),
             ControlPath::Alarm(actor) => format!("{PREFIX}/alarms/{actor}"),
             ControlPath::Sockets(actor) => format!("{PREFIX}/sockets/{actor}"),
+            ControlPath::OnDemand(actor) => format!("{PREFIX}/on-demand/{actor}"),
         }
     }
 
@@ -247,6 +252,7 @@ impl<'a> ControlPath<'a> {
             ["sends", actor] => Some(ControlPath::Send(actor)),
             ["alarms", actor] => Some(ControlPath::Alarm(actor)),
             ["sockets", actor] => Some(ControlPath::Sockets(actor)),
+            ["on-demand", actor] => Some(ControlPath::OnDemand(actor)),
             _ => None,
         }
     }

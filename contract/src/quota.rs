@@ -36,6 +36,10 @@ pub struct NamespaceInfo {
     /// The other namespaces whose actors may call its actors.
     #[serde(default)]
     pub calls_from: Vec<String>,
+    /// The template its unknown actors are created from on first use
+    /// (`stasis namespace on-demand`), if any.
+    #[serde(default)]
+    pub on_demand: Option<String>,
     /// What its actors use now, as their workers report it.
     #[serde(default)]
     pub usage: NamespaceUsage,

@@ -21,7 +21,7 @@
 //! `stasis.call` and `stasis.send` (a guest's host call; the callee's
 //! delivery is their child), `stasis.fetch` (a guest's outbound fetch;
 //! the origin gets its `traceparent`), `stasis.alarm` (an alarm's delivery: a trace
-//! of its own) and `stasis.move` (a move, in the control plane).
+//! of its own, with a link to the span of the delivery that set it) and `stasis.move` (a move, in the control plane).
 
 use std::net::IpAddr;
 use std::sync::OnceLock;
@@ -245,6 +245,26 @@ pub fn inject(cx: &Context, headers: &mut Vec<(String, Vec<u8>)>) {
     if cx.span().span_context().is_valid() {
         TraceContextPropagator::new().inject_context(cx, &mut HeadersMut(headers));
     }
+}
+
+/// Span context `span` as a `traceparent` value; `None` when it is not
+/// valid.
+#[must_use]
+pub fn traceparent(span: &SpanContext) -> Option<String> {
+    let mut headers = Vec::new();
+    inject(&under(span), &mut headers);
+    headers
+        .into_iter()
+        .find(|(name, _)| name == TRACEPARENT)
+        .and_then(|(_, value)| String::from_utf8(value).ok())
+}
+
+/// The span context `traceparent` names (remote), if it is a valid one.
+#[must_use]
+pub fn span_context(traceparent: &str) -> Option<SpanContext> {
+    let headers = [(TRACEPARENT.to_owned(), traceparent.as_bytes().to_vec())];
+    let span = parent_of(&headers).span().span_context().clone();
+    span.is_valid().then_some(span)
 }
 
 /// A context whose parent is the span `parent` (kept apart from its

@@ -115,13 +115,19 @@ pub trait WorkerApi: Send + Sync {
 
     /// Delivers a due alarm to `actor` under placement `epoch`: a mailbox
     /// command of its own (see [`crate::alarm`]), run after the requests
-    /// before it, resuming a paused actor.
+    /// before it, resuming a paused actor; `setter` is the `traceparent` of
+    /// the span that set it (the alarm's span links to it).
     ///
     /// # Errors
     /// Stale epoch; unavailable (full mailbox, hold timeout); the guest's
     /// failure (its handler trapped: the actor is rolled back as after a
     /// failed request).
-    async fn alarm(&self, actor: &str, epoch: u64) -> Result<AlarmOutcome, ApiError>;
+    async fn alarm(
+        &self,
+        actor: &str,
+        epoch: u64,
+        setter: Option<&str>,
+    ) -> Result<AlarmOutcome, ApiError>;
 
     /// Delivers `event` on one of `actor`'s WebSockets or streams under
     /// placement `epoch` (see `stasis_host_api::sockets`): a mailbox

@@ -40,7 +40,8 @@ async fn check_caller(
 ///
 /// # Errors
 /// 403 for a caller whose namespace the callee's does not take calls
-/// from; 404 unknown actor; the worker's or guest's failure.
+/// from; 404 unknown actor (unless its namespace creates actors on first
+/// use: see [`crate::on_demand`]); the worker's or guest's failure.
 pub async fn call_via(
     control: &ControlPlane,
     actor: &str,
@@ -48,7 +49,7 @@ pub async fn call_via(
 ) -> Result<Response, ApiError> {
     let started = std::time::Instant::now();
     check_caller(control, actor, &request).await?;
-    let route = control.route(actor).await?;
+    let route = control.route_or_create(actor).await?;
     let answer = control.call(route, request, &ClientGone::new()).await;
     let status = answer
         .as_ref()
@@ -70,7 +71,7 @@ pub async fn send_via(
     request: Request,
 ) -> Result<(), ApiError> {
     check_caller(control, actor, &request).await?;
-    control.route(actor).await?;
+    control.route_or_create(actor).await?;
     let (control, actor) = (control.clone(), actor.to_owned());
     tokio::spawn(async move {
         match call_via(&control, &actor, request).await {

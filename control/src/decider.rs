@@ -15,6 +15,7 @@ use stasis_contract::directory::TemplateRow;
 use stasis_contract::error::{ApiError, ErrorKind};
 
 use crate::alarms::scheduler::Scheduler;
+use crate::on_demand::Flight;
 use crate::rollout::RolloutTasks;
 
 /// A deciding control plane's own parts (module docs).
@@ -35,6 +36,9 @@ pub struct Decider {
     alarms: Scheduler,
     /// The rollouts this control plane drives (see [`crate::rollout`]).
     pub(crate) rollouts: RolloutTasks,
+    /// Creates on first use in flight, by actor (see
+    /// [`crate::on_demand`]).
+    on_demand: Mutex<HashMap<String, Flight>>,
     /// The data dir's `LOCK`, held for the control plane's life (embedded).
     _lock: Option<File>,
 }
@@ -48,7 +52,24 @@ impl Decider {
             shutting_down: AtomicBool::new(false),
             alarms,
             rollouts,
+            on_demand: Mutex::default(),
             _lock: lock,
+        }
+    }
+
+    /// The create on first use of actor `name` in flight, joined (or begun).
+    pub(crate) fn on_demand_flight(&self, name: &str) -> Flight {
+        let mut flights = self.on_demand.lock().unwrap_or_else(|p| p.into_inner());
+        flights.entry(name.to_owned()).or_default().clone()
+    }
+
+    /// `flight`, the create on first use of `name`, is done for its caller:
+    /// forgotten once no other caller waits on it.
+    pub(crate) fn on_demand_landed(&self, name: &str, flight: &Flight) {
+        let mut flights = self.on_demand.lock().unwrap_or_else(|p| p.into_inner());
+        // The table's and the caller's: no one else joined.
+        if std::sync::Arc::strong_count(flight) <= 2 {
+            flights.remove(name);
         }
     }
 

@@ -57,6 +57,7 @@ pub mod local;
 pub mod logs;
 pub mod membership;
 pub mod migrate;
+pub mod on_demand;
 pub mod placement;
 pub mod policies;
 pub mod quotas;

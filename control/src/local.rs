@@ -47,8 +47,13 @@ impl ControlApi for LocalControl {
         send_via(&self.get()?, actor, request).await
     }
 
-    async fn set_alarm(&self, actor: &str, at_unix_ms: u64) -> Result<(), ApiError> {
-        self.get()?.alarms()?.set(actor, at_unix_ms).await
+    async fn set_alarm(
+        &self,
+        actor: &str,
+        at_unix_ms: u64,
+        setter: Option<String>,
+    ) -> Result<(), ApiError> {
+        self.get()?.alarms()?.set(actor, at_unix_ms, setter).await
     }
 
     async fn cancel_alarm(&self, actor: &str) -> Result<(), ApiError> {

@@ -154,7 +154,7 @@ impl ControlPlane {
 
     /// Reads namespace `namespace`'s policy from the directory, applies
     /// `change` and writes it back, one change at a time.
-    async fn change_policy(
+    pub(crate) async fn change_policy(
         &self,
         namespace: &str,
         change: impl FnOnce(&mut NamespacePolicy),

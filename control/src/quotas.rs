@@ -150,6 +150,7 @@ impl ControlPlane {
             quota: self.quota(namespace).await?,
             ingress_auth: policy.ingress_auth,
             calls_from: policy.calls_from,
+            on_demand: policy.on_demand,
             usage,
         })
     }

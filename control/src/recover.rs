@@ -5,6 +5,7 @@
 //! newest snapshot when one is ready.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use anyhow::Context as _;
 
@@ -16,6 +17,10 @@ use stasis_contract::status::ActorState;
 use stasis_contract::templates::Templates as _;
 use stasis_core::snapshot_store::{ChainError, SnapshotEntry, open_chain, remove_corrupt};
 use std::collections::HashMap;
+
+/// Re-placements of a wave (a lost worker's actors, those waiting at a
+/// start) running at once.
+const PLACE_PARALLEL: usize = 8;
 
 /// The first retry of a failed re-placement comes this long after it.
 const REPLACE_RETRY_FIRST: std::time::Duration = std::time::Duration::from_millis(500);
@@ -197,18 +202,28 @@ impl ControlPlane {
     /// `--workers 0`, or when theirs was lost) on the least-loaded ready
     /// workers, paused.
     pub(super) async fn place_waiting(self: &Arc<Self>) {
-        let waiting: Vec<String> = self
+        // Actors with requests waiting go first; the others in name order.
+        let mut waiting: Vec<(bool, String)> = self
             .placements()
             .iter()
             .filter(|(a, p)| self.needs_a_host(p, a))
-            .map(|(a, _)| a.clone())
+            .map(|(a, p)| (p.gate.held.load(Ordering::Relaxed) == 0, a.clone()))
             .collect();
+        waiting.sort();
         // Each in its own task: one actor stuck behind its gate (a call to a
-        // frozen worker) must not hold up the others.
+        // frozen worker) must not hold up the others. At most
+        // `PLACE_PARALLEL` at once, so that each is done soon rather than
+        // all of them late (and a request held for one places it at once,
+        // outside this bound: see `place_if_waiting`).
+        let permits = Arc::new(tokio::sync::Semaphore::new(PLACE_PARALLEL));
         let mut tasks = tokio::task::JoinSet::new();
-        for actor in waiting {
+        for (_, actor) in waiting {
             let control = self.clone();
+            let permits = permits.clone();
             tasks.spawn(async move {
+                let Ok(_permit) = permits.acquire_owned().await else {
+                    return;
+                };
                 if let Err(e) = control.re_place(&actor).await {
                     control.replacement_failed(&actor, &e);
                     // Retried in the background (whoever waits for this
@@ -302,15 +317,17 @@ impl ControlPlane {
         // A control plane shutting down places nothing: the actor is
         // re-placed at the next start.
         self.refuse_if_shutting_down("re-placement")?;
+        let started = std::time::Instant::now();
         let target = self
             .least_loaded()
             .ok_or_else(|| ApiError::unavailable("no ready worker"))?;
         let row = self.template_row(&placement.template)?;
         let epoch = placement.epoch + 1;
         let spec = Self::host_spec(&row, epoch);
-        let mut newest = self
-            .store
-            .list(actor)?
+        let (store, name) = (self.store.clone(), actor.to_owned());
+        let mut newest = tokio::task::spawn_blocking(move || store.list(&name))
+            .await
+            .map_err(ApiError::internal)??
             .last()
             .copied()
             .ok_or_else(|| ApiError::unavailable(format!("actor {actor} has no snapshot")))?;
@@ -342,6 +359,7 @@ impl ControlPlane {
             actor,
             worker = %target.name,
             seq = newest.seq,
+            took_ms = stasis_contract::status::ms(started.elapsed()),
             "actor re-placed from its newest snapshot (or a newer journal entry its worker recovered from the store)"
         );
         Ok(())

@@ -93,12 +93,17 @@ impl ControlPlane {
     /// Delivers a due alarm to the actor of `route` the way a request
     /// goes (through its gate, to its current owner, again to the new one
     /// after a stale epoch), as a delivery of its own on the worker (see
-    /// [`stasis_contract::alarm`]).
+    /// [`stasis_contract::alarm`]); `setter`: the `traceparent` of the span
+    /// that set it.
     ///
     /// # Errors
     /// As [`ControlPlane::call`].
-    pub async fn alarm(&self, route: Route) -> Result<AlarmOutcome, ApiError> {
-        self.through_gate(route, &ClientGone::new(), &DueAlarm)
+    pub async fn alarm(
+        &self,
+        route: Route,
+        setter: Option<String>,
+    ) -> Result<AlarmOutcome, ApiError> {
+        self.through_gate(route, &ClientGone::new(), &DueAlarm { setter })
             .await
     }
 

@@ -216,6 +216,22 @@ impl Access {
         self.lock().remove(id);
     }
 
+    /// After an admin request `method path` was answered `status` by the
+    /// leader (a follower forwards its admin API there): a revoke of a
+    /// token (`DELETE /v1/tokens/{id}`, answered 2xx) is refused here at
+    /// once too, not only once this replica's kept record of it is read
+    /// again ([`REVOCATION_BOUND`]).
+    pub fn forwarded(&self, method: &hyper::Method, path: &str, status: hyper::StatusCode) {
+        if *method == hyper::Method::DELETE
+            && status.is_success()
+            && let Some(id) = path.strip_prefix("/v1/tokens/")
+            && !id.is_empty()
+            && !id.contains('/')
+        {
+            self.forget(id);
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Option<TokenRecord>, Instant)>> {
         self.cache.lock().unwrap_or_else(|p| p.into_inner())
     }

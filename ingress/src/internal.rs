@@ -69,6 +69,9 @@ pub(crate) static ROUTES: LazyLock<Table<InternalToken>> = LazyLock::new(|| {
             route(M::DELETE, ControlPath::Alarm("{actor}"), Json, |c| {
                 Box::pin(cancel_alarm(c))
             }),
+            route(M::POST, ControlPath::OnDemand("{actor}"), Json, |c| {
+                Box::pin(on_demand(c))
+            }),
         ],
     )
 });
@@ -190,9 +193,16 @@ async fn alarm(call: Internal<'_>) -> Result<Response<Body>, ApiError> {
 /// `PUT` [`ControlPath::Alarm`] (body: Unix ms, decimal).
 async fn set_alarm(call: Internal<'_>) -> Result<Response<Body>, ApiError> {
     let at_unix_ms = stasis_contract::proto::parse_ms(&call.body)?;
+    // The span that set it, for the alarm's span to link to.
+    let setter = call
+        .parts
+        .headers
+        .get(stasis_contract::trace::TRACEPARENT)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
     call.control
         .alarms()?
-        .set(call.param(0), at_unix_ms)
+        .set(call.param(0), at_unix_ms, setter)
         .await?;
     Ok(no_content())
 }
@@ -200,6 +210,13 @@ async fn set_alarm(call: Internal<'_>) -> Result<Response<Body>, ApiError> {
 /// `DELETE` [`ControlPath::Alarm`].
 async fn cancel_alarm(call: Internal<'_>) -> Result<Response<Body>, ApiError> {
     call.control.alarms()?.cancel(call.param(0)).await?;
+    Ok(no_content())
+}
+
+/// `POST` [`ControlPath::OnDemand`]: a follower replica has this leader
+/// create an actor on first use.
+async fn on_demand(call: Internal<'_>) -> Result<Response<Body>, ApiError> {
+    call.control.create_on_demand_here(call.param(0)).await?;
     Ok(no_content())
 }
 
@@ -248,6 +265,7 @@ mod tests {
             ControlPath::Send("c1"),
             ControlPath::Alarm("c1"),
             ControlPath::Sockets("c1"),
+            ControlPath::OnDemand("c1"),
         ] {
             assert!(!ROUTES.allowed(&path.to_path()).is_empty(), "{path:?}");
         }
@@ -265,6 +283,7 @@ mod tests {
             (ControlPath::Sockets("a"), &["POST"], Json),
             (ControlPath::Alarm("a"), &["GET", "PUT", "DELETE"], Json),
             (ControlPath::Alarm(""), &["GET", "PUT", "DELETE"], Json),
+            (ControlPath::OnDemand("a"), &["POST"], Json),
         ] {
             let path = path.to_path();
             assert_eq!(ROUTES.allowed(&path), methods, "{path}");

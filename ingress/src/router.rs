@@ -31,6 +31,7 @@ use stasis_contract::error::{ApiError, ErrorKind, echo_cut, echo_name};
 use stasis_contract::names::{self, is_label};
 use stasis_contract::trace;
 use stasis_control::ControlPlane;
+use stasis_control::on_demand::CreateOnLeader;
 use stasis_host_api::sockets::{SOCKET_HEADER, STREAM_HEADER, STREAM_OPEN};
 use stasis_http::serve::{Body, collect_body, text_error};
 
@@ -217,6 +218,8 @@ pub struct Router {
     domain: Arc<str>,
     /// The check of a namespace's ingress auth (the admin API's).
     access: Arc<Access>,
+    /// How a follower replica has the leader create an actor on first use.
+    leader: Option<Arc<dyn CreateOnLeader>>,
 }
 
 impl Router {
@@ -228,7 +231,16 @@ impl Router {
             control,
             domain: Arc::from(domain),
             access,
+            leader: None,
         }
+    }
+
+    /// On a follower replica: actors created on first use are created by
+    /// the leader, asked through `leader`.
+    #[must_use]
+    pub fn with_leader(mut self, leader: Arc<dyn CreateOnLeader>) -> Self {
+        self.leader = Some(leader);
+        self
     }
 
     /// Routes one request and answers it. The request runs in a task of
@@ -242,9 +254,9 @@ impl Router {
             self.control.clone(),
             self.domain.clone(),
             self.access.clone(),
+            self.leader.clone(),
             request,
-            peer,
-            gone,
+            (peer, gone),
         ));
         routed.await.unwrap_or_else(|e| {
             tracing::error!("routing a request: {e}");
@@ -255,15 +267,37 @@ impl Router {
     }
 }
 
+/// A request (authenticated) for actor `actor`, which does not exist: if
+/// its namespace creates actors on first use, the request is admitted
+/// under the namespace's rate and the actor created (see
+/// `stasis_control::on_demand`); its route. `None` when the namespace
+/// does not.
+async fn first_use(
+    control: &ControlPlane,
+    leader: Option<&dyn CreateOnLeader>,
+    actor: &str,
+    started: std::time::Instant,
+) -> Result<Option<stasis_control::Route>, ApiError> {
+    let namespace = stasis_contract::names::namespace_of(actor);
+    if control.on_demand_template(namespace).await?.is_none() {
+        return Ok(None);
+    }
+    if let Err(e) = control.admit_request(actor).await {
+        control.count_request(actor, e.kind().status(), started.elapsed());
+        return Err(e);
+    }
+    control.create_on_first_use(actor, leader).await
+}
+
 /// Routes one request to its actor and answers it; counts it under its
 /// status, or as abandoned when its client left before it ran.
 async fn route(
     control: Arc<ControlPlane>,
     domain: Arc<str>,
     access: Arc<Access>,
+    leader: Option<Arc<dyn CreateOnLeader>>,
     request: Request<Incoming>,
-    peer: SocketAddr,
-    gone: ClientGone,
+    (peer, gone): (SocketAddr, ClientGone),
 ) -> Response<Body> {
     let started = std::time::Instant::now();
     let mut request = request;
@@ -291,12 +325,19 @@ async fn route(
             return text_error(&e);
         }
     };
-    let route = match route {
-        Ok(route) => route,
+    let (route, admitted) = match route {
+        Ok(route) => (route, false),
+        Err(e) if e.is(ErrorKind::NotFound) => {
+            match first_use(&control, leader.as_deref(), &actor, started).await {
+                Ok(Some(route)) => (route, true),
+                Ok(None) => return text_error(&e),
+                Err(e) => return text_error(&e),
+            }
+        }
         Err(e) => return text_error(&e),
     };
     // Over its namespace's request rate: refused, never delivered.
-    if let Err(e) = control.admit_request(&actor).await {
+    if !admitted && let Err(e) = control.admit_request(&actor).await {
         control.count_request(&actor, e.kind().status(), started.elapsed());
         return text_error(&e);
     }

@@ -40,7 +40,10 @@ pub fn scope(path: &str) -> Result<Scoped, ApiError> {
                     global: false,
                 });
             }
-            if matches!(rest, [] | ["quota" | "ingress-auth" | "calls-from"]) {
+            if matches!(
+                rest,
+                [] | ["quota" | "ingress-auth" | "calls-from" | "on-demand"]
+            ) {
                 return Ok(Scoped {
                     namespace: (*namespace).to_owned(),
                     path: path.trim_end_matches('/').to_owned(),
@@ -49,7 +52,7 @@ pub fn scope(path: &str) -> Result<Scoped, ApiError> {
             }
             if !matches!(rest.first(), Some(&("actors" | "templates"))) {
                 return Err(ApiError::not_found(format!(
-                    "no admin route {path}: a namespace has /actors, /templates, /metrics, /quota, /ingress-auth and /calls-from"
+                    "no admin route {path}: a namespace has /actors, /templates, /metrics, /quota, /ingress-auth, /calls-from and /on-demand"
                 )));
             }
             (namespace, rest)

@@ -23,6 +23,7 @@
 
 pub mod assemble;
 pub mod listen;
+mod on_leader;
 pub mod replica;
 pub mod server;
 pub mod telemetry;

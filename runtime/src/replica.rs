@@ -220,9 +220,17 @@ impl Replica {
             }
             Listener::Admin => {
                 let leader = self.leader.borrow().clone();
+                let (method, path) = (request.method().clone(), request.uri().path().to_owned());
                 let answer = match leader {
                     Some(leader) if leader.name != self.me.name => {
-                        self.forwarder.forward(&leader.admin, request).await
+                        let answer = self.forwarder.forward(&leader.admin, request).await;
+                        if let Ok(answer) = &answer {
+                            serving
+                                .api
+                                .access()
+                                .forwarded(&method, &path, answer.status());
+                        }
+                        answer
                     }
                     // No leader, or this replica was elected and is still
                     // opening the control plane.
@@ -403,8 +411,20 @@ async fn open(
         options.admin_token.clone(),
         options.config.internal_token.clone(),
     ));
+    let mut router = Router::new(control.clone(), &options.domain, api.access());
+    if !control.decides() {
+        // A follower has the leader create actors on first use.
+        router = router.with_leader(Arc::new(crate::on_leader::LeaderCreates {
+            leader: etcd.watch_leader(),
+            token: options
+                .config
+                .internal_token
+                .clone()
+                .or_else(|| options.admin_token.clone()),
+        }));
+    }
     Ok(Serving {
-        router: Arc::new(Router::new(control.clone(), &options.domain, api.access())),
+        router: Arc::new(router),
         api,
         control,
         applied_revision,

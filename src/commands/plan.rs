@@ -515,6 +515,19 @@ fn namespace_call(command: NamespaceCommand) -> anyhow::Result<Call> {
             )
             .with_body(Body::Json(body))
         }
+        NamespaceCommand::OnDemand {
+            name,
+            template,
+            off: _,
+            client,
+        } => Call::new(
+            client,
+            format!("namespace on-demand {name}"),
+            Method::PUT,
+            format!("/v1/namespaces/{}/on-demand", encode_component(&name)),
+            View::Details,
+        )
+        .with_body(Body::Json(serde_json::json!({ "template": template }))),
         NamespaceCommand::CallsFrom { name, from, client } => Call::new(
             client,
             format!("namespace calls-from {name}"),

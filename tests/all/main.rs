@@ -108,6 +108,7 @@ mod mapped;
 mod mtls;
 mod namespace_policy;
 mod namespaces;
+mod on_demand;
 mod outbound;
 mod placements;
 mod preload;

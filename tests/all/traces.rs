@@ -32,6 +32,8 @@ struct Got {
     id: String,
     parent: String,
     attributes: BTreeMap<String, String>,
+    /// The spans it links to: (trace id, span id).
+    links: Vec<(String, String)>,
 }
 
 /// An OTLP/HTTP receiver on loopback: every span of every export request.
@@ -86,6 +88,11 @@ fn decode(body: &[u8], spans: &Mutex<Vec<Got>>) -> Result<(), prost::DecodeError
                                 text(kv.value.as_ref().and_then(|v| v.value.as_ref())),
                             )
                         })
+                        .collect(),
+                    links: span
+                        .links
+                        .iter()
+                        .map(|l| (hex::encode(&l.trace_id), hex::encode(&l.span_id)))
                         .collect(),
                 });
             }
@@ -410,6 +417,31 @@ async fn a_fetch_is_a_client_span_and_carries_its_traceparent() {
     assert_eq!(heads.len(), 1, "{heads:?}");
     let sent = format!("traceparent: 00-{CLIENT_TRACE}-{}-01", fetch.id);
     assert!(heads[0].contains(&sent), "{sent} not in {}", heads[0]);
+}
+
+/// Issue 47, input 3: an alarm's delivery is a trace of its own whose
+/// `stasis.alarm` span links to the span of the delivery that set it.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_alarms_span_links_to_the_request_that_set_it() {
+    let receiver = Receiver::start().await;
+    let server = traced_server(&receiver, &[]);
+    server.push("alarm");
+    server.create("waker", "alarm");
+    assert_eq!(post_traced(&server, "waker", "/?in_ms=200").await, 202);
+    let setter = receiver
+        .wait_for("the setter", |s| {
+            s.name == "stasis.request" && s.trace == CLIENT_TRACE
+        })
+        .await;
+    let alarm = receiver
+        .wait_for("the alarm", |s| s.name == "stasis.alarm")
+        .await;
+    assert_ne!(alarm.trace, CLIENT_TRACE, "a trace of its own: {alarm:?}");
+    assert_eq!(
+        alarm.links,
+        [(CLIENT_TRACE.to_owned(), setter.id.clone())],
+        "{alarm:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

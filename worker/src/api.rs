@@ -58,8 +58,13 @@ impl WorkerApi for Worker {
         Worker::call(self, actor, epoch, request, gone).await
     }
 
-    async fn alarm(&self, actor: &str, epoch: u64) -> Result<AlarmOutcome, ApiError> {
-        Worker::alarm(self, actor, epoch).await
+    async fn alarm(
+        &self,
+        actor: &str,
+        epoch: u64,
+        setter: Option<&str>,
+    ) -> Result<AlarmOutcome, ApiError> {
+        Worker::alarm(self, actor, epoch, setter).await
     }
 
     async fn socket_event(

@@ -6,8 +6,8 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use opentelemetry::Context;
-use opentelemetry::trace::TraceContextExt as _;
+use opentelemetry::trace::{Link, TraceContextExt as _};
+use opentelemetry::{Context, KeyValue};
 use stasis_contract::alarm::AlarmOutcome;
 use stasis_contract::delivery::{Delivery, DueAlarm};
 use stasis_contract::status::ActorStatus;
@@ -43,6 +43,12 @@ pub(crate) trait Work: Delivery + Sized {
     /// event starts a trace of its own.
     fn parent(&self) -> Context {
         Context::new()
+    }
+
+    /// The spans the delivery's span links to: none, but for an alarm, the
+    /// span that set it.
+    fn links(&self) -> Vec<Link> {
+        Vec::new()
     }
 
     /// Runs it in `instance`; `services` is told which request runs first
@@ -128,7 +134,19 @@ impl Work for DueAlarm {
     }
 
     fn decode(_: &[u8]) -> Option<Self> {
-        Some(DueAlarm)
+        Some(DueAlarm::default())
+    }
+
+    fn links(&self) -> Vec<Link> {
+        self.setter
+            .as_deref()
+            .and_then(trace::span_context)
+            .map(|setter| {
+                let kind = KeyValue::new("stasis.link", "set the alarm");
+                Link::new(setter, vec![kind], 0)
+            })
+            .into_iter()
+            .collect()
     }
 
     fn digest(answer: &AlarmOutcome) -> u64 {

@@ -104,6 +104,8 @@ pub enum Input {
     },
     /// A due alarm, for the guest's `stasis_on_alarm`.
     Alarm {
+        /// The `traceparent` of the span that set it.
+        setter: Option<String>,
         /// Where the outcome goes.
         reply: oneshot::Sender<Result<AlarmOutcome, ApiError>>,
     },
@@ -124,7 +126,7 @@ impl Input {
             Input::Request { reply, .. } => {
                 let _ = reply.send(Err(error));
             }
-            Input::Alarm { reply } => {
+            Input::Alarm { reply, .. } => {
                 let _ = reply.send(Err(error));
             }
             Input::Socket { reply, .. } => {

@@ -62,11 +62,19 @@ impl Worker {
     /// Delivers a due alarm to `actor`: a command of its own in the
     /// actor's mailbox, after the requests before it (see
     /// [`stasis_contract::alarm`]); held and refused as a request is.
+    /// `setter`: the `traceparent` of the span that set it.
     ///
     /// # Errors
     /// As [`Worker::call`].
-    pub async fn alarm(&self, actor: &str, epoch: u64) -> Result<AlarmOutcome, ApiError> {
+    pub async fn alarm(
+        &self,
+        actor: &str,
+        epoch: u64,
+        setter: Option<&str>,
+    ) -> Result<AlarmOutcome, ApiError> {
+        let setter = setter.map(str::to_owned);
         self.deliver(actor, epoch, &ClientGone::new(), |reply| Input::Alarm {
+            setter,
             reply,
         })
         .await

@@ -30,7 +30,7 @@ impl ControlDeliver {
 
 #[async_trait]
 impl Deliver for ControlDeliver {
-    async fn deliver(&self, actor: &str) -> Delivery {
+    async fn deliver(&self, actor: &str, setter: Option<String>) -> Delivery {
         let Some(control) = self.control.upgrade() else {
             return Delivery::Failed("the control plane is shutting down".to_owned());
         };
@@ -44,7 +44,7 @@ impl Deliver for ControlDeliver {
             Err(e) if e.is(ErrorKind::NotFound) => return Delivery::Gone,
             Err(e) => return Delivery::Failed(e.message().to_owned()),
         };
-        match control.alarm(route).await {
+        match control.alarm(route, setter).await {
             Ok(AlarmOutcome::Ran) => Delivery::Ran,
             Ok(AlarmOutcome::NoHook) => Delivery::NoHook,
             Err(e) if e.is(ErrorKind::NotFound) => Delivery::Gone,

@@ -41,8 +41,10 @@ pub enum Delivery {
 /// How a due alarm reaches its actor.
 #[async_trait]
 pub trait Deliver: Send + Sync {
-    /// Runs `actor`'s alarm handler once.
-    async fn deliver(&self, actor: &str) -> Delivery;
+    /// Runs `actor`'s alarm handler once; `setter` is the `traceparent`
+    /// of the span that set the alarm, if known (the alarm's span links to
+    /// it).
+    async fn deliver(&self, actor: &str, setter: Option<String>) -> Delivery;
 }
 
 /// Now, in Unix ms.
@@ -64,6 +66,10 @@ struct Entry {
     generation: u64,
     /// Failed deliveries so far.
     failures: u32,
+    /// The `traceparent` of the span that set it, when set through this
+    /// control plane (not kept in the directory: an alarm loaded at a start
+    /// has none).
+    setter: Option<String>,
 }
 
 #[derive(Debug, Default)]
@@ -75,7 +81,7 @@ struct State {
 }
 
 impl State {
-    fn insert(&mut self, actor: &str, at_unix_ms: u64) {
+    fn insert(&mut self, actor: &str, at_unix_ms: u64, setter: Option<String>) {
         self.remove(actor);
         self.next_generation += 1;
         let generation = self.next_generation;
@@ -88,6 +94,7 @@ impl State {
                 due_unix_ms: at_unix_ms,
                 generation,
                 failures: 0,
+                setter,
             },
         );
     }
@@ -180,7 +187,7 @@ impl Scheduler {
             for (actor, at_unix_ms) in pending {
                 // A set that came first is newer than the listing.
                 if !state.entries.contains_key(&actor) {
-                    state.insert(&actor, at_unix_ms);
+                    state.insert(&actor, at_unix_ms, None);
                 }
             }
             self.inner.count_pending(&state);
@@ -193,11 +200,18 @@ impl Scheduler {
         Ok(())
     }
 
-    /// Sets `actor`'s alarm to `at_unix_ms`, durably, replacing any.
+    /// Sets `actor`'s alarm to `at_unix_ms`, durably, replacing any;
+    /// `setter` is the `traceparent` of the span that set it (the alarm's
+    /// span links to it).
     ///
     /// # Errors
     /// The directory's (500; 503 from a leader that no longer leads).
-    pub async fn set(&self, actor: &str, at_unix_ms: u64) -> Result<(), ApiError> {
+    pub async fn set(
+        &self,
+        actor: &str,
+        at_unix_ms: u64,
+        setter: Option<String>,
+    ) -> Result<(), ApiError> {
         let _writes = self.inner.writes.lock().await;
         let name = actor.to_owned();
         blocking(&self.inner.directory, move |d| {
@@ -205,7 +219,7 @@ impl Scheduler {
         })
         .await?;
         let mut state = self.inner.state();
-        state.insert(actor, at_unix_ms);
+        state.insert(actor, at_unix_ms, setter);
         self.inner.count_pending(&state);
         drop(state);
         self.inner.wake.notify_one();
@@ -404,7 +418,13 @@ async fn fire_loop(inner: Arc<Inner>, deliver: Arc<dyn Deliver>) {
                 let Ok(turn) = inner.turns.clone().acquire_owned().await else {
                     return;
                 };
-                let delivery = deliver.deliver(&actor).await;
+                let setter = inner
+                    .state()
+                    .entries
+                    .get(&actor)
+                    .filter(|e| e.generation == generation)
+                    .and_then(|e| e.setter.clone());
+                let delivery = deliver.deliver(&actor, setter).await;
                 // The next delivery need not wait for this one's record.
                 drop(turn);
                 inner.finish(&actor, generation, delivery).await;

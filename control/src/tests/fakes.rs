@@ -202,7 +202,12 @@ impl WorkerApi for FakeWorker {
         Ok(())
     }
 
-    async fn alarm(&self, actor: &str, epoch: u64) -> Result<AlarmOutcome, ApiError> {
+    async fn alarm(
+        &self,
+        actor: &str,
+        epoch: u64,
+        _setter: Option<&str>,
+    ) -> Result<AlarmOutcome, ApiError> {
         let hosted = self.hosted(actor).ok_or_else(|| self.not_here(actor))?;
         if hosted.epoch != epoch {
             return Err(ApiError::new(

@@ -130,7 +130,7 @@ async fn an_alarm_is_delivered_to_the_actors_current_owner() {
     };
     h.control.migrate("a0", to).await.expect("move");
     let route = h.control.route("a0").await.expect("route");
-    let outcome = h.control.alarm(route).await.expect("delivered");
+    let outcome = h.control.alarm(route, None).await.expect("delivered");
     assert_eq!(outcome, stasis_contract::alarm::AlarmOutcome::Ran);
     let target = h.workers.iter().find(|w| w.name() == to).expect("target");
     assert!(

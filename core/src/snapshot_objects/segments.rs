@@ -17,6 +17,9 @@ use crate::snapshot_store::StoreError;
 /// The prefix of every journal segment.
 const JOURNAL: &str = "journal";
 
+/// Segments read at once by [`SegmentObjects::get_segments`].
+const GET_PARALLEL: usize = 16;
+
 /// The key of segment `name` (`<worker>/<file>.seg`).
 fn segment_key(name: &str) -> String {
     format!("{JOURNAL}/{name}")
@@ -81,6 +84,32 @@ impl SegmentObjects for ObjectSnapshotStore {
             transfer::read_sized(self.objects.clone(), self.path(&key)),
         )
         .map_err(|e| e.named("get", &key, &self.location))
+    }
+
+    fn get_segments(&self, names: &[String]) -> Result<Vec<Result<Bytes, StoreError>>, StoreError> {
+        use futures_util::StreamExt as _;
+        let mut keys = Vec::with_capacity(names.len());
+        for name in names {
+            keys.push(self.check_segment_name("get", name)?);
+        }
+        let paths: Vec<_> = keys.iter().map(|key| self.path(key)).collect();
+        let objects = self.objects.clone();
+        let limit = OP_TIMEOUT + Duration::from_secs(paths.len() as u64);
+        let fetched = self
+            .run(limit, async move {
+                let reads = futures_util::stream::iter(paths)
+                    .map(|path| transfer::read_sized(objects.clone(), path))
+                    .buffered(GET_PARALLEL)
+                    .collect::<Vec<_>>()
+                    .await;
+                Ok(reads)
+            })
+            .map_err(|e| e.named("get", JOURNAL, &self.location))?;
+        Ok(fetched
+            .into_iter()
+            .zip(&keys)
+            .map(|(read, key)| read.map_err(|e| e.named("get", key, &self.location)))
+            .collect())
     }
 
     fn delete_segments(&self, names: &[String]) -> Result<(), StoreError> {

@@ -6,7 +6,7 @@
 use hyper::{Response, StatusCode};
 
 use stasis_contract::error::ApiError;
-use stasis_contract::policy::{CallsFromSetting, IngressAuth, IngressAuthSetting};
+use stasis_contract::policy::{CallsFromSetting, IngressAuth, IngressAuthSetting, OnDemandSetting};
 use stasis_contract::quota::Quota;
 use stasis_contract::tokens::Role;
 use stasis_control::tokens::NewToken;
@@ -58,6 +58,15 @@ pub(super) async fn set_quota(call: Call<'_, Role>) -> Result<Response<Body>, Ap
     }
     let quota: Quota = parse_json(&call.body)?;
     ok(&call.control.set_quota(call.param(0), quota).await?)
+}
+
+/// `PUT /v1/namespaces/{ns}/on-demand`: the template unknown actors of
+/// the namespace are created from on first use (`null`: none).
+pub(super) async fn set_on_demand(call: Call<'_, Role>) -> Result<Response<Body>, ApiError> {
+    let setting: OnDemandSetting = parse_json(&call.body)?;
+    ok(&(call.control)
+        .set_on_demand(call.param(0), setting.template.as_deref())
+        .await?)
 }
 
 /// `PUT /v1/namespaces/{ns}/ingress-auth`.

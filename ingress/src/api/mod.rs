@@ -150,6 +150,13 @@ fn cluster_routes() -> Vec<Route<Role>> {
         ),
         route(
             M::PUT,
+            "/v1/namespaces/{ns}/on-demand",
+            NamespaceAdmin,
+            Json,
+            |c| Box::pin(cluster::set_on_demand(c)),
+        ),
+        route(
+            M::PUT,
             "/v1/namespaces/{ns}/calls-from",
             NamespaceAdmin,
             Json,

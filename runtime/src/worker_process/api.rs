@@ -161,7 +161,11 @@ impl RemoteWorker {
                     stasis_host_api::encode_response(&response).map_err(ApiError::internal)?;
                 Ok(Response::new(Body::new(Bytes::from(bytes))))
             }
-            Op::Alarm => Ok(json(StatusCode::OK, &w.alarm(name, epoch(&header)?).await?)),
+            Op::Alarm => {
+                let setter = header(stasis_contract::trace::TRACEPARENT);
+                let outcome = w.alarm(name, epoch(&header)?, setter.as_deref()).await?;
+                Ok(json(StatusCode::OK, &outcome))
+            }
             Op::SocketEvent => {
                 let event = stasis_host_api::sockets::decode_event(&body)
                     .map_err(|e| ApiError::bad_request(e.to_string()))?;

@@ -42,6 +42,20 @@ impl ControlPeer {
     /// 503 if etcd cannot be read, no replica leads, or the control plane
     /// does not answer; the control plane's own error otherwise.
     pub async fn send(&self, method: Method, path: &str, body: Bytes) -> Result<Bytes, ApiError> {
+        self.send_with(method, path, &[], body).await
+    }
+
+    /// [`ControlPeer::send`] with `headers`.
+    ///
+    /// # Errors
+    /// As [`ControlPeer::send`].
+    async fn send_with(
+        &self,
+        method: Method,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Bytes,
+    ) -> Result<Bytes, ApiError> {
         let leader;
         let peer = match self {
             Self::Joined(peer) => peer.as_ref(),
@@ -61,7 +75,7 @@ impl ControlPeer {
                 &leader
             }
         };
-        Ok(peer.send(method, path, &[], body).await?.body)
+        Ok(peer.send(method, path, headers, body).await?.body)
     }
 
     /// Posts `request` to `path` of the control plane's internal API.
@@ -94,8 +108,19 @@ impl ControlApi for ControlPeer {
             .map(|_| ())
     }
 
-    async fn set_alarm(&self, actor: &str, at_unix_ms: u64) -> Result<(), ApiError> {
-        self.alarm_op(Method::PUT, actor, at_unix_ms.to_string().into())
+    async fn set_alarm(
+        &self,
+        actor: &str,
+        at_unix_ms: u64,
+        setter: Option<String>,
+    ) -> Result<(), ApiError> {
+        let headers: Vec<(&str, &str)> = setter
+            .as_deref()
+            .map(|s| (stasis_contract::trace::TRACEPARENT, s))
+            .into_iter()
+            .collect();
+        let path = ControlPath::Alarm(actor).to_path();
+        self.send_with(Method::PUT, &path, &headers, at_unix_ms.to_string().into())
             .await
             .map(|_| ())
     }

@@ -40,7 +40,9 @@ impl ActorTask {
         }
         match input {
             Input::Request { request, reply } => self.run_delivery(&request, ticket, reply).await,
-            Input::Alarm { reply } => self.run_delivery(&DueAlarm, ticket, reply).await,
+            Input::Alarm { setter, reply } => {
+                self.run_delivery(&DueAlarm { setter }, ticket, reply).await;
+            }
             Input::Socket { event, reply } => self.run_delivery(&*event, ticket, reply).await,
         }
     }
@@ -93,6 +95,7 @@ impl ActorTask {
                     i64::try_from(self.kept.epoch).unwrap_or(i64::MAX),
                 ),
             ])
+            .with_links(work.links())
             .start_with_context(&tracer, &parent);
         let cx = parent.with_span(span);
         let result = self.run_traced(work, ticket, &cx).await;

@@ -348,9 +348,11 @@ impl ActorServices for ActorHostServices {
     }
 
     fn set_alarm(&self, at_unix_ms: u64) -> ServiceFuture<()> {
-        self.with_alarms(
-            move |alarms, actor| async move { alarms.set_alarm(&actor, at_unix_ms).await },
-        )
+        // The delivery's span: the alarm's span links to it.
+        let setter = trace::traceparent(&self.scope().trace);
+        self.with_alarms(move |alarms, actor| async move {
+            alarms.set_alarm(&actor, at_unix_ms, setter).await
+        })
     }
 
     fn cancel_alarm(&self) -> ServiceFuture<()> {

@@ -27,7 +27,12 @@ impl ControlApi for RefusingControl {
     async fn send(&self, _actor: &str, _request: Request) -> Result<(), ApiError> {
         Err(refused())
     }
-    async fn set_alarm(&self, _actor: &str, _at_unix_ms: u64) -> Result<(), ApiError> {
+    async fn set_alarm(
+        &self,
+        _actor: &str,
+        _at_unix_ms: u64,
+        _setter: Option<String>,
+    ) -> Result<(), ApiError> {
         Err(refused())
     }
     async fn cancel_alarm(&self, _actor: &str) -> Result<(), ApiError> {

@@ -53,7 +53,10 @@ use super::entry::{Entry, EntryKind};
 use super::{Committed, Durable, JournalError};
 use crate::snapshot_store::{SnapshotStore, StoreError};
 
+mod objects;
 mod recover;
+
+pub use objects::{SegmentMeta, SegmentObjects};
 
 pub use recover::Recovered;
 
@@ -72,46 +75,6 @@ const PUT_ATTEMPTS: u32 = 3;
 
 /// A segment's entries as decoded: each actor's, in order.
 type Decoded = Arc<HashMap<String, Vec<Entry>>>;
-
-/// A journal segment in the store.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SegmentMeta {
-    /// Its name under `journal/` (`<worker>/<run>-<round>.seg`).
-    pub name: String,
-    /// Its size in bytes.
-    pub size: u64,
-    /// How long ago it was written.
-    pub age: Duration,
-}
-
-/// Where journal segments are kept: the snapshot store of a cluster
-/// (`stasis_core::snapshot_objects`).
-pub trait SegmentObjects: Send + Sync + std::fmt::Debug {
-    /// Writes segment `name` whole.
-    ///
-    /// # Errors
-    /// [`StoreError::Io`], or [`StoreError::Unknown`] when the answer was
-    /// lost and the read-back failed too.
-    fn put_segment(&self, name: &str, bytes: Bytes) -> Result<(), StoreError>;
-
-    /// Every segment in the store, of every worker.
-    ///
-    /// # Errors
-    /// [`StoreError::Io`].
-    fn list_segments(&self) -> Result<Vec<SegmentMeta>, StoreError>;
-
-    /// The bytes of segment `name`.
-    ///
-    /// # Errors
-    /// [`StoreError::Io`], `NotFound` when it was deleted meanwhile.
-    fn get_segment(&self, name: &str) -> Result<Bytes, StoreError>;
-
-    /// Deletes segments `names` (a missing one is no error).
-    ///
-    /// # Errors
-    /// [`StoreError::Io`].
-    fn delete_segments(&self, names: &[String]) -> Result<(), StoreError>;
-}
 
 /// Counters of a shipped journal since it was opened.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -156,8 +119,7 @@ struct State {
     /// lease ended), or a tombstone: only the sweep deletes them, once
     /// their entries no longer apply, since a next owner may need one.
     orphans: BTreeSet<u64>,
-    /// Rounds of this run whose segment is in the store.
-    shipped: BTreeSet<u64>,
+    shipped: BTreeSet<u64>, // rounds of this run whose segment is in the store
     stopping: bool,
 }
 
@@ -175,6 +137,8 @@ struct Shared {
     fold_after: Duration,
     /// Decoded segments of the store, by name: each actor's entries.
     seen: Mutex<HashMap<String, Decoded>>,
+    /// Held while segments are read: takeovers at once read each once.
+    reading: Mutex<()>,
     stats: Counters,
 }
 
@@ -244,6 +208,7 @@ impl ShippedJournal {
             run,
             fold_after,
             seen: Mutex::new(HashMap::new()),
+            reading: Mutex::new(()),
             stats: Counters::default(),
         });
         let shipper = {

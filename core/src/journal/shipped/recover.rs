@@ -80,9 +80,14 @@ impl ShippedJournal {
         Ok(recovered)
     }
 
-    /// Every segment in the store, decoded (each once; forgotten when it
-    /// is gone from the store), with its age.
+    /// Every segment in the store, decoded (each once, one recovery reading
+    /// at a time; forgotten when it is gone from the store), with its age.
     fn read_segments(&self) -> Result<HashMap<String, Segment>, StoreError> {
+        let _reading = self
+            .shared
+            .reading
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         let listed = self.shared.objects.list_segments()?;
         let known: HashMap<String, super::Decoded> = {
             let mut seen = self.shared.seen.lock().unwrap_or_else(|p| p.into_inner());
@@ -90,16 +95,22 @@ impl ShippedJournal {
             seen.clone()
         };
         let mut all = HashMap::with_capacity(listed.len());
-        for meta in listed {
+        let (known_now, unread): (Vec<_>, Vec<_>) = listed
+            .into_iter()
+            .partition(|meta| known.contains_key(&meta.name));
+        for meta in known_now {
             if let Some(entries) = known.get(&meta.name) {
                 let segment = Segment {
                     age: meta.age,
                     entries: entries.clone(),
                 };
                 all.insert(meta.name, segment);
-                continue;
             }
-            let bytes = match self.shared.objects.get_segment(&meta.name) {
+        }
+        let names: Vec<String> = unread.iter().map(|m| m.name.clone()).collect();
+        let reads = self.shared.objects.get_segments(&names)?;
+        for (meta, read) in unread.into_iter().zip(reads) {
+            let bytes = match read {
                 Ok(bytes) => bytes,
                 // Deleted since the listing: its entries were settled.
                 Err(StoreError::Io { source, .. })
