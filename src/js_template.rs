@@ -96,11 +96,55 @@ pub(crate) async fn build(path: &Path, source: &[u8]) -> anyhow::Result<Vec<u8>>
         store: &mut store,
         instance,
     };
-    wizer
+    let mut module = wizer
         .snapshot(&cx, &mut state)
         .await
         .map_err(|e| anyhow!("snapshotting the evaluated script: {e:#}"))
-        .context("building the template module")
+        .context("building the template module")?;
+    // Asked after the snapshot, so that the question leaves nothing in it.
+    let sides = instance
+        .get_typed_func::<(), u32>(&mut store, HAND_OVER)
+        .map_err(|e| anyhow!("{e:#}"))?
+        .call_async(&mut store, ())
+        .await
+        .map_err(|e| anyhow!("asking the script's hand-over methods: {e:#}"))?;
+    let methods: Vec<&str> = [(1, "save"), (2, "load")]
+        .into_iter()
+        .filter(|(bit, _)| sides & bit != 0)
+        .map(|(_, name)| name)
+        .collect();
+    module.extend(custom_section(
+        stasis_host_api::JS_HAND_OVER_SECTION,
+        methods.join(",").as_bytes(),
+    ));
+    Ok(module)
+}
+
+/// The engine's export saying which hand-over methods the script has.
+const HAND_OVER: &str = "stasis_js_hand_over";
+
+/// A custom section `name` holding `payload`, encoded to be appended to a
+/// module (custom sections may come anywhere).
+fn custom_section(name: &str, payload: &[u8]) -> Vec<u8> {
+    fn leb128(mut n: usize, out: &mut Vec<u8>) {
+        loop {
+            let byte = (n & 0x7f) as u8;
+            n >>= 7;
+            if n == 0 {
+                out.push(byte);
+                return;
+            }
+            out.push(byte | 0x80);
+        }
+    }
+    let mut body = Vec::new();
+    leb128(name.len(), &mut body);
+    body.extend_from_slice(name.as_bytes());
+    body.extend_from_slice(payload);
+    let mut section = vec![0];
+    leb128(body.len(), &mut section);
+    section.extend(body);
+    section
 }
 
 /// Runs `_initialize` and the engine's pre-initialisation with `input`

@@ -80,6 +80,15 @@ pub const ABI_SECTION: &str = "stasis-abi";
 /// their memories and mutable globals match in number and type.
 pub const LAYOUT_SECTION: &str = "stasis-layout";
 
+/// Name of the custom section `stasis template push` writes into a
+/// JavaScript template: which side of a state hand-over its script takes
+/// part in, as the names of its default export's methods, comma-separated
+/// (`save,load`, `save`, `load`, or empty). The engine exports
+/// [`exports::SAVE_STATE`] and [`exports::LOAD_STATE`] for every script; a
+/// module with this section counts as exporting each only where the
+/// script has the method.
+pub const JS_HAND_OVER_SECTION: &str = "stasis-js-hand-over";
+
 /// The import module every guest may use: WASI preview 1 (a version-2
 /// guest may also use [`imports::MODULE`]).
 pub const WASI_MODULE: &str = "wasi_snapshot_preview1";

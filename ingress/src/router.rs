@@ -24,12 +24,10 @@ use hyper::{Request, Response, StatusCode};
 
 use crate::access::Access;
 use crate::{ingress, ingress_auth, sockets};
-use opentelemetry::trace::{SpanKind, Status, TraceContextExt as _, Tracer as _};
-use opentelemetry::{Context, KeyValue};
 use stasis_contract::client_gone::ClientGone;
 use stasis_contract::error::{ApiError, ErrorKind, echo_cut, echo_name};
 use stasis_contract::names::{self, is_label};
-use stasis_contract::trace;
+
 use stasis_control::ControlPlane;
 use stasis_control::on_demand::CreateOnLeader;
 use stasis_host_api::sockets::{SOCKET_HEADER, STREAM_HEADER, STREAM_OPEN};
@@ -37,6 +35,12 @@ use stasis_http::serve::{Body, collect_body, text_error};
 
 pub use stasis_contract::headers::ACTOR_HEADER;
 use stasis_contract::headers::{HOP_BY_HOP, is_host_only, not_passed_on};
+
+mod first_use;
+mod spans;
+
+use first_use::first_use;
+use spans::{end_span, ingress_span};
 
 /// Normalises a host name: lower-case, one trailing dot removed.
 ///
@@ -267,28 +271,6 @@ impl Router {
     }
 }
 
-/// A request (authenticated) for actor `actor`, which does not exist: if
-/// its namespace creates actors on first use, the request is admitted
-/// under the namespace's rate and the actor created (see
-/// `stasis_control::on_demand`); its route. `None` when the namespace
-/// does not.
-async fn first_use(
-    control: &ControlPlane,
-    leader: Option<&dyn CreateOnLeader>,
-    actor: &str,
-    started: std::time::Instant,
-) -> Result<Option<stasis_control::Route>, ApiError> {
-    let namespace = stasis_contract::names::namespace_of(actor);
-    if control.on_demand_template(namespace).await?.is_none() {
-        return Ok(None);
-    }
-    if let Err(e) = control.admit_request(actor).await {
-        control.count_request(actor, e.kind().status(), started.elapsed());
-        return Err(e);
-    }
-    control.create_on_first_use(actor, leader).await
-}
-
 /// Routes one request to its actor and answers it; counts it under its
 /// status, or as abandoned when its client left before it ran.
 async fn route(
@@ -407,51 +389,6 @@ async fn route(
             text_error(&e)
         }
     }
-}
-
-/// Starts the `stasis.ingress` span of a request to `actor` (see
-/// [`stasis_contract::trace`]): a child of the client's `traceparent` if it
-/// sent one (sampled as Stasis decides, or as a trusted proxy at `peer`
-/// did), the root of a trace otherwise; the request then carries it as its
-/// parent.
-fn ingress_span(
-    actor: &str,
-    guest: &mut stasis_host_api::Request,
-    peer: std::net::IpAddr,
-) -> Context {
-    let parent = trace::client_parent(&guest.headers, Some(peer));
-    let tracer = trace::tracer();
-    let span = tracer
-        .span_builder("stasis.ingress")
-        .with_kind(SpanKind::Server)
-        .with_attributes([
-            KeyValue::new("stasis.actor", actor.to_owned()),
-            KeyValue::new("http.request.method", guest.method.clone()),
-            KeyValue::new("url.path", guest.path().to_owned()),
-        ])
-        .start_with_context(&tracer, &parent);
-    let cx = parent.with_span(span);
-    trace::inject(&cx, &mut guest.headers);
-    cx
-}
-
-/// Ends the span of `cx` with the request's status, or its error.
-fn end_span(cx: &Context, answer: Result<u16, &ApiError>) {
-    let span = cx.span();
-    match answer {
-        Ok(status) => span.set_attribute(KeyValue::new(
-            "http.response.status_code",
-            i64::from(status),
-        )),
-        Err(e) => {
-            span.set_attribute(KeyValue::new(
-                "http.response.status_code",
-                i64::from(e.kind().status()),
-            ));
-            span.set_status(Status::error(e.message().to_owned()));
-        }
-    }
-    span.end();
 }
 
 #[cfg(test)]

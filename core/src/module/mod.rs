@@ -158,6 +158,10 @@ pub struct ModuleInfo {
     /// Whether it exports [`stasis_host_api::exports::LOAD_STATE`] (an
     /// actor can be handed its state from another version).
     pub loads_state: bool,
+    /// A JavaScript template ([`stasis_host_api::JS_HAND_OVER_SECTION`]):
+    /// its hand-over is the script's `save()` and `load(value,
+    /// fromVersion)`, which `saves_state` and `loads_state` say it has.
+    pub script: bool,
 }
 
 impl ModuleInfo {
@@ -167,6 +171,9 @@ impl ModuleInfo {
     #[must_use]
     pub fn hand_over_refusal(&self, new: &ModuleInfo) -> Option<String> {
         use stasis_host_api::exports::{LOAD_STATE, SAVE_STATE};
+        if self.script || new.script {
+            return script_hand_over_refusal(self, new);
+        }
         match (self.saves_state, new.loads_state) {
             (true, true) => None,
             (false, true) => Some(format!("the running version exports no `{SAVE_STATE}`")),
@@ -176,7 +183,34 @@ impl ModuleInfo {
             )),
         }
     }
+}
 
+/// [`ModuleInfo::hand_over_refusal`] where a version is a JavaScript
+/// template: what its script must export, in its words.
+fn script_hand_over_refusal(old: &ModuleInfo, new: &ModuleInfo) -> Option<String> {
+    let export = "export `save()` and `load(value, fromVersion)` on the script's default export";
+    match (old.script, new.script) {
+        (true, true) => match (old.saves_state, new.loads_state) {
+            (true, true) => None,
+            (false, true) => Some(format!(
+                "the running version's script has no save() ({export})"
+            )),
+            (true, false) => Some(format!(
+                "the new version's script has no load(value, fromVersion) ({export})"
+            )),
+            (false, false) => Some(format!(
+                "neither script takes part in a hand-over ({export})"
+            )),
+        },
+        _ => Some(
+            "one version is a JavaScript template and the other is not: their states do not \
+             translate"
+                .to_owned(),
+        ),
+    }
+}
+
+impl ModuleInfo {
     /// Why an actor's memory and globals, as a snapshot taken under
     /// `self`, cannot be carried over into `new` (memory carry-over, see
     /// [`stasis_host_api::LAYOUT_SECTION`]): the first difference found,
@@ -190,6 +224,16 @@ impl ModuleInfo {
         let section = stasis_host_api::LAYOUT_SECTION;
         match (&self.layout, &new.layout) {
             (Some(old), Some(now)) if old == now && !old.is_empty() => {}
+            (None, None) => {
+                return Some(format!(
+                    "neither version declares a layout (custom section `{section}`){}",
+                    if self.script || new.script {
+                        ": a JavaScript heap is never carried over"
+                    } else {
+                        ""
+                    }
+                ));
+            }
             _ => {
                 return Some(format!(
                     "the layouts declared differ (custom section `{section}`: {} before, {} now)",

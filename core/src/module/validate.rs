@@ -2,7 +2,8 @@
 //! snapshot design and reports what a snapshot of it holds ([`ModuleInfo`]).
 
 use stasis_host_api::{
-    ABI_SECTION, ABI_VERSION, LAYOUT_SECTION, MIN_ABI_VERSION, WASI_MODULE, exports, imports,
+    ABI_SECTION, ABI_VERSION, JS_HAND_OVER_SECTION, LAYOUT_SECTION, MIN_ABI_VERSION, WASI_MODULE,
+    exports, imports,
 };
 use wasmparser::{
     CompositeInnerType, ExternalKind, FuncType, Operator, Parser, Payload, TypeRef, ValType,
@@ -167,6 +168,11 @@ pub fn analyze(bytes: &[u8]) -> Result<ModuleInfo, ModuleError> {
             Payload::CustomSection(section) if section.name() == LAYOUT_SECTION => {
                 scan.info.layout = Some(section.data().to_vec());
             }
+            Payload::CustomSection(section) if section.name() == JS_HAND_OVER_SECTION => {
+                let methods = String::from_utf8_lossy(section.data()).into_owned();
+                let has = |m: &str| methods.split(',').any(|x| x.trim() == m);
+                scan.script_sides = Some((has("save"), has("load")));
+            }
             Payload::CustomSection(section) if section.name() == ABI_SECTION => {
                 let data: [u8; 4] = section.data().try_into().map_err(|_| {
                     refused(format!(
@@ -191,6 +197,9 @@ fn malformed(e: wasmparser::BinaryReaderError) -> ModuleError {
 /// ([`Scan::finish`]).
 struct Scan {
     info: ModuleInfo,
+    /// The methods of a JavaScript template's hand-over
+    /// ([`JS_HAND_OVER_SECTION`]): `(save, load)`, once read.
+    script_sides: Option<(bool, bool)>,
     /// The ABI custom section's version, once read (it may come last).
     abi: Option<u32>,
     imports_wasi: bool,
@@ -218,7 +227,9 @@ impl Scan {
                 layout: None,
                 saves_state: false,
                 loads_state: false,
+                script: false,
             },
+            script_sides: None,
             abi: None,
             imports_wasi: false,
             host_imports: Vec::new(),
@@ -375,6 +386,13 @@ impl Scan {
     /// The rules of the whole module: a memory, WASI's `memory` export, an
     /// ABI version this host speaks, host functions only from ABI 2.
     fn finish(mut self) -> Result<ModuleInfo, ModuleError> {
+        if let Some((save, load)) = self.script_sides {
+            // The engine exports both hooks for every script: each counts
+            // where the script has the method.
+            self.info.script = true;
+            self.info.saves_state &= save;
+            self.info.loads_state &= load;
+        }
         if self.info.memories.is_empty() {
             return Err(refused(
                 "no linear memory: the ABI passes requests through memory 0",

@@ -231,6 +231,103 @@ fn uncaught(what: &str, text: &str) -> ! {
     panic!("uncaught exception in {what} (its message and stack are in the actor's log)");
 }
 
+/// The bytes the last [`stasis_save_state`] returned.
+static SAVED: Global<Vec<u8>> = Global(UnsafeCell::new(Vec::new()));
+
+/// State hand-over, the running version's side: the default export's
+/// `save()` value, encoded (see `prelude.js`), `(ptr << 32) | len`. A
+/// `save()` that throws (or returns what cannot be handed over) traps,
+/// with the reason on stderr: the upgrade is refused and the actor stays.
+#[unsafe(no_mangle)]
+pub extern "C" fn stasis_save_state() -> u64 {
+    let Some(engine) = engine() else {
+        uncaught("save", "this module is the bare JavaScript engine");
+    };
+    let result = run_settled(
+        engine,
+        |ctx| {
+            let save: Function = ctx.globals().get("__stasis_save")?;
+            save.call::<_, ()>(())
+        },
+        |ctx, out| {
+            let text: String =
+                javy::quickjs::FromJs::from_js(ctx, out).map_err(|e| thrown(ctx, e))?;
+            Ok(text.into_bytes())
+        },
+    );
+    match result {
+        Ok(bytes) => {
+            // SAFETY: see `Global`.
+            let slot = unsafe { &mut *SAVED.0.get() };
+            *slot = bytes;
+            ((slot.as_ptr() as usize as u64) << 32) | slot.len() as u64
+        }
+        Err(text) => uncaught("save", &text),
+    }
+}
+
+/// State hand-over, the new version's side: `ptr`/`len` is a buffer from
+/// `stasis_alloc` holding what [`stasis_save_state`] returned; the default
+/// export's `load(value, fromVersion)` takes it. 0 once it did; 1 (the
+/// reason on stderr) when it threw or the bytes are not a saved state.
+#[unsafe(no_mangle)]
+pub extern "C" fn stasis_load_state(ptr: u32, len: u32) -> u32 {
+    // SAFETY: a buffer from `stasis_alloc` of exactly `len` bytes, handed
+    // back once (as in the SDK's `handle`).
+    let input = unsafe {
+        Box::from_raw(std::ptr::slice_from_raw_parts_mut(
+            ptr as usize as *mut u8,
+            len as usize,
+        ))
+    };
+    let Some(engine) = engine() else {
+        eprintln!("load: this module is the bare JavaScript engine");
+        return 1;
+    };
+    let text = String::from_utf8_lossy(&input).into_owned();
+    let result = run_settled(
+        engine,
+        |ctx| {
+            let load: Function = ctx.globals().get("__stasis_load")?;
+            load.call::<_, ()>((text,))
+        },
+        |_, _| Ok(()),
+    );
+    match result {
+        Ok(()) => 0,
+        Err(text) => {
+            // One line: the host quotes the last lines of stderr in the
+            // upgrade's refusal.
+            let mut lines = text.lines().map(str::trim);
+            let first = lines.next().unwrap_or_default();
+            let stack: Vec<&str> = lines.collect();
+            eprintln!(
+                "load(value, fromVersion) refused the state: {first} (stack: {})",
+                stack.join(" / ")
+            );
+            1
+        }
+    }
+}
+
+/// Which side of a state hand-over the evaluated script takes part in
+/// (its default export's `save` and `load` methods): bit 0 `save`, bit 1
+/// `load`. Asked by `stasis template push` after the pre-initialisation.
+#[unsafe(no_mangle)]
+pub extern "C" fn stasis_js_hand_over() -> u32 {
+    let Some(engine) = engine() else { return 0 };
+    engine.runtime.context().with(|ctx| {
+        let handler: Option<Object> = ctx.globals().get("__stasis_handler").ok();
+        let has = |name: &str| {
+            handler
+                .as_ref()
+                .and_then(|h| h.get::<_, Value>(name).ok())
+                .is_some_and(|v| v.is_function())
+        };
+        u32::from(has("save")) | (u32::from(has("load")) << 1)
+    })
+}
+
 /// The actor type the SDK exports; all state is in [`ENGINE`].
 #[derive(Default)]
 struct JsActor;

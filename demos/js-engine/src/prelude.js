@@ -240,6 +240,107 @@
     })());
   };
 
+  // State hand-over (a live upgrade to another version of the template):
+  // the running version's `save()` value goes, encoded, to the new
+  // version's `load(value, fromVersion)`. What can travel is what
+  // structured clone takes, but for cycles: null, undefined, booleans,
+  // numbers (NaN, Infinity, -0 too), strings, BigInts, arrays, plain
+  // objects, Map, Set, Date, RegExp, ArrayBuffer and typed arrays. A
+  // function, symbol or class instance is refused, naming where it is.
+  function encodeClone(value, path, seen) {
+    switch (typeof value) {
+      case "undefined": return { u: 1 };
+      case "boolean": case "string": return value;
+      case "number":
+        if (Number.isNaN(value)) return { n: "NaN" };
+        if (!Number.isFinite(value)) return { n: value > 0 ? "Infinity" : "-Infinity" };
+        if (Object.is(value, -0)) return { n: "-0" };
+        return value;
+      case "bigint": return { b: value.toString() };
+      case "function": case "symbol":
+        throw new TypeError(`save() returned a ${typeof value} at ${path}: it cannot be handed over`);
+    }
+    if (value === null) return null;
+    if (seen.has(value)) throw new TypeError(`save() returned a cycle at ${path}: it cannot be handed over`);
+    seen.add(value);
+    try {
+      if (Array.isArray(value)) return { a: value.map((v, i) => encodeClone(v, `${path}[${i}]`, seen)) };
+      if (value instanceof Map) return { m: [...value].map(([k, v], i) => [encodeClone(k, `${path}.key(${i})`, seen), encodeClone(v, `${path}.get(${i})`, seen)]) };
+      if (value instanceof Set) return { s: [...value].map((v, i) => encodeClone(v, `${path}.item(${i})`, seen)) };
+      if (value instanceof Date) return { d: value.getTime() };
+      if (value instanceof RegExp) return { r: [value.source, value.flags] };
+      if (value instanceof ArrayBuffer) return { ab: [...new Uint8Array(value)] };
+      if (ArrayBuffer.isView(value)) {
+        const bytes = new Uint8Array(value.buffer, value.byteOffset, value.byteLength);
+        return { t: [value.constructor.name, [...bytes]] };
+      }
+      const proto = Object.getPrototypeOf(value);
+      if (proto !== Object.prototype && proto !== null) {
+        const name = (proto.constructor && proto.constructor.name) || "an object with a prototype";
+        throw new TypeError(`save() returned a ${name} at ${path}: only plain objects, arrays, Map, Set, Date, RegExp and binary data can be handed over`);
+      }
+      const o = {};
+      for (const [k, v] of Object.entries(value)) o[k] = encodeClone(v, `${path}.${k}`, seen);
+      return { o };
+    } finally {
+      seen.delete(value);
+    }
+  }
+
+  function decodeClone(value) {
+    if (value === null || typeof value !== "object") return value;
+    if ("u" in value) return undefined;
+    if ("n" in value) return value.n === "-0" ? -0 : Number(value.n);
+    if ("b" in value) return BigInt(value.b);
+    if ("a" in value) return value.a.map(decodeClone);
+    if ("m" in value) return new Map(value.m.map(([k, v]) => [decodeClone(k), decodeClone(v)]));
+    if ("s" in value) return new Set(value.s.map(decodeClone));
+    if ("d" in value) return new Date(value.d);
+    if ("r" in value) return new RegExp(value.r[0], value.r[1]);
+    if ("ab" in value) return new Uint8Array(value.ab).buffer;
+    if ("t" in value) {
+      const [name, bytes] = value.t;
+      const buffer = new Uint8Array(bytes).buffer;
+      const Type = globalThis[name];
+      return name === "DataView" ? new DataView(buffer) : new Type(buffer);
+    }
+    const o = {};
+    for (const [k, v] of Object.entries(value.o)) o[k] = decodeClone(v);
+    return o;
+  }
+
+  // `save()` of the running version, as the text handed over: its value
+  // and the `version` its default export declares.
+  globalThis.__stasis_save = () => {
+    settle((async () => {
+      const handler = globalThis.__stasis_handler;
+      if (!handler || typeof handler.save !== "function") {
+        throw new TypeError("the script's default export has no save() method");
+      }
+      const state = encodeClone(await handler.save(), "the value", new Set());
+      const version = typeof handler.version === "number" ? handler.version : null;
+      return JSON.stringify({ stasis: 1, version, state });
+    })());
+  };
+
+  // `load(value, fromVersion)` of the new version with what the running
+  // one saved (`fromVersion`: the `version` its default export declared,
+  // or undefined).
+  globalThis.__stasis_load = (text) => {
+    settle((async () => {
+      const handler = globalThis.__stasis_handler;
+      if (!handler || typeof handler.load !== "function") {
+        throw new TypeError("the script's default export has no load(value, fromVersion) method");
+      }
+      const saved = JSON.parse(text);
+      if (!saved || saved.stasis !== 1) {
+        throw new TypeError("the state handed over was not saved by a JavaScript version of this template");
+      }
+      await handler.load(decodeClone(saved.state), saved.version === null ? undefined : saved.version);
+      return null;
+    })());
+  };
+
   globalThis.__stasis_alarm = () => {
     settle((async () => {
       const handler = globalThis.__stasis_handler;
