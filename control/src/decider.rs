@@ -64,11 +64,15 @@ impl Decider {
     }
 
     /// `flight`, the create on first use of `name`, is done for its caller:
-    /// forgotten once no other caller waits on it.
-    pub(crate) fn on_demand_landed(&self, name: &str, flight: &Flight) {
+    /// forgotten once no other caller holds it.
+    pub(crate) fn on_demand_landed(&self, name: &str, flight: Flight) {
         let mut flights = self.on_demand.lock().unwrap_or_else(|p| p.into_inner());
-        // The table's and the caller's: no one else joined.
-        if std::sync::Arc::strong_count(flight) <= 2 {
+        drop(flight);
+        // Only the table's handle left: no one else joined or waits.
+        if flights
+            .get(name)
+            .is_some_and(|f| std::sync::Arc::strong_count(f) == 1)
+        {
             flights.remove(name);
         }
     }

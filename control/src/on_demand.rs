@@ -92,7 +92,10 @@ impl ControlPlane {
         };
         match (self.decides(), leader) {
             (true, _) => self.create_once(name, &template).await?,
-            (false, Some(leader)) => leader.create_on_demand(name).await?,
+            (false, Some(leader)) => {
+                leader.create_on_demand(name).await?;
+                return self.route_once_written(name).await.map(Some);
+            }
             (false, None) => {
                 return Err(ApiError::unavailable(format!(
                     "actor {name} does not exist yet and this replica cannot ask the leader to \
@@ -101,6 +104,22 @@ impl ControlPlane {
             }
         }
         self.route(name).await.map(Some)
+    }
+
+    /// [`ControlPlane::route`] on a follower right after the leader created
+    /// `name`: a read of the placement begun before the create, or an etcd
+    /// member behind the leader's, may not have it yet; looked up again
+    /// for up to [`SEEN_WITHIN`].
+    async fn route_once_written(&self, name: &str) -> Result<Route, ApiError> {
+        let deadline = tokio::time::Instant::now() + SEEN_WITHIN;
+        loop {
+            match self.route(name).await {
+                Err(e) if e.is(ErrorKind::NotFound) && tokio::time::Instant::now() < deadline => {
+                    tokio::time::sleep(SEEN_POLL).await;
+                }
+                other => return other,
+            }
+        }
     }
 
     /// Creates actor `name` from its namespace's on-demand template unless
@@ -129,7 +148,7 @@ impl ControlPlane {
                 }
             }
         };
-        decider.on_demand_landed(name, &flight);
+        decider.on_demand_landed(name, flight);
         result
     }
 
@@ -164,6 +183,12 @@ impl ControlPlane {
         }
     }
 }
+
+/// How long a follower looks for an actor the leader just created.
+const SEEN_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// How often it looks meanwhile.
+const SEEN_POLL: std::time::Duration = std::time::Duration::from_millis(25);
 
 /// One name's create in flight: those for the same name wait on it.
 pub(crate) type Flight = Arc<tokio::sync::Mutex<()>>;

@@ -252,9 +252,18 @@ impl ControlPlane {
         {
             return;
         }
-        if let Err(e) = self.re_place(actor).await {
-            self.replacement_failed(actor, &e);
-        }
+        // In a task of its own: a request whose client leaves must not stop
+        // a re-placement half-way (a copy shipped, the switch not made).
+        let Some(control) = self.decider().ok().and_then(|d| d.rollouts.control()) else {
+            return;
+        };
+        let name = actor.to_owned();
+        let placed = tokio::spawn(async move {
+            if let Err(e) = control.re_place(&name).await {
+                control.replacement_failed(&name, &e);
+            }
+        });
+        let _ = placed.await;
     }
 
     /// Counts and logs a failed re-placement of `actor`, and keeps its

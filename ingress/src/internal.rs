@@ -216,7 +216,9 @@ async fn cancel_alarm(call: Internal<'_>) -> Result<Response<Body>, ApiError> {
 /// `POST` [`ControlPath::OnDemand`]: a follower replica has this leader
 /// create an actor on first use.
 async fn on_demand(call: Internal<'_>) -> Result<Response<Body>, ApiError> {
-    call.control.create_on_demand_here(call.param(0)).await?;
+    // A create is never left half-way when the follower gives up waiting.
+    let (c, name) = (call.control.clone(), call.param(0).to_owned());
+    detached(async move { c.create_on_demand_here(&name).await }).await?;
     Ok(no_content())
 }
 

@@ -90,6 +90,11 @@ impl RolloutTasks {
         }
     }
 
+    /// The control plane these rollouts belong to, while it lives.
+    pub(crate) fn control(&self) -> Option<Arc<ControlPlane>> {
+        self.me.upgrade()
+    }
+
     /// Replaces template `template`'s deferred actors with `steps`.
     fn defer(&self, template: &str, steps: Vec<Step>) {
         let mut deferred = lock(&self.deferred);

@@ -94,7 +94,8 @@ impl SegmentObjects for ObjectSnapshotStore {
         }
         let paths: Vec<_> = keys.iter().map(|key| self.path(key)).collect();
         let objects = self.objects.clone();
-        let limit = OP_TIMEOUT + Duration::from_secs(paths.len() as u64);
+        // Each read has its own bound by its size (`read_sized`).
+        let limit = timeout_for(u64::from(u32::MAX));
         let fetched = self
             .run(limit, async move {
                 let reads = futures_util::stream::iter(paths)

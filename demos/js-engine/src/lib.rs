@@ -53,20 +53,29 @@ fn engine() -> Option<&'static Engine> {
     unsafe { (*ENGINE.0.get()).as_ref() }
 }
 
+/// The buffer of `len` bytes at `ptr` the host filled and handed over.
+///
+/// # Safety
+/// `ptr`/`len` must be a buffer from `stasis_alloc` of exactly `len` bytes,
+/// handed back once (as in the SDK's `handle`).
+unsafe fn take_buffer(ptr: u32, len: u32) -> Box<[u8]> {
+    // SAFETY: as the caller promises.
+    unsafe {
+        Box::from_raw(std::ptr::slice_from_raw_parts_mut(
+            ptr as usize as *mut u8,
+            len as usize,
+        ))
+    }
+}
+
 /// Pre-initialisation: `ptr`/`len` is a buffer from `stasis_alloc` holding
 /// the script's file name, a newline, and its source. Evaluates the
 /// prelude and the script's top level; returns 0, or `(ptr << 32) | len` of
 /// a UTF-8 error (a syntax error names its line and column).
 #[unsafe(no_mangle)]
 pub extern "C" fn stasis_js_preinit(ptr: u32, len: u32) -> u64 {
-    // SAFETY: a buffer from `stasis_alloc` of exactly `len` bytes, handed
-    // back once (as in the SDK's `handle`).
-    let input = unsafe {
-        Box::from_raw(std::ptr::slice_from_raw_parts_mut(
-            ptr as usize as *mut u8,
-            len as usize,
-        ))
-    };
+    // SAFETY: the host hands over a buffer from `stasis_alloc` once.
+    let input = unsafe { take_buffer(ptr, len) };
     let text = String::from_utf8_lossy(&input);
     let (name, source) = text.split_once('\n').unwrap_or(("actor.js", &text));
     match preinit(name, source) {
@@ -272,14 +281,8 @@ pub extern "C" fn stasis_save_state() -> u64 {
 /// reason on stderr) when it threw or the bytes are not a saved state.
 #[unsafe(no_mangle)]
 pub extern "C" fn stasis_load_state(ptr: u32, len: u32) -> u32 {
-    // SAFETY: a buffer from `stasis_alloc` of exactly `len` bytes, handed
-    // back once (as in the SDK's `handle`).
-    let input = unsafe {
-        Box::from_raw(std::ptr::slice_from_raw_parts_mut(
-            ptr as usize as *mut u8,
-            len as usize,
-        ))
-    };
+    // SAFETY: the host hands over a buffer from `stasis_alloc` once.
+    let input = unsafe { take_buffer(ptr, len) };
     let Some(engine) = engine() else {
         eprintln!("load: this module is the bare JavaScript engine");
         return 1;

@@ -267,7 +267,7 @@
       if (Array.isArray(value)) return { a: value.map((v, i) => encodeClone(v, `${path}[${i}]`, seen)) };
       if (value instanceof Map) return { m: [...value].map(([k, v], i) => [encodeClone(k, `${path}.key(${i})`, seen), encodeClone(v, `${path}.get(${i})`, seen)]) };
       if (value instanceof Set) return { s: [...value].map((v, i) => encodeClone(v, `${path}.item(${i})`, seen)) };
-      if (value instanceof Date) return { d: value.getTime() };
+      if (value instanceof Date) return { d: encodeClone(value.getTime(), path, seen) };
       if (value instanceof RegExp) return { r: [value.source, value.flags] };
       if (value instanceof ArrayBuffer) return { ab: [...new Uint8Array(value)] };
       if (ArrayBuffer.isView(value)) {
@@ -280,7 +280,7 @@
         throw new TypeError(`save() returned a ${name} at ${path}: only plain objects, arrays, Map, Set, Date, RegExp and binary data can be handed over`);
       }
       const o = {};
-      for (const [k, v] of Object.entries(value)) o[k] = encodeClone(v, `${path}.${k}`, seen);
+      for (const [k, v] of Object.entries(value)) own(o, k, encodeClone(v, `${path}.${k}`, seen));
       return { o };
     } finally {
       seen.delete(value);
@@ -295,7 +295,7 @@
     if ("a" in value) return value.a.map(decodeClone);
     if ("m" in value) return new Map(value.m.map(([k, v]) => [decodeClone(k), decodeClone(v)]));
     if ("s" in value) return new Set(value.s.map(decodeClone));
-    if ("d" in value) return new Date(value.d);
+    if ("d" in value) return new Date(decodeClone(value.d));
     if ("r" in value) return new RegExp(value.r[0], value.r[1]);
     if ("ab" in value) return new Uint8Array(value.ab).buffer;
     if ("t" in value) {
@@ -305,8 +305,14 @@
       return name === "DataView" ? new DataView(buffer) : new Type(buffer);
     }
     const o = {};
-    for (const [k, v] of Object.entries(value.o)) o[k] = decodeClone(v);
+    for (const [k, v] of Object.entries(value.o)) own(o, k, decodeClone(v));
     return o;
+  }
+
+  // Sets an own property, `__proto__` too (an assignment would set the
+  // prototype instead).
+  function own(o, k, v) {
+    Object.defineProperty(o, k, { value: v, enumerable: true, writable: true, configurable: true });
   }
 
   // `save()` of the running version, as the text handed over: its value
