@@ -102,6 +102,7 @@ mod incremental;
 mod ingress;
 mod journal_replay;
 mod js;
+mod js_apis;
 mod js_upgrade;
 mod logs;
 mod lost_answers;

@@ -206,10 +206,7 @@ fn run_settled<T>(
         .runtime
         .context()
         .with(|ctx| start(&ctx).map_err(|e| thrown(&ctx, e)))?;
-    engine
-        .runtime
-        .resolve_pending_jobs()
-        .map_err(|e| e.to_string())?;
+    run_jobs_and_timers(engine)?;
     engine.runtime.context().with(|ctx| {
         let globals: Object = ctx.globals();
         let done: bool = globals.get("__stasis_done").unwrap_or(false);
@@ -229,6 +226,61 @@ fn run_settled<T>(
         let _ = globals.set("__stasis_out", Value::new_undefined(ctx.clone()));
         value
     })
+}
+
+/// Runs the job queue, and the timers (`setTimeout`, `setInterval`) while
+/// the delivery's promise is pending: sleeps until the next is due, runs
+/// it, runs the jobs again. Once the promise settles, timers left are
+/// dropped, said in the log.
+fn run_jobs_and_timers(engine: &Engine) -> Result<(), String> {
+    loop {
+        engine
+            .runtime
+            .resolve_pending_jobs()
+            .map_err(|e| e.to_string())?;
+        let (done, next) = engine.runtime.context().with(|ctx| {
+            let globals: Object = ctx.globals();
+            let done: bool = globals.get("__stasis_done").unwrap_or(false);
+            let next: f64 = globals
+                .get::<_, Function>("__stasis_next_timer")
+                .and_then(|f| f.call(()))
+                .unwrap_or(-1.0);
+            (done, next)
+        });
+        if done || next < 0.0 {
+            if done {
+                drop_timers(engine);
+            }
+            return Ok(());
+        }
+        if next > 0.0 {
+            std::thread::sleep(std::time::Duration::from_secs_f64(next / 1000.0));
+        }
+        let ran: Result<(), String> = engine.runtime.context().with(|ctx| {
+            let run: Function = ctx
+                .globals()
+                .get("__stasis_run_timers")
+                .map_err(|e| thrown(&ctx, e))?;
+            run.call::<_, ()>(()).map_err(|e| thrown(&ctx, e))
+        });
+        ran.map_err(|e| format!("a timer's callback threw: {e}"))?;
+    }
+}
+
+/// Drops the timers a settled delivery left, saying how many in the log.
+fn drop_timers(engine: &Engine) {
+    let dropped: u32 = engine.runtime.context().with(|ctx| {
+        ctx.globals()
+            .get::<_, Function>("__stasis_drop_timers")
+            .and_then(|f| f.call(()))
+            .unwrap_or(0)
+    });
+    if dropped > 0 {
+        eprintln!(
+            "{dropped} timer(s) still pending when the delivery ended were dropped (timers run only \
+             while a delivery is under way; use setAlarm for later work)"
+        );
+    }
 }
 
 /// Prints an uncaught exception to the actor's log and traps: the host

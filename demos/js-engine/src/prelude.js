@@ -247,7 +247,7 @@
   // numbers (NaN, Infinity, -0 too), strings, BigInts, arrays, plain
   // objects, Map, Set, Date, RegExp, ArrayBuffer and typed arrays. A
   // function, symbol or class instance is refused, naming where it is.
-  function encodeClone(value, path, seen) {
+  function encodeClone(value, path, seen, who = "save() returned") {
     switch (typeof value) {
       case "undefined": return { u: 1 };
       case "boolean": case "string": return value;
@@ -258,16 +258,16 @@
         return value;
       case "bigint": return { b: value.toString() };
       case "function": case "symbol":
-        throw new TypeError(`save() returned a ${typeof value} at ${path}: it cannot be handed over`);
+        throw new TypeError(`${who} a ${typeof value} at ${path}: it cannot be cloned`);
     }
     if (value === null) return null;
-    if (seen.has(value)) throw new TypeError(`save() returned a cycle at ${path}: it cannot be handed over`);
+    if (seen.has(value)) throw new TypeError(`${who} a cycle at ${path}: it cannot be cloned`);
     seen.add(value);
     try {
-      if (Array.isArray(value)) return { a: value.map((v, i) => encodeClone(v, `${path}[${i}]`, seen)) };
-      if (value instanceof Map) return { m: [...value].map(([k, v], i) => [encodeClone(k, `${path}.key(${i})`, seen), encodeClone(v, `${path}.get(${i})`, seen)]) };
-      if (value instanceof Set) return { s: [...value].map((v, i) => encodeClone(v, `${path}.item(${i})`, seen)) };
-      if (value instanceof Date) return { d: encodeClone(value.getTime(), path, seen) };
+      if (Array.isArray(value)) return { a: value.map((v, i) => encodeClone(v, `${path}[${i}]`, seen, who)) };
+      if (value instanceof Map) return { m: [...value].map(([k, v], i) => [encodeClone(k, `${path}.key(${i})`, seen, who), encodeClone(v, `${path}.get(${i})`, seen, who)]) };
+      if (value instanceof Set) return { s: [...value].map((v, i) => encodeClone(v, `${path}.item(${i})`, seen, who)) };
+      if (value instanceof Date) return { d: encodeClone(value.getTime(), path, seen, who) };
       if (value instanceof RegExp) return { r: [value.source, value.flags] };
       if (value instanceof ArrayBuffer) return { ab: [...new Uint8Array(value)] };
       if (ArrayBuffer.isView(value)) {
@@ -277,10 +277,10 @@
       const proto = Object.getPrototypeOf(value);
       if (proto !== Object.prototype && proto !== null) {
         const name = (proto.constructor && proto.constructor.name) || "an object with a prototype";
-        throw new TypeError(`save() returned a ${name} at ${path}: only plain objects, arrays, Map, Set, Date, RegExp and binary data can be handed over`);
+        throw new TypeError(`${who} a ${name} at ${path}: only plain objects, arrays, Map, Set, Date, RegExp and binary data can be cloned`);
       }
       const o = {};
-      for (const [k, v] of Object.entries(value)) own(o, k, encodeClone(v, `${path}.${k}`, seen));
+      for (const [k, v] of Object.entries(value)) own(o, k, encodeClone(v, `${path}.${k}`, seen, who));
       return { o };
     } finally {
       seen.delete(value);
@@ -314,6 +314,57 @@
   function own(o, k, v) {
     Object.defineProperty(o, k, { value: v, enumerable: true, writable: true, configurable: true });
   }
+
+  // structuredClone, by the same encoding (no transfer list; a cycle or an
+  // object reachable twice is refused or copied, as for a hand-over).
+  globalThis.structuredClone = (value) =>
+    decodeClone(JSON.parse(JSON.stringify(encodeClone(value, "the value", new Set(), "structuredClone got"))));
+
+  // Timers run while the delivery that set them is under way (its promise
+  // pending): the engine sleeps until the next one is due and runs it. When
+  // the delivery's promise settles, timers still pending are dropped (a
+  // line in the log says how many): work for later is `setAlarm`'s.
+  const timers = new Map();
+  let nextTimer = 1;
+  function addTimer(fn, ms, args, every) {
+    if (typeof fn !== "function") throw new TypeError("setTimeout and setInterval take a function");
+    const delay = Math.max(0, Number(ms) || 0);
+    const id = nextTimer++;
+    timers.set(id, { at: Date.now() + delay, delay, fn, args, every });
+    return id;
+  }
+  globalThis.setTimeout = (fn, ms, ...args) => addTimer(fn, ms, args, false);
+  globalThis.setInterval = (fn, ms, ...args) => addTimer(fn, ms, args, true);
+  globalThis.clearTimeout = (id) => { timers.delete(id); };
+  globalThis.clearInterval = globalThis.clearTimeout;
+  globalThis.queueMicrotask = (fn) => { Promise.resolve().then(fn); };
+  // Milliseconds until the next timer is due (0: now), or -1 for none.
+  globalThis.__stasis_next_timer = () => {
+    let first = Infinity;
+    for (const t of timers.values()) first = Math.min(first, t.at);
+    return first === Infinity ? -1 : Math.max(0, first - Date.now());
+  };
+  // Runs every timer due now, in order of due time.
+  globalThis.__stasis_run_timers = () => {
+    const now = Date.now();
+    const due = [...timers].filter(([, t]) => t.at <= now).sort((a, b) => a[1].at - b[1].at || a[0] - b[0]);
+    for (const [id, t] of due) {
+      if (!timers.has(id)) continue;
+      if (t.every) t.at = Date.now() + Math.max(1, t.delay); else timers.delete(id);
+      t.fn(...t.args);
+    }
+  };
+  // Drops the timers left when a delivery ends; how many.
+  globalThis.__stasis_drop_timers = () => { const n = timers.size; timers.clear(); return n; };
+
+  // performance.now(): milliseconds since the actor's template was pushed
+  // (its heap's origin), never going back, also across pauses and moves.
+  const timeOrigin = Date.now();
+  let lastNow = 0;
+  globalThis.performance = {
+    timeOrigin,
+    now() { lastNow = Math.max(lastNow, Date.now() - timeOrigin); return lastNow; },
+  };
 
   // `save()` of the running version, as the text handed over: its value
   // and the `version` its default export declares.
