@@ -73,10 +73,10 @@ impl ControlPlane {
         self.namespace_info(namespace).await
     }
 
-    /// After actor `name` was not found: if its namespace creates actors
-    /// on first use, creates it (once) and routes to it; `None` when the
-    /// namespace does not. `leader` is how a follower replica has it
-    /// created (`None` where this control plane decides).
+    /// After actor `name` was not found in a namespace that creates actors
+    /// on first use from `template` ([`ControlPlane::on_demand_template`]):
+    /// creates it (once) and routes to it. `leader` is how a follower
+    /// replica has it created (`None` where this control plane decides).
     ///
     /// # Errors
     /// The create's (403 over the namespace's `max_actors`, 400 for a name
@@ -85,16 +85,14 @@ impl ControlPlane {
     pub async fn create_on_first_use(
         &self,
         name: &str,
+        template: &str,
         leader: Option<&dyn CreateOnLeader>,
-    ) -> Result<Option<Route>, ApiError> {
-        let Some(template) = self.on_demand_template(namespace_of(name)).await? else {
-            return Ok(None);
-        };
+    ) -> Result<Route, ApiError> {
         match (self.decides(), leader) {
-            (true, _) => self.create_once(name, &template).await?,
+            (true, _) => self.create_once(name, template).await?,
             (false, Some(leader)) => {
                 leader.create_on_demand(name).await?;
-                return self.route_once_written(name).await.map(Some);
+                return self.route_once_written(name).await;
             }
             (false, None) => {
                 return Err(ApiError::unavailable(format!(
@@ -103,7 +101,7 @@ impl ControlPlane {
                 )));
             }
         }
-        self.route(name).await.map(Some)
+        self.route(name).await
     }
 
     /// [`ControlPlane::route`] on a follower right after the leader created
@@ -161,7 +159,10 @@ impl ControlPlane {
     pub async fn route_or_create(&self, name: &str) -> Result<Route, ApiError> {
         match self.route(name).await {
             Err(e) if e.is(ErrorKind::NotFound) => {
-                self.create_on_first_use(name, None).await?.ok_or(e)
+                match self.on_demand_template(namespace_of(name)).await? {
+                    Some(template) => self.create_on_first_use(name, &template, None).await,
+                    None => Err(e),
+                }
             }
             other => other,
         }

@@ -8,7 +8,7 @@
 use std::collections::BTreeSet;
 
 use crate::replicas::{ONE_CLUSTER, deployment};
-use crate::support::{Server, client, count, to_actor};
+use crate::support::{Server, client, count, names_in, to_actor};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unknown_actors_are_created_on_first_use_once_within_the_quota() {
@@ -54,13 +54,7 @@ async fn unknown_actors_are_created_on_first_use_once_within_the_quota() {
     }
     let counts: BTreeSet<u64> = racing.join_all().await.iter().map(count).collect();
     assert_eq!(counts, (1..=16).collect(), "each applied once on one actor");
-    let names: Vec<String> = server
-        .cli_json(&["actor", "list"])
-        .as_array()
-        .expect("a list")
-        .iter()
-        .filter_map(|a| a["name"].as_str().map(str::to_owned))
-        .collect();
+    let names = names_in(&server.cli_json(&["actor", "list"]));
     assert_eq!(names, ["anything", "room-1"], "one actor per name");
     // A name that cannot be an actor's is refused as before, nothing made.
     let bad = to_actor(&c, server.ingress, "Bad_Name", "POST", "/").await;
@@ -153,11 +147,5 @@ async fn a_follower_has_the_leader_create_an_actor_on_first_use() {
     let counts: BTreeSet<u64> = racing.join_all().await.iter().map(count).collect();
     assert_eq!(counts, (1..=12).collect(), "each applied once on one actor");
     let listed = d.cli_json(leader, &["actor", "list"]);
-    let names: Vec<&str> = listed
-        .as_array()
-        .expect("a list")
-        .iter()
-        .filter_map(|a| a["name"].as_str())
-        .collect();
-    assert_eq!(names, ["first", "shared"], "{listed}");
+    assert_eq!(names_in(&listed), ["first", "shared"], "{listed}");
 }

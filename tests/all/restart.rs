@@ -144,13 +144,11 @@ async fn actors_of_an_unreachable_worker_stay_listed() {
     }
     w1.kill();
     let listed = server.cli_json(&["actor", "list"]);
-    let names: Vec<&str> = listed
-        .as_array()
-        .expect("a list")
-        .iter()
-        .filter_map(|a| a["name"].as_str())
-        .collect();
-    assert_eq!(names, ["u-1", "u-2"], "{listed}");
+    assert_eq!(
+        crate::support::names_in(&listed),
+        ["u-1", "u-2"],
+        "{listed}"
+    );
     for actor in listed.as_array().expect("a list") {
         assert_eq!(actor["worker"], "w1", "{actor}");
     }

@@ -347,16 +347,28 @@ async fn socket_limits_are_enforced_with_clear_codes_and_harm_no_neighbour() {
     assert!(bad.contains("16 bytes"), "{bad}");
 }
 
-/// Reads an SSE stream of `ticker` frame by frame: each `tick K` with the
-/// time it arrived, until the body ends; `during` runs once tick 10 is in.
-async fn ticks(server: &Server, path: &str, during: impl AsyncFnOnce()) -> Vec<(u64, Instant)> {
-    let request = hyper::Request::get(format!("http://{}{path}", server.ingress))
-        .header("host", "tick.actors.localhost")
+/// A `GET path` to actor `actor` through the ingress at `ingress` that
+/// accepts an event stream; the answer's head, asserted 200, its body
+/// still to read.
+async fn event_stream(
+    ingress: std::net::SocketAddr,
+    actor: &str,
+    path: &str,
+) -> hyper::Response<hyper::body::Incoming> {
+    let request = hyper::Request::get(format!("http://{ingress}{path}"))
+        .header("host", crate::support::actor_host(actor))
         .header("accept", "text/event-stream")
         .body(http_body_util::Full::new(bytes::Bytes::new()))
         .expect("request");
     let response = client().request(request).await.expect("stream");
     assert_eq!(response.status(), 200);
+    response
+}
+
+/// Reads an SSE stream of `ticker` frame by frame: each `tick K` with the
+/// time it arrived, until the body ends; `during` runs once tick 10 is in.
+async fn ticks(server: &Server, path: &str, during: impl AsyncFnOnce()) -> Vec<(u64, Instant)> {
+    let response = event_stream(server.ingress, "tick", path).await;
     assert_eq!(
         response.headers()["content-type"],
         "text/event-stream",
@@ -533,13 +545,7 @@ async fn a_silent_event_stream_gets_heartbeats_and_sockets_are_counted() {
     let server = Server::start(&["--workers", "1", "--socket-ping", "150ms"]);
     server.push("ticker");
     server.create("tick", "ticker");
-    let request = hyper::Request::get(format!("http://{}/?count=3&every_ms=1000", server.ingress))
-        .header("host", "tick.actors.localhost")
-        .header("accept", "text/event-stream")
-        .body(http_body_util::Full::new(bytes::Bytes::new()))
-        .expect("request");
-    let response = client().request(request).await.expect("stream");
-    assert_eq!(response.status(), 200);
+    let response = event_stream(server.ingress, "tick", "/?count=3&every_ms=1000").await;
     let mut body = response.into_body();
     let mut text = String::new();
     let mut open_seen = None;
@@ -673,13 +679,7 @@ async fn sockets_through_a_follower_replica_reach_the_room() {
     via_follower.say(b, "who");
     assert_eq!(via_follower.recv(b, 1), ["sockets: 2"]);
     // A stream opened through the follower gets what is said next.
-    let request = hyper::Request::get(format!("http://{}/events", d.replica(follower).ingress))
-        .header("host", "plaza.actors.localhost")
-        .header("accept", "text/event-stream")
-        .body(http_body_util::Full::new(bytes::Bytes::new()))
-        .expect("request");
-    let response = client().request(request).await.expect("stream");
-    assert_eq!(response.status(), 200);
+    let response = event_stream(d.replica(follower).ingress, "plaza", "/events").await;
     let mut body = response.into_body();
     let mut text = String::new();
     while !text.contains(": joined") {

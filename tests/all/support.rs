@@ -438,3 +438,13 @@ pub(crate) fn metric_in(text: &str, series: &str) -> f64 {
         })
         .unwrap_or(0.0)
 }
+
+/// The actor names of an `actor list -o json` answer, in its order.
+pub(crate) fn names_in(listed: &serde_json::Value) -> Vec<String> {
+    listed
+        .as_array()
+        .unwrap_or_else(|| panic!("a list: {listed}"))
+        .iter()
+        .filter_map(|a| a["name"].as_str().map(str::to_owned))
+        .collect()
+}

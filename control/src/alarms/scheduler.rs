@@ -283,9 +283,9 @@ impl Inner {
             .set(i64::try_from(state.entries.len()).unwrap_or(i64::MAX));
     }
 
-    /// Takes every alarm due at `now` out of the queue; the time of the
-    /// next one after them, if any.
-    fn take_due(&self, now: u64) -> (Vec<(String, u64)>, Option<u64>) {
+    /// Takes every alarm due at `now` out of the queue (each with its
+    /// generation and setter); the time of the next one after them, if any.
+    fn take_due(&self, now: u64) -> (Vec<(String, u64, Option<String>)>, Option<u64>) {
         let mut state = self.state();
         let mut due = Vec::new();
         while let Some(first) = state.queue.first() {
@@ -293,7 +293,8 @@ impl Inner {
                 return (due, Some(first.0));
             }
             if let Some((_, generation, actor)) = state.queue.pop_first() {
-                due.push((actor, generation));
+                let setter = state.entries.get(&actor).and_then(|e| e.setter.clone());
+                due.push((actor, generation, setter));
             }
         }
         (due, None)
@@ -412,18 +413,12 @@ impl Inner {
 async fn fire_loop(inner: Arc<Inner>, deliver: Arc<dyn Deliver>) {
     loop {
         let (due, next) = inner.take_due(now_unix_ms());
-        for (actor, generation) in due {
+        for (actor, generation, setter) in due {
             let (inner, deliver) = (inner.clone(), deliver.clone());
             tokio::spawn(async move {
                 let Ok(turn) = inner.turns.clone().acquire_owned().await else {
                     return;
                 };
-                let setter = inner
-                    .state()
-                    .entries
-                    .get(&actor)
-                    .filter(|e| e.generation == generation)
-                    .and_then(|e| e.setter.clone());
                 let delivery = deliver.deliver(&actor, setter).await;
                 // The next delivery need not wait for this one's record.
                 drop(turn);

@@ -17,12 +17,15 @@ pub(super) async fn first_use(
     started: std::time::Instant,
 ) -> Result<Option<stasis_control::Route>, ApiError> {
     let namespace = stasis_contract::names::namespace_of(actor);
-    if control.on_demand_template(namespace).await?.is_none() {
+    let Some(template) = control.on_demand_template(namespace).await? else {
         return Ok(None);
-    }
+    };
     if let Err(e) = control.admit_request(actor).await {
         control.count_request(actor, e.kind().status(), started.elapsed());
         return Err(e);
     }
-    control.create_on_first_use(actor, leader).await
+    control
+        .create_on_first_use(actor, &template, leader)
+        .await
+        .map(Some)
 }

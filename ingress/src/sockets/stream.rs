@@ -44,7 +44,7 @@ pub fn open_stream(
         id,
         end: Some((1001, "the client left".to_owned())),
     };
-    let ping = control_ping(&opened, &guard.control);
+    let ping = heartbeat_period(&opened, &guard.control);
     let first = futures_util::stream::once(async move { first });
     let rest = futures_util::stream::unfold((queue, guard), move |(mut queue, guard)| async move {
         let next = match ping {
@@ -80,7 +80,10 @@ pub const HEARTBEAT: &[u8] = b": heartbeat\n\n";
 /// The heartbeat period of stream answer `opened`: `--socket-ping` for an
 /// event stream, none for other bodies (a comment would be data there) or
 /// with the ping off.
-fn control_ping(opened: &Response<Body>, control: &ControlPlane) -> Option<std::time::Duration> {
+fn heartbeat_period(
+    opened: &Response<Body>,
+    control: &ControlPlane,
+) -> Option<std::time::Duration> {
     let event_stream = opened
         .headers()
         .get(header::CONTENT_TYPE)
