@@ -248,7 +248,13 @@ impl ControlPlane {
             // first waiting request now, not in its turn in the wave (and
             // again each `PLACE_AGAIN` it still waits).
             since.placed = Some(Instant::now());
-            self.place_if_waiting(name).await;
+            // Waited for no longer than the hold has left, and not once the
+            // client left: the re-placement goes on in its own task.
+            let placing = async {
+                self.place_if_waiting(name).await;
+                Ok(())
+            };
+            let _ = tokio::time::timeout(left, client_gone::unless_gone(gone, name, placing)).await;
         }
         let _held = HeldAtGate::enter(&gate.held, self.config.worker.max_held, name)?;
         tracing::debug!(actor = name, "held for a host: {}", error.message());

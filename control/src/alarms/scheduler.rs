@@ -107,6 +107,9 @@ impl State {
     }
 }
 
+/// A due alarm taken out of the queue: its actor, generation and setter.
+type Due = (String, u64, Option<String>);
+
 /// What the scheduler's tasks share.
 struct Inner {
     directory: Arc<dyn Directory>,
@@ -285,7 +288,7 @@ impl Inner {
 
     /// Takes every alarm due at `now` out of the queue (each with its
     /// generation and setter); the time of the next one after them, if any.
-    fn take_due(&self, now: u64) -> (Vec<(String, u64, Option<String>)>, Option<u64>) {
+    fn take_due(&self, now: u64) -> (Vec<Due>, Option<u64>) {
         let mut state = self.state();
         let mut due = Vec::new();
         while let Some(first) = state.queue.first() {
