@@ -33,6 +33,9 @@ pub(crate) struct Reply {
     pub status: StatusCode,
     /// The body, possibly empty.
     pub body: Bytes,
+    /// The next page's token of a listing, if it said there is one
+    /// (`stasis-continue`).
+    pub next_page: Option<String>,
 }
 
 /// A non-2xx answer as the CLI reports it: the server's [`ApiError`] and,
@@ -191,9 +194,15 @@ impl AdminClient {
                 ),
             })?;
         if answer.status.is_success() {
+            let next_page = answer
+                .headers
+                .get(stasis_runtime::contract::listing::CONTINUE_HEADER)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned);
             return Ok(Reply {
                 status: answer.status,
                 body: answer.body,
+                next_page,
             });
         }
         let mut refused = Refused::from_answer(&answer);

@@ -323,22 +323,25 @@ fn table_or_none(table: &Table, what: &str) -> String {
     }
 }
 
-/// Actors: NAME TEMPLATE STATE WORKER EPOCH SNAPSHOT RESUMES (SNAPSHOT is
-/// the newest snapshot's sequence number).
+/// Actors: NAME TEMPLATE VERSION STATE WORKER EPOCH SNAPSHOT RESUMES
+/// LABELS (SNAPSHOT is the newest snapshot's sequence number, VERSION the
+/// template version it runs).
 #[must_use]
 pub(crate) fn actors_table(list: &Json) -> String {
     let mut table = Table::new(&[
-        "NAME", "TEMPLATE", "STATE", "WORKER", "EPOCH", "SNAPSHOT", "RESUMES",
+        "NAME", "TEMPLATE", "VERSION", "STATE", "WORKER", "EPOCH", "SNAPSHOT", "RESUMES", "LABELS",
     ]);
     for actor in items(list) {
         table.push(vec![
             cell(actor.get("name")),
             cell(actor.get("template")),
+            cell(actor.get("template_version")),
             cell(actor.get("state")),
             cell(actor.get("worker")),
             cell(actor.get("epoch")),
             cell(actor.get("snapshot").and_then(|s| s.get("seq"))),
             cell(actor.get("resumes")),
+            env_cell(actor.get("labels")),
         ]);
     }
     table_or_none(&table, "actors")

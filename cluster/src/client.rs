@@ -486,6 +486,20 @@ impl WorkerApi for WorkerClient {
             ApiError::bad_gateway(format!("worker {}: bad actor list: {e}", self.name()))
         })
     }
+
+    /// One `POST` of the names to the actors' path: the worker answers the
+    /// statuses of those it hosts.
+    async fn statuses_of(&self, names: &[String]) -> Result<Vec<(String, ActorStatus)>, ApiError> {
+        let path = WorkerPath::Actors.to_path();
+        let body = Bytes::from(serde_json::to_vec(names).map_err(ApiError::internal)?);
+        let answer = self
+            .peer
+            .send_within(STATUS_TIMEOUT, Method::POST, &path, &[], body)
+            .await?;
+        serde_json::from_slice(&answer.body).map_err(|e| {
+            ApiError::bad_gateway(format!("worker {}: bad actor list: {e}", self.name()))
+        })
+    }
 }
 
 /// A call id unique among the calls any worker receives: this process's

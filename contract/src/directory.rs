@@ -70,6 +70,8 @@ pub struct ActorRow {
     /// When it was created (ms since the Unix epoch); `None` for an actor
     /// recorded before the directory kept it.
     pub created_at_unix_ms: Option<u64>,
+    /// Its labels (see [`crate::labels`]).
+    pub labels: crate::labels::Labels,
 }
 
 /// The durable record of templates, actors and placements, of rollouts
@@ -146,6 +148,19 @@ pub trait Directory: Rollouts + Tokens + NamespaceSettings + Send + Sync {
         epoch: u64,
         template: &str,
     ) -> Result<(), ApiError>;
+
+    /// Changes actor `name`'s labels by `patch`, applied to what the
+    /// directory holds (two changes at once both apply); the labels it
+    /// holds then.
+    ///
+    /// # Errors
+    /// 404 if the actor is gone; 400 past [`crate::labels::MAX_LABELS`]
+    /// (nothing changed); 500 on a storage failure.
+    fn patch_labels(
+        &self,
+        name: &str,
+        patch: &crate::labels::LabelPatch,
+    ) -> Result<crate::labels::Labels, ApiError>;
 
     /// All actors, by name.
     ///

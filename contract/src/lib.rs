@@ -21,7 +21,8 @@
 //!   namespaces' quotas, and [`policy`], what a namespace lets in (a
 //!   token at the ingress, calls from other namespaces), both kept by
 //!   [`namespace_settings`] (one record per table and namespace); [`names`]:
-//!   full names and namespaces;
+//!   full names and namespaces; [`labels`]: an actor's labels and their
+//!   rules; [`listing`]: a query of the actors list and its pages;
 //! - [`proto`]: the wire types of the worker protocol; [`headers`]: every
 //!   header Stasis reserves, in one list; [`alarm`]: what delivering an
 //!   alarm did;
@@ -44,6 +45,8 @@ pub mod delivery;
 pub mod directory;
 pub mod error;
 pub mod headers;
+pub mod labels;
+pub mod listing;
 pub mod logs;
 pub mod metrics;
 pub mod names;

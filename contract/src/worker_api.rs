@@ -215,6 +215,18 @@ pub trait WorkerApi: Send + Sync {
     /// 502/503/504 if the worker cannot be reached or answers nonsense.
     async fn statuses(&self) -> Result<Vec<(String, ActorStatus)>, ApiError>;
 
+    /// Statuses of the actors of `names` it hosts (a page of a listing):
+    /// what [`WorkerApi::statuses`] says of them, without the others.
+    ///
+    /// # Errors
+    /// As [`WorkerApi::statuses`].
+    async fn statuses_of(&self, names: &[String]) -> Result<Vec<(String, ActorStatus)>, ApiError> {
+        let wanted: std::collections::HashSet<&str> = names.iter().map(String::as_str).collect();
+        let mut all = self.statuses().await?;
+        all.retain(|(name, _)| wanted.contains(name.as_str()));
+        Ok(all)
+    }
+
     /// The lines of `actor`'s log that `query` selects, oldest first
     /// (see [`crate::logs`]); with `query.wait_ms`, when none is selected,
     /// the first ones written within that wait (none if it passes).

@@ -12,6 +12,7 @@ use super::placement::Placement;
 use super::views::{ActorInfo, PauseInfo};
 use stasis_contract::directory::{ActorRow, row_version};
 use stasis_contract::error::{ApiError, ErrorKind};
+use stasis_contract::labels::{LabelPatch, Labels, check_labels};
 use stasis_contract::names::{check_full_name, namespace_of};
 use stasis_contract::status::{ActorState, ActorStatus, ResumeFrom, SnapshotReport, ms, rfc3339};
 
@@ -38,7 +39,21 @@ impl ControlPlane {
     /// 400 bad name; 404 unknown template; 409 name taken; 503 no worker;
     /// 500/504 if the guest fails during creation.
     pub async fn create_actor(&self, name: &str, template: &str) -> Result<ActorInfo, ApiError> {
+        self.create_labelled(name, template, Labels::new()).await
+    }
+
+    /// [`ControlPlane::create_actor`] of an actor labelled `labels`.
+    ///
+    /// # Errors
+    /// As [`ControlPlane::create_actor`]; 400 for a bad label.
+    pub async fn create_labelled(
+        &self,
+        name: &str,
+        template: &str,
+        labels: Labels,
+    ) -> Result<ActorInfo, ApiError> {
         check_full_name("actor", name)?;
+        check_labels(&labels)?;
         same_namespace(name, "template", template)?;
         // Creates run together; each holds its name in `pending` until it
         // is placed (or failed).
@@ -60,7 +75,8 @@ impl ControlPlane {
             return Err(e);
         }
         let hosted = started.elapsed();
-        self.record_new(name, &row.name, &member, epoch).await?;
+        self.record_new(name, &row.name, &member, epoch, labels)
+            .await?;
         let recorded = started.elapsed();
         tracing::info!(actor = name, template, worker = %member.name, "actor created");
         let info = self.actor(name).await;
@@ -89,6 +105,7 @@ impl ControlPlane {
         template: &str,
         member: &Member,
         epoch: u64,
+        labels: Labels,
     ) -> Result<(), ApiError> {
         let created_at_unix_ms = stasis_contract::status::now_unix_ms();
         let actor_row = ActorRow {
@@ -97,22 +114,31 @@ impl ControlPlane {
             worker: member.name.to_string(),
             epoch,
             created_at_unix_ms,
+            labels,
         };
         let directory = self.directory.clone();
         // Blocking: the directory may wait for a group commit.
-        let inserted = tokio::task::spawn_blocking(move || directory.insert_actor(&actor_row))
-            .await
-            .map_err(ApiError::internal)
-            .and_then(|r| r);
-        if let Err(e) = inserted {
-            member.api.remove(name).await;
-            let _ = self.store.remove_actor(name);
-            return Err(e);
-        }
+        let inserted = tokio::task::spawn_blocking(move || {
+            directory
+                .insert_actor(&actor_row)
+                .map(|()| actor_row.labels)
+        })
+        .await
+        .map_err(ApiError::internal)
+        .and_then(|r| r);
+        let labels = match inserted {
+            Ok(labels) => labels,
+            Err(e) => {
+                member.api.remove(name).await;
+                let _ = self.store.remove_actor(name);
+                return Err(e);
+            }
+        };
         self.placements.place(
             name,
             Placement::new(member.name.clone(), member.incarnation, template, epoch)
-                .created(created_at_unix_ms),
+                .created(created_at_unix_ms)
+                .labelled(&labels),
         );
         Ok(())
     }
@@ -125,7 +151,8 @@ impl ControlPlane {
     /// `paused` on the least-loaded worker: its first request restores it.
     /// The two diverge from there; each instance draws its own host
     /// randomness (WASI `random_get` comes from the OS generator, never
-    /// from the snapshot). A fork inherits no alarms.
+    /// from the snapshot). A fork inherits no alarms; it has `src`'s
+    /// labels changed by `labels`.
     ///
     /// [`SnapshotStore::fork`]: stasis_core::snapshot_store::SnapshotStore::fork
     ///
@@ -138,9 +165,11 @@ impl ControlPlane {
         src: &str,
         new: &str,
         from: Option<u64>,
+        labels: &LabelPatch,
     ) -> Result<ActorInfo, ApiError> {
         check_full_name("actor", new)?;
         same_namespace(new, "actor", src)?;
+        labels.check()?;
         let max_actors = self.quota(namespace_of(new)).await?.max_actors;
         let _guard = self.decider()?.ops.write().await;
         if let Some(max) = max_actors {
@@ -153,6 +182,7 @@ impl ControlPlane {
             return Err(ApiError::conflict(format!("actor {new} already exists")));
         }
         let placement = self.placement_of(src)?;
+        let labels = labels.apply(&placement.labels)?;
         let seq = {
             // No move of `src` meanwhile.
             let _gate = placement.gate.barrier.read().await;
@@ -187,7 +217,7 @@ impl ControlPlane {
             let _ = self.store.remove_actor(new);
             return Err(e);
         }
-        self.record_new(new, &placement.template, &member, epoch)
+        self.record_new(new, &placement.template, &member, epoch, labels)
             .await?;
         tracing::info!(actor = new, src, seq, worker = %member.name, "actor forked");
         self.actor(new).await
@@ -280,55 +310,10 @@ impl ControlPlane {
         Ok(info)
     }
 
-    /// Every actor, by name, whatever the health of its worker: each
-    /// worker is asked once for all its actors' statuses (a remote worker
-    /// for at most its status timeout), and an actor whose worker did not
-    /// answer is listed in state `unknown`.
-    pub async fn actors(&self) -> Vec<ActorInfo> {
-        let mut placements: Vec<(String, Placement)> = self
-            .placements()
-            .iter()
-            .map(|(name, p)| (name.clone(), p.clone()))
-            .collect();
-        placements.sort_by(|a, b| a.0.cmp(&b.0));
-        let members = self.members();
-        let reports = futures_util::future::join_all(members.iter().map(|m| m.statuses())).await;
-        let by_worker: std::collections::HashMap<
-            &str,
-            Result<std::collections::HashMap<String, ActorStatus>, ApiError>,
-        > = members
-            .iter()
-            .zip(reports)
-            .map(|(m, r)| (&*m.name, r.map(|list| list.into_iter().collect())))
-            .collect();
-        placements
-            .into_iter()
-            .map(|(name, placement)| {
-                let status = match self.host_of(&placement, &name) {
-                    Ok(member) => match by_worker.get(&*member.name) {
-                        Some(Ok(statuses)) => statuses.get(&name).cloned().unwrap_or_else(|| {
-                            ActorStatus::unknown(&format!(
-                                "worker {} does not report it",
-                                member.name
-                            ))
-                        }),
-                        Some(Err(e)) => ActorStatus::unknown(&format!(
-                            "worker {} did not answer: {e}",
-                            member.name
-                        )),
-                        None => ActorStatus::unknown(&format!("worker {} left", member.name)),
-                    },
-                    Err(_) => self.status_without_host(&placement),
-                };
-                self.actor_info(&name, placement, status)
-            })
-            .collect()
-    }
-
     /// The status of an actor that no worker hosts: failed with its
     /// reason, or waiting for a worker (with why its last re-placement
     /// failed, if one did: it is retried).
-    fn status_without_host(&self, placement: &Placement) -> ActorStatus {
+    pub(super) fn status_without_host(&self, placement: &Placement) -> ActorStatus {
         match (&placement.failure_reason, &placement.replacement_error) {
             (Some(reason), _) => ActorStatus::failed(reason),
             (None, Some(error)) => {
@@ -339,7 +324,12 @@ impl ControlPlane {
     }
 
     /// The API view of actor `name` placed as `placement`, in `status`.
-    fn actor_info(&self, name: &str, placement: Placement, status: ActorStatus) -> ActorInfo {
+    pub(super) fn actor_info(
+        &self,
+        name: &str,
+        placement: Placement,
+        status: ActorStatus,
+    ) -> ActorInfo {
         let stored = self.store.list(name).unwrap_or_default();
         self.actor_info_listed(name, placement, status, stored)
     }
@@ -381,6 +371,7 @@ impl ControlPlane {
             last_resume_at: status.last_resume_at_unix_ms.map(rfc3339),
             last_error_at: status.error_at_unix_ms.map(rfc3339),
             created_at: placement.created_at_unix_ms.map(rfc3339),
+            labels: (*placement.labels).clone(),
             alarm_at: None,
         }
     }

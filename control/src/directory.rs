@@ -8,6 +8,7 @@ use std::sync::{Condvar, Mutex};
 use rusqlite::{Connection, OptionalExtension, params};
 use stasis_contract::directory::{ActorRead, ActorRow, Directory, TemplateRow};
 use stasis_contract::error::ApiError;
+use stasis_contract::labels::{LabelPatch, Labels};
 use stasis_contract::settings::Durability;
 
 mod namespace_settings;
@@ -19,9 +20,10 @@ mod tokens;
 /// `alarms` table, 2 a template's `durability`, 3 the rollout tables
 /// (`rollouts`), 4 an actor's `created_ms` (null for actors created
 /// before), 5 the scoped admin tokens (`tokens`) and the namespaces'
-/// quotas (`quotas`), 6 the namespaces' policies (`policies`).
+/// quotas (`quotas`), 6 the namespaces' policies (`policies`), 7 an
+/// actor's `labels` (a JSON object; null for none).
 /// Opening migrates an older file in place; nothing in it changes.
-const SCHEMA_VERSION: i64 = 6;
+const SCHEMA_VERSION: i64 = 7;
 
 /// The embedded directory in one SQLite file. Every write is one
 /// transaction, durable on return (WAL, `synchronous=FULL`). Actor
@@ -108,7 +110,7 @@ impl SqliteDirectory {
         };
         let answers = {
             let mut insert = match tx.prepare_cached(
-                "INSERT INTO actors (name, template, worker, epoch, created_ms) VALUES (?1, ?2, ?3, ?4, ?5)",
+                "INSERT INTO actors (name, template, worker, epoch, created_ms, labels) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
             ) {
                 Ok(insert) => insert,
                 Err(e) => return all(&e),
@@ -121,7 +123,8 @@ impl SqliteDirectory {
                             row.template,
                             row.worker,
                             row.epoch as i64,
-                            row.created_at_unix_ms.map(|ms| ms as i64)
+                            row.created_at_unix_ms.map(|ms| ms as i64),
+                            labels_column(&row.labels)
                         ])
                         .map(|_| ())
                         .map_err(db)
@@ -266,7 +269,9 @@ impl Directory for SqliteDirectory {
     fn actors(&self) -> Result<Vec<ActorRow>, ApiError> {
         let conn = self.reader();
         let mut stmt = conn
-            .prepare("SELECT name, template, worker, epoch, created_ms FROM actors ORDER BY name")
+            .prepare(
+                "SELECT name, template, worker, epoch, created_ms, labels FROM actors ORDER BY name",
+            )
             .map_err(db)?;
         let rows = stmt
             .query_map([], |r| {
@@ -276,6 +281,7 @@ impl Directory for SqliteDirectory {
                     worker: r.get(2)?,
                     epoch: r.get::<_, i64>(3)? as u64,
                     created_at_unix_ms: r.get::<_, Option<i64>>(4)?.map(|ms| ms as u64),
+                    labels: labels_of(r.get(5)?),
                 })
             })
             .map_err(db)?;
@@ -286,7 +292,7 @@ impl Directory for SqliteDirectory {
         let conn = self.reader();
         let row = conn
             .query_row(
-                "SELECT template, worker, epoch, created_ms FROM actors WHERE name = ?1",
+                "SELECT template, worker, epoch, created_ms, labels FROM actors WHERE name = ?1",
                 [name],
                 |r| {
                     Ok(ActorRow {
@@ -295,6 +301,7 @@ impl Directory for SqliteDirectory {
                         worker: r.get(1)?,
                         epoch: r.get::<_, i64>(2)? as u64,
                         created_at_unix_ms: r.get::<_, Option<i64>>(3)?.map(|ms| ms as u64),
+                        labels: labels_of(r.get(4)?),
                     })
                 },
             )
@@ -304,6 +311,28 @@ impl Directory for SqliteDirectory {
             row,
             ..ActorRead::default()
         })
+    }
+
+    fn patch_labels(&self, name: &str, patch: &LabelPatch) -> Result<Labels, ApiError> {
+        let mut conn = self.conn();
+        let tx = conn.transaction().map_err(db)?;
+        let held: Option<Option<String>> = tx
+            .query_row("SELECT labels FROM actors WHERE name = ?1", [name], |r| {
+                r.get(0)
+            })
+            .optional()
+            .map_err(db)?;
+        let Some(held) = held else {
+            return Err(ApiError::not_found(format!("no actor named {name:?}")));
+        };
+        let labels = patch.apply(&labels_of(held))?;
+        tx.execute(
+            "UPDATE actors SET labels = ?2 WHERE name = ?1",
+            params![name, labels_column(&labels)],
+        )
+        .map_err(db)?;
+        tx.commit().map_err(db)?;
+        Ok(labels)
     }
 
     fn delete_actor(&self, name: &str) -> Result<(), ApiError> {
@@ -427,7 +456,27 @@ fn migrate(conn: &Connection) -> anyhow::Result<()> {
             namespace_settings::POLICIES
         ))?;
     }
+    if version < 7 {
+        conn.execute_batch(
+            "BEGIN;
+             ALTER TABLE actors ADD COLUMN labels TEXT;
+             PRAGMA user_version = 7;
+             COMMIT;",
+        )?;
+    }
     Ok(())
+}
+
+/// The `labels` column of an actor's row: null for none.
+fn labels_column(labels: &Labels) -> Option<String> {
+    (!labels.is_empty()).then(|| serde_json::to_string(labels).unwrap_or_default())
+}
+
+/// The labels a `labels` column holds (none if null or unreadable).
+fn labels_of(column: Option<String>) -> Labels {
+    column
+        .and_then(|text| serde_json::from_str(&text).ok())
+        .unwrap_or_default()
 }
 
 fn template_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TemplateRow> {
@@ -443,129 +492,4 @@ fn template_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TemplateRow> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A new directory in `tmp` holding one template, `t`.
-    fn with_template_t(tmp: &tempfile::TempDir) -> SqliteDirectory {
-        let dir = SqliteDirectory::open(&tmp.path().join("stasis.db")).expect("open");
-        dir.insert_template(&TemplateRow {
-            name: "t".into(),
-            digest: "00".into(),
-            bytes: 0,
-            env: Vec::new(),
-            durability: None,
-        })
-        .expect("template");
-        dir
-    }
-
-    #[test]
-    fn concurrent_inserts_are_committed_together_and_refused_alone() {
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let dir = with_template_t(&tmp);
-        let row = |name: String, template: &str| ActorRow {
-            name,
-            template: template.into(),
-            worker: "w1".into(),
-            epoch: 1,
-            created_at_unix_ms: None,
-        };
-        // 8 threads × 50 inserts; every 10th of one thread names no
-        // template (refused by the foreign key), and one name is taken twice.
-        let refused = std::thread::scope(|scope| {
-            let threads: Vec<_> = (0..8)
-                .map(|t| {
-                    let dir = &dir;
-                    scope.spawn(move || {
-                        (0..50)
-                            .filter(|i| {
-                                let template = if t == 0 && i % 10 == 0 { "none" } else { "t" };
-                                let name = if t == 1 && *i == 49 {
-                                    "a-0-1".to_owned()
-                                } else {
-                                    format!("a-{t}-{i}")
-                                };
-                                dir.insert_actor(&row(name, template)).is_err()
-                            })
-                            .count()
-                    })
-                })
-                .collect();
-            threads
-                .into_iter()
-                .map(|t| t.join().expect("thread"))
-                .sum::<usize>()
-        });
-        assert_eq!(refused, 5 + 1);
-        assert_eq!(dir.actors().expect("actors").len(), 8 * 50 - 6);
-        let inserts = dir.inserts.lock().expect("inserts");
-        assert!(inserts.queued.is_empty() && inserts.done.is_empty());
-        assert!(!inserts.committing);
-    }
-
-    #[test]
-    fn a_placement_switch_takes_each_epoch_once() {
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let dir = with_template_t(&tmp);
-        dir.insert_actor(&ActorRow {
-            name: "a".into(),
-            template: "t".into(),
-            worker: "w1".into(),
-            epoch: 1,
-            created_at_unix_ms: None,
-        })
-        .expect("insert");
-        dir.place_actor("a", "w2", 2)
-            .expect("first decision at epoch 2");
-        let second = dir.place_actor("a", "w3", 2).expect_err("epoch 2 is taken");
-        assert_eq!(second.kind().status(), 409);
-        let stale = dir.place_actor("a", "w3", 1).expect_err("epoch 1 is older");
-        assert_eq!(stale.kind().status(), 409);
-        assert_eq!(
-            dir.place_actor("gone", "w1", 5)
-                .expect_err("no such actor")
-                .kind()
-                .status(),
-            409
-        );
-        let rows = dir.actors().expect("actors");
-        assert_eq!((rows[0].worker.as_str(), rows[0].epoch), ("w2", 2));
-    }
-
-    #[test]
-    fn one_alarm_per_actor_kept_across_reopen_and_deleted_with_the_actor() {
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let path = tmp.path().join("stasis.db");
-        // A data dir from before alarms (schema version 0) opens and
-        // migrates.
-        {
-            let conn = Connection::open(&path).expect("old db");
-            conn.execute_batch(
-                "CREATE TABLE templates (name TEXT PRIMARY KEY, digest TEXT NOT NULL,
-                     bytes INTEGER NOT NULL, env TEXT NOT NULL);
-                 CREATE TABLE actors (name TEXT PRIMARY KEY, template TEXT NOT NULL
-                     REFERENCES templates(name), worker TEXT NOT NULL, epoch INTEGER NOT NULL);
-                 INSERT INTO templates VALUES ('t', '00', 0, '[]');
-                 INSERT INTO actors VALUES ('a', 't', 'w1', 1);",
-            )
-            .expect("old schema");
-        }
-        let dir = SqliteDirectory::open(&path).expect("open and migrate");
-        assert_eq!(dir.actors().expect("actors").len(), 1);
-        assert_eq!(dir.alarm("a").expect("read"), None);
-        dir.set_alarm("a", 1_000).expect("set");
-        dir.set_alarm("a", 2_000).expect("replace");
-        assert_eq!(dir.alarm("a").expect("read"), Some(2_000));
-        assert!(!dir.clear_alarm("a", Some(1_000)).expect("stale clear"));
-        assert_eq!(dir.alarms().expect("all"), vec![("a".to_owned(), 2_000)]);
-        drop(dir);
-        let dir = SqliteDirectory::open(&path).expect("reopen");
-        assert_eq!(dir.alarm("a").expect("read"), Some(2_000));
-        dir.delete_actor("a").expect("delete");
-        assert_eq!(dir.alarms().expect("all"), Vec::new());
-        dir.set_alarm("b", 5).expect("set");
-        assert!(dir.clear_alarm("b", None).expect("cancel"));
-        assert!(!dir.clear_alarm("b", None).expect("cancel again"));
-    }
-}
+mod tests;

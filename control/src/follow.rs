@@ -114,7 +114,8 @@ pub(crate) fn follower_placement(row: &ActorRow, generation: Option<i64>) -> Pla
         &row.template,
         row.epoch,
     )
-    .created(row.created_at_unix_ms);
+    .created(row.created_at_unix_ms)
+    .labelled(&row.labels);
     placement.generation = generation;
     placement
 }

@@ -53,6 +53,7 @@ pub mod directory;
 pub mod follow;
 pub mod housekeeping;
 mod kept;
+pub mod listing;
 pub mod local;
 pub mod logs;
 pub mod membership;

@@ -177,6 +177,23 @@ impl Member {
         }
         self.api.statuses().await
     }
+
+    /// Statuses of the actors of `names` it hosts.
+    ///
+    /// # Errors
+    /// As [`Member::statuses`].
+    pub async fn statuses_of(
+        &self,
+        names: &[String],
+    ) -> Result<Vec<(String, ActorStatus)>, ApiError> {
+        if self.state() == WorkerState::Lost {
+            return Err(ApiError::unavailable(format!(
+                "worker {} is lost",
+                self.name
+            )));
+        }
+        self.api.statuses_of(names).await
+    }
 }
 
 /// The roster of members: the one owner of the list of workers, the

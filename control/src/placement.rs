@@ -11,7 +11,7 @@
 
 mod cache;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
@@ -19,6 +19,7 @@ use super::ControlPlane;
 use super::membership::{Member, WorkerState};
 use stasis_contract::directory::{ActorPut, ActorRow};
 use stasis_contract::error::{ApiError, ErrorKind};
+use stasis_contract::labels::Labels;
 
 /// The incarnation of a follower replica's placements: whichever
 /// incarnation of the worker is registered (a follower does not know which
@@ -56,6 +57,8 @@ pub(super) struct Placement {
     /// When the actor was created (ms since the Unix epoch), as the
     /// directory says; `None` for one recorded before it kept it.
     pub created_at_unix_ms: Option<u64>,
+    /// Its labels, as the directory holds them.
+    pub labels: Arc<Labels>,
 }
 
 impl Placement {
@@ -71,6 +74,7 @@ impl Placement {
             replacement_error: None,
             generation: None,
             created_at_unix_ms: None,
+            labels: Arc::default(),
         }
     }
 
@@ -80,7 +84,19 @@ impl Placement {
         self.created_at_unix_ms = created_at_unix_ms;
         self
     }
+
+    /// This placement of an actor labelled `labels`.
+    #[must_use]
+    pub(crate) fn labelled(mut self, labels: &Labels) -> Self {
+        if !labels.is_empty() {
+            self.labels = Arc::new(labels.clone());
+        }
+        self
+    }
 }
+
+/// Every placement, by name (in order: listings page through it).
+pub(super) type Placements = BTreeMap<String, Placement>;
 
 /// An actor's gate, the router-side barrier: requests hold a read guard of
 /// `barrier` while they are forwarded; a move holds the write guard from
@@ -136,7 +152,13 @@ impl Drop for HeldAtGate<'_> {
 /// it holds the placements looked up lately, not every actor's.
 #[derive(Default)]
 pub(super) struct PlacementTable {
-    map: std::sync::RwLock<HashMap<String, Placement>>,
+    map: std::sync::RwLock<Placements>,
+    /// The names of the actors that have each label (key, value): where a
+    /// listing by label starts (kept by a deciding control plane only: a
+    /// follower forwards listings to its leader). It may name an actor
+    /// that no longer has the label (a listing checks each placement); it
+    /// never misses one that has it.
+    by_label: std::sync::RwLock<HashMap<(String, String), BTreeSet<String>>>,
     /// A follower's cache: its bound, loads in flight and metrics.
     cache: Option<cache::Cache>,
 }
@@ -150,28 +172,91 @@ impl PlacementTable {
     ) -> Self {
         Self {
             map: std::sync::RwLock::default(),
+            by_label: std::sync::RwLock::default(),
             cache: Some(cache::Cache::new(bound, metrics)),
         }
     }
 
-    fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<String, Placement>> {
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Placements> {
         self.map.write().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Reads every placement (held briefly: a lookup or a count).
-    pub(super) fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, Placement>> {
+    pub(super) fn read(&self) -> std::sync::RwLockReadGuard<'_, Placements> {
         self.map.read().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Places `actor` as `placement` (a new actor, or one brought back),
     /// replacing whatever was there.
     pub(super) fn place(&self, actor: &str, placement: Placement) {
-        self.write().insert(actor.to_owned(), placement);
+        let mut map = self.write();
+        self.index(actor, &placement.labels);
+        map.insert(actor.to_owned(), placement);
     }
 
     /// Forgets `actor` (deleted).
     pub(super) fn remove(&self, actor: &str) {
-        self.write().remove(actor);
+        let mut map = self.write();
+        if let Some(gone) = map.remove(actor)
+            && !gone.labels.is_empty()
+        {
+            let mut index = self.by_label.write().unwrap_or_else(|p| p.into_inner());
+            for label in gone.labels.iter() {
+                let key = (label.0.clone(), label.1.clone());
+                if let Some(names) = index.get_mut(&key) {
+                    names.remove(actor);
+                    if names.is_empty() {
+                        index.remove(&key);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Gives `actor` the labels `labels` (as the directory recorded them).
+    pub(super) fn set_labels(&self, actor: &str, labels: Labels) {
+        let mut map = self.write();
+        if let Some(p) = map.get_mut(actor) {
+            p.labels = Arc::new(labels);
+            self.index(actor, &p.labels);
+        }
+    }
+
+    /// Adds `actor` to the index of each of its `labels` (a deciding
+    /// table's only; called with the map's write lock held).
+    fn index(&self, actor: &str, labels: &Labels) {
+        if self.cache.is_some() || labels.is_empty() {
+            return;
+        }
+        let mut index = self.by_label.write().unwrap_or_else(|p| p.into_inner());
+        for (key, value) in labels {
+            index
+                .entry((key.clone(), value.clone()))
+                .or_default()
+                .insert(actor.to_owned());
+        }
+    }
+
+    /// Up to `count` names of actors after `after` that the index lists
+    /// under label (`key`, `value`), in order (some may no longer have
+    /// it).
+    pub(super) fn labelled(
+        &self,
+        key: &str,
+        value: &str,
+        after: Option<&str>,
+        count: usize,
+    ) -> Vec<String> {
+        let index = self.by_label.read().unwrap_or_else(|p| p.into_inner());
+        let Some(names) = index.get(&(key.to_owned(), value.to_owned())) else {
+            return Vec::new();
+        };
+        let range = match after {
+            Some(after) => names
+                .range::<str, _>((std::ops::Bound::Excluded(after), std::ops::Bound::Unbounded)),
+            None => names.range::<str, _>(..),
+        };
+        range.take(count).cloned().collect()
     }
 
     /// Marks `actor` as failed for `reason`: it cannot be hosted until
@@ -254,7 +339,7 @@ impl PlacementTable {
 /// the others point where the row says, on any incarnation of their
 /// worker, keeping their gates.
 fn follow_row(
-    placements: &mut HashMap<String, Placement>,
+    placements: &mut Placements,
     row: &ActorRow,
     generation: Option<i64>,
     placement: &impl Fn(&ActorRow, Option<i64>) -> Placement,
@@ -271,6 +356,9 @@ fn follow_row(
             if p.template != row.template {
                 p.template.clone_from(&row.template);
             }
+            if *p.labels != row.labels {
+                p.labels = Arc::new(row.labels.clone());
+            }
         }
         None => {
             placements.insert(row.name.clone(), placement(row, generation));
@@ -279,7 +367,7 @@ fn follow_row(
 }
 
 impl ControlPlane {
-    pub(super) fn placements(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, Placement>> {
+    pub(super) fn placements(&self) -> std::sync::RwLockReadGuard<'_, Placements> {
         self.placements.read()
     }
 

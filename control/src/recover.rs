@@ -54,7 +54,8 @@ impl ControlPlane {
             }
             let template = self.finish_upgrade(&mut row, template, &versions[&name])?;
             let mut placement = Placement::new(Arc::from(""), 0, &row.template, row.epoch)
-                .created(row.created_at_unix_ms);
+                .created(row.created_at_unix_ms)
+                .labelled(&row.labels);
             let Some(member) = self.member(&row.worker).or_else(|| self.least_loaded()) else {
                 tracing::warn!(actor = %row.name, "no worker can host it (--workers 0); it waits for one to join");
                 self.placements.place(&row.name, placement);
@@ -169,7 +170,8 @@ impl ControlPlane {
                 ),
                 _ => Placement::new(Arc::from(""), 0, &row.template, row.epoch),
             }
-            .created(row.created_at_unix_ms);
+            .created(row.created_at_unix_ms)
+            .labelled(&row.labels);
             if let (Some(member), Some(Some(status))) = (&member, status)
                 && status.state == ActorState::Migrating
             {

@@ -105,6 +105,8 @@ pub struct ActorInfo {
     /// for an actor created before the directory kept it); a fork's is
     /// when the fork was made.
     pub created_at: Option<String>,
+    /// Its labels (`{}` for none).
+    pub labels: stasis_contract::labels::Labels,
     /// When its pending alarm fires (RFC 3339): in `actor get` only, and
     /// absent there when it has none.
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -4,6 +4,7 @@
 //! verb into its request; [`render`] reads what it uploads and prints its
 //! answer; this module sends it ([`rollout`] waits for a rollout).
 
+mod list;
 mod logs;
 mod plan;
 mod render;
@@ -60,6 +61,15 @@ pub(crate) async fn run(command: ClientCommand) -> anyhow::Result<()> {
         };
         return logs::run(verb, client).await.map_err(|e| e.context(what));
     }
+    // `actor list` without --limit or --continue pages through every actor.
+    let list_pages = match &command {
+        ClientCommand::Actor(ActorCommand::List {
+            limit,
+            continue_token,
+            ..
+        }) => Some(limit.is_some() || continue_token.is_some()),
+        _ => None,
+    };
     let call = plan(command)?;
     let what = call.what.clone();
     async {
@@ -75,9 +85,14 @@ pub(crate) async fn run(command: ClientCommand) -> anyhow::Result<()> {
                 content_type: "application/wasm",
             }),
         };
-        let mut reply = client
-            .send(call.method.clone(), &call.path, payload, call.timeout)
-            .await?;
+        let mut reply = match list_pages {
+            Some(one_page) => list::fetch(&client, &call, one_page).await?,
+            None => {
+                client
+                    .send(call.method.clone(), &call.path, payload, call.timeout)
+                    .await?
+            }
+        };
         if call.view == (View::Rollout { no_wait: false }) {
             reply = rollout::wait(&client, &call.path, reply).await?;
         }

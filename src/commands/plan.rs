@@ -8,10 +8,14 @@ use anyhow::bail;
 use hyper::Method;
 
 use crate::client::encode_component;
+
+mod actor;
+
 use crate::verbs::{
-    ActorCommand, ClientArgs, ClientCommand, IngressAuthMode, NamespaceCommand, TemplateCommand,
-    TokenCommand, TokenRole, WorkerCommand,
+    ClientArgs, ClientCommand, IngressAuthMode, NamespaceCommand, TemplateCommand, TokenCommand,
+    TokenRole, WorkerCommand,
 };
+use actor::actor_call;
 
 /// How long a read-only call (list, get) may take; calls that change state
 /// (pause, resume, migrate, drain, ...) wait as long as the server needs.
@@ -85,7 +89,13 @@ fn short_what(what: String) -> String {
 }
 
 impl Call {
-    fn new(client: ClientArgs, what: String, method: Method, path: String, view: View) -> Self {
+    pub(super) fn new(
+        client: ClientArgs,
+        what: String,
+        method: Method,
+        path: String,
+        view: View,
+    ) -> Self {
         let timeout = (method == Method::GET).then_some(READ_TIMEOUT);
         Self {
             client,
@@ -98,7 +108,7 @@ impl Call {
         }
     }
 
-    fn with_body(mut self, body: Body) -> Self {
+    pub(super) fn with_body(mut self, body: Body) -> Self {
         self.body = body;
         self
     }
@@ -108,29 +118,13 @@ fn template_path(name: &str) -> String {
     format!("/v1/templates/{}", encode_component(name))
 }
 
-fn actor_path(name: &str, action: &str) -> String {
+pub(super) fn actor_path(name: &str, action: &str) -> String {
     let base = format!("/v1/actors/{}", encode_component(name));
     if action.is_empty() {
         base
     } else {
         format!("{base}/{action}")
     }
-}
-
-/// `actor fork SRC NEW [--from-snapshot SEQ]`: `POST /v1/actors/SRC/fork`.
-fn fork_call(client: ClientArgs, src: &str, new: &str, from_snapshot: Option<u64>) -> Call {
-    let mut body = serde_json::json!({ "name": new });
-    if let Some(seq) = from_snapshot {
-        body["from_snapshot"] = seq.into();
-    }
-    Call::new(
-        client,
-        format!("actor fork {src} {new}"),
-        Method::POST,
-        actor_path(src, "fork"),
-        View::Details,
-    )
-    .with_body(Body::Json(body))
 }
 
 /// Turns a parsed command into its request.
@@ -268,113 +262,6 @@ fn template_call(command: TemplateCommand) -> anyhow::Result<Call> {
             format!("{}/rollback", template_path(&name)),
             View::Rollout { no_wait },
         ),
-    })
-}
-
-/// The request of an `actor` verb.
-///
-/// # Errors
-/// As [`plan`].
-fn actor_call(command: ActorCommand) -> anyhow::Result<Call> {
-    Ok(match command {
-        ActorCommand::Create {
-            name,
-            template,
-            client,
-        } => Call::new(
-            client,
-            format!("actor create {name}"),
-            Method::POST,
-            "/v1/actors".into(),
-            View::Details,
-        )
-        .with_body(Body::Json(
-            serde_json::json!({ "name": name, "template": template }),
-        )),
-        ActorCommand::Fork {
-            src,
-            new,
-            from_snapshot,
-            client,
-        } => fork_call(client, &src, &new, from_snapshot),
-        ActorCommand::List { client } => Call::new(
-            client,
-            "actor list".into(),
-            Method::GET,
-            "/v1/actors".into(),
-            View::Actors,
-        ),
-        ActorCommand::Get { name, client } => Call::new(
-            client,
-            format!("actor get {name}"),
-            Method::GET,
-            actor_path(&name, ""),
-            View::Details,
-        ),
-        ActorCommand::Logs { name, .. } | ActorCommand::Events { name, .. } => {
-            bail!("actor logs {name}: not a single request (see commands::logs)")
-        }
-        ActorCommand::Pause { name, client } => Call::new(
-            client,
-            format!("actor pause {name}"),
-            Method::POST,
-            actor_path(&name, "pause"),
-            View::Details,
-        ),
-        ActorCommand::Resume {
-            name,
-            from_snapshot,
-            from_template,
-            client,
-        } => {
-            let body = match (from_snapshot, from_template) {
-                (Some(seq), _) => Body::Json(serde_json::json!({ "from_snapshot": seq })),
-                (None, true) => Body::Json(serde_json::json!({ "from_template": true })),
-                (None, false) => Body::Empty,
-            };
-            Call::new(
-                client,
-                format!("actor resume {name}"),
-                Method::POST,
-                actor_path(&name, "resume"),
-                View::Details,
-            )
-            .with_body(body)
-        }
-        ActorCommand::Checkpoint { name, client } => Call::new(
-            client,
-            format!("actor checkpoint {name}"),
-            Method::POST,
-            actor_path(&name, "checkpoint"),
-            View::Details,
-        ),
-        ActorCommand::Delete { name, client } => Call::new(
-            client,
-            format!("actor delete {name}"),
-            Method::DELETE,
-            actor_path(&name, ""),
-            View::Deleted,
-        ),
-        ActorCommand::Migrate { name, to, client } => Call::new(
-            client,
-            format!("actor migrate {name}"),
-            Method::POST,
-            actor_path(&name, "migrate"),
-            View::Details,
-        )
-        .with_body(Body::Json(serde_json::json!({ "to": to }))),
-        ActorCommand::Upgrade {
-            name,
-            to_version,
-            client,
-        } => Call::new(
-            client,
-            format!("actor upgrade {name}"),
-            Method::POST,
-            actor_path(&name, "upgrade"),
-            View::Details,
-        )
-        .with_body(Body::Json(serde_json::json!({ "to_version": to_version }))),
     })
 }
 

@@ -225,6 +225,7 @@ fn rendering() {
     let reply = |status: u16, body: &str| Reply {
         status: StatusCode::from_u16(status).expect("status"),
         body: Bytes::from(body.to_owned()),
+        next_page: None,
     };
     let delete = call(&["actor", "delete", "c1"]);
     assert_eq!(

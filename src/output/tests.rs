@@ -49,17 +49,17 @@ fn table_aligns_columns() {
 fn actors_table_renders_the_list() {
     let list = parse(
         r#"[
-          {"name":"c1","template":"counter","state":"running","worker":"worker-1","epoch":1,
-           "snapshot":{"seq":3,"bytes":12345},"snapshots":[],"resumes":1},
-          {"name":"counter-2","template":"counter","state":"paused","worker":"worker-2","epoch":2,
-           "snapshot":null,"snapshots":[],"resumes":0}
+          {"name":"c1","template":"counter","template_version":1,"state":"running","worker":"worker-1","epoch":1,
+           "snapshot":{"seq":3,"bytes":12345},"snapshots":[],"resumes":1,"labels":{"app":"x","tier":"gold"}},
+          {"name":"counter-2","template":"counter","template_version":2,"state":"paused","worker":"worker-2","epoch":2,
+           "snapshot":null,"snapshots":[],"resumes":0,"labels":{}}
         ]"#,
     );
     assert_eq!(
         actors_table(&list),
-        "NAME        TEMPLATE   STATE     WORKER     EPOCH   SNAPSHOT   RESUMES\n\
-         c1          counter    running   worker-1   1       3          1\n\
-         counter-2   counter    paused    worker-2   2       -          0\n"
+        "NAME        TEMPLATE   VERSION   STATE     WORKER     EPOCH   SNAPSHOT   RESUMES   LABELS\n\
+         c1          counter    1         running   worker-1   1       3          1         app=x,tier=gold\n\
+         counter-2   counter    2         paused    worker-2   2       -          0         -\n"
     );
     assert_eq!(actors_table(&parse("[]")), "no actors\n");
 }

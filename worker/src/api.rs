@@ -127,6 +127,10 @@ impl WorkerApi for Worker {
         Ok(Worker::statuses(self))
     }
 
+    async fn statuses_of(&self, names: &[String]) -> Result<Vec<(String, ActorStatus)>, ApiError> {
+        Ok(Worker::statuses_of(self, names))
+    }
+
     async fn logs(&self, actor: &str, query: &LogQuery) -> Result<Vec<LogLine>, ApiError> {
         Worker::logs(self, actor, query).await
     }

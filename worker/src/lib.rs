@@ -541,6 +541,16 @@ impl Worker {
             .collect()
     }
 
+    /// Status of each actor of `names` it hosts.
+    #[must_use]
+    pub fn statuses_of(&self, names: &[String]) -> Vec<(String, ActorStatus)> {
+        let table = self.lock();
+        names
+            .iter()
+            .filter_map(|name| Some((name.clone(), table.get(name)?.reported_status())))
+            .collect()
+    }
+
     /// Requests waiting in mailboxes right now.
     #[must_use]
     pub fn held_requests(&self) -> usize {

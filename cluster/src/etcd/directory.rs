@@ -30,9 +30,14 @@ use etcd_client::{
 
 use super::batch::{Batcher, Outcome, Write};
 use super::values::{ActorValue, AlarmValue, TemplateValue, decode, failed};
-use super::{Etcd, get_one, retry, retryable};
+use super::{Etcd, get_one, retry};
 use stasis_contract::directory::{ActorRead, ActorRow, Directory, TemplateRow};
 use stasis_contract::error::ApiError;
+use stasis_contract::labels::{LabelPatch, Labels};
+
+mod rewrite;
+
+use rewrite::Step;
 
 /// How many times a placement re-reads and retries after losing a race to
 /// another writer of the same actor or an etcd error (each retry re-checks
@@ -182,10 +187,10 @@ fn revision_of(resp: &TxnResponse) -> i64 {
 }
 
 impl EtcdDirectory {
-    /// The compare-and-set of `place_actor` (and `place_actor_as`): read
-    /// the record, then a write of the batch comparing its `mod_revision`;
-    /// a write refused by that compare carries the record as it is now,
-    /// so the next attempt needs no read.
+    /// The compare-and-set of `place_actor` (and `place_actor_as`): see
+    /// [`EtcdDirectory::rewrite`]; a placement finds the actor gone or at `epoch` or later
+    /// with a 409, and its own placement (when a write's answer was lost)
+    /// as success.
     fn place(
         &self,
         name: &str,
@@ -193,79 +198,34 @@ impl EtcdDirectory {
         epoch: u64,
         template: Option<String>,
     ) -> Result<(), ApiError> {
-        let kv = self.kv();
-        let key = self.actor_key(name);
-        let (name, worker) = (name.to_string(), worker.to_string());
-        let (fence, batch) = (self.fence.clone(), self.batch.clone());
-        let revision = self.etcd.run_blocking("a placement", async move {
-            let gone = || {
-                ApiError::conflict(format!(
-                    "actor {name} was deleted or placed at epoch {epoch} or later meanwhile"
-                ))
-            };
-            // Whether a transaction of ours may have been applied although
-            // its answer was lost (then finding our own placement is success).
-            let mut maybe_applied = false;
-            let mut last_error = None;
-            // The record as the last refused write found it.
-            let mut known: Option<Option<KeyValue>> = None;
-            for _ in 0..PLACE_ATTEMPTS {
-                let found = match known.take() {
-                    Some(found) => found,
-                    None => get_one(&kv, &key).await?,
-                };
-                let Some(found) = found else {
+        let (actor, worker) = (name.to_owned(), worker.to_owned());
+        let gone = move || {
+            ApiError::conflict(format!(
+                "actor {actor} was deleted or placed at epoch {epoch} or later meanwhile"
+            ))
+        };
+        self.rewrite(
+            name,
+            format!("placing actor {name} at epoch {epoch}"),
+            move |found, maybe_applied| {
+                let Some(v) = found else {
                     return Err(gone());
                 };
-                let mut v: ActorValue = decode(found.key(), found.value())?;
                 if maybe_applied && v.epoch == epoch && v.worker == worker {
-                    return Ok(found.mod_revision());
+                    return Ok(Step::Already);
                 }
                 if v.epoch >= epoch {
                     return Err(gone());
                 }
-                let seen = found.mod_revision();
                 v.worker.clone_from(&worker);
                 v.epoch = epoch;
                 if let Some(template) = &template {
                     v.template.clone_from(template);
                 }
-                let value = serde_json::to_vec(&v).map_err(failed)?;
-                let write = Write::Place {
-                    key: key.clone(),
-                    value,
-                    seen,
-                };
-                match batch.submit(write).await {
-                    Ok(Outcome::Applied { revision, .. }) => return Ok(revision),
-                    // Someone wrote the actor between our read and our
-                    // write: go again with what it holds now, re-checking
-                    // the epoch.
-                    Ok(Outcome::Refused(now)) => {
-                        known = Some(now);
-                        last_error = None;
-                    }
-                    // This replica no longer leads: stop here.
-                    Ok(Outcome::Unfenced) => {
-                        return Err(unfenced(fence.as_ref(), kv.clone(), "a placement").await);
-                    }
-                    Err(e) if retryable(&e) => {
-                        maybe_applied = true;
-                        last_error = Some(e);
-                        tokio::time::sleep(RETRY_PAUSE).await;
-                    }
-                    Err(e) => return Err(failed(e)),
-                }
-            }
-            Err(match last_error {
-                Some(e) => failed(format!("placing actor {name} at epoch {epoch}: {e}")),
-                None => ApiError::conflict(format!(
-                    "actor {name}: placement at epoch {epoch} lost {PLACE_ATTEMPTS} races to other writers"
-                )),
-            })
-        })?;
-        self.wrote_actor(revision);
-        Ok(())
+                Ok(Step::Write)
+            },
+        )
+        .map(|_| ())
     }
 
     /// Actor writes submitted to the group commit and not answered yet.
@@ -439,6 +399,7 @@ impl Directory for EtcdDirectory {
             worker: row.worker.clone(),
             epoch: row.epoch,
             created_ms: row.created_at_unix_ms,
+            labels: row.labels.clone(),
         })
         .map_err(failed)?;
         let (kv, fence, batch) = (self.kv(), self.fence.clone(), self.batch.clone());
@@ -478,6 +439,26 @@ impl Directory for EtcdDirectory {
         template: &str,
     ) -> Result<(), ApiError> {
         self.place(name, worker, epoch, Some(template.to_owned()))
+    }
+
+    fn patch_labels(&self, name: &str, patch: &LabelPatch) -> Result<Labels, ApiError> {
+        let (actor, patch) = (name.to_owned(), patch.clone());
+        let (_, value) = self.rewrite(
+            name,
+            format!("changing the labels of actor {name}"),
+            move |found, _| {
+                let Some(v) = found else {
+                    return Err(ApiError::not_found(format!("no actor named {actor:?}")));
+                };
+                let labels = patch.apply(&v.labels)?;
+                if labels == v.labels {
+                    return Ok(Step::Already);
+                }
+                v.labels = labels;
+                Ok(Step::Write)
+            },
+        )?;
+        Ok(value.labels)
     }
 
     fn actors(&self) -> Result<Vec<ActorRow>, ApiError> {

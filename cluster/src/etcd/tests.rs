@@ -38,6 +38,7 @@ pub(super) fn actor(name: &str, worker: &str) -> ActorRow {
         worker: worker.into(),
         epoch: 1,
         created_at_unix_ms: None,
+        labels: Default::default(),
     }
 }
 

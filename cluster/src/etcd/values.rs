@@ -27,6 +27,9 @@ pub(super) struct ActorValue {
     /// records written before it was kept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub created_ms: Option<u64>,
+    /// Its labels; absent when it has none.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub labels: stasis_contract::labels::Labels,
 }
 
 impl ActorValue {
@@ -38,6 +41,7 @@ impl ActorValue {
             worker: self.worker.clone(),
             epoch: self.epoch,
             created_at_unix_ms: self.created_ms,
+            labels: self.labels.clone(),
         }
     }
 }

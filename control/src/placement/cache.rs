@@ -122,7 +122,7 @@ impl Cache {
     /// Drops placements until `map` is within the bound with a tenth to
     /// spare: first those not looked up since the last sweep (the others
     /// are marked for the next), then any; never one a request holds.
-    fn evict(&self, map: &mut HashMap<String, Placement>) {
+    fn evict(&self, map: &mut super::Placements) {
         if map.len() <= self.bound {
             return;
         }

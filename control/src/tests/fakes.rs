@@ -415,6 +415,19 @@ impl Directory for MemoryDirectory {
         }
     }
 
+    fn patch_labels(
+        &self,
+        name: &str,
+        patch: &stasis_contract::labels::LabelPatch,
+    ) -> Result<stasis_contract::labels::Labels, ApiError> {
+        let mut actors = self.actors.lock().expect("lock");
+        let row = actors
+            .get_mut(name)
+            .ok_or_else(|| ApiError::not_found(format!("no actor named {name:?}")))?;
+        row.labels = patch.apply(&row.labels)?;
+        Ok(row.labels.clone())
+    }
+
     fn actors(&self) -> Result<Vec<ActorRow>, ApiError> {
         Ok(self
             .actors

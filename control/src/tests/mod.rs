@@ -155,6 +155,7 @@ fn row(name: &str, worker: &str, epoch: u64) -> ActorRow {
         worker: worker.to_owned(),
         epoch,
         created_at_unix_ms: None,
+        labels: Default::default(),
     }
 }
 

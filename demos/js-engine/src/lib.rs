@@ -2,7 +2,8 @@
 //! the Stasis ABI. On its own it holds no script; `stasis template push
 //! NAME actor.js` pre-initialises it with one (Wizer): the CLI calls
 //! [`stasis_js_preinit`] with the script, which evaluates the prelude
-//! (`prelude.js`: Request, Response, Headers, URL, crypto, fetch) and the
+//! (`prelude.js`: Request, Response, Headers, URL, crypto, fetch;
+//! `subtle.js`: `crypto.subtle`) and the
 //! script's top level as an ES module, and snapshots the instance's memory
 //! into the template's module. Every actor of the template starts from that
 //! heap; requests, alarms and socket events then run the module's default
@@ -18,6 +19,7 @@
 //! actor rolls back to its last state, as for any trap.
 
 mod native;
+mod subtle;
 
 use std::cell::UnsafeCell;
 
@@ -29,6 +31,8 @@ use stasis_guest_sdk::{Actor, Request, Response, export_actor};
 
 /// The globals evaluated before the script.
 const PRELUDE: &str = include_str!("prelude.js");
+/// `crypto.subtle`, evaluated after the prelude (it extends its `crypto`).
+const SUBTLE: &str = include_str!("subtle.js");
 /// The module `stasis` a script imports the host API from.
 const STASIS_MODULE: &str = include_str!("stasis.js");
 
@@ -111,6 +115,10 @@ fn preinit(name: &str, source: &str) -> Result<Engine, String> {
         options.filename = Some("stasis:prelude".to_owned());
         ctx.eval_with_options::<(), _>(PRELUDE, options)
             .map_err(|e| format!("prelude: {}", thrown(&ctx, e)))?;
+        let mut options = EvalOptions::default();
+        options.filename = Some("stasis:subtle".to_owned());
+        ctx.eval_with_options::<(), _>(SUBTLE, options)
+            .map_err(|e| format!("crypto.subtle: {}", thrown(&ctx, e)))?;
         let declared = Module::declare(ctx.clone(), name, source)
             .map_err(|e| syntax_error(name, &thrown(&ctx, e)))?;
         let (module, promise) = declared

@@ -1,7 +1,8 @@
 //! The native functions behind the prelude and the `stasis` module, on the
 //! hidden global `__stasis_native`: host randomness, and the host API of
 //! the guest SDK (`call`, `send`, `fetch`, the alarm, the actor's name,
-//! the actor's WebSockets and streams).
+//! the actor's WebSockets and streams), and `crypto.subtle`'s hashing
+//! (see [`crate::subtle`]).
 //! A host error becomes a JavaScript exception naming it.
 
 use javy::quickjs::{Array, Ctx, Exception, Function, Object, Result, TypedArray, Value};
@@ -42,6 +43,7 @@ pub(crate) fn register(ctx: &Ctx<'_>) -> Result<()> {
     native.set("socketSend", Function::new(ctx.clone(), socket_send)?)?;
     native.set("socketClose", Function::new(ctx.clone(), socket_close)?)?;
     native.set("sockets", Function::new(ctx.clone(), open_sockets)?)?;
+    crate::subtle::register(ctx, &native)?;
     globals.set("__stasis_native", native)?;
     Ok(())
 }

@@ -5,6 +5,8 @@
 use hyper::{Response, StatusCode};
 
 use stasis_contract::error::ApiError;
+use stasis_contract::labels::{LabelPatch, Labels};
+use stasis_contract::listing::{ActorQuery, CONTINUE_HEADER};
 use stasis_contract::logs::LogQuery;
 use stasis_contract::names::resolve;
 use stasis_contract::proto::ResumeRequest;
@@ -19,6 +21,8 @@ use crate::routes::Call;
 struct CreateActor {
     name: String,
     template: String,
+    #[serde(default)]
+    labels: Labels,
 }
 
 #[derive(serde::Deserialize)]
@@ -26,6 +30,9 @@ struct CreateActor {
 struct ForkActor {
     name: String,
     from_snapshot: Option<u64>,
+    /// Changes to the source's labels (a merge patch: `null` removes one).
+    #[serde(default)]
+    labels: LabelPatch,
 }
 
 #[derive(serde::Deserialize)]
@@ -42,11 +49,35 @@ struct UpgradeBody {
     to_version: Option<u64>,
 }
 
-/// `GET /v1/actors`: the actors of the path's namespace.
+/// `GET /v1/actors`: the actors of the path's namespace that the query
+/// selects (all, or a page: the next page's token in
+/// [`CONTINUE_HEADER`]).
 pub(super) async fn list(call: Call<'_, Role>) -> Result<Response<Body>, ApiError> {
-    let mut actors = call.control.actors().await;
-    actors.retain(|a| call.in_namespace(&a.name));
-    ok(&actors)
+    let query = ActorQuery::parse(call.query)?;
+    let namespace = call.scoped.namespace.as_str();
+    let template = match &query.template {
+        Some(t) => Some(resolve("template", namespace, t)?),
+        None => None,
+    };
+    let page = (call.control)
+        .list_actors(namespace, &query, template.as_deref())
+        .await?;
+    let mut response = ok(&page.actors)?;
+    if let Some(next) = page.next
+        && let Ok(value) = hyper::header::HeaderValue::from_str(&next)
+    {
+        response.headers_mut().insert(CONTINUE_HEADER, value);
+    }
+    Ok(response)
+}
+
+/// `PATCH /v1/actors/{name}/labels`: changes its labels by the body, a
+/// JSON merge patch of them (`{"tier":"gold","beta":null}`); answers the
+/// labels it has then.
+pub(super) async fn label(call: Call<'_, Role>) -> Result<Response<Body>, ApiError> {
+    let patch: LabelPatch = parse_json(&call.body)?;
+    let (c, name) = (call.control.clone(), call.param(0).to_owned());
+    ok(&detached(async move { c.label_actor(&name, patch).await }).await?)
 }
 
 /// `POST /v1/actors`: creates one (`201`), its names in the path's
@@ -56,7 +87,9 @@ pub(super) async fn create(call: Call<'_, Role>) -> Result<Response<Body>, ApiEr
     let req: CreateActor = parse_json(&call.body)?;
     let name = resolve("actor", namespace, &req.name)?;
     let template = resolve("template", namespace, &req.template)?;
-    let info = call.control.create_actor(&name, &template).await?;
+    let info = (call.control)
+        .create_labelled(&name, &template, req.labels)
+        .await?;
     Ok(json(StatusCode::CREATED, &info))
 }
 
@@ -103,7 +136,11 @@ pub(super) async fn fork(call: Call<'_, Role>) -> Result<Response<Body>, ApiErro
     let new = resolve("actor", &call.scoped.namespace, &req.name)?;
     // Detached: a client that leaves never stops a fork half-way.
     let (c, src) = (call.control.clone(), call.param(0).to_owned());
-    let info = detached(async move { c.fork_actor(&src, &new, req.from_snapshot).await }).await?;
+    let info = detached(async move {
+        c.fork_actor(&src, &new, req.from_snapshot, &req.labels)
+            .await
+    })
+    .await?;
     Ok(json(StatusCode::CREATED, &info))
 }
 

@@ -117,6 +117,9 @@ fn namespaced_routes() -> Vec<Route<Role>> {
         route(M::POST, "/v1/actors/{name}/upgrade", Writer, Json, |c| {
             Box::pin(actors::upgrade(c))
         }),
+        route(M::PATCH, "/v1/actors/{name}/labels", Writer, Json, |c| {
+            Box::pin(actors::label(c))
+        }),
     ]
 }
 

@@ -103,6 +103,14 @@ impl RemoteWorker {
         }
         match (&method, route) {
             (&Method::GET, Some(WorkerPath::Actors)) => Ok(json(StatusCode::OK, &w.statuses())),
+            (&Method::POST, Some(WorkerPath::Actors)) => {
+                let names: Vec<String> = serde_json::from_slice(&body).map_err(|e| {
+                    ApiError::bad_request(format!(
+                        "the body is not a JSON list of actor names: {e}"
+                    ))
+                })?;
+                Ok(json(StatusCode::OK, &w.statuses_of(&names)))
+            }
             (&Method::GET, Some(WorkerPath::Actor(name))) => {
                 let status = w.status(name).ok_or_else(|| {
                     ApiError::not_found(format!("actor {name} is not on worker {}", w.name()))
