@@ -492,10 +492,23 @@ impl WorkerApi for WorkerClient {
     async fn statuses_of(&self, names: &[String]) -> Result<Vec<(String, ActorStatus)>, ApiError> {
         let path = WorkerPath::Actors.to_path();
         let body = Bytes::from(serde_json::to_vec(names).map_err(ApiError::internal)?);
-        let answer = self
+        let answer = match self
             .peer
             .send_within(STATUS_TIMEOUT, Method::POST, &path, &[], body)
-            .await?;
+            .await
+        {
+            Ok(answer) => answer,
+            // A worker of an earlier version has no such route: all its
+            // statuses, then.
+            Err(e) if e.is(ErrorKind::MethodNotAllowed) || e.is(ErrorKind::NotFound) => {
+                let wanted: std::collections::HashSet<&str> =
+                    names.iter().map(String::as_str).collect();
+                let mut all = self.statuses().await?;
+                all.retain(|(name, _)| wanted.contains(name.as_str()));
+                return Ok(all);
+            }
+            Err(e) => return Err(e),
+        };
         serde_json::from_slice(&answer.body).map_err(|e| {
             ApiError::bad_gateway(format!("worker {}: bad actor list: {e}", self.name()))
         })

@@ -335,7 +335,7 @@ impl ControlPlane {
     }
 
     /// [`ControlPlane::actor_info`] with the snapshots the store lists.
-    fn actor_info_listed(
+    pub(super) fn actor_info_listed(
         &self,
         name: &str,
         placement: Placement,

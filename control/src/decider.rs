@@ -39,6 +39,9 @@ pub struct Decider {
     /// Creates on first use in flight, by actor (see
     /// [`crate::on_demand`]).
     on_demand: Mutex<HashMap<String, Flight>>,
+    /// Serialises label changes, so that the placements take them in the
+    /// order the directory applied them (see [`crate::listing`]).
+    pub(crate) labels: tokio::sync::Mutex<()>,
     /// The data dir's `LOCK`, held for the control plane's life (embedded).
     _lock: Option<File>,
 }
@@ -53,6 +56,7 @@ impl Decider {
             alarms,
             rollouts,
             on_demand: Mutex::default(),
+            labels: tokio::sync::Mutex::default(),
             _lock: lock,
         }
     }

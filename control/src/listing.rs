@@ -18,6 +18,7 @@ use stasis_contract::labels::{LabelPatch, Labels};
 use stasis_contract::listing::{ActorQuery, continue_token};
 use stasis_contract::names::namespace_of;
 use stasis_contract::status::ActorStatus;
+use stasis_core::snapshot_store::SnapshotEntry;
 
 /// A page of actors, and the token of the next one if more match.
 #[derive(Debug)]
@@ -52,6 +53,9 @@ impl Selection<'_> {
 /// How many candidates one round of a filtered listing takes at least.
 const ROUND: usize = 256;
 
+/// How many snapshot listings a page runs at once.
+const LISTINGS_AT_ONCE: usize = 16;
+
 impl ControlPlane {
     /// Every actor, by name, whatever the health of its worker: each
     /// worker is asked once for all its actors' statuses (a remote worker
@@ -65,12 +69,18 @@ impl ControlPlane {
             .collect();
         let members = self.members();
         let reports = futures_util::future::join_all(members.iter().map(|m| m.statuses())).await;
-        let by_worker = members
+        let by_worker: WorkerReports = members
             .iter()
             .zip(reports)
-            .map(|(m, r)| (m.name.clone(), r))
+            .map(|(m, r)| (m.name.clone(), r.map(|list| list.into_iter().collect())))
             .collect();
-        self.infos(placements, &by_worker)
+        placements
+            .into_iter()
+            .map(|(name, placement)| {
+                let status = self.status_in(&name, &placement, &by_worker);
+                self.actor_info(&name, placement, status)
+            })
+            .collect()
     }
 
     /// The actors of namespace `namespace` that `query` selects, by name:
@@ -108,10 +118,28 @@ impl ControlPlane {
             cursor = Some(last.clone());
             let exhausted = chunk.len() < round;
             let statuses = self.statuses_of(&chunk).await;
-            for info in self.infos(chunk, &statuses) {
-                if query.state.is_none_or(|s| s == info.state) && found.len() < want {
-                    found.push(info);
+            let mut kept: Vec<(String, Placement, ActorStatus)> = Vec::new();
+            for (name, placement) in chunk {
+                let status = self.status_in(&name, &placement, &statuses);
+                if query.state.is_none_or(|s| s == status.state) && found.len() + kept.len() < want
+                {
+                    kept.push((name, placement, status));
                 }
+            }
+            // A shared store's listing is a round trip per actor: taken
+            // for the kept ones only, several at once.
+            let mut stored = if self.is_clustered() {
+                Some(self.listings(&kept).await)
+            } else {
+                None
+            };
+            for (name, placement, status) in kept {
+                found.push(match stored.as_mut().map(|s| s.remove(&name)) {
+                    Some(listed) => {
+                        self.actor_info_listed(&name, placement, status, listed.unwrap_or_default())
+                    }
+                    None => self.actor_info(&name, placement, status),
+                });
             }
             if exhausted {
                 break;
@@ -201,51 +229,59 @@ impl ControlPlane {
         asked
             .into_iter()
             .zip(reports)
-            .map(|((member, _), report)| (member.name.clone(), report))
+            .map(|((member, _), report)| {
+                (
+                    member.name.clone(),
+                    report.map(|list| list.into_iter().collect()),
+                )
+            })
             .collect()
     }
 
-    /// The API views of `placements`, each in the status its worker
-    /// reported in `by_worker` (`unknown`, with why, when it did not).
-    fn infos(
+    /// The snapshots the store lists for each actor of `kept`, listed
+    /// [`LISTINGS_AT_ONCE`] at a time off the async threads (each is a
+    /// round trip to a shared store); an actor whose listing failed shows
+    /// none.
+    async fn listings(
         &self,
-        placements: Vec<(String, Placement)>,
-        by_worker: &WorkerReports,
-    ) -> Vec<ActorInfo> {
-        let by_worker: HashMap<&str, Result<HashMap<&str, &ActorStatus>, &ApiError>> = by_worker
-            .iter()
-            .map(|(worker, report)| {
-                let report = report
-                    .as_ref()
-                    .map(|list| list.iter().map(|(n, s)| (n.as_str(), s)).collect());
-                (&**worker, report)
-            })
-            .collect();
-        placements
-            .into_iter()
-            .map(|(name, placement)| {
-                let status = match self.host_of(&placement, &name) {
-                    Ok(member) => match by_worker.get(&*member.name) {
-                        Some(Ok(statuses)) => statuses.get(name.as_str()).map_or_else(
-                            || {
-                                ActorStatus::unknown(&format!(
-                                    "worker {} does not report it",
-                                    member.name
-                                ))
-                            },
-                            |s| (*s).clone(),
-                        ),
-                        Some(Err(e)) => ActorStatus::unknown(&format!(
-                            "worker {} did not answer: {e}",
-                            member.name
-                        )),
-                        None => ActorStatus::unknown(&format!("worker {} left", member.name)),
-                    },
-                    Err(_) => self.status_without_host(&placement),
-                };
-                self.actor_info(&name, placement, status)
-            })
-            .collect()
+        kept: &[(String, Placement, ActorStatus)],
+    ) -> HashMap<String, Vec<SnapshotEntry>> {
+        let mut out = HashMap::new();
+        for group in kept.chunks(LISTINGS_AT_ONCE) {
+            let listing: Vec<_> = group
+                .iter()
+                .map(|(name, _, _)| {
+                    let (store, name) = (self.store.clone(), name.clone());
+                    tokio::task::spawn_blocking(move || {
+                        let listed = store.list(&name);
+                        (name, listed)
+                    })
+                })
+                .collect();
+            for listed in listing {
+                if let Ok((name, listed)) = listed.await {
+                    out.insert(name, listed.unwrap_or_default());
+                }
+            }
+        }
+        out
+    }
+
+    /// The status of actor `name` placed as `placement` that its worker
+    /// reported in `reports` (`unknown`, with why, when it did not).
+    fn status_in(&self, name: &str, placement: &Placement, reports: &WorkerReports) -> ActorStatus {
+        let Ok(member) = self.host_of(placement, name) else {
+            return self.status_without_host(placement);
+        };
+        match reports.get(&member.name) {
+            Some(Ok(statuses)) => statuses.get(name).cloned().unwrap_or_else(|| {
+                ActorStatus::unknown(&format!("worker {} does not report it", member.name))
+            }),
+            Some(Err(e)) => {
+                ActorStatus::unknown(&format!("worker {} did not answer: {e}", member.name))
+            }
+            None => ActorStatus::unknown(&format!("worker {} left", member.name)),
+        }
     }
 
     /// Changes actor `name`'s labels by `patch` (a JSON merge patch of
@@ -256,14 +292,34 @@ impl ControlPlane {
     /// follower replica; 500 from the directory.
     pub async fn label_actor(&self, name: &str, patch: LabelPatch) -> Result<Labels, ApiError> {
         patch.check()?;
-        self.placement_of(name)?;
         let decider = self.decider()?;
         let _guard = decider.ops.read().await;
+        // Under `ops`: no delete (and so no create again) of the name runs.
+        self.placement_of(name)?;
+        // One change at a time: the placements take them in the directory's
+        // order.
+        let _one = decider.labels.lock().await;
         let (directory, actor) = (self.directory.clone(), name.to_owned());
         // Blocking: a directory write.
-        let labels = tokio::task::spawn_blocking(move || directory.patch_labels(&actor, &patch))
+        let patched = tokio::task::spawn_blocking(move || directory.patch_labels(&actor, &patch))
             .await
-            .map_err(ApiError::internal)??;
+            .map_err(ApiError::internal)
+            .and_then(|r| r);
+        let labels = match patched {
+            Ok(labels) => labels,
+            Err(e) => {
+                // A write whose answer was lost may have been applied: the
+                // placement takes what the directory holds.
+                let (directory, actor) = (self.directory.clone(), name.to_owned());
+                let read = tokio::task::spawn_blocking(move || directory.actor(&actor, 0)).await;
+                if let Ok(Ok(read)) = read
+                    && let Some(row) = read.row
+                {
+                    self.placements.set_labels(name, row.labels);
+                }
+                return Err(e);
+            }
+        };
         self.placements.set_labels(name, labels.clone());
         tracing::info!(actor = name, ?labels, "actor labelled");
         Ok(labels)
@@ -271,4 +327,4 @@ impl ControlPlane {
 }
 
 /// Each worker's answer to a listing's status question, by worker name.
-type WorkerReports = HashMap<Arc<str>, Result<Vec<(String, ActorStatus)>, ApiError>>;
+type WorkerReports = HashMap<Arc<str>, Result<HashMap<String, ActorStatus>, ApiError>>;

@@ -155,9 +155,9 @@ pub(super) struct PlacementTable {
     map: std::sync::RwLock<Placements>,
     /// The names of the actors that have each label (key, value): where a
     /// listing by label starts (kept by a deciding control plane only: a
-    /// follower forwards listings to its leader). It may name an actor
-    /// that no longer has the label (a listing checks each placement); it
-    /// never misses one that has it.
+    /// follower forwards listings to its leader), changed with the
+    /// placements under the map's write lock. A listing still checks each
+    /// placement it names.
     by_label: std::sync::RwLock<HashMap<(String, String), BTreeSet<String>>>,
     /// A follower's cache: its bound, loads in flight and metrics.
     cache: Option<cache::Cache>,
@@ -191,25 +191,16 @@ impl PlacementTable {
     pub(super) fn place(&self, actor: &str, placement: Placement) {
         let mut map = self.write();
         self.index(actor, &placement.labels);
-        map.insert(actor.to_owned(), placement);
+        if let Some(old) = map.insert(actor.to_owned(), placement) {
+            self.unindex(actor, &old.labels, &map[actor].labels);
+        }
     }
 
     /// Forgets `actor` (deleted).
     pub(super) fn remove(&self, actor: &str) {
         let mut map = self.write();
-        if let Some(gone) = map.remove(actor)
-            && !gone.labels.is_empty()
-        {
-            let mut index = self.by_label.write().unwrap_or_else(|p| p.into_inner());
-            for label in gone.labels.iter() {
-                let key = (label.0.clone(), label.1.clone());
-                if let Some(names) = index.get_mut(&key) {
-                    names.remove(actor);
-                    if names.is_empty() {
-                        index.remove(&key);
-                    }
-                }
-            }
+        if let Some(gone) = map.remove(actor) {
+            self.unindex(actor, &gone.labels, &Labels::new());
         }
     }
 
@@ -217,8 +208,9 @@ impl PlacementTable {
     pub(super) fn set_labels(&self, actor: &str, labels: Labels) {
         let mut map = self.write();
         if let Some(p) = map.get_mut(actor) {
-            p.labels = Arc::new(labels);
+            let old = std::mem::replace(&mut p.labels, Arc::new(labels));
             self.index(actor, &p.labels);
+            self.unindex(actor, &old, &p.labels);
         }
     }
 
@@ -234,6 +226,27 @@ impl PlacementTable {
                 .entry((key.clone(), value.clone()))
                 .or_default()
                 .insert(actor.to_owned());
+        }
+    }
+
+    /// Takes `actor` out of the index of each label of `old` it no longer
+    /// has in `now` (called with the map's write lock held).
+    fn unindex(&self, actor: &str, old: &Labels, now: &Labels) {
+        if old.is_empty() {
+            return;
+        }
+        let mut index = self.by_label.write().unwrap_or_else(|p| p.into_inner());
+        for (key, value) in old {
+            if now.get(key) == Some(value) {
+                continue;
+            }
+            let label = (key.clone(), value.clone());
+            if let Some(names) = index.get_mut(&label) {
+                names.remove(actor);
+                if names.is_empty() {
+                    index.remove(&label);
+                }
+            }
         }
     }
 

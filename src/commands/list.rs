@@ -6,7 +6,8 @@ use hyper::StatusCode;
 
 use super::plan::Call;
 use crate::client::{AdminClient, Reply};
-use stasis_runtime::contract::listing::{CLI_PAGE, continue_token};
+use anyhow::bail;
+use stasis_runtime::contract::listing::CLI_PAGE;
 
 /// The listing `call` asks for: one page when `one_page`, else every page
 /// joined into one answer (as the server would answer one unpaged list).
@@ -29,32 +30,45 @@ pub(super) async fn fetch(
     }
     let first = with_param(&call.path, "limit", &CLI_PAGE.to_string());
     let mut path = first.clone();
-    let mut all: Vec<serde_json::Value> = Vec::new();
+    // The pages' items joined as the server wrote them (the order of each
+    // actor's fields kept): the text between each page's brackets.
+    let mut items: Vec<u8> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
     loop {
         let reply = client
             .send(call.method.clone(), &path, None, call.timeout)
             .await?;
-        let page: Vec<serde_json::Value> = serde_json::from_slice(&reply.body)
-            .map_err(|e| anyhow::anyhow!("the server's actor list is not a JSON list: {e}"))?;
-        all.extend(page);
-        match reply.next_page {
-            // The token is the server's; a token that does not move on
-            // past the page would loop: stop at the last name seen.
-            Some(token)
-                if all
-                    .last()
-                    .and_then(|a| a["name"].as_str())
-                    .map(continue_token)
-                    == Some(token.clone()) =>
-            {
-                path = with_param(&first, "continue", &token);
+        let body = reply.body.trim_ascii();
+        let inner = body
+            .strip_prefix(b"[")
+            .and_then(|b| b.strip_suffix(b"]"))
+            .ok_or_else(|| anyhow::anyhow!("the server's actor list is not a JSON list"))?
+            .trim_ascii();
+        if !inner.is_empty() {
+            if !items.is_empty() {
+                items.push(b',');
             }
-            _ => break,
+            items.extend_from_slice(inner);
+        }
+        match reply.next_page {
+            None => break,
+            // A page with nothing, or a token already followed, would
+            // never end: the listing stops with an error, not quietly.
+            Some(token) if inner.is_empty() || !seen.insert(token.clone()) => {
+                bail!(
+                    "the server answered the same page twice (token {token}): the listing is cut"
+                );
+            }
+            Some(token) => path = with_param(&first, "continue", &token),
         }
     }
+    let mut body = Vec::with_capacity(items.len() + 2);
+    body.push(b'[');
+    body.extend_from_slice(&items);
+    body.push(b']');
     Ok(Reply {
         status: StatusCode::OK,
-        body: serde_json::to_vec(&all)?.into(),
+        body: body.into(),
         next_page: None,
     })
 }

@@ -53,8 +53,8 @@ pub(crate) enum ActorCommand {
         /// At most N actors (one page; at most 5000).
         #[arg(long, value_name = "N")]
         limit: Option<usize>,
-        /// The page after the one that printed this token.
-        #[arg(long = "continue", value_name = "TOKEN")]
+        /// The page after the one that printed this token (with --limit).
+        #[arg(long = "continue", value_name = "TOKEN", requires = "limit")]
         continue_token: Option<String>,
         #[command(flatten)]
         client: ClientArgs,

@@ -280,7 +280,10 @@ async fn labels_are_set_listed_and_kept_across_a_restart() {
     for (args, says) in [
         (vec!["actor", "label", "c2", "bad key=1"], "only a-z"),
         (vec!["actor", "list", "--state", "asleep"], "is not one of"),
-        (vec!["actor", "list", "--continue", "xyz"], "not a token"),
+        (
+            vec!["actor", "list", "--limit", "5", "--continue", "xyz"],
+            "not a token",
+        ),
         (
             vec!["actor", "list", "--limit", "5001"],
             "largest page, 5000",

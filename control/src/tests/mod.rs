@@ -6,6 +6,7 @@
 
 mod cache;
 pub(crate) mod fakes;
+mod labels;
 mod scenarios;
 
 use std::collections::BTreeMap;
