@@ -14,7 +14,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const DEMOS: [&str; 10] = [
+const DEMOS: [&str; 12] = [
     "counter",
     "counter-v2",
     "kv",
@@ -25,6 +25,8 @@ const DEMOS: [&str; 10] = [
     "alarm",
     "chat",
     "ticker",
+    "todo-v1",
+    "todo-v2",
 ];
 
 fn main() {

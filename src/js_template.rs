@@ -28,6 +28,25 @@ const PREINIT: &str = "stasis_js_preinit";
 /// Fuel for the script's top level: a loop that never ends is cut.
 const PREINIT_FUEL: u64 = 20_000_000_000;
 
+/// Where the CLI keeps compiled functions across runs:
+/// `$STASIS_CACHE_DIR/compiled`, else `$XDG_CACHE_HOME/stasis/compiled`,
+/// else `~/.cache/stasis/compiled`; in memory only when none is set.
+fn compile_cache() -> stasis_core::compile_cache::CompileCache {
+    use stasis_core::compile_cache::CompileCache;
+    let var = |name: &str| {
+        std::env::var_os(name)
+            .filter(|v| !v.is_empty())
+            .map(std::path::PathBuf::from)
+    };
+    let folder = var("STASIS_CACHE_DIR")
+        .or_else(|| var("XDG_CACHE_HOME").map(|d| d.join("stasis")))
+        .or_else(|| var("HOME").map(|d| d.join(".cache").join("stasis")));
+    match folder {
+        Some(folder) => CompileCache::in_folder(folder.join("compiled")),
+        None => CompileCache::in_memory(),
+    }
+}
+
 /// Whether `path` names a JavaScript module (`.js` or `.mjs`).
 pub(crate) fn is_script(path: &Path) -> bool {
     matches!(
@@ -62,6 +81,10 @@ pub(crate) async fn build(path: &Path, source: &[u8]) -> anyhow::Result<Vec<u8>>
         .map_err(|e| anyhow!("instrumenting the engine: {e:#}"))?;
     let mut config = Config::new();
     config.consume_fuel(true);
+    // The engine's functions compile once per machine, not once per push.
+    config
+        .enable_incremental_compilation(std::sync::Arc::new(compile_cache()))
+        .map_err(|e| anyhow!("{e:#}"))?;
     let engine = Engine::new(&config).map_err(|e| anyhow!("{e:#}"))?;
     let module = Module::new(&engine, &instrumented).map_err(|e| anyhow!("{e:#}"))?;
     let mut linker: Linker<WasiP1Ctx> = Linker::new(&engine);

@@ -129,6 +129,10 @@ pub(crate) enum ClientCommand {
     /// Show a namespace (its actors and quota) and set its quota.
     #[command(subcommand)]
     Namespace(NamespaceCommand),
+    /// Push FILE, create its actor, print the actor's log, and push and
+    /// roll out each new version (the actors keep their state) every time
+    /// FILE changes, until Ctrl-C.
+    Dev(Box<DevArgs>),
     /// Move actors between workers to even out the load; prints the moves.
     Rebalance {
         #[command(flatten)]
@@ -139,6 +143,27 @@ pub(crate) enum ClientCommand {
         #[command(flatten)]
         client: ClientArgs,
     },
+}
+
+/// `stasis dev FILE`'s options.
+#[derive(Debug, Args)]
+pub(crate) struct DevArgs {
+    /// The script (.js/.mjs) or module (.wasm) to push and watch.
+    pub file: PathBuf,
+    /// The template's name (default: FILE's name without its extension).
+    #[arg(long, value_name = "NAME")]
+    pub template: Option<String>,
+    /// The actor to create and follow (default: the template's name).
+    #[arg(long, value_name = "NAME")]
+    pub actor: Option<String>,
+    /// WASI environment variable of the template; repeatable.
+    #[arg(long = "env", value_name = "K=V", value_parser = parse_env_pair)]
+    pub env: Vec<(String, String)>,
+    /// The template's durability level (request, store, interval or pause).
+    #[arg(long, value_name = "LEVEL", value_parser = parse_durability)]
+    pub durability: Option<String>,
+    #[command(flatten)]
+    pub client: ClientArgs,
 }
 
 /// `stasis template ...`.

@@ -187,6 +187,14 @@ impl StasisEngine {
             .cranelift_nan_canonicalization(true)
             .memory_init_cow(false)
             .guard_before_linear_memory(false);
+        // Every JavaScript template shares the engine's functions: compiled
+        // once per process (crate::compile_cache).
+        config
+            .enable_incremental_compilation(Arc::new(
+                crate::compile_cache::CompileCache::in_memory(),
+            ))
+            .map_err(anyhow::Error::from)
+            .context("enabling the compile cache")?;
         if let Some(slots) = slots {
             let fits =
                 u64::from(slots) * (DEFAULT_RESERVATION + DEFAULT_GUARD) <= POOL_RESERVATION_BUDGET;

@@ -25,6 +25,8 @@
 //!   the spawn and resume variants ([`module::rewrite`]), compile once and
 //!   cache ([`module::cache`]).
 //! * [`error_chain`]: an error shown with its causes.
+//! * [`compile_cache`]: the functions Cranelift compiled, kept for the
+//!   next module that has them (a JavaScript template's engine).
 //! * [`mapped`]: the `SIGBUS` handler and registry of mapped snapshot
 //!   files, and their stamps: a file changed under a mapping fails its
 //!   actor, never the process.
@@ -50,6 +52,7 @@
 #![warn(missing_docs)]
 
 pub mod blocking;
+pub mod compile_cache;
 pub mod cow;
 pub mod durable;
 pub mod engine;

@@ -21,25 +21,25 @@ pub use stasis_host_api::imports::HostError;
 mod raw {
     #[link(wasm_import_module = "stasis")]
     unsafe extern "C" {
-        pub fn call(
+        pub(super) fn call(
             actor_ptr: *const u8,
             actor_len: usize,
             req_ptr: *const u8,
             req_len: usize,
         ) -> i64;
-        pub fn send(
+        pub(super) fn send(
             actor_ptr: *const u8,
             actor_len: usize,
             req_ptr: *const u8,
             req_len: usize,
         ) -> i32;
-        pub fn set_alarm(at_unix_ms: i64) -> i32;
-        pub fn cancel_alarm() -> i32;
-        pub fn alarm() -> i64;
-        pub fn fetch(req_ptr: *const u8, req_len: usize) -> i64;
-        pub fn self_name() -> i64;
-        pub fn last_error() -> i64;
-        pub fn take_result(ptr: *mut u8, len: usize) -> i32;
+        pub(super) fn set_alarm(at_unix_ms: i64) -> i32;
+        pub(super) fn cancel_alarm() -> i32;
+        pub(super) fn alarm() -> i64;
+        pub(super) fn fetch(req_ptr: *const u8, req_len: usize) -> i64;
+        pub(super) fn self_name() -> i64;
+        pub(super) fn last_error() -> i64;
+        pub(super) fn take_result(ptr: *mut u8, len: usize) -> i32;
     }
 }
 

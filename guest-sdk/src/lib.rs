@@ -91,8 +91,53 @@
 //! `stasis actor upgrade` moves an actor to a new version of its template.
 //! An actor whose type implements [`State`] (for a serde type, `impl State
 //! for MyActor {}`), exported with `export_actor!(MyActor, state)`, hands
-//! its state over to the new version, which may change the type and
-//! migrate older schemas in [`State::load`]; see [`state`].
+//! its state over to the new version. The state travels in CBOR with its
+//! field names, so the new version may add a `#[serde(default)]` field or
+//! drop one as it is; other changes raise [`State::SCHEMA`] and migrate
+//! older schemas in [`State::load`]; see [`state`].
+//!
+//! # Routes, JSON and headers
+//!
+//! [`Router`] sends requests to handlers by method and path pattern
+//! (`/items/:id`), answering 404, or 405 with `allow`, for the rest;
+//! [`RequestExt::json`] reads a JSON body, [`ResponseExt`] builds JSON
+//! answers and sets statuses and headers in a chain, and [`HttpError`]
+//! is an error that is an answer, so handlers can use `?`. The
+//! [`prelude`] imports them all:
+//!
+//! ```no_run
+//! use serde::{Deserialize, Serialize};
+//! use stasis_guest_sdk::prelude::*;
+//!
+//! #[derive(Default)]
+//! struct Notes {
+//!     notes: Vec<Note>,
+//! }
+//!
+//! #[derive(Serialize, Deserialize)]
+//! struct Note {
+//!     text: String,
+//! }
+//!
+//! impl Notes {
+//!     fn add(&mut self, req: &Request, _: &Params) -> Result<Response, HttpError> {
+//!         self.notes.push(req.json()?);
+//!         Ok(Response::empty(204))
+//!     }
+//!     fn get(&mut self, _: &Request, params: &Params) -> Result<Response, HttpError> {
+//!         let note = self.notes.get(params.parse::<usize>("n")?);
+//!         note.map(Response::json).ok_or_else(|| HttpError::new(404, "no such note"))
+//!     }
+//! }
+//!
+//! impl Actor for Notes {
+//!     fn handle(&mut self, req: Request) -> Response {
+//!         Router::new().post("/notes", Notes::add).get("/notes/:n", Notes::get).handle(self, &req)
+//!     }
+//! }
+//!
+//! export_actor!(Notes);
+//! ```
 //!
 //! # Errors and panics
 //!
@@ -102,12 +147,25 @@
 #![warn(missing_docs)]
 
 pub mod host;
+pub mod http;
+pub mod router;
 pub mod sockets;
 pub mod state;
 
 pub use host::HostError;
+pub use http::{HttpError, IntoResponse, RequestExt, ResponseExt};
+pub use router::{Params, Router};
 pub use stasis_host_api::{ABI_VERSION, Context, Request, Response};
 pub use state::State;
+
+/// What most actors use, in one import: `use stasis_guest_sdk::prelude::*;`
+/// (the helper traits [`RequestExt`] and [`ResponseExt`] included).
+pub mod prelude {
+    pub use crate::{
+        Actor, HttpError, IntoResponse, Params, Request, RequestExt, Response, ResponseExt, Router,
+        State, export_actor,
+    };
+}
 
 /// A stateful actor. One value per actor, created once (by [`Default`]) when
 /// the actor is created and kept in linear memory from then on.

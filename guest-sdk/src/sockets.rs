@@ -46,14 +46,19 @@ use crate::host::{HostError, check, take};
 mod raw {
     #[link(wasm_import_module = "stasis")]
     unsafe extern "C" {
-        pub fn socket_send(socket: i64, data_ptr: *const u8, data_len: usize, text: i32) -> i32;
-        pub fn socket_close(
+        pub(super) fn socket_send(
+            socket: i64,
+            data_ptr: *const u8,
+            data_len: usize,
+            text: i32,
+        ) -> i32;
+        pub(super) fn socket_close(
             socket: i64,
             code: i32,
             reason_ptr: *const u8,
             reason_len: usize,
         ) -> i32;
-        pub fn sockets() -> i64;
+        pub(super) fn sockets() -> i64;
     }
 }
 

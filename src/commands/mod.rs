@@ -4,6 +4,7 @@
 //! verb into its request; [`render`] reads what it uploads and prints its
 //! answer; this module sends it ([`rollout`] waits for a rollout).
 
+mod dev;
 mod list;
 mod logs;
 mod plan;
@@ -32,6 +33,9 @@ use render::{print, read_module, render};
 pub(crate) async fn run(command: ClientCommand) -> anyhow::Result<()> {
     if let ClientCommand::Worker(WorkerCommand::Run(args)) = command {
         return crate::worker_run::run(*args).await;
+    }
+    if let ClientCommand::Dev(args) = command {
+        return dev::run(*args).await.map_err(|e| e.context("dev"));
     }
     if let ClientCommand::Actor(
         ActorCommand::Logs {

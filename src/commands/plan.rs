@@ -153,6 +153,10 @@ pub(super) fn plan(command: ClientCommand) -> anyhow::Result<Call> {
             "/v1/gc".into(),
             View::Details,
         ),
+        C::Dev(args) => bail!(
+            "dev {}: not a single request (see commands::dev)",
+            args.file.display()
+        ),
     };
     Ok(in_namespace(call))
 }

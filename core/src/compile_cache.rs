@@ -1,0 +1,130 @@
+//! The cache of compiled functions that wasmtime's incremental compilation
+//! keeps ([`CompileCache`], a [`wasmtime::CacheStore`]): Cranelift looks a
+//! function up by a key it derives from the function's code and the
+//! settings, so a module whose functions were compiled before costs only
+//! what is new in it. Every JavaScript template is the same engine with
+//! another evaluated script (docs/javascript.md), so its second push
+//! compiles almost nothing.
+//!
+//! The cache holds entries in memory up to a byte budget (then new ones
+//! are not kept); with a folder ([`CompileCache::in_folder`], the CLI's
+//! `~/.cache/stasis/compiled`) each entry is also a file named by the
+//! SHA-256 of its key, written whole (a temporary file renamed), and read
+//! back by later processes. An entry Cranelift cannot read (another
+//! version wrote it, or the file was damaged) is a miss: it compiles the
+//! function again and replaces the entry.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+use sha2::{Digest as _, Sha256};
+
+/// The bytes of entries a cache keeps in memory at most.
+const MEMORY_BUDGET: usize = 256 << 20;
+
+/// Compiled functions by key, in memory and optionally in a folder.
+#[derive(Debug, Default)]
+pub struct CompileCache {
+    memory: Mutex<Kept>,
+    folder: Option<PathBuf>,
+}
+
+#[derive(Debug, Default)]
+struct Kept {
+    entries: HashMap<Vec<u8>, Vec<u8>>,
+    bytes: usize,
+}
+
+impl CompileCache {
+    /// A cache in memory only (a server's: it lives as long as the process).
+    #[must_use]
+    pub fn in_memory() -> Self {
+        Self::default()
+    }
+
+    /// A cache kept in `folder` too (created when first written), shared by
+    /// the processes that use it.
+    #[must_use]
+    pub fn in_folder(folder: PathBuf) -> Self {
+        Self {
+            memory: Mutex::default(),
+            folder: Some(folder),
+        }
+    }
+
+    fn kept(&self) -> std::sync::MutexGuard<'_, Kept> {
+        self.memory.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn file(&self, key: &[u8]) -> Option<PathBuf> {
+        let folder = self.folder.as_ref()?;
+        Some(folder.join(hex::encode(Sha256::digest(key))))
+    }
+
+    fn keep(&self, key: &[u8], value: &[u8]) {
+        let mut kept = self.kept();
+        if kept.bytes + key.len() + value.len() > MEMORY_BUDGET {
+            return;
+        }
+        kept.bytes += key.len() + value.len();
+        if let Some(old) = kept.entries.insert(key.to_vec(), value.to_vec()) {
+            kept.bytes -= key.len() + old.len();
+        }
+    }
+
+    /// Writes `value` to `file` whole: a temporary file, then a rename.
+    fn write_file(&self, file: &std::path::Path, value: &[u8]) -> std::io::Result<()> {
+        let folder = file.parent().unwrap_or(file);
+        std::fs::create_dir_all(folder)?;
+        let mut tmp = tempfile::NamedTempFile::new_in(folder)?;
+        tmp.write_all(value)?;
+        tmp.persist(file).map_err(|e| e.error)?;
+        Ok(())
+    }
+}
+
+impl wasmtime::CacheStore for CompileCache {
+    fn get(&self, key: &[u8]) -> Option<Cow<'_, [u8]>> {
+        if let Some(value) = self.kept().entries.get(key) {
+            return Some(Cow::Owned(value.clone()));
+        }
+        let value = std::fs::read(self.file(key)?).ok()?;
+        self.keep(key, &value);
+        Some(Cow::Owned(value))
+    }
+
+    fn insert(&self, key: &[u8], value: Vec<u8>) -> bool {
+        if let Some(file) = self.file(key)
+            && let Err(e) = self.write_file(&file, &value)
+        {
+            tracing::debug!("compile cache: cannot write an entry: {e}");
+        }
+        self.keep(key, &value);
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wasmtime::CacheStore as _;
+
+    #[test]
+    fn entries_come_back_from_memory_and_from_the_folder() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let folder = tmp.path().join("compiled");
+        let first = CompileCache::in_folder(folder.clone());
+        assert!(first.get(b"k").is_none());
+        assert!(first.insert(b"k", b"compiled".to_vec()));
+        assert_eq!(first.get(b"k").as_deref(), Some(&b"compiled"[..]));
+        // Another process: from the file.
+        let second = CompileCache::in_folder(folder);
+        assert_eq!(second.get(b"k").as_deref(), Some(&b"compiled"[..]));
+        let memory = CompileCache::in_memory();
+        assert!(memory.insert(b"k", b"v".to_vec()));
+        assert_eq!(memory.get(b"k").as_deref(), Some(&b"v"[..]));
+    }
+}
