@@ -1,5 +1,6 @@
 //! The `stasis` command: `serve` (control plane, router and in-process
-//! workers), `ca` (the internal CA's certificates), and the client verbs
+//! workers), `ca` (the internal CA's certificates), `new` (a new actor
+//! project), and the client verbs
 //! that drive a running server through its admin API (`template`,
 //! `actor`, `worker`, `rebalance`, `gc`).
 
@@ -11,6 +12,7 @@ mod internal_tls;
 mod js_template;
 mod output;
 mod process;
+mod scaffold;
 mod serve;
 mod trace_flags;
 mod verbs;
@@ -42,6 +44,9 @@ enum Command {
     /// the control plane and workers (mutual TLS, `--internal-ca`).
     #[command(subcommand)]
     Ca(ca::CaCommand),
+    /// Make a new actor project (Rust or JavaScript) in folder NAME, ready
+    /// to build, test and push.
+    New(scaffold::NewArgs),
     #[command(flatten)]
     Client(commands::ClientCommand),
 }
@@ -62,6 +67,7 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Serve(args) => serve::run(*args).await,
             Command::Ca(command) => ca::run(&command),
+            Command::New(args) => scaffold::run(&args),
             Command::Client(command) => commands::run(command).await,
         }
     });

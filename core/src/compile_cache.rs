@@ -9,10 +9,17 @@
 //! The cache holds entries in memory up to a byte budget (then new ones
 //! are not kept); with a folder ([`CompileCache::in_folder`], the CLI's
 //! `~/.cache/stasis/compiled`) each entry is also a file named by the
-//! SHA-256 of its key, written whole (a temporary file renamed), and read
-//! back by later processes. An entry Cranelift cannot read (another
-//! version wrote it, or the file was damaged) is a miss: it compiles the
-//! function again and replaces the entry.
+//! SHA-256 of its key, in a subfolder of this wasmtime's version, written
+//! whole (a temporary file renamed), and read back by later processes.
+//!
+//! Cranelift trusts what an entry holds (machine code), so a file is
+//! used only if it is whole and is what was written for its key: it holds
+//! the SHA-256 of the key and of the value before the value, both
+//! checked on every read. A damaged or foreign file is a miss (the
+//! function is compiled again and the file replaced). The folder is made
+//! readable and writable by its owner only; whoever else can write it
+//! could still put code there that passes the checks, so it must not be
+//! shared with other users (`STASIS_CACHE_DIR` is the user's own).
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -21,6 +28,11 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 
 use sha2::{Digest as _, Sha256};
+
+/// The subfolder of this wasmtime's entries (the workspace pins
+/// `=48.0.8`; another version's entries are misses anyway, and its folder
+/// can be deleted).
+const WASMTIME: &str = "wasmtime-48.0.8";
 
 /// The bytes of entries a cache keeps in memory at most.
 const MEMORY_BUDGET: usize = 256 << 20;
@@ -61,7 +73,16 @@ impl CompileCache {
 
     fn file(&self, key: &[u8]) -> Option<PathBuf> {
         let folder = self.folder.as_ref()?;
-        Some(folder.join(hex::encode(Sha256::digest(key))))
+        Some(folder.join(WASMTIME).join(hex::encode(Sha256::digest(key))))
+    }
+
+    /// The value a file holds for `key`, if it is whole and written for it.
+    fn read_file(&self, key: &[u8]) -> Option<Vec<u8>> {
+        let file = std::fs::read(self.file(key)?).ok()?;
+        let (sums, value) = file.split_at_checked(64)?;
+        let (key_sum, value_sum) = sums.split_at(32);
+        (key_sum == Sha256::digest(key).as_slice() && value_sum == Sha256::digest(value).as_slice())
+            .then(|| value.to_vec())
     }
 
     fn keep(&self, key: &[u8], value: &[u8]) {
@@ -75,11 +96,18 @@ impl CompileCache {
         }
     }
 
-    /// Writes `value` to `file` whole: a temporary file, then a rename.
-    fn write_file(&self, file: &std::path::Path, value: &[u8]) -> std::io::Result<()> {
+    /// Writes `value` for `key` to `file` whole (the two checksums, then
+    /// the value): a temporary file, then a rename.
+    fn write_file(&self, file: &std::path::Path, key: &[u8], value: &[u8]) -> std::io::Result<()> {
         let folder = file.parent().unwrap_or(file);
-        std::fs::create_dir_all(folder)?;
+        let mut builder = std::fs::DirBuilder::new();
+        builder.recursive(true);
+        #[cfg(unix)]
+        std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+        builder.create(folder)?;
         let mut tmp = tempfile::NamedTempFile::new_in(folder)?;
+        tmp.write_all(&Sha256::digest(key))?;
+        tmp.write_all(&Sha256::digest(value))?;
         tmp.write_all(value)?;
         tmp.persist(file).map_err(|e| e.error)?;
         Ok(())
@@ -91,14 +119,14 @@ impl wasmtime::CacheStore for CompileCache {
         if let Some(value) = self.kept().entries.get(key) {
             return Some(Cow::Owned(value.clone()));
         }
-        let value = std::fs::read(self.file(key)?).ok()?;
+        let value = self.read_file(key)?;
         self.keep(key, &value);
         Some(Cow::Owned(value))
     }
 
     fn insert(&self, key: &[u8], value: Vec<u8>) -> bool {
         if let Some(file) = self.file(key)
-            && let Err(e) = self.write_file(&file, &value)
+            && let Err(e) = self.write_file(&file, key, &value)
         {
             tracing::debug!("compile cache: cannot write an entry: {e}");
         }
@@ -121,8 +149,16 @@ mod tests {
         assert!(first.insert(b"k", b"compiled".to_vec()));
         assert_eq!(first.get(b"k").as_deref(), Some(&b"compiled"[..]));
         // Another process: from the file.
-        let second = CompileCache::in_folder(folder);
+        let second = CompileCache::in_folder(folder.clone());
         assert_eq!(second.get(b"k").as_deref(), Some(&b"compiled"[..]));
+        // A damaged file, or one written for another key, is a miss.
+        let file = second.file(b"k").expect("a file");
+        let mut bytes = std::fs::read(&file).expect("read");
+        *bytes.last_mut().expect("a value") ^= 1;
+        std::fs::write(&file, &bytes).expect("damage");
+        assert!(CompileCache::in_folder(folder.clone()).get(b"k").is_none());
+        std::fs::copy(&file, second.file(b"other").expect("a file")).expect("copy");
+        assert!(CompileCache::in_folder(folder).get(b"other").is_none());
         let memory = CompileCache::in_memory();
         assert!(memory.insert(b"k", b"v".to_vec()));
         assert_eq!(memory.get(b"k").as_deref(), Some(&b"v"[..]));

@@ -6,7 +6,8 @@
 //!
 //! A pattern is a path whose segments are literals, `:name` (one
 //! non-empty segment, percent-decoded) or, last, `*name` (the rest of the
-//! path, possibly empty). Matching is on the path without its query, a
+//! path, possibly empty; each segment percent-decoded, an encoded `/`
+//! left as `%2F`). Matching is on the path without its query, a
 //! segment at a time: `/items` and `/items/` are two paths. `HEAD` takes
 //! the `GET` route of a path that has no `HEAD` route.
 //!
@@ -267,10 +268,13 @@ fn match_path(pattern: &[Segment], path: &str) -> Option<Params> {
                 params.pairs.push((name.clone(), percent_decode(part)));
             }
             Segment::Rest(name) => {
-                let rest: Vec<&str> = parts.by_ref().collect();
-                params
-                    .pairs
-                    .push((name.clone(), percent_decode(&rest.join("/"))));
+                // Decoded a segment at a time: an encoded `/` (`%2F`) is
+                // kept encoded, never taken for a separator.
+                let rest: Vec<String> = parts
+                    .by_ref()
+                    .map(|part| percent_decode(part).replace('/', "%2F"))
+                    .collect();
+                params.pairs.push((name.clone(), rest.join("/")));
             }
         }
     }
@@ -385,7 +389,8 @@ mod tests {
         assert_eq!(answer("GET", "/").1, "GET ");
         assert_eq!(answer("PUT", "/items/a%20b?x=1").1, "PUT id=a b");
         assert_eq!(answer("GET", "/items/7/notes/2").1, "GET id=7 note=2");
-        assert_eq!(answer("GET", "/files/a/b%2Fc").1, "GET path=a/b/c");
+        assert_eq!(answer("GET", "/files/a/b%2Fc").1, "GET path=a/b%2Fc");
+        assert_eq!(answer("GET", "/files/a%20b/c").1, "GET path=a b/c");
         assert_eq!(answer("GET", "/files").1, "GET path=");
         assert_eq!(answer("HEAD", "/items/7/notes/2").1, "HEAD id=7 note=2");
         assert_eq!(answer("HEAD", "/head").1, "HEAD ");

@@ -168,7 +168,9 @@ pub fn encode<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, String> {
 /// left over), in words.
 pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
     match bytes.strip_prefix(&FORMAT_TAG) {
-        Some(cbor) => decode_cbor(cbor),
+        // Old bincode whose first bytes happen to be the tag is read as
+        // bincode when it is no CBOR `T`.
+        Some(cbor) => decode_cbor(cbor).or_else(|e| decode_bincode(bytes).map_err(|_| e)),
         None => decode_bincode(bytes).map_err(|e| format!("{e} (state in an older SDK's bincode)")),
     }
 }

@@ -16,7 +16,7 @@ use hyper::Method;
 
 use super::logs::{self, Logs};
 use super::plan::{Call, READ_TIMEOUT, plan};
-use super::render::read_module;
+use super::render::module_of;
 use crate::client::{AdminClient, Payload, Refused, encode_component};
 use crate::output::Json;
 use crate::verbs::{ClientCommand, DevArgs, TemplateCommand};
@@ -43,9 +43,23 @@ pub(super) async fn run(args: DevArgs) -> anyhow::Result<()> {
         durability: args.durability.clone(),
         client: args.client.clone(),
     }))?;
-    let mut last = read(&args.file).await?;
-    let (mut version, _) = push(&admin, &push_call).await?;
-    ensure_actor(&admin, &args, &actor, &template).await?;
+    let first = read(&args.file).await?;
+    let (mut version, _) = push(&admin, &push_call, first.clone()).await?;
+    let rollout_path = super::plan::namespaced(
+        args.client.namespace.as_deref(),
+        &format!("/v1/templates/{}/rollout", encode_component(&template)),
+    );
+    // An actor left on an older version (a save while dev was not
+    // running) gets this one now.
+    if let Some(running) = ensure_actor(&admin, &args, &actor, &template).await?
+        && running != version
+    {
+        report(
+            roll_out(&admin, &rollout_path, version).await,
+            version,
+            None,
+        );
+    }
     println!(
         "stasis dev: template {template} version {version}, actor {actor}; watching {} (Ctrl-C stops)",
         args.file.display()
@@ -63,39 +77,80 @@ pub(super) async fn run(args: DevArgs) -> anyhow::Result<()> {
             eprintln!("stasis dev: the actor's log stopped: {e:#}");
         }
     });
-    let rollout_path = super::plan::namespaced(
-        args.client.namespace.as_deref(),
-        &format!("/v1/templates/{}/rollout", encode_component(&template)),
-    );
+    // The bytes last handled (pushed and rolled out, or refused for what
+    // they hold); a save is taken once two reads in a row agree, so a file
+    // being written is never pushed half-way.
+    let mut handled = first;
+    let mut seen: Option<Vec<u8>> = None;
+    let mut missing = false;
+    let mut retrying = false;
     loop {
         // Polling, not a timer for a test: the file is read every POLL.
         tokio::time::sleep(POLL).await;
-        let Ok(now) = tokio::fs::read(&args.file).await else {
-            continue;
-        };
-        if now == last {
-            continue;
-        }
-        last = now;
-        let saved = Instant::now();
-        let pushed = match push(&admin, &push_call).await {
-            Ok((new, true)) => new,
-            Ok((_, false)) => continue,
+        let now = match tokio::fs::read(&args.file).await {
+            Ok(now) => now,
             Err(e) => {
-                println!("stasis dev: {e:#}; version {version} goes on serving");
+                if !std::mem::replace(&mut missing, true) {
+                    println!(
+                        "stasis dev: cannot read {}: {e}; waiting for it",
+                        args.file.display()
+                    );
+                }
                 continue;
             }
         };
-        match roll_out(&admin, &rollout_path, pushed).await {
-            Ok(upgraded) => {
-                version = pushed;
-                println!(
-                    "stasis dev: version {pushed} serves {upgraded} actor(s) with their state, {} ms after the save",
-                    saved.elapsed().as_millis()
-                );
-            }
-            Err(e) => println!("stasis dev: version {pushed} not rolled out: {e:#}"),
+        missing = false;
+        if now.is_empty() || now == handled || seen.as_ref() != Some(&now) {
+            seen = Some(now);
+            continue;
         }
+        let saved = Instant::now();
+        let pushed = match push(&admin, &push_call, now.clone()).await {
+            Ok((new, _)) => new,
+            Err(e) => {
+                // A file that does not build, or a push the server refused
+                // (4xx), waits for another save; a server that did not
+                // answer (or failed) is asked again at the next poll.
+                let for_good = e
+                    .downcast_ref::<Refused>()
+                    .is_none_or(|r| r.status.is_client_error())
+                    && !format!("{e:#}").contains("the admin API at");
+                if for_good || !std::mem::replace(&mut retrying, true) {
+                    println!("stasis dev: {e:#}; version {version} goes on serving");
+                }
+                if for_good {
+                    handled = now;
+                }
+                continue;
+            }
+        };
+        retrying = false;
+        // An actor deleted meanwhile is made again.
+        if let Err(e) = ensure_actor(&admin, &args, &actor, &template).await {
+            println!("stasis dev: {e:#}");
+            continue;
+        }
+        let rolled = roll_out(&admin, &rollout_path, pushed).await;
+        if rolled.is_ok() {
+            version = pushed;
+        }
+        report(rolled, pushed, Some(saved));
+        handled = now;
+    }
+}
+
+/// Prints how a rollout of `version` went.
+fn report(rolled: anyhow::Result<u64>, version: u64, saved: Option<Instant>) {
+    match rolled {
+        Ok(upgraded) => {
+            let after = saved.map_or_else(String::new, |s| {
+                format!(", {} ms after the save", s.elapsed().as_millis())
+            });
+            println!(
+                "stasis dev: version {version} serves {upgraded} actor(s) with their state{after}"
+            );
+        }
+        Err(e) => println!("stasis dev: version {version} not rolled out: {e:#}"),
     }
 }
 
@@ -120,11 +175,11 @@ async fn read(file: &Path) -> anyhow::Result<Vec<u8>> {
 
 /// Pushes the file `call` names: the version it answers, and whether it is
 /// new (`false`: the same bytes as the newest).
-async fn push(admin: &AdminClient, call: &Call) -> anyhow::Result<(u64, bool)> {
+async fn push(admin: &AdminClient, call: &Call, bytes: Vec<u8>) -> anyhow::Result<(u64, bool)> {
     let super::plan::Body::Wasm(file) = &call.body else {
         bail!("a push sends a module");
     };
-    let bytes = read_module(file).await?;
+    let bytes = module_of(file, bytes).await?;
     let payload = Payload {
         bytes,
         content_type: "application/wasm",
@@ -134,17 +189,21 @@ async fn push(admin: &AdminClient, call: &Call) -> anyhow::Result<(u64, bool)> {
         .await
         .with_context(|| call.what.clone())?;
     let json = Json::parse(&reply.body)?;
-    let version = json.get("version").and_then(Json::as_u64).unwrap_or(1);
+    let version = json
+        .get("version")
+        .and_then(Json::as_u64)
+        .ok_or_else(|| anyhow!("the server's answer to the push has no version"))?;
     Ok((version, reply.status == hyper::StatusCode::CREATED))
 }
 
-/// Creates `actor` from `template` unless it exists (of that template).
+/// Creates `actor` from `template` unless it exists (of that template,
+/// in the client's namespace); the version an existing one runs.
 async fn ensure_actor(
     admin: &AdminClient,
     args: &DevArgs,
     actor: &str,
     template: &str,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Option<u64>> {
     let ns = args.client.namespace.as_deref();
     let path = super::plan::namespaced(ns, &format!("/v1/actors/{}", encode_component(actor)));
     match admin
@@ -157,10 +216,11 @@ async fn ensure_actor(
                 .get("template")
                 .and_then(Json::as_str)
                 .unwrap_or_default();
-            if has != template {
+            // Answers name a namespace's templates by their full names.
+            if has.split('.').next() != Some(template) {
                 bail!("actor {actor} runs template {has}, not {template}: pass --actor NAME");
             }
-            Ok(())
+            Ok(json.get("template_version").and_then(Json::as_u64))
         }
         Err(e)
             if e.downcast_ref::<Refused>()
@@ -180,7 +240,8 @@ async fn ensure_actor(
                 )
                 .await
                 .with_context(|| format!("actor create {actor}"))?;
-            Ok(())
+            println!("stasis dev: actor {actor} created");
+            Ok(None)
         }
         Err(e) => Err(e.context(format!("actor get {actor}"))),
     }
@@ -202,8 +263,9 @@ async fn roll_out(admin: &AdminClient, path: &str, version: u64) -> anyhow::Resu
     let json = Json::parse(&last.body)?;
     let failed = json.get("failed").and_then(Json::as_u64).unwrap_or(0);
     if failed > 0 || json.get("state").and_then(Json::as_str) == Some("stopped") {
+        let upgraded = json.get("upgraded").and_then(Json::as_u64).unwrap_or(0);
         bail!(
-            "the actors stay on their version with their state\n{}",
+            "{upgraded} actor(s) upgraded, {failed} refused it (each stays on its version with its state)\n{}",
             super::rollout::render(&json).trim_end()
         );
     }

@@ -52,8 +52,10 @@ pub(super) async fn run(verb: Logs, client: &ClientArgs) -> anyhow::Result<()> {
         } else if let Some(since) = &verb.since {
             params.push(format!("since={}", encode_component(since)));
         }
+        // `--tail 0` asks for the newest line only to start after it.
+        let skip_first = first && verb.tail == Some(0);
         if let (true, Some(tail)) = (first, verb.tail) {
-            params.push(format!("tail={tail}"));
+            params.push(format!("tail={}", tail.max(1)));
         }
         if verb.follow && !first {
             params.push(format!("wait={WAIT_SECS}"));
@@ -76,6 +78,16 @@ pub(super) async fn run(verb: Logs, client: &ClientArgs) -> anyhow::Result<()> {
         first = false;
         if let Some(last) = lines.last() {
             after = Some(last.seq);
+        }
+        if skip_first {
+            if !verb.follow {
+                return Ok(());
+            }
+            if after.is_none() {
+                // No line yet: the next answer's lines are all new.
+                after = Some(0);
+            }
+            continue;
         }
         if !print(&lines, client.output) || !verb.follow {
             return Ok(());

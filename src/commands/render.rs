@@ -2,7 +2,7 @@
 //! answer as a table or as the server's JSON.
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, anyhow, bail};
 use bytes::Bytes;
@@ -27,6 +27,15 @@ pub(super) async fn read_module(path: &PathBuf) -> anyhow::Result<Bytes> {
     let bytes = tokio::fs::read(path)
         .await
         .with_context(|| format!("cannot read {}", path.display()))?;
+    module_of(path, bytes).await
+}
+
+/// The module to push for the bytes `bytes` read from `path`: a script
+/// built into its template module, a module as it is.
+///
+/// # Errors
+/// Empty bytes, a script that does not build, a module over the limit.
+pub(super) async fn module_of(path: &Path, bytes: Vec<u8>) -> anyhow::Result<Bytes> {
     if bytes.is_empty() {
         bail!("{} is empty, not a .wasm module", path.display());
     }

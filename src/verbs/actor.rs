@@ -184,5 +184,7 @@ fn parse_label_change(s: &str) -> Result<(String, Option<String>), String> {
         stasis_runtime::contract::labels::check_key(key).map_err(|e| e.to_string())?;
         return Ok((key.to_owned(), None));
     }
-    parse_label(s).map(|(k, v)| (k, Some(v)))
+    parse_label(s)
+        .map(|(k, v)| (k, Some(v)))
+        .map_err(|e| format!("{e} (or KEY- to remove it)"))
 }

@@ -2,8 +2,8 @@
 //! item 3, first part), each run by a script through the real binary:
 //! timers within a delivery (`setTimeout`, `setInterval`, their clears,
 //! and the rule that a timer outliving its delivery is dropped with a log
-//! line), `queueMicrotask`, `structuredClone` and `performance.now()`
-//! (never going back, also across a pause).
+//! line), `queueMicrotask`, `structuredClone`, `atob`/`btoa` and
+//! `performance.now()` (never going back, also across a pause).
 
 use crate::js::engine_built;
 use crate::support::{Server, client, to_actor};
@@ -34,6 +34,10 @@ export default {
     const copy = structuredClone(original);
     let refused = "";
     try { structuredClone({ f() {} }); } catch (e) { refused = `${e.name}: ${e.message}`; }
+    let badBase64 = "";
+    try { atob("a"); } catch (e) { badBase64 = e.name; }
+    const base64 = btoa("hi\u00ff") === "aGn/" && atob(" aGn/ ") === "hi\u00ff" && btoa("ab") === "YWI="
+      && atob("YWI") === "ab" && badBase64 === "InvalidCharacterError";
     const now = performance.now();
     const monotonic = now >= lastNow;
     lastNow = now;
@@ -45,6 +49,7 @@ export default {
         && copy.big === 10n && copy.list.length === 3 && copy.list[1] === undefined && Number.isNaN(copy.list[2]),
       refused,
       monotonic,
+      base64,
     });
   },
 };
@@ -81,6 +86,7 @@ async fn timers_clones_and_performance_now_work_as_documented() {
             "{got}"
         );
         assert_eq!(got["monotonic"], true, "{got}");
+        assert_eq!(got["base64"], true, "{got}");
         if round == 0 {
             server.cli_ok(&["actor", "pause", "api"]);
         }

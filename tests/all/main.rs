@@ -124,6 +124,7 @@ mod restart;
 mod retention;
 mod rollout;
 mod rust_sdk;
+mod scaffold;
 mod sockets;
 mod store_deltas;
 mod store_journal;

@@ -297,7 +297,15 @@ fn drop_timers(engine: &Engine) {
 /// only where to look.
 fn uncaught(what: &str, text: &str) -> ! {
     eprintln!("Uncaught exception in {what}: {text}");
-    panic!("uncaught exception in {what} (its message and stack are in the actor's log)");
+    // The last line is what the trap's reason quotes (its stderr's tail).
+    if let Some(first) = text.lines().next()
+        && text.contains('\n')
+    {
+        eprintln!("uncaught exception in {what}: {first} (its stack is above in the log)");
+    }
+    // A trap without a Rust panic's lines: the log holds the script's
+    // exception and stack only.
+    std::process::abort()
 }
 
 /// The bytes the last [`stasis_save_state`] returned.

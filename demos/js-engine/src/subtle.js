@@ -276,7 +276,51 @@
   Object.defineProperty(globalThis.crypto, "subtle", {
     value: Object.create(SubtleCrypto.prototype), enumerable: true, configurable: true,
   });
-  const globals = { CryptoKey, SubtleCrypto, DOMException: DOMError };
+  // atob and btoa (HTML's forgiving base64), for the JWTs and keys the
+  // functions above take.
+  const B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  const invalidCharacter = fail("InvalidCharacterError");
+  function btoa(data) {
+    if (arguments.length < 1) throw new TypeError("btoa: 1 argument required, but only 0 present");
+    const s = String(data);
+    let out = "";
+    for (let i = 0; i < s.length; i += 3) {
+      const n = Math.min(3, s.length - i);
+      let bits = 0;
+      for (let k = 0; k < 3; k++) {
+        const code = k < n ? s.charCodeAt(i + k) : 0;
+        if (code > 0xff) {
+          throw invalidCharacter(`btoa: the character at ${i + k} is outside Latin-1 (encode the text to bytes first)`);
+        }
+        bits = (bits << 8) | code;
+      }
+      out += B64[(bits >> 18) & 63] + B64[(bits >> 12) & 63]
+        + (n > 1 ? B64[(bits >> 6) & 63] : "=") + (n > 2 ? B64[bits & 63] : "=");
+    }
+    return out;
+  }
+  function atob(data) {
+    if (arguments.length < 1) throw new TypeError("atob: 1 argument required, but only 0 present");
+    let s = String(data).replace(/[\t\n\f\r ]/g, "");
+    if (s.length % 4 === 0) s = s.replace(/==?$/, "");
+    if (s.length % 4 === 1 || /[^A-Za-z0-9+/]/.test(s)) {
+      throw invalidCharacter("atob: the string is not valid base64");
+    }
+    let out = "";
+    let bits = 0;
+    let count = 0;
+    for (const ch of s) {
+      bits = ((bits << 6) | B64.indexOf(ch)) & 0x3fff;
+      count += 6;
+      if (count >= 8) {
+        count -= 8;
+        out += String.fromCharCode((bits >> count) & 0xff);
+      }
+    }
+    return out;
+  }
+
+  const globals = { CryptoKey, SubtleCrypto, DOMException: DOMError, atob, btoa };
   for (const [name, value] of Object.entries(globals)) {
     Object.defineProperty(globalThis, name, { value, writable: true, configurable: true });
   }
