@@ -13,7 +13,9 @@
 //! 1,000 out of 100,000 in ≤ 100 ms). The whole unpaged list (`GET
 //! /v1/actors`, every actor in one answer) is timed once at each size
 //! for comparison. The bench checks status codes and page sizes, never
-//! timings. Results: BENCHMARKS.md, section 34.
+//! timings. With `STASIS_LIST_CLUSTER=1` the same run goes to a cluster
+//! (one etcd member, one replica, one worker, a `file://` store) through
+//! the replica. Results: BENCHMARKS.md, section 34.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -23,6 +25,7 @@ use std::time::Instant;
 use serde_json::json;
 use stasis_test_util::admin::{self, call};
 use stasis_test_util::bench::{self, env_usize, test_mode};
+use stasis_test_util::cluster::{Deployment, Setup, Store};
 use stasis_test_util::http::{Http, client};
 use stasis_test_util::stats::percentile;
 use stasis_test_util::{Artifacts, artifacts};
@@ -108,33 +111,49 @@ fn main() {
         )
     };
     let rt = bench::runtime();
-    let tmp = tempfile::Builder::new()
-        .prefix("stasis-list-")
-        .tempdir()
-        .expect("tempdir");
-    let serve = bench::serve(
-        &STASIS,
-        &tmp.path().join("data"),
-        &["--workers", "1", "--max-live", "64"],
-    );
-    let admin_addr = serve.addr("admin=");
     let c = {
         let _guard = rt.enter();
         client()
     };
-    rt.block_on(admin::push_template(
-        &c,
-        admin_addr,
-        "counter",
-        STASIS.demo_wasm("counter"),
-    ));
+    let tmp = tempfile::Builder::new()
+        .prefix("stasis-list-")
+        .tempdir()
+        .expect("tempdir");
+    // `STASIS_LIST_CLUSTER=1`: one etcd member, one replica, one worker,
+    // a `file://` store, the pages asked of the replica.
+    let cluster = std::env::var_os("STASIS_LIST_CLUSTER").is_some();
+    let (_serve, _deployment, admin_addr) = if cluster {
+        let mut setup = Setup::new(1, 1, 1);
+        setup.store = Store::File;
+        setup.log = "warn".to_owned();
+        setup.flags = vec!["--max-live".to_owned(), "64".to_owned()];
+        let deployment = Deployment::start(STASIS, setup);
+        deployment.push_counter(0);
+        let admin = deployment.replica(0).admin;
+        (None, Some(deployment), admin)
+    } else {
+        let serve = bench::serve(
+            &STASIS,
+            &tmp.path().join("data"),
+            &["--workers", "1", "--max-live", "64"],
+        );
+        let admin = serve.addr("admin=");
+        rt.block_on(admin::push_template(
+            &c,
+            admin,
+            "counter",
+            STASIS.demo_wasm("counter"),
+        ));
+        (Some(serve), None, admin)
+    };
+    let mode = if cluster { "cluster" } else { "embedded" };
     let started = Instant::now();
     rt.block_on(create(&c, admin_addr, 0, base));
     let small = rt.block_on(measure(&c, admin_addr, base, samples));
     rt.block_on(create(&c, admin_addr, base, actors));
     let created_s = started.elapsed().as_secs_f64();
     let big = rt.block_on(measure(&c, admin_addr, actors, samples));
-    println!("list-summary: {actors} actors created in {created_s:.0} s");
+    println!("list-summary: {mode}: {actors} actors created in {created_s:.0} s");
     for (k, what) in [
         "first page of 1000",
         "middle page of 1000",
@@ -145,7 +164,7 @@ fn main() {
     .enumerate()
     {
         println!(
-            "list-ratio: {what}: {base} actors {:.1} ms, {actors} actors {:.1} ms, ratio {:.2}x{}",
+            "list-ratio: {mode}: {what}: {base} actors {:.1} ms, {actors} actors {:.1} ms, ratio {:.2}x{}",
             small[k],
             big[k],
             big[k] / small[k],
