@@ -16,7 +16,9 @@
 //! used only if it is whole and is what was written for its key: it holds
 //! the SHA-256 of the key and of the value before the value, both
 //! checked on every read. A damaged or foreign file is a miss (the
-//! function is compiled again and the file replaced). The folder is made
+//! function is compiled again and the file replaced). Opening the folder
+//! deletes other wasmtime versions' subfolders and temporary files more
+//! than an hour old that killed writers left. The folder is made
 //! readable and writable by its owner only; whoever else can write it
 //! could still put code there that passes the checks, so it must not be
 //! shared with other users (`STASIS_CACHE_DIR` is the user's own).
@@ -61,6 +63,7 @@ impl CompileCache {
     /// the processes that use it.
     #[must_use]
     pub fn in_folder(folder: PathBuf) -> Self {
+        forget_others(&folder);
         Self {
             memory: Mutex::default(),
             folder: Some(folder),
@@ -114,6 +117,40 @@ impl CompileCache {
     }
 }
 
+/// Deletes what another wasmtime version left in `folder` (its entries
+/// are misses for this one), and the temporary files of writes that a
+/// killed process left in this version's subfolder. Best effort: a
+/// folder that cannot be read is left as it is.
+fn forget_others(folder: &std::path::Path) {
+    let Ok(entries) = std::fs::read_dir(folder) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if name.starts_with("wasmtime-") && name != WASMTIME {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+    let Ok(entries) = std::fs::read_dir(folder.join(WASMTIME)) else {
+        return;
+    };
+    let an_hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+    for entry in entries.flatten() {
+        let stale = entry
+            .file_name()
+            .to_str()
+            .is_some_and(|n| n.starts_with(".tmp"))
+            && entry
+                .metadata()
+                .and_then(|m| m.modified())
+                .is_ok_and(|at| at < an_hour_ago);
+        if stale {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
 impl wasmtime::CacheStore for CompileCache {
     fn get(&self, key: &[u8]) -> Option<Cow<'_, [u8]>> {
         if let Some(value) = self.kept().entries.get(key) {
@@ -158,7 +195,17 @@ mod tests {
         std::fs::write(&file, &bytes).expect("damage");
         assert!(CompileCache::in_folder(folder.clone()).get(b"k").is_none());
         std::fs::copy(&file, second.file(b"other").expect("a file")).expect("copy");
-        assert!(CompileCache::in_folder(folder).get(b"other").is_none());
+        assert!(
+            CompileCache::in_folder(folder.clone())
+                .get(b"other")
+                .is_none()
+        );
+        // Another version's folder goes when a cache opens the folder.
+        let older = folder.join("wasmtime-47.0.0");
+        std::fs::create_dir_all(&older).expect("an older version's folder");
+        let _ = CompileCache::in_folder(folder.clone());
+        assert!(!older.exists());
+        assert!(folder.join(WASMTIME).exists());
         let memory = CompileCache::in_memory();
         assert!(memory.insert(b"k", b"v".to_vec()));
         assert_eq!(memory.get(b"k").as_deref(), Some(&b"v"[..]));
