@@ -98,10 +98,12 @@ pub(super) fn render(call: &Call, reply: &Reply) -> anyhow::Result<String> {
         View::Moves => output::moves_table(&json),
         View::Pushed => {
             let name = json.get("name").and_then(Json::as_str).unwrap_or("?");
-            let outcome = if reply.status == StatusCode::CREATED {
-                "created"
-            } else {
-                "unchanged (same bytes and env)"
+            let version = json.get("version").and_then(Json::as_u64).unwrap_or(1);
+            let outcome = match (reply.status == StatusCode::CREATED, version) {
+                (true, 1) => "created".to_owned(),
+                // A new version of a template that exists.
+                (true, v) => format!("version {v} pushed"),
+                (false, _) => "unchanged (same bytes and env)".to_owned(),
             };
             format!("template {name} {outcome}\n{}", output::details(&json))
         }

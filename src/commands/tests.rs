@@ -254,6 +254,12 @@ fn rendering() {
             .expect("render")
             .starts_with("template counter unchanged")
     );
+    let second = r#"{"name":"counter","version":2,"digest":"cd","bytes":10,"env":{},"actors":1}"#;
+    assert!(
+        render(&push, &reply(201, second))
+            .expect("render")
+            .starts_with("template counter version 2 pushed\nname:")
+    );
     assert!(render(&get, &reply(200, "<html>")).is_err());
 }
 
