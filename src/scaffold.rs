@@ -42,6 +42,29 @@ pub(crate) struct NewArgs {
 /// A bad name, a folder that exists already, or a write that fails.
 pub(crate) fn run(args: &NewArgs) -> anyhow::Result<()> {
     stasis_runtime::contract::names::check_label("project", &args.name)?;
+    if args.language == Language::Rust {
+        if args.name.starts_with(|c: char| c.is_ascii_digit()) {
+            bail!(
+                "{:?}: a Rust package name cannot start with a digit",
+                args.name
+            );
+        }
+        if [
+            "serde",
+            "stasis-guest-sdk",
+            "stasis-host-api",
+            "test",
+            "core",
+            "std",
+        ]
+        .contains(&args.name.as_str())
+        {
+            bail!(
+                "{:?} is the name of a crate the project uses: pick another",
+                args.name
+            );
+        }
+    }
     let parent = args.dir.clone().unwrap_or_else(|| PathBuf::from("."));
     let root = parent.join(&args.name);
     if root.exists() {

@@ -24,6 +24,9 @@ use crate::verbs::{ClientCommand, DevArgs, TemplateCommand};
 /// How often FILE is read for a change.
 const POLL: Duration = Duration::from_millis(150);
 
+/// How long to wait before asking a server that did not answer again.
+const RETRY: Duration = Duration::from_secs(1);
+
 /// Runs the loop (see the module docs).
 ///
 /// # Errors
@@ -84,6 +87,7 @@ pub(super) async fn run(args: DevArgs) -> anyhow::Result<()> {
     let mut seen: Option<Vec<u8>> = None;
     let mut missing = false;
     let mut retrying = false;
+    let mut built: Option<(Vec<u8>, bytes::Bytes)> = None;
     loop {
         // Polling, not a timer for a test: the file is read every POLL.
         tokio::time::sleep(POLL).await;
@@ -105,38 +109,67 @@ pub(super) async fn run(args: DevArgs) -> anyhow::Result<()> {
             continue;
         }
         let saved = Instant::now();
-        let pushed = match push(&admin, &push_call, now.clone()).await {
-            Ok((new, _)) => new,
-            Err(e) => {
-                // A file that does not build, or a push the server refused
-                // (4xx), waits for another save; a server that did not
-                // answer (or failed) is asked again at the next poll.
-                let for_good = e
-                    .downcast_ref::<Refused>()
-                    .is_none_or(|r| r.status.is_client_error())
-                    && !format!("{e:#}").contains("the admin API at");
-                if for_good || !std::mem::replace(&mut retrying, true) {
+        // Built once per content: a retry sends the same module again.
+        let module = match &built {
+            Some((bytes, module)) if *bytes == now => module.clone(),
+            _ => match module_of(&args.file, now.clone()).await {
+                Ok(module) => {
+                    built = Some((now.clone(), module.clone()));
+                    module
+                }
+                Err(e) => {
                     println!("stasis dev: {e:#}; version {version} goes on serving");
-                }
-                if for_good {
                     handled = now;
+                    continue;
                 }
-                continue;
-            }
+            },
         };
-        retrying = false;
-        // An actor deleted meanwhile is made again.
-        if let Err(e) = ensure_actor(&admin, &args, &actor, &template).await {
-            println!("stasis dev: {e:#}");
-            continue;
+        let step = async {
+            let (pushed, _) = send_push(&admin, &push_call, module).await?;
+            // An actor deleted meanwhile is made again.
+            ensure_actor(&admin, &args, &actor, &template).await?;
+            let rolled = roll_out(&admin, &rollout_path, pushed).await;
+            if let Err(e) = &rolled
+                && transient(e)
+            {
+                return Err(rolled.expect_err("an error"));
+            }
+            Ok::<_, anyhow::Error>((pushed, rolled))
         }
-        let rolled = roll_out(&admin, &rollout_path, pushed).await;
-        if rolled.is_ok() {
-            version = pushed;
+        .await;
+        match step {
+            // The server did not answer (or failed): asked again, the
+            // error printed once.
+            Err(e) if transient(&e) => {
+                if !std::mem::replace(&mut retrying, true) {
+                    println!("stasis dev: {e:#}; trying again");
+                }
+                tokio::time::sleep(RETRY).await;
+            }
+            Err(e) => {
+                retrying = false;
+                println!("stasis dev: {e:#}; version {version} goes on serving");
+                handled = now;
+            }
+            Ok((pushed, rolled)) => {
+                retrying = false;
+                if rolled.is_ok() {
+                    version = pushed;
+                }
+                report(rolled, pushed, Some(saved));
+                handled = now;
+            }
         }
-        report(rolled, pushed, Some(saved));
-        handled = now;
     }
+}
+
+/// Whether `e` may pass by itself: the admin API did not answer, or
+/// answered a 5xx.
+fn transient(e: &anyhow::Error) -> bool {
+    e.downcast_ref::<Refused>().map_or_else(
+        || format!("{e:#}").contains("the admin API at"),
+        |r| r.status.is_server_error(),
+    )
 }
 
 /// Prints how a rollout of `version` went.
@@ -173,15 +206,23 @@ async fn read(file: &Path) -> anyhow::Result<Vec<u8>> {
         .with_context(|| format!("cannot read {}", file.display()))
 }
 
-/// Pushes the file `call` names: the version it answers, and whether it is
-/// new (`false`: the same bytes as the newest).
+/// Pushes the file `call` names, holding `bytes`: the version it answers,
+/// and whether it is new (`false`: the same bytes as the newest).
 async fn push(admin: &AdminClient, call: &Call, bytes: Vec<u8>) -> anyhow::Result<(u64, bool)> {
     let super::plan::Body::Wasm(file) = &call.body else {
         bail!("a push sends a module");
     };
-    let bytes = module_of(file, bytes).await?;
+    send_push(admin, call, module_of(file, bytes).await?).await
+}
+
+/// Sends the push of `module` (built already).
+async fn send_push(
+    admin: &AdminClient,
+    call: &Call,
+    module: bytes::Bytes,
+) -> anyhow::Result<(u64, bool)> {
     let payload = Payload {
-        bytes,
+        bytes: module,
         content_type: "application/wasm",
     };
     let reply = admin
