@@ -67,19 +67,7 @@ pub(super) async fn run(args: DevArgs) -> anyhow::Result<()> {
         "stasis dev: template {template} version {version}, actor {actor}; watching {} (Ctrl-C stops)",
         args.file.display()
     );
-    let follow = Logs {
-        name: actor.clone(),
-        follow: true,
-        since: None,
-        tail: Some(0),
-        events: false,
-    };
-    let client = args.client.clone();
-    tokio::spawn(async move {
-        if let Err(e) = logs::run(follow, &client).await {
-            eprintln!("stasis dev: the actor's log stopped: {e:#}");
-        }
-    });
+    follow_log(&actor, &args.client);
     // The bytes last handled (pushed and rolled out, or refused for what
     // they hold); a save is taken once two reads in a row agree, so a file
     // being written is never pushed half-way.
@@ -161,6 +149,23 @@ pub(super) async fn run(args: DevArgs) -> anyhow::Result<()> {
             }
         }
     }
+}
+
+/// Prints `actor`'s new log lines as they come, in a task of its own.
+fn follow_log(actor: &str, client: &crate::verbs::ClientArgs) {
+    let follow = Logs {
+        name: actor.to_owned(),
+        follow: true,
+        since: None,
+        tail: Some(0),
+        events: false,
+    };
+    let client = client.clone();
+    tokio::spawn(async move {
+        if let Err(e) = logs::run(follow, &client).await {
+            eprintln!("stasis dev: the actor's log stopped: {e:#}");
+        }
+    });
 }
 
 /// Whether `e` may pass by itself: the admin API did not answer, or
