@@ -38,6 +38,28 @@ pub(crate) struct Reply {
     pub next_page: Option<String>,
 }
 
+/// No answer from the admin API: it could not be reached, the exchange
+/// failed, or it timed out (the message says which).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct NoAnswer(String);
+
+impl fmt::Display for NoAnswer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for NoAnswer {}
+
+/// Whether a failed [`AdminClient::send`] may pass by itself, so that
+/// asking again can help: no answer, a 5xx, or a `408`; a 4xx refusal is
+/// for good.
+pub(crate) fn may_pass(e: &anyhow::Error) -> bool {
+    e.downcast_ref::<NoAnswer>().is_some()
+        || e.downcast_ref::<Refused>()
+            .is_some_and(|r| !r.status.is_client_error() || r.status == StatusCode::REQUEST_TIMEOUT)
+}
+
 /// A non-2xx answer as the CLI reports it: the server's [`ApiError`] and,
 /// where it helps, advice.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -181,17 +203,19 @@ impl AdminClient {
             .http
             .exchange(method, path_and_query, &headers, body, timeout)
             .await
-            .map_err(|e| match e {
-                Unanswered::Connect(causes) => anyhow!(
-                    "cannot reach the admin API at {base} ({causes}); is \"stasis serve\" running?"
-                ),
-                Unanswered::Failed(causes) => {
-                    anyhow!("the admin API at {base} failed: {causes}")
-                }
-                Unanswered::Timeout(limit) => anyhow!(
-                    "the admin API at {base} did not answer within {}s",
-                    limit.as_secs()
-                ),
+            .map_err(|e| {
+                NoAnswer(match e {
+                    Unanswered::Connect(causes) => format!(
+                        "cannot reach the admin API at {base} ({causes}); is \"stasis serve\" running?"
+                    ),
+                    Unanswered::Failed(causes) => {
+                        format!("the admin API at {base} failed: {causes}")
+                    }
+                    Unanswered::Timeout(limit) => format!(
+                        "the admin API at {base} did not answer within {}s",
+                        limit.as_secs()
+                    ),
+                })
             })?;
         if answer.status.is_success() {
             let next_page = answer

@@ -501,11 +501,8 @@ impl WorkerApi for WorkerClient {
             // A worker of an earlier version has no such route: all its
             // statuses, then.
             Err(e) if e.is(ErrorKind::MethodNotAllowed) || e.is(ErrorKind::NotFound) => {
-                let wanted: std::collections::HashSet<&str> =
-                    names.iter().map(String::as_str).collect();
-                let mut all = self.statuses().await?;
-                all.retain(|(name, _)| wanted.contains(name.as_str()));
-                return Ok(all);
+                let all = self.statuses().await?;
+                return Ok(stasis_contract::worker_api::statuses_among(all, names));
             }
             Err(e) => return Err(e),
         };

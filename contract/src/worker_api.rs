@@ -221,10 +221,7 @@ pub trait WorkerApi: Send + Sync {
     /// # Errors
     /// As [`WorkerApi::statuses`].
     async fn statuses_of(&self, names: &[String]) -> Result<Vec<(String, ActorStatus)>, ApiError> {
-        let wanted: std::collections::HashSet<&str> = names.iter().map(String::as_str).collect();
-        let mut all = self.statuses().await?;
-        all.retain(|(name, _)| wanted.contains(name.as_str()));
-        Ok(all)
+        Ok(statuses_among(self.statuses().await?, names))
     }
 
     /// The lines of `actor`'s log that `query` selects, oldest first
@@ -279,4 +276,16 @@ pub trait ConnectWorker: Send + Sync {
     /// # Errors
     /// Bad request if the address is not one.
     fn connect(&self, name: &str, address: &str) -> Result<Arc<dyn WorkerApi>, ApiError>;
+}
+
+/// The statuses of `all` whose actor is one of `names`: what
+/// [`WorkerApi::statuses_of`] answers from a worker's every status.
+#[must_use]
+pub fn statuses_among(
+    mut all: Vec<(String, ActorStatus)>,
+    names: &[String],
+) -> Vec<(String, ActorStatus)> {
+    let wanted: std::collections::HashSet<&str> = names.iter().map(String::as_str).collect();
+    all.retain(|(name, _)| wanted.contains(name.as_str()));
+    all
 }

@@ -17,7 +17,7 @@ use hyper::Method;
 use super::logs::{self, Logs};
 use super::plan::{Call, READ_TIMEOUT, plan};
 use super::render::module_of;
-use crate::client::{AdminClient, Payload, Refused, encode_component};
+use crate::client::{AdminClient, Payload, Refused, encode_component, may_pass};
 use crate::output::Json;
 use crate::verbs::{ClientCommand, DevArgs, TemplateCommand};
 
@@ -118,7 +118,7 @@ pub(super) async fn run(args: DevArgs) -> anyhow::Result<()> {
             ensure_actor(&admin, &args, &actor, &template).await?;
             let rolled = roll_out(&admin, &rollout_path, pushed).await;
             if let Err(e) = &rolled
-                && transient(e)
+                && may_pass(e)
             {
                 return Err(rolled.expect_err("an error"));
             }
@@ -128,7 +128,7 @@ pub(super) async fn run(args: DevArgs) -> anyhow::Result<()> {
         match step {
             // The server did not answer (or failed): asked again, the
             // error printed once.
-            Err(e) if transient(&e) => {
+            Err(e) if may_pass(&e) => {
                 if !std::mem::replace(&mut retrying, true) {
                     println!("stasis dev: {e:#}; trying again");
                 }
@@ -166,15 +166,6 @@ fn follow_log(actor: &str, client: &crate::verbs::ClientArgs) {
             eprintln!("stasis dev: the actor's log stopped: {e:#}");
         }
     });
-}
-
-/// Whether `e` may pass by itself: the admin API did not answer, or
-/// answered a 5xx.
-fn transient(e: &anyhow::Error) -> bool {
-    e.downcast_ref::<Refused>().map_or_else(
-        || format!("{e:#}").contains("the admin API at"),
-        |r| r.status.is_server_error(),
-    )
 }
 
 /// Prints how a rollout of `version` went.

@@ -12,10 +12,10 @@ use std::io::Write as _;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use hyper::{Method, StatusCode};
+use hyper::Method;
 use stasis_runtime::contract::logs::LogLine;
 
-use crate::client::{AdminClient, Refused, encode_component};
+use crate::client::{AdminClient, encode_component, may_pass};
 use crate::verbs::{ClientArgs, OutputFormat};
 
 /// How long each follow request waits on the server for a new line.
@@ -69,7 +69,7 @@ pub(super) async fn run(verb: Logs, client: &ClientArgs) -> anyhow::Result<()> {
         let timeout = Some(Duration::from_secs(WAIT_SECS + 10));
         let lines = match admin.send(Method::GET, &url, None, timeout).await {
             Ok(reply) => parse(&reply.body)?,
-            Err(e) if !verb.follow || refused_for_good(&e) => return Err(e),
+            Err(e) if !verb.follow || !may_pass(&e) => return Err(e),
             Err(_) => {
                 tokio::time::sleep(RETRY).await;
                 continue;
@@ -98,12 +98,6 @@ pub(super) async fn run(verb: Logs, client: &ClientArgs) -> anyhow::Result<()> {
             tokio::time::sleep(RETRY).await;
         }
     }
-}
-
-/// A 4xx answer: asking again cannot help.
-fn refused_for_good(e: &anyhow::Error) -> bool {
-    e.downcast_ref::<Refused>()
-        .is_some_and(|r| r.status.is_client_error() && r.status != StatusCode::REQUEST_TIMEOUT)
 }
 
 fn parse(body: &[u8]) -> anyhow::Result<Vec<LogLine>> {
