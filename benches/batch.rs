@@ -19,7 +19,10 @@
 //! `batch-summary:` with the medians of the rounds and the ratio of cluster
 //! to embedded. Without `--bench` (as under `cargo test --benches`) one
 //! round of 16 creates and 16 moves runs. A failed call panics the bench
-//! (after the calls in flight end). Results: BENCHMARKS.md, section 21.
+//! (after the calls in flight end). After the rounds, each mode drains its
+//! first worker (`POST /v1/workers/{name}/drain`, every actor there paused)
+//! and undrains it: `batch-drain:` prints how many actors moved in how
+//! long (issue 50, item 4). Results: BENCHMARKS.md, sections 21 and 36.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -185,6 +188,47 @@ async fn moves(
     .await
 }
 
+/// Drains `t`'s first worker and undrains it; prints and returns how
+/// many actors the drain moved and how long it took (seconds).
+async fn drain(client: &Http, t: &Target) -> (usize, f64) {
+    let worker = t.workers[0];
+    // Its running actors paused first (not timed).
+    let listed = call_ok(client, t.admin, "GET", "/v1/actors?limit=5000", None).await;
+    let (mut actors, mut running) = (0, Vec::new());
+    for a in listed.as_array().into_iter().flatten() {
+        if a["worker"] == worker {
+            actors += 1;
+            if a["state"] != "paused" {
+                running.push(a["name"].as_str().unwrap_or_default().to_owned());
+            }
+        }
+    }
+    let (c, admin, running) = (client.clone(), t.admin, Arc::new(running));
+    let n = running.len();
+    run(n, 16, move |i| {
+        let (c, running) = (c.clone(), running.clone());
+        async move {
+            let path = format!("/v1/actors/{}/pause", running[i]);
+            call_ok(&c, admin, "POST", &path, None).await;
+        }
+    })
+    .await;
+    let started = Instant::now();
+    let path = format!("/v1/workers/{worker}/drain");
+    let drained = call_ok(client, t.admin, "POST", &path, None).await;
+    let took = started.elapsed().as_secs_f64();
+    assert_eq!(drained["state"], "drained", "{drained}");
+    assert_eq!(drained["actors"], 0, "{drained}");
+    let path = format!("/v1/workers/{worker}/undrain");
+    call_ok(client, t.admin, "POST", &path, None).await;
+    println!(
+        "batch-drain: {}: {actors} paused actors moved off {worker} in {took:.2} s ({:.0}/s)",
+        t.label,
+        actors as f64 / took
+    );
+    (actors, took)
+}
+
 /// Marks mover `.1` free again when dropped.
 struct Free(Arc<std::sync::Mutex<Vec<bool>>>, usize);
 
@@ -266,6 +310,9 @@ fn main() {
                 figures[m][0].push(c);
                 figures[m][1].push(mv);
             }
+        }
+        for t in &targets {
+            drain(&client, t).await;
         }
         // Every mover kept its state: one more request counts 2.
         for t in &targets {

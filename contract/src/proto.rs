@@ -474,6 +474,7 @@ mod tests {
                 epoch: 3,
                 durability: None,
                 recover_journal: true,
+                journal_listed_within_ms: None,
             },
             seq: 5,
             resume: true,

@@ -42,6 +42,15 @@ pub struct HostSpec {
     /// can override the snapshot chosen. True when absent.
     #[serde(default = "recover_by_default")]
     pub recover_journal: bool,
+    /// For an install that recovers the journal (`recover_journal`): a
+    /// read of the store's journal segments that began at most this many
+    /// milliseconds before the install arrived covers the actor (its
+    /// previous owner stopped writing before then: it was declared lost),
+    /// so the worker may answer from one it already made rather than list
+    /// the store again. Absent: a read of its own. (Lazy re-placement: one
+    /// read serves every actor of a lost worker a target adopts.)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub journal_listed_within_ms: Option<u64>,
 }
 
 fn recover_by_default() -> bool {

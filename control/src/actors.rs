@@ -314,6 +314,12 @@ impl ControlPlane {
     /// reason, or waiting for a worker (with why its last re-placement
     /// failed, if one did: it is retried).
     pub(super) fn status_without_host(&self, placement: &Placement) -> ActorStatus {
+        if placement.failure_reason.is_none() && placement.pending_adoption.is_some() {
+            return ActorStatus::waiting(&format!(
+                "placed on worker {} (epoch {}), which adopts it at its next request",
+                placement.worker, placement.epoch
+            ));
+        }
         match (&placement.failure_reason, &placement.replacement_error) {
             (Some(reason), _) => ActorStatus::failed(reason),
             (None, Some(error)) => {

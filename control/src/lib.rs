@@ -44,6 +44,8 @@
 
 #![warn(missing_docs)]
 
+mod adopt;
+pub mod ask_leader;
 pub mod actors;
 pub mod alarms;
 pub mod balance;

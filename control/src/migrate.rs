@@ -14,8 +14,12 @@ use super::{ControlPlane, RebalanceBy};
 use opentelemetry::KeyValue;
 use opentelemetry::trace::{Span as _, Status, Tracer as _};
 use stasis_contract::error::ApiError;
-use stasis_contract::status::{ActorStatus, ms};
+use stasis_contract::status::{ActorState, ActorStatus, ms};
 use stasis_contract::trace;
+
+/// Moves of paused actors a drain runs at once (see
+/// [`ControlPlane::run_drain_moves`]).
+const PAUSED_MOVES_AT_ONCE: usize = 32;
 
 impl ControlPlane {
     /// Moves actor `name` to worker `to`: gate closed at the router → capture
@@ -248,9 +252,43 @@ impl ControlPlane {
     }
 
     async fn run_moves(self: &Arc<Self>, plan: Vec<PlannedMove>) -> Vec<Move> {
-        let limit = Arc::new(tokio::sync::Semaphore::new(
-            self.config.max_concurrent_moves.max(1),
-        ));
+        self.run_moves_at(plan, self.config.max_concurrent_moves.max(1))
+            .await
+    }
+
+    /// A drain's moves: those of actors `source` reports paused (nothing
+    /// runs, so a move is a few round trips: capture of the newest
+    /// snapshot, the target's install, the placement switch) run
+    /// [`PAUSED_MOVES_AT_ONCE`] at a time, pipelined through the
+    /// directory's group commits and the store; the others at most
+    /// `--max-concurrent-moves` at once, as a rebalance's. An actor whose
+    /// state cannot be read counts as running.
+    async fn run_drain_moves(
+        self: &Arc<Self>,
+        source: &Member,
+        plan: Vec<PlannedMove>,
+    ) -> Vec<Move> {
+        let names: Vec<String> = plan.iter().map(|m| m.actor.clone()).collect();
+        let paused: std::collections::HashSet<String> = source
+            .statuses_of(&names)
+            .await
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|(_, status)| status.state == ActorState::Paused)
+            .map(|(name, _)| name)
+            .collect();
+        let (quiet, live): (Vec<_>, Vec<_>) =
+            plan.into_iter().partition(|m| paused.contains(&m.actor));
+        let at_once = PAUSED_MOVES_AT_ONCE.max(self.config.max_concurrent_moves);
+        let (mut moved, live) =
+            tokio::join!(self.run_moves_at(quiet, at_once), self.run_moves(live));
+        moved.extend(live);
+        moved
+    }
+
+    /// `plan`'s moves, at most `at_once` at a time.
+    async fn run_moves_at(self: &Arc<Self>, plan: Vec<PlannedMove>, at_once: usize) -> Vec<Move> {
+        let limit = Arc::new(tokio::sync::Semaphore::new(at_once));
         let mut tasks = tokio::task::JoinSet::new();
         for PlannedMove { actor, from, to } in plan {
             let control = self.clone();
@@ -349,7 +387,7 @@ impl ControlPlane {
             })?;
             rounds += 1;
             let failed: Vec<Move> = self
-                .run_moves(plan)
+                .run_drain_moves(&entry, plan)
                 .await
                 .into_iter()
                 .filter(|m| m.error.is_some())

@@ -16,19 +16,8 @@ use stasis_contract::names::{check_namespace, namespace_of, resolve};
 use stasis_contract::quota::NamespaceInfo;
 
 use crate::ControlPlane;
+use crate::ask_leader::AskLeader;
 use crate::request::Route;
-
-/// How a follower replica has the leader create an actor on first use
-/// (the assembly's, over the leader's internal API).
-#[async_trait::async_trait]
-pub trait CreateOnLeader: Send + Sync {
-    /// Has the leader create actor `name` on first use, once.
-    ///
-    /// # Errors
-    /// The leader's refusal (as [`ControlPlane::create_once`]), or 503 when
-    /// there is no leader to ask.
-    async fn create_on_demand(&self, name: &str) -> Result<(), ApiError>;
-}
 
 impl ControlPlane {
     /// The template namespace `namespace` creates unknown actors from, if
@@ -86,7 +75,7 @@ impl ControlPlane {
         &self,
         name: &str,
         template: &str,
-        leader: Option<&dyn CreateOnLeader>,
+        leader: Option<&dyn AskLeader>,
     ) -> Result<Route, ApiError> {
         match (self.decides(), leader) {
             (true, _) => self.create_once(name, template).await?,

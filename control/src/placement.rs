@@ -59,6 +59,13 @@ pub(super) struct Placement {
     pub created_at_unix_ms: Option<u64>,
     /// Its labels, as the directory holds them.
     pub labels: Arc<Labels>,
+    /// Lazy re-placement (a deciding control plane's placements only): the
+    /// directory records the actor on `worker` at `epoch`, but that worker
+    /// has not adopted it yet (installed it from the store and recovered
+    /// its journal). It has no host until then; its first request, or the
+    /// background wave, has the worker adopt it at that epoch. Set to when
+    /// it was placed so (after its earlier worker was declared lost).
+    pub pending_adoption: Option<std::time::Instant>,
 }
 
 impl Placement {
@@ -75,6 +82,7 @@ impl Placement {
             generation: None,
             created_at_unix_ms: None,
             labels: Arc::default(),
+            pending_adoption: None,
         }
     }
 
@@ -304,6 +312,7 @@ impl PlacementTable {
             p.worker = worker;
             p.incarnation = incarnation;
             p.epoch = epoch;
+            p.pending_adoption = None;
             template.clone_into(&mut p.template);
         }
     }
@@ -313,6 +322,33 @@ impl PlacementTable {
             p.worker = worker;
             p.incarnation = incarnation;
             p.epoch = epoch;
+            p.pending_adoption = None;
+        }
+    }
+
+    /// [`PlacementTable::point`] for a lazy re-placement: the directory
+    /// recorded the switch, the worker has not adopted the actor yet.
+    pub(super) fn point_pending(
+        &self,
+        actor: &str,
+        worker: Arc<str>,
+        incarnation: u64,
+        epoch: u64,
+    ) {
+        if let Some(p) = self.write().get_mut(actor) {
+            p.worker = worker;
+            p.incarnation = incarnation;
+            p.epoch = epoch;
+            p.pending_adoption = Some(std::time::Instant::now());
+        }
+    }
+
+    /// The worker `actor` was placed on lazily adopted it at `epoch`.
+    pub(super) fn adopted(&self, actor: &str, epoch: u64) {
+        if let Some(p) = self.write().get_mut(actor)
+            && p.epoch == epoch
+        {
+            p.pending_adoption = None;
         }
     }
 
@@ -428,17 +464,30 @@ impl ControlPlane {
         if let Some(reason) = &placement.failure_reason {
             return Err(ApiError::failed(format!("actor {actor} failed: {reason}")));
         }
-        self.member(&placement.worker)
-            .filter(|w| {
-                (w.incarnation == placement.incarnation || placement.incarnation == ANY_INCARNATION)
-                    && w.state() != WorkerState::Lost
-            })
-            .ok_or_else(|| {
-                ApiError::new(
-                    ErrorKind::Unreachable,
-                    format!("actor {actor} waits for a worker to host it"),
-                )
-            })
+        if placement.pending_adoption.is_some() {
+            return Err(ApiError::new(
+                ErrorKind::Unreachable,
+                format!(
+                    "actor {actor} waits for worker {} to adopt it (its worker was lost)",
+                    placement.worker
+                ),
+            ));
+        }
+        self.placed_worker(placement).ok_or_else(|| {
+            ApiError::new(
+                ErrorKind::Unreachable,
+                format!("actor {actor} waits for a worker to host it"),
+            )
+        })
+    }
+
+    /// The member `placement` names, if it is that incarnation and not
+    /// lost (whether it hosts the actor yet or not).
+    pub(super) fn placed_worker(&self, placement: &Placement) -> Option<Arc<Member>> {
+        self.member(&placement.worker).filter(|w| {
+            (w.incarnation == placement.incarnation || placement.incarnation == ANY_INCARNATION)
+                && w.state() != WorkerState::Lost
+        })
     }
 
     /// The one placement switch: records durably that `actor` lives on

@@ -12,7 +12,7 @@ use anyhow::Context as _;
 use super::ControlPlane;
 use super::placement::Placement;
 use stasis_contract::directory::{ActorRow, TemplateRow};
-use stasis_contract::error::{ApiError, ErrorKind};
+use stasis_contract::error::ApiError;
 use stasis_contract::status::ActorState;
 use stasis_contract::templates::Templates as _;
 use stasis_core::snapshot_store::{ChainError, SnapshotEntry, open_chain, remove_corrupt};
@@ -212,6 +212,12 @@ impl ControlPlane {
             .map(|(a, p)| (p.gate.held.load(Ordering::Relaxed) == 0, a.clone()))
             .collect();
         waiting.sort();
+        // First all of them are placed in bulk, lazily (directory writes
+        // only): every replica routes to the new worker at once, and a
+        // request has its actor adopted there without waiting for the wave
+        // below, which then has the rest adopted (see [`crate::adopt`]).
+        let names: Vec<String> = waiting.iter().map(|(_, actor)| actor.clone()).collect();
+        self.place_lazily(&names).await;
         // Each in its own task: one actor stuck behind its gate (a call to a
         // frozen worker) must not hold up the others. At most
         // `PLACE_PARALLEL` at once, so that each is done soon rather than
@@ -304,14 +310,15 @@ impl ControlPlane {
 
     /// Whether `actor`, placed as `placement`, waits for a worker: not
     /// failed, and no live member hosts it.
-    fn needs_a_host(&self, placement: &Placement, actor: &str) -> bool {
+    pub(super) fn needs_a_host(&self, placement: &Placement, actor: &str) -> bool {
         placement.failure_reason.is_none() && self.host_of(placement, actor).is_err()
     }
 
     /// Puts `actor` on the least-loaded ready worker, paused at its newest
     /// good snapshot in this control plane's store (see
     /// [`ControlPlane::newest_good_snapshot`]), with epoch + 1 — if it still
-    /// waits for a worker once its gate is held. Re-placements race (each
+    /// waits for a worker once its gate is held; one placed lazily on a
+    /// worker still there is adopted by it instead, at its epoch. Re-placements race (each
     /// worker that joins, and each loss, starts one for every waiting
     /// actor): deciding on the placement as it is under the gate, not as it
     /// was when the re-placement was planned, makes it one decision per
@@ -328,6 +335,12 @@ impl ControlPlane {
         // A control plane shutting down places nothing: the actor is
         // re-placed at the next start.
         self.refuse_if_shutting_down("re-placement")?;
+        // Placed lazily on a worker that is still there: adopted there.
+        if placement.pending_adoption.is_some()
+            && let Some(target) = self.placed_worker(&placement)
+        {
+            return self.adopt(actor, &placement, &target).await;
+        }
         let started = std::time::Instant::now();
         let target = self
             .least_loaded()
@@ -335,32 +348,12 @@ impl ControlPlane {
         let row = self.template_row(&placement.template)?;
         let epoch = placement.epoch + 1;
         let spec = Self::host_spec(&row, epoch);
-        let (store, name) = (self.store.clone(), actor.to_owned());
-        let mut newest = tokio::task::spawn_blocking(move || store.list(&name))
-            .await
-            .map_err(ApiError::internal)??
-            .last()
-            .copied()
-            .ok_or_else(|| ApiError::unavailable(format!("actor {actor} has no snapshot")))?;
-        match self.ship(&target, actor, &spec, newest.seq, false).await {
-            Ok(()) => {}
-            // The target found the newest snapshot corrupt: come back from
-            // the newest one that verifies, or fail with the reasons.
-            Err(e) if e.is(ErrorKind::Unprocessable) => {
-                tracing::warn!(
-                    actor,
-                    seq = newest.seq,
-                    "newest snapshot does not verify: {}",
-                    e.message()
-                );
-                let Some(good) = self.newest_good_snapshot(actor, &row.digest).await? else {
-                    return Ok(());
-                };
-                newest = good;
-                self.ship(&target, actor, &spec, newest.seq, false).await?;
-            }
-            Err(e) => return Err(e),
-        }
+        let Some(newest) = self
+            .install_newest(&target, actor, &spec, &row.digest)
+            .await?
+        else {
+            return Ok(());
+        };
         if let Err(e) = self.switch_placement_async(actor, &target, epoch).await {
             target.api.remove(actor).await;
             return Err(e);
@@ -389,7 +382,7 @@ impl ControlPlane {
     /// 503 if the actor has no snapshot at all (it waits); the store's
     /// error if a snapshot cannot be read (nothing is decided); the
     /// template's if it cannot be loaded.
-    async fn newest_good_snapshot(
+    pub(super) async fn newest_good_snapshot(
         &self,
         actor: &str,
         digest: &str,

@@ -17,6 +17,7 @@ use stasis_host_api::sockets::SocketEvent;
 use stasis_host_api::{Request, Response};
 
 use crate::ControlPlane;
+use crate::ask_leader::AskLeader;
 use crate::membership::Member;
 use crate::placement::{Gate, HeldAtGate};
 
@@ -42,6 +43,7 @@ impl ControlPlane {
         Ok(Route {
             actor: name.to_owned(),
             gate,
+            leader: None,
         })
     }
 
@@ -117,14 +119,22 @@ impl ControlPlane {
         gone: &ClientGone,
         delivery: &D,
     ) -> Result<D::Answer, ApiError> {
-        let Route { actor, mut gate } = route;
+        let Route {
+            actor,
+            mut gate,
+            leader,
+        } = route;
         let name = actor.as_str();
+        let leader = leader.as_deref();
         // A paused actor a rollout upgrades at its resume: first.
         self.upgrade_if_deferred(name).await;
         let hold = self.config.worker.hold_timeout;
         let mut attempts = 0;
         // Since when the actor has had no reachable host, if it has not.
         let mut hostless = HostWait::default();
+        // A follower's last call refused as misdirected: by which worker,
+        // at which epoch.
+        let mut refused: Option<(Arc<str>, u64)> = None;
         loop {
             let open = match gate.barrier.try_read() {
                 Ok(open) => open,
@@ -147,7 +157,7 @@ impl ControlPlane {
                 Err(e) if e.is(ErrorKind::Unreachable) => {
                     // Open the gate for the re-placement while held.
                     drop(open);
-                    self.hold_for_a_host(name, &gate, gone, &mut hostless, e)
+                    self.hold_for_a_host(name, &gate, gone, &mut hostless, leader, e)
                         .await?;
                     gate = self.route(name).await?.gate;
                     continue;
@@ -175,8 +185,30 @@ impl ControlPlane {
                 },
             };
             match answer {
+                // Refused again by the worker the directory names, at the
+                // epoch it names, after the placement was read again: that
+                // worker has not adopted the actor yet (placed lazily, see
+                // `crate::adopt`). Held like a request for an actor with no
+                // host, the leader asked to place it.
+                Err(e)
+                    if e.is(ErrorKind::StaleEpoch)
+                        && self.placements.follows()
+                        && refused
+                            .as_ref()
+                            .is_some_and(|(w, at)| **w == *member.name && *at == epoch) =>
+                {
+                    drop(open);
+                    let waits = ApiError::new(
+                        ErrorKind::Unreachable,
+                        format!("actor {name} waits for worker {} to adopt it", member.name),
+                    );
+                    self.hold_for_a_host(name, &gate, gone, &mut hostless, leader, waits)
+                        .await?;
+                    gate = self.route(name).await?.gate;
+                }
                 Err(e) if e.is(ErrorKind::StaleEpoch) && attempts < self.misdirected_retries() => {
                     attempts += 1;
+                    refused = Some((member.name.clone(), epoch));
                     tracing::debug!(actor = name, "retrying on the current owner: {e}");
                     drop(open);
                     if self.placements.follows() {
@@ -203,7 +235,7 @@ impl ControlPlane {
                 // until the worker is back or the actor is re-placed.
                 Err(e) if e.is(ErrorKind::Unreachable) => {
                     drop(open);
-                    self.hold_for_a_host(name, &gate, gone, &mut hostless, e)
+                    self.hold_for_a_host(name, &gate, gone, &mut hostless, leader, e)
                         .await?;
                     gate = self.route(name).await?.gate;
                 }
@@ -221,8 +253,9 @@ impl ControlPlane {
     /// its client leaves) instead of failing while a re-placement is
     /// pending. Past `--hold-timeout` since `since` (set at the first
     /// hold), the answer is `error`'s 503 naming the timeout. On a deciding
-    /// control plane, an actor that waits for a host (its worker lost) is
-    /// placed now (see [`ControlPlane::place_if_waiting`]).
+    /// control plane, an actor that waits for a host (its worker lost, or
+    /// placed lazily and not adopted yet) is placed now (see
+    /// [`ControlPlane::place_if_waiting`]); a follower asks `leader` to.
     ///
     /// # Errors
     /// 503 past the hold timeout or over `--max-held`;
@@ -233,6 +266,7 @@ impl ControlPlane {
         gate: &Gate,
         gone: &ClientGone,
         since: &mut HostWait,
+        leader: Option<&dyn AskLeader>,
         error: ApiError,
     ) -> Result<(), ApiError> {
         let hold = self.config.worker.hold_timeout;
@@ -251,7 +285,14 @@ impl ControlPlane {
             // Waited for no longer than the hold has left, and not once the
             // client left: the re-placement goes on in its own task.
             let placing = async {
-                self.place_if_waiting(name).await;
+                match leader {
+                    Some(leader) if !self.decides() => {
+                        if let Err(e) = leader.place(name).await {
+                            tracing::debug!(actor = name, "the leader did not place it: {e}");
+                        }
+                    }
+                    _ => self.place_if_waiting(name).await,
+                }
                 Ok(())
             };
             let _ = tokio::time::timeout(left, client_gone::unless_gone(gone, name, placing)).await;
@@ -302,4 +343,18 @@ struct HostWait {
 pub struct Route {
     actor: String,
     gate: Arc<Gate>,
+    /// On a follower replica: how it asks the leader to place the actor
+    /// while it holds a delivery for it (see [`Route::with_leader`]).
+    leader: Option<Arc<dyn AskLeader>>,
+}
+
+impl Route {
+    /// This route, asking `leader` to place its actor while a delivery
+    /// waits for a host (a follower replica's requests; without it, a
+    /// follower waits for the leader's own re-placement wave).
+    #[must_use]
+    pub fn with_leader(mut self, leader: Option<Arc<dyn AskLeader>>) -> Self {
+        self.leader = leader;
+        self
+    }
 }

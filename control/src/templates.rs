@@ -72,6 +72,7 @@ impl ControlPlane {
     pub(super) fn host_spec(template: &TemplateRow, epoch: u64) -> HostSpec {
         HostSpec {
             recover_journal: true,
+            journal_listed_within_ms: None,
             digest: template.digest.clone(),
             env: template.env.clone(),
             epoch,

@@ -72,6 +72,9 @@ pub(crate) static ROUTES: LazyLock<Table<InternalToken>> = LazyLock::new(|| {
             route(M::POST, ControlPath::OnDemand("{actor}"), Json, |c| {
                 Box::pin(on_demand(c))
             }),
+            route(M::POST, ControlPath::Place("{actor}"), Json, |c| {
+                Box::pin(place(c))
+            }),
         ],
     )
 });
@@ -222,6 +225,15 @@ async fn on_demand(call: Internal<'_>) -> Result<Response<Body>, ApiError> {
     Ok(no_content())
 }
 
+/// `POST` [`ControlPath::Place`]: a follower replica holding a request
+/// for an actor with no host has this leader place it now.
+async fn place(call: Internal<'_>) -> Result<Response<Body>, ApiError> {
+    // A placement is never left half-way when the follower gives up waiting.
+    let (c, name) = (call.control.clone(), call.param(0).to_owned());
+    detached(async move { c.place_now(&name).await }).await?;
+    Ok(no_content())
+}
+
 /// A request a remote worker's actor calls or sends (host-API encoding).
 fn decode_host_request(body: &[u8]) -> Result<stasis_host_api::Request, ApiError> {
     stasis_host_api::decode_request(body)
@@ -268,6 +280,7 @@ mod tests {
             ControlPath::Alarm("c1"),
             ControlPath::Sockets("c1"),
             ControlPath::OnDemand("c1"),
+            ControlPath::Place("c1"),
         ] {
             assert!(!ROUTES.allowed(&path.to_path()).is_empty(), "{path:?}");
         }
@@ -286,6 +299,7 @@ mod tests {
             (ControlPath::Alarm("a"), &["GET", "PUT", "DELETE"], Json),
             (ControlPath::Alarm(""), &["GET", "PUT", "DELETE"], Json),
             (ControlPath::OnDemand("a"), &["POST"], Json),
+            (ControlPath::Place("a"), &["POST"], Json),
         ] {
             let path = path.to_path();
             assert_eq!(ROUTES.allowed(&path), methods, "{path}");

@@ -29,7 +29,7 @@ use stasis_contract::error::{ApiError, ErrorKind, echo_cut, echo_name};
 use stasis_contract::names::{self, is_label};
 
 use stasis_control::ControlPlane;
-use stasis_control::on_demand::CreateOnLeader;
+use stasis_control::ask_leader::AskLeader;
 use stasis_host_api::sockets::{SOCKET_HEADER, STREAM_HEADER, STREAM_OPEN};
 use stasis_http::serve::{Body, collect_body, text_error};
 
@@ -223,7 +223,7 @@ pub struct Router {
     /// The check of a namespace's ingress auth (the admin API's).
     access: Arc<Access>,
     /// How a follower replica has the leader create an actor on first use.
-    leader: Option<Arc<dyn CreateOnLeader>>,
+    leader: Option<Arc<dyn AskLeader>>,
 }
 
 impl Router {
@@ -242,7 +242,7 @@ impl Router {
     /// On a follower replica: actors created on first use are created by
     /// the leader, asked through `leader`.
     #[must_use]
-    pub fn with_leader(mut self, leader: Arc<dyn CreateOnLeader>) -> Self {
+    pub fn with_leader(mut self, leader: Arc<dyn AskLeader>) -> Self {
         self.leader = Some(leader);
         self
     }
@@ -277,7 +277,7 @@ async fn route(
     control: Arc<ControlPlane>,
     domain: Arc<str>,
     access: Arc<Access>,
-    leader: Option<Arc<dyn CreateOnLeader>>,
+    leader: Option<Arc<dyn AskLeader>>,
     request: Request<Incoming>,
     (peer, gone): (SocketAddr, ClientGone),
 ) -> Response<Body> {
@@ -318,6 +318,8 @@ async fn route(
         }
         Err(e) => return text_error(&e),
     };
+    // A follower asks the leader to place an actor its request waits for.
+    let route = route.with_leader(leader);
     // Over its namespace's request rate: refused, never delivered.
     if !admitted && let Err(e) = control.admit_request(&actor).await {
         control.count_request(&actor, e.kind().status(), started.elapsed());

@@ -413,8 +413,9 @@ async fn open(
     ));
     let mut router = Router::new(control.clone(), &options.domain, api.access());
     if !control.decides() {
-        // A follower has the leader create actors on first use.
-        router = router.with_leader(Arc::new(crate::on_leader::LeaderCreates {
+        // A follower has the leader create actors on first use, and place
+        // those whose requests it holds.
+        router = router.with_leader(Arc::new(crate::on_leader::ToLeader {
             leader: etcd.watch_leader(),
             token: options
                 .config

@@ -118,6 +118,7 @@ mod outbound;
 mod placements;
 mod preload;
 mod reliability;
+mod replacement;
 mod replicas;
 mod replicas_faults;
 mod restart;

@@ -42,7 +42,15 @@ impl WorkerApi for Worker {
         resume: bool,
     ) -> Result<(), ApiError> {
         let local = self.spec(actor, spec).await?;
-        let recover = spec.recover_journal;
+        let recover = if spec.recover_journal {
+            crate::host::JournalRecovery::Recover {
+                listed_within: spec
+                    .journal_listed_within_ms
+                    .map(std::time::Duration::from_millis),
+            }
+        } else {
+            crate::host::JournalRecovery::Skip
+        };
         Worker::install(self, &local, (spec.epoch, seq), bytes, resume, recover)
             .await
             .map(|_| ())

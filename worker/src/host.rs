@@ -19,6 +19,22 @@ use crate::journaled::Log;
 use crate::{ActorSpec, Entry, Worker};
 use stasis_contract::status::ResumeFrom;
 
+/// What an install ([`Worker::install`]) reads of the journal segments
+/// in the store (a cluster worker's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JournalRecovery {
+    /// Nothing: the snapshot named is the actor's state as it is (a move,
+    /// fork or upgrade after its capture).
+    Skip,
+    /// The deliveries the actor's lost owner shipped after its newest
+    /// snapshot, from a read of the segments that began at most
+    /// `listed_within` before the install (a read of its own when `None`).
+    Recover {
+        /// How old a read of the segments may be and still serve.
+        listed_within: Option<std::time::Duration>,
+    },
+}
+
 /// A snapshot an install verified and wrote (see [`Worker::install`]).
 struct Installed {
     seq: u64,
@@ -162,7 +178,7 @@ impl Worker {
         // earlier owner shipped (and acknowledged) after its newest
         // snapshot are replayed at its next resume.
         let (recovered, mut shipped) = match (self.shipped(), &installed) {
-            (Some(journal), None) => match journal.recover(&spec.name) {
+            (Some(journal), None) => match journal.recover(&spec.name, None) {
                 Ok(recovered) => (Ok(()), recovered.deliveries),
                 Err(e) => {
                     tracing::error!(actor = %spec.name, "reading the journal segments in the store: {}", e.detail());
@@ -268,19 +284,24 @@ impl Worker {
         (epoch, seq): (u64, u64),
         bytes: Option<Bytes>,
         resume: bool,
-        recover: bool,
+        recover: JournalRecovery,
     ) -> Result<ActorStatus, ApiError> {
         // A cluster worker taking the actor over from the shared store
         // after its owner was lost (`recover`): the deliveries that owner
         // shipped (and acknowledged) after the actor's newest snapshot are
         // replayed on it when it resumes. A move, fork or upgrade names
         // the actor's state itself: nothing to read.
-        let (seq, shipped) = match (self.shipped(), &bytes) {
-            (Some(shipped), None) if recover => {
+        let recover = match recover {
+            JournalRecovery::Recover { listed_within } => Some(listed_within),
+            JournalRecovery::Skip => None,
+        };
+        let (seq, shipped) = match (self.shipped(), &bytes, recover) {
+            (Some(shipped), None, Some(listed_within)) => {
                 let (shipped, name) = (shipped.clone(), spec.name.clone());
-                let recovered = tokio::task::spawn_blocking(move || shipped.recover(&name))
-                    .await
-                    .map_err(ApiError::internal)?;
+                let recovered =
+                    tokio::task::spawn_blocking(move || shipped.recover(&name, listed_within))
+                        .await
+                        .map_err(ApiError::internal)?;
                 match recovered {
                     Ok(recovered) => (
                         recovered.wrote.map_or(seq, |r| r.max(seq)),

@@ -76,6 +76,11 @@ pub enum ControlPath<'a> {
     /// on first use (answer 204 once it exists; 404 when its namespace
     /// creates no actors on first use).
     OnDemand(&'a str),
+    /// `POST`: a follower replica holding a request for actor `name`, which
+    /// has no host (placed lazily and not adopted yet, or its worker lost),
+    /// asks the leader to place it now (answer 204 once it is placed or
+    /// needed no placing).
+    Place(&'a str),
 }
 
 impl<'a> ControlPath<'a> {
@@ -93,6 +98,7 @@ impl<'a> ControlPath<'a> {
             ControlPath::Alarm(actor) => format!("{PREFIX}/alarms/{actor}"),
             ControlPath::Sockets(actor) => format!("{PREFIX}/sockets/{actor}"),
             ControlPath::OnDemand(actor) => format!("{PREFIX}/on-demand/{actor}"),
+            ControlPath::Place(actor) => format!("{PREFIX}/place/{actor}"),
         }
     }
 
@@ -112,6 +118,7 @@ impl<'a> ControlPath<'a> {
             ["alarms", actor] => Some(ControlPath::Alarm(actor)),
             ["sockets", actor] => Some(ControlPath::Sockets(actor)),
             ["on-demand", actor] => Some(ControlPath::OnDemand(actor)),
+            ["place", actor] => Some(ControlPath::Place(actor)),
             _ => None,
         }
     }

@@ -3,7 +3,7 @@
 
 use stasis_contract::error::ApiError;
 use stasis_control::ControlPlane;
-use stasis_control::on_demand::CreateOnLeader;
+use stasis_control::ask_leader::AskLeader;
 
 /// A request (authenticated) for actor `actor`, which does not exist: if
 /// its namespace creates actors on first use, the request is admitted
@@ -12,7 +12,7 @@ use stasis_control::on_demand::CreateOnLeader;
 /// does not.
 pub(super) async fn first_use(
     control: &ControlPlane,
-    leader: Option<&dyn CreateOnLeader>,
+    leader: Option<&dyn AskLeader>,
     actor: &str,
     started: std::time::Instant,
 ) -> Result<Option<stasis_control::Route>, ApiError> {

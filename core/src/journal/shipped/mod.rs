@@ -137,8 +137,11 @@ struct Shared {
     fold_after: Duration,
     /// Decoded segments of the store, by name: each actor's entries.
     seen: Mutex<HashMap<String, Decoded>>,
-    /// Held while segments are read: takeovers at once read each once.
-    reading: Mutex<()>,
+    /// Held while segments are read (takeovers at once read each once),
+    /// with the newest read: when it began, and what it read. A takeover
+    /// that asked before that read began is served by it (see
+    /// `recover::ShippedJournal::read_segments`).
+    reading: Mutex<Option<(Instant, Arc<HashMap<String, recover::Segment>>)>>,
     stats: Counters,
 }
 
@@ -208,7 +211,7 @@ impl ShippedJournal {
             run,
             fold_after,
             seen: Mutex::new(HashMap::new()),
-            reading: Mutex::new(()),
+            reading: Mutex::new(None),
             stats: Counters::default(),
         });
         let shipper = {

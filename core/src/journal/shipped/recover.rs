@@ -37,8 +37,12 @@ impl ShippedJournal {
     /// # Errors
     /// [`StoreError`] when the segments cannot be listed or read, or a
     /// snapshot entry cannot be written: the actor must not run then.
-    pub fn recover(&self, actor: &str) -> Result<Recovered, StoreError> {
-        let segments = self.read_segments()?;
+    pub fn recover(
+        &self,
+        actor: &str,
+        listed_within: Option<Duration>,
+    ) -> Result<Recovered, StoreError> {
+        let segments = self.read_segments(listed_within)?;
         let store = self.shared.store.as_ref();
         let mut recovered = Recovered::default();
         if let Some(entry) = newest_entry(&segments, actor)
@@ -82,12 +86,40 @@ impl ShippedJournal {
 
     /// Every segment in the store, decoded (each once, one recovery reading
     /// at a time; forgotten when it is gone from the store), with its age.
-    fn read_segments(&self) -> Result<HashMap<String, Segment>, StoreError> {
-        let _reading = self
+    ///
+    /// A read that began after this call did lists every segment this
+    /// call's own read would (a segment written before the call is in the
+    /// store by then), so the takeovers that queued up behind one read are
+    /// all served by the next: a wave of them lists the store once per
+    /// round, not once each. With `listed_within`, a read that began at
+    /// most that long before this call serves it too (its caller knows
+    /// that every segment it needs was written before then).
+    fn read_segments(
+        &self,
+        listed_within: Option<Duration>,
+    ) -> Result<Arc<HashMap<String, Segment>>, StoreError> {
+        let now = std::time::Instant::now();
+        let asked = listed_within
+            .and_then(|within| now.checked_sub(within))
+            .unwrap_or(now);
+        let mut reading = self
             .shared
             .reading
             .lock()
             .unwrap_or_else(|p| p.into_inner());
+        if let Some((began, read)) = &*reading
+            && *began >= asked
+        {
+            return Ok(read.clone());
+        }
+        let began = std::time::Instant::now();
+        let read = Arc::new(self.read_segments_now()?);
+        *reading = Some((began, read.clone()));
+        Ok(read)
+    }
+
+    /// [`ShippedJournal::read_segments`]'s read (its caller holds `reading`).
+    fn read_segments_now(&self) -> Result<HashMap<String, Segment>, StoreError> {
         let listed = self.shared.objects.list_segments()?;
         let known: HashMap<String, super::Decoded> = {
             let mut seen = self.shared.seen.lock().unwrap_or_else(|p| p.into_inner());
@@ -165,7 +197,7 @@ impl ShippedJournal {
         if old.is_empty() {
             return Ok(0);
         }
-        let segments = self.read_segments()?;
+        let segments = self.read_segments(None)?;
         let store = self.shared.store.as_ref();
         let mut heads: HashMap<String, Option<Option<u64>>> = HashMap::new();
         let mut head = |actor: &str| {

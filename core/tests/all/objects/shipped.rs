@@ -81,7 +81,7 @@ fn deliver(
 
 /// The (index, answer) of each delivery `journal` recovers for `actor`.
 fn recovered(journal: &ShippedJournal, actor: &str) -> Result<Vec<(u64, u64)>, String> {
-    match journal.recover(actor).expect("recover").deliveries {
+    match journal.recover(actor, None).expect("recover").deliveries {
         None => Ok(Vec::new()),
         Some(Recovery::Entries(entries)) => Ok(entries
             .iter()
@@ -258,4 +258,40 @@ fn shipped_a_round_the_store_refuses_is_reported_as_maybe_applied() {
         recovered(&journal(&store2, "w2"), "a").unwrap(),
         vec![(1, 1)]
     );
+}
+
+/// Lazy re-placement (issue 50, item 2): a takeover told that a read of
+/// the segments made within a bound covers its actor is answered from the
+/// worker's newest read (no listing of the store); without the bound, or
+/// past it, the segments are read again.
+#[test]
+fn shipped_a_recent_read_serves_takeovers_within_their_bound() {
+    let shared = Shared::file();
+    let cache = tempfile::tempdir().unwrap();
+    let store = Arc::new(shared.open(cache.path(), None));
+    let w1 = journal(&store, "w1");
+    for actor in ["a", "b"] {
+        created(&store, actor);
+        wait(deliver(&w1, actor, (1, 0, 1), 1).expect("append")).expect("acknowledged");
+    }
+    let cache2 = tempfile::tempdir().unwrap();
+    let store2 = Arc::new(shared.open(cache2.path(), None));
+    let w2 = journal(&store2, "w2");
+    let within = |actor: &str, bound: Option<Duration>| -> Vec<u64> {
+        match w2.recover(actor, bound).expect("recover").deliveries {
+            Some(Recovery::Entries(entries)) => entries.iter().map(|e| e.record.index).collect(),
+            Some(Recovery::Failed(why)) => panic!("{actor}: {why}"),
+            None => Vec::new(),
+        }
+    };
+    // w2's first read, then an entry of b shipped after it.
+    assert_eq!(within("a", Some(Duration::from_secs(60))), vec![1]);
+    wait(deliver(&w1, "b", (1, 0, 2), 2).expect("append")).expect("acknowledged");
+    // Within the bound the earlier read answers: b's second entry, written
+    // after it, is not seen.
+    assert_eq!(within("b", Some(Duration::from_secs(60))), vec![1]);
+    // A read of its own sees it, and so does a bound the read is past.
+    assert_eq!(within("b", None), vec![1, 2]);
+    wait(deliver(&w1, "b", (1, 0, 3), 3).expect("append")).expect("acknowledged");
+    assert_eq!(within("b", Some(Duration::ZERO)), vec![1, 2, 3]);
 }
