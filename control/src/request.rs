@@ -128,7 +128,6 @@ impl ControlPlane {
         let leader = leader.as_deref();
         // A paused actor a rollout upgrades at its resume: first.
         self.upgrade_if_deferred(name).await;
-        let hold = self.config.worker.hold_timeout;
         let mut attempts = 0;
         // Since when the actor has had no reachable host, if it has not.
         let mut hostless = HostWait::default();
@@ -136,20 +135,7 @@ impl ControlPlane {
         // at which epoch.
         let mut refused: Option<(Arc<str>, u64)> = None;
         loop {
-            let open = match gate.barrier.try_read() {
-                Ok(open) => open,
-                Err(_) => {
-                    let _held = HeldAtGate::enter(&gate.held, self.config.worker.max_held, name)?;
-                    let open = async {
-                        tokio::time::timeout(hold, gate.barrier.read()).await.map_err(|_| {
-                            ApiError::unavailable(format!(
-                                "actor {name} is moving and did not take the request within the hold timeout of {hold:?}"
-                            ))
-                        })
-                    };
-                    client_gone::unless_gone(gone, name, open).await?
-                }
-            };
+            let open = self.pass_gate(&gate, name, gone).await?;
             // Read under the gate: a move switches the placement only
             // while it holds the gate closed.
             let (member, epoch) = match self.current_host(name).await {
@@ -165,25 +151,7 @@ impl ControlPlane {
                 Err(e) => return Err(e),
             };
             let forward = delivery.send(member.api.as_ref(), name, epoch, gone);
-            tokio::pin!(forward);
-            // A worker declared lost (frozen, cut off) is not waited for:
-            // its actor is re-placed under this gate. Whether it ran the
-            // delivery is unknown here (a woken worker is fenced off: see
-            // `stasis_worker::fence`), and the answer says so — unless the
-            // forward is refusing its connection as the loss is declared
-            // (a dead worker): never delivered, so held like any other.
-            let answer = tokio::select! {
-                biased;
-                answer = &mut forward => answer,
-                () = member.lost() => match tokio::time::timeout(LOST_GRACE, &mut forward).await {
-                    Ok(Err(e)) if e.is(ErrorKind::Unreachable) => Err(e),
-                    _ => Err(ApiError::internal(format!(
-                        "worker {} was lost while it held the request for actor {name}: it may \
-                         or may not have been applied",
-                        member.name
-                    ))),
-                },
-            };
+            let answer = watching_loss(&member, name, forward).await;
             match answer {
                 // Refused again by the worker the directory names, at the
                 // epoch it names, after the placement was read again: that
@@ -245,7 +213,61 @@ impl ControlPlane {
     }
 }
 
+/// `forward`'s answer from `member`. A worker declared lost (frozen, cut
+/// off) is not waited for: its actor is re-placed under the gate. Whether
+/// it ran the delivery is unknown here (a woken worker is fenced off: see
+/// `stasis_worker::fence`), and the answer says so — unless the forward is
+/// refusing its connection as the loss is declared (a dead worker): never
+/// delivered, so held like any other.
+async fn watching_loss<T>(
+    member: &Member,
+    name: &str,
+    forward: impl std::future::Future<Output = Result<T, ApiError>>,
+) -> Result<T, ApiError> {
+    tokio::pin!(forward);
+    tokio::select! {
+        biased;
+        answer = &mut forward => answer,
+        () = member.lost() => match tokio::time::timeout(LOST_GRACE, &mut forward).await {
+            Ok(Err(e)) if e.is(ErrorKind::Unreachable) => Err(e),
+            _ => Err(ApiError::internal(format!(
+                "worker {} was lost while it held the request for actor {name}: it may \
+                 or may not have been applied",
+                member.name
+            ))),
+        },
+    }
+}
+
 impl ControlPlane {
+    /// Passes actor `name`'s gate: at once when it is open; while a move
+    /// holds it closed, waiting (counted in `--max-held`, up to
+    /// `--hold-timeout`, given up when the client leaves).
+    ///
+    /// # Errors
+    /// 503 over `--max-held` or past the hold timeout;
+    /// [`ErrorKind::Abandoned`] when the client left.
+    async fn pass_gate<'g>(
+        &self,
+        gate: &'g Gate,
+        name: &str,
+        gone: &ClientGone,
+    ) -> Result<tokio::sync::RwLockReadGuard<'g, ()>, ApiError> {
+        if let Ok(open) = gate.barrier.try_read() {
+            return Ok(open);
+        }
+        let hold = self.config.worker.hold_timeout;
+        let _held = HeldAtGate::enter(&gate.held, self.config.worker.max_held, name)?;
+        let open = async {
+            tokio::time::timeout(hold, gate.barrier.read()).await.map_err(|_| {
+                ApiError::unavailable(format!(
+                    "actor {name} is moving and did not take the request within the hold timeout of {hold:?}"
+                ))
+            })
+        };
+        client_gone::unless_gone(gone, name, open).await
+    }
+
     /// Holds a delivery to `name` that found no reachable host (`error`:
     /// its worker refused the connection, or is lost and the actor not yet
     /// placed again) for one more look at the placement: the request waits
@@ -295,7 +317,12 @@ impl ControlPlane {
                 }
                 Ok(())
             };
-            let _ = tokio::time::timeout(left, client_gone::unless_gone(gone, name, placing)).await;
+            let placed =
+                tokio::time::timeout(left, client_gone::unless_gone(gone, name, placing)).await;
+            // Placed (or tried) just now: looked at again at once.
+            if let Ok(placed) = placed {
+                return placed;
+            }
         }
         let _held = HeldAtGate::enter(&gate.held, self.config.worker.max_held, name)?;
         tracing::debug!(actor = name, "held for a host: {}", error.message());

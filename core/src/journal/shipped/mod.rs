@@ -123,6 +123,9 @@ struct State {
     stopping: bool,
 }
 
+/// A read of the store's segments: when it began, and what it read.
+type LastRead = (Instant, Arc<HashMap<String, recover::Segment>>);
+
 #[derive(Debug)]
 struct Shared {
     state: Mutex<State>,
@@ -141,7 +144,7 @@ struct Shared {
     /// with the newest read: when it began, and what it read. A takeover
     /// that asked before that read began is served by it (see
     /// `recover::ShippedJournal::read_segments`).
-    reading: Mutex<Option<(Instant, Arc<HashMap<String, recover::Segment>>)>>,
+    reading: Mutex<Option<LastRead>>,
     stats: Counters,
 }
 
