@@ -45,6 +45,7 @@ pub mod delivery;
 pub mod directory;
 pub mod error;
 pub mod headers;
+pub mod idempotency;
 pub mod labels;
 pub mod listing;
 pub mod logs;

@@ -18,6 +18,7 @@ use stasis_host_api::sockets::SocketEvent;
 use stasis_host_api::{Request, Response};
 
 use crate::host_calls::services::ActorHostServices;
+use crate::idempotency::{self, IdempotencyTable, Keyed, Recall};
 
 /// A delivery as the guest runs it.
 pub(crate) trait Work: Delivery + Sized {
@@ -65,6 +66,16 @@ pub(crate) trait Work: Delivery + Sized {
         cx: &'a Context,
     ) -> impl Future<Output = Result<Self::Answer, CallError>> + Send + 'a;
 
+    /// What the actor's idempotency table says of it before it runs
+    /// ([`crate::idempotency`]): only a request can carry a key.
+    fn recall(&self, _actor: &str, _table: &mut IdempotencyTable) -> Recall<Self::Answer> {
+        Recall::Run(None)
+    }
+
+    /// Remembers its `answer` under `keyed` in the actor's table, once it
+    /// ran.
+    fn remember(_keyed: Keyed, _answer: &Self::Answer, _table: &mut IdempotencyTable) {}
+
     /// Counts the delivery that ran (`result`) in the actor's `status`:
     /// as a request, unless said otherwise.
     fn count(
@@ -101,6 +112,14 @@ impl Work for Arc<Request> {
 
     fn parent(&self) -> Context {
         trace::parent_of(&self.headers)
+    }
+
+    fn recall(&self, actor: &str, table: &mut IdempotencyTable) -> Recall<Response> {
+        table.recall(actor, self, idempotency::now_ms())
+    }
+
+    fn remember(keyed: Keyed, answer: &Response, table: &mut IdempotencyTable) {
+        table.remember(keyed, answer, idempotency::now_ms());
     }
 
     async fn run<'a>(

@@ -28,6 +28,7 @@ mod guest;
 mod hand_over;
 mod host;
 pub mod host_calls;
+mod idempotency;
 mod journaled;
 mod logs;
 pub use journaled::Log;

@@ -168,8 +168,14 @@ pub enum Command {
     /// compaction loop's folds in flight, given back once handled.
     Fold(Option<tokio::sync::OwnedSemaphorePermit>),
     /// For a hand-over to another version (the actor is captured): the
-    /// state `stasis_save_state` returns, and the instance's clock (ns).
-    SaveState(oneshot::Sender<Result<(Vec<u8>, u64), ApiError>>),
+    /// state `stasis_save_state` returns, the instance's clock (ns) and
+    /// the actor's idempotency table, encoded.
+    SaveState(oneshot::Sender<Result<SavedState, ApiError>>),
     /// Stop the task and drop the instance (files are the caller's).
     Stop(oneshot::Sender<()>),
 }
+
+/// What a hand-over takes from the running version: the state
+/// `stasis_save_state` returned, the instance's clock (ns) and the
+/// actor's idempotency table, encoded.
+pub(crate) type SavedState = (Vec<u8>, u64, Vec<u8>);

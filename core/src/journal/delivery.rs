@@ -116,6 +116,19 @@ pub fn answer_digest(answer: &[u8]) -> u64 {
     u64::from_le_bytes(first)
 }
 
+/// The SHA-256 of a request's method, path and body, each length-prefixed:
+/// what an idempotency key is checked against (a retry with the same key
+/// must be the same request).
+#[must_use]
+pub fn request_digest(method: &str, uri: &str, body: &[u8]) -> [u8; 32] {
+    let mut hash = Sha256::new();
+    for part in [method.as_bytes(), uri.as_bytes(), body] {
+        hash.update((part.len() as u64).to_le_bytes());
+        hash.update(part);
+    }
+    hash.finalize().into()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

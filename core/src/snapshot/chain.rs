@@ -191,6 +191,12 @@ pub fn flatten<B: SnapshotSource>(chain: &VerifiedChain<B>) -> Result<Vec<u8>, S
     let slices: Vec<&[u8]> = memories.iter().map(Vec::as_slice).collect();
     let mut out = Vec::new();
     write_file(&mut out, &mut header, &slices)?;
+    // The head's host state is the chain's (a move ships it with the
+    // memory).
+    if let Some((_, last)) = chain.links().last() {
+        let section = super::host_state::host_state(last.bytes(), last.header());
+        super::host_state::append_host_state(&mut out, &header, section);
+    }
     Ok(out)
 }
 

@@ -32,6 +32,10 @@
 //!   Restoring a delta takes its chain: the full snapshot at its root, then
 //!   each delta in order ([`VerifiedChain`](super::chain::VerifiedChain)).
 //!
+//! A file may also hold a *host-state section* between its last page and
+//! its trailer, in either version ([`host_state`](mod@super::host_state)):
+//! readers that do not know it ignore it.
+//!
 //! The checks that turn bytes into a
 //! [`VerifiedSnapshot`](super::VerifiedSnapshot) are in
 //! [`verify`](mod@super::verify).

@@ -11,7 +11,8 @@
 //! deltas, checked to fit, and flattened),
 //! [`restore`](mod@restore) (verified bytes → instance), [`memory`] (page
 //! scanning, copies and page-fault hints the other two share), [`source`]
-//! (what the bytes are held in). The layout
+//! (what the bytes are held in), [`host_state`](mod@host_state) (the
+//! host's bytes kept after the pages). The layout
 //! is described in [`format`](mod@format).
 
 pub mod capture;
@@ -19,6 +20,7 @@ pub mod chain;
 pub mod delta;
 mod dirty;
 pub mod format;
+pub mod host_state;
 pub mod memory;
 pub mod restamp;
 pub mod restore;
@@ -35,6 +37,7 @@ pub use format::{
     MemoryImage, OLDEST_READABLE_VERSION, PAGE_SIZE, PageRun, PageSpan, SnapshotError,
     decode_header, encode_header,
 };
+pub use host_state::{append_host_state, host_state};
 pub use memory::page_is_zero;
 pub use restamp::restamp;
 pub use restore::{RestoreError, map_written_snapshot, restore, restore_chain};

@@ -48,15 +48,18 @@ impl ActorTask {
         // (of what `on_pause` changed, if anything) is a delta on it.
         let sealed = self.seal(started, Then::Capture).await?;
         let (bytes, kind) = crate::blocking::off_the_executor(|| self.capture_live())?;
-        let unchanged = match kind {
-            Kind::Delta { unchanged } => unchanged,
-            Kind::Full => self.status().snapshot.is_some_and(|newest| {
-                self.ctx
-                    .store
-                    .open_snapshot(&self.name, newest.seq)
-                    .is_ok_and(|map| snapshot::same_state(&map, &bytes))
-            }),
-        };
+        // A changed idempotency table is a change (a keyed request that
+        // changed no memory must still be remembered by a snapshot).
+        let unchanged = !self.kept.idem.changed
+            && match kind {
+                Kind::Delta { unchanged } => unchanged,
+                Kind::Full => self.status().snapshot.is_some_and(|newest| {
+                    self.ctx
+                        .store
+                        .open_snapshot(&self.name, newest.seq)
+                        .is_ok_and(|map| snapshot::same_state(&map, &bytes))
+                }),
+            };
         if unchanged {
             // The newest snapshot holds the deliveries since (they changed
             // nothing): the journal need not keep them.
@@ -96,12 +99,22 @@ impl ActorTask {
     /// snapshot. Also says which it took.
     /// An instance whose mapped snapshot files changed is failed instead
     /// ([`ActorTask::fail_mapped`]), and nothing it captured is returned.
+    /// The actor's idempotency table goes into the file as its
+    /// host-state section ([`crate::idempotency`]).
     pub(super) fn capture_live(&mut self) -> Result<(Vec<u8>, Kind), ApiError> {
         let captured = self.capture_live_unchecked();
-        match self.instance.as_ref().map(|i| i.mapped_intact()) {
-            Some(Err(reason)) => Err(self.fail_mapped(&reason)),
-            _ => captured,
+        let (mut bytes, kind) = match self.instance.as_ref().map(|i| i.mapped_intact()) {
+            Some(Err(reason)) => return Err(self.fail_mapped(&reason)),
+            _ => captured?,
+        };
+        self.kept.idem.expire(crate::idempotency::now_ms());
+        let table = self.kept.idem.encode();
+        if !table.is_empty() {
+            let header = snapshot::peek_header(&bytes)
+                .map_err(|e| ApiError::internal(format!("the snapshot just captured: {e}")))?;
+            snapshot::append_host_state(&mut bytes, &header, &table);
         }
+        Ok((bytes, kind))
     }
 
     fn capture_live_unchecked(&mut self) -> Result<(Vec<u8>, Kind), ApiError> {
@@ -373,6 +386,8 @@ impl ActorTask {
             replicator.replicate(&self.name, seq, bytes).await?;
         }
         self.kept.durable.wrote_snapshot();
+        // Captured with the table as it is (no request ran since).
+        self.kept.idem.changed = false;
         if let Some(journal) = self.ctx.journal.get() {
             journal.settled(&self.name, self.kept.epoch);
         }

@@ -10,6 +10,7 @@ use stasis_core::journal::Durable;
 
 use super::ActorTask;
 use crate::guest::Work;
+use crate::idempotency::Recall;
 use crate::journaled::{NotAppended, Then, send_gated};
 use crate::mailbox::{Input, Ticket};
 use opentelemetry::trace::{Status, TraceContextExt as _, Tracer as _};
@@ -155,6 +156,14 @@ impl ActorTask {
         {
             self.seal(Instant::now(), Then::Keep).await?;
         }
+        // A retry under a key the actor remembers is not run: it gets the
+        // first answer, once the entries it depends on are durable.
+        let keyed = match work.recall(&self.name, &mut self.kept.idem) {
+            Recall::Run(keyed) => keyed,
+            Recall::Answer(answer) => {
+                return answer.map(|answer| (answer, self.kept.durable.gate.clone()));
+            }
+        };
         self.before_delivery().await?;
         if !ticket.run() {
             return Err(client_gone::abandoned(&self.name));
@@ -181,10 +190,42 @@ impl ActorTask {
             Ok(answer) => answer,
             Err(e) => return Err(self.after_failed_call(e).await),
         };
+        // Remembered before the entry and the checkpoint, which hold the
+        // table; forgotten again if the delivery is rolled back.
+        let key = keyed.map(|keyed| {
+            let key = keyed.key().to_owned();
+            W::remember(keyed, &answer, &mut self.kept.idem);
+            key
+        });
+        match self.make_durable(work, &answer, cx).await {
+            Ok(gate) => Ok((answer, gate)),
+            Err(e) => {
+                if let Some(key) = key {
+                    self.kept.idem.forget(&key);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// After `work` ran and answered `answer`: makes its effect durable as
+    /// the actor's level says (a journal entry, whose durability the
+    /// answer waits for, returned; or a checkpoint as `--checkpoint-every`
+    /// says), each step a child span of `cx`'s.
+    ///
+    /// # Errors
+    /// The entry's or the checkpoint's failure: the delivery was rolled
+    /// back.
+    async fn make_durable<W: Work>(
+        &mut self,
+        work: &W,
+        answer: &W::Answer,
+        cx: &Context,
+    ) -> Result<Option<Durable>, ApiError> {
         self.kept.durable.since_checkpoint += 1;
         let journaled = {
             let _span = trace::tracer().start_with_context("stasis.journal", cx);
-            self.journal_delivery(work, &answer).await
+            self.journal_delivery(work, answer).await
         };
         let gate = match journaled {
             Ok(gate) => gate,
@@ -205,7 +246,7 @@ impl ActorTask {
                 Err(e) => tracing::warn!(actor = %self.name, "checkpoint failed: {e}"),
             }
         }
-        Ok((answer, gate))
+        Ok(gate)
     }
 
     /// Drops a poisoned instance and rolls the actor back to its newest

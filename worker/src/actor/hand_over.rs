@@ -8,6 +8,7 @@ use stasis_contract::status::{ActorState, ResumeFrom};
 use stasis_core::instance::CallError;
 
 use super::ActorTask;
+use crate::mailbox::SavedState;
 
 /// A failed hand-over call (`what`: which side): capacity, timeouts and
 /// the CPU limit keep their status; anything else (a trap, a refusal, bad
@@ -29,13 +30,15 @@ pub(crate) fn refused(what: &str, e: &CallError) -> ApiError {
 impl ActorTask {
     /// The actor's state from its instance's `stasis_save_state` (an
     /// instance is restored from its newest snapshot first when it has
-    /// none), with the instance's clock. The actor stays captured. A call
-    /// that poisons the instance drops it.
+    /// none), with the instance's clock and its idempotency table
+    /// (encoded: the new version's instance applied the same requests).
+    /// The actor stays captured. A call that poisons the instance drops
+    /// it.
     ///
     /// # Errors
     /// 409 unless the actor is captured for a move; the restore's failure;
     /// 422 (or the call's own status) if the guest fails to save.
-    pub(crate) async fn save_state(&mut self) -> Result<(Vec<u8>, u64), ApiError> {
+    pub(crate) async fn save_state(&mut self) -> Result<SavedState, ApiError> {
         let state = self.status().state;
         if state != ActorState::Migrating {
             return Err(ApiError::conflict(format!(
@@ -58,7 +61,7 @@ impl ActorTask {
         let clock_ns = instance.clock_ns();
         self.chain.unjournaled = true;
         match instance.save_state().await {
-            Ok(bytes) => Ok((bytes, clock_ns)),
+            Ok(bytes) => Ok((bytes, clock_ns, self.kept.idem.encode())),
             Err(e) => {
                 if e.poisons_instance() {
                     self.drop_instance(false);

@@ -18,12 +18,13 @@ use stasis_contract::delivery::DueAlarm;
 use stasis_core::instance::ActorInstance;
 use stasis_core::journal::RecoveredEntry;
 use stasis_core::journal::delivery::DeliveryRecord;
-use stasis_host_api::Request;
 use stasis_host_api::sockets::SocketEvent;
+use stasis_host_api::{Request, Response};
 
 use super::ActorTask;
 use crate::guest::{self, Work};
 use crate::host_calls::services::ActorHostServices;
+use crate::idempotency::Keyed;
 use crate::journaled::{Journaled, Log, NotAppended, Then, entry_error};
 use stasis_contract::error::ApiError;
 use stasis_contract::settings::Durability;
@@ -212,6 +213,10 @@ impl ActorTask {
     /// just restored from it: each with its tape, its `on_resume` first
     /// where it ran, its answer checked against the digest recorded.
     ///
+    /// Returns the answers of the requests replayed that carry an
+    /// idempotency key, in order, for the actor's table
+    /// ([`crate::idempotency`]).
+    ///
     /// # Errors
     /// Why the replay stopped: a delivery failed, read other host values
     /// than it recorded, or answered otherwise (the actor is failed with
@@ -219,7 +224,7 @@ impl ActorTask {
     pub(super) fn replay_since(
         &self,
         instance: &mut ActorInstance,
-    ) -> impl Future<Output = Result<(), String>> + Send {
+    ) -> impl Future<Output = Result<Vec<(Keyed, Response)>, String>> + Send {
         // Owned: the task (which holds a live instance, not `Sync`) is not
         // borrowed across the replay's awaits.
         let since = self.kept.durable.since.clone();
@@ -228,7 +233,7 @@ impl ActorTask {
         let actor = self.name.clone();
         async move {
             let started = Instant::now();
-            replay(instance, &since, &services, base).await?;
+            let keyed = replay(instance, &since, &services, base).await?;
             if !since.is_empty() {
                 tracing::info!(
                     actor = %actor,
@@ -237,39 +242,46 @@ impl ActorTask {
                     "journal entries replayed"
                 );
             }
-            Ok(())
+            Ok(keyed)
         }
     }
 }
 
 /// Replays `since` (the deliveries after snapshot `base`) on `instance`
 /// ([`ActorTask::replay_since`]), each naming the worker it ran on; the
-/// instance names its own again after.
+/// instance names its own again after. Returns the keyed requests'
+/// answers.
 async fn replay(
     instance: &mut ActorInstance,
     since: &[Arc<DeliveryRecord>],
     services: &ActorHostServices,
     base: u64,
-) -> Result<(), String> {
+) -> Result<Vec<(Keyed, Response)>, String> {
     let worker = instance.worker().to_owned();
+    let mut keyed = Vec::new();
     let mut result = Ok(());
     for record in since {
-        result = replay_entry(instance, record, services, base).await;
-        if result.is_err() {
-            break;
+        match replay_entry(instance, record, services, base).await {
+            Ok(Some(answer)) => keyed.push(answer),
+            Ok(None) => {}
+            Err(e) => {
+                result = Err(e);
+                break;
+            }
         }
     }
     instance.set_worker(&worker);
-    result
+    result.map(|()| keyed)
 }
 
-/// Replays one entry (`record`, after snapshot `base`) on `instance`.
+/// Replays one entry (`record`, after snapshot `base`) on `instance`;
+/// returns a request's answer when it carries an idempotency key.
 async fn replay_entry(
     instance: &mut ActorInstance,
     record: &DeliveryRecord,
     services: &ActorHostServices,
     base: u64,
-) -> Result<(), String> {
+) -> Result<Option<(Keyed, Response)>, String> {
     let at = |what: String| {
         format!(
             "replaying journal entry {base}.{} (snapshot.delivery) diverged: {what}; the entries \
@@ -291,8 +303,9 @@ async fn replay_entry(
             .await
             .map_err(|e| at(format!("its on_pause hook failed: {e}")))?;
     }
+    let mut keyed = None;
     let digest = match record.input_kind {
-        guest::REQUEST => replay_one::<Arc<Request>>(instance, services, record).await,
+        guest::REQUEST => replay_request(instance, services, record, &mut keyed).await,
         guest::ALARM => replay_one::<DueAlarm>(instance, services, record).await,
         guest::SOCKET => replay_one::<SocketEvent>(instance, services, record).await,
         other => Err(format!("unknown input kind {other}")),
@@ -306,7 +319,7 @@ async fn replay_entry(
             record.answer
         )));
     }
-    Ok(())
+    Ok(keyed)
 }
 
 impl ActorTask {
@@ -374,6 +387,26 @@ impl ActorTask {
             journal.forget(&self.name, self.kept.epoch);
         }
     }
+}
+
+/// Replays one request (`record`) on `instance`; returns its answer's
+/// digest, and puts the answer in `keyed` when the request carries an
+/// idempotency key.
+async fn replay_request(
+    instance: &mut ActorInstance,
+    services: &ActorHostServices,
+    record: &DeliveryRecord,
+    keyed: &mut Option<(Keyed, Response)>,
+) -> Result<u64, String> {
+    let request =
+        <Arc<Request> as Work>::decode(&record.input).ok_or("its input does not decode")?;
+    let answer = request
+        .run(instance, services, &Context::new())
+        .await
+        .map_err(|e| format!("the delivery failed: {e}"))?;
+    let digest = <Arc<Request> as Work>::digest(&answer);
+    *keyed = Keyed::of(&request).map(|key| (key, answer));
+    Ok(digest)
 }
 
 /// Replays one delivery of kind `W` (`record`) on `instance`; returns its

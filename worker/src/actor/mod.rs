@@ -39,6 +39,7 @@ use crate::clock::ActorClock;
 use crate::context::Context;
 pub use crate::context::Replicator;
 use crate::host_calls::services::ActorHostServices;
+use crate::idempotency::IdempotencyTable;
 use crate::journaled::{DurableState, Then};
 use crate::logs::ActorLog;
 pub use crate::mailbox::{Command, Input, Ticket};
@@ -101,6 +102,9 @@ pub(crate) struct Kept {
     /// [`SnapshotStore::adopt`](stasis_core::snapshot_store::SnapshotStore::adopt)).
     /// Until it does, a restore puts the fence up first.
     adopted: bool,
+    /// Its idempotency table (kept in its snapshots, see
+    /// [`crate::idempotency`]).
+    idem: IdempotencyTable,
 }
 
 impl Kept {
@@ -123,6 +127,7 @@ impl Kept {
             primed: None,
             durability,
             adopted: false,
+            idem: IdempotencyTable::default(),
         }
     }
 
@@ -214,10 +219,12 @@ impl ActorTask {
     }
 
     /// A hand-over's new task: its snapshot is `seq`, its clock no earlier
-    /// than the old instance's (`clock_ns`).
-    pub(crate) fn hand_over_at(&mut self, seq: u64, clock_ns: u64) {
+    /// than the old instance's (`clock_ns`), its idempotency table the old
+    /// task's (`table`, encoded).
+    pub(crate) fn hand_over_at(&mut self, seq: u64, clock_ns: u64, table: &[u8]) {
         self.kept.durable = DurableState::at(seq);
         self.kept.clock.replaced(clock_ns);
+        self.kept.idem.restored(table, Vec::new(), 0);
     }
 
     /// After a panic in the task (a bug): the instance may be half-way

@@ -125,6 +125,11 @@ impl ActorTask {
             ResumeFrom::Snapshot(seq) => format!("resumed from snapshot {seq}"),
             ResumeFrom::Template => "resumed from the template".to_owned(),
         });
+        if from == ResumeFrom::Template {
+            // A fresh instance applied no request.
+            self.kept.idem.restored(&[], Vec::new(), 0);
+            self.kept.idem.changed = true;
+        }
         if from != ResumeFrom::Newest {
             // Make the repaired state the newest snapshot, so a later
             // rollback does not land on the bad one again; corrupt
@@ -271,14 +276,23 @@ impl ActorTask {
             chain.head(),
             chain.root_pages(),
         );
+        // The idempotency table of the state restored: the head's.
+        let table = chain
+            .links()
+            .last()
+            .map(|(_, head)| snapshot::host_state(head.bytes(), head.header()).to_vec())
+            .unwrap_or_default();
         drop(chain);
         self.lease_clock(instance.clock_ns());
-        if replay
-            && seq + 1 == self.kept.durable.next_seq
-            && let Err(why) = self.replay_since(&mut instance).await
-        {
-            self.ctx.metrics.journal_replay_failures.inc();
-            return Err(Unrestorable::Broken(why));
+        let mut replayed = Vec::new();
+        if replay && seq + 1 == self.kept.durable.next_seq {
+            match self.replay_since(&mut instance).await {
+                Ok(keyed) => replayed = keyed,
+                Err(why) => {
+                    self.ctx.metrics.journal_replay_failures.inc();
+                    return Err(Unrestorable::Broken(why));
+                }
+            }
         }
         if self.logical_journal() {
             instance.tape().record();
@@ -288,6 +302,9 @@ impl ActorTask {
             _ => broken("on_resume hook after snapshot", &e),
         })?;
         self.status().memory_bytes = instance.memory_bytes();
+        self.kept
+            .idem
+            .restored(&table, replayed, crate::idempotency::now_ms());
         Ok((instance, Some(base)))
     }
 
