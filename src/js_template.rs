@@ -1,14 +1,15 @@
-//! `stasis template push NAME actor.js`: turns a JavaScript module into a
-//! template module. The JavaScript engine (`demos/js-engine`, QuickJS,
+//! `stasis template push NAME actor.js` (or `app.ts`): turns a JavaScript
+//! or TypeScript module, with the modules it imports ([`bundle`]: types
+//! erased, positions kept), into a template module. The JavaScript engine (`demos/js-engine`, QuickJS,
 //! embedded in this binary by `build.rs`) is instantiated here, its
 //! `stasis_js_preinit` export compiles the script and evaluates its top
 //! level, and Wizer writes the resulting memory and globals back into the
 //! module as its initial state: every actor of the template starts from
 //! the evaluated script without paying for the engine's start-up or the
 //! script's top level. A syntax error or a top level that throws refuses
-//! the push here, with the line and column QuickJS reports.
+//! the push here, with the module, line and column.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, anyhow, bail};
 use wasmtime::{Config, Engine, Instance, Linker, Module, Store, Val};
@@ -47,20 +48,31 @@ fn compile_cache() -> stasis_core::compile_cache::CompileCache {
     }
 }
 
-/// Whether `path` names a JavaScript module (`.js` or `.mjs`).
+mod bundle;
+
+/// Whether `path` names a script (`.js`, `.mjs`, `.ts` or `.mts`).
 pub(crate) fn is_script(path: &Path) -> bool {
-    matches!(
-        path.extension().and_then(|e| e.to_str()),
-        Some("js" | "mjs")
-    )
+    bundle::is_entry(path)
 }
 
-/// The template module for the script `source` read from `path`.
+/// The files the script `path` is made of (itself first, then the modules
+/// it imports), for `stasis dev` to watch; `path` alone when its imports
+/// cannot be read.
+pub(crate) fn files(path: &Path) -> Vec<PathBuf> {
+    std::fs::read(path)
+        .ok()
+        .and_then(|source| bundle::collect(path, &source).ok())
+        .map_or_else(|| vec![path.to_path_buf()], |b| b.files())
+}
+
+/// The template module for the script `source` read from `path` (its
+/// imports read from their files).
 ///
 /// # Errors
-/// The engine is not built into this binary, the script is not UTF-8, it
-/// does not compile (the message names the line and column), its top level
-/// throws or runs out of fuel, or it has no default export with `fetch`.
+/// The engine is not built into this binary, a module cannot be bundled
+/// (see [`bundle`]), one does not compile (the message names the module,
+/// line and column), the top level throws or runs out of fuel, or the
+/// entry has no default export with `fetch`.
 pub(crate) async fn build(path: &Path, source: &[u8]) -> anyhow::Result<Vec<u8>> {
     if ENGINE.is_empty() {
         bail!(
@@ -68,12 +80,8 @@ pub(crate) async fn build(path: &Path, source: &[u8]) -> anyhow::Result<Vec<u8>>
              install clang, lld, llvm and wasi-libc (scripts/install-test-deps.sh) and rebuild"
         );
     }
-    let source = std::str::from_utf8(source)
-        .map_err(|e| anyhow!("{} is not UTF-8 text: {e}", path.display()))?;
-    let name = path.file_name().map_or_else(
-        || "actor.js".to_owned(),
-        |n| n.to_string_lossy().into_owned(),
-    );
+    let bundle = bundle::collect(path, source)?;
+    let name = bundle.modules[0].name.clone();
     let mut wizer = Wizer::new();
     wizer.init_func(PREINIT);
     let (cx, instrumented) = wizer
@@ -101,18 +109,23 @@ pub(crate) async fn build(path: &Path, source: &[u8]) -> anyhow::Result<Vec<u8>>
         .instantiate_async(&mut store, &module)
         .await
         .map_err(|e| anyhow!("instantiating the engine: {e:#}"))?;
-    let input = format!("{name}\n{source}");
-    let result = preinit(&mut store, &instance, input.as_bytes())
-        .await
-        .map_err(|e| {
-            let out_of_fuel = store.get_fuel().is_ok_and(|f| f == 0);
-            if out_of_fuel {
-                anyhow!("{name}: the script's top level ran too long (a loop that never ends?)")
-            } else {
-                anyhow!("{name}: the script's top level trapped: {e:#}")
-            }
-        })?;
+    let input = bundle.encode();
+    let result = preinit(&mut store, &instance, &input).await.map_err(|e| {
+        let out_of_fuel = store.get_fuel().is_ok_and(|f| f == 0);
+        if out_of_fuel {
+            anyhow!("{name}: the script's top level ran too long (a loop that never ends?)")
+        } else {
+            anyhow!("{name}: the script's top level trapped: {e:#}")
+        }
+    })?;
     if let Some(error) = result {
+        // A name imported that is only a type (erased with the types).
+        if error.contains("Could not find export") {
+            bail!(
+                "{error} (a TypeScript type or interface? import it with `import type {{ ... }}`: \
+                 types are erased at push)"
+            );
+        }
         bail!("{error}");
     }
     let mut state = Snapshot {
@@ -171,8 +184,8 @@ fn custom_section(name: &str, payload: &[u8]) -> Vec<u8> {
 }
 
 /// Runs `_initialize` and the engine's pre-initialisation with `input`
-/// (file name, newline, source): `None` when the script was evaluated,
-/// else the engine's error text.
+/// (the modules, [`bundle::Bundle::encode`]): `None` when the script was
+/// evaluated, else the engine's error text.
 async fn preinit(
     store: &mut Store<WasiP1Ctx>,
     instance: &Instance,

@@ -44,8 +44,8 @@ enum Command {
     /// the control plane and workers (mutual TLS, `--internal-ca`).
     #[command(subcommand)]
     Ca(ca::CaCommand),
-    /// Make a new actor project (Rust or JavaScript) in folder NAME, ready
-    /// to build, test and push.
+    /// Make a new actor project (Rust, JavaScript, TypeScript or C) in
+    /// folder NAME, ready to build, test and push.
     New(scaffold::NewArgs),
     #[command(flatten)]
     Client(commands::ClientCommand),

@@ -1,18 +1,25 @@
-//! `stasis new rust|js NAME`: a new actor project in folder NAME, outside
+//! `stasis new rust|js|ts|c NAME`: a new actor project in folder NAME, outside
 //! any checkout of Stasis, that builds with one command and pushes with
 //! the next. A Rust project carries the guest SDK (and the host/guest
 //! contract it depends on) in `sdk/`, written from this binary, so it
 //! builds without this repository or a path to edit; its actor is a small
 //! JSON counter on the SDK's router, with a test that runs the handler in
 //! process (`cargo test`). A JavaScript project is one script with
-//! `save`/`load`, ready for `stasis template push` or `stasis dev`.
+//! `save`/`load`, ready for `stasis template push` or `stasis dev`; a
+//! TypeScript project is the same counter as `actor.ts` importing a module
+//! of its own, with `stasis.d.ts` (the engine's types) and a
+//! `tsconfig.json` for `tsc --noEmit`. A C project is the counter in
+//! `actor.c` with the header-only C SDK beside it and `build.sh`, its
+//! clang command.
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, bail};
 use clap::{Args, ValueEnum};
 
+mod c;
 mod files;
+mod ts;
 
 /// The languages a project can be made for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -21,6 +28,11 @@ pub(crate) enum Language {
     Rust,
     /// A JavaScript module (`export default { fetch }`).
     Js,
+    /// A TypeScript module importing one of its own, with the engine's
+    /// types (`stasis.d.ts`) and a `tsconfig.json` for `tsc --noEmit`.
+    Ts,
+    /// A C file built with clang and wasi-libc, with the header-only C SDK.
+    C,
 }
 
 /// `stasis new`'s arguments.
@@ -76,6 +88,8 @@ pub(crate) fn run(args: &NewArgs) -> anyhow::Result<()> {
     let files = match args.language {
         Language::Rust => files::rust(&args.name),
         Language::Js => files::js(&args.name),
+        Language::Ts => ts::files(&args.name),
+        Language::C => c::files(&args.name),
     };
     for (path, text) in &files {
         write(&root, path, text)?;

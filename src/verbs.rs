@@ -148,7 +148,8 @@ pub(crate) enum ClientCommand {
 /// `stasis dev FILE`'s options.
 #[derive(Debug, Args)]
 pub(crate) struct DevArgs {
-    /// The script (.js/.mjs) or module (.wasm) to push and watch.
+    /// The script (.js/.mjs/.ts/.mts, with the modules it imports) or
+    /// module (.wasm) to push and watch.
     pub file: PathBuf,
     /// The template's name (default: FILE's name without its extension).
     #[arg(long, value_name = "NAME")]
@@ -169,16 +170,19 @@ pub(crate) struct DevArgs {
 /// `stasis template ...`.
 #[derive(Debug, Subcommand)]
 pub(crate) enum TemplateCommand {
-    /// Upload a guest module (.wasm), or a JavaScript module (.js, .mjs) run
-    /// by the built-in engine, under NAME; pushing the same bytes and env
-    /// again is a no-op.
+    /// Upload a guest module (.wasm), or a JavaScript or TypeScript module
+    /// (.js, .mjs, .ts, .mts, with what it imports) run by the built-in
+    /// engine, under NAME; pushing the same bytes and env again is a no-op.
     Push {
         /// Template name (1-63 of a-z, 0-9 and -).
         name: String,
         /// The .wasm file (wasm32-wasip1, built with the guest SDK), or a
-        /// .js/.mjs module whose default export has `fetch(request)`: its
-        /// top level is evaluated here, once (a syntax error is refused
-        /// with its line and column).
+        /// .js/.mjs/.ts/.mts module whose default export has
+        /// `fetch(request)` (its relative imports and pure-ESM packages
+        /// from node_modules bundled, TypeScript types stripped), or a
+        /// folder with a package.json (`module`/`main`) or an index.ts /
+        /// index.js: its top level is evaluated here, once (a syntax error
+        /// is refused with its line and column).
         file: PathBuf,
         /// WASI environment variable of the template; repeatable.
         #[arg(long = "env", value_name = "K=V", value_parser = parse_env_pair)]

@@ -3,7 +3,11 @@
 //! without the token; everything the page shows it reads from the `/v1`
 //! routes with the token the user gives it (kept in the browser tab's
 //! session storage, sent as `Authorization: Bearer`), so what the token
-//! guards stays guarded. The page itself is `console/console.js`.
+//! guards stays guarded. The page itself is `console/console.js`, its
+//! lists (actors by page and filter, templates and rollouts)
+//! `console/lists.js`, and its charts (request rate, latency percentiles
+//! and memory, computed in the browser from `/metrics` and the lists)
+//! `console/charts.js`.
 
 use hyper::header::{CACHE_CONTROL, CONTENT_SECURITY_POLICY, CONTENT_TYPE, HeaderValue, LOCATION};
 use hyper::{Method, Response, StatusCode};
@@ -16,6 +20,8 @@ pub const PREFIX: &str = "/ui";
 
 const INDEX: &str = include_str!("console/index.html");
 const SCRIPT: &str = include_str!("console/console.js");
+const CHARTS: &str = include_str!("console/charts.js");
+const LISTS: &str = include_str!("console/lists.js");
 const STYLE: &str = include_str!("console/console.css");
 
 /// Whether `path` is the console's.
@@ -47,6 +53,8 @@ pub fn serve(method: &Method, path: &str) -> Result<Response<Body>, ApiError> {
         }
         "/ui/" | "/ui/index.html" => (INDEX, "text/html; charset=utf-8"),
         "/ui/console.js" => (SCRIPT, "text/javascript; charset=utf-8"),
+        "/ui/charts.js" => (CHARTS, "text/javascript; charset=utf-8"),
+        "/ui/lists.js" => (LISTS, "text/javascript; charset=utf-8"),
         "/ui/console.css" => (STYLE, "text/css; charset=utf-8"),
         _ => return Err(ApiError::not_found(format!("no console file {path}"))),
     };
@@ -73,7 +81,14 @@ mod tests {
     fn the_console_files_are_served_and_nothing_else() {
         let page = serve(&Method::GET, "/ui/").expect("page");
         assert_eq!(page.headers()[CONTENT_TYPE], "text/html; charset=utf-8");
-        assert!(INDEX.contains("/ui/console.js"));
+        for script in ["/ui/charts.js", "/ui/lists.js", "/ui/console.js"] {
+            assert!(INDEX.contains(script), "{script}");
+            let served = serve(&Method::GET, script).expect("script");
+            assert_eq!(
+                served.headers()[CONTENT_TYPE],
+                "text/javascript; charset=utf-8"
+            );
+        }
         assert_eq!(
             serve(&Method::GET, "/ui").expect("redirect").status(),
             StatusCode::MOVED_PERMANENTLY

@@ -1,8 +1,8 @@
 //! `stasis dev FILE`: the edit-save-try loop on a local `stasis serve`.
 //! It pushes FILE as a template (a `.js`/`.mjs` script or a `.wasm`
 //! module), creates its actor if there is none, and prints the actor's
-//! log as it comes; then it watches FILE and, each time its bytes change,
-//! pushes the new version and rolls it out to every actor of the template
+//! log as it comes; then it watches FILE (and, for a script, the modules
+//! it imports) and, each time their bytes change, pushes the new version and rolls it out to every actor of the template
 //! with their state (a hand-over: a script's `save`/`load`, a module's
 //! `stasis_save_state`/`stasis_load_state` or the same memory layout).
 //! A version that does not build, or that an actor refuses, is reported
@@ -48,6 +48,10 @@ pub(super) async fn run(args: DevArgs) -> anyhow::Result<()> {
     }))?;
     let first = read(&args.file).await?;
     let (mut version, _) = push(&admin, &push_call, first.clone()).await?;
+    // A script's imported modules are watched too (the list is read again
+    // after each build).
+    let mut files = watched(&args.file);
+    let first = fingerprint(&first, &files).await;
     let rollout_path = super::plan::namespaced(
         args.client.namespace.as_deref(),
         &format!("/v1/templates/{}/rollout", encode_component(&template)),
@@ -79,20 +83,10 @@ pub(super) async fn run(args: DevArgs) -> anyhow::Result<()> {
     loop {
         // Polling, not a timer for a test: the file is read every POLL.
         tokio::time::sleep(POLL).await;
-        let now = match tokio::fs::read(&args.file).await {
-            Ok(now) => now,
-            Err(e) => {
-                if !std::mem::replace(&mut missing, true) {
-                    println!(
-                        "stasis dev: cannot read {}: {e}; waiting for it",
-                        args.file.display()
-                    );
-                }
-                continue;
-            }
+        let Some((entry, now)) = poll(&args.file, &files, &mut missing).await else {
+            continue;
         };
-        missing = false;
-        if now.is_empty() || now == handled || seen.as_ref() != Some(&now) {
+        if entry.is_empty() || now == handled || seen.as_ref() != Some(&now) {
             seen = Some(now);
             continue;
         }
@@ -100,8 +94,9 @@ pub(super) async fn run(args: DevArgs) -> anyhow::Result<()> {
         // Built once per content: a retry sends the same module again.
         let module = match &built {
             Some((bytes, module)) if *bytes == now => module.clone(),
-            _ => match module_of(&args.file, now.clone()).await {
+            _ => match module_of(&args.file, entry).await {
                 Ok(module) => {
+                    files = watched(&args.file);
                     built = Some((now.clone(), module.clone()));
                     module
                 }
@@ -194,6 +189,54 @@ fn stem(file: &Path) -> anyhow::Result<String> {
     stasis_runtime::contract::names::check_label("template", stem)
         .map_err(|e| anyhow!("{e}; pass --template NAME"))?;
     Ok(stem.to_owned())
+}
+
+/// The files a save of FILE may touch: a script's modules (itself first),
+/// else FILE.
+fn watched(file: &Path) -> Vec<std::path::PathBuf> {
+    if crate::js_template::is_script(file) {
+        crate::js_template::files(file)
+    } else {
+        vec![file.to_path_buf()]
+    }
+}
+
+/// FILE's bytes and the watch's [`fingerprint`], or `None` (said once
+/// until it can be read again) when it cannot be read.
+async fn poll(
+    file: &Path,
+    files: &[std::path::PathBuf],
+    missing: &mut bool,
+) -> Option<(Vec<u8>, Vec<u8>)> {
+    match tokio::fs::read(file).await {
+        Ok(entry) => {
+            *missing = false;
+            let all = fingerprint(&entry, files).await;
+            Some((entry, all))
+        }
+        Err(e) => {
+            if !std::mem::replace(missing, true) {
+                println!(
+                    "stasis dev: cannot read {}: {e}; waiting for it",
+                    file.display()
+                );
+            }
+            None
+        }
+    }
+}
+
+/// What the watch compares: FILE's bytes `entry`, then each other file's
+/// path and bytes (a file that cannot be read counts as empty).
+async fn fingerprint(entry: &[u8], files: &[std::path::PathBuf]) -> Vec<u8> {
+    let mut all = entry.to_vec();
+    for file in files.iter().skip(1) {
+        all.extend_from_slice(file.as_os_str().as_encoded_bytes());
+        let bytes = tokio::fs::read(file).await.unwrap_or_default();
+        all.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
+        all.extend(bytes);
+    }
+    all
 }
 
 async fn read(file: &Path) -> anyhow::Result<Vec<u8>> {

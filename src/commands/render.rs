@@ -18,16 +18,48 @@ pub(super) async fn read_module(path: &PathBuf) -> anyhow::Result<Bytes> {
     let metadata = tokio::fs::metadata(path)
         .await
         .with_context(|| format!("cannot read {}", path.display()))?;
-    if metadata.is_dir() {
-        bail!(
-            "cannot read {}: it is a directory, not a .wasm file",
-            path.display()
-        );
-    }
-    let bytes = tokio::fs::read(path)
+    let entry = if metadata.is_dir() {
+        folder_entry(path)?
+    } else {
+        path.clone()
+    };
+    let bytes = tokio::fs::read(&entry)
         .await
-        .with_context(|| format!("cannot read {}", path.display()))?;
-    module_of(path, bytes).await
+        .with_context(|| format!("cannot read {}", entry.display()))?;
+    module_of(&entry, bytes).await
+}
+
+/// The entry script of the JavaScript or TypeScript project in folder
+/// `dir`: its `package.json`'s `module` or `main`, else the first of
+/// `index.ts`, `index.mts`, `index.js`, `index.mjs` there.
+///
+/// # Errors
+/// A `package.json` that is not JSON, or no entry found.
+fn folder_entry(dir: &Path) -> anyhow::Result<PathBuf> {
+    let manifest = dir.join("package.json");
+    if manifest.is_file() {
+        let text = std::fs::read_to_string(&manifest)
+            .with_context(|| format!("cannot read {}", manifest.display()))?;
+        let json: serde_json::Value = serde_json::from_str(&text)
+            .with_context(|| format!("{} is not JSON", manifest.display()))?;
+        for field in ["module", "main"] {
+            if let Some(entry) = json[field].as_str() {
+                return Ok(dir.join(entry));
+            }
+        }
+    }
+    ["index.ts", "index.mts", "index.js", "index.mjs"]
+        .iter()
+        .map(|name| dir.join(name))
+        .find(|candidate| candidate.is_file())
+        .with_context(|| {
+            format!(
+                "{} is a directory with no entry script: name the file to push (.wasm, .js, \
+                 .mjs, .ts, .mts), or give the folder a package.json with \"module\" or \"main\", \
+                 or an index.ts / index.js",
+                dir.display()
+            )
+        })
 }
 
 /// The module to push for the bytes `bytes` read from `path`: a script

@@ -132,10 +132,12 @@ pub(super) fn next_steps(language: Language, name: &str, root: &Path) -> String 
              \x20 stasis dev {name}.js                              # push, create {name}, follow its log; each save rolls out\n\
              \x20 curl -X POST -H 'Host: {name}.actors.localhost' http://127.0.0.1:8000/count"
         ),
+        Language::Ts => super::ts::next_steps(name, &dir.to_string()),
+        Language::C => super::c::next_steps(name, &dir.to_string()),
     }
 }
 
-fn readme(language: Language, name: &str) -> String {
+pub(super) fn readme(language: Language, name: &str) -> String {
     let steps = next_steps(language, name, Path::new("."));
     let steps: Vec<&str> = steps.lines().skip(2).map(str::trim_start).collect();
     format!(
@@ -148,6 +150,8 @@ fn readme(language: Language, name: &str) -> String {
                  `sdk/` is the Stasis guest SDK this project was made with: the guide is \
                  docs/rust.md of Stasis, and `cargo doc --open` shows its API.\n"
             }
+            Language::Ts => super::ts::README_TAIL,
+            Language::C => super::c::README_TAIL,
             Language::Js => {
                 "\n`save()` and `load()` hand the count to the next version when it is rolled out \
                  (`stasis dev` does at each save); the guide is docs/javascript.md of Stasis.\n"

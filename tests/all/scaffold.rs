@@ -1,8 +1,9 @@
-//! `stasis new rust|js NAME` (issue 49, item 5) through the real binary:
+//! `stasis new rust|js|c NAME` (issue 49, item 5) through the real binary:
 //! the projects it makes, in a folder outside the repository, build with
 //! one command (Rust: `cargo build --target wasm32-wasip1`, with the SDK
 //! it wrote into the project; its own test passes with `cargo test`) and
-//! push and answer with the next; a name that is taken or bad is refused.
+//! push and answer with the next (C: `sh build.sh`, clang and wasi-libc);
+//! a name that is taken or bad is refused.
 
 use std::process::Command;
 
@@ -83,5 +84,34 @@ async fn new_projects_build_push_and_answer() {
         assert_eq!(answer.body, r#"{"count":1}"#, "{answer:?}");
         let answer = to_actor(&c, server.ingress, "j1", "GET", "/nowhere").await;
         assert_eq!(answer.status, 404);
+    }
+
+    // A C project: `sh build.sh` (clang and wasi-libc, as the C demos).
+    if crate::c_sdk::c_demos_built() {
+        server.cli_ok(&["new", "c", "hello-c", "--dir", dir]);
+        let project = tmp.path().join("hello-c");
+        let mut build = std::process::Command::new("sh");
+        build.arg("build.sh").current_dir(&project);
+        if let Some(clang) = std::env::var_os("STASIS_CLANG") {
+            build.env("CLANG", clang);
+        }
+        let built = build.output().expect("sh build.sh");
+        assert!(
+            built.status.success(),
+            "sh build.sh: {}",
+            String::from_utf8_lossy(&built.stderr)
+        );
+        let wasm = project.join("actor.wasm");
+        server.cli_ok(&["template", "push", "hello-c", wasm.to_str().expect("utf-8")]);
+        server.create("c1", "hello-c");
+        for n in 1..=2 {
+            let answer = to_actor(&c, server.ingress, "c1", "POST", "/count").await;
+            assert_eq!(answer.body, format!(r#"{{"count":{n}}}"#), "{answer:?}");
+        }
+        server.cli_ok(&["actor", "pause", "c1"]);
+        let answer = to_actor(&c, server.ingress, "c1", "GET", "/count").await;
+        assert_eq!(answer.body, r#"{"count":2}"#, "{answer:?}");
+        let answer = to_actor(&c, server.ingress, "c1", "DELETE", "/count").await;
+        assert_eq!(answer.status, 405, "{answer:?}");
     }
 }

@@ -18,13 +18,13 @@
 //! stderr (the actor's log) and traps, so the host answers 500 and the
 //! actor rolls back to its last state, as for any trap.
 
+mod modules;
 mod native;
 mod subtle;
 
 use std::cell::UnsafeCell;
 
 use javy::quickjs::context::EvalOptions;
-use javy::quickjs::loader::{BuiltinLoader, BuiltinResolver};
 use javy::quickjs::{Ctx, Function, Module, Object, TypedArray, Value};
 use stasis_guest_sdk::sockets::{SocketEvent, SocketEventKind};
 use stasis_guest_sdk::{Actor, Request, Response, export_actor};
@@ -73,16 +73,15 @@ unsafe fn take_buffer(ptr: u32, len: u32) -> Box<[u8]> {
 }
 
 /// Pre-initialisation: `ptr`/`len` is a buffer from `stasis_alloc` holding
-/// the script's file name, a newline, and its source. Evaluates the
-/// prelude and the script's top level; returns 0, or `(ptr << 32) | len` of
-/// a UTF-8 error (a syntax error names its line and column).
+/// the script's modules (the table [`modules`] decodes: the entry first).
+/// Evaluates the prelude and the entry's top level with its imports;
+/// returns 0, or `(ptr << 32) | len` of a UTF-8 error (a syntax error
+/// names its module, line and column).
 #[unsafe(no_mangle)]
 pub extern "C" fn stasis_js_preinit(ptr: u32, len: u32) -> u64 {
     // SAFETY: the host hands over a buffer from `stasis_alloc` once.
     let input = unsafe { take_buffer(ptr, len) };
-    let text = String::from_utf8_lossy(&input);
-    let (name, source) = text.split_once('\n').unwrap_or(("actor.js", &text));
-    match preinit(name, source) {
+    match modules::decode(&input).and_then(preinit) {
         Ok(engine) => {
             // SAFETY: see `Global`.
             unsafe { *ENGINE.0.get() = Some(engine) };
@@ -97,18 +96,32 @@ pub extern "C" fn stasis_js_preinit(ptr: u32, len: u32) -> u64 {
     }
 }
 
-fn preinit(name: &str, source: &str) -> Result<Engine, String> {
+fn preinit(graph: modules::Graph) -> Result<Engine, String> {
     let mut config = javy::Config::default();
     config
         .text_encoding(true)
         .gc_threshold(1 << 20)
         .max_stack_size(512 << 10);
     let runtime = javy::Runtime::new(config).map_err(|e| format!("engine start: {e}"))?;
+    let mut modules = graph.modules.into_iter();
+    let entry = modules.next().ok_or("the module table holds no module")?;
+    let names: Vec<String> = std::iter::once(entry.name.clone())
+        .chain(graph.imports.values().cloned())
+        .collect();
+    // Each module is declared when it is first imported, and its source
+    // dropped from the loader then: the snapshot keeps only the compiled
+    // modules.
     runtime.context().runtime().set_loader(
-        BuiltinResolver::default().with_module("stasis"),
-        BuiltinLoader::default().with_module("stasis", STASIS_MODULE),
+        modules::TableResolver {
+            imports: graph.imports,
+        },
+        modules::TableLoader {
+            sources: modules.map(|m| (m.name, m.source)).collect(),
+            stasis: Some(STASIS_MODULE),
+        },
     );
     let engine = Engine { runtime };
+    let name = entry.name.as_str();
     engine.runtime.context().with(|ctx| -> Result<(), String> {
         native::register(&ctx).map_err(|e| format!("engine set-up: {e}"))?;
         let mut options = EvalOptions::default();
@@ -119,15 +132,16 @@ fn preinit(name: &str, source: &str) -> Result<Engine, String> {
         options.filename = Some("stasis:subtle".to_owned());
         ctx.eval_with_options::<(), _>(SUBTLE, options)
             .map_err(|e| format!("crypto.subtle: {}", thrown(&ctx, e)))?;
-        let declared = Module::declare(ctx.clone(), name, source)
-            .map_err(|e| syntax_error(name, &thrown(&ctx, e)))?;
+        let declared = Module::declare(ctx.clone(), name, entry.source)
+            .map_err(|e| syntax_error(&names, &thrown(&ctx, e)))?;
+        // An imported module that does not compile fails here.
         let (module, promise) = declared
             .eval()
-            .map_err(|e| top_level(&thrown(&ctx, e)))?;
+            .map_err(|e| compile_or_top_level(&names, &thrown(&ctx, e)))?;
         // The top level may await: `finish` runs its jobs until it settles.
         promise
             .finish::<()>()
-            .map_err(|e| top_level(&thrown(&ctx, e)))?;
+            .map_err(|e| compile_or_top_level(&names, &thrown(&ctx, e)))?;
         let namespace = module
             .namespace()
             .map_err(|e| top_level(&thrown(&ctx, e)))?;
@@ -156,23 +170,45 @@ fn preinit(name: &str, source: &str) -> Result<Engine, String> {
     Ok(engine)
 }
 
-/// "syntax error at line L, column C: ..." from QuickJS's
-/// "SyntaxError: message\n    at name:L:C" (other errors as they are).
-fn syntax_error(name: &str, text: &str) -> String {
-    let marker = format!("{name}:");
-    let position = text.find(&marker).and_then(|at| {
+/// A module that does not compile (a `SyntaxError` whose first frame is
+/// a bare `at MODULE:L:C`) as [`syntax_error`]; anything else thrown by
+/// the top level as [`top_level`].
+fn compile_or_top_level(names: &[String], text: &str) -> String {
+    let mut lines = text.lines();
+    let first = lines.next().unwrap_or_default();
+    let frame = lines.next().map(str::trim).unwrap_or_default();
+    let bare = frame
+        .strip_prefix("at ")
+        .is_some_and(|at| names.iter().any(|n| at.starts_with(&format!("{n}:"))));
+    if first.starts_with("SyntaxError") && bare {
+        syntax_error(names, text)
+    } else {
+        top_level(text)
+    }
+}
+
+/// "NAME: syntax error at line L, column C: ..." from QuickJS's
+/// "SyntaxError: message\n    at NAME:L:C", NAME one of the modules
+/// (other errors as they are).
+fn syntax_error(names: &[String], text: &str) -> String {
+    let found = names.iter().find_map(|name| {
+        let marker = format!("at {name}:");
+        let at = text.find(&marker)?;
         let mut numbers = text[at + marker.len()..]
             .split(|c: char| !c.is_ascii_digit())
             .take(2)
             .map(str::parse::<u32>);
-        Some((numbers.next()?.ok()?, numbers.next()?.ok()?))
+        Some((name, numbers.next()?.ok()?, numbers.next()?.ok()?))
     });
     let first = text.lines().next().unwrap_or(text);
-    match position {
-        Some((line, column)) => {
+    match found {
+        Some((name, line, column)) => {
             format!("{name}: syntax error at line {line}, column {column}: {first}")
         }
-        None => format!("{name}: {text}"),
+        None => format!(
+            "{}: {text}",
+            names.first().map_or("the script", String::as_str)
+        ),
     }
 }
 
@@ -195,11 +231,23 @@ fn describe<'js>(ctx: &Ctx<'js>, value: Value<'js>) -> String {
         let field = |key: &str| object.get::<_, Option<String>>(key).ok().flatten();
         if let Some(message) = field("message") {
             let name = field("name").unwrap_or_else(|| "Error".to_owned());
-            let stack = field("stack").unwrap_or_default();
+            let stack = script_frames(&field("stack").unwrap_or_default());
             return format!("{name}: {message}\n{stack}").trim_end().to_owned();
         }
     }
     javy::val_to_string(ctx, value).unwrap_or_else(|_| "(an unprintable value)".to_owned())
+}
+
+/// `stack` without the engine's frames below the script's last one (the
+/// prelude's dispatch that called the handler); all of it when no frame
+/// is the script's.
+fn script_frames(stack: &str) -> String {
+    let lines: Vec<&str> = stack.trim_end().lines().collect();
+    let engine = |line: &str| line.contains("(stasis:prelude:") || line.contains("(stasis:subtle:");
+    match lines.iter().rposition(|line| !engine(line)) {
+        Some(last) => lines[..=last].join("\n"),
+        None => lines.join("\n"),
+    }
 }
 
 /// Runs `start` (which calls one of the prelude's dispatch functions), then

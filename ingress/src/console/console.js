@@ -30,7 +30,8 @@ function actorBase(full) {
 
 class Unauthorized extends Error {}
 
-async function api(method, path, body) {
+// `method path` with the token; the answer's text and headers.
+async function request(method, path, body) {
   const headers = {};
   if (token()) headers.authorization = `Bearer ${token()}`;
   if (body !== undefined) headers["content-type"] = "application/json";
@@ -42,15 +43,22 @@ async function api(method, path, body) {
   if (!response.ok) {
     let message = text;
     try { message = JSON.parse(text).error || text; } catch (_) { /* text */ }
-    throw new Error(`${method} ${path}: ${response.status} ${message}`);
+    const error = new Error(`${method} ${path}: ${response.status} ${message}`);
+    error.status = response.status;
+    throw error;
   }
+  return { text, headers: response.headers };
+}
+
+async function api(method, path, body) {
+  const { text } = await request(method, path, body);
   return text ? JSON.parse(text) : null;
 }
 
 function el(tag, attrs = {}, ...children) {
   const node = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs)) {
-    if (k === "onclick") node.addEventListener("click", v);
+    if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
     else if (v !== undefined && v !== null) node.setAttribute(k, v);
   }
   for (const child of children) {
@@ -106,65 +114,60 @@ async function action(method, path, body, done) {
   });
 }
 
-// The actors: state, worker, memory, snapshots, last error, request rate.
-function actorsView() {
-  const table = el("table", { id: "actors" });
-  view.replaceChildren(el("h1", {}, "Actors"), table);
-  return every(2000, async () => {
-    const actors = await api("GET", `${listBase()}/actors`);
-    const now = Date.now();
-    const seconds = (now - lastCounts.at) / 1000;
-    const counts = new Map();
-    const head = el("tr", {}, ...["actor", "state", "template", "worker", "memory", "snapshots",
-      "requests/s", "last error"].map((h) => el("th", {}, h)));
-    const rows = actors.map((a) => {
-      counts.set(a.name, a.requests);
-      const before = lastCounts.counts.get(a.name);
-      const rate = before === undefined || seconds <= 0 || a.requests < before
-        ? "" : ((a.requests - before) / seconds).toFixed(1);
-      return el("tr", { "data-actor": a.name },
-        el("td", {}, el("a", { href: `#/actor/${a.name}` }, a.name)),
-        el("td", { class: `state-${a.state}` }, a.state),
-        el("td", {}, `${a.template} v${a.template_version}`),
-        el("td", {}, a.worker),
-        el("td", { class: "num" }, bytes(a.memory_bytes)),
-        el("td", { class: "num" }, (a.snapshots || []).length),
-        el("td", { class: "num rate" }, rate),
-        el("td", { class: "error" }, a.error ? `${a.error}${a.last_error_at ? ` (${a.last_error_at})` : ""}` : ""));
-    });
-    lastCounts = { at: now, counts };
-    table.replaceChildren(head, ...rows);
-    say(`${actors.length} actors in namespace ${namespace()}`);
-  });
+// The load of the server (or of the namespace shown) and the memory of
+// its workers, fed every SAMPLE_MS whatever the view, so that the charts
+// have a past; and of each actor whose page was shown.
+const server = { load: null, memory: null, ns: null };
+const watched = new Map();
+// The actor whose page is shown (full name), and the charts to redraw.
+let watching = null;
+let redrawCharts = () => {};
+
+function namespaceOf(full) {
+  const dot = full.indexOf(".");
+  return dot < 0 ? "default" : full.slice(dot + 1);
+}
+function metricsPath(ns) {
+  return ns === "default" ? "/metrics" : `/v1/namespaces/${encodeURIComponent(ns)}/metrics`;
+}
+function requestHistogram(name) { return name.startsWith("stasis_request_duration_seconds") || name.startsWith("stasis_actor_request_duration_seconds"); }
+function resetServer() {
+  server.ns = namespace();
+  server.load = new Load("stasis_request_duration_seconds", () => true);
+  server.memory = new Track();
+}
+function watch(full) {
+  if (!watched.has(full)) {
+    watched.set(full, { load: new Load("stasis_actor_request_duration_seconds", (l) => l.actor === full),
+      memory: new Track(), requests: null });
+  }
+  return watched.get(full);
 }
 
-function templatesView() {
-  const table = el("table", { id: "templates" });
-  view.replaceChildren(el("h1", {}, "Templates"), table);
-  return every(5000, async () => {
-    const templates = await api("GET", `${listBase()}/templates`);
-    table.replaceChildren(
-      el("tr", {}, ...["template", "version", "actors", "module", "durability"].map((h) => el("th", {}, h))),
-      ...templates.map((t) => el("tr", {},
-        el("td", {}, t.name), el("td", { class: "num" }, t.version), el("td", { class: "num" }, t.actors),
-        el("td", { class: "num" }, bytes(t.bytes)), el("td", {}, t.durability))));
-    say(`${templates.length} templates in namespace ${namespace()}`);
-  });
-}
-
-function workersView() {
-  const table = el("table", { id: "workers" });
-  view.replaceChildren(el("h1", {}, "Workers"), table);
-  return every(3000, async () => {
+async function sample() {
+  const at = Date.now();
+  if (server.ns !== namespace()) resetServer();
+  const parsed = new Map();
+  const metrics = (path) => {
+    if (!parsed.has(path)) parsed.set(path, request("GET", path).then((r) => parseMetrics(r.text, requestHistogram)));
+    return parsed.get(path);
+  };
+  const load = server.load;
+  try { load.update(await metrics(metricsPath(server.ns)), at); } catch (_) { /* not readable: no point */ }
+  try {
     const workers = await api("GET", "/v1/workers");
-    table.replaceChildren(
-      el("tr", {}, ...["worker", "state", "address", "actors", "memory"].map((h) => el("th", {}, h))),
-      ...workers.map((w) => el("tr", {},
-        el("td", {}, w.name), el("td", {}, w.state), el("td", {}, w.address),
-        el("td", { class: "num" }, w.actors), el("td", { class: "num" }, bytes(w.memory_bytes)))));
-    say(`${workers.length} workers`);
-  });
+    server.memory.push(at, workers.reduce((sum, w) => sum + (w.memory_bytes || 0), 0));
+  } catch (_) { /* a namespace's token does not read the workers */ }
+  if (watching) {
+    try { watch(watching).load.update(await metrics(metricsPath(namespaceOf(watching))), at); } catch (_) { /* none */ }
+  }
+  redrawCharts();
 }
+resetServer();
+(async function sampling() {
+  await sample();
+  setTimeout(sampling, SAMPLE_MS);
+})();
 
 // One actor: its fields, the buttons, its log following live, its events.
 function actorView(name) {
@@ -177,14 +180,28 @@ function actorView(name) {
     class: "danger", id: "confirm-delete", hidden: "",
     onclick: () => action("DELETE", base, undefined, async () => { location.hash = "#/"; }),
   }, "really delete");
+  const seen = watch(name);
+  watching = name;
+  const charts = chartRow("actor-charts", seen.load, seen.memory, "per-actor latency needs serve --metrics-per-actor");
+  redrawCharts = charts.redraw;
   const refresh = async () => {
     const a = await api("GET", base);
+    const at = Date.now();
+    seen.memory.push(at, a.memory_bytes ?? null);
+    // Without per-actor series (`--metrics-per-actor`), the rate from the
+    // actor's request count.
+    if (!seen.load.seen && seen.requests && at > seen.requests.at && a.requests >= seen.requests.n) {
+      seen.load.rate.push(at, ((a.requests - seen.requests.n) * 1000) / (at - seen.requests.at));
+    }
+    seen.requests = { at, n: a.requests };
+    charts.redraw();
     const fields = [["state", a.state], ["template", `${a.template} v${a.template_version}`],
       ["worker", a.worker], ["memory", bytes(a.memory_bytes)], ["snapshot", a.snapshot ? `#${a.snapshot.seq} (${bytes(a.snapshot.bytes)})` : ""],
       ["snapshots", (a.snapshots || []).length], ["requests", a.requests], ["resumes", a.resumes],
       ["durability", a.durability], ["created", a.created_at || ""], ["last request", a.last_request_at || ""], ["last snapshot", a.last_snapshot_at || ""],
       ["last pause", a.last_pause_at || ""], ["last resume", a.last_resume_at || ""],
-      ["alarm", a.alarm_at || "none"], ["last error", a.error ? `${a.error} (${a.last_error_at || ""})` : "none"]];
+      ["alarm", a.alarm_at || "none"], ["last error", a.error ? `${a.error} (${a.last_error_at || ""})` : "none"],
+      ["labels", labelChips(a.labels)]];
     facts.replaceChildren(...fields.flatMap(([k, v]) => [el("dt", {}, k), el("dd", { "data-field": k }, v)]));
   };
   view.replaceChildren(
@@ -201,6 +218,7 @@ function actorView(name) {
       }, "fork"),
       el("button", { class: "danger", id: "delete", onclick: () => { confirmDelete.hidden = false; } }, "delete"),
       confirmDelete),
+    charts.row,
     facts,
     el("h2", {}, "Log (following)"), log,
     el("h2", {}, "Recent events"), events);
@@ -238,6 +256,8 @@ function actorView(name) {
 
 function route() {
   stopView();
+  watching = null;
+  redrawCharts = () => {};
   const hash = location.hash || "#/";
   const actor = hash.match(/^#\/actor\/(.+)$/);
   if (actor) stopView = actorView(decodeURIComponent(actor[1]));
@@ -254,6 +274,9 @@ chooser.addEventListener("change", () => {
   const ns = chooser.value.trim().toLowerCase() || "default";
   sessionStorage.setItem("stasis-namespace", ns);
   chooser.value = ns;
+  resetServer();
+  pageTokens = [null];
+  filters.template = "";
   if (location.hash.startsWith("#/actor/")) location.hash = "#/";
   else route();
 });
