@@ -414,6 +414,8 @@ impl ControlPlane {
     /// # Errors
     /// 404; 409 failed; 507 quota (actor keeps running); 500.
     pub async fn pause(&self, name: &str) -> Result<PauseInfo, ApiError> {
+        // One placed lazily and not adopted yet is adopted first.
+        self.place_if_waiting(name).await;
         let placement = self.placement_of(name)?;
         let _gate = placement.gate.barrier.read().await;
         let report = self
@@ -429,6 +431,8 @@ impl ControlPlane {
     /// # Errors
     /// 404; 409 not running; 507 quota; 500.
     pub async fn checkpoint(&self, name: &str) -> Result<PauseInfo, ApiError> {
+        // One placed lazily and not adopted yet is adopted first.
+        self.place_if_waiting(name).await;
         let placement = self.placement_of(name)?;
         let _gate = placement.gate.barrier.read().await;
         let report = self
@@ -450,6 +454,7 @@ impl ControlPlane {
         if from == ResumeFrom::Newest {
             self.upgrade_if_deferred(name).await;
         }
+        self.place_if_waiting(name).await;
         let placement = self.placement_of(name)?;
         if let ResumeFrom::Snapshot(seq) = from
             && !self.store.list(name)?.iter().any(|e| e.seq == seq)

@@ -50,7 +50,7 @@ impl ControlPlane {
             let Ok(placement) = self.placement_of(actor) else {
                 continue;
             };
-            if placement.pending_adoption.is_some() || !self.needs_a_host(&placement, actor) {
+            if self.adoption_pending(&placement) || !self.needs_a_host(&placement, actor) {
                 continue;
             }
             let Some((count, target)) = ready.iter_mut().min_by_key(|(count, _)| *count) else {
@@ -91,6 +91,12 @@ impl ControlPlane {
         placed
     }
 
+    /// Whether `placement` waits for its adoption by a worker that is
+    /// still there (one whose worker was lost too is placed again).
+    fn adoption_pending(&self, placement: &Placement) -> bool {
+        placement.pending_adoption.is_some() && self.placed_worker(placement).is_some()
+    }
+
     /// For a follower replica holding a request for actor `name` with no
     /// host: places it now if it waits for one (see
     /// [`ControlPlane::place_if_waiting`]); a failure is left to the
@@ -102,7 +108,21 @@ impl ControlPlane {
     pub async fn place_now(&self, name: &str) -> Result<(), ApiError> {
         stasis_contract::names::check_full_name("actor", name)?;
         self.decider()?;
-        self.placement_of(name)?;
+        let placement = self.placement_of(name)?;
+        // Refused by the worker its placement names, at that epoch (the
+        // caller's reason to ask): if that worker does not host it (placed
+        // lazily by an earlier leader, never adopted), it is adopted now.
+        if !self.needs_a_host(&placement, name)
+            && let Some(member) = self.placed_worker(&placement)
+            && member
+                .status(name)
+                .await
+                .is_err_and(|e| e.is(ErrorKind::NotFound))
+        {
+            tracing::warn!(actor = name, worker = %member.name, epoch = placement.epoch, "its worker does not host it: adopted there");
+            self.placements
+                .not_hosted(name, &member.name, placement.epoch);
+        }
         self.place_if_waiting(name).await;
         Ok(())
     }
@@ -114,7 +134,7 @@ impl ControlPlane {
         let gate = self.placement_of(actor)?.gate;
         let _gate = gate.barrier.write().await;
         let placement = self.placement_of(actor)?;
-        if placement.pending_adoption.is_some()
+        if self.adoption_pending(&placement)
             || !self.needs_a_host(&placement, actor)
             || target.state() != WorkerState::Ready
         {
@@ -132,13 +152,20 @@ impl ControlPlane {
         Ok(true)
     }
 
-    /// Has the worker `placement` names adopt `actor` at the placement's
-    /// epoch (called under the actor's closed gate, its placement pending
-    /// adoption and its worker `target` live): installed paused from its
-    /// newest snapshot, the journal the lost owner shipped recovered.
+    /// Has the worker `placement` names adopt `actor` (called under the
+    /// actor's closed gate, its placement pending adoption and its worker
+    /// `target` live): installed paused from its newest snapshot, the
+    /// journal the lost owner shipped recovered, at the next epoch, and
+    /// switched there with the directory's compare-and-set, as an eager
+    /// re-placement is. So a copy installed for a leader that lost its
+    /// leadership meanwhile, or by an attempt whose answer was lost and is
+    /// tried again, is never served (no placement names its epoch until
+    /// the switch) and is removed when the switch fails; a target lost
+    /// during the install is not waited for.
     ///
     /// # Errors
-    /// As [`ControlPlane::install_newest`]; the placement stays pending.
+    /// As [`ControlPlane::install_newest`], or the switch's; the placement
+    /// stays pending.
     pub(super) async fn adopt(
         &self,
         actor: &str,
@@ -147,25 +174,35 @@ impl ControlPlane {
     ) -> Result<(), ApiError> {
         let started = Instant::now();
         let row = self.template_row(&placement.template)?;
-        let mut spec = Self::host_spec(&row, placement.epoch);
+        let epoch = placement.epoch + 1;
+        let mut spec = Self::host_spec(&row, epoch);
         // A read of the journal segments that began after the actor was
-        // placed here began after its lost owner stopped writing: the
-        // worker's newest one serves every actor it adopts from that loss.
+        // placed here began after its lost owner stopped writing (and no
+        // other worker serves it until the switch below): the worker's
+        // newest one serves every actor it adopts from that loss.
         spec.journal_listed_within_ms = placement
             .pending_adoption
             .map(|since| u64::try_from(since.elapsed().as_millis()).unwrap_or(u64::MAX));
-        let Some(newest) = self
-            .install_newest(target, actor, &spec, &row.digest)
-            .await?
-        else {
+        let installed = tokio::select! {
+            biased;
+            installed = self.install_newest(target, actor, &spec, &row.digest) => installed,
+            () = target.lost() => Err(ApiError::unavailable(format!(
+                "worker {} was lost while it adopted actor {actor}",
+                target.name
+            ))),
+        };
+        let Some(newest) = installed? else {
             return Ok(());
         };
-        self.placements.adopted(actor, placement.epoch);
+        if let Err(e) = self.switch_placement_async(actor, target, epoch).await {
+            target.api.remove(actor).await;
+            return Err(e);
+        }
         self.placements.note_replacement_error(actor, None);
         tracing::info!(
             actor,
             worker = %target.name,
-            epoch = placement.epoch,
+            epoch,
             seq = newest.seq,
             took_ms = stasis_contract::status::ms(started.elapsed()),
             "actor adopted by the worker it was placed on"

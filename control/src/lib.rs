@@ -44,10 +44,10 @@
 
 #![warn(missing_docs)]
 
-mod adopt;
-pub mod ask_leader;
 pub mod actors;
+mod adopt;
 pub mod alarms;
+pub mod ask_leader;
 pub mod balance;
 pub mod calls;
 pub mod decider;

@@ -94,6 +94,8 @@ impl ControlPlane {
                 "actor {name} is already on {to}"
             )));
         }
+        // One placed lazily and not adopted yet is adopted first.
+        self.place_if_waiting(name).await;
         let gate = placement.gate.clone();
         // New requests wait from the moment the move asks for the gate.
         let started = Instant::now();

@@ -343,12 +343,16 @@ impl PlacementTable {
         }
     }
 
-    /// The worker `actor` was placed on lazily adopted it at `epoch`.
-    pub(super) fn adopted(&self, actor: &str, epoch: u64) {
+    /// Worker `worker` does not host `actor`, which the placements put
+    /// there at `epoch` (placed lazily by an earlier leader and never
+    /// adopted): pending adoption there from now, if still so placed.
+    pub(super) fn not_hosted(&self, actor: &str, worker: &str, epoch: u64) {
         if let Some(p) = self.write().get_mut(actor)
+            && *p.worker == *worker
             && p.epoch == epoch
+            && p.pending_adoption.is_none()
         {
-            p.pending_adoption = None;
+            p.pending_adoption = Some(std::time::Instant::now());
         }
     }
 

@@ -252,11 +252,13 @@ impl ControlPlane {
     /// for it does not wait for its turn in the re-placement wave. A
     /// failure is counted and left to the wave's retries.
     pub(crate) async fn place_if_waiting(&self, actor: &str) {
+        // The cheap checks first: this runs before every pause, resume,
+        // move and upgrade.
         if !self.decides()
-            || self.least_loaded().is_none()
             || !self
                 .placement_of(actor)
                 .is_ok_and(|p| self.needs_a_host(&p, actor))
+            || self.least_loaded().is_none()
         {
             return;
         }

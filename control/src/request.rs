@@ -153,14 +153,14 @@ impl ControlPlane {
             let forward = delivery.send(member.api.as_ref(), name, epoch, gone);
             let answer = watching_loss(&member, name, forward).await;
             match answer {
-                // Refused again by the worker the directory names, at the
+                // Refused again by the worker the placement names, at the
                 // epoch it names, after the placement was read again: that
                 // worker has not adopted the actor yet (placed lazily, see
                 // `crate::adopt`). Held like a request for an actor with no
-                // host, the leader asked to place it.
+                // host, the leader asked to place it (a leader asks itself:
+                // see `ControlPlane::place_now`).
                 Err(e)
                     if e.is(ErrorKind::StaleEpoch)
-                        && self.placements.follows()
                         && refused
                             .as_ref()
                             .is_some_and(|(w, at)| **w == *member.name && *at == epoch) =>
@@ -313,7 +313,11 @@ impl ControlPlane {
                             tracing::debug!(actor = name, "the leader did not place it: {e}");
                         }
                     }
-                    _ => self.place_if_waiting(name).await,
+                    _ => {
+                        if let Err(e) = self.place_now(name).await {
+                            tracing::debug!(actor = name, "not placed: {e}");
+                        }
+                    }
                 }
                 Ok(())
             };

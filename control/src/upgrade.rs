@@ -157,6 +157,8 @@ impl ControlPlane {
         template: &str,
         (from, to): (u64, u64),
     ) -> Result<(std::time::Duration, u64), ApiError> {
+        // One placed lazily and not adopted yet is adopted first.
+        self.place_if_waiting(name).await;
         let gate = self.placement_of(name)?.gate;
         // New requests wait from the moment the upgrade asks for the gate.
         let started = Instant::now();
