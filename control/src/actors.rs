@@ -315,10 +315,14 @@ impl ControlPlane {
     /// failed, if one did: it is retried).
     pub(super) fn status_without_host(&self, placement: &Placement) -> ActorStatus {
         if placement.failure_reason.is_none() && placement.pending_adoption.is_some() {
-            return ActorStatus::waiting(&format!(
+            let placed = format!(
                 "placed on worker {} (epoch {}), which adopts it at its next request",
                 placement.worker, placement.epoch
-            ));
+            );
+            return ActorStatus::waiting(&match &placement.replacement_error {
+                Some(error) => format!("{placed}; {error}"),
+                None => placed,
+            });
         }
         match (&placement.failure_reason, &placement.replacement_error) {
             (Some(reason), _) => ActorStatus::failed(reason),

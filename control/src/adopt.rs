@@ -4,10 +4,11 @@
 //! nothing installed ([`ControlPlane::place_lazily`]) — so every replica
 //! sees where each actor lives within a round of commits, however many
 //! there are. The worker named then *adopts* an actor (installs it from
-//! its newest snapshot in the store and recovers its journal, at the
-//! epoch the directory recorded: the store's adoption fence keeps the lost
-//! owner's late writes out) on its first request, or in its turn in the
-//! background wave ([`ControlPlane::adopt`]). Until then the actor has no
+//! its newest snapshot in the store and recovers its journal at the next
+//! epoch, switched there by the directory's compare-and-set; the store's
+//! adoption fence keeps the lost owner's late writes out) on its first
+//! request, or in its turn in the background wave (`re_place` in
+//! [`crate::recover`]). Until then the actor has no
 //! host: its requests are held, never refused, and the first one has it
 //! adopted at once (on a follower replica, by asking the leader).
 
@@ -31,8 +32,7 @@ impl ControlPlane {
     /// Places each of `actors` that waits for a host on the ready workers,
     /// each actor on the one with the fewest (counted once for all),
     /// writing only the directory: the placement points at its worker,
-    /// [`Placement::pending_adoption`] until that worker adopts it
-    /// ([`ControlPlane::adopt`]). Returns how many were placed; one whose
+    /// [`Placement::pending_adoption`] until that worker adopts it. Returns how many were placed; one whose
     /// write failed still waits (the wave places it the eager way).
     pub(super) async fn place_lazily(self: &Arc<Self>, actors: &[String]) -> usize {
         let counts = self.actor_counts();
@@ -150,64 +150,6 @@ impl ControlPlane {
         self.placements
             .point_pending(actor, target.name.clone(), target.incarnation, epoch);
         Ok(true)
-    }
-
-    /// Has the worker `placement` names adopt `actor` (called under the
-    /// actor's closed gate, its placement pending adoption and its worker
-    /// `target` live): installed paused from its newest snapshot, the
-    /// journal the lost owner shipped recovered, at the next epoch, and
-    /// switched there with the directory's compare-and-set, as an eager
-    /// re-placement is. So a copy installed for a leader that lost its
-    /// leadership meanwhile, or by an attempt whose answer was lost and is
-    /// tried again, is never served (no placement names its epoch until
-    /// the switch) and is removed when the switch fails; a target lost
-    /// during the install is not waited for.
-    ///
-    /// # Errors
-    /// As [`ControlPlane::install_newest`], or the switch's; the placement
-    /// stays pending.
-    pub(super) async fn adopt(
-        &self,
-        actor: &str,
-        placement: &Placement,
-        target: &Member,
-    ) -> Result<(), ApiError> {
-        let started = Instant::now();
-        let row = self.template_row(&placement.template)?;
-        let epoch = placement.epoch + 1;
-        let mut spec = Self::host_spec(&row, epoch);
-        // A read of the journal segments that began after the actor was
-        // placed here began after its lost owner stopped writing (and no
-        // other worker serves it until the switch below): the worker's
-        // newest one serves every actor it adopts from that loss.
-        spec.journal_listed_within_ms = placement
-            .pending_adoption
-            .map(|since| u64::try_from(since.elapsed().as_millis()).unwrap_or(u64::MAX));
-        let installed = tokio::select! {
-            biased;
-            installed = self.install_newest(target, actor, &spec, &row.digest) => installed,
-            () = target.lost() => Err(ApiError::unavailable(format!(
-                "worker {} was lost while it adopted actor {actor}",
-                target.name
-            ))),
-        };
-        let Some(newest) = installed? else {
-            return Ok(());
-        };
-        if let Err(e) = self.switch_placement_async(actor, target, epoch).await {
-            target.api.remove(actor).await;
-            return Err(e);
-        }
-        self.placements.note_replacement_error(actor, None);
-        tracing::info!(
-            actor,
-            worker = %target.name,
-            epoch,
-            seq = newest.seq,
-            took_ms = stasis_contract::status::ms(started.elapsed()),
-            "actor adopted by the worker it was placed on"
-        );
-        Ok(())
     }
 
     /// Installs `actor` paused on `target` under `spec` from its newest

@@ -316,17 +316,21 @@ impl ControlPlane {
         placement.failure_reason.is_none() && self.host_of(placement, actor).is_err()
     }
 
-    /// Puts `actor` on the least-loaded ready worker, paused at its newest
-    /// good snapshot in this control plane's store (see
-    /// [`ControlPlane::newest_good_snapshot`]), with epoch + 1 — if it still
-    /// waits for a worker once its gate is held; one placed lazily on a
-    /// worker still there is adopted by it instead, at its epoch. Re-placements race (each
+    /// Puts `actor` on the least-loaded ready worker — or, when it was
+    /// placed lazily on a worker that is still there, on that one (its
+    /// adoption, see [`crate::adopt`]) — paused at its newest good snapshot
+    /// in this control plane's store (see
+    /// [`ControlPlane::newest_good_snapshot`]), with epoch + 1, if it still
+    /// waits for a worker once its gate is held. Re-placements race (each
     /// worker that joins, and each loss, starts one for every waiting
     /// actor): deciding on the placement as it is under the gate, not as it
     /// was when the re-placement was planned, makes it one decision per
     /// actor, and the directory's compare-and-set on the epoch makes that
-    /// decision durable once. A copy installed for a decision that lost is
-    /// removed again.
+    /// decision durable once. A copy installed for a decision that lost (a
+    /// leader that lost its leadership meanwhile, an attempt whose answer
+    /// was lost) is never served, since no placement names its epoch until
+    /// the switch, and is removed again; a target lost during the install
+    /// is not waited for.
     async fn re_place(&self, actor: &str) -> Result<(), ApiError> {
         let gate = self.placement_of(actor)?.gate;
         let _gate = gate.barrier.write().await;
@@ -337,23 +341,35 @@ impl ControlPlane {
         // A control plane shutting down places nothing: the actor is
         // re-placed at the next start.
         self.refuse_if_shutting_down("re-placement")?;
-        // Placed lazily on a worker that is still there: adopted there.
-        if placement.pending_adoption.is_some()
-            && let Some(target) = self.placed_worker(&placement)
-        {
-            return self.adopt(actor, &placement, &target).await;
-        }
         let started = std::time::Instant::now();
-        let target = self
-            .least_loaded()
-            .ok_or_else(|| ApiError::unavailable("no ready worker"))?;
+        let adopting = placement
+            .pending_adoption
+            .and_then(|since| Some((self.placed_worker(&placement)?, since)));
+        let target = match &adopting {
+            Some((target, _)) => target.clone(),
+            None => self
+                .least_loaded()
+                .ok_or_else(|| ApiError::unavailable("no ready worker"))?,
+        };
         let row = self.template_row(&placement.template)?;
         let epoch = placement.epoch + 1;
-        let spec = Self::host_spec(&row, epoch);
-        let Some(newest) = self
-            .install_newest(&target, actor, &spec, &row.digest)
-            .await?
-        else {
+        let mut spec = Self::host_spec(&row, epoch);
+        // An adoption: a read of the journal segments that began after the
+        // actor was placed lazily began after its lost owner stopped
+        // writing (and none serves it until the switch below), so the
+        // target's newest read serves every actor it adopts from a loss.
+        spec.journal_listed_within_ms = adopting
+            .as_ref()
+            .map(|(_, since)| u64::try_from(since.elapsed().as_millis()).unwrap_or(u64::MAX));
+        let installed = tokio::select! {
+            biased;
+            installed = self.install_newest(&target, actor, &spec, &row.digest) => installed,
+            () = target.lost() => Err(ApiError::unavailable(format!(
+                "worker {} was lost while actor {actor} was installed there",
+                target.name
+            ))),
+        };
+        let Some(newest) = installed? else {
             return Ok(());
         };
         if let Err(e) = self.switch_placement_async(actor, &target, epoch).await {
@@ -364,7 +380,9 @@ impl ControlPlane {
         tracing::info!(
             actor,
             worker = %target.name,
+            epoch,
             seq = newest.seq,
+            adopted = adopting.is_some(),
             took_ms = stasis_contract::status::ms(started.elapsed()),
             "actor re-placed from its newest snapshot (or a newer journal entry its worker recovered from the store)"
         );

@@ -447,8 +447,9 @@ async fn a_follower_carries_on_when_the_actors_worker_is_killed_and_it_is_placed
         .expect("worker")
         .to_owned();
     d.kill_worker(&owner);
+    // Its worker seen lost, or the actor already placed on another.
     crate::fencing::wait_for_actor(&d, "logger", "saw its worker lost", |info| {
-        info["worker_state"] == "lost"
+        info["worker_state"] == "lost" || info["worker"] != owner.as_str()
     });
     // Sent until a worker runs it: a 503 says nothing was sent.
     wait::until_else_async(

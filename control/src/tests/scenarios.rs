@@ -180,11 +180,12 @@ async fn a_silent_remote_worker_is_declared_lost_and_its_actors_come_back() {
     assert_eq!(h.placed(on_remote).await, ("w2".to_owned(), 1));
     let detector = tokio::spawn(h.control.clone().run_failure_detector());
     // w2 never heartbeats: after twice the timeout it is lost, and its
-    // actor comes back on worker-1 from its newest snapshot, paused.
+    // actor comes back on worker-1 from its newest snapshot, paused:
+    // placed there lazily at epoch 2, adopted at 3 (see `crate::adopt`).
     until(
         HEARTBEAT_TIMEOUT * 4,
         "the actor's re-placement",
-        async || h.placed(on_remote).await == ("worker-1".to_owned(), 2),
+        async || h.placed(on_remote).await == ("worker-1".to_owned(), 3),
     )
     .await;
     let workers = h.control.workers().await;
@@ -198,10 +199,10 @@ async fn a_silent_remote_worker_is_declared_lost_and_its_actors_come_back() {
             .state,
         ActorState::Paused
     );
-    assert_eq!(h.directory.actor(on_remote).expect("row").epoch, 2);
+    assert_eq!(h.directory.actor(on_remote).expect("row").epoch, 3);
     assert_eq!(
         h.post(on_remote).await.expect("served again"),
-        format!("worker-1 POST {on_remote} epoch 2")
+        format!("worker-1 POST {on_remote} epoch 3")
     );
     // Its heartbeat, should it come back, is refused: it must drop every
     // actor and join again.
@@ -250,12 +251,13 @@ async fn a_new_leader_takes_placements_as_the_workers_report_them() {
         "w1 POST a0 epoch 3"
     );
     // a1's worker is gone and a2's does not hold it: both are re-placed
-    // on w1 from their newest snapshots, one epoch later.
+    // on w1 from their newest snapshots: placed lazily one epoch later,
+    // adopted at the next (see `crate::adopt`).
     until(Duration::from_secs(10), "a1 and a2 re-placed", async || {
-        h.placed("a1").await == ("w1".to_owned(), 6) && h.placed("a2").await == ("w1".to_owned(), 2)
+        h.placed("a1").await == ("w1".to_owned(), 7) && h.placed("a2").await == ("w1".to_owned(), 3)
     })
     .await;
-    assert_eq!(h.directory.actor("a1").expect("row").epoch, 6);
+    assert_eq!(h.directory.actor("a1").expect("row").epoch, 7);
     // The copy nobody owns is removed.
     assert!(w1.hosted("stray").is_none(), "{:?}", w1.log());
 }
@@ -277,7 +279,7 @@ async fn a_failed_re_placement_is_retried_until_it_succeeds_and_shown_meanwhile(
     until(
         Duration::from_secs(60),
         "the retried re-placement",
-        async || h.placed(on_remote).await == ("worker-1".to_owned(), 2),
+        async || h.placed(on_remote).await == ("worker-1".to_owned(), 3),
     )
     .await;
     let info = h.control.actor(on_remote).await.expect("actor");
@@ -289,7 +291,7 @@ async fn a_failed_re_placement_is_retried_until_it_succeeds_and_shown_meanwhile(
     );
     assert_eq!(
         h.post(on_remote).await.expect("served again"),
-        format!("worker-1 POST {on_remote} epoch 2")
+        format!("worker-1 POST {on_remote} epoch 3")
     );
     detector.abort();
 }
