@@ -141,14 +141,8 @@ impl ControlPlane {
             return Ok(false);
         }
         self.refuse_if_shutting_down("re-placement")?;
-        let epoch = placement.epoch + 1;
-        let directory = self.directory.clone();
-        let (name, worker) = (actor.to_owned(), target.name.to_string());
-        tokio::task::spawn_blocking(move || directory.place_actor(&name, &worker, epoch))
-            .await
-            .map_err(ApiError::internal)??;
-        self.placements
-            .point_pending(actor, target.name.clone(), target.incarnation, epoch);
+        self.switch_placement_pending(actor, target, placement.epoch + 1)
+            .await?;
         Ok(true)
     }
 

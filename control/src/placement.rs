@@ -1,13 +1,16 @@
 //! Where each actor lives: the [`PlacementTable`], the only writer of the
 //! in-memory placements (kept in step with the directory by
-//! [`ControlPlane::switch_placement`], the one place a placed actor changes
-//! worker), the gate every request and move passes, and the lookups built
-//! on it (an actor's worker, the least-loaded worker).
+//! [`ControlPlane::switch_placement`] and its variants here, the one place
+//! a placed actor changes worker), the gate every request and move passes,
+//! and the lookups built on it (an actor's worker, the least-loaded
+//! worker).
 //!
 //! An actor's epoch lives in the directory and, as its in-memory copy, in
-//! its placement; both change together, only in `switch_placement`. Whether
-//! it is moving is its state on its worker (`migrating` from capture until
-//! the move ends), not kept here.
+//! its placement; both change together, only in the `switch_placement*`
+//! functions (the lazy re-placement's leaves the placement pending its
+//! worker's adoption: `crate::adopt`). Whether it is moving is its state
+//! on its worker (`migrating` from capture until the move ends), not kept
+//! here.
 
 mod cache;
 
@@ -327,7 +330,8 @@ impl PlacementTable {
     }
 
     /// [`PlacementTable::point`] for a lazy re-placement: the directory
-    /// recorded the switch, the worker has not adopted the actor yet.
+    /// recorded the switch, the worker has not adopted the actor yet; only
+    /// [`ControlPlane::switch_placement_pending`] calls it.
     pub(super) fn point_pending(
         &self,
         actor: &str,
@@ -523,14 +527,42 @@ impl ControlPlane {
         target: &Member,
         epoch: u64,
     ) -> Result<(), ApiError> {
+        self.place_in_directory(actor, target, epoch).await?;
+        self.placements
+            .point(actor, target.name.clone(), target.incarnation, epoch);
+        Ok(())
+    }
+
+    /// [`ControlPlane::switch_placement_async`] for a lazy re-placement
+    /// (`crate::adopt`): the directory records the switch, and the
+    /// in-memory placement points there pending `target`'s adoption.
+    ///
+    /// # Errors
+    /// 500 if the directory write fails (nothing changed).
+    pub(super) async fn switch_placement_pending(
+        &self,
+        actor: &str,
+        target: &Member,
+        epoch: u64,
+    ) -> Result<(), ApiError> {
+        self.place_in_directory(actor, target, epoch).await?;
+        self.placements
+            .point_pending(actor, target.name.clone(), target.incarnation, epoch);
+        Ok(())
+    }
+
+    /// The directory's write of a switch, on a blocking thread.
+    async fn place_in_directory(
+        &self,
+        actor: &str,
+        target: &Member,
+        epoch: u64,
+    ) -> Result<(), ApiError> {
         let directory = self.directory.clone();
         let (name, worker) = (actor.to_owned(), target.name.to_string());
         tokio::task::spawn_blocking(move || directory.place_actor(&name, &worker, epoch))
             .await
-            .map_err(ApiError::internal)??;
-        self.placements
-            .point(actor, target.name.clone(), target.incarnation, epoch);
-        Ok(())
+            .map_err(ApiError::internal)?
     }
 
     /// Actors per worker name.

@@ -131,8 +131,8 @@ impl ControlPlane {
         let mut attempts = 0;
         // Since when the actor has had no reachable host, if it has not.
         let mut hostless = HostWait::default();
-        // A follower's last call refused as misdirected: by which worker,
-        // at which epoch.
+        // The last call refused as misdirected: by which worker, at which
+        // epoch.
         let mut refused: Option<(Arc<str>, u64)> = None;
         loop {
             let open = self.pass_gate(&gate, name, gone).await?;

@@ -7,10 +7,14 @@
 //! applied twice.
 
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use stasis_test_util::http::Http;
 
 use crate::fencing::wait_for_actor;
 use crate::replicas::{ONE_CLUSTER, deployment};
-use crate::support::{client, count, send, to_actor};
+use crate::support::{Answer, client, count, send, to_actor};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn requests_for_a_dead_workers_actors_are_held_until_they_are_placed_again() {
@@ -95,53 +99,74 @@ async fn every_request_for_a_lost_workers_paused_actors_is_held_and_served() {
         assert_eq!(reply.status, 200, "{name}: {reply:?}");
     }
     let listed = d.cli_json(0, &["actor", "list"]);
-    let mut by_worker: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for actor in listed.as_array().expect("a list") {
-        assert_eq!(actor["state"], "paused", "{actor}");
-        let worker = actor["worker"].as_str().expect("worker").to_owned();
-        let name = actor["name"].as_str().expect("name").to_owned();
-        by_worker.entry(worker).or_default().push(name);
-    }
-    let (victim, lost) = by_worker
-        .iter()
-        .max_by_key(|(_, names)| names.len())
-        .map(|(w, names)| (w.clone(), names.clone()))
-        .expect("placed actors");
-    assert!(lost.len() >= ACTORS / 4, "{by_worker:?}");
+    let (victim, lost) = busiest_worker(listed.as_array().expect("a list"));
+    assert!(lost.len() >= ACTORS / 4, "{victim} holds {lost:?}");
     let ingresses = [d.replica(0).ingress, d.replica(1).ingress];
     d.kill_worker(&victim);
-    // Each client asks for its share of the lost actors, one after the
-    // other, alternating between the replicas.
-    let mut clients = tokio::task::JoinSet::new();
-    for k in 0..CLIENTS {
-        let (c, share): (_, Vec<String>) = (
-            c.clone(),
-            lost.iter().skip(k).step_by(CLIENTS).cloned().collect(),
-        );
-        clients.spawn(async move {
-            let mut answers = Vec::new();
-            for (i, name) in share.into_iter().enumerate() {
-                let ingress = ingresses[(k + i) % 2];
-                let answer = to_actor(&c, ingress, &name, "POST", "/").await;
-                answers.push((name, answer));
-            }
-            answers
-        });
-    }
-    let answers: Vec<_> = clients.join_all().await.into_iter().flatten().collect();
+    let answers = post_to_each(&c, &lost, CLIENTS, ingresses, Instant::now()).await;
     assert_eq!(answers.len(), lost.len());
-    let refused: Vec<String> = answers
-        .iter()
-        .filter(|(_, a)| a.status != 200)
-        .map(|(name, a)| format!("{name}: {} {}", a.status, a.body))
-        .collect();
+    let refused = not_served(&answers);
     assert!(
         refused.is_empty(),
         "{} of {} lost actors were not served: {refused:#?}",
         refused.len(),
         lost.len()
     );
-    for (name, answer) in &answers {
+    for (name, answer, _) in &answers {
         assert_eq!(count(answer), 2, "{name}: applied once, on top of 1");
     }
+}
+
+/// The worker holding the most of the `listed` actors (`GET /v1/actors`
+/// or `actor list -o json`, each asserted paused), and those actors.
+pub(crate) fn busiest_worker(listed: &[serde_json::Value]) -> (String, Vec<String>) {
+    let mut by_worker: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for actor in listed {
+        assert_eq!(actor["state"], "paused", "{actor}");
+        let worker = actor["worker"].as_str().expect("worker").to_owned();
+        let name = actor["name"].as_str().expect("name").to_owned();
+        by_worker.entry(worker).or_default().push(name);
+    }
+    by_worker
+        .into_iter()
+        .max_by_key(|(_, names)| names.len())
+        .expect("placed actors")
+}
+
+/// `clients` clients POST once to each of `names` between them, each to its
+/// share one after the other, alternating between the two `ingresses`;
+/// each answer with how long after `since` it came.
+pub(crate) async fn post_to_each(
+    c: &Http,
+    names: &[String],
+    clients: usize,
+    ingresses: [SocketAddr; 2],
+    since: Instant,
+) -> Vec<(String, Answer, Duration)> {
+    let mut tasks = tokio::task::JoinSet::new();
+    for k in 0..clients {
+        let (c, share): (_, Vec<String>) = (
+            c.clone(),
+            names.iter().skip(k).step_by(clients).cloned().collect(),
+        );
+        tasks.spawn(async move {
+            let mut answers = Vec::new();
+            for (i, name) in share.into_iter().enumerate() {
+                let ingress = ingresses[(k + i) % 2];
+                let answer = to_actor(&c, ingress, &name, "POST", "/").await;
+                answers.push((name, answer, since.elapsed()));
+            }
+            answers
+        });
+    }
+    tasks.join_all().await.into_iter().flatten().collect()
+}
+
+/// "name: status body" of each answer of [`post_to_each`] that is not a 200.
+pub(crate) fn not_served(answers: &[(String, Answer, Duration)]) -> Vec<String> {
+    answers
+        .iter()
+        .filter(|(_, a, _)| a.status != 200)
+        .map(|(name, a, _)| format!("{name}: {} {}", a.status, a.body))
+        .collect()
 }

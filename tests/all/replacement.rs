@@ -9,7 +9,6 @@
 //! to the last answer is printed (`STASIS_TEST_LOG=1` shows the leader's
 //! log), for BENCHMARKS.md section 36.
 
-use std::collections::BTreeMap;
 use std::time::Instant;
 
 use futures_util::StreamExt as _;
@@ -17,6 +16,7 @@ use stasis_test_util::admin;
 
 use stasis_test_util::cluster::{Deployment, Setup, Store};
 
+use crate::held::{busiest_worker, not_served, post_to_each};
 use crate::replicas::{LEASE_TTL, ONE_CLUSTER, echo};
 use crate::support::STASIS;
 use crate::support::{client, count, send, to_actor};
@@ -99,39 +99,16 @@ async fn a_thousand_paused_actors_of_a_lost_worker_are_all_served_once() {
         .collect::<Vec<()>>();
     set_up.await;
     let listed = list(&c, admin).await;
-    let mut by_worker: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for actor in &listed {
-        assert_eq!(actor["state"], "paused", "{actor}");
-        let worker = actor["worker"].as_str().expect("worker").to_owned();
-        let name = actor["name"].as_str().expect("name").to_owned();
-        by_worker.entry(worker).or_default().push(name);
-    }
-    let (victim, lost) = by_worker
-        .iter()
-        .max_by_key(|(_, names)| names.len())
-        .map(|(w, names)| (w.clone(), names.clone()))
-        .expect("placed actors");
-    assert!(lost.len() >= names.len() / 3, "{by_worker:?}");
+    let (victim, lost) = busiest_worker(&listed);
+    assert!(
+        lost.len() >= names.len() / 3,
+        "{victim} holds {}",
+        lost.len()
+    );
     let ingresses = [d.replica(0).ingress, d.replica(1).ingress];
     let killed = Instant::now();
     d.kill_worker(&victim);
-    let mut clients = tokio::task::JoinSet::new();
-    for k in 0..CLIENTS {
-        let (c, share): (_, Vec<String>) = (
-            c.clone(),
-            lost.iter().skip(k).step_by(CLIENTS).cloned().collect(),
-        );
-        clients.spawn(async move {
-            let mut answers = Vec::new();
-            for (i, name) in share.into_iter().enumerate() {
-                let ingress = ingresses[(k + i) % 2];
-                let answer = to_actor(&c, ingress, &name, "POST", "/").await;
-                answers.push((name, answer, killed.elapsed()));
-            }
-            answers
-        });
-    }
-    let answers: Vec<_> = clients.join_all().await.into_iter().flatten().collect();
+    let answers = post_to_each(&c, &lost, CLIENTS, ingresses, killed).await;
     let slowest = answers
         .iter()
         .map(|(_, _, at)| *at)
@@ -142,11 +119,7 @@ async fn a_thousand_paused_actors_of_a_lost_worker_are_all_served_once() {
         lost.len()
     );
     assert_eq!(answers.len(), lost.len());
-    let refused: Vec<String> = answers
-        .iter()
-        .filter(|(_, a, _)| a.status != 200)
-        .map(|(name, a, _)| format!("{name}: {} {}", a.status, a.body))
-        .collect();
+    let refused = not_served(&answers);
     assert!(
         refused.is_empty(),
         "{} of {} lost actors were not served: {:#?}",
