@@ -48,12 +48,37 @@ impl ControlPlane {
         digest: &str,
         seq: u64,
     ) -> Result<Bytes, ApiError> {
+        self.read_snapshot_as(actor, digest, seq, false).await
+    }
+
+    /// [`read_snapshot`](Self::read_snapshot), also flattening a full
+    /// snapshot taken on the module's initial image (format version 3)
+    /// into one that restores without it: what an upgrade re-stamps for
+    /// another module.
+    pub(super) async fn read_standalone_snapshot(
+        &self,
+        actor: &str,
+        digest: &str,
+        seq: u64,
+    ) -> Result<Bytes, ApiError> {
+        self.read_snapshot_as(actor, digest, seq, true).await
+    }
+
+    async fn read_snapshot_as(
+        &self,
+        actor: &str,
+        digest: &str,
+        seq: u64,
+        standalone: bool,
+    ) -> Result<Bytes, ApiError> {
         let store = self.store.clone();
         let name = actor.to_owned();
         let stored = tokio::task::spawn_blocking(move || store.open_snapshot(&name, seq))
             .await
             .map_err(ApiError::internal)??;
-        if !stasis_core::snapshot::peek_header(&stored).is_ok_and(|h| h.base.is_some()) {
+        let flatten = stasis_core::snapshot::peek_header(&stored)
+            .is_ok_and(|h| h.base.is_some() || (standalone && h.on_image));
+        if !flatten {
             // Sent straight from the mapped file (snapshot files are only
             // ever replaced by rename, never rewritten in place).
             return Ok(Bytes::from_owner(stored));

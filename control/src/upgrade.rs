@@ -182,7 +182,10 @@ impl ControlPlane {
         let epoch = placement.epoch + 1;
         let moved = match path {
             Path::CarryOver(stamp) => {
-                match self.read_snapshot(name, &source.digest, captured.seq).await {
+                match self
+                    .read_standalone_snapshot(name, &source.digest, captured.seq)
+                    .await
+                {
                     Ok(full) => {
                         self.carry_over(name, &member, full, &captured, target, Some(stamp), epoch)
                             .await

@@ -143,7 +143,9 @@ async fn limit_errors_name_the_limit_and_its_value() {
         "--max-body",
         "1KiB",
         "--snapshot-quota",
-        "40KiB",
+        // Snapshot 0 of the counter (8 KiB, on its initial image) fits,
+        // snapshot 1 of the pause (16 KiB) does not.
+        "20KiB",
     ]);
     server.push("echo");
     server.push("counter");
@@ -178,7 +180,7 @@ async fn limit_errors_name_the_limit_and_its_value() {
         answer.body.contains("--snapshot-quota exceeded"),
         "{answer:?}"
     );
-    assert!(answer.body.contains("of 40960 bytes"), "{answer:?}");
+    assert!(answer.body.contains("of 20480 bytes"), "{answer:?}");
     assert_eq!(
         count(&post(&server, "c").await),
         2,

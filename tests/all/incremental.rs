@@ -68,6 +68,11 @@ fn snapshot_file(server: &Server, actor: &str, seq: u64) -> Vec<u8> {
     std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
+/// A full snapshot's format version: the demo templates' data segments
+/// sit at constant offsets, so their full snapshots are taken on the
+/// module's initial image (version 3, `core/src/snapshot/format.rs`).
+const FULL: u32 = 3;
+
 /// The format version of snapshot `seq` of `actor` in the data dir.
 fn version(server: &Server, actor: &str, seq: u64) -> u32 {
     let bytes = snapshot_file(server, actor, seq);
@@ -78,7 +83,7 @@ fn version(server: &Server, actor: &str, seq: u64) -> u32 {
 async fn a_small_change_of_a_large_actor_pauses_as_a_small_delta_and_restores_exactly() {
     let server = Server::start(&["--workers", "2"]);
     kv_actor(&server, "kvbig", PRELOAD, "big");
-    // The create wrote snapshot 0 in full. The first pause after it is a
+    // The create wrote snapshot 0 in full (on the module's image). The first pause after it is a
     // delta already: the preload's pages were all written since the
     // instance was made, but hold what snapshot 0 holds.
     put(&server, "big", "k0", "zero").await;
@@ -90,7 +95,7 @@ async fn a_small_change_of_a_large_actor_pauses_as_a_small_delta_and_restores_ex
         full_bytes > 1 << 20,
         "a full snapshot 0 over 1 MiB: {first}"
     );
-    assert_eq!(version(&server, "big", 0), 1);
+    assert_eq!(version(&server, "big", 0), FULL);
     assert_eq!(version(&server, "big", 1), 2, "{first}");
     assert!(field(&first, "bytes_written") * 50 <= full_bytes, "{first}");
     assert_eq!(
@@ -229,7 +234,7 @@ async fn a_small_actor_keeps_writing_full_snapshots() {
         put(&server, "small", "k", &round.to_string()).await;
         let paused = pause(&server, "small");
         let seq = paused["snapshot"]["seq"].as_u64().expect("seq");
-        assert_eq!(version(&server, "small", seq), 1, "{paused}");
+        assert_eq!(version(&server, "small", seq), FULL, "{paused}");
         assert_eq!(
             field(&paused, "bytes_written"),
             field(&paused, "snapshot_bytes")
@@ -261,7 +266,11 @@ async fn a_chained_actor_moves_to_a_worker_with_its_own_store_as_one_full_snapsh
     put(&server, "big", "far", "away").await;
     let paused = pause(&server, "big");
     let seq = paused["snapshot"]["seq"].as_u64().expect("seq");
-    assert_eq!(version(&server, "big", seq), 1, "replicated full: {paused}");
+    assert_eq!(
+        version(&server, "big", seq),
+        FULL,
+        "replicated full: {paused}"
+    );
     assert_eq!(get(&server, "big", "far").await, "away");
     for (key, value) in &values {
         assert_eq!(&get(&server, "big", key).await, value, "after the resume");
@@ -382,7 +391,11 @@ async fn a_pause_on_a_chain_broken_under_a_live_actor_writes_a_full_snapshot() {
     put(&server, "big", "k", "v4").await;
     let paused = pause(&server, "big");
     let seq = paused["snapshot"]["seq"].as_u64().expect("seq");
-    assert_eq!(version(&server, "big", seq), 1, "a full snapshot: {paused}");
+    assert_eq!(
+        version(&server, "big", seq),
+        FULL,
+        "a full snapshot: {paused}"
+    );
     assert_eq!(
         field(&paused, "bytes_written"),
         field(&paused, "snapshot_bytes")
@@ -401,7 +414,11 @@ async fn a_pause_on_a_chain_broken_under_a_live_actor_writes_a_full_snapshot() {
     std::fs::rename(&aside, &base).expect("replace the base by another valid file");
     let paused = pause(&server, "big");
     let seq = paused["snapshot"]["seq"].as_u64().expect("seq");
-    assert_eq!(version(&server, "big", seq), 1, "a full snapshot: {paused}");
+    assert_eq!(
+        version(&server, "big", seq),
+        FULL,
+        "a full snapshot: {paused}"
+    );
     assert_eq!(get(&server, "big", "k").await, "v6");
 }
 

@@ -106,6 +106,34 @@ async fn js_counter_passes_the_reference_session() {
     assert_eq!(count(&post(&server, "js-counter-1").await), 5);
 }
 
+/// Issue 48, item 4: a JS actor's snapshot holds what it changed of the
+/// template's evaluated heap (its initial image), not the heap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn js_snapshots_hold_what_changed_not_the_heap() {
+    if !engine_built() {
+        return;
+    }
+    let server = Server::start(&["--workers", "1"]);
+    server.push("counter-js");
+    server.create("small-js", "counter-js");
+    assert_eq!(count(&post(&server, "small-js").await), 1);
+    let paused = server.cli_json(&["actor", "pause", "small-js"]);
+    let snapshots = paused["snapshots"].as_array().expect("snapshots");
+    let bytes = |i: usize| snapshots[i]["bytes"].as_u64().expect("bytes");
+    assert!(bytes(0) <= 8 << 10, "a new actor's snapshot 0: {paused}");
+    assert!(bytes(1) <= 64 << 10, "after one request: {paused}");
+    let heap = server.cli_json(&["template", "get", "counter-js"]);
+    assert!(
+        heap["versions"][0]["bytes"].as_u64().expect("module bytes") > 1 << 20,
+        "the template holds the evaluated heap: {heap}"
+    );
+    // The state is all there: after a resume, and after a restart.
+    assert_eq!(count(&post(&server, "small-js").await), 2);
+    server.cli_ok(&["actor", "pause", "small-js"]);
+    let server = server.restart(&[]);
+    assert_eq!(count(&post(&server, "small-js").await), 3);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn js_heap_survives_pause_move_fork_and_kill_9() {
     if !engine_built() {

@@ -14,7 +14,8 @@
 //!
 //! Rooms: [`validate`] ([`analyze`]: the rules, and what a snapshot of the
 //! module holds), [`rewrite`] ([`instrument`]: the two variants), [`cache`]
-//! ([`ModuleCache`]: compile once, keep in memory and on disk). This file
+//! ([`ModuleCache`]: compile once, keep in memory and on disk), [`image`]
+//! ([`InitialImage`]: the memories a spawn instance starts with). This file
 //! holds the types they share and the compiled [`Template`].
 
 use sha2::{Digest as _, Sha256};
@@ -24,10 +25,12 @@ use wasmtime::InstancePre;
 use crate::host::Host;
 
 pub mod cache;
+pub mod image;
 pub mod rewrite;
 pub mod validate;
 
 pub use cache::ModuleCache;
+pub use image::InitialImage;
 pub use rewrite::instrument;
 pub use validate::analyze;
 
@@ -162,6 +165,10 @@ pub struct ModuleInfo {
     /// its hand-over is the script's `save()` and `load(value,
     /// fromVersion)`, which `saves_state` and `loads_state` say it has.
     pub script: bool,
+    /// The initial image of its memories ([`InitialImage`]), which its
+    /// snapshots are taken against; `None` when it depends on the
+    /// instance (a data segment at a non-constant offset).
+    pub image: Option<std::sync::Arc<InitialImage>>,
 }
 
 impl ModuleInfo {

@@ -185,7 +185,9 @@ pub fn analyze(bytes: &[u8]) -> Result<ModuleInfo, ModuleError> {
             _ => {}
         }
     }
-    scan.finish()
+    let mut info = scan.finish()?;
+    info.image = super::InitialImage::of_module(bytes, &info.memories).map(std::sync::Arc::new);
+    Ok(info)
 }
 
 fn malformed(e: wasmparser::BinaryReaderError) -> ModuleError {
@@ -228,6 +230,7 @@ impl Scan {
                 saves_state: false,
                 loads_state: false,
                 script: false,
+                image: None,
             },
             script_sides: None,
             abi: None,

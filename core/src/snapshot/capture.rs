@@ -1,11 +1,13 @@
 //! Capture: an instance's linear memories and mutable globals into the
-//! snapshot file format, in one pass over the non-zero pages.
+//! snapshot file format, in one pass over the non-zero pages (over the
+//! pages that differ from the module's initial image, when it has one).
 
 use wasmtime::Val;
 
 use super::dirty::changed_pages;
 use super::format::{self, GlobalValue, Header, MemoryImage, PAGE_SIZE, SnapshotError, WASM_PAGE};
 use super::memory::{append, prepare_fresh, scan_candidate_runs, scan_runs};
+use super::patch::{against_image, append_blocks};
 use crate::instance::ActorInstance;
 use crate::module::GlobalKind;
 
@@ -68,18 +70,36 @@ pub fn capture_into(
     let anonymous = instance.cow.mapped_runs() == 0;
     let store = &instance.store;
     let data: Vec<&[u8]> = instance.memories.iter().map(|m| m.data(store)).collect();
+    let image = info.image.as_deref();
     let memories = info
         .memories
         .iter()
         .zip(&data)
-        .map(|(m, data)| MemoryImage {
-            index: m.index,
-            wasm_pages: data.len() as u64 / WASM_PAGE,
-            runs: match anonymous.then(|| changed_pages(data)) {
-                Some(Ok(candidates)) => scan_candidate_runs(data, &candidates),
-                _ => scan_runs(data),
-            },
-            zero_runs: Vec::new(),
+        .enumerate()
+        .map(|(n, (m, data))| {
+            let candidates = match anonymous.then(|| changed_pages(data)) {
+                Some(Ok(candidates)) => Some(candidates),
+                _ => None,
+            };
+            let (runs, zero_runs, patches) = match image {
+                // Format version 3: only what differs from the image.
+                Some(image) => against_image(data, image, n, candidates.as_deref()),
+                None => (
+                    match candidates {
+                        Some(candidates) => scan_candidate_runs(data, &candidates),
+                        None => scan_runs(data),
+                    },
+                    Vec::new(),
+                    Vec::new(),
+                ),
+            };
+            MemoryImage {
+                index: m.index,
+                wasm_pages: data.len() as u64 / WASM_PAGE,
+                runs,
+                zero_runs,
+                patches,
+            }
         })
         .collect();
     let mut header = Header {
@@ -89,6 +109,7 @@ pub fn capture_into(
         globals,
         memories,
         base: None,
+        on_image: image.is_some(),
     };
     let stats = write_file(out, &mut header, &data)?;
     intact(instance)?;
@@ -131,7 +152,7 @@ pub(crate) fn capture_globals(
 
 /// Lays out `header` ([`format::lay_out`]) and writes the whole file into
 /// `out` (cleared first, its allocation reused): the prefix, then each run's
-/// pages taken from `memories` (one slice per memory, in header order, each
+/// pages and each patch's blocks taken from `memories` (one slice per memory, in header order, each
 /// at least as long as its runs reach), then the CRC32C trailer.
 ///
 /// # Errors
@@ -168,6 +189,14 @@ pub(crate) fn write_file(
             }
         }
     }
+    let patched = out.len();
+    for (image, data) in header.memories.iter().zip(memories) {
+        for patch in &image.patches {
+            let start = patch.page as usize * PAGE_SIZE;
+            append_blocks(out, patch, &data[start..start + PAGE_SIZE]);
+        }
+    }
+    crc = crc32c::crc32c_append(crc, &out[patched..]);
     out.extend_from_slice(&crc.to_le_bytes());
     Ok(CaptureStats {
         memory_bytes: header.memory_bytes(),
@@ -187,6 +216,7 @@ pub(crate) fn empty_snapshot(clock_ns: u64) -> Vec<u8> {
         globals: Vec::new(),
         memories: Vec::new(),
         base: None,
+        on_image: false,
     };
     let mut out = Vec::new();
     write_file(&mut out, &mut header, &[]).expect("encodes");

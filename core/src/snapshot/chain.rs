@@ -10,8 +10,11 @@ use super::format::{
     BaseRef, Header, MAX_DELTA_DEPTH, MemoryImage, PAGE_SIZE, SnapshotError, WASM_PAGE,
 };
 use super::memory::{copy, scan_runs};
+use super::patch::{apply, write_image};
 use super::source::SnapshotSource;
 use super::verify::{VerifiedSnapshot, recorded_crc32c};
+use crate::module::InitialImage;
+use std::collections::HashMap;
 
 /// A full snapshot followed by the deltas of its chain, oldest first, each
 /// verified and each naming the one before it as its base (sequence
@@ -141,9 +144,12 @@ impl<B: SnapshotSource> VerifiedChain<B> {
     }
 }
 
-/// The chain's state as one full snapshot file (format version 1): each
-/// memory is put together in a buffer (the full snapshot's pages, then each
-/// delta's pages and zero runs in order) and written as a capture would.
+/// The chain's state as one full snapshot file (format version 1, so it
+/// restores without the module's initial image: an upgrade carries it to
+/// another module): each memory is put together in a buffer (the image
+/// when the root is taken on it, the full snapshot's pages, zero runs and
+/// patches, then each delta's pages and zero runs in order) and written as
+/// a capture without an image would.
 /// Needs as much memory as the actor's linear memories.
 ///
 /// # Errors
@@ -157,7 +163,10 @@ pub fn flatten<B: SnapshotSource>(chain: &VerifiedChain<B>) -> Result<Vec<u8>, S
         .collect();
     for (_, link) in chain.links() {
         let bytes = link.bytes();
-        for (image, memory) in link.header().memories.iter().zip(&mut memories) {
+        for (m, (image, memory)) in link.header().memories.iter().zip(&mut memories).enumerate() {
+            if let Some(initial) = link.image() {
+                write_image(memory, initial, m, image);
+            }
             for run in &image.runs {
                 let src = run.file_offset as usize;
                 let dst = run.first_page as usize * PAGE_SIZE;
@@ -167,6 +176,10 @@ pub fn flatten<B: SnapshotSource>(chain: &VerifiedChain<B>) -> Result<Vec<u8>, S
             for zero in &image.zero_runs {
                 let start = zero.first_page as usize * PAGE_SIZE;
                 memory[start..start + zero.pages as usize * PAGE_SIZE].fill(0);
+            }
+            for patch in &image.patches {
+                let start = patch.page as usize * PAGE_SIZE;
+                apply(&mut memory[start..start + PAGE_SIZE], patch, bytes);
             }
         }
     }
@@ -184,9 +197,11 @@ pub fn flatten<B: SnapshotSource>(chain: &VerifiedChain<B>) -> Result<Vec<u8>, S
                 wasm_pages: m.wasm_pages,
                 runs: scan_runs(data),
                 zero_runs: Vec::new(),
+                patches: Vec::new(),
             })
             .collect(),
         base: None,
+        on_image: false,
     };
     let slices: Vec<&[u8]> = memories.iter().map(Vec::as_slice).collect();
     let mut out = Vec::new();
@@ -207,18 +222,17 @@ pub fn flatten<B: SnapshotSource>(chain: &VerifiedChain<B>) -> Result<Vec<u8>, S
 /// delta is never taken on files that do not restore.
 pub struct ChainPages<'a> {
     links: Vec<(&'a Header, &'a [u8])>,
+    /// The root's initial image (a version-3 root): pages no link names.
+    image: Option<&'a InitialImage>,
+    /// The root's patched pages, put together: (memory, page) → bytes.
+    patched: HashMap<(usize, u64), Box<[u8]>>,
 }
 
 impl<'a> ChainPages<'a> {
     /// The pages of `chain`'s state.
     #[must_use]
     pub fn of<B: SnapshotSource>(chain: &'a VerifiedChain<B>) -> Self {
-        Self {
-            links: chain
-                .links()
-                .map(|(_, link)| (link.header(), link.bytes()))
-                .collect(),
-        }
+        Self::prefix_of(chain, chain.links.len())
     }
 
     /// The pages of `chain`'s root alone (its full snapshot).
@@ -233,21 +247,37 @@ impl<'a> ChainPages<'a> {
     /// compared with.
     #[must_use]
     pub fn prefix_of<B: SnapshotSource>(chain: &'a VerifiedChain<B>, links: usize) -> Self {
+        let image = chain.links.first().and_then(|(_, root)| root.image());
+        let mut patched = HashMap::new();
+        if let Some((_, root)) = chain.links.first() {
+            for (m, memory) in root.header().memories.iter().enumerate() {
+                for patch in &memory.patches {
+                    let mut page: Box<[u8]> = image
+                        .and_then(|i| i.page(m, patch.page))
+                        .map_or_else(|| vec![0u8; PAGE_SIZE].into(), Into::into);
+                    apply(&mut page, patch, root.bytes());
+                    patched.insert((m, patch.page), page);
+                }
+            }
+        }
         Self {
             links: chain
                 .links()
                 .take(links)
                 .map(|(_, link)| (link.header(), link.bytes()))
                 .collect(),
+            image,
+            patched,
         }
     }
 
     /// Page `page` (4 KiB) of memory `m` (in header order) as the chain
-    /// leaves it: the bytes of the newest file that stores it; `None` if
-    /// the newest file to mention it records it as zero, or none does (a
-    /// page no file stores is zero).
+    /// leaves it: the bytes of the newest file that stores it (or the
+    /// root's patch over the image); `None` if the newest file to mention
+    /// it records it as zero, or none does and the image (if the root is
+    /// taken on one) has none there.
     #[must_use]
-    pub fn page(&self, m: usize, page: u64) -> Option<&'a [u8]> {
+    pub fn page(&self, m: usize, page: u64) -> Option<&[u8]> {
         for (header, bytes) in self.links.iter().rev() {
             let image = header.memories.get(m)?;
             let stored = image
@@ -269,7 +299,15 @@ impl<'a> ChainPages<'a> {
             {
                 return None;
             }
+            if let Some(patched) = self.patched.get(&(m, page))
+                && image
+                    .patches
+                    .binary_search_by_key(&page, |p| p.page)
+                    .is_ok()
+            {
+                return Some(patched);
+            }
         }
-        None
+        self.image.and_then(|image| image.page(m, page))
     }
 }

@@ -183,6 +183,7 @@ fn capture_delta_over(
             wasm_pages: bytes.len() as u64 / WASM_PAGE,
             runs,
             zero_runs,
+            patches: Vec::new(),
         });
     }
     let on = BaseRef {
@@ -197,6 +198,7 @@ fn capture_delta_over(
         globals,
         memories,
         base: Some(on),
+        on_image: false,
     };
     finish(header, base, changed == 0, dirty_pages, &data, out)
 }
@@ -370,6 +372,7 @@ fn capture_merged_onto<B: super::SnapshotSource>(
             wasm_pages: bytes.len() as u64 / WASM_PAGE,
             runs,
             zero_runs,
+            patches: Vec::new(),
         });
     }
     let merged_on = BaseRef {
@@ -384,6 +387,7 @@ fn capture_merged_onto<B: super::SnapshotSource>(
         globals,
         memories,
         base: Some(merged_on),
+        on_image: false,
     };
     finish(header, base, !differs_from_head, dirty_pages, &data, out)
 }

@@ -1,17 +1,19 @@
 //! The snapshot file format: its byte layout and the header's encoding
 //! and decoding.
 //!
-//! # File format (versions 1 and 2)
+//! # File format (versions 1, 2 and 3)
 //!
 //! ```text
 //! offset 0   magic "STASNAP\0"                       8 bytes
-//!        8   format version (1 or 2)                 u32 LE
+//!        8   format version (1, 2 or 3)              u32 LE
 //!       12   header length H                         u32 LE
 //!       16   file length L (this whole file)         u64 LE
 //!       24   header (bincode 2, fixed-int encoding)  H bytes
 //!            zero padding to the next 4 KiB boundary
 //!            memory pages: each run of 4 KiB pages, raw, at the 4 KiB-aligned
 //!            file offset the header names (so a restore can map them)
+//!            patch blocks (version 3): each patch's 64-byte blocks, in header
+//!            order, right after the last run
 //!   L - 4    CRC32C of bytes [0, L - 4)              u32 LE
 //! ```
 //!
@@ -31,6 +33,22 @@
 //!   that changed since the base; every other page is as in the base.
 //!   Restoring a delta takes its chain: the full snapshot at its root, then
 //!   each delta in order ([`VerifiedChain`](super::chain::VerifiedChain)).
+//! * **Version 3, a full snapshot on the module's image:** the memory
+//!   starts as the template's initial image ([`InitialImage`]: its active
+//!   data segments over zero pages, a function of the module the digest
+//!   names) instead of zero; the runs hold the pages that differ from it,
+//!   the zero runs the image's non-zero pages that are zero now, and the
+//!   *patches* the pages that differ in a few 64-byte blocks: per patch, the
+//!   page, a bitmap of its changed blocks (bit *i*: bytes `64i..64i+64`) and
+//!   the file offset of those blocks, stored one after another (the pages'
+//!   other blocks are the image's). Every other page is the image's. It is
+//!   a chain's root as a version-1 file is; an actor of a JavaScript
+//!   template, whose evaluated heap is the image, changes a few hundred
+//!   bytes of it per request, so its snapshot holds kilobytes, not the
+//!   heap. Written whenever the template has an image (its data segments'
+//!   offsets are constants); a file that must restore without the template
+//!   (an upgrade that carries the memory over to another module) is
+//!   flattened to version 1 ([`flatten`](super::chain::flatten)).
 //!
 //! A file may also hold a *host-state section* between its last page and
 //! its trailer, in either version ([`host_state`](mod@super::host_state)):
@@ -42,13 +60,25 @@
 
 use serde::{Deserialize, Serialize};
 
+#[cfg(doc)]
+use crate::module::InitialImage;
 use crate::module::{Digest, GlobalKind};
 
 /// First 8 bytes of every snapshot file.
 pub const MAGIC: [u8; 8] = *b"STASNAP\0";
-/// The newest format version this build writes: 2 for a delta. Full
-/// snapshots are written as version [`FULL_FORMAT_VERSION`].
-pub const FORMAT_VERSION: u32 = 2;
+/// The newest format version this build reads and writes: 3 for a full
+/// snapshot on the module's image. Deltas are written as version
+/// [`DELTA_FORMAT_VERSION`], full snapshots of a template without an image
+/// as version [`FULL_FORMAT_VERSION`].
+pub const FORMAT_VERSION: u32 = 3;
+/// The format version of deltas (module docs).
+pub const DELTA_FORMAT_VERSION: u32 = 2;
+/// The format version of full snapshots on the module's image (module
+/// docs).
+pub const IMAGE_FORMAT_VERSION: u32 = 3;
+/// Size of a patch block (version 3), in bytes: a patch stores the
+/// changed blocks of a page, up to `PAGE_SIZE / PATCH_BLOCK` of them.
+pub const PATCH_BLOCK: usize = 64;
 /// The format version of full snapshots (module docs).
 pub const FULL_FORMAT_VERSION: u32 = 1;
 /// The oldest format version this build reads.
@@ -102,7 +132,7 @@ pub struct PageSpan {
 }
 
 /// One linear memory's image.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MemoryImage {
     /// Index in the module's memory index space.
     pub index: u32,
@@ -111,9 +141,49 @@ pub struct MemoryImage {
     /// Stored 4 KiB pages, ascending, not overlapping: the non-zero pages
     /// of a full snapshot, the changed non-zero pages of a delta.
     pub runs: Vec<PageRun>,
-    /// Pages a delta records as zero (ascending, overlapping no run);
-    /// always empty in a full snapshot.
+    /// Pages a delta records as zero, or a snapshot on the module's image
+    /// records as zero where the image is not (ascending, overlapping no
+    /// run); always empty in a version-1 snapshot.
     pub zero_runs: Vec<PageSpan>,
+    /// Pages stored as their changed 64-byte blocks over the module's
+    /// image (ascending, overlapping no run and no zero run); only in a
+    /// version-3 snapshot.
+    pub patches: Vec<PagePatch>,
+}
+
+/// A page stored as the blocks that differ from the module's image
+/// (format version 3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PagePatch {
+    /// Index of the 4 KiB page in the memory.
+    pub page: u64,
+    /// Bit `i` set: bytes `64 i .. 64 i + 64` of the page are stored.
+    /// Never 0.
+    pub blocks: u64,
+    /// File offset of the stored blocks, one after another.
+    pub file_offset: u64,
+}
+
+impl PagePatch {
+    /// Bytes of the stored blocks.
+    #[must_use]
+    pub fn len(&self) -> u64 {
+        u64::from(self.blocks.count_ones()) * PATCH_BLOCK as u64
+    }
+
+    /// Whether no block is stored (never so in a valid file).
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.blocks == 0
+    }
+
+    /// The byte ranges of the page that are stored, in order.
+    pub fn ranges(&self) -> impl Iterator<Item = std::ops::Range<usize>> + use<> {
+        let blocks = self.blocks;
+        (0..64usize)
+            .filter(move |i| blocks >> i & 1 == 1)
+            .map(|i| i * PATCH_BLOCK..(i + 1) * PATCH_BLOCK)
+    }
 }
 
 /// The snapshot a delta was taken against.
@@ -129,7 +199,7 @@ pub struct BaseRef {
 }
 
 /// The decoded header of a snapshot.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Header {
     /// SHA-256 of the template's original bytes.
     pub module_digest: Digest,
@@ -143,36 +213,30 @@ pub struct Header {
     pub memories: Vec<MemoryImage>,
     /// The base of a delta; `None` for a full snapshot.
     pub base: Option<BaseRef>,
-}
-
-/// A version-1 header, as encoded (a full snapshot: no base, no zero runs).
-#[derive(Serialize, Deserialize)]
-struct HeaderV1 {
-    module_digest: Digest,
-    abi_version: u32,
-    clock_ns: u64,
-    globals: Vec<GlobalValue>,
-    memories: Vec<MemoryImageV1>,
-}
-
-/// A version-1 memory image, as encoded.
-#[derive(Serialize, Deserialize)]
-struct MemoryImageV1 {
-    index: u32,
-    wasm_pages: u64,
-    runs: Vec<PageRun>,
+    /// A full snapshot on the module's image (format version 3): pages no
+    /// run, zero run or patch names are the image's, not zero.
+    pub on_image: bool,
 }
 
 impl Header {
     /// The format version this header is written in: 1 for a full
-    /// snapshot, 2 for a delta.
+    /// snapshot, 2 for a delta, 3 for a full snapshot on the module's
+    /// image.
     #[must_use]
     pub fn version(&self) -> u32 {
         if self.base.is_some() {
-            FORMAT_VERSION
+            DELTA_FORMAT_VERSION
+        } else if self.on_image {
+            IMAGE_FORMAT_VERSION
         } else {
             FULL_FORMAT_VERSION
         }
+    }
+
+    /// Number of pages stored as patches (version 3).
+    #[must_use]
+    pub fn patched_pages(&self) -> u64 {
+        self.memories.iter().map(|m| m.patches.len() as u64).sum()
     }
 
     /// Number of pages a delta records as zero.
@@ -270,89 +334,7 @@ pub enum SnapshotError {
     MappedFileChanged(String),
 }
 
-pub(crate) fn header_config() -> impl bincode::config::Config {
-    bincode::config::standard()
-        .with_fixed_int_encoding()
-        .with_limit::<MAX_HEADER>()
-}
-
-/// `header` encoded as a file of its [`Header::version`] stores it (bincode
-/// 2, fixed-int: a version-1 header has no base and no zero runs).
-///
-/// # Errors
-/// [`SnapshotError::TooLarge`] past the 16 MiB header limit.
-pub fn encode_header(header: &Header) -> Result<Vec<u8>, SnapshotError> {
-    let encoded = if header.base.is_some() {
-        bincode::serde::encode_to_vec(header, header_config())
-    } else {
-        let v1 = HeaderV1 {
-            module_digest: header.module_digest,
-            abi_version: header.abi_version,
-            clock_ns: header.clock_ns,
-            globals: header.globals.clone(),
-            memories: header
-                .memories
-                .iter()
-                .map(|m| MemoryImageV1 {
-                    index: m.index,
-                    wasm_pages: m.wasm_pages,
-                    runs: m.runs.clone(),
-                })
-                .collect(),
-        };
-        bincode::serde::encode_to_vec(&v1, header_config())
-    };
-    encoded.map_err(|e| SnapshotError::TooLarge(format!("header: {e}")))
-}
-
-/// Decodes a header of format `version` from all of `bytes` (the file's
-/// header field), without any check but the decoder's bounds: the inverse
-/// of [`encode_header`]. A version other than 1 decodes as version 2.
-///
-/// # Errors
-/// [`SnapshotError::BadHeader`] if the bytes do not decode whole, or a
-/// version-2 header names no base.
-pub fn decode_header(version: u32, bytes: &[u8]) -> Result<Header, SnapshotError> {
-    let bad = |e: bincode::error::DecodeError| SnapshotError::BadHeader(e.to_string());
-    let (header, used) = if version == FULL_FORMAT_VERSION {
-        let (v1, used): (HeaderV1, usize) =
-            bincode::serde::decode_from_slice(bytes, header_config()).map_err(bad)?;
-        let header = Header {
-            module_digest: v1.module_digest,
-            abi_version: v1.abi_version,
-            clock_ns: v1.clock_ns,
-            globals: v1.globals,
-            memories: v1
-                .memories
-                .into_iter()
-                .map(|m| MemoryImage {
-                    index: m.index,
-                    wasm_pages: m.wasm_pages,
-                    runs: m.runs,
-                    zero_runs: Vec::new(),
-                })
-                .collect(),
-            base: None,
-        };
-        (header, used)
-    } else {
-        let (header, used): (Header, usize) =
-            bincode::serde::decode_from_slice(bytes, header_config()).map_err(bad)?;
-        if header.base.is_none() {
-            return Err(SnapshotError::BadHeader(
-                "a version-2 snapshot without a base".to_owned(),
-            ));
-        }
-        (header, used)
-    };
-    if used != bytes.len() {
-        return Err(SnapshotError::BadHeader(format!(
-            "{} bytes left after the header",
-            bytes.len() - used
-        )));
-    }
-    Ok(header)
-}
+pub use super::wire::{decode_header, encode_header};
 
 /// The header length recorded in a file's prefix (bytes 12..16); the
 /// caller has checked that the prefix is there.
@@ -373,7 +355,7 @@ pub(crate) fn data_start(header_len: usize) -> usize {
 
 /// Lays out a file for `header`: sets every page run's file offset (runs
 /// follow each other in header order from the first 4 KiB boundary after
-/// the header) and returns the encoded header and the whole file's length.
+/// the header, then the patches' blocks) and returns the encoded header and the whole file's length.
 ///
 /// # Errors
 /// [`SnapshotError::TooLarge`] if the header does not encode (over 16 MiB).
@@ -384,6 +366,10 @@ pub(crate) fn lay_out(header: &mut Header) -> Result<(Vec<u8>, u64), SnapshotErr
     for run in header.memories.iter_mut().flat_map(|m| &mut m.runs) {
         run.file_offset = offset;
         offset += run.pages * PAGE_SIZE as u64;
+    }
+    for patch in header.memories.iter_mut().flat_map(|m| &mut m.patches) {
+        patch.file_offset = offset;
+        offset += patch.len();
     }
     Ok((encode_header(header)?, offset + TRAILER_LEN as u64))
 }

@@ -4,7 +4,7 @@
 //! trailer:
 //!
 //! ```text
-//! ... memory pages (the last run ends at E, or the data start)
+//! ... memory pages and patches (the last ends at E, or the data start)
 //! E          section bytes                            N bytes
 //! E + N      N                                        u32 LE
 //! E + N + 4  magic "SHST" (0x5453_4853)               u32 LE
@@ -28,7 +28,7 @@ const MAGIC: u32 = 0x5453_4853;
 const FOOTER: usize = 8;
 
 /// Where the pages of a file with `header` end: the end of its last page
-/// run, or its data start when it stores none.
+/// run or patch, or its data start when it stores none.
 fn pages_end(bytes: &[u8], header: &Header) -> usize {
     let start = data_start(recorded_header_len(bytes));
     header
@@ -36,6 +36,13 @@ fn pages_end(bytes: &[u8], header: &Header) -> usize {
         .iter()
         .flat_map(|m| &m.runs)
         .map(|run| (run.file_offset + run.pages * PAGE_SIZE as u64) as usize)
+        .chain(
+            header
+                .memories
+                .iter()
+                .flat_map(|m| &m.patches)
+                .map(|patch| (patch.file_offset + patch.len()) as usize),
+        )
         .fold(start, usize::max)
 }
 

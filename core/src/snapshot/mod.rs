@@ -12,7 +12,9 @@
 //! [`restore`](mod@restore) (verified bytes → instance), [`memory`] (page
 //! scanning, copies and page-fault hints the other two share), [`source`]
 //! (what the bytes are held in), [`host_state`](mod@host_state) (the
-//! host's bytes kept after the pages). The layout
+//! host's bytes kept after the pages), `patch` (pages against the
+//! module's image), `wire` (the header's encoding
+//! per format version). The layout
 //! is described in [`format`](mod@format).
 
 pub mod capture;
@@ -22,10 +24,12 @@ mod dirty;
 pub mod format;
 pub mod host_state;
 pub mod memory;
+mod patch;
 pub mod restamp;
 pub mod restore;
 pub mod source;
 pub mod verify;
+mod wire;
 
 pub use capture::{CaptureStats, capture, capture_into};
 pub use chain::{ChainPages, VerifiedChain, flatten};
@@ -33,9 +37,9 @@ pub use delta::{
     DeltaBase, DeltaCapture, FullInstead, MIN_MERGED, capture_delta, capture_merged, merge_point,
 };
 pub use format::{
-    BaseRef, FORMAT_VERSION, FULL_FORMAT_VERSION, GlobalValue, Header, MAGIC, MAX_DELTA_DEPTH,
-    MemoryImage, OLDEST_READABLE_VERSION, PAGE_SIZE, PageRun, PageSpan, SnapshotError,
-    decode_header, encode_header,
+    BaseRef, DELTA_FORMAT_VERSION, FORMAT_VERSION, FULL_FORMAT_VERSION, GlobalValue, Header,
+    IMAGE_FORMAT_VERSION, MAGIC, MAX_DELTA_DEPTH, MemoryImage, OLDEST_READABLE_VERSION, PAGE_SIZE,
+    PATCH_BLOCK, PagePatch, PageRun, PageSpan, SnapshotError, decode_header, encode_header,
 };
 pub use host_state::{append_host_state, host_state};
 pub use memory::page_is_zero;

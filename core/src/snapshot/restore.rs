@@ -10,6 +10,7 @@ use wasmtime::Val;
 use super::chain::VerifiedChain;
 use super::format::{GlobalValue, PAGE_SIZE, SnapshotError};
 use super::memory::{copy, prepare_fresh};
+use super::patch::{apply, write_image};
 use super::source::SnapshotSource;
 use super::verify::VerifiedSnapshot;
 use crate::cow::{self, MIN_MAPPED_RUN_BYTES};
@@ -44,7 +45,9 @@ pub enum RestoreError {
 /// restore's cost then does not grow with the memory, and a page is copied
 /// only when the guest first writes it. Other runs are copied. Pages not in
 /// the snapshot read zero either way (the resume variant has no data
-/// segments, research notes pitfall 1).
+/// segments, research notes pitfall 1), or, for a snapshot taken on the
+/// module's initial image (format version 3), the image's: it is copied in
+/// first, and the file's zero runs and patches land on it.
 ///
 /// # Errors
 /// [`RestoreError`] if the snapshot is a delta (restore its
@@ -208,6 +211,12 @@ async fn restore_links<B: SnapshotSource>(
         let file = snapshot.source().file();
         for (index, (image, memory)) in snapshot.header().memories.iter().zip(&memories).enumerate()
         {
+            if let Some(initial) = snapshot.image() {
+                // A root on the module's image: the image first, then the
+                // file's pages, zero runs and patches over it.
+                let data = memory.data_mut(&mut instance.store);
+                write_image(data, initial, index, image);
+            }
             for (n, run) in image.runs.iter().enumerate() {
                 let offset = run.first_page as usize * PAGE_SIZE;
                 let len = run.pages as usize * PAGE_SIZE;
@@ -235,6 +244,10 @@ async fn restore_links<B: SnapshotSource>(
             for zero in &image.zero_runs {
                 let start = zero.first_page as usize * PAGE_SIZE;
                 data[start..start + zero.pages as usize * PAGE_SIZE].fill(0);
+            }
+            for patch in &image.patches {
+                let start = patch.page as usize * PAGE_SIZE;
+                apply(&mut data[start..start + PAGE_SIZE], patch, bytes);
             }
         }
     }

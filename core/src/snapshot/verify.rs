@@ -6,8 +6,8 @@
 //! [`verify()`] checks, in this order and before anything sized by the file is
 //! allocated: length ≥ the fixed parts, magic, version, recorded length,
 //! checksum, header decoding (bounded), module digest, ABI version, memory
-//! sizes against the engine's limit, page runs and zero runs against memory
-//! and file bounds, the base's depth, globals against the module (index,
+//! sizes against the engine's limit, page runs, zero runs and patches
+//! against memory and file bounds, the base's depth, globals against the module (index,
 //! type, and bits within the type's width). Each failure is a distinct
 //! [`SnapshotError`] naming the check. A delta verifies on its own; that its
 //! base is there and is the one it names is checked by
@@ -19,7 +19,8 @@ use super::format::{
     data_start, decode_header, recorded_header_len,
 };
 use super::source::SnapshotSource;
-use crate::module::{GlobalKind, Template};
+use crate::module::{GlobalKind, InitialImage, Template};
+use std::sync::Arc;
 
 /// A snapshot whose bytes passed [`verify`] against one template: the
 /// decoded header and the bytes it was read from (`B` is anything holding
@@ -31,6 +32,9 @@ use crate::module::{GlobalKind, Template};
 pub struct VerifiedSnapshot<B> {
     header: Header,
     bytes: B,
+    /// The template's initial image, for a snapshot taken on it (format
+    /// version 3).
+    image: Option<Arc<InitialImage>>,
 }
 
 impl<B: AsRef<[u8]>> std::fmt::Debug for VerifiedSnapshot<B> {
@@ -60,6 +64,14 @@ impl<B: AsRef<[u8]>> VerifiedSnapshot<B> {
     #[must_use]
     pub fn source(&self) -> &B {
         &self.bytes
+    }
+
+    /// The module's initial image the snapshot was taken on (format
+    /// version 3): pages the file does not name are the image's. `None`
+    /// for other versions (such pages are zero, or a delta's base's).
+    #[must_use]
+    pub fn image(&self) -> Option<&InitialImage> {
+        self.image.as_deref()
     }
 
     /// The decoded header, dropping the bytes.
@@ -93,7 +105,22 @@ pub fn verify<B: SnapshotSource>(
         Checksum::Compute
     };
     let header = check_layout(bytes.as_ref(), template, max_memory, checksum)?;
-    Ok(VerifiedSnapshot { header, bytes })
+    let image = match (header.on_image, &template.info.image) {
+        (false, _) => None,
+        (true, Some(image)) => Some(image.clone()),
+        (true, None) => {
+            return Err(SnapshotError::Layout(
+                "the snapshot is taken on the module's initial image, which this template \
+                 does not have (a data segment at a non-constant offset)"
+                    .to_owned(),
+            ));
+        }
+    };
+    Ok(VerifiedSnapshot {
+        header,
+        bytes,
+        image,
+    })
 }
 
 /// [`verify`] on a borrowed file: the header, once every check passed.
@@ -187,6 +214,7 @@ fn check_layout(
             next_page = end_page.unwrap_or(u64::MAX);
         }
         check_zero_runs(image, memory_pages)?;
+        check_patches(image, memory_pages, data_start, data_end)?;
     }
     if let Some(base) = header.base
         && !(1..=MAX_DELTA_DEPTH).contains(&base.depth)
@@ -244,6 +272,39 @@ fn check_zero_runs(image: &MemoryImage, memory_pages: u64) -> Result<(), Snapsho
             )));
         }
         next_page = end_page;
+    }
+    Ok(())
+}
+
+/// Checks a version-3 file's patches: each with a block, ascending, inside
+/// the memory of `memory_pages` 4 KiB pages, on a page no run or zero run
+/// names, its blocks inside the file's data.
+fn check_patches(
+    image: &MemoryImage,
+    memory_pages: u64,
+    data_start: u64,
+    data_end: u64,
+) -> Result<(), SnapshotError> {
+    let mut next_page = 0u64;
+    for patch in &image.patches {
+        let in_file = patch.file_offset >= data_start
+            && patch
+                .file_offset
+                .checked_add(patch.len())
+                .is_some_and(|end| end <= data_end);
+        let ok = !patch.is_empty()
+            && patch.page >= next_page
+            && patch.page < memory_pages
+            && in_file
+            && !super::patch::replaced_whole(image, patch.page);
+        if !ok {
+            return Err(SnapshotError::Layout(format!(
+                "patch {patch:?} of memory {} lies outside the memory or the file, out of \
+                 order, or on a page a run names",
+                image.index
+            )));
+        }
+        next_page = patch.page + 1;
     }
     Ok(())
 }

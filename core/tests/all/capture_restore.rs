@@ -5,7 +5,7 @@
 use std::sync::{Arc, Mutex};
 
 use stasis_core::instance::{ActorInstance, InstanceConfig};
-use stasis_core::snapshot::{self, PAGE_SIZE, SnapshotError};
+use stasis_core::snapshot::{self, SnapshotError};
 
 use crate::support::*;
 
@@ -213,25 +213,31 @@ async fn zeroed_data_segment_page_stays_zero_after_restore() {
     );
     let before = inst.memory_data(0).unwrap().to_vec();
     let (bytes, stats) = snapshot::capture(&mut inst).unwrap();
-    // Pages 0 (response) and 3 (`keep`) are non-zero; page 2 is not stored.
-    assert_eq!(stats.stored_pages, 2);
-    // Each stored run sits at a 4 KiB-aligned file offset and holds exactly
-    // the memory's bytes.
+    // Taken on the module's initial image (format version 3): page 3
+    // (`keep`) is the image's and not stored, page 2 (the zeroed segment)
+    // is a zero run, and page 0 (the image's bytes at 16 and the
+    // response) at most a patch of the blocks that differ.
+    assert_eq!(stats.stored_pages, 0);
     let header = snapshot::verify_header(&bytes).unwrap();
-    let runs: Vec<(u64, u64)> = header.memories[0]
-        .runs
+    assert!(header.on_image);
+    assert_eq!(header.version(), snapshot::IMAGE_FORMAT_VERSION);
+    let memory = &header.memories[0];
+    assert!(memory.runs.is_empty());
+    let zeros: Vec<(u64, u64)> = memory
+        .zero_runs
         .iter()
-        .map(|r| (r.first_page, r.pages))
+        .map(|z| (z.first_page, z.pages))
         .collect();
-    assert_eq!(runs, [(0, 1), (3, 1)]);
-    for run in &header.memories[0].runs {
-        assert_eq!(run.file_offset % PAGE_SIZE as u64, 0);
-        let (src, dst) = (
-            run.file_offset as usize,
-            run.first_page as usize * PAGE_SIZE,
-        );
-        let len = run.pages as usize * PAGE_SIZE;
-        assert_eq!(bytes[src..src + len], before[dst..dst + len]);
+    assert_eq!(zeros, [(2, 1)]);
+    // Each patch holds exactly the memory's bytes of its blocks.
+    for patch in &memory.patches {
+        assert_eq!(patch.page, 0);
+        let mut at = patch.file_offset as usize;
+        for range in patch.ranges() {
+            let len = range.len();
+            assert_eq!(bytes[at..at + len], before[range]);
+            at += len;
+        }
     }
 
     let (_engine, restored) = restore_fresh(&wasm, &bytes, config()).await;
@@ -273,7 +279,12 @@ async fn every_memory_of_a_multi_memory_module_round_trips() {
     assert_eq!(before[1].len(), 3 * 65536);
     let (bytes, stats) = snapshot::capture(&mut inst).unwrap();
     assert_eq!(stats.memory_bytes, 4 * 65536);
-    assert_eq!(stats.stored_pages, 3);
+    // On the initial image: page 1 of memory 0 and page 46 of memory 1 are
+    // stored; page 17 of memory 1 (the zeroed segment) is a zero run.
+    assert_eq!(stats.stored_pages, 2);
+    let header = snapshot::verify_header(&bytes).unwrap();
+    assert_eq!(header.memories[1].zero_runs.len(), 1);
+    assert_eq!(header.memories[1].zero_runs[0].first_page, 70000 / 4096);
 
     let (_engine, restored) = restore_fresh(&wasm, &bytes, config()).await;
     for (i, expected) in before.iter().enumerate() {
@@ -313,7 +324,9 @@ async fn sparse_64_mib_memory_round_trips_in_a_small_snapshot() {
         bytes.len()
     );
     assert_eq!(stats.memory_bytes, 64 << 20);
-    assert_eq!(stats.stored_pages, 256 + 2);
+    // The filled 1 MiB and the last page; page 0 differs from the
+    // module's initial image in a few blocks at most (a patch).
+    assert_eq!(stats.stored_pages, 256 + 1);
     assert_eq!(stats.file_bytes, bytes.len() as u64);
 
     // A host whose limit is below the snapshot's memory refuses it up front.

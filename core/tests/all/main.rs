@@ -9,6 +9,8 @@
 //! * [`delta`]: incremental snapshots: chains restore exactly, bounded
 //!   depth, corrupt bases named, retention and fork keep chains.
 //! * [`format`]: corrupt snapshot files, size limits, `same_state`.
+//! * [`image`]: snapshots on the module's initial image (version 3):
+//!   small, exact, flattened, patches checked.
 //! * [`fuzz`]: property-based fuzzing of the snapshot loader and module
 //!   validation and rewriting.
 //! * [`store`]: the snapshot files: retention, temp files, quota, mapping.
@@ -22,6 +24,7 @@ mod cow;
 mod delta;
 mod format;
 mod fuzz;
+mod image;
 mod module;
 mod objects;
 mod pooling;

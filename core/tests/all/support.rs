@@ -158,5 +158,11 @@ pub(crate) async fn small_snapshot(wasm: &[u8]) -> (Arc<StasisEngine>, Arc<Templ
         .unwrap();
     call_ok(&mut inst).await;
     let (bytes, _) = snapshot::capture(&mut inst).unwrap();
+    // As version 1 (flattened off the module's image): the layout the
+    // format tests pin, pages 0 and 2 stored.
+    let max = engine.limits().max_memory;
+    let verified = snapshot::verify(&bytes[..], &template, max).unwrap();
+    let chain = snapshot::VerifiedChain::new(vec![(0, verified)]).unwrap();
+    let bytes = snapshot::flatten(&chain).unwrap();
     (engine, template, bytes)
 }
