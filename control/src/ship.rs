@@ -77,7 +77,7 @@ impl ControlPlane {
             .await
             .map_err(ApiError::internal)??;
         let flatten = stasis_core::snapshot::peek_header(&stored)
-            .is_ok_and(|h| h.base.is_some() || (standalone && h.on_image));
+            .is_ok_and(|h| h.base.is_some() || (standalone && h.on_image.is_some()));
         if !flatten {
             // Sent straight from the mapped file (snapshot files are only
             // ever replaced by rename, never rewritten in place).

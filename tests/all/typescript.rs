@@ -138,7 +138,18 @@ export function fail(reason: Reason): never {
 }
 "#;
 
-const THROWS: &str = r#"import { fail, type Reason } from "./src/fail.ts";
+/// A property read that throws, on its own line (5) of an expression that
+/// begins on line 3 (QuickJS-ng records no position at a property read;
+/// the engine's patched copy does: demos/vendor/rquickjs-sys).
+const READ: &str = r#"export function pick(o: any): string {
+  const first: string = o.name;
+  return o
+    .missing
+    .field + first;
+}
+"#;
+
+const THROWS: &str = r#"import { fail, type Reason } from "./src/fail.ts"; import { pick } from "./src/read.ts";
 
 interface Pending { ms: number }
 const wait = (p: Pending): Promise<void> => Promise.resolve();
@@ -147,6 +158,7 @@ export default {
   async fetch(request: Request): Promise<Response> {
     await wait({ ms: 0 } as Pending);
     if (request.method === "POST") fail({ why: "asked to", code: 7 } satisfies Reason);
+    if (request.method === "PUT") return new Response(pick({ name: "n" }));
     return new Response("fine\n");
   },
 };
@@ -161,6 +173,7 @@ async fn typescript_thrown_error_stack_names_the_ts_files_and_lines() {
     let root = project.path();
     write(root, "app.ts", THROWS);
     write(root, "src/fail.ts", FAIL);
+    write(root, "src/read.ts", READ);
     let server = Server::start(&[]);
     server.cli_ok(&["template", "push", "ts-throws", &path_of(root, "app.ts")]);
     server.create("tt-1", "ts-throws");
@@ -191,6 +204,24 @@ async fn typescript_thrown_error_stack_names_the_ts_files_and_lines() {
                 Err(format!(
                     "inner {inner}, outer {outer}, engine {engine}\n{log}"
                 ))
+            }
+        },
+    )
+    .await;
+    // A property read of undefined: the innermost frame is the read's own
+    // line and column (`.field`, line 5), not the statement's (line 3).
+    let answer = to_actor(&client(), server.ingress, "tt-1", "PUT", "/").await;
+    assert_eq!(answer.status, 500, "{answer:?}");
+    wait::until_else_async(
+        "the property read's frame in the log",
+        Duration::from_secs(10),
+        async || {
+            let log = server.log();
+            let read = log.contains("at pick (src/read.ts:5:6)");
+            if log.contains("TypeError") && read {
+                Ok(())
+            } else {
+                Err(format!("read {read}\n{log}"))
             }
         },
     )

@@ -18,6 +18,9 @@ use crate::snapshot::format::PAGE_SIZE;
 #[derive(Clone, PartialEq, Eq)]
 pub struct InitialImage {
     memories: Vec<BTreeMap<u64, Box<[u8]>>>,
+    /// CRC32C of every non-zero page with its memory and page index
+    /// ([`InitialImage::checksum`]).
+    checksum: u32,
 }
 
 impl std::fmt::Debug for InitialImage {
@@ -25,6 +28,7 @@ impl std::fmt::Debug for InitialImage {
         let pages: Vec<usize> = self.memories.iter().map(BTreeMap::len).collect();
         f.debug_struct("InitialImage")
             .field("non_zero_pages", &pages)
+            .field("checksum", &self.checksum)
             .finish()
     }
 }
@@ -40,6 +44,7 @@ impl InitialImage {
     pub fn of_module(bytes: &[u8], memories: &[MemoryInfo]) -> Option<Self> {
         let mut image = Self {
             memories: vec![BTreeMap::new(); memories.len()],
+            checksum: 0,
         };
         let mut imported_memories = 0u32;
         for payload in Parser::new(0).parse_all(bytes) {
@@ -89,7 +94,25 @@ impl InitialImage {
         for memory in &mut image.memories {
             memory.retain(|_, page| !crate::snapshot::page_is_zero(page));
         }
+        let mut crc = 0u32;
+        for (m, memory) in image.memories.iter().enumerate() {
+            for (page, bytes) in memory {
+                crc = crc32c::crc32c_append(crc, &(m as u64).to_le_bytes());
+                crc = crc32c::crc32c_append(crc, &page.to_le_bytes());
+                crc = crc32c::crc32c_append(crc, bytes);
+            }
+        }
+        image.checksum = crc;
         Some(image)
+    }
+
+    /// The CRC32C of the image's content (each non-zero page with its
+    /// memory and page index): a version-3 snapshot records the checksum
+    /// of the image it was taken on, so it is never restored onto an image
+    /// that differs (a build that computes the image otherwise).
+    #[must_use]
+    pub fn checksum(&self) -> u32 {
+        self.checksum
     }
 
     /// Writes `bytes` at `offset` of memory `m`'s image.

@@ -10,6 +10,7 @@ use super::memory::{append, prepare_fresh, scan_candidate_runs, scan_runs};
 use super::patch::{against_image, append_blocks};
 use crate::instance::ActorInstance;
 use crate::module::GlobalKind;
+use crate::module::InitialImage;
 
 /// Capture copies and checksums page runs in chunks of this size (fits L2).
 const CRC_CHUNK: usize = 64 << 10;
@@ -109,7 +110,7 @@ pub fn capture_into(
         globals,
         memories,
         base: None,
-        on_image: image.is_some(),
+        on_image: image.map(InitialImage::checksum),
     };
     let stats = write_file(out, &mut header, &data)?;
     intact(instance)?;
@@ -216,7 +217,7 @@ pub(crate) fn empty_snapshot(clock_ns: u64) -> Vec<u8> {
         globals: Vec::new(),
         memories: Vec::new(),
         base: None,
-        on_image: false,
+        on_image: None,
     };
     let mut out = Vec::new();
     write_file(&mut out, &mut header, &[]).expect("encodes");

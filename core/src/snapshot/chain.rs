@@ -201,7 +201,7 @@ pub fn flatten<B: SnapshotSource>(chain: &VerifiedChain<B>) -> Result<Vec<u8>, S
             })
             .collect(),
         base: None,
-        on_image: false,
+        on_image: None,
     };
     let slices: Vec<&[u8]> = memories.iter().map(Vec::as_slice).collect();
     let mut out = Vec::new();

@@ -198,7 +198,7 @@ fn capture_delta_over(
         globals,
         memories,
         base: Some(on),
-        on_image: false,
+        on_image: None,
     };
     finish(header, base, changed == 0, dirty_pages, &data, out)
 }
@@ -387,7 +387,7 @@ fn capture_merged_onto<B: super::SnapshotSource>(
         globals,
         memories,
         base: Some(merged_on),
-        on_image: false,
+        on_image: None,
     };
     finish(header, base, !differs_from_head, dirty_pages, &data, out)
 }

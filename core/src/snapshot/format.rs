@@ -23,8 +23,9 @@
 //! per memory, its size in 64 KiB pages and its runs of stored 4 KiB pages.
 //!
 //! * **Version 1, a full snapshot:** the runs are the memory's non-zero
-//!   pages; pages not listed are zero. Full snapshots are still written as
-//!   version 1, byte for byte as before version 2 existed.
+//!   pages; pages not listed are zero. Full snapshots of a template without
+//!   an initial image are written as version 1, byte for byte as before
+//!   versions 2 and 3 existed (and a flattened chain is version 1).
 //! * **Version 2, a delta** (an incremental snapshot): the header also names
 //!   its *base* — the snapshot it was taken against, by sequence number, the
 //!   base file's CRC32C trailer, and the delta's depth (1 on a full base, one
@@ -41,7 +42,9 @@
 //!   *patches* the pages that differ in a few 64-byte blocks: per patch, the
 //!   page, a bitmap of its changed blocks (bit *i*: bytes `64i..64i+64`) and
 //!   the file offset of those blocks, stored one after another (the pages'
-//!   other blocks are the image's). Every other page is the image's. It is
+//!   other blocks are the image's). Every other page is the image's. The
+//!   header records the image's checksum, so a file is only ever restored
+//!   onto the image it was taken on. It is
 //!   a chain's root as a version-1 file is; an actor of a JavaScript
 //!   template, whose evaluated heap is the image, changes a few hundred
 //!   bytes of it per request, so its snapshot holds kilobytes, not the
@@ -213,9 +216,10 @@ pub struct Header {
     pub memories: Vec<MemoryImage>,
     /// The base of a delta; `None` for a full snapshot.
     pub base: Option<BaseRef>,
-    /// A full snapshot on the module's image (format version 3): pages no
-    /// run, zero run or patch names are the image's, not zero.
-    pub on_image: bool,
+    /// A full snapshot on the module's image (format version 3), with the
+    /// image's checksum ([`InitialImage::checksum`]): pages no run, zero
+    /// run or patch names are the image's, not zero. `None` otherwise.
+    pub on_image: Option<u32>,
 }
 
 impl Header {
@@ -226,7 +230,7 @@ impl Header {
     pub fn version(&self) -> u32 {
         if self.base.is_some() {
             DELTA_FORMAT_VERSION
-        } else if self.on_image {
+        } else if self.on_image.is_some() {
             IMAGE_FORMAT_VERSION
         } else {
             FULL_FORMAT_VERSION
@@ -327,6 +331,19 @@ pub enum SnapshotError {
     /// Page runs or globals do not fit the module or the file.
     #[error("snapshot layout invalid: {0}")]
     Layout(String),
+    /// Taken on the module's initial image (format version 3), and the
+    /// template's image is not that one (its checksum differs, or this
+    /// build computes none for the module): not a damaged file, and not
+    /// restorable here.
+    #[error(
+        "snapshot is taken on a module image with checksum {found}; this template's is {expected}"
+    )]
+    ImageDiffers {
+        /// The template's image checksum (hex), or "none".
+        expected: String,
+        /// The checksum the snapshot records (hex).
+        found: String,
+    },
     /// A snapshot file mapped into memory (by a restore, or to be read)
     /// was truncated or written in place since it was mapped
     /// ([`crate::mapped`]): what was read from it is not its state.

@@ -15,7 +15,8 @@ use crate::module::Digest;
 ///
 /// # Errors
 /// [`SnapshotError`] if `bytes` is no valid snapshot, fails its checksum,
-/// or is a delta (only a full snapshot stands alone).
+/// or is not version 1 (a delta, or a snapshot on the module's image:
+/// only a version-1 file stands alone).
 pub fn restamp(bytes: &[u8], digest: Digest) -> Result<Vec<u8>, SnapshotError> {
     let mut header = peek_header(bytes)?;
     let end = bytes.len() - TRAILER_LEN;
@@ -27,7 +28,9 @@ pub fn restamp(bytes: &[u8], digest: Digest) -> Result<Vec<u8>, SnapshotError> {
     let version = u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]);
     if header.base.is_some() || version != FULL_FORMAT_VERSION {
         return Err(SnapshotError::Layout(
-            "a delta cannot be re-stamped; flatten its chain first".into(),
+            "only a version-1 snapshot can be re-stamped (a delta, or one taken on the \
+             module's image, depends on its module); flatten it first"
+                .into(),
         ));
     }
     let old_len = u32::from_le_bytes([bytes[12], bytes[13], bytes[14], bytes[15]]) as usize;

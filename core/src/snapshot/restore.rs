@@ -186,23 +186,7 @@ async fn restore_links<B: SnapshotSource>(
     // pitfall 9), and split the slot's mapping in three.
     let huge_pages = engine.slots().is_none();
     let memories = instance.memories.clone();
-    for (image, memory) in head.memories.iter().zip(&memories) {
-        let current = memory.size(&instance.store);
-        if image.wasm_pages > current {
-            memory
-                .grow(&mut instance.store, image.wasm_pages - current)
-                .map_err(|e| {
-                    SnapshotError::TooLarge(format!(
-                        "memory {} cannot grow to {} pages ({} bytes) here \
-                         (--max-memory is {} bytes): {e}",
-                        image.index,
-                        image.wasm_pages,
-                        image.wasm_pages.saturating_mul(65536),
-                        engine.limits().max_memory
-                    ))
-                })?;
-        }
-    }
+    grow_memories(engine, &mut instance, head)?;
     let chosen = choose_mapped_runs(engine, &mut instance, links);
     // Link by link, so every page ends with the last link's content: a
     // later link's run, mapped or copied, lands over an earlier one's.
@@ -241,7 +225,10 @@ async fn restore_links<B: SnapshotSource>(
                 copy(dst, &bytes[src..src + len]);
             }
             let data = memory.data_mut(&mut instance.store);
-            for zero in &image.zero_runs {
+            // A root's zero runs name pages of fresh (zero) memory that the
+            // image was not written to: filling them would only fault them in.
+            let fresh = link == 0;
+            for zero in image.zero_runs.iter().filter(|_| !fresh) {
                 let start = zero.first_page as usize * PAGE_SIZE;
                 data[start..start + zero.pages as usize * PAGE_SIZE].fill(0);
             }
@@ -269,6 +256,33 @@ async fn restore_links<B: SnapshotSource>(
         .mapped_intact()
         .map_err(SnapshotError::MappedFileChanged)?;
     Ok(instance)
+}
+
+/// Grows each memory of the fresh `instance` to the size `head` records.
+fn grow_memories(
+    engine: &StasisEngine,
+    instance: &mut ActorInstance,
+    head: &super::format::Header,
+) -> Result<(), SnapshotError> {
+    let memories = instance.memories.clone();
+    for (image, memory) in head.memories.iter().zip(&memories) {
+        let current = memory.size(&instance.store);
+        if image.wasm_pages > current {
+            memory
+                .grow(&mut instance.store, image.wasm_pages - current)
+                .map_err(|e| {
+                    SnapshotError::TooLarge(format!(
+                        "memory {} cannot grow to {} pages ({} bytes) here \
+                         (--max-memory is {} bytes): {e}",
+                        image.index,
+                        image.wasm_pages,
+                        image.wasm_pages.saturating_mul(65536),
+                        engine.limits().max_memory
+                    ))
+                })?;
+        }
+    }
+    Ok(())
 }
 
 /// A page run of a chain: (link index, memory index, run index in its

@@ -106,14 +106,15 @@ pub fn verify<B: SnapshotSource>(
     };
     let header = check_layout(bytes.as_ref(), template, max_memory, checksum)?;
     let image = match (header.on_image, &template.info.image) {
-        (false, _) => None,
-        (true, Some(image)) => Some(image.clone()),
-        (true, None) => {
-            return Err(SnapshotError::Layout(
-                "the snapshot is taken on the module's initial image, which this template \
-                 does not have (a data segment at a non-constant offset)"
-                    .to_owned(),
-            ));
+        (None, _) => None,
+        (Some(crc), Some(image)) if crc == image.checksum() => Some(image.clone()),
+        (Some(crc), image) => {
+            return Err(SnapshotError::ImageDiffers {
+                expected: image
+                    .as_ref()
+                    .map_or_else(|| "none".to_owned(), |i| format!("{:08x}", i.checksum())),
+                found: format!("{crc:08x}"),
+            });
         }
     };
     Ok(VerifiedSnapshot {

@@ -16,6 +16,7 @@ use crate::module::Digest;
 #[derive(Serialize, Deserialize)]
 struct HeaderV3 {
     module_digest: Digest,
+    image_crc32c: u32,
     abi_version: u32,
     clock_ns: u64,
     globals: Vec<GlobalValue>,
@@ -112,6 +113,7 @@ pub fn encode_header(header: &Header) -> Result<Vec<u8>, SnapshotError> {
         IMAGE_FORMAT_VERSION => {
             let v3 = HeaderV3 {
                 module_digest: digest,
+                image_crc32c: header.on_image.unwrap_or_default(),
                 abi_version: abi,
                 clock_ns: clock,
                 globals,
@@ -178,7 +180,7 @@ pub fn decode_header(version: u32, bytes: &[u8]) -> Result<Header, SnapshotError
                 globals: v1.globals,
                 memories,
                 base: None,
-                on_image: false,
+                on_image: None,
             };
             (header, used)
         }
@@ -203,7 +205,7 @@ pub fn decode_header(version: u32, bytes: &[u8]) -> Result<Header, SnapshotError
                 globals: v3.globals,
                 memories,
                 base: None,
-                on_image: true,
+                on_image: Some(v3.image_crc32c),
             };
             (header, used)
         }
@@ -233,7 +235,7 @@ pub fn decode_header(version: u32, bytes: &[u8]) -> Result<Header, SnapshotError
                 globals: v2.globals,
                 memories,
                 base: v2.base,
-                on_image: false,
+                on_image: None,
             };
             (header, used)
         }

@@ -98,6 +98,22 @@ pub enum ChainError {
 }
 
 impl ChainError {
+    /// Whether a snapshot of the chain is damaged (it does not verify, or
+    /// does not fit its chain) — not merely unreadable now (a store error)
+    /// nor of another module (another version of the template, or a
+    /// module image this build computes otherwise), which are kept.
+    #[must_use]
+    pub fn is_corrupt(&self) -> bool {
+        match self {
+            Self::Open { .. } => false,
+            Self::Invalid { source, .. } => !matches!(
+                source,
+                SnapshotError::WrongModule { .. } | SnapshotError::ImageDiffers { .. }
+            ),
+            Self::Base { source, .. } => source.is_corrupt(),
+        }
+    }
+
     /// The store error behind this one, if a snapshot could not be opened.
     #[must_use]
     pub fn store_error(&self) -> Option<&StoreError> {
@@ -240,8 +256,10 @@ pub fn open_chain_over(
 }
 
 /// Deletes every snapshot of `actor` except `source` that cannot be
-/// restored against `template` under `max_memory` (bytes): snapshots known
-/// to be corrupt, and deltas whose chain holds one. A repair calls this
+/// restored against `template` under `max_memory` (bytes) because it is
+/// damaged ([`ChainError::is_corrupt`]): snapshots known to be corrupt, and
+/// deltas whose chain holds one. Snapshots of another module (an earlier
+/// version's, the way back of an upgrade) stay. A repair calls this
 /// before it writes the repaired state, so that retention, which keeps the
 /// newest snapshots, never keeps a corrupt one in place of the snapshot the
 /// repair came from (`source`: the snapshot it resumed from, `None` when it
@@ -265,7 +283,7 @@ pub fn remove_corrupt(
             continue;
         }
         if let Err(problem) = open_chain(store, actor, entry.seq, template, max_memory)
-            && problem.store_error().is_none()
+            && problem.is_corrupt()
         {
             corrupt.push((entry.seq, problem.to_string()));
         }

@@ -219,7 +219,7 @@ async fn zeroed_data_segment_page_stays_zero_after_restore() {
     // response) at most a patch of the blocks that differ.
     assert_eq!(stats.stored_pages, 0);
     let header = snapshot::verify_header(&bytes).unwrap();
-    assert!(header.on_image);
+    assert!(header.on_image.is_some());
     assert_eq!(header.version(), snapshot::IMAGE_FORMAT_VERSION);
     let memory = &header.memories[0];
     assert!(memory.runs.is_empty());

@@ -186,7 +186,7 @@ async fn a_chain_of_deltas_restores_exactly_and_flattens_to_the_same_state() {
         let header = snapshot::peek_header(&flat).expect("header");
         assert_eq!(header.base, None);
         assert!(
-            !header.on_image,
+            header.on_image.is_none(),
             "a flattened chain restores without the image"
         );
         let verified =

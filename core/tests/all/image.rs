@@ -130,7 +130,7 @@ async fn a_mostly_image_memory_snapshots_to_its_changes_and_restores_exactly() {
     let chain = VerifiedChain::new(vec![(1, verified)]).unwrap();
     let flat = snapshot::flatten(&chain).unwrap();
     let flat_header = snapshot::verify_header(&flat).unwrap();
-    assert!(!flat_header.on_image);
+    assert!(flat_header.on_image.is_none());
     assert_eq!(flat_header.stored_pages(), IMAGE_PAGES as u64 + 2);
     let (_e, restored) = restore_fresh(&wasm, &flat, config()).await;
     assert!(
@@ -171,6 +171,17 @@ async fn patches_that_do_not_fit_are_refused() {
             verify(&b)
         );
     }
+    // Recorded on another image (a build that computed it otherwise): not
+    // damaged, not restorable onto this one either.
+    let mut h = header.clone();
+    h.on_image = h.on_image.map(|crc| crc ^ 1);
+    assert!(
+        matches!(
+            verify(&rewrite_header(&bytes, &h)),
+            Err(SnapshotError::ImageDiffers { .. })
+        ),
+        "another image"
+    );
     // A template without the image (another module) does not take it.
     let other = load(&engine, &guest(BASE, "(nop)"));
     assert!(snapshot::verify(&bytes[..], &other, max).is_err());
