@@ -28,6 +28,9 @@ if ! command -v protoc >/dev/null; then
     { DEBIAN_FRONTEND=noninteractive "${apt[@]}" update -qq &&
       DEBIAN_FRONTEND=noninteractive "${apt[@]}" install -y -qq protobuf-compiler >/dev/null; }
 fi
+# The C demo actor and the JavaScript engine (the README's JS session)
+# need clang and wasi-libc.
+./scripts/install-wasm-toolchain.sh
 # The same build as scripts/test.sh (one profile, one feature set): right
 # after the tests it compiles nothing, and the tests' build of `stasis` is
 # the one the demo runs.

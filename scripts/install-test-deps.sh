@@ -40,17 +40,7 @@ if [ ! -x /usr/bin/etcd ] || ! command -v protoc >/dev/null || ! command -v open
   as_root apt-get install -y -qq etcd-server protobuf-compiler openssl >/dev/null
 fi
 
-c_builtins() { clang --target=wasm32-wasi -print-libgcc-file-name 2>/dev/null || true; }
-if ! command -v clang >/dev/null || ! command -v wasm-ld >/dev/null ||
-  [ ! -f /usr/lib/wasm32-wasi/libc.a ] || [ ! -f "$(c_builtins)" ] ||
-  ! command -v llvm-ar >/dev/null; then
-  say "apt-get install clang lld llvm wasi-libc libclang-rt-dev-wasm32"
-  export DEBIAN_FRONTEND=noninteractive
-  if ! apt-cache show clang lld llvm wasi-libc libclang-rt-dev-wasm32 >/dev/null 2>&1; then
-    as_root apt-get update -qq
-  fi
-  as_root apt-get install -y -qq clang lld llvm wasi-libc libclang-rt-dev-wasm32 >/dev/null
-fi
+"$(dirname "$0")/install-wasm-toolchain.sh"
 
 # The web console's tests drive Debian's headless Chromium over the
 # DevTools protocol.
