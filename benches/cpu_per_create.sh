@@ -3,8 +3,10 @@
 # BENCHMARKS.md, section 41): N `POST /v1/actors` of new counters, 8 in flight,
 # to one `stasis serve` (2 in-process workers), then to a cluster of one etcd
 # member, one replica (`serve --workers 0`) and two `worker run` on a file://
-# store. Prints creates/s and each server process's CPU (user + system, from
-# /proc/PID/stat) per create; the clients' CPU is not counted.
+# store. Prints each server process's CPU (user + system, from /proc/PID/stat)
+# per create; the clients' CPU is not counted. The creates/s it prints are
+# bounded by its client (one curl process per create): for rates, use
+# benches/batch.rs.
 #
 # Usage: benches/cpu_per_create.sh [N]   (default 400)
 # Needs `cargo build --release`, etcd, curl and bc. Optional: PERF=1 records
