@@ -66,12 +66,8 @@ impl InitialImage {
                         else {
                             continue;
                         };
-                        let defined = memory_index.checked_sub(imported_memories)? as usize;
-                        let (m, info) = memories
-                            .iter()
-                            .enumerate()
-                            .find(|(_, m)| m.index == memory_index)
-                            .filter(|(m, _)| *m == defined)?;
+                        let m = memory_index.checked_sub(imported_memories)? as usize;
+                        let info = memories.get(m).filter(|i| i.index == memory_index)?;
                         let mut ops = offset_expr.get_operators_reader();
                         let offset = match ops.read().ok()? {
                             Operator::I32Const { value } => u64::from(value as u32),

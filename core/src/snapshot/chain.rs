@@ -280,23 +280,11 @@ impl<'a> ChainPages<'a> {
     pub fn page(&self, m: usize, page: u64) -> Option<&[u8]> {
         for (header, bytes) in self.links.iter().rev() {
             let image = header.memories.get(m)?;
-            let stored = image
-                .runs
-                .partition_point(|r| r.first_page + r.pages <= page);
-            if let Some(run) = image.runs.get(stored)
-                && run.first_page <= page
-            {
+            if let Some(run) = image.run_at(page) {
                 let at = run.file_offset as usize + (page - run.first_page) as usize * PAGE_SIZE;
                 return bytes.get(at..at + PAGE_SIZE);
             }
-            let zeroed = image
-                .zero_runs
-                .partition_point(|z| z.first_page + z.pages <= page);
-            if image
-                .zero_runs
-                .get(zeroed)
-                .is_some_and(|z| z.first_page <= page)
-            {
+            if image.zeroes(page) {
                 return None;
             }
             if let Some(patched) = self.patched.get(&(m, page))

@@ -154,6 +154,26 @@ pub struct MemoryImage {
     pub patches: Vec<PagePatch>,
 }
 
+impl MemoryImage {
+    /// The stored run holding 4 KiB page `page`, if any.
+    #[must_use]
+    pub fn run_at(&self, page: u64) -> Option<&PageRun> {
+        let at = self
+            .runs
+            .partition_point(|r| r.first_page + r.pages <= page);
+        self.runs.get(at).filter(|r| r.first_page <= page)
+    }
+
+    /// Whether a zero run holds 4 KiB page `page`.
+    #[must_use]
+    pub fn zeroes(&self, page: u64) -> bool {
+        let at = self
+            .zero_runs
+            .partition_point(|z| z.first_page + z.pages <= page);
+        self.zero_runs.get(at).is_some_and(|z| z.first_page <= page)
+    }
+}
+
 /// A page stored as the blocks that differ from the module's image
 /// (format version 3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -97,17 +97,7 @@ pub(crate) fn write_image(memory: &mut [u8], image: &InitialImage, m: usize, sto
 
 /// Whether `page` lies in one of `stored`'s runs or zero runs.
 pub(crate) fn replaced_whole(stored: &MemoryImage, page: u64) -> bool {
-    let run = stored
-        .runs
-        .partition_point(|r| r.first_page + r.pages <= page);
-    let zero = stored
-        .zero_runs
-        .partition_point(|z| z.first_page + z.pages <= page);
-    stored.runs.get(run).is_some_and(|r| r.first_page <= page)
-        || stored
-            .zero_runs
-            .get(zero)
-            .is_some_and(|z| z.first_page <= page)
+    stored.run_at(page).is_some() || stored.zeroes(page)
 }
 
 /// Copies `patch`'s blocks from the file `bytes` over `page` (the page's 4

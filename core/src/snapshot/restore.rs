@@ -227,10 +227,11 @@ async fn restore_links<B: SnapshotSource>(
             let data = memory.data_mut(&mut instance.store);
             // A root's zero runs name pages of fresh (zero) memory that the
             // image was not written to: filling them would only fault them in.
-            let fresh = link == 0;
-            for zero in image.zero_runs.iter().filter(|_| !fresh) {
-                let start = zero.first_page as usize * PAGE_SIZE;
-                data[start..start + zero.pages as usize * PAGE_SIZE].fill(0);
+            if link > 0 {
+                for zero in &image.zero_runs {
+                    let start = zero.first_page as usize * PAGE_SIZE;
+                    data[start..start + zero.pages as usize * PAGE_SIZE].fill(0);
+                }
             }
             for patch in &image.patches {
                 let start = patch.page as usize * PAGE_SIZE;
