@@ -51,20 +51,26 @@ pub(crate) fn init_logging() {
         .init();
 }
 
-/// Resolves on SIGINT or SIGTERM.
-pub(crate) async fn shutdown_signal() {
+/// Resolves on SIGINT or SIGTERM. The handlers are installed when this is
+/// called, not when the future is first polled: a process announces that
+/// it is ready before it waits for the signal, and a SIGTERM sent right
+/// after that announcement must be a graceful shutdown, not the default
+/// action (exit by signal).
+pub(crate) fn shutdown_signal() -> impl std::future::Future<Output = ()> + Send {
     use tokio::signal::unix::{SignalKind, signal};
-    let mut term = match signal(SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::error!("cannot listen for SIGTERM: {e}");
-            let _ = tokio::signal::ctrl_c().await;
-            return;
+    let term = signal(SignalKind::terminate());
+    let interrupt = signal(SignalKind::interrupt());
+    async move {
+        match (term, interrupt) {
+            (Ok(mut term), Ok(mut interrupt)) => tokio::select! {
+                _ = interrupt.recv() => tracing::info!("SIGINT received"),
+                _ = term.recv() => tracing::info!("SIGTERM received"),
+            },
+            (Err(e), _) | (_, Err(e)) => {
+                tracing::error!("cannot listen for SIGTERM and SIGINT: {e}");
+                let _ = tokio::signal::ctrl_c().await;
+            }
         }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received"),
-        _ = term.recv() => tracing::info!("SIGTERM received"),
     }
 }
 

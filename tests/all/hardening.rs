@@ -1,11 +1,12 @@
 //! Hardening found by trying Stasis as new users and attackers would, against the real `stasis` binary over
 //! loopback HTTP: static constructors run once per actor life, the bearer
 //! scheme is case-insensitive and the token exact, and metric series are
-//! bounded and go with their actor; the guest clock never goes back.
+//! bounded and go with their actor; the guest clock never goes back; a
+//! process that said it is ready stops gracefully on SIGTERM.
 
 use std::net::SocketAddr;
 
-use crate::support::{self, Answer, Server, client, send};
+use crate::support::{self, Answer, RemoteWorker, Server, client, send};
 
 /// Input 6: a Rust guest built with the SDK is a reactor; its static
 /// constructor runs once, at creation, never per call nor after a pause,
@@ -390,4 +391,40 @@ async fn a_log_that_cannot_be_written_stops_nothing() {
     );
     let _ = child.kill();
     let _ = child.wait();
+}
+
+/// The signals process `pid` catches, from `/proc/PID/status` (`SigCgt`).
+fn caught_signals(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+    let mask = status
+        .lines()
+        .find_map(|line| line.strip_prefix("SigCgt:"))
+        .expect("SigCgt line");
+    u64::from_str_radix(mask.trim(), 16).expect("hex mask")
+}
+
+/// Whether `mask` (a `SigCgt` mask) holds SIGTERM (15) and SIGINT (2),
+/// Linux's numbers.
+fn catches_term_and_int(mask: u64) -> bool {
+    let bit = |signal: u32| 1u64 << (signal - 1);
+    mask & bit(15) != 0 && mask & bit(2) != 0
+}
+
+/// Once `serve` and `worker run` print that they are ready, SIGTERM and
+/// SIGINT are already theirs to handle: a SIGTERM right after the ready
+/// line is a graceful stop, never the default action (exit by signal,
+/// with nothing drained). CI once saw `serve` die of a SIGTERM sent just
+/// after a restart, while the handler was installed only when the
+/// shutdown future was first polled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_right_after_the_ready_line_is_a_graceful_stop() {
+    let mut server = Server::start(&[]);
+    let mask = caught_signals(server.pid());
+    assert!(catches_term_and_int(mask), "serve SigCgt {mask:x}");
+    let mut worker = RemoteWorker::start(&server, "w1", &[]);
+    let mask = caught_signals(worker.pid());
+    assert!(catches_term_and_int(mask), "worker SigCgt {mask:x}");
+    let status = worker.terminate();
+    assert!(status.success(), "worker exited with {status}");
+    server.stop();
 }

@@ -178,10 +178,18 @@ impl Server {
     }
 
     /// Stops gracefully and starts again on the same data dir.
-    pub(crate) fn restart(mut self, extra: &[&str]) -> Server {
+    pub(crate) fn restart(self, extra: &[&str]) -> Server {
+        self.restart_with(|_| extra.iter().map(|flag| (*flag).to_owned()).collect())
+    }
+
+    /// [`Server::restart`] with flags made from the stopped server's data
+    /// dir (e.g. a quota of what it holds).
+    pub(crate) fn restart_with(mut self, flags: impl FnOnce(&Path) -> Vec<String>) -> Server {
         let tmp = self._tmp.take();
         let dir = self.stop();
-        let mut server = Server::start_in(&dir, extra).expect("restart on the same data dir");
+        let flags = flags(&dir);
+        let extra: Vec<&str> = flags.iter().map(String::as_str).collect();
+        let mut server = Server::start_in(&dir, &extra).expect("restart on the same data dir");
         server._tmp = tmp;
         server
     }
@@ -197,6 +205,11 @@ impl Server {
     /// Kills the server with SIGKILL and waits for it.
     pub(crate) fn kill(&mut self) {
         self.process.kill();
+    }
+
+    /// The server process's id (to send it signals or read `/proc`).
+    pub(crate) fn pid(&self) -> u32 {
+        self.process.pid()
     }
 }
 
