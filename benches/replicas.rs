@@ -15,7 +15,10 @@
 //!   the snapshot; the bench checks the folder existed before and exists
 //!   again after). A paused actor's move is no cache miss: the target
 //!   downloads and verifies the snapshot while installing it, inside the
-//!   move, so the first request after a move finds it cached.
+//!   move, so the first request after a move finds it cached. Each mode
+//!   also times the next `POST /` on the awake actor
+//!   (`<mode>:next_request`: what any request costs there, the hop and
+//!   the journal's write), so the wake's own part is the difference.
 //! * `creates/<embedded|etcd3>`: `POST /v1/actors` of new counters, one at
 //!   a time (the control plane serialises creates); criterion reports
 //!   creates/s. `etcd3` is the S3 deployment above.
@@ -269,13 +272,15 @@ fn bench_first_request(
     } = run;
     let name = format!("first_request_after_pause/{label}");
     let resume_name = format!("{name}:server_resume");
+    let next_name = format!("{name}:next_request");
     rt.block_on(async {
         assert_eq!(post(client, t, actor).await, 200, "warm {actor}");
     });
     group.bench_function(label, |b| {
         b.to_async(rt).iter_custom(|iters| {
             let (client, samples, cache) = (client.clone(), samples.clone(), cache.clone());
-            let (name, resume_name) = (name.clone(), resume_name.clone());
+            let (name, resume_name, next_name) =
+                (name.clone(), resume_name.clone(), next_name.clone());
             async move {
                 let mut total = Duration::ZERO;
                 for _ in 0..iters {
@@ -299,6 +304,13 @@ fn bench_first_request(
                     }
                     total += elapsed;
                     samples.add(&name, ms(elapsed));
+                    // The same request on the awake actor: what any request
+                    // costs in this mode (the hop, the journal's write),
+                    // so the wake's own part is the difference.
+                    let started = Instant::now();
+                    let status = post(&client, t, actor).await;
+                    assert_eq!(status, 200, "second POST to {actor} after its pause");
+                    samples.add(&next_name, ms(started.elapsed()));
                     let info = actor_info(&client, t, actor).await;
                     if let Some(resume) = info["last_resume_ms"].as_f64() {
                         samples.add(&resume_name, resume);

@@ -19,7 +19,7 @@ use stasis_contract::proto::{
     CALL_HEADER, CONNECT_TIMEOUT, EPOCH_HEADER, EventNote, InstallSpec, LIVE_HEADER, Op,
     PEER_TIMEOUT, ResumeRequest, SEQ_HEADER, SPEC_HEADER, STATUS_TIMEOUT, WorkerPath,
 };
-use stasis_contract::status::{ActorStatus, Captured, ResumeFrom, SnapshotReport};
+use stasis_contract::status::{ActorStatus, Captured, Created, ResumeFrom, SnapshotReport};
 use stasis_contract::worker_api::{HostSpec, Location, WorkerApi};
 use stasis_host_api::sockets::SocketEvent;
 use stasis_http::client::{Answer, HttpClient, Unanswered};
@@ -271,7 +271,7 @@ impl WorkerApi for WorkerClient {
         Location::Remote(self.address.clone())
     }
 
-    async fn create(&self, actor: &str, spec: &HostSpec) -> Result<SnapshotReport, ApiError> {
+    async fn create(&self, actor: &str, spec: &HostSpec) -> Result<Created, ApiError> {
         self.json_op(actor, Op::Create, spec).await
     }
 

@@ -206,6 +206,20 @@ pub struct SnapshotReport {
     pub changed: bool,
 }
 
+/// What a worker answers to a create: snapshot 0's report and the
+/// actor's status right after it, so the control plane shows the new actor
+/// without asking the worker again. `status` is absent in answers of
+/// older workers (the caller asks for it then).
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+pub struct Created {
+    /// Snapshot 0.
+    #[serde(flatten)]
+    pub report: SnapshotReport,
+    /// The actor's status once created.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<ActorStatus>,
+}
+
 /// Where a resume takes the actor's state from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ResumeFrom {

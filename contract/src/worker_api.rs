@@ -16,7 +16,7 @@ use crate::client_gone::ClientGone;
 use crate::error::{ApiError, ErrorKind};
 use crate::logs::{LogLine, LogQuery};
 use crate::settings::Durability;
-use crate::status::{ActorStatus, Captured, ResumeFrom, SnapshotReport};
+use crate::status::{ActorStatus, Captured, Created, ResumeFrom, SnapshotReport};
 
 /// What a worker needs to host an actor, in a form every worker
 /// understands: the template by digest (each worker resolves the compiled
@@ -84,7 +84,7 @@ pub trait WorkerApi: Send + Sync {
     /// # Errors
     /// 409 if it already hosts the name; the guest's failure (500/504);
     /// 507/500 if seq 0 cannot be written.
-    async fn create(&self, actor: &str, spec: &HostSpec) -> Result<SnapshotReport, ApiError>;
+    async fn create(&self, actor: &str, spec: &HostSpec) -> Result<Created, ApiError>;
 
     /// Hosts `actor` from snapshot `seq` under `spec.epoch`. `bytes` carries
     /// the snapshot when the worker does not hold it (`None`: it reads it

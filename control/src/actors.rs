@@ -69,17 +69,27 @@ impl ControlPlane {
         })?;
         let looked_up = started.elapsed();
         let epoch = 1;
-        let created = member.api.create(name, &Self::host_spec(&row, epoch)).await;
-        if let Err(e) = created {
-            let _ = self.store.remove_actor(name);
-            return Err(e);
-        }
+        let created = match member.api.create(name, &Self::host_spec(&row, epoch)).await {
+            Ok(created) => created,
+            Err(e) => {
+                let _ = self.store.remove_actor(name);
+                return Err(e);
+            }
+        };
         let hosted = started.elapsed();
         self.record_new(name, &row.name, &member, epoch, labels)
             .await?;
         let recorded = started.elapsed();
         tracing::info!(actor = name, template, worker = %member.name, "actor created");
-        let info = self.actor(name).await;
+        let info = match created.status {
+            // A new name holds only the snapshot its create wrote: the
+            // worker's status shows it, no store listing needed.
+            Some(status) => self.placement_of(name).map(|placement| {
+                let stored = status.snapshot.into_iter().collect();
+                self.actor_info_listed(name, placement, status, stored)
+            }),
+            None => self.actor_viewed(name, false).await,
+        };
         tracing::debug!(
             target: "stasis_control::timing",
             actor = name,
@@ -282,19 +292,32 @@ impl ControlPlane {
     /// # Errors
     /// 404 if unknown.
     pub async fn actor(&self, name: &str) -> Result<ActorInfo, ApiError> {
+        self.actor_viewed(name, true).await
+    }
+
+    /// [`ControlPlane::actor`]; without `list_store`, the snapshots shown
+    /// are the worker's newest alone (a create's answer: a new name holds
+    /// only the snapshot its create wrote, so no round trip to a shared
+    /// store is needed to show it).
+    async fn actor_viewed(&self, name: &str, list_store: bool) -> Result<ActorInfo, ApiError> {
         let placement = self.placement_of(name)?;
         let host = self.host_of(&placement, name);
         // The store's listing (a round trip to a shared store) runs while
         // the worker is asked.
-        let (store, actor) = (self.store.clone(), name.to_owned());
-        let listing = tokio::task::spawn_blocking(move || store.list(&actor));
+        let listing = list_store.then(|| {
+            let (store, actor) = (self.store.clone(), name.to_owned());
+            tokio::task::spawn_blocking(move || store.list(&actor))
+        });
         let status = match &host {
             Ok(member) => member.status(name).await.unwrap_or_else(|e| {
                 ActorStatus::unknown(&format!("worker {} did not answer: {e}", member.name))
             }),
             Err(_) => self.status_without_host(&placement),
         };
-        let stored = listing.await.ok().and_then(Result::ok).unwrap_or_default();
+        let stored = match listing {
+            Some(listing) => listing.await.ok().and_then(Result::ok).unwrap_or_default(),
+            None => status.snapshot.into_iter().collect(),
+        };
         Ok(self.actor_info_listed(name, placement, status, stored))
     }
 

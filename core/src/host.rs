@@ -242,13 +242,36 @@ impl Host {
     }
 }
 
+/// What runs before the guest is given a monotonic clock reading: the
+/// worker keeps the actor's persisted clock mark ahead of every reading a
+/// guest saw (so a restart after a crash never starts the clock below
+/// one). A reading only the host takes (a snapshot's) is not covered.
+/// Called on the guest's thread, inside its WASI call; most calls compare
+/// the reading with the mark and return.
+pub trait ClockLease: Send + Sync {
+    /// `reading_ns` is about to be returned to the guest.
+    fn cover(&self, reading_ns: u64);
+}
+
 /// A per-actor monotonic clock: it starts where the actor's last snapshot
 /// left it, so it never goes backwards across a pause, a restart or a move
 /// to another host. Nanoseconds.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct VirtualClock {
     base_ns: u64,
     origin: Instant,
+    /// Runs before a reading is returned to the guest (none: nothing).
+    lease: Option<Arc<dyn ClockLease>>,
+}
+
+impl std::fmt::Debug for VirtualClock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VirtualClock")
+            .field("base_ns", &self.base_ns)
+            .field("origin", &self.origin)
+            .field("leased", &self.lease.is_some())
+            .finish()
+    }
 }
 
 impl VirtualClock {
@@ -258,10 +281,18 @@ impl VirtualClock {
         Self {
             base_ns,
             origin: Instant::now(),
+            lease: None,
         }
     }
 
-    /// The current reading, in nanoseconds.
+    /// This clock, with `lease` run before each reading the guest takes.
+    #[must_use]
+    pub fn leased_by(mut self, lease: Option<Arc<dyn ClockLease>>) -> Self {
+        self.lease = lease;
+        self
+    }
+
+    /// The current reading, in nanoseconds (the host's: no lease).
     #[must_use]
     pub fn now_ns(&self) -> u64 {
         let elapsed = u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX);
@@ -269,12 +300,17 @@ impl VirtualClock {
     }
 }
 
+/// The guest's readings: each covered by the lease first.
 impl wasmtime_wasi::HostMonotonicClock for VirtualClock {
     fn resolution(&self) -> u64 {
         1
     }
     fn now(&self) -> u64 {
-        self.now_ns()
+        let reading = self.now_ns();
+        if let Some(lease) = &self.lease {
+            lease.cover(reading);
+        }
+        reading
     }
 }
 

@@ -4,8 +4,9 @@
 //! memory` evens out memory rather than count, `--max-concurrent-moves`
 //! bounds the moves under way, a remote worker told `410` by its heartbeat
 //! drops every actor and joins again, `cache/` is safe to delete,
-//! `STASIS_LOG` filters the log, and deleting `clock.mark` loses nothing
-//! but the clock guarantee. Real processes on loopback.
+//! `STASIS_LOG` filters the log, deleting `clock.mark` loses nothing but
+//! the clock guarantee, and a guest that reads no clock writes no mark.
+//! Real processes on loopback.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -395,6 +396,36 @@ async fn deleting_the_clock_mark_of_a_paused_actor_loses_nothing_else() {
         count(&to_actor(&c, server.ingress, "cm", "POST", "/").await),
         2
     );
+}
+
+/// docs/operations.md: the mark is written when a guest reading passes it,
+/// not before each call: an actor whose guest never reads the clock (the
+/// counter) writes no mark when it wakes, serves or pauses again, once
+/// its first pause left the exact reading.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_guest_that_reads_no_clock_writes_no_clock_mark() {
+    let server = Server::start(&["--workers", "1"]);
+    server.push("counter");
+    server.create("nc", "counter");
+    let c = client();
+    let mark = server.data_dir.join("snapshots/nc/clock.mark");
+    let read_mark = || std::fs::read(&mark).ok();
+    assert_eq!(
+        count(&to_actor(&c, server.ingress, "nc", "POST", "/").await),
+        1
+    );
+    server.cli_ok(&["actor", "pause", "nc"]);
+    let first = read_mark();
+    for n in 2..=4 {
+        // A wake, a request and a pause: a lease would have put the mark
+        // 60 s ahead and the pause would have written another reading.
+        assert_eq!(
+            count(&to_actor(&c, server.ingress, "nc", "POST", "/").await),
+            n
+        );
+        server.cli_ok(&["actor", "pause", "nc"]);
+        assert_eq!(read_mark(), first, "after wake {n}");
+    }
 }
 
 /// Longer than any listing that gave up on a frozen worker at its 3 s

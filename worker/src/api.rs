@@ -9,7 +9,7 @@ use stasis_contract::alarm::AlarmOutcome;
 use stasis_contract::client_gone::ClientGone;
 use stasis_contract::error::ApiError;
 use stasis_contract::logs::{LogLine, LogQuery};
-use stasis_contract::status::{ActorStatus, Captured, ResumeFrom, SnapshotReport};
+use stasis_contract::status::{ActorStatus, Captured, Created, ResumeFrom, SnapshotReport};
 use stasis_contract::worker_api::{HostSpec, Location, WorkerApi};
 use stasis_host_api::sockets::SocketEvent;
 use stasis_host_api::{Request, Response};
@@ -28,9 +28,13 @@ impl WorkerApi for Worker {
         Location::InProcess
     }
 
-    async fn create(&self, actor: &str, spec: &HostSpec) -> Result<SnapshotReport, ApiError> {
+    async fn create(&self, actor: &str, spec: &HostSpec) -> Result<Created, ApiError> {
         let local = self.spec(actor, spec).await?;
-        Worker::create(self, &local, spec.epoch).await
+        let report = Worker::create(self, &local, spec.epoch).await?;
+        Ok(Created {
+            report,
+            status: self.status(&local.name),
+        })
     }
 
     async fn install(

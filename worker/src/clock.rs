@@ -2,36 +2,52 @@
 //! clock starts at the newest snapshot's reading; this keeps what a
 //! snapshot may not know: the latest reading of an instance that was
 //! dropped (a trap rollback restores an older snapshot), and a mark on
-//! disk ahead of the live clock, so a restart after a crash never starts
-//! the clock below a reading the guest saw.
+//! disk ahead of every reading the guest took (written when a reading
+//! passes it, not before each call), so a restart after a crash never
+//! starts the clock below a reading the guest saw.
 
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use stasis_core::host::ClockLease;
 use stasis_core::snapshot_store::SnapshotStore;
 
-/// How far ahead of the live clock the persisted mark runs, beyond the
-/// request timeout: at most one mark write per actor per this much clock
-/// time, and after a crash the clock may jump forward by up to this plus
-/// the request timeout (never back).
+/// How far ahead of a guest's reading the persisted mark is put: at most
+/// one mark write per actor per this much clock time while its guest
+/// reads the clock, and after a crash the clock may jump forward by up to
+/// this (never back).
 const LEASE: Duration = Duration::from_secs(60);
+
+/// The mark on disk, as this owner knows it.
+#[derive(Debug, Default)]
+struct Mark {
+    /// The mark on disk while it runs ahead of the readings the guest
+    /// took (a lease); 0 if none.
+    ahead_ns: u64,
+    /// The floor already holds the mark on disk: it was read, or written
+    /// here (as the exact reading, or as a lease). Only the actor's owner
+    /// writes its mark, and a new owner (a move, a re-placement, a
+    /// restart) starts with a new clock, so this owner's later restores
+    /// read nothing from the store (a cluster worker's resume after its
+    /// own pause saves a GET).
+    known: bool,
+}
 
 /// The floor and the persisted mark of one actor's clock (nanoseconds).
 #[derive(Debug, Default)]
 pub(crate) struct ActorClock {
     /// A new instance's clock starts at no less than this.
     floor_ns: u64,
-    /// The mark on disk while it runs ahead of the live clock; 0 if none.
-    mark_ns: u64,
-    /// The floor already holds the mark on disk: it was read, or written
-    /// here as the exact reading. Only the actor's owner writes its mark,
-    /// and a new owner (a move, a re-placement, a restart) starts with a
-    /// new clock, so this owner's later restores read nothing from the
-    /// store (a cluster worker's resume after its own pause saves a GET).
-    known: bool,
+    /// Shared with the [`ClockLease`] of the live instance's guest.
+    mark: Arc<Mutex<Mark>>,
 }
 
 fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+fn lock(mark: &Mutex<Mark>) -> MutexGuard<'_, Mark> {
+    mark.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl ActorClock {
@@ -44,46 +60,33 @@ impl ActorClock {
     /// Before a restore: the mark on disk (left by a pause, or ahead of
     /// the clock of a process that crashed) raises the floor.
     pub(crate) fn load(&mut self, store: &dyn SnapshotStore, actor: &str) {
-        if self.known {
+        let mut mark = lock(&self.mark);
+        if mark.known {
             return;
         }
         self.floor_ns = self.floor_ns.max(store.clock_mark(actor));
-        self.known = true;
+        mark.known = true;
     }
 
-    /// Before guest code runs on a live instance whose clock reads
-    /// `now_ns`, and which is cut after `timeout`: makes sure the mark on
-    /// disk is past any reading the guest can take meanwhile. Best effort:
-    /// a failed write is logged.
-    pub(crate) fn lease(
-        &mut self,
-        store: &dyn SnapshotStore,
+    /// What a new instance's guest readings go through: the mark on disk
+    /// is put past a reading before the guest gets it, so guest code that
+    /// never reads the clock costs no store write (a wake on a cache hit
+    /// writes nothing before its request runs).
+    pub(crate) fn guest_lease(
+        &self,
+        store: Arc<dyn SnapshotStore>,
         actor: &str,
-        now_ns: u64,
-        timeout: Duration,
-    ) {
-        let needed = now_ns.saturating_add(nanos(timeout));
-        if self.mark_ns >= needed {
-            return;
-        }
-        let mark = needed.saturating_add(nanos(LEASE));
-        match store.write_clock_mark(actor, mark) {
-            Ok(()) => {
-                self.mark_ns = mark;
-                // The mark on disk is this owner's now, ahead of any
-                // reading by design: a restore in this process (a trap's
-                // rollback) continues from the floor, not from the mark;
-                // only a new process (after a crash) starts from it.
-                self.known = true;
-            }
-            Err(e) => tracing::warn!(actor, "cannot persist the clock mark: {e}"),
-        }
+    ) -> Arc<dyn ClockLease> {
+        Arc::new(GuestLease {
+            store,
+            actor: actor.to_owned(),
+            mark: Arc::clone(&self.mark),
+        })
     }
 
     /// The live instance was dropped with its clock at `clock_ns`: the
-    /// next one starts no earlier. With `paused`, the mark on disk becomes
-    /// exactly that reading (no lease is needed without an instance), so a
-    /// paused actor's clock continues after a restart without a jump.
+    /// next one starts no earlier. With `paused`, see
+    /// [`ActorClock::settle`] (no lease is needed without an instance).
     pub(crate) fn dropped(
         &mut self,
         store: &dyn SnapshotStore,
@@ -97,16 +100,24 @@ impl ActorClock {
         }
     }
 
-    /// No guest code runs on the live instance for now (it was captured
-    /// for a move, at `clock_ns`): the mark on disk becomes exactly the
-    /// latest reading, so the move's target (on this data dir) continues
-    /// the clock without a jump. The next call leases again.
+    /// No guest code runs on the live instance for now (it was paused, or
+    /// captured for a move, at `clock_ns`): a mark on disk that runs ahead
+    /// becomes exactly the latest reading, so a graceful restart or the
+    /// move's target (on this data dir) continues the clock without a
+    /// jump. Where no lease runs ahead (the guest took no reading since
+    /// the last one was settled), the mark on disk is no later than the
+    /// reading the snapshot holds and nothing is written. The next
+    /// reading leases again.
     pub(crate) fn settle(&mut self, store: &dyn SnapshotStore, actor: &str, clock_ns: u64) {
         self.floor_ns = self.floor_ns.max(clock_ns);
+        let mut mark = lock(&self.mark);
+        if mark.known && mark.ahead_ns == 0 {
+            return;
+        }
         match store.write_clock_mark(actor, self.floor_ns) {
             Ok(()) => {
-                self.mark_ns = 0;
-                self.known = true;
+                mark.ahead_ns = 0;
+                mark.known = true;
             }
             Err(e) => tracing::warn!(actor, "cannot persist the clock mark: {e}"),
         }
@@ -119,60 +130,117 @@ impl ActorClock {
     }
 }
 
+/// One instance's [`ClockLease`]: before a reading past the mark on disk
+/// reaches the guest, the mark is written [`LEASE`] past it. Best effort:
+/// a failed write is logged (the reading is still returned).
+struct GuestLease {
+    store: Arc<dyn SnapshotStore>,
+    actor: String,
+    mark: Arc<Mutex<Mark>>,
+}
+
+impl ClockLease for GuestLease {
+    fn cover(&self, reading_ns: u64) {
+        let mut mark = lock(&self.mark);
+        if mark.ahead_ns >= reading_ns {
+            return;
+        }
+        let ahead = reading_ns.saturating_add(nanos(LEASE));
+        match self.store.write_clock_mark(&self.actor, ahead) {
+            Ok(()) => {
+                // The mark on disk is this owner's now, ahead of any
+                // reading by design: a restore in this process (a trap's
+                // rollback) continues from the floor, not from the mark;
+                // only a new process (after a crash) starts from it.
+                mark.ahead_ns = ahead;
+                mark.known = true;
+            }
+            Err(e) => tracing::warn!(actor = self.actor, "cannot persist the clock mark: {e}"),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use stasis_core::snapshot_files::LocalSnapshotStore;
+
+    fn store(tmp: &tempfile::TempDir) -> Arc<LocalSnapshotStore> {
+        Arc::new(LocalSnapshotStore::open(tmp.path(), None).expect("store"))
+    }
 
     #[test]
-    fn the_mark_runs_ahead_and_a_pause_makes_it_exact() {
+    fn the_mark_runs_ahead_of_guest_readings_and_a_pause_makes_it_exact() {
         let tmp = tempfile::tempdir().expect("tmp");
-        let store =
-            stasis_core::snapshot_files::LocalSnapshotStore::open(tmp.path(), None).expect("store");
-        let timeout = Duration::from_secs(1);
+        let store = store(&tmp);
         let mut clock = ActorClock::default();
-        clock.lease(&store, "a", 5, timeout);
+        let lease = clock.guest_lease(store.clone(), "a");
+        assert_eq!(store.clock_mark("a"), 0, "no reading, no write");
+        lease.cover(5);
         let leased = store.clock_mark("a");
-        assert!(leased >= 5 + nanos(timeout) + nanos(LEASE), "{leased}");
+        assert!(leased >= 5 + nanos(LEASE), "{leased}");
         // Within the lease: no new write.
-        clock.lease(&store, "a", 10, timeout);
+        lease.cover(10);
         assert_eq!(store.clock_mark("a"), leased);
         // A crash: a new process starts from the mark.
         let mut after_crash = ActorClock::default();
-        after_crash.load(&store, "a");
+        after_crash.load(store.as_ref(), "a");
         assert_eq!(after_crash.floor_ns(), leased);
         // A trap rollback keeps the dropped instance's reading.
-        clock.dropped(&store, "a", 7, false);
+        clock.dropped(store.as_ref(), "a", 7, false);
         assert_eq!(clock.floor_ns(), 7);
         assert_eq!(store.clock_mark("a"), leased);
         // ... and its restore does not jump to the mark this owner leased.
-        clock.load(&store, "a");
+        clock.load(store.as_ref(), "a");
         assert_eq!(clock.floor_ns(), 7);
-        // A pause writes the exact reading.
-        let mut paused = ActorClock::default();
-        paused.dropped(&store, "a", 9, true);
+        // A pause writes the exact reading over the lease.
+        clock.dropped(store.as_ref(), "a", 9, true);
         assert_eq!(store.clock_mark("a"), 9);
+        // A pause after no reading writes nothing: the mark on disk is
+        // behind the snapshot's reading already.
+        clock.dropped(store.as_ref(), "a", 11, true);
+        assert_eq!(store.clock_mark("a"), 9);
+        assert_eq!(clock.floor_ns(), 11);
+        // The next reading leases again.
+        clock.guest_lease(store.clone(), "a").cover(12);
+        assert!(store.clock_mark("a") >= 12 + nanos(LEASE));
         assert_eq!(store.used_bytes(), 0, "the mark is not a snapshot");
     }
 
     #[test]
     fn an_owner_reads_the_mark_once_and_a_new_owner_reads_it_again() {
         let tmp = tempfile::tempdir().expect("tmp");
-        let store =
-            stasis_core::snapshot_files::LocalSnapshotStore::open(tmp.path(), None).expect("store");
+        let store = store(&tmp);
         store.write_clock_mark("a", 40).expect("mark");
         let mut clock = ActorClock::default();
-        clock.load(&store, "a");
+        clock.load(store.as_ref(), "a");
         assert_eq!(clock.floor_ns(), 40);
-        // Paused here at 50: the mark is exact, and the next restore of
-        // this owner needs no read (a mark only its owner writes).
-        clock.dropped(&store, "a", 50, true);
-        assert_eq!(store.clock_mark("a"), 50);
+        // Paused here at 50 with no reading taken: nothing to write.
+        clock.dropped(store.as_ref(), "a", 50, true);
+        assert_eq!(store.clock_mark("a"), 40);
         store.write_clock_mark("a", 70).expect("mark");
-        clock.load(&store, "a");
+        clock.load(store.as_ref(), "a");
         assert_eq!(clock.floor_ns(), 50, "read the store again");
         // A new owner (a fresh clock) reads it.
         let mut next = ActorClock::default();
-        next.load(&store, "a");
+        next.load(store.as_ref(), "a");
         assert_eq!(next.floor_ns(), 70);
+    }
+
+    #[test]
+    fn a_new_actor_that_never_reads_the_clock_writes_no_mark() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let store = store(&tmp);
+        // A create: no load (a new actor), the instance dropped by a pause.
+        let mut clock = ActorClock::default();
+        let _lease = clock.guest_lease(store.clone(), "new");
+        clock.dropped(store.as_ref(), "new", 3, true);
+        // Unknown to this owner whether a mark was there: it is written.
+        assert_eq!(store.clock_mark("new"), 3);
+        // Once known and settled, a wake and pause without a reading
+        // writes nothing.
+        store.write_clock_mark("new", 1).expect("mark");
+        clock.dropped(store.as_ref(), "new", 4, true);
+        assert_eq!(store.clock_mark("new"), 1);
     }
 }

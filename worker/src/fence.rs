@@ -70,6 +70,10 @@ impl SnapshotStore for FencedStore {
         self.inner.list_acknowledged(actor)
     }
 
+    fn list(&self, actor: &str) -> Result<Vec<SnapshotEntry>, StoreError> {
+        self.inner.list(actor)
+    }
+
     fn actors(&self) -> Result<Vec<String>, StoreError> {
         self.inner.actors()
     }

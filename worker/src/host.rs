@@ -56,26 +56,15 @@ impl Worker {
         }
         // Snapshots under a new actor's name are another's leftovers (a
         // create or fork that failed half-way, a delete that could not
-        // remove every file): a new actor never adopts them.
-        let (store, name) = (self.ctx.store.clone(), spec.name.clone());
-        on_blocking_thread(move || {
-            if !store.list(&name)?.is_empty() {
-                tracing::warn!(actor = %name, "removing snapshots left under a new actor's name");
-                store.remove_actor(&name)?;
-            }
-            Ok(())
-        })
-        .await?;
-        // A cluster worker: no entry a deleted actor of this name left in
-        // the store (on a lost worker) may become the new actor's state.
-        if let Some(shipped) = self.shipped() {
-            let tombstone = shipped
-                .tombstone(&spec.name)
-                .map_err(|e| ApiError::unavailable(e.to_string()))?;
-            tombstone
-                .wait()
-                .await
-                .map_err(|e| ApiError::unavailable(format!("creating actor {}: {e}", spec.name)))?;
+        // remove every file): a new actor never adopts them. A new name is
+        // this worker's alone at `epoch` (nothing else writes it before the
+        // directory records it), so it is held from here: the listing
+        // below is what a shared store then knows of the folder, and
+        // snapshot 0's acknowledged pointer is one PUT with no read first.
+        self.ctx.store.hold(&spec.name, epoch);
+        if let Err(e) = self.clear_for_create(&spec.name).await {
+            self.ctx.store.release(&spec.name);
+            return Err(e);
         }
         let mut task = self.task(spec, epoch, ActorState::Creating);
         let report = task.create().await;
@@ -86,6 +75,34 @@ impl Worker {
         }
         self.start(task);
         report
+    }
+
+    /// Before a create of `name`: removes what an earlier actor of the
+    /// name left in the store, and (a cluster worker) waits for the
+    /// tombstone that keeps its shipped journal entries from becoming the
+    /// new actor's state.
+    async fn clear_for_create(&self, name: &str) -> Result<(), ApiError> {
+        let (store, owned) = (self.ctx.store.clone(), name.to_owned());
+        on_blocking_thread(move || {
+            if !store.list(&owned)?.is_empty() {
+                tracing::warn!(actor = %owned, "removing snapshots left under a new actor's name");
+                store.remove_actor(&owned)?;
+            }
+            Ok(())
+        })
+        .await?;
+        // A cluster worker: no entry a deleted actor of this name left in
+        // the store (on a lost worker) may become the new actor's state.
+        if let Some(shipped) = self.shipped() {
+            let tombstone = shipped
+                .tombstone(name)
+                .map_err(|e| ApiError::unavailable(e.to_string()))?;
+            tombstone
+                .wait()
+                .await
+                .map_err(|e| ApiError::unavailable(format!("creating actor {name}: {e}")))?;
+        }
+        Ok(())
     }
 
     /// Hosts an actor that already has snapshots (after a restart or a

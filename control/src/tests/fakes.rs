@@ -15,7 +15,9 @@ use stasis_contract::directory::{ActorRead, ActorRow, Directory, TemplateRow};
 use stasis_contract::error::{ApiError, ErrorKind};
 use stasis_contract::namespace_settings::{NamespaceSettings, SettingTable};
 use stasis_contract::rollout::{ActorOutcome, RolloutRecord, Rollouts};
-use stasis_contract::status::{ActorState, ActorStatus, Captured, ResumeFrom, SnapshotReport};
+use stasis_contract::status::{
+    ActorState, ActorStatus, Captured, Created, ResumeFrom, SnapshotReport,
+};
 use stasis_contract::tokens::{TokenRecord, Tokens};
 use stasis_contract::worker_api::{ConnectWorker, HostSpec, Location, WorkerApi};
 use stasis_core::snapshot_store::SnapshotStore;
@@ -127,14 +129,17 @@ impl WorkerApi for FakeWorker {
         self.location.clone()
     }
 
-    async fn create(&self, actor: &str, spec: &HostSpec) -> Result<SnapshotReport, ApiError> {
+    async fn create(&self, actor: &str, spec: &HostSpec) -> Result<Created, ApiError> {
         if self.hosted(actor).is_some() {
             return Err(ApiError::conflict(format!("actor {actor} exists")));
         }
         self.store.write(actor, 0, spec.epoch, FAKE_SNAPSHOT)?;
         self.host(actor, spec.epoch, ActorState::Running);
         self.note(format!("create {actor} epoch {}", spec.epoch));
-        Ok(Self::report(0))
+        Ok(Created {
+            report: Self::report(0),
+            status: None,
+        })
     }
 
     async fn install(

@@ -17,7 +17,9 @@ use wasmtime::{Global, Instance, Memory, Store, TypedFunc, UpdateDeadline};
 
 use crate::cow::CowMappings;
 use crate::engine::{Limits, StasisEngine};
-use crate::host::{ActorServices, GuestOutput, Host, NoServices, VirtualClock, WasiSetup};
+use crate::host::{
+    ActorServices, ClockLease, GuestOutput, Host, NoServices, VirtualClock, WasiSetup,
+};
 use crate::module::{GLOBAL_EXPORT_PREFIX, MEMORY_EXPORT_PREFIX, Template};
 use crate::tape::Tape;
 use crate::taped_services::TapedServices;
@@ -45,6 +47,9 @@ pub struct InstanceConfig {
     /// reading the actor may have seen before, so the clock never goes back
     /// across a trap rollback or a crash. 0 from [`InstanceConfig::new`].
     pub clock_floor_ns: u64,
+    /// Runs before each clock reading the guest takes (see
+    /// [`ClockLease`]); none from [`InstanceConfig::new`].
+    pub clock_lease: Option<Arc<dyn ClockLease>>,
     /// What the `stasis` host functions call ([`NoServices`] from
     /// [`InstanceConfig::new`]).
     pub services: Arc<dyn ActorServices>,
@@ -63,6 +68,7 @@ impl InstanceConfig {
             stdout: GuestOutput::new(actor, "stdout"),
             stderr: GuestOutput::new(actor, "stderr"),
             clock_floor_ns: 0,
+            clock_lease: None,
             services: Arc::new(NoServices),
         }
     }
@@ -146,7 +152,8 @@ impl ActorInstance {
             Start::Resume { clock_ns } => {
                 VirtualClock::starting_at(clock_ns.max(config.clock_floor_ns))
             }
-        };
+        }
+        .leased_by(config.clock_lease.clone());
         let tape = Tape::default();
         let setup = WasiSetup {
             actor: &config.context.actor,

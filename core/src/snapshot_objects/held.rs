@@ -9,6 +9,10 @@
 //! snapshot opens its chain from the cache with no store round trip
 //! (issue 32, item 3: "local hits").
 //!
+//! The `acknowledged` pointer is known the same way: absent when the
+//! held folder was listed without it, else as this store last read or
+//! wrote it, so moving it after a snapshot is one PUT, not a GET first.
+//!
 //! A held folder is dropped — the next open lists the store again — when
 //! the actor is released (moved away, deleted, stopped on a lost lease),
 //! written at another epoch, or when a write or deletion ended in an
@@ -19,7 +23,7 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 
-use super::names::{Adoption, Folder, Found};
+use super::names::{Acknowledged, Adoption, Folder, Found};
 
 /// The held actors of one store and what their folders hold.
 #[derive(Debug, Default)]
@@ -34,6 +38,9 @@ struct Holding {
     /// The folder as listed once and changed since by this store; `None`
     /// until the first listing after the hold.
     folder: Option<Folder>,
+    /// The acknowledged pointer: `Some(None)` known absent, `Some(Some)`
+    /// as last read or written here, `None` unknown (read it).
+    pointer: Option<Option<Acknowledged>>,
 }
 
 impl Held {
@@ -55,6 +62,7 @@ impl Held {
                     Holding {
                         epoch,
                         folder: None,
+                        pointer: None,
                     },
                 );
             }
@@ -77,9 +85,26 @@ impl Held {
     }
 
     /// The store listed `actor`'s folder as `folder`: kept while held.
+    /// A folder without the pointer object says the pointer is absent.
     pub(super) fn listed(&self, actor: &str, folder: &Folder) {
         if let Some(h) = self.lock().get_mut(actor) {
             h.folder = Some(folder.clone());
+            if !folder.acknowledged {
+                h.pointer = Some(None);
+            }
+        }
+    }
+
+    /// The acknowledged pointer of held `actor` as known here (`Some(None)`:
+    /// absent); `None` when unknown or the actor is not held.
+    pub(super) fn pointer(&self, actor: &str) -> Option<Option<Acknowledged>> {
+        self.lock().get(actor).and_then(|h| h.pointer)
+    }
+
+    /// The pointer of held `actor` was read or written as `pointer`.
+    pub(super) fn pointed(&self, actor: &str, pointer: Option<Acknowledged>) {
+        if let Some(h) = self.lock().get_mut(actor) {
+            h.pointer = Some(pointer);
         }
     }
 
@@ -117,6 +142,7 @@ impl Held {
     pub(super) fn unsure(&self, actor: &str) {
         if let Some(h) = self.lock().get_mut(actor) {
             h.folder = None;
+            h.pointer = None;
         }
     }
 }

@@ -70,7 +70,12 @@ impl ObjectSnapshotStore {
     /// already names a later one (module docs).
     fn acknowledge(&self, actor: &str, seq: u64, epoch: u64) -> Result<(), StoreError> {
         let now = Acknowledged { seq, epoch };
-        if let Some(old) = self.acknowledged(actor)?
+        // A held actor's pointer is known here (`held` module docs).
+        let old = match self.held.pointer(actor) {
+            Some(known) => known,
+            None => self.acknowledged(actor)?,
+        };
+        if let Some(old) = old
             && (old.epoch, old.seq) > (now.epoch, now.seq)
         {
             tracing::info!(
@@ -85,7 +90,16 @@ impl ObjectSnapshotStore {
         let key = names::actor_object_key(actor, names::ACKNOWLEDGED);
         let body = serde_json::to_vec(&now)
             .map_err(|e| Failure::Io(io::Error::other(e)).named("put", &key, &self.location))?;
-        self.put_small(&key, body)
+        match self.put_small(&key, body) {
+            Ok(()) => {
+                self.held.pointed(actor, Some(now));
+                Ok(())
+            }
+            Err(e) => {
+                self.held.unsure(actor);
+                Err(e)
+            }
+        }
     }
 
     /// Puts small object `key` (a pointer, a fence, a clock mark), read
@@ -209,6 +223,18 @@ impl ObjectSnapshotStore {
     }
 }
 
+/// The snapshots that stand for the actor in `folder`, oldest first.
+fn entries(folder: &Folder) -> Vec<SnapshotEntry> {
+    folder
+        .effective()
+        .into_iter()
+        .map(|f| SnapshotEntry {
+            seq: f.seq,
+            bytes: f.bytes,
+        })
+        .collect()
+}
+
 /// Removes a cache file; a missing one is fine, another failure is logged.
 fn remove_cached(path: &FsPath) {
     match fs::remove_file(path) {
@@ -260,6 +286,15 @@ impl SnapshotStore for ObjectSnapshotStore {
                 bytes: len,
             },
         );
+        // Snapshot 0 of a new actor (held, its folder listed without a
+        // pointer by the create) needs no pointer: the pointer tells a
+        // newest snapshot deleted behind the store's back from none
+        // written, and with snapshot 0 the only one, losing it leaves the
+        // folder empty, which an install reports as missing all the same.
+        // One object less per create.
+        if seq == 0 && self.held.pointer(actor) == Some(None) {
+            return Ok(());
+        }
         // The snapshot is in the store and listed from now on: a pointer
         // that cannot be moved only weakens a later check, it must not
         // make a stored snapshot be reported as not written.
@@ -361,24 +396,25 @@ impl SnapshotStore for ObjectSnapshotStore {
         actor: &str,
     ) -> Result<(Vec<SnapshotEntry>, Option<u64>), StoreError> {
         let folder = self.folder(actor)?;
-        let list = folder
-            .effective()
-            .into_iter()
-            .map(|f| SnapshotEntry {
-                seq: f.seq,
-                bytes: f.bytes,
-            })
-            .collect();
+        let list = entries(&folder);
         // A pointer a fenced-off owner moved to its own stale write names
         // nothing of the actor's history.
         let acked = if folder.acknowledged {
-            self.acknowledged(actor)?
+            let pointer = self.acknowledged(actor)?;
+            self.held.pointed(actor, pointer);
+            pointer
                 .filter(|a| !folder.is_stale(a.seq, a.epoch))
                 .map(|a| a.seq)
         } else {
             None
         };
         Ok((list, acked))
+    }
+
+    /// The listing alone: no read of the pointer, which only
+    /// [`SnapshotStore::list_acknowledged`] needs.
+    fn list(&self, actor: &str) -> Result<Vec<SnapshotEntry>, StoreError> {
+        Ok(entries(&self.folder(actor)?))
     }
 
     fn actors(&self) -> Result<Vec<String>, StoreError> {

@@ -168,12 +168,6 @@ impl ActorTask {
         if !ticket.run() {
             return Err(client_gone::abandoned(&self.name));
         }
-        let now_ns = self
-            .instance
-            .as_ref()
-            .ok_or_else(|| ApiError::internal("no instance"))?
-            .clock_ns();
-        self.lease_clock(now_ns);
         let instance = self
             .instance
             .as_mut()

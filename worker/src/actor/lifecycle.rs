@@ -144,9 +144,6 @@ impl ActorTask {
             });
         }
         self.set_state(ActorState::Pausing);
-        if let Some(now_ns) = self.instance.as_ref().map(ActorInstance::clock_ns) {
-            self.lease_clock(now_ns);
-        }
         // `on_pause` runs on the tape: the snapshot below holds what it
         // did, or (when that fails) the next journal entry does.
         let logical = self.logical_journal();

@@ -267,18 +267,15 @@ impl ActorTask {
     pub(super) fn config(&self) -> InstanceConfig {
         let mut config = InstanceConfig::new(&self.name, &self.ctx.worker, self.kept.env.clone());
         config.clock_floor_ns = self.kept.clock.floor_ns();
+        config.clock_lease = Some(
+            self.kept
+                .clock
+                .guest_lease(Arc::clone(&self.ctx.store), &self.name),
+        );
         config.services = self.services.clone();
         config.stdout = config.stdout.with_sink(self.log.clone());
         config.stderr = config.stderr.with_sink(self.log.clone());
         config
-    }
-
-    /// Before guest code runs on the live instance (see [`ActorClock::lease`]).
-    pub(super) fn lease_clock(&mut self, now_ns: u64) {
-        let timeout = self.ctx.engine.limits().request_timeout;
-        self.kept
-            .clock
-            .lease(self.ctx.store.as_ref(), &self.name, now_ns, timeout);
     }
 
     /// Drops the live instance, remembering its clock (see

@@ -283,7 +283,6 @@ impl ActorTask {
             .map(|(_, head)| snapshot::host_state(head.bytes(), head.header()).to_vec())
             .unwrap_or_default();
         drop(chain);
-        self.lease_clock(instance.clock_ns());
         let mut replayed = Vec::new();
         if replay && seq + 1 == self.kept.durable.next_seq {
             match self.replay_since(&mut instance).await {
