@@ -8,7 +8,7 @@ use bytes::Bytes;
 use stasis_contract::error::ApiError;
 use stasis_contract::status::{ActorState, ActorStatus, SnapshotReport};
 use stasis_contract::worker_api::HostSpec;
-use stasis_core::journal::Recovery;
+use stasis_core::journal::{Durable, Recovery};
 use stasis_core::snapshot::{self, VerifiedChain};
 use stasis_core::snapshot_store::{ChainError, SnapshotBytes, SnapshotEntry, open_chain};
 use tokio::sync::oneshot;
@@ -62,12 +62,28 @@ impl Worker {
         // below is what a shared store then knows of the folder, and
         // snapshot 0's acknowledged pointer is one PUT with no read first.
         self.ctx.store.hold(&spec.name, epoch);
-        if let Err(e) = self.clear_for_create(&spec.name).await {
-            self.ctx.store.release(&spec.name);
-            return Err(e);
-        }
+        let tombstone = match self.clear_for_create(&spec.name).await {
+            Ok(tombstone) => tombstone,
+            Err(e) => {
+                self.ctx.store.release(&spec.name);
+                return Err(e);
+            }
+        };
         let mut task = self.task(spec, epoch, ActorState::Creating);
-        let report = task.create().await;
+        let mut report = task.create().await;
+        // The tombstone's round ships while the actor is made: it must be
+        // in the store before the create is answered (a takeover after
+        // that reads it), not before snapshot 0 (no directory row names
+        // the actor until the answer, so nothing takes it over before).
+        if report.is_ok()
+            && let Some(tombstone) = tombstone
+            && let Err(e) = tombstone.wait().await
+        {
+            report = Err(ApiError::unavailable(format!(
+                "creating actor {}: {e}",
+                spec.name
+            )));
+        }
         if report.is_err() {
             let (store, name) = (self.ctx.store.clone(), spec.name.clone());
             let _ = on_blocking_thread(move || Ok(store.remove_actor(&name)?)).await;
@@ -78,10 +94,10 @@ impl Worker {
     }
 
     /// Before a create of `name`: removes what an earlier actor of the
-    /// name left in the store, and (a cluster worker) waits for the
+    /// name left in the store, and (a cluster worker) appends the
     /// tombstone that keeps its shipped journal entries from becoming the
-    /// new actor's state.
-    async fn clear_for_create(&self, name: &str) -> Result<(), ApiError> {
+    /// new actor's state; the caller waits for it before answering.
+    async fn clear_for_create(&self, name: &str) -> Result<Option<Durable>, ApiError> {
         let (store, owned) = (self.ctx.store.clone(), name.to_owned());
         on_blocking_thread(move || {
             if !store.list(&owned)?.is_empty() {
@@ -93,16 +109,10 @@ impl Worker {
         .await?;
         // A cluster worker: no entry a deleted actor of this name left in
         // the store (on a lost worker) may become the new actor's state.
-        if let Some(shipped) = self.shipped() {
-            let tombstone = shipped
-                .tombstone(name)
-                .map_err(|e| ApiError::unavailable(e.to_string()))?;
-            tombstone
-                .wait()
-                .await
-                .map_err(|e| ApiError::unavailable(format!("creating actor {name}: {e}")))?;
-        }
-        Ok(())
+        self.shipped()
+            .map(|shipped| shipped.tombstone(name))
+            .transpose()
+            .map_err(|e| ApiError::unavailable(e.to_string()))
     }
 
     /// Hosts an actor that already has snapshots (after a restart or a

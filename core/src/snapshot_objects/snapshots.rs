@@ -4,9 +4,11 @@
 
 use std::fs::{self, File};
 use std::io;
-use std::path::{Path as FsPath, PathBuf};
+use std::path::Path as FsPath;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
+
+use bytes::Bytes;
 
 use super::names::{Acknowledged, Folder};
 use super::remote::{Failure, OP_TIMEOUT, timeout_for};
@@ -210,11 +212,8 @@ impl ObjectSnapshotStore {
     }
 
     /// Uploads the cache copy `cached` (`len` bytes) as object `key`.
-    fn upload_snapshot(&self, key: &str, cached: PathBuf, len: u64) -> Result<(), StoreError> {
-        let source = Source::File {
-            path: cached,
-            len_bytes: len,
-        };
+    fn upload_snapshot(&self, key: &str, source: Source) -> Result<(), StoreError> {
+        let len = source.len();
         self.run(
             upload::upload_time(len),
             upload::upload(self.objects.clone(), self.path(key), source),
@@ -255,7 +254,8 @@ fn map(path: &FsPath) -> io::Result<SnapshotBytes> {
 impl SnapshotStore for ObjectSnapshotStore {
     /// Keeps a copy in the cache, uploads the object (multipart above
     /// 8 MiB, aborted on error), then moves the acknowledged pointer;
-    /// returns once both are in the store. `epoch` names the object (module
+    /// returns once both are in the store. A new actor's snapshot 0 is
+    /// uploaded alone (no copy, no pointer: see the body). `epoch` names the object (module
     /// docs).
     fn write(&self, actor: &str, seq: u64, epoch: u64, bytes: &[u8]) -> Result<(), StoreError> {
         let key = names::actor_object_key(actor, &names::snapshot_name(seq, epoch));
@@ -266,12 +266,29 @@ impl SnapshotStore for ObjectSnapshotStore {
         // knows its size if it holds a copy).
         let replaced = cached.metadata().map(|m| m.len()).unwrap_or(0);
         self.usage.reserve(len, replaced)?;
-        let uploaded = cached
-            .parent()
-            .map_or(Ok(()), fs::create_dir_all)
-            .and_then(|()| replace_atomically(&cached, bytes))
-            .map_err(|e| Failure::Io(e).named("cache", &key, &self.location))
-            .and_then(|()| self.upload_snapshot(&key, cached.clone(), len));
+        // A new actor (held, its folder listed empty by the create) writing
+        // snapshot 0: no pointer to move (below), and no cache copy. A
+        // running new actor's next snapshot is written from its instance;
+        // snapshot 0 is read back (into the cache) only if the actor
+        // resumes from it, so a create makes one file in the store and
+        // none here.
+        let new_actor = seq == 0 && self.held.pointer(actor) == Some(None);
+        let uploaded = if new_actor {
+            self.upload_snapshot(&key, Source::Memory(Bytes::copy_from_slice(bytes)))
+        } else {
+            cached
+                .parent()
+                .map_or(Ok(()), fs::create_dir_all)
+                .and_then(|()| replace_atomically(&cached, bytes))
+                .map_err(|e| Failure::Io(e).named("cache", &key, &self.location))
+                .and_then(|()| {
+                    let source = Source::File {
+                        path: cached.clone(),
+                        len_bytes: len,
+                    };
+                    self.upload_snapshot(&key, source)
+                })
+        };
         if let Err(e) = uploaded {
             remove_cached(&cached);
             self.usage.recount(len, replaced);
@@ -286,13 +303,12 @@ impl SnapshotStore for ObjectSnapshotStore {
                 bytes: len,
             },
         );
-        // Snapshot 0 of a new actor (held, its folder listed without a
-        // pointer by the create) needs no pointer: the pointer tells a
+        // Snapshot 0 of a new actor needs no pointer: the pointer tells a
         // newest snapshot deleted behind the store's back from none
         // written, and with snapshot 0 the only one, losing it leaves the
         // folder empty, which an install reports as missing all the same.
         // One object less per create.
-        if seq == 0 && self.held.pointer(actor) == Some(None) {
+        if new_actor {
             return Ok(());
         }
         // The snapshot is in the store and listed from now on: a pointer
