@@ -44,6 +44,7 @@
 
 #![warn(missing_docs)]
 
+mod actor_view;
 pub mod actors;
 mod adopt;
 pub mod alarms;

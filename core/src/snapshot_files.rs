@@ -398,8 +398,9 @@ impl SnapshotStore for LocalSnapshotStore {
     /// record (20 zero-padded decimal digits and a newline, the widest a
     /// `u64` needs), without fsync: a `kill -9` leaves the old record or
     /// the new one, never a mix, and the write costs no temporary file,
-    /// rename or journal entry for a folder (it runs before every resume
-    /// and at every pause). The actor's folder is created if missing.
+    /// rename or journal entry for a folder (it runs when a guest's clock
+    /// reading passes the mark, and at a pause over such a lease). The
+    /// actor's folder is created if missing.
     fn write_clock_mark(&self, actor: &str, clock_ns: u64) -> Result<(), StoreError> {
         let dir = self.actor_dir(actor);
         let path = dir.join(CLOCK_MARK);

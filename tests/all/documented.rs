@@ -400,8 +400,8 @@ async fn deleting_the_clock_mark_of_a_paused_actor_loses_nothing_else() {
 
 /// docs/operations.md: the mark is written when a guest reading passes it,
 /// not before each call: an actor whose guest never reads the clock (the
-/// counter) writes no mark when it wakes, serves or pauses again, once
-/// its first pause left the exact reading.
+/// counter) writes no mark when it is created, wakes, serves or pauses
+/// (none written at all; before, each wake leased and each pause wrote).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_guest_that_reads_no_clock_writes_no_clock_mark() {
     let server = Server::start(&["--workers", "1"]);
@@ -416,6 +416,7 @@ async fn a_guest_that_reads_no_clock_writes_no_clock_mark() {
     );
     server.cli_ok(&["actor", "pause", "nc"]);
     let first = read_mark();
+    assert_eq!(first, None, "a create and a pause wrote a clock mark");
     for n in 2..=4 {
         // A wake, a request and a pause: a lease would have put the mark
         // 60 s ahead and the pause would have written another reading.

@@ -7,7 +7,7 @@
 //! starts the clock below a reading the guest saw.
 
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use stasis_core::host::ClockLease;
 use stasis_core::snapshot_store::SnapshotStore;
@@ -17,6 +17,10 @@ use stasis_core::snapshot_store::SnapshotStore;
 /// reads the clock, and after a crash the clock may jump forward by up to
 /// this (never back).
 const LEASE: Duration = Duration::from_secs(60);
+
+/// After a mark write failed, readings are returned without trying again
+/// for this long (each try may block the guest up to the store's timeout).
+const RETRY_AFTER: Duration = Duration::from_secs(1);
 
 /// The mark on disk, as this owner knows it.
 #[derive(Debug, Default)]
@@ -31,6 +35,8 @@ struct Mark {
     /// read nothing from the store (a cluster worker's resume after its
     /// own pause saves a GET).
     known: bool,
+    /// A lease write failed: none is tried again before this.
+    retry_at: Option<Instant>,
 }
 
 /// The floor and the persisted mark of one actor's clock (nanoseconds).
@@ -66,6 +72,34 @@ impl ActorClock {
         }
         self.floor_ns = self.floor_ns.max(store.clock_mark(actor));
         mark.known = true;
+    }
+
+    /// A new actor (a create): no mark is on disk (the create removed
+    /// what its name held), so a pause before the guest reads the clock
+    /// writes none.
+    pub(crate) fn fresh(&mut self) {
+        lock(&self.mark).known = true;
+    }
+
+    /// The mark on disk as this owner knows it, for a hand-over to another
+    /// version's task ([`ActorClock::inherit`]): `Some(ns)` a lease to
+    /// `ns`, `Some(0)` none ahead of the floor, `None` unknown.
+    pub(crate) fn known_mark(&self) -> Option<u64> {
+        let mark = lock(&self.mark);
+        mark.known.then_some(mark.ahead_ns)
+    }
+
+    /// A hand-over's new task takes over what the running version knew of
+    /// the mark ([`ActorClock::known_mark`]): its guest's readings lease
+    /// only past the running version's lease, so the mark on disk never
+    /// goes back under a reading the running version's guest saw (which
+    /// keeps running if the hand-over fails).
+    pub(crate) fn inherit(&mut self, known: Option<u64>) {
+        if let Some(ahead_ns) = known {
+            let mut mark = lock(&self.mark);
+            mark.ahead_ns = mark.ahead_ns.max(ahead_ns);
+            mark.known = true;
+        }
     }
 
     /// What a new instance's guest readings go through: the mark on disk
@@ -132,7 +166,8 @@ impl ActorClock {
 
 /// One instance's [`ClockLease`]: before a reading past the mark on disk
 /// reaches the guest, the mark is written [`LEASE`] past it. Best effort:
-/// a failed write is logged (the reading is still returned).
+/// a failed write is logged (the reading is still returned) and not tried
+/// again for [`RETRY_AFTER`].
 struct GuestLease {
     store: Arc<dyn SnapshotStore>,
     actor: String,
@@ -142,12 +177,13 @@ struct GuestLease {
 impl ClockLease for GuestLease {
     fn cover(&self, reading_ns: u64) {
         let mut mark = lock(&self.mark);
-        if mark.ahead_ns >= reading_ns {
+        if mark.ahead_ns >= reading_ns || mark.retry_at.is_some_and(|at| Instant::now() < at) {
             return;
         }
         let ahead = reading_ns.saturating_add(nanos(LEASE));
         match self.store.write_clock_mark(&self.actor, ahead) {
             Ok(()) => {
+                mark.retry_at = None;
                 // The mark on disk is this owner's now, ahead of any
                 // reading by design: a restore in this process (a trap's
                 // rollback) continues from the floor, not from the mark;
@@ -155,7 +191,10 @@ impl ClockLease for GuestLease {
                 mark.ahead_ns = ahead;
                 mark.known = true;
             }
-            Err(e) => tracing::warn!(actor = self.actor, "cannot persist the clock mark: {e}"),
+            Err(e) => {
+                mark.retry_at = Some(Instant::now() + RETRY_AFTER);
+                tracing::warn!(actor = self.actor, "cannot persist the clock mark: {e}");
+            }
         }
     }
 }
@@ -231,16 +270,39 @@ mod tests {
     fn a_new_actor_that_never_reads_the_clock_writes_no_mark() {
         let tmp = tempfile::tempdir().expect("tmp");
         let store = store(&tmp);
-        // A create: no load (a new actor), the instance dropped by a pause.
+        // A create, then a pause: nothing written.
         let mut clock = ActorClock::default();
+        clock.fresh();
         let _lease = clock.guest_lease(store.clone(), "new");
         clock.dropped(store.as_ref(), "new", 3, true);
-        // Unknown to this owner whether a mark was there: it is written.
-        assert_eq!(store.clock_mark("new"), 3);
-        // Once known and settled, a wake and pause without a reading
-        // writes nothing.
-        store.write_clock_mark("new", 1).expect("mark");
-        clock.dropped(store.as_ref(), "new", 4, true);
-        assert_eq!(store.clock_mark("new"), 1);
+        assert_eq!(store.clock_mark("new"), 0);
+        // An actor this owner knows nothing of (installed, restarted):
+        // its pause writes the exact reading over whatever is there.
+        let mut adopted = ActorClock::default();
+        adopted.dropped(store.as_ref(), "old", 4, true);
+        assert_eq!(store.clock_mark("old"), 4);
+    }
+
+    #[test]
+    fn a_hand_over_never_writes_a_mark_under_the_running_versions_lease() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let store = store(&tmp);
+        let mut running = ActorClock::default();
+        running.fresh();
+        running.guest_lease(store.clone(), "h").cover(100);
+        let leased = store.clock_mark("h");
+        // The new version's task starts from the running one's knowledge:
+        // its guest's earlier readings write nothing lower.
+        let mut next = ActorClock::default();
+        next.inherit(running.known_mark());
+        next.guest_lease(store.clone(), "h").cover(50);
+        assert_eq!(store.clock_mark("h"), leased);
+        // Past the lease it leases on.
+        next.guest_lease(store.clone(), "h").cover(leased + 1);
+        assert!(store.clock_mark("h") > leased);
+        // Nothing known: nothing inherited.
+        let mut unknown = ActorClock::default();
+        unknown.inherit(ActorClock::default().known_mark());
+        assert_eq!(unknown.known_mark(), None);
     }
 }

@@ -31,9 +31,10 @@ impl Worker {
         epoch: u64,
         seq: u64,
     ) -> Result<SnapshotReport, ApiError> {
-        let (state, clock_ns, table) = self.command(&spec.name, Command::SaveState).await??;
+        let saved = self.command(&spec.name, Command::SaveState).await??;
         let mut task = self.task(spec, epoch, ActorState::Creating);
-        task.hand_over_at(seq, clock_ns, &table);
+        task.hand_over_at(seq, &saved);
+        let state = saved.state;
         let report = task.create_with(Some(&state)).await?;
         // The new instance is the actor now: the old task ends (calls it
         // held for the capture are told to ask again, under the new epoch).

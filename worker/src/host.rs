@@ -79,6 +79,7 @@ impl Worker {
             && let Some(tombstone) = tombstone
             && let Err(e) = tombstone.wait().await
         {
+            task.undo_create();
             report = Err(ApiError::unavailable(format!(
                 "creating actor {}: {e}",
                 spec.name
@@ -87,6 +88,7 @@ impl Worker {
         if report.is_err() {
             let (store, name) = (self.ctx.store.clone(), spec.name.clone());
             let _ = on_blocking_thread(move || Ok(store.remove_actor(&name)?)).await;
+            self.ctx.store.release(&spec.name);
             return report;
         }
         self.start(task);

@@ -175,7 +175,15 @@ pub enum Command {
     Stop(oneshot::Sender<()>),
 }
 
-/// What a hand-over takes from the running version: the state
-/// `stasis_save_state` returned, the instance's clock (ns) and the
-/// actor's idempotency table, encoded.
-pub(crate) type SavedState = (Vec<u8>, u64, Vec<u8>);
+/// What a hand-over takes from the running version.
+pub(crate) struct SavedState {
+    /// What `stasis_save_state` returned.
+    pub(crate) state: Vec<u8>,
+    /// The instance's clock (ns) after it returned.
+    pub(crate) clock_ns: u64,
+    /// The clock mark on disk as the running version knows it (see
+    /// [`crate::clock::ActorClock::known_mark`]).
+    pub(crate) mark: Option<u64>,
+    /// The actor's idempotency table, encoded.
+    pub(crate) table: Vec<u8>,
+}

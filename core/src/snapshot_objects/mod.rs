@@ -18,9 +18,11 @@
 //! worker that was fenced off (an older epoch) never shadows the snapshot
 //! of the actor's new owner. The acknowledged pointer is only moved
 //! forward in (epoch, seq) order as far as the writer can see (it reads
-//! the pointer first; S3 offers no compare-and-swap everywhere, so two
-//! writers racing may still leave the older one: the pointer only enables
-//! a check, the snapshots themselves are what a restore uses).
+//! the pointer first, unless it holds the actor and its write took less
+//! than the shortest lease margin, when no other owner can have moved it:
+//! `pointer`; S3 offers no compare-and-swap everywhere, so two writers
+//! racing may still leave the older one: the pointer only enables a
+//! check, the snapshots themselves are what a restore uses).
 //!
 //! # Truth and cache
 //! The object store is the truth: listings always ask it, since other
@@ -80,6 +82,7 @@
 
 mod held;
 mod names;
+mod pointer;
 mod remote;
 mod segments;
 mod snapshots;

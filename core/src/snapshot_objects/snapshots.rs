@@ -6,11 +6,9 @@ use std::fs::{self, File};
 use std::io;
 use std::path::Path as FsPath;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-
-use super::names::{Acknowledged, Folder};
+use super::names::Folder;
 use super::remote::{Failure, OP_TIMEOUT, timeout_for};
 use super::transfer::{Fetched, Source};
 use super::{ObjectSnapshotStore, names, transfer, upload};
@@ -52,61 +50,9 @@ impl ObjectSnapshotStore {
         map(&cached).ok()
     }
 
-    /// The acknowledged pointer of `actor` (`None` if absent or unreadable,
-    /// logged).
-    fn acknowledged(&self, actor: &str) -> Result<Option<Acknowledged>, StoreError> {
-        let key = names::actor_object_key(actor, names::ACKNOWLEDGED);
-        match self.run(
-            OP_TIMEOUT,
-            transfer::read_small(self.objects.clone(), self.path(&key)),
-        ) {
-            Ok(bytes) => Ok(serde_json::from_slice(&bytes)
-                .inspect_err(|e| tracing::warn!(actor, "ignoring unreadable {key}: {e}"))
-                .ok()),
-            Err(e) if e.is_not_found() => Ok(None),
-            Err(e) => Err(e.named("get", &key, &self.location)),
-        }
-    }
-
-    /// Moves `actor`'s acknowledged pointer to (`seq`, `epoch`) unless it
-    /// already names a later one (module docs).
-    fn acknowledge(&self, actor: &str, seq: u64, epoch: u64) -> Result<(), StoreError> {
-        let now = Acknowledged { seq, epoch };
-        // A held actor's pointer is known here (`held` module docs).
-        let old = match self.held.pointer(actor) {
-            Some(known) => known,
-            None => self.acknowledged(actor)?,
-        };
-        if let Some(old) = old
-            && (old.epoch, old.seq) > (now.epoch, now.seq)
-        {
-            tracing::info!(
-                actor,
-                seq,
-                epoch,
-                ?old,
-                "not moving the acknowledged pointer back"
-            );
-            return Ok(());
-        }
-        let key = names::actor_object_key(actor, names::ACKNOWLEDGED);
-        let body = serde_json::to_vec(&now)
-            .map_err(|e| Failure::Io(io::Error::other(e)).named("put", &key, &self.location))?;
-        match self.put_small(&key, body) {
-            Ok(()) => {
-                self.held.pointed(actor, Some(now));
-                Ok(())
-            }
-            Err(e) => {
-                self.held.unsure(actor);
-                Err(e)
-            }
-        }
-    }
-
     /// Puts small object `key` (a pointer, a fence, a clock mark), read
     /// back when the answer is lost (`upload` module docs).
-    fn put_small(&self, key: &str, body: Vec<u8>) -> Result<(), StoreError> {
+    pub(super) fn put_small(&self, key: &str, body: Vec<u8>) -> Result<(), StoreError> {
         let len = body.len() as u64;
         let source = Source::Memory(body.into());
         self.run(
@@ -254,10 +200,11 @@ fn map(path: &FsPath) -> io::Result<SnapshotBytes> {
 impl SnapshotStore for ObjectSnapshotStore {
     /// Keeps a copy in the cache, uploads the object (multipart above
     /// 8 MiB, aborted on error), then moves the acknowledged pointer;
-    /// returns once both are in the store. A new actor's snapshot 0 is
-    /// uploaded alone (no copy, no pointer: see the body). `epoch` names the object (module
+    /// returns once both are in the store. A new actor's snapshot 0 has
+    /// no pointer (see the body). `epoch` names the object (module
     /// docs).
     fn write(&self, actor: &str, seq: u64, epoch: u64, bytes: &[u8]) -> Result<(), StoreError> {
+        let started = Instant::now();
         let key = names::actor_object_key(actor, &names::snapshot_name(seq, epoch));
         self.check("put", &key, "actor name", actor)?;
         let len = bytes.len() as u64;
@@ -267,28 +214,21 @@ impl SnapshotStore for ObjectSnapshotStore {
         let replaced = cached.metadata().map(|m| m.len()).unwrap_or(0);
         self.usage.reserve(len, replaced)?;
         // A new actor (held, its folder listed empty by the create) writing
-        // snapshot 0: no pointer to move (below), and no cache copy. A
-        // running new actor's next snapshot is written from its instance;
-        // snapshot 0 is read back (into the cache) only if the actor
-        // resumes from it, so a create makes one file in the store and
-        // none here.
+        // snapshot 0: no pointer to move (below). The cache copy is kept:
+        // the actor's first pause opens snapshot 0 as its delta base.
         let new_actor = seq == 0 && self.held.pointer(actor) == Some(None);
-        let uploaded = if new_actor {
-            self.upload_snapshot(&key, Source::Memory(Bytes::copy_from_slice(bytes)))
-        } else {
-            cached
-                .parent()
-                .map_or(Ok(()), fs::create_dir_all)
-                .and_then(|()| replace_atomically(&cached, bytes))
-                .map_err(|e| Failure::Io(e).named("cache", &key, &self.location))
-                .and_then(|()| {
-                    let source = Source::File {
-                        path: cached.clone(),
-                        len_bytes: len,
-                    };
-                    self.upload_snapshot(&key, source)
-                })
-        };
+        let uploaded = cached
+            .parent()
+            .map_or(Ok(()), fs::create_dir_all)
+            .and_then(|()| replace_atomically(&cached, bytes))
+            .map_err(|e| Failure::Io(e).named("cache", &key, &self.location))
+            .and_then(|()| {
+                let source = Source::File {
+                    path: cached.clone(),
+                    len_bytes: len,
+                };
+                self.upload_snapshot(&key, source)
+            });
         if let Err(e) = uploaded {
             remove_cached(&cached);
             self.usage.recount(len, replaced);
@@ -314,7 +254,7 @@ impl SnapshotStore for ObjectSnapshotStore {
         // The snapshot is in the store and listed from now on: a pointer
         // that cannot be moved only weakens a later check, it must not
         // make a stored snapshot be reported as not written.
-        if let Err(e) = self.acknowledge(actor, seq, epoch) {
+        if let Err(e) = self.acknowledge(actor, seq, epoch, started) {
             tracing::warn!(
                 actor,
                 seq,
@@ -330,6 +270,7 @@ impl SnapshotStore for ObjectSnapshotStore {
     /// `names`: snapshots a fenced-off owner writes after it are stale),
     /// then moves the acknowledged pointer to (`seq`, `epoch`).
     fn adopt(&self, actor: &str, seq: u64, epoch: u64) -> Result<(), StoreError> {
+        let started = Instant::now();
         let folder = self.folder(actor)?;
         let fenced = folder.newest_adoption().is_some_and(|a| a.epoch >= epoch)
             || folder.snapshots.iter().any(|f| f.epoch >= epoch);
@@ -344,7 +285,7 @@ impl SnapshotStore for ObjectSnapshotStore {
         self.held.listed(actor, &fenced);
         // The pointer at the new epoch too, so a fenced-off owner's late
         // acknowledgement (older in (epoch, seq) order) cannot move it.
-        if let Err(e) = self.acknowledge(actor, seq, epoch) {
+        if let Err(e) = self.acknowledge(actor, seq, epoch, started) {
             tracing::warn!(
                 actor,
                 seq,
@@ -391,7 +332,7 @@ impl SnapshotStore for ObjectSnapshotStore {
             total += self.copy_snapshot(src, found, new, epoch)?;
         }
         self.held.unsure(new);
-        self.acknowledge(new, seq, epoch)?;
+        self.acknowledge(new, seq, epoch, Instant::now())?;
         Ok(total)
     }
 

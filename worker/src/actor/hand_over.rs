@@ -58,10 +58,16 @@ impl ActorTask {
         let Some(instance) = self.instance.as_mut() else {
             return Err(ApiError::internal("a resumed actor without an instance"));
         };
-        let clock_ns = instance.clock_ns();
         self.chain.unjournaled = true;
         match instance.save_state().await {
-            Ok(bytes) => Ok((bytes, clock_ns, self.kept.idem.encode())),
+            // The clock after the call: the new version starts no earlier
+            // than a reading `stasis_save_state` took.
+            Ok(bytes) => Ok(SavedState {
+                state: bytes,
+                clock_ns: instance.clock_ns(),
+                mark: self.kept.clock.known_mark(),
+                table: self.kept.idem.encode(),
+            }),
             Err(e) => {
                 if e.poisons_instance() {
                     self.drop_instance(false);

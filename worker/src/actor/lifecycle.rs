@@ -21,6 +21,14 @@ impl ActorTask {
         self.create_with(None).await
     }
 
+    /// A create answered as failed after [`ActorTask::create`] made the
+    /// instance (its tombstone was not shipped): the instance and its
+    /// `--max-live` slot go, as when the create itself fails.
+    pub(crate) fn undo_create(&mut self) {
+        self.instance = None;
+        self.sync_live(false);
+    }
+
     /// [`ActorTask::create`]; with `state`, the new instance is given it
     /// (`stasis_load_state`, a hand-over from another version) before its
     /// snapshot, which is then a file even at level `request`.
@@ -29,6 +37,9 @@ impl ActorTask {
         state: Option<&[u8]>,
     ) -> Result<SnapshotReport, ApiError> {
         let started = Instant::now();
+        if state.is_none() {
+            self.kept.clock.fresh();
+        }
         let keep = match &self.ctx.live {
             None => true,
             Some(live) => {
@@ -68,8 +79,9 @@ impl ActorTask {
         let captured_at = started.elapsed();
         if !keep {
             // A borrowed slot is given back before the write. Snapshot 0
-            // holds the clock's reading: no mark is needed.
-            self.drop_instance(false);
+            // holds the clock's reading; a lease the guest's init took
+            // (it read the clock) is settled to it, as by a pause.
+            self.drop_instance(true);
             self.sync_live(false);
         }
         // At level `request` with a journal, snapshot 0 is a journal entry

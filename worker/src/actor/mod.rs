@@ -42,6 +42,7 @@ use crate::host_calls::services::ActorHostServices;
 use crate::idempotency::IdempotencyTable;
 use crate::journaled::{DurableState, Then};
 use crate::logs::ActorLog;
+use crate::mailbox::SavedState;
 pub use crate::mailbox::{Command, Input, Ticket};
 use stasis_contract::error::{ApiError, ErrorKind};
 use stasis_contract::settings::{ActorSettings, Durability};
@@ -219,12 +220,13 @@ impl ActorTask {
     }
 
     /// A hand-over's new task: its snapshot is `seq`, its clock no earlier
-    /// than the old instance's (`clock_ns`), its idempotency table the old
-    /// task's (`table`, encoded).
-    pub(crate) fn hand_over_at(&mut self, seq: u64, clock_ns: u64, table: &[u8]) {
+    /// than the old instance's, its clock mark as the old task knew it,
+    /// its idempotency table the old task's (all from `saved`).
+    pub(crate) fn hand_over_at(&mut self, seq: u64, saved: &SavedState) {
         self.kept.durable = DurableState::at(seq);
-        self.kept.clock.replaced(clock_ns);
-        self.kept.idem.restored(table, Vec::new(), 0);
+        self.kept.clock.replaced(saved.clock_ns);
+        self.kept.clock.inherit(saved.mark);
+        self.kept.idem.restored(&saved.table, Vec::new(), 0);
     }
 
     /// After a panic in the task (a bug): the instance may be half-way
