@@ -176,7 +176,7 @@ pub enum Command {
 }
 
 /// What a hand-over takes from the running version.
-pub(crate) struct SavedState {
+pub struct SavedState {
     /// What `stasis_save_state` returned.
     pub(crate) state: Vec<u8>,
     /// The instance's clock (ns) after it returned.
