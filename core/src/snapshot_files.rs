@@ -343,6 +343,15 @@ impl SnapshotStore for LocalSnapshotStore {
         Ok((out, acked))
     }
 
+    fn holds_anything(&self, actor: &str) -> Result<bool, StoreError> {
+        let dir = self.actor_dir(actor);
+        match fs::read_dir(&dir) {
+            Ok(mut entries) => Ok(entries.next().is_some()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(io_err(&self.root, "read", &dir)(e)),
+        }
+    }
+
     fn open_snapshot(&self, actor: &str, seq: u64) -> Result<SnapshotBytes, StoreError> {
         let path = self.path(actor, seq);
         let file = File::open(&path).map_err(io_err(&self.root, "open", &path))?;

@@ -241,6 +241,16 @@ pub trait SnapshotStore: Send + Sync + std::fmt::Debug {
         Ok(self.list_acknowledged(actor)?.0)
     }
 
+    /// Whether `actor`'s place in the store holds anything at all (a
+    /// snapshot, a pointer, a fence, a clock mark, a log): what a create of
+    /// the name must remove first. By default, whether it lists a snapshot.
+    ///
+    /// # Errors
+    /// As [`SnapshotStore::list_acknowledged`].
+    fn holds_anything(&self, actor: &str) -> Result<bool, StoreError> {
+        Ok(!self.list(actor)?.is_empty())
+    }
+
     /// The names of the actors that have a place in the store (possibly
     /// empty), in no particular order.
     ///

@@ -429,6 +429,38 @@ async fn a_guest_that_reads_no_clock_writes_no_clock_mark() {
     }
 }
 
+/// A create removes whatever an earlier actor left under its name, a lone
+/// `clock.mark` too: the new actor's clock is known to have no mark, and a
+/// guest that reads no clock (the counter) would never overwrite it, so a
+/// restart would start the new actor's clock at the old one's value.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_create_removes_a_clock_mark_left_under_its_name() {
+    let server = Server::start(&["--workers", "1"]);
+    server.push("counter");
+    let folder = server.data_dir.join("snapshots/lm");
+    std::fs::create_dir_all(&folder).expect("folder");
+    let old: u64 = 9_000_000_000_000_000_000;
+    std::fs::write(folder.join("clock.mark"), format!("{old:020}\n")).expect("mark");
+    server.create("lm", "counter");
+    let mark = || {
+        std::fs::read_to_string(folder.join("clock.mark"))
+            .ok()
+            .map(|m| m.trim().parse::<u64>().expect("a number"))
+    };
+    assert_eq!(mark(), None, "the old mark is kept");
+    assert_eq!(
+        count(&to_actor(&client(), server.ingress, "lm", "POST", "/").await),
+        1
+    );
+    server.cli_ok(&["actor", "pause", "lm"]);
+    let server = server.restart(&["--workers", "1"]);
+    assert_eq!(
+        count(&to_actor(&client(), server.ingress, "lm", "POST", "/").await),
+        2
+    );
+    assert_eq!(mark(), None, "a mark appeared");
+}
+
 /// Longer than any listing that gave up on a frozen worker at its 3 s
 /// status bound, far shorter than a call's 120 s bound: a listing still
 /// unanswered by then waits like a call (a hang, not a slow answer).

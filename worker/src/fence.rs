@@ -74,6 +74,10 @@ impl SnapshotStore for FencedStore {
         self.inner.list(actor)
     }
 
+    fn holds_anything(&self, actor: &str) -> Result<bool, StoreError> {
+        self.inner.holds_anything(actor)
+    }
+
     fn actors(&self) -> Result<Vec<String>, StoreError> {
         self.inner.actors()
     }

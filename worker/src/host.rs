@@ -102,8 +102,10 @@ impl Worker {
     async fn clear_for_create(&self, name: &str) -> Result<Option<Durable>, ApiError> {
         let (store, owned) = (self.ctx.store.clone(), name.to_owned());
         on_blocking_thread(move || {
-            if !store.list(&owned)?.is_empty() {
-                tracing::warn!(actor = %owned, "removing snapshots left under a new actor's name");
+            // Anything at all: a clock mark or a pointer left alone would
+            // be taken for the new actor's (its clock is new: `fresh`).
+            if store.holds_anything(&owned)? {
+                tracing::warn!(actor = %owned, "removing what an earlier actor left under a new actor's name");
                 store.remove_actor(&owned)?;
             }
             Ok(())

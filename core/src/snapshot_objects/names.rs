@@ -126,6 +126,8 @@ pub(super) struct Folder {
     pub(super) adoptions: Vec<Adoption>,
     /// The folder has an `acknowledged` object.
     pub(super) acknowledged: bool,
+    /// The folder has other objects (a clock mark, a log).
+    pub(super) others: bool,
 }
 
 impl Folder {
@@ -140,6 +142,8 @@ impl Folder {
                 folder.snapshots.push(Found { seq, epoch, bytes });
             } else if let Some((epoch, seq)) = parse_adoption_name(&name) {
                 folder.adoptions.push(Adoption { epoch, seq });
+            } else {
+                folder.others = true;
             }
         }
         folder

@@ -374,6 +374,15 @@ impl SnapshotStore for ObjectSnapshotStore {
         Ok(entries(&self.folder(actor)?))
     }
 
+    /// From one listing, which the store then knows of a held actor.
+    fn holds_anything(&self, actor: &str) -> Result<bool, StoreError> {
+        let folder = self.folder(actor)?;
+        Ok(!folder.snapshots.is_empty()
+            || !folder.adoptions.is_empty()
+            || folder.acknowledged
+            || folder.others)
+    }
+
     fn actors(&self) -> Result<Vec<String>, StoreError> {
         let root = self.path(names::SNAPSHOTS);
         let listed = self
