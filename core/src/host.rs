@@ -248,7 +248,7 @@ impl Host {
 /// one). A reading only the host takes (a snapshot's) is not covered.
 /// Called on the guest's thread, inside its WASI call; most calls compare
 /// the reading with the mark and return.
-pub trait ClockLease: Send + Sync {
+pub trait ClockLease: Send + Sync + std::fmt::Debug {
     /// `reading_ns` is about to be returned to the guest.
     fn cover(&self, reading_ns: u64);
 }
@@ -256,22 +256,12 @@ pub trait ClockLease: Send + Sync {
 /// A per-actor monotonic clock: it starts where the actor's last snapshot
 /// left it, so it never goes backwards across a pause, a restart or a move
 /// to another host. Nanoseconds.
-#[derive(Clone)]
+#[derive(Debug, Clone)]
 pub struct VirtualClock {
     base_ns: u64,
     origin: Instant,
     /// Runs before a reading is returned to the guest (none: nothing).
     lease: Option<Arc<dyn ClockLease>>,
-}
-
-impl std::fmt::Debug for VirtualClock {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("VirtualClock")
-            .field("base_ns", &self.base_ns)
-            .field("origin", &self.origin)
-            .field("leased", &self.lease.is_some())
-            .finish()
-    }
 }
 
 impl VirtualClock {

@@ -168,6 +168,7 @@ impl ActorClock {
 /// reaches the guest, the mark is written [`LEASE`] past it. Best effort:
 /// a failed write is logged (the reading is still returned) and not tried
 /// again for [`RETRY_AFTER`].
+#[derive(Debug)]
 struct GuestLease {
     store: Arc<dyn SnapshotStore>,
     actor: String,

@@ -34,13 +34,12 @@ impl Worker {
         let saved = self.command(&spec.name, Command::SaveState).await??;
         let mut task = self.task(spec, epoch, ActorState::Creating);
         task.hand_over_at(seq, &saved);
-        let state = saved.state;
-        let report = task.create_with(Some(&state)).await?;
+        let report = task.create_with(Some(&saved.state)).await?;
         // The new instance is the actor now: the old task ends (calls it
         // held for the capture are told to ask again, under the new epoch).
         self.replace_task(&spec.name);
         self.start(task);
-        tracing::info!(actor = %spec.name, seq, bytes = state.len(), "state handed over to another version");
+        tracing::info!(actor = %spec.name, seq, bytes = saved.state.len(), "state handed over to another version");
         Ok(report)
     }
 }

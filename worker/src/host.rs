@@ -60,7 +60,8 @@ impl Worker {
         // this worker's alone at `epoch` (nothing else writes it before the
         // directory records it), so it is held from here: the listing
         // below is what a shared store then knows of the folder, and
-        // snapshot 0's acknowledged pointer is one PUT with no read first.
+        // snapshot 0 needs no acknowledged pointer (see the object store's
+        // `write`).
         self.ctx.store.hold(&spec.name, epoch);
         let tombstone = match self.clear_for_create(&spec.name).await {
             Ok(tombstone) => tombstone,

@@ -149,6 +149,12 @@ impl Folder {
         folder
     }
 
+    /// Whether the folder holds no object at all.
+    #[must_use]
+    pub(super) fn is_empty(&self) -> bool {
+        self.snapshots.is_empty() && self.adoptions.is_empty() && !self.acknowledged && !self.others
+    }
+
     /// The snapshots that make up the actor's history, oldest first: one
     /// per sequence number, ordered by (epoch, sequence number).
     ///

@@ -4,7 +4,7 @@
 
 use std::fs::{self, File};
 use std::io;
-use std::path::Path as FsPath;
+use std::path::{Path as FsPath, PathBuf};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -158,8 +158,11 @@ impl ObjectSnapshotStore {
     }
 
     /// Uploads the cache copy `cached` (`len` bytes) as object `key`.
-    fn upload_snapshot(&self, key: &str, source: Source) -> Result<(), StoreError> {
-        let len = source.len();
+    fn upload_snapshot(&self, key: &str, cached: PathBuf, len: u64) -> Result<(), StoreError> {
+        let source = Source::File {
+            path: cached,
+            len_bytes: len,
+        };
         self.run(
             upload::upload_time(len),
             upload::upload(self.objects.clone(), self.path(key), source),
@@ -222,13 +225,7 @@ impl SnapshotStore for ObjectSnapshotStore {
             .map_or(Ok(()), fs::create_dir_all)
             .and_then(|()| replace_atomically(&cached, bytes))
             .map_err(|e| Failure::Io(e).named("cache", &key, &self.location))
-            .and_then(|()| {
-                let source = Source::File {
-                    path: cached.clone(),
-                    len_bytes: len,
-                };
-                self.upload_snapshot(&key, source)
-            });
+            .and_then(|()| self.upload_snapshot(&key, cached.clone(), len));
         if let Err(e) = uploaded {
             remove_cached(&cached);
             self.usage.recount(len, replaced);
@@ -376,11 +373,7 @@ impl SnapshotStore for ObjectSnapshotStore {
 
     /// From one listing, which the store then knows of a held actor.
     fn holds_anything(&self, actor: &str) -> Result<bool, StoreError> {
-        let folder = self.folder(actor)?;
-        Ok(!folder.snapshots.is_empty()
-            || !folder.adoptions.is_empty()
-            || folder.acknowledged
-            || folder.others)
+        Ok(!self.folder(actor)?.is_empty())
     }
 
     fn actors(&self) -> Result<Vec<String>, StoreError> {
