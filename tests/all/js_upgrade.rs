@@ -147,3 +147,162 @@ async fn a_javascript_actor_is_upgraded_with_its_state() {
     assert!(stderr.contains("has no save()"), "{stderr}");
     assert_eq!(body(&server, "a", "/").await, "v2 count 6");
 }
+
+/// Version `v` of a counter that hands its count to the next version:
+/// answers `v<v> <count>`.
+fn handing_counter(v: u32) -> String {
+    format!(
+        "let count = 0;\n\
+         export default {{\n  version: {v},\n  \
+         fetch() {{ count += 1; return new Response(`v{v} ${{count}}`); }},\n  \
+         save() {{ return count; }},\n  \
+         load(value) {{ count = value; }},\n}};\n"
+    )
+}
+
+/// `(version, count)` of a [`handing_counter`]'s answer.
+fn version_and_count(answer: &crate::support::Answer) -> (u32, u64) {
+    assert_eq!(answer.status, 200, "{answer:?}");
+    let parsed = answer.body.strip_prefix('v').and_then(|rest| {
+        let (v, n) = rest.split_once(' ')?;
+        Some((v.parse().ok()?, n.parse().ok()?))
+    });
+    parsed.unwrap_or_else(|| panic!("not a counter's answer: {answer:?}"))
+}
+
+/// `method path` on the admin API with a JSON body; asserts a 2xx.
+async fn admin(server_admin: std::net::SocketAddr, method: &str, path: &str, body: String) {
+    let reply = crate::support::send(
+        &client(),
+        server_admin,
+        method,
+        "localhost",
+        path,
+        body.into_bytes(),
+    )
+    .await;
+    assert!(
+        (200..300).contains(&reply.status),
+        "{method} {path}: {reply:?}"
+    );
+}
+
+/// A rollout over 200 JavaScript actors (issue 48) while eight clients
+/// post without pause to the 150 running ones: every request is answered
+/// 200 with the actor's next count (none lost, none applied twice across
+/// the hand-over), no actor answers version 1 after version 2, and the 50
+/// paused ones are upgraded at their next request with their count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_rollout_over_200_javascript_actors_keeps_every_count_under_8_clients() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    const ACTORS: usize = 200;
+    const PAUSED: usize = 50;
+    const CLIENTS: usize = 8;
+    if !engine_built() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(&["--workers", "2"]);
+    assert_eq!(
+        push(&server, dir.path(), "jr", "v1.js", &handing_counter(1)),
+        1
+    );
+    let names: Vec<String> = (0..ACTORS).map(|i| format!("j{i:03}")).collect();
+    // Each actor counts one request; the first PAUSED are paused.
+    let (admin_at, ingress) = (server.admin, server.ingress);
+    for batch in names.chunks(16) {
+        let made = batch.iter().map(|name| async move {
+            let body = serde_json::json!({ "name": name, "template": "jr" }).to_string();
+            admin(admin_at, "POST", "/v1/actors", body).await;
+            let first = to_actor(&client(), ingress, name, "POST", "/").await;
+            assert_eq!(version_and_count(&first), (1, 1), "{name}");
+        });
+        futures_util::future::join_all(made).await;
+    }
+    for name in &names[..PAUSED] {
+        let path = format!("/v1/actors/{name}/pause");
+        admin(admin_at, "POST", &path, String::new()).await;
+    }
+    assert_eq!(
+        push(&server, dir.path(), "jr", "v2.js", &handing_counter(2)),
+        2
+    );
+
+    let running: Arc<Vec<String>> = Arc::new(names[PAUSED..].to_vec());
+    let sent = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut clients = Vec::new();
+    for k in 0..CLIENTS {
+        let (running, sent, stop) = (running.clone(), sent.clone(), stop.clone());
+        clients.push(tokio::spawn(async move {
+            let http = client();
+            let mine: Vec<&String> = running.iter().skip(k).step_by(CLIENTS).collect();
+            // Each actor's last (version, count): only this client posts to it.
+            let mut last = vec![(1u32, 1u64); mine.len()];
+            let mut answered = [0u64; 2];
+            while !stop.load(Ordering::SeqCst) {
+                for (i, name) in mine.iter().enumerate() {
+                    let answer = to_actor(&http, ingress, name, "POST", "/").await;
+                    let (v, n) = version_and_count(&answer);
+                    assert_eq!(
+                        n,
+                        last[i].1 + 1,
+                        "{name}: the next count, after {:?}",
+                        last[i]
+                    );
+                    assert!(v >= last[i].0, "{name}: version {v} after {}", last[i].0);
+                    last[i] = (v, n);
+                    answered[v as usize - 1] += 1;
+                    sent.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+            let last: Vec<(String, (u32, u64))> = mine.into_iter().cloned().zip(last).collect();
+            (last, answered)
+        }));
+    }
+    let at_least = async |n: u64| {
+        stasis_test_util::wait::until_async(
+            &format!("{n} requests answered"),
+            std::time::Duration::from_secs(120),
+            async || (sent.load(Ordering::SeqCst) >= n).then_some(()),
+        )
+        .await;
+    };
+    at_least(300).await;
+    let status = server.cli_json(&["template", "rollout", "jr", "--to-version", "2"]);
+    assert_eq!(status["failed"], 0, "{status}");
+    assert_eq!(
+        status["deferred"], PAUSED as u64,
+        "paused: at their next resume: {status}"
+    );
+    at_least(sent.load(Ordering::SeqCst) + 300).await;
+    stop.store(true, Ordering::SeqCst);
+    let mut answered = [0u64; 2];
+    let mut counts = std::collections::BTreeMap::new();
+    for c in clients {
+        let (last, by_version) = c.await.expect("client");
+        answered[0] += by_version[0];
+        answered[1] += by_version[1];
+        counts.extend(last);
+    }
+    assert!(
+        answered[0] > 0 && answered[1] > 0,
+        "both versions answered: {answered:?}"
+    );
+    // Every running actor is on version 2 with its count; every paused
+    // one is upgraded by its next request, with its count of 1.
+    for name in &names {
+        let (_, n) = counts.get(name).copied().unwrap_or((1, 1));
+        let answer = to_actor(&client(), server.ingress, name, "POST", "/").await;
+        assert_eq!(version_and_count(&answer), (2, n + 1), "{name}");
+    }
+    let what = "the rollout to finish with every actor upgraded";
+    stasis_test_util::wait::until_else(what, std::time::Duration::from_secs(30), || {
+        let status = server.cli_json(&["template", "rollout-status", "jr"]);
+        let done = status["state"] == "finished"
+            && status["upgraded"] == ACTORS as u64
+            && status["failed"] == 0;
+        if done { Ok(()) } else { Err(status) }
+    });
+}

@@ -106,6 +106,7 @@ mod ingress;
 mod journal_replay;
 mod js;
 mod js_apis;
+mod js_conformance;
 mod js_crypto;
 mod js_upgrade;
 mod labels;
