@@ -114,6 +114,13 @@ pub(crate) async fn build(path: &Path, source: &[u8]) -> anyhow::Result<Vec<u8>>
         let out_of_fuel = store.get_fuel().is_ok_and(|f| f == 0);
         if out_of_fuel {
             anyhow!("{name}: the script's top level ran too long (a loop that never ends?)")
+        } else if let Some(import) = host_call_at_push(&format!("{e:#}")) {
+            anyhow!(
+                "{name}: the script's top level called the host function {import}, which exists \
+                 only while a delivery runs (the `stasis` module's functions and the global \
+                 fetch): call it inside fetch, alarm or socket, not when the module is evaluated \
+                 at push"
+            )
         } else {
             anyhow!("{name}: the script's top level trapped: {e:#}")
         }
@@ -154,6 +161,14 @@ pub(crate) async fn build(path: &Path, source: &[u8]) -> anyhow::Result<Vec<u8>>
         methods.join(",").as_bytes(),
     ));
     Ok(module)
+}
+
+/// The host function a trap at push names (`stasis::self_name`) when the
+/// script's top level called one: they are traps at push (see [`build`]).
+fn host_call_at_push(trap: &str) -> Option<String> {
+    let rest = trap.split("unknown import: ").nth(1)?;
+    let import = rest.split(" has not been defined").next()?;
+    Some(import.trim_matches('`').to_owned())
 }
 
 /// The engine's export saying which hand-over methods the script has.

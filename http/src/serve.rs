@@ -107,6 +107,62 @@ pub fn json_error(error: &ApiError) -> Response<Body> {
 /// so its client can read the refusal.
 const DRAIN_BYTES: u64 = 64 << 20;
 
+/// How long a refused body is read away at most.
+const DRAIN_FOR: Duration = Duration::from_secs(10);
+
+/// Reads a refused request's body away in the background, dropping each
+/// frame (up to [`DRAIN_BYTES`], for 10 s at most), so that a client
+/// still sending it completes its write and reads the refusal, instead of
+/// a broken pipe when the connection closes under its write.
+pub fn read_away(body: Incoming) {
+    tokio::spawn(async move {
+        let mut body = body;
+        let mut read = 0u64;
+        let _ = tokio::time::timeout(DRAIN_FOR, async {
+            while let Some(Ok(frame)) = body.frame().await {
+                read += frame.data_ref().map_or(0, |d| d.len() as u64);
+                if read > DRAIN_BYTES {
+                    return;
+                }
+            }
+        })
+        .await;
+    });
+}
+
+/// A request body not read yet. Dropped unread (the request was refused
+/// before its body was needed: a bad name, a credential, a rate), it is
+/// read away ([`read_away`]), so the client reads the refusal.
+#[derive(Debug)]
+pub struct UnreadBody(Option<Incoming>);
+
+impl UnreadBody {
+    /// `body`, read away if dropped before [`UnreadBody::take`].
+    #[must_use]
+    pub fn new(body: Incoming) -> Self {
+        Self(Some(body))
+    }
+
+    /// The body, to read now.
+    #[must_use]
+    pub fn take(mut self) -> Incoming {
+        match self.0.take() {
+            Some(body) => body,
+            None => unreachable!("an UnreadBody holds its body until taken, which consumes it"),
+        }
+    }
+}
+
+impl Drop for UnreadBody {
+    fn drop(&mut self) {
+        if let Some(body) = self.0.take()
+            && !hyper::body::Body::is_end_stream(&body)
+        {
+            read_away(body);
+        }
+    }
+}
+
 /// Collects a request body of at most `limit` bytes; `limit_name` names
 /// that limit in the 413 (a flag such as `--max-body`, or what it is for).
 ///
@@ -136,9 +192,7 @@ pub async fn collect_body(
         // reads the 413, instead of a broken pipe when the connection
         // closes under its write.
         if n <= DRAIN_BYTES {
-            tokio::spawn(async move {
-                let _ = Limited::new(body, DRAIN_BYTES as usize).collect().await;
-            });
+            read_away(body);
         }
         return Err(too_large());
     }

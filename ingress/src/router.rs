@@ -31,7 +31,7 @@ use stasis_contract::names::{self, is_label};
 use stasis_control::ControlPlane;
 use stasis_control::ask_leader::AskLeader;
 use stasis_host_api::sockets::{SOCKET_HEADER, STREAM_HEADER, STREAM_OPEN};
-use stasis_http::serve::{Body, collect_body, text_error};
+use stasis_http::serve::{Body, UnreadBody, collect_body, text_error};
 
 pub use stasis_contract::headers::ACTOR_HEADER;
 use stasis_contract::headers::{HOP_BY_HOP, is_host_only, not_passed_on};
@@ -286,6 +286,7 @@ async fn route(
     let upgrade = sockets::is_upgrade(request.headers());
     let on_upgrade = upgrade.then(|| hyper::upgrade::on(&mut request));
     let (mut parts, body) = request.into_parts();
+    let body = UnreadBody::new(body); // read away if refused before it is read
     let actor = match ingress::check(&parts).and_then(|()| actor_of(&parts, &domain)) {
         Ok(actor) => actor,
         Err(e) => return text_error(&e),
@@ -352,7 +353,7 @@ async fn route(
         );
     }
     let max_body = control.config().limits.max_body;
-    let answer = match collect_body(&parts, body, max_body, "--max-body").await {
+    let answer = match collect_body(&parts, body.take(), max_body, "--max-body").await {
         Ok(body) => {
             let mut guest = guest_request(&parts, body);
             if let Some(socket) = &socket {

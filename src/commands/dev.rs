@@ -67,8 +67,14 @@ pub(super) async fn run(args: DevArgs) -> anyhow::Result<()> {
             None,
         );
     }
+    let imports = match files.len().saturating_sub(1) {
+        0 => String::new(),
+        1 => " and the file it imports".to_owned(),
+        n => format!(" and the {n} files it imports"),
+    };
     println!(
-        "stasis dev: template {template} version {version}, actor {actor}; watching {} (Ctrl-C stops)",
+        "stasis dev: template {template} version {version}, actor {actor}; watching {}{imports} \
+         (Ctrl-C stops)",
         args.file.display()
     );
     follow_log(&actor, &args.client);

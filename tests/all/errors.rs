@@ -710,3 +710,43 @@ async fn a_guest_panic_answers_with_its_message() {
     assert_eq!(trapped.status, 500);
     assert!(!trapped.body.contains("panicked"), "{trapped:?}");
 }
+
+/// Found by a new user: `template push Bad_Name app.ts` failed now and
+/// then with `error writing a body to connection: Broken pipe` instead of
+/// the 400 naming the rule, because the server refused the name before
+/// reading the 1.4 MiB module and closed the connection under the CLI's
+/// write. A request refused before its body is read (a bad name, a
+/// credential, an unknown actor) now has its body read away, so the
+/// client always reads the refusal: through the CLI and the admin API
+/// with a 16 MiB module, and through the ingress with a 6 MiB body.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_before_the_body_is_read_reaches_a_client_still_sending_it() {
+    let server = Server::start(&["--workers", "1"]);
+    let mut module = b"\0asm\x01\0\0\0".to_vec();
+    module.resize(16 << 20, 0);
+    for _ in 0..5 {
+        let (code, stderr) = push_bytes(&server, "Bad_Name", &module);
+        assert_eq!(code, Some(1), "{stderr}");
+        assert!(
+            stderr.contains("400") && stderr.contains("invalid template name \"Bad_Name\""),
+            "{stderr}"
+        );
+    }
+    for _ in 0..5 {
+        let answer = admin(&server, "PUT", "/v1/templates/Bad_Name", module.clone()).await;
+        assert_eq!(answer.status, 400, "{answer:?}");
+    }
+    let body = vec![b'x'; 6 << 20];
+    for _ in 0..5 {
+        let answer = send(
+            &client(),
+            server.ingress,
+            "POST",
+            "nobody-here.actors.localhost",
+            "/",
+            body.clone(),
+        )
+        .await;
+        assert_eq!(answer.status, 404, "{answer:?}");
+    }
+}

@@ -294,6 +294,26 @@ async fn js_syntax_error_is_refused_at_push_with_line_and_column() {
     let out = server.cli(&["template", "push", "none", none.to_str().expect("utf-8")]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no default export"));
+    // Found by a new user: a host function called at the top level was
+    // refused with a wasm backtrace of mangled Rust frames. It is named,
+    // with where to call it instead.
+    let host = script(
+        scripts.path(),
+        "host.js",
+        "import { selfName } from \"stasis\";\nconst me = selfName();\n\
+         export default { fetch() { return new Response(me); } };\n",
+    );
+    let out = server.cli(&["template", "push", "host", host.to_str().expect("utf-8")]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr
+            .contains("host.js: the script's top level called the host function stasis::self_name")
+            && stderr.contains("call it inside fetch")
+            && !stderr.contains("backtrace")
+            && !stderr.contains("_ZN"),
+        "{stderr}"
+    );
     let list = server.cli_json(&["template", "list"]);
     assert_eq!(list.as_array().map(Vec::len), Some(0), "{list}");
 }

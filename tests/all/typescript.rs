@@ -414,7 +414,11 @@ async fn typescript_dev_pushes_when_an_imported_module_is_saved() {
         }
     };
     let started = wait_for("watching");
-    assert!(started.contains("template app version 1"), "{started}");
+    assert!(
+        started.contains("template app version 1")
+            && started.contains("app.ts and the file it imports"),
+        "{started}"
+    );
     let ask = async |expect: &str| {
         let answer = to_actor(&client(), server.ingress, "ts-room", "POST", "/").await;
         assert_eq!((answer.status, answer.body.as_str()), (200, expect));

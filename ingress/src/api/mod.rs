@@ -265,7 +265,13 @@ impl AdminApi {
         };
         let scoped = match admitted {
             Ok(scoped) => scoped,
-            Err(refused) => return *refused,
+            Err(refused) => {
+                // Refused before its body is read (a bad name, a
+                // credential): the body is read away, so a client still
+                // sending a module reads the refusal, not a broken pipe.
+                drop(stasis_http::serve::UnreadBody::new(request.into_body()));
+                return *refused;
+            }
         };
         // A write a follower forwarded: its answer says the etcd revision
         // of the newest actor record written (this write's or a later
