@@ -333,9 +333,10 @@ async fn js_uncaught_exception_answers_500_logs_its_stack_and_rolls_back() {
 let count = 0;
 function explode() { throw new Error("boom at " + count); }
 export default {
-  fetch(request) {
+  async fetch(request) {
     count += 1;
     if (new URL(request.url).pathname === "/boom") explode();
+    if (new URL(request.url).pathname === "/json") return Response.json(await request.json());
     return new Response(`count: ${count}\n`);
   },
 };
@@ -368,6 +369,26 @@ export default {
             let log = server.log();
             if log.contains("Uncaught exception in fetch: Error: boom at 3")
                 && log.contains("explode")
+            {
+                Ok(())
+            } else {
+                Err(format!("\n{log}"))
+            }
+        },
+    )
+    .await;
+    // Found by a new user: a body that is not JSON threw from the engine's
+    // json() with no frame in the script. The stack names the line of the
+    // script's `await request.json()`.
+    let answer = to_actor(&client(), server.ingress, "b1", "POST", "/json").await;
+    assert_eq!(answer.status, 500, "{answer:?}");
+    wait::until_else_async(
+        "the JSON error in the log",
+        Duration::from_secs(10),
+        async || {
+            let log = server.log();
+            if log.contains("Uncaught exception in fetch: SyntaxError")
+                && log.contains("at fetch (boom.js:8:")
             {
                 Ok(())
             } else {

@@ -146,7 +146,31 @@ async fn a_javascript_actor_is_upgraded_with_its_state() {
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(stderr.contains("has no save()"), "{stderr}");
     assert_eq!(body(&server, "a", "/").await, "v2 count 6");
+    // A save() that returns what cannot be cloned: the refusal quotes the
+    // script's exception, not the trap around it (found by a new user).
+    assert_eq!(push(&server, dir.path(), "jc", "bad-save.js", BAD_SAVE), 5);
+    server.create("d", "jc");
+    let refused = server.cli(&["actor", "upgrade", "d", "--to-version", "2"]);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success()
+            && stderr.contains("uncaught exception in save: TypeError: save() returned a Item")
+            && stderr.contains("stays on version 5")
+            && !stderr.contains("unreachable")
+            && !stderr.contains("stasis:prelude"),
+        "{stderr}"
+    );
 }
+
+/// A version whose `save()` returns a class instance.
+const BAD_SAVE: &str = r#"
+class Item { constructor(n) { this.n = n; } }
+export default {
+  fetch() { return new Response("bad save"); },
+  save() { return { items: [new Item(1)] }; },
+  load() {},
+};
+"#;
 
 /// Version `v` of a counter that hands its count to the next version:
 /// answers `v<v> <count>`.

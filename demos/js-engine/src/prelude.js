@@ -53,7 +53,11 @@
     async arrayBuffer() { const b = this._take(); return b.buffer.slice(b.byteOffset, b.byteOffset + b.byteLength); }
     async bytes() { return this._take(); }
     async text() { return decoder.decode(this._take()); }
-    async json() { return JSON.parse(await this.text()); }
+    // Parsed before the promise is made: a SyntaxError's stack has the
+    // caller's frame (the user's `await request.json()` line).
+    json() {
+      try { return Promise.resolve(JSON.parse(decoder.decode(this._take()))); } catch (e) { return Promise.reject(e); }
+    }
   }
 
   class URLSearchParams {

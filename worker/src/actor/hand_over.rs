@@ -24,7 +24,47 @@ pub(crate) fn refused(what: &str, e: &CallError) -> ApiError {
         | CallError::Host(_)
         | CallError::StateRefused(_) => ErrorKind::Unprocessable,
     };
-    ApiError::new(kind, format!("{what}: {e}"))
+    let detail = e.to_string();
+    let detail = script_exception(&detail).unwrap_or(detail);
+    ApiError::new(kind, format!("{what}: {detail}"))
+}
+
+/// The line a JavaScript script's exception leaves last on the guest's
+/// stderr (`uncaught exception in save: TypeError: ...`), when a trap's
+/// message ends with one: the trap around it (`wasm unreachable`, the
+/// engine's frames) says nothing more to whoever asked for the upgrade,
+/// and the stack stays in the actor's log.
+fn script_exception(trap: &str) -> Option<String> {
+    let (_, stderr) = trap.rsplit_once("guest stderr: ")?;
+    let last = stderr.rsplit(" / ").next()?;
+    let exception = last.strip_prefix("uncaught exception in ")?;
+    let exception = exception.replace(
+        "(its stack is above in the log)",
+        "(its stack is in the actor's log)",
+    );
+    Some(format!("uncaught exception in {exception}"))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_script_exception_is_told_without_the_trap_around_it() {
+        let trap = "guest trapped: wasm trap: wasm `unreachable` instruction executed; guest \
+                    stderr:     at <anonymous> (stasis:prelude:271:77) /     at map (native) / \
+                    uncaught exception in save: TypeError: save() returned a Item at the \
+                    value.items[0] (its stack is above in the log)";
+        assert_eq!(
+            super::script_exception(trap).as_deref(),
+            Some(
+                "uncaught exception in save: TypeError: save() returned a Item at the \
+                 value.items[0] (its stack is in the actor's log)"
+            )
+        );
+        assert_eq!(
+            super::script_exception("guest trapped: wasm trap: out of bounds"),
+            None
+        );
+    }
 }
 
 impl ActorTask {
