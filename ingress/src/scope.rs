@@ -75,7 +75,9 @@ pub fn scope(path: &str) -> Result<Scoped, ApiError> {
         } else {
             "template"
         };
-        resolved[1] = names::resolve(what, namespace, name)?;
+        // The name as its client wrote it (`bad name`, not `bad%20name`).
+        let name = percent_encoding::percent_decode_str(name).decode_utf8_lossy();
+        resolved[1] = names::resolve(what, namespace, &name)?;
     }
     Ok(Scoped {
         namespace: namespace.to_owned(),

@@ -736,6 +736,12 @@ async fn a_refusal_before_the_body_is_read_reaches_a_client_still_sending_it() {
         let answer = admin(&server, "PUT", "/v1/templates/Bad_Name", module.clone()).await;
         assert_eq!(answer.status, 400, "{answer:?}");
     }
+    // The name is echoed as written, not as the URL encodes it.
+    let (_, stderr) = push_bytes(&server, "bad name", &module);
+    assert!(
+        stderr.contains("invalid template name \"bad name\""),
+        "{stderr}"
+    );
     let body = vec![b'x'; 6 << 20];
     for _ in 0..5 {
         let answer = send(
