@@ -132,21 +132,34 @@ pub fn read_away(body: Incoming) {
 
 /// A request body not read yet. Dropped unread (the request was refused
 /// before its body was needed: a bad name, a credential, a rate), it is
-/// read away ([`read_away`]), so the client reads the refusal.
+/// read away ([`read_away`]), so the client reads the refusal; unless
+/// its client waits for `100 Continue` before sending it (reading it
+/// would ask for the body only to throw it away), or declared it larger
+/// than [`DRAIN_BYTES`].
 #[derive(Debug)]
-pub struct UnreadBody(Option<Incoming>);
+pub struct UnreadBody {
+    body: Option<Incoming>,
+    read_away: bool,
+}
 
 impl UnreadBody {
-    /// `body`, read away if dropped before [`UnreadBody::take`].
+    /// `body` of a request with `headers`, read away if dropped before
+    /// [`UnreadBody::take`] (see the type's docs).
     #[must_use]
-    pub fn new(body: Incoming) -> Self {
-        Self(Some(body))
+    pub fn new(headers: &hyper::HeaderMap, body: Incoming) -> Self {
+        let waits_for_continue = headers
+            .get(hyper::header::EXPECT)
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+        let declared = hyper::body::Body::size_hint(&body).lower();
+        Self {
+            read_away: !waits_for_continue && declared <= DRAIN_BYTES,
+            body: Some(body),
+        }
     }
 
     /// The body, to read now.
-    #[must_use]
     pub fn take(mut self) -> Incoming {
-        match self.0.take() {
+        match self.body.take() {
             Some(body) => body,
             None => unreachable!("an UnreadBody holds its body until taken, which consumes it"),
         }
@@ -155,7 +168,8 @@ impl UnreadBody {
 
 impl Drop for UnreadBody {
     fn drop(&mut self) {
-        if let Some(body) = self.0.take()
+        if let Some(body) = self.body.take()
+            && self.read_away
             && !hyper::body::Body::is_end_stream(&body)
         {
             read_away(body);

@@ -286,7 +286,7 @@ async fn route(
     let upgrade = sockets::is_upgrade(request.headers());
     let on_upgrade = upgrade.then(|| hyper::upgrade::on(&mut request));
     let (mut parts, body) = request.into_parts();
-    let body = UnreadBody::new(body); // read away if refused before it is read
+    let body = UnreadBody::new(&parts.headers, body); // read away if refused unread
     let actor = match ingress::check(&parts).and_then(|()| actor_of(&parts, &domain)) {
         Ok(actor) => actor,
         Err(e) => return text_error(&e),

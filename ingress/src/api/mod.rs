@@ -269,7 +269,8 @@ impl AdminApi {
                 // Refused before its body is read (a bad name, a
                 // credential): the body is read away, so a client still
                 // sending a module reads the refusal, not a broken pipe.
-                drop(stasis_http::serve::UnreadBody::new(request.into_body()));
+                let (parts, body) = request.into_parts();
+                drop(stasis_http::serve::UnreadBody::new(&parts.headers, body));
                 return *refused;
             }
         };

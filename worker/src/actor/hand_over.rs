@@ -36,35 +36,11 @@ pub(crate) fn refused(what: &str, e: &CallError) -> ApiError {
 /// and the stack stays in the actor's log.
 fn script_exception(trap: &str) -> Option<String> {
     let (_, stderr) = trap.rsplit_once("guest stderr: ")?;
-    let last = stderr.rsplit(" / ").next()?;
-    let exception = last.strip_prefix("uncaught exception in ")?;
-    let exception = exception.replace(
+    let exception = &stderr[stderr.rfind("uncaught exception in ")?..];
+    Some(exception.replace(
         "(its stack is above in the log)",
         "(its stack is in the actor's log)",
-    );
-    Some(format!("uncaught exception in {exception}"))
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn a_script_exception_is_told_without_the_trap_around_it() {
-        let trap = "guest trapped: wasm trap: wasm `unreachable` instruction executed; guest \
-                    stderr:     at <anonymous> (stasis:prelude:271:77) /     at map (native) / \
-                    uncaught exception in save: TypeError: save() returned a Item at the \
-                    value.items[0] (its stack is above in the log)";
-        assert_eq!(
-            super::script_exception(trap).as_deref(),
-            Some(
-                "uncaught exception in save: TypeError: save() returned a Item at the \
-                 value.items[0] (its stack is in the actor's log)"
-            )
-        );
-        assert_eq!(
-            super::script_exception("guest trapped: wasm trap: out of bounds"),
-            None
-        );
-    }
+    ))
 }
 
 impl ActorTask {
@@ -132,5 +108,35 @@ impl ActorTask {
             .load_state(state)
             .await
             .map_err(|e| refused("the new version's `stasis_load_state`", &e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_script_exception_is_told_without_the_trap_around_it() {
+        let trap = "guest trapped: wasm trap: wasm `unreachable` instruction executed; guest \
+                    stderr:     at <anonymous> (stasis:prelude:271:77) /     at map (native) / \
+                    uncaught exception in save: TypeError: save() returned a Item at the \
+                    value.items[0] (its stack is above in the log)";
+        assert_eq!(
+            super::script_exception(trap).as_deref(),
+            Some(
+                "uncaught exception in save: TypeError: save() returned a Item at the \
+                 value.items[0] (its stack is in the actor's log)"
+            )
+        );
+        assert_eq!(
+            super::script_exception("guest trapped: wasm trap: out of bounds"),
+            None
+        );
+        // A " / " of the exception's own is kept (the stderr lines are
+        // joined by it too).
+        let slash = "guest trapped: x; guest stderr:     at f (native) / uncaught exception in \
+                     save: Error: a / b (its stack is above in the log)";
+        assert_eq!(
+            super::script_exception(slash).as_deref(),
+            Some("uncaught exception in save: Error: a / b (its stack is in the actor's log)")
+        );
     }
 }
