@@ -361,19 +361,9 @@ export default {
     );
     // The increment before the throw is rolled back with the trap.
     assert_eq!(count(&post(&server, "b1").await), 3);
-    wait::until_else_async(
-        "the exception in the log",
-        Duration::from_secs(10),
-        async || {
-            let log = server.log();
-            if log.contains("Uncaught exception in fetch: Error: boom at 3")
-                && log.contains("explode")
-            {
-                Ok(())
-            } else {
-                Err(format!("\n{log}"))
-            }
-        },
+    log_holds(
+        &server,
+        &["Uncaught exception in fetch: Error: boom at 3", "explode"],
     )
     .await;
     // Found by a new user: a body that is not JSON threw from the engine's
@@ -389,14 +379,24 @@ export default {
     server.create("p1", "parse");
     let answer = to_actor(&client(), server.ingress, "p1", "POST", "/").await;
     assert_eq!(answer.status, 500, "{answer:?}");
+    log_holds(
+        &server,
+        &[
+            "Uncaught exception in fetch: SyntaxError",
+            "at fetch (parse.js:3:",
+        ],
+    )
+    .await;
+}
+
+/// Waits (10 s at most) until the server's log holds every one of `texts`.
+async fn log_holds(server: &Server, texts: &[&str]) {
     wait::until_else_async(
-        "the JSON error in the log",
+        &format!("{texts:?} in the log"),
         Duration::from_secs(10),
         async || {
             let log = server.log();
-            if log.contains("Uncaught exception in fetch: SyntaxError")
-                && log.contains("at fetch (parse.js:3:")
-            {
+            if texts.iter().all(|t| log.contains(t)) {
                 Ok(())
             } else {
                 Err(format!("\n{log}"))
