@@ -128,8 +128,11 @@ pub(crate) async fn build(path: &Path, source: &[u8]) -> anyhow::Result<Vec<u8>>
     if let Some(error) = result {
         // A name imported that is only a type (erased with the types).
         if error.contains("Could not find export") {
+            let at = missing_export(&error)
+                .and_then(|(export, from)| bundle.importer_of(export, from))
+                .map_or_else(String::new, |(module, line)| format!("{module}:{line}: "));
             bail!(
-                "{error} (a TypeScript type or interface? import it with `import type {{ ... }}`: \
+                "{at}{error} (a TypeScript type or interface? import it with `import type {{ ... }}`: \
                  types are erased at push)"
             );
         }
@@ -161,6 +164,15 @@ pub(crate) async fn build(path: &Path, source: &[u8]) -> anyhow::Result<Vec<u8>>
         methods.join(",").as_bytes(),
     ));
     Ok(module)
+}
+
+/// The export and module QuickJS's link error names (`Could not find
+/// export 'Tally' in module 'src/types.ts'`).
+fn missing_export(error: &str) -> Option<(&str, &str)> {
+    let rest = error.split("Could not find export '").nth(1)?;
+    let (export, rest) = rest.split_once("' in module '")?;
+    let (module, _) = rest.split_once('\'')?;
+    Some((export, module))
 }
 
 /// The host function a trap at push names (`stasis::self_name`) when the

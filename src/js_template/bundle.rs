@@ -39,6 +39,9 @@ pub(crate) struct Module {
     /// Each import specifier and the name of the module it resolved to
     /// (`stasis`, the built-in module, is not listed).
     pub(crate) imports: Vec<(String, String)>,
+    /// Each static import's target (a module's name) and the line its
+    /// statement starts on.
+    pub(crate) import_lines: Vec<(String, usize)>,
 }
 
 /// The entry (first) and every module it reaches.
@@ -47,6 +50,35 @@ pub(crate) struct Bundle {
 }
 
 impl Bundle {
+    /// Where `name` is imported from module `from`: the importing
+    /// module's name and the line of its import statement that names it
+    /// (the statement's lines up to the one with its `from`).
+    pub(crate) fn importer_of(&self, name: &str, from: &str) -> Option<(&str, usize)> {
+        let names = |text: &str| {
+            text.split(|c: char| !(c.is_alphanumeric() || c == '_' || c == '$'))
+                .any(|word| word == name)
+        };
+        self.modules.iter().find_map(|module| {
+            let lines: Vec<&str> = module.source.lines().collect();
+            module
+                .import_lines
+                .iter()
+                .filter(|(target, _)| target == from)
+                .find_map(|&(_, line)| {
+                    let statement = lines.get(line.checked_sub(1)?..)?.iter().take(20);
+                    for text in statement {
+                        if names(text) {
+                            return Some((module.name.as_str(), line));
+                        }
+                        if text.contains(" from ") || text.contains(';') {
+                            break;
+                        }
+                    }
+                    None
+                })
+        })
+    }
+
     /// The table the engine's `stasis_js_preinit` decodes: little-endian
     /// `u32` counts and lengths; per module its name, source and imports.
     pub(crate) fn encode(&self) -> Vec<u8> {
@@ -120,6 +152,7 @@ pub(crate) fn collect(entry: &Path, source: &[u8]) -> anyhow::Result<Bundle> {
         path: entry_path,
         source: String::new(),
         imports: Vec::new(),
+        import_lines: Vec::new(),
     });
     queue.push_back((0, Some(source.to_vec())));
     while let Some((at, bytes)) = queue.pop_front() {
@@ -177,11 +210,16 @@ pub(crate) fn collect(entry: &Path, source: &[u8]) -> anyhow::Result<Bundle> {
                         path: target,
                         source: String::new(),
                         imports: Vec::new(),
+                        import_lines: Vec::new(),
                     });
                     queue.push_back((i, None));
                     target_name
                 }
             };
+            if !dynamic {
+                let lines = &mut graph.modules[at].import_lines;
+                lines.push((target_name.clone(), line));
+            }
             let imports = &mut graph.modules[at].imports;
             if !imports.iter().any(|(s, _)| *s == specifier) {
                 imports.push((specifier, target_name));
