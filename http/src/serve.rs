@@ -114,7 +114,7 @@ const DRAIN_FOR: Duration = Duration::from_secs(10);
 /// frame (up to [`DRAIN_BYTES`], for 10 s at most), so that a client
 /// still sending it completes its write and reads the refusal, instead of
 /// a broken pipe when the connection closes under its write.
-pub fn read_away(body: Incoming) {
+fn read_away(body: Incoming) {
     tokio::spawn(async move {
         let mut body = body;
         let mut read = 0u64;
@@ -200,14 +200,11 @@ pub async fn collect_body(
         .get(hyper::header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    if let Some(n) = declared.filter(|&n| n > limit as u64) {
-        // The client may still be sending it: read it away in the
-        // background (up to DRAIN_BYTES) so that its write completes and it
-        // reads the 413, instead of a broken pipe when the connection
-        // closes under its write.
-        if n <= DRAIN_BYTES {
-            read_away(body);
-        }
+    if declared.is_some_and(|n| n > limit as u64) {
+        // The client may still be sending it: read away as any body
+        // refused unread is (UnreadBody), so that its write completes and
+        // it reads the 413 instead of a broken pipe.
+        drop(UnreadBody::new(&parts.headers, body));
         return Err(too_large());
     }
     match Limited::new(body, limit).collect().await {

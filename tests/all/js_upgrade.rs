@@ -10,6 +10,7 @@
 use std::path::Path;
 
 use crate::js::engine_built;
+use crate::rollout::{create, pause};
 use crate::support::{Server, client, to_actor};
 
 /// Version 1: a counter and a log of Map entries and Dates; `save()`.
@@ -194,23 +195,6 @@ fn version_and_count(answer: &crate::support::Answer) -> (u32, u64) {
     parsed.unwrap_or_else(|| panic!("not a counter's answer: {answer:?}"))
 }
 
-/// `method path` on the admin API with a JSON body; asserts a 2xx.
-async fn admin(server_admin: std::net::SocketAddr, method: &str, path: &str, body: String) {
-    let reply = crate::support::send(
-        &client(),
-        server_admin,
-        method,
-        "localhost",
-        path,
-        body.into_bytes(),
-    )
-    .await;
-    assert!(
-        (200..300).contains(&reply.status),
-        "{method} {path}: {reply:?}"
-    );
-}
-
 /// A rollout over 200 JavaScript actors (issue 48) while eight clients
 /// post without pause to the 150 running ones: every request is answered
 /// 200 with the actor's next count (none lost, none applied twice across
@@ -234,19 +218,17 @@ async fn a_rollout_over_200_javascript_actors_keeps_every_count_under_8_clients(
     );
     let names: Vec<String> = (0..ACTORS).map(|i| format!("j{i:03}")).collect();
     // Each actor counts one request; the first PAUSED are paused.
-    let (admin_at, ingress) = (server.admin, server.ingress);
+    let server_ref = &server;
     for batch in names.chunks(16) {
         let made = batch.iter().map(|name| async move {
-            let body = serde_json::json!({ "name": name, "template": "jr" }).to_string();
-            admin(admin_at, "POST", "/v1/actors", body).await;
-            let first = to_actor(&client(), ingress, name, "POST", "/").await;
+            create(server_ref, name, "jr").await;
+            let first = to_actor(&client(), server_ref.ingress, name, "POST", "/").await;
             assert_eq!(version_and_count(&first), (1, 1), "{name}");
         });
         futures_util::future::join_all(made).await;
     }
     for name in &names[..PAUSED] {
-        let path = format!("/v1/actors/{name}/pause");
-        admin(admin_at, "POST", &path, String::new()).await;
+        pause(&server, name).await;
     }
     assert_eq!(
         push(&server, dir.path(), "jr", "v2.js", &handing_counter(2)),
@@ -259,6 +241,7 @@ async fn a_rollout_over_200_javascript_actors_keeps_every_count_under_8_clients(
     let mut clients = Vec::new();
     for k in 0..CLIENTS {
         let (running, sent, stop) = (running.clone(), sent.clone(), stop.clone());
+        let ingress = server.ingress;
         clients.push(tokio::spawn(async move {
             let http = client();
             let mine: Vec<&String> = running.iter().skip(k).step_by(CLIENTS).collect();

@@ -49,13 +49,13 @@ async fn admin(server: &Server, method: &str, path: &str, body: serde_json::Valu
 }
 
 /// Creates actor `name` of `template` through the admin API.
-async fn create(server: &Server, name: &str, template: &str) {
+pub(crate) async fn create(server: &Server, name: &str, template: &str) {
     let body = serde_json::json!({ "name": name, "template": template });
     admin(server, "POST", "/v1/actors", body).await;
 }
 
 /// Pauses actor `name`.
-async fn pause(server: &Server, name: &str) {
+pub(crate) async fn pause(server: &Server, name: &str) {
     let path = format!("/v1/actors/{name}/pause");
     admin(server, "POST", &path, serde_json::Value::Null).await;
 }
